@@ -1,0 +1,28 @@
+# The two set-up commands of the README. Both build .venv/ at the repo root first.
+PYTHON ?= python3.11
+VENV := .venv
+STAMP := $(VENV)/.installed
+STORE ?= ./data
+
+.PHONY: serve test lint bench
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+serve: $(STAMP)
+	$(VENV)/bin/jetlake serve -js -sd $(STORE) -m 8222
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+bench: $(STAMP)
+	$(VENV)/bin/jetlake bench

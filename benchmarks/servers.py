@@ -1,0 +1,106 @@
+"""Starting a server under test as a real process on a free loopback port.
+
+Both servers are driven through the same command-line contract (`-a`, `-p -1`, `-js`,
+`-sd`, `-c`) and the same start-up log lines, so the harness never needs to know
+which one it is talking to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from time import perf_counter
+
+from benchmarks.model import Profile
+
+LISTENING = re.compile(rb"Listening for client connections on (\S+):(\d+)")
+READY = b"Server is ready"
+STOP_GRACE_SECONDS = 10.0
+SYNC_ALWAYS_CONFIG = """\
+jetstream {{
+  store_dir: "{store}"
+  sync_interval: always
+}}
+"""
+
+
+class ServerError(Exception):
+    """The server did not come up; carries the tail of its log for the report."""
+
+
+def profile_args(profile: Profile, workdir: Path) -> list[str]:
+    """Flags for a profile. `sync_interval` has no flag, hence the config file."""
+    store = workdir / "store"
+    if profile is Profile.CORE:
+        return []
+    if profile is Profile.JS:
+        return ["-js", "-sd", str(store)]
+    config = workdir / "sync-always.conf"
+    config.write_text(SYNC_ALWAYS_CONFIG.format(store=store))
+    return ["-c", str(config)]
+
+
+def _log_tail(log: Path, lines: int = 8) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+async def _wait_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> str:
+    """Poll the log file for the reference's start-up lines; return the client URL.
+
+    The log goes to a file rather than a pipe so a chatty server can never block on
+    a full pipe while the benchmark is busy measuring.
+    """
+    deadline = perf_counter() + timeout
+    while perf_counter() < deadline:
+        text = log.read_bytes()
+        found = LISTENING.search(text)
+        if found and READY in text:
+            host, port = found.group(1).decode(), found.group(2).decode()
+            return f"nats://{host}:{port}"
+        if proc.poll() is not None:
+            raise ServerError(f"exited with {proc.returncode}:\n{_log_tail(log)}")
+        await asyncio.sleep(0.02)
+    raise ServerError(f"not ready after {timeout:.0f} s:\n{_log_tail(log)}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after a grace period: never leave a server behind."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@asynccontextmanager
+async def running_server(
+    command: list[str], profile: Profile, *, store_root: Path | None, start_timeout: float
+) -> AsyncIterator[str]:
+    """Run ``command`` with the profile's flags in a fresh directory; yield its URL.
+
+    ``store_root`` chooses the disk JetStream writes to: fsync costs are a property
+    of that disk, so put it where the figures should apply (tmpfs makes fsync free).
+    """
+    with tempfile.TemporaryDirectory(prefix="jetlake-bench-", dir=store_root) as tmp:
+        workdir = Path(tmp)
+        log = workdir / "server.log"
+        args = [*command, "-a", "127.0.0.1", "-p", "-1", *profile_args(profile, workdir)]
+        with log.open("wb") as sink:
+            try:
+                proc = subprocess.Popen(
+                    args, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
+                )
+            except OSError as exc:
+                raise ServerError(f"cannot start {args[0]}: {exc}") from exc
+            try:
+                yield await _wait_ready(proc, log, start_timeout)
+            finally:
+                _stop(proc)

@@ -1,0 +1,108 @@
+"""The table of workloads: later issues (consumers, KV, Object Store, lake) add rows here.
+
+Targets are minimum scores (score > 1 = jetlake better, see ``Metric``), taken from
+the issues: core publish ≥ 60 % of the reference, publish→subscribe ≥ 80 %,
+request/reply p50 ≤ 1.5x the reference, durable JetStream publish ≥ 80 % of the
+reference's default (fsync every 2 minutes).
+"""
+
+from __future__ import annotations
+
+from benchmarks import core, jetstream
+from benchmarks.model import Metric, Profile, Workload
+
+RATE = "msgs/s"
+MICROS = "µs"
+
+
+def _rate(label: str, target: float | None = None, text: str = "") -> Metric:
+    return Metric("msgs_per_s", label, RATE, True, target, text)
+
+
+def _latencies(label: str, p50_target: float | None = None, text: str = "") -> tuple[Metric, ...]:
+    return (
+        Metric("p50_us", f"{label} p50", MICROS, False, p50_target, text),
+        Metric("p99_us", f"{label} p99", MICROS, False),
+    )
+
+
+WORKLOADS: tuple[Workload, ...] = (
+    Workload(
+        "core-pub",
+        Profile.CORE,
+        core.publish,
+        (_rate("core publish", 0.60, "≥ 60% of ref"),),
+        "one client publishes --count messages, timed to the flush PONG",
+    ),
+    Workload(
+        "pub-sub",
+        Profile.CORE,
+        core.pub_sub,
+        (_rate("publish→subscribe", 0.80, "≥ 80% of ref"),),
+        "one publisher, one subscriber, timed until all --count arrived",
+    ),
+    Workload(
+        "req-reply",
+        Profile.CORE,
+        core.request_reply,
+        _latencies("request/reply", 1 / 1.5, "p50 ≤ 1.5x ref"),
+        "--requests sequential requests to an echo responder",
+    ),
+    Workload(
+        "js-pub-async",
+        Profile.JS,
+        jetstream.publish_async,
+        (_rate("js publish_async, default sync", 0.80, "≥ 80% of ref default"),),
+        "--count publish_async with --window acks in flight; each server's default sync",
+    ),
+    Workload(
+        "js-pub-async-always",
+        Profile.JS_SYNC_ALWAYS,
+        jetstream.publish_async,
+        (_rate("js publish_async, sync always"),),
+        "as js-pub-async, both servers with jetstream { sync_interval: always }",
+    ),
+    Workload(
+        "js-pub-sync",
+        Profile.JS,
+        jetstream.publish_sync,
+        _latencies("js publish sync, default sync"),
+        "--sync-count publishes one at a time; each server's default sync",
+    ),
+    Workload(
+        "js-pub-sync-always",
+        Profile.JS_SYNC_ALWAYS,
+        jetstream.publish_sync,
+        _latencies("js publish sync, sync always"),
+        "as js-pub-sync, both servers with jetstream { sync_interval: always }",
+    ),
+    Workload(
+        "direct-get",
+        Profile.JS,
+        jetstream.direct_get,
+        (
+            Metric("seq_msgs_per_s", "direct get, sequential", RATE, True),
+            Metric("conc_msgs_per_s", "direct get, concurrent", RATE, True),
+        ),
+        "--requests DIRECT.GET by sequence, then again from --concurrency tasks",
+    ),
+)
+
+
+def select(names: list[str]) -> list[Workload]:
+    """Workloads by name or by profile group ("core", "js"); all when ``names`` is empty.
+
+    Raises ``KeyError`` naming the unknown entry, so the CLI can list the valid ones.
+    """
+    if not names:
+        return list(WORKLOADS)
+    chosen: list[Workload] = []
+    for name in names:
+        if name == "js":
+            matches = [w for w in WORKLOADS if w.profile is not Profile.CORE]
+        else:
+            matches = [w for w in WORKLOADS if name in (w.name, w.profile.value)]
+        if not matches:
+            raise KeyError(name)
+        chosen.extend(w for w in matches if w not in chosen)
+    return [w for w in WORKLOADS if w in chosen]

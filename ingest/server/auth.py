@@ -1,0 +1,145 @@
+"""Who may connect, and what each connection may publish and subscribe to.
+
+Decisions are made once per CONNECT; the resulting `Grant` caches publish
+verdicts per subject so the hot path pays one dict lookup.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ingest.parser.subjects import is_subset, subject_matches, subjects_overlap
+
+AUTH_VIOLATION = "Authorization Violation"
+
+
+class AuthError(Exception):
+    """Credentials were missing or wrong; the client gets -ERR 'Authorization Violation'."""
+
+
+class _SubjectPermission(Protocol):
+    allow: tuple[str, ...]
+    deny: tuple[str, ...]
+
+
+class _Permissions(Protocol):
+    publish: _SubjectPermission | None
+    subscribe: _SubjectPermission | None
+
+
+class _User(Protocol):
+    user: str
+    password: str
+    permissions: _Permissions | None
+
+
+class _AuthOptions(Protocol):
+    auth_token: str | None
+    username: str | None
+    password: str | None
+    users: tuple[_User, ...]
+    no_auth_user: str | None
+
+
+_CACHE_LIMIT = 1024
+
+
+@dataclass(slots=True)
+class Grant:
+    """Permissions of one authenticated connection."""
+
+    user: str = ""
+    pub_allow: tuple[str, ...] = ()
+    pub_deny: tuple[str, ...] = ()
+    sub_allow: tuple[str, ...] = ()
+    sub_deny: tuple[str, ...] = ()
+    _pub_cache: dict[bytes, bool] = field(default_factory=dict)
+
+    @property
+    def restricted(self) -> bool:
+        return bool(self.pub_allow or self.pub_deny or self.sub_allow or self.sub_deny)
+
+    def can_publish(self, subject: bytes) -> bool:
+        verdict = self._pub_cache.get(subject)
+        if verdict is None:
+            text = subject.decode("utf-8", "surrogateescape")
+            verdict = _allowed(text, self.pub_allow, self.pub_deny)
+            if len(self._pub_cache) >= _CACHE_LIMIT:
+                self._pub_cache.clear()
+            self._pub_cache[subject] = verdict
+        return verdict
+
+    def can_subscribe(self, subject: str) -> bool:
+        """A wildcard subscription is allowed when it lies inside an allow and not inside a deny."""
+        if self.sub_allow and not any(is_subset(subject, a) for a in self.sub_allow):
+            return False
+        return not any(is_subset(subject, d) for d in self.sub_deny)
+
+    def filters_delivery(self, subject: str) -> bool:
+        """True when a subscription may see messages a deny rule must hold back."""
+        return any(subjects_overlap(subject, d) for d in self.sub_deny)
+
+    def can_receive(self, subject: str) -> bool:
+        return _allowed(subject, (), self.sub_deny)
+
+
+def _allowed(subject: str, allow: tuple[str, ...], deny: tuple[str, ...]) -> bool:
+    if allow and not any(subject_matches(a, subject) for a in allow):
+        return False
+    return not any(subject_matches(d, subject) for d in deny)
+
+
+def _same(given: object, expected: str) -> bool:
+    return isinstance(given, str) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def _grant_for(user: _User) -> Grant:
+    perms = user.permissions
+    if perms is None:
+        return Grant(user=user.user)
+    pub, sub = perms.publish, perms.subscribe
+    return Grant(
+        user=user.user,
+        pub_allow=pub.allow if pub else (),
+        pub_deny=pub.deny if pub else (),
+        sub_allow=sub.allow if sub else (),
+        sub_deny=sub.deny if sub else (),
+    )
+
+
+class Authenticator:
+    """Checks CONNECT credentials against token, single user, or the users list."""
+
+    def __init__(self, opts: _AuthOptions) -> None:
+        self._token = opts.auth_token
+        self._users: dict[str, _User] = {u.user: u for u in opts.users}
+        self._single = (opts.username, opts.password) if opts.username else None
+        self._no_auth_user = opts.no_auth_user
+
+    @property
+    def required(self) -> bool:
+        return bool(self._token or self._users or self._single)
+
+    def authenticate(self, connect: dict[str, object]) -> Grant:
+        if not self.required:
+            return Grant()
+        if self._token is not None:
+            if _same(connect.get("auth_token"), self._token):
+                return Grant()
+            raise AuthError(AUTH_VIOLATION)
+        name = connect.get("user")
+        if not name and self._no_auth_user and not connect.get("pass"):
+            user = self._users.get(self._no_auth_user)
+            if user is not None:
+                return _grant_for(user)
+        if self._single is not None:
+            user_name, password = self._single
+            if _same(name, user_name) and _same(connect.get("pass"), password or ""):
+                return Grant(user=user_name)
+        if isinstance(name, str) and name in self._users:
+            user = self._users[name]
+            if _same(connect.get("pass"), user.password):
+                return _grant_for(user)
+        raise AuthError(AUTH_VIOLATION)

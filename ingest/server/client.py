@@ -1,0 +1,359 @@
+"""One client connection: an asyncio Protocol around the sans-IO codec.
+
+Outbound bytes are queued and written once per loop turn (the server flushes
+every connection that got data), so a burst of messages costs one syscall per
+subscriber rather than one per message. A subscriber whose unsent bytes pass
+`max_pending` is cut off as a slow consumer; nobody else waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from typing import TYPE_CHECKING
+
+from ingest.parser import nats
+from ingest.parser.subjects import is_valid_literal_subject, is_valid_subject
+from ingest.server.auth import AUTH_VIOLATION, AuthError, Grant
+from ingest.server.tls import TLSLayer
+
+if TYPE_CHECKING:
+    from ingest.server.server import Server
+
+log = logging.getLogger("jetlake")
+
+
+class Subscription:
+    """A client's SUB; `deliver` is what the router calls for each matching message."""
+
+    __slots__ = ("conn", "delivered", "filtered", "max_msgs", "queue", "sid", "subject")
+
+    def __init__(self, conn: Client, subject: str, queue: str | None, sid: bytes) -> None:
+        self.conn = conn
+        self.subject = subject
+        self.queue = queue
+        self.sid = sid
+        self.max_msgs = 0
+        self.delivered = 0
+        self.filtered = False  # a deny rule overlaps this wildcard: check each subject
+
+    def deliver(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
+        conn = self.conn
+        if self.filtered and not conn.grant.can_receive(subject.decode()):
+            return
+        if hdr is not None and conn.headers:
+            conn.queue(nats.encode_hmsg(subject, self.sid, reply, hdr, payload))
+        else:
+            conn.queue(nats.encode_msg(subject, self.sid, reply, payload))
+        conn.out_msgs += 1
+        conn.out_bytes += len(payload)
+        self.delivered += 1
+        if self.max_msgs and self.delivered >= self.max_msgs:
+            conn.drop_sub(self)
+
+
+class Client(asyncio.Protocol):
+    """State of one TCP (or TLS) client connection."""
+
+    def __init__(self, server: Server, cid: int) -> None:
+        self.server = server
+        self.cid = cid
+        opts = server.opts
+        self.codec = nats.ServerCodec(
+            max_control_line=opts.max_control_line, max_payload=opts.max_payload
+        )
+        self.transport: asyncio.Transport | None = None
+        self.subs: dict[bytes, Subscription] = {}
+        self.grant = Grant()
+        self.authenticated = not server.auth.required
+        self.verbose = True  # the reference's defaults until CONNECT says otherwise
+        self.pedantic = True
+        self.echo = True
+        self.headers = False
+        self.no_responders = False
+        self.name = ""
+        self.lang = ""
+        self.version = ""
+        self.host = ""
+        self.port = 0
+        self.start = time.time()
+        self.last_activity = self.start
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.pings_out = 0
+        self.rtt = 0.0
+        self.closed = False
+        self.close_reason = ""
+        self._out: list[bytes] = []
+        self._out_size = 0
+        self._dirty = False
+        self._timers: list[asyncio.TimerHandle] = []
+        self.tls: TLSLayer | None = None
+
+    # ---- asyncio Protocol -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        peer = transport.get_extra_info("peername") or ("", 0)
+        self.host, self.port = str(peer[0]), int(peer[1])
+        server = self.server
+        if not server.register(self):
+            transport.write(server.info_for(self))
+            transport.write(nats.encode_err("maximum connections exceeded"))
+            self._close("Max Connections Exceeded", flush=True)
+            return
+        loop = asyncio.get_running_loop()
+        ctx = server.tls_context
+        if ctx is not None:
+            self.tls = TLSLayer(ctx)
+            timeout = server.opts.tls.timeout
+            self._timers.append(loop.call_later(timeout, self._tls_timeout))
+        if ctx is None or not server.opts.tls.handshake_first:
+            transport.write(server.info_for(self))  # plain INFO, then the client starts TLS
+        if not self.authenticated:
+            self._timers.append(loop.call_later(server.opts.auth_timeout, self._auth_timeout))
+        self._timers.append(loop.call_later(server.opts.ping_interval, self._ping))
+
+    def _tls_receive(self, tls: TLSLayer, data: bytes) -> bytes | None:
+        """Decrypt; None when the handshake failed and the connection is gone."""
+        was_established = tls.established
+        try:
+            plain = tls.receive(data)
+        except ssl.SSLError as exc:
+            log.error(
+                "%s:%d - cid:%d - TLS handshake error: %s",
+                self.host,
+                self.port,
+                self.cid,
+                exc.reason or exc,
+            )
+            assert self.transport is not None
+            self.transport.write(tls.outgoing())
+            self._close("TLS Handshake Error")
+            return None
+        pending = tls.outgoing()
+        if pending and self.transport is not None:
+            self.transport.write(pending)
+        if tls.established and not was_established and self.server.opts.tls.handshake_first:
+            self.queue(self.server.info_for(self))
+        return plain
+
+    def _tls_timeout(self) -> None:
+        if self.tls is not None and not self.tls.established and not self.closed:
+            self._close("TLS Handshake Error")
+
+    def data_received(self, data: bytes) -> None:
+        self.last_activity = time.time()
+        tls = self.tls
+        if tls is not None:
+            plain = self._tls_receive(tls, data)
+            if not plain:
+                return
+            data = plain
+        for op in self.codec.receive(data):
+            if self.closed:
+                return
+            kind = type(op)
+            if kind is nats.Pub:
+                self._on_pub(op)  # type: ignore[arg-type]
+            elif kind is nats.Ping:
+                self.queue(nats.PONG)
+            elif kind is nats.Pong:
+                self.pings_out = 0
+            elif kind is nats.Sub:
+                self._on_sub(op)  # type: ignore[arg-type]
+            elif kind is nats.Unsub:
+                self._on_unsub(op)  # type: ignore[arg-type]
+            elif kind is nats.Connect:
+                self._on_connect(op)  # type: ignore[arg-type]
+            else:
+                self._on_violation(op)  # type: ignore[arg-type]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self._close("Client Closed")
+
+    # ---- operations -------------------------------------------------------------------
+
+    def _on_connect(self, op: nats.Connect) -> None:
+        o = op.options
+        self.verbose = bool(o.get("verbose", self.verbose))
+        self.pedantic = bool(o.get("pedantic", self.pedantic))
+        self.echo = bool(o.get("echo", True))
+        self.headers = self.codec.headers
+        self.no_responders = bool(o.get("no_responders", False))
+        self.name = str(o.get("name", "") or "")
+        self.lang = str(o.get("lang", "") or "")
+        self.version = str(o.get("version", "") or "")
+        if not self.authenticated:
+            try:
+                self.grant = self.server.auth.authenticate(o)
+            except AuthError:
+                log.error("%s:%d - cid:%d - authentication error", self.host, self.port, self.cid)
+                self.send_err(AUTH_VIOLATION)
+                self._close("Authentication Failure", flush=True)
+                return
+            self.authenticated = True
+        if self.verbose:
+            self.queue(nats.OK)
+
+    def _on_pub(self, op: nats.Pub) -> None:
+        if not self.authenticated:
+            self._auth_violation()
+            return
+        subject = op.subject
+        self.in_msgs += 1
+        size = len(op.payload) + (len(op.hdr) if op.hdr else 0)
+        self.in_bytes += size
+        server = self.server
+        if self.pedantic and not is_valid_literal_subject(subject.decode("utf-8", "replace")):
+            self.send_err("Invalid Publish Subject")
+        if self.grant.restricted and not self.grant.can_publish(subject):
+            self.send_err(f'Permissions Violation for Publish to "{subject.decode()}"')
+            return
+        if self.verbose:
+            self.queue(nats.OK)
+        delivered = server.route(self, subject, op.reply, op.hdr, op.payload, size)
+        if not delivered and op.reply and self.no_responders:
+            self._no_responders(subject, op.reply)
+
+    def _no_responders(self, subject: bytes, reply: bytes) -> None:
+        """The 503 goes straight to the requester's own inbox subscription."""
+        hdr = b"NATS/1.0 503\r\nNats-Subject: " + subject + b"\r\n\r\n"
+        for sub in self.server.sublist.match(reply).plain:
+            if sub.conn is self:
+                sub.deliver(reply, b"", hdr, b"")
+                return
+
+    def _on_sub(self, op: nats.Sub) -> None:
+        if not self.authenticated:
+            self._auth_violation()
+            return
+        if not is_valid_subject(op.subject):
+            self.send_err("Invalid Subject")
+            return
+        grant = self.grant
+        if grant.restricted and not grant.can_subscribe(op.subject):
+            if op.queue:
+                self.send_err(
+                    f'Permissions Violation for Subscription to "{op.subject}" '
+                    f'using queue "{op.queue}"'
+                )
+            else:
+                self.send_err(f'Permissions Violation for Subscription to "{op.subject}"')
+            return
+        if op.sid not in self.subs:
+            sub = Subscription(self, op.subject, op.queue, op.sid)
+            sub.filtered = grant.restricted and grant.filters_delivery(op.subject)
+            self.subs[op.sid] = sub
+            self.server.sublist.insert(op.subject, op.queue, sub)
+        if self.verbose:
+            self.queue(nats.OK)
+
+    def _on_unsub(self, op: nats.Unsub) -> None:
+        sub = self.subs.get(op.sid)
+        if sub is not None:
+            if op.max_msgs and sub.delivered < op.max_msgs:
+                sub.max_msgs = op.max_msgs
+            else:
+                self.drop_sub(sub)
+        if self.verbose:
+            self.queue(nats.OK)
+
+    def _on_violation(self, op: nats.Violation) -> None:
+        if op.error is not None:
+            self.send_err(op.error)
+        self._close(
+            "Protocol Violation"
+            if op.error != nats.ERR_MAX_PAYLOAD
+            else "Maximum Payload Exceeded",
+            flush=True,
+        )
+
+    def drop_sub(self, sub: Subscription) -> None:
+        if self.subs.pop(sub.sid, None) is not None:
+            self.server.sublist.remove(sub.subject, sub.queue, sub)
+
+    # ---- timers -----------------------------------------------------------------------
+
+    def _auth_timeout(self) -> None:
+        if not self.authenticated and not self.closed:
+            self.send_err("Authentication Timeout")
+            self._close("Authentication Timeout", flush=True)
+
+    def _auth_violation(self) -> None:
+        self.send_err(AUTH_VIOLATION)
+        self._close("Authentication Failure", flush=True)
+
+    def _ping(self) -> None:
+        if self.closed:
+            return
+        opts = self.server.opts
+        if self.pings_out + 1 > opts.ping_max:
+            self.send_err("Stale Connection")
+            self._close("Stale Connection", flush=True)
+            return
+        self.pings_out += 1
+        self.queue(nats.PING)
+        self._timers.append(asyncio.get_running_loop().call_later(opts.ping_interval, self._ping))
+        if len(self._timers) > 4:
+            self._timers = [t for t in self._timers if not t.cancelled()][-2:]
+
+    # ---- output -----------------------------------------------------------------------
+
+    def send_err(self, message: str) -> None:
+        self.queue(nats.encode_err(message))
+
+    def queue(self, data: bytes) -> None:
+        self._out.append(data)
+        self._out_size += len(data)
+        if not self._dirty:
+            self._dirty = True
+            self.server.mark_dirty(self)
+
+    def flush(self) -> None:
+        """Hand queued bytes to the transport; cut the connection off if it cannot keep up."""
+        self._dirty = False
+        transport = self.transport
+        if transport is None or self.closed or not self._out:
+            self._out.clear()
+            self._out_size = 0
+            return
+        out = self._out
+        data = out[0] if len(out) == 1 else b"".join(out)
+        self._out = []
+        self._out_size = 0
+        transport.write(data if self.tls is None else self.tls.encrypt(data))
+        if transport.get_write_buffer_size() > self.server.opts.max_pending:
+            self.server.slow_consumers += 1
+            log.info(
+                "%s:%d - cid:%d - Slow Consumer Detected: MaxPending of %d Exceeded",
+                self.host,
+                self.port,
+                self.cid,
+                self.server.opts.max_pending,
+            )
+            self._close("Slow Consumer (Pending Bytes)", abort=True)
+
+    def close_with(self, reason: str, *, flush: bool = True) -> None:
+        self._close(reason, flush=flush)
+
+    def _close(self, reason: str, *, flush: bool = False, abort: bool = False) -> None:
+        if self.closed:
+            return
+        if flush:
+            self.flush()
+        self.closed = True
+        self.close_reason = reason
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        for sub in list(self.subs.values()):
+            self.drop_sub(sub)
+        self.server.unregister(self)
+        if self.transport is not None:
+            if abort:
+                self.transport.abort()
+            else:
+                self.transport.close()

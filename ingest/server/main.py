@@ -1,0 +1,146 @@
+"""`jetlake serve`: parse nats-server style flags and config, run until a signal.
+
+SIGTERM/SIGINT shut down gracefully (flush, close, exit 0); SIGUSR2 enters
+lame-duck mode; SIGHUP is accepted and ignored as nothing is reloadable yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+
+from ingest.server.logs import setup_logging
+from ingest.server.options import ConfigError, FlagError, Options, parse_serve_args
+from ingest.server.server import JETLAKE_VERSION, VERSION, Server
+
+log = logging.getLogger("jetlake")
+
+
+def _event_loop_policy() -> None:
+    """uvloop when installed: it halves per-message loop overhead."""
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def _serve(opts: Options) -> int:
+    server = Server(opts)
+    loop = asyncio.get_running_loop()
+    log.info("Starting jetlake (nats-server compatible %s)", VERSION)
+    log.info("  Version:  %s", JETLAKE_VERSION)
+    log.info("  Server ID: %s", server.server_id)
+    if opts.pid_file:
+        with open(opts.pid_file, "w") as f:
+            f.write(str(os.getpid()))
+    monitor = None
+    if opts.http_port is not None:
+        from ingest.server.monitor import Monitor
+
+        monitor = Monitor(server, opts.http_host, opts.http_port)
+    if opts.jetstream.enabled:
+        from ingest.server.jetstream import JetStream
+
+        server.jetstream = JetStream(
+            opts.jetstream, server, server_id=server.server_id, server_name=server.server_name
+        )
+    else:
+        from ingest.server.jetstream import answer_disabled
+
+        server.subscribe("$JS.API.>", lambda s, r, h, d: answer_disabled(server, r))
+    # The client port first: tools poll /varz and connect as soon as it answers.
+    await server.start()
+    if monitor is not None:
+        await monitor.start()
+    if server.jetstream is not None:
+        await server.jetstream.start()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: loop.create_task(server.shutdown()))
+    loop.add_signal_handler(signal.SIGUSR2, lambda: loop.create_task(server.enter_lame_duck()))
+    loop.add_signal_handler(signal.SIGHUP, lambda: log.info("Reload is not supported; ignored"))
+    log.info("Server is ready")
+    await server.wait_closed()
+    if monitor is not None:
+        await monitor.stop()
+    log.info("Server Exiting..")
+    if opts.pid_file:
+        with contextlib.suppress(OSError):
+            os.unlink(opts.pid_file)
+    return 0
+
+
+USAGE = """Usage: jetlake serve [options]
+
+Server Options:
+    -a, --addr, --net <host>         Bind to host address (default: 0.0.0.0)
+    -p, --port <port>                Use port for clients (default: 4222, -1 for any)
+    -n, --name, --server_name <name> Server name (default: server ID)
+    -m, --http_port <port>           Use port for http monitoring (-1 for any)
+    -c, --config <file>              Configuration file
+    -t                               Test configuration and exit
+    -P, --pid <file>                 File to store PID
+
+Logging Options:
+    -l, --log <file>                 File to redirect log output
+    -D, --debug                      Enable debugging output
+    -V, --trace                      Trace the raw protocol
+    -DV                              Debug and trace
+
+JetStream Options:
+    -js, --jetstream                 Enable JetStream functionality
+    -sd, --store_dir <dir>           Set the storage directory
+
+Authorization Options:
+        --user <user>                User required for connections
+        --pass <password>            Password required for connections
+        --auth <token>               Authorization token required for connections
+
+TLS Options:
+        --tls                        Enable TLS, do not verify clients (default: false)
+        --tlscert <file>             Server certificate file
+        --tlskey <file>              Private key for server certificate
+        --tlsverify                  Enable TLS, verify client certificates
+        --tlscacert <file>           Client certificate CA for verification
+
+Common Options:
+    -h, --help                       Show this message
+    -v, --version                    Show version
+"""
+
+
+def main(argv: list[str]) -> int:
+    try:
+        opts = parse_serve_args(argv)
+    except FlagError as exc:
+        # The reference prints the flag error, then its usage, and exits 0.
+        print(exc, file=sys.stderr)
+        print(USAGE)
+        return 0
+    except ConfigError as exc:
+        print(f"jetlake: {exc}", file=sys.stderr)
+        return 1
+    if opts.show_help:
+        print(USAGE)
+        return 0
+    if opts.show_version:
+        print(f"jetlake: v{JETLAKE_VERSION} (nats-server protocol {VERSION})")
+        return 0
+    if opts.check_config:
+        print(f"jetlake: configuration file {opts.config_file} is valid", file=sys.stderr)
+        return 0
+    setup_logging(opts)
+    for warning in opts.warnings:
+        log.warning("%s", warning)
+    _event_loop_policy()
+    try:
+        return asyncio.run(_serve(opts))
+    except OSError as exc:
+        log.critical("Error listening on port: %s, %s", opts.port, exc)
+        return 1
+    except ValueError as exc:
+        log.critical("%s", exc)
+        return 1

@@ -1,0 +1,272 @@
+"""The core NATS server: listeners, the connection registry and message routing.
+
+JetStream and monitoring plug in from outside: JetStream through the internal
+`Messaging` methods (`subscribe`/`unsubscribe`/`publish`), exactly like an
+in-process client, so a subject no stream captures gets the same no-responders
+answer as on the reference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ingest.parser import nats
+from ingest.server.auth import Authenticator
+from ingest.server.client import Client
+from ingest.server.sublist import Sublist
+
+log = logging.getLogger("jetlake")
+
+VERSION = "2.11.0"  # the NATS protocol level clients gate features on
+JETLAKE_VERSION = "0.1.0"
+
+InternalCallback = Callable[[str, str | None, bytes | None, bytes], None]
+
+
+def new_server_id() -> str:
+    """An ID shaped like the reference's (56 upper-case base32 chars starting with N)."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+    return "N" + "".join(secrets.choice(alphabet) for _ in range(55))
+
+
+class InternalSubscription:
+    """A subscription whose messages go to a Python callback (JetStream, system services)."""
+
+    __slots__ = ("callback", "conn", "queue", "subject")
+
+    def __init__(self, subject: str, queue: str | None, callback: InternalCallback) -> None:
+        self.subject = subject
+        self.queue = queue
+        self.callback = callback
+        self.conn = None
+
+    def deliver(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
+        self.callback(
+            subject.decode("utf-8", "surrogateescape"),
+            reply.decode("utf-8", "surrogateescape") if reply else None,
+            hdr,
+            payload,
+        )
+
+
+class Server:
+    def __init__(self, opts: Any) -> None:
+        self.opts = opts
+        self.server_id = new_server_id()
+        self.server_name = opts.server_name or self.server_id
+        self.auth = Authenticator(opts)
+        self.sublist: Sublist[Any] = Sublist()
+        self.clients: dict[int, Client] = {}
+        self.tls_context: ssl.SSLContext | None = None
+        self.start_time = time.time()
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.slow_consumers = 0
+        self.total_connections = 0
+        self.lame_duck = False
+        self.jetstream: Any = None  # set by the composition root when -js is on
+        self.closed_clients: list[dict[str, Any]] = []
+        self._next_cid = 0
+        self._dirty: list[Client] = []
+        self._flush_scheduled = False
+        self._listeners: list[asyncio.base_events.Server] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutdown = asyncio.Event()
+        self.host = opts.host
+        self.port = opts.port
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        opts = self.opts
+        if opts.tls is not None:
+            from ingest.server.tls import make_server_context
+
+            self.tls_context = make_server_context(opts.tls)
+        listener = await self._loop.create_server(
+            self._new_client,
+            host=opts.host,
+            port=opts.port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        sock = listener.sockets[0]
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.port = sock.getsockname()[1]
+        self._listeners.append(listener)
+        log.info("Listening for client connections on %s", _hostport(opts.host, self.port))
+
+    def _new_client(self) -> Client:
+        self._next_cid += 1
+        return Client(self, self._next_cid)
+
+    def register(self, client: Client) -> bool:
+        if len(self.clients) >= self.opts.max_connections or self.lame_duck:
+            return False
+        self.clients[client.cid] = client
+        self.total_connections += 1
+        sock = client.transport.get_extra_info("socket") if client.transport else None
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return True
+
+    def unregister(self, client: Client) -> None:
+        if self.clients.pop(client.cid, None) is not None:
+            self.closed_clients.append(_closed_record(client))
+            del self.closed_clients[:-100]
+
+    async def wait_closed(self) -> None:
+        await self._shutdown.wait()
+
+    async def shutdown(self) -> None:
+        """Stop accepting, flush what is queued, close every client, stop JetStream."""
+        for listener in self._listeners:
+            listener.close()
+        for client in list(self.clients.values()):
+            client.close_with("Server Shutdown")
+        if self.jetstream is not None:
+            await self.jetstream.stop()
+        self._shutdown.set()
+
+    async def enter_lame_duck(self) -> None:
+        """Stop accepting, tell clients (INFO ldm), then close them over the lame-duck window."""
+        if self.lame_duck:
+            return
+        self.lame_duck = True
+        log.info("Entering lame duck mode, stop accepting new clients")
+        for listener in self._listeners:
+            listener.close()
+        for client in list(self.clients.values()):
+            client.queue(self.info_for(client, ldm=True))
+        self.flush_dirty()
+        opts = self.opts
+        await asyncio.sleep(opts.lame_duck_grace_period)  # a documented grace, not a sync
+        clients = list(self.clients.values())
+        spread = max(opts.lame_duck_duration - opts.lame_duck_grace_period, 0.0)
+        pause = spread / len(clients) if clients else 0.0
+        for client in clients:
+            client.close_with("Server Shutdown")
+            if pause:
+                await asyncio.sleep(min(pause, 1.0))
+        await self.shutdown()
+
+    # ---- INFO ---------------------------------------------------------------------------
+
+    def info_for(self, client: Client, *, ldm: bool = False) -> bytes:
+        opts = self.opts
+        info: dict[str, Any] = {
+            "server_id": self.server_id,
+            "server_name": self.server_name,
+            "version": VERSION,
+            "proto": 1,
+            "go": "jetlake " + JETLAKE_VERSION,
+            "host": opts.host,
+            "port": self.port,
+            "headers": True,
+            "max_payload": opts.max_payload,
+            "jetstream": self.jetstream is not None,
+            "client_id": client.cid,
+            "client_ip": client.host,
+        }
+        if self.auth.required:
+            info["auth_required"] = True
+        if self.tls_context is not None:
+            info["tls_required"] = True
+            if opts.tls.verify:
+                info["tls_verify"] = True
+        if ldm:
+            info["ldm"] = True
+        return nats.encode_info(info)
+
+    # ---- routing ------------------------------------------------------------------------
+
+    def route(
+        self,
+        sender: Client | None,
+        subject: bytes,
+        reply: bytes,
+        hdr: bytes | None,
+        payload: bytes,
+        size: int,
+    ) -> bool:
+        """Deliver one message to every plain subscriber and one member of each queue group."""
+        self.in_msgs += 1
+        self.in_bytes += size
+        match = self.sublist.match(subject)
+        delivered = 0
+        skip_self = sender is not None and not sender.echo
+        for sub in match.plain:
+            if skip_self and sub.conn is sender:
+                continue
+            sub.deliver(subject, reply, hdr, payload)
+            delivered += 1
+        for members in match.queues:
+            if skip_self:
+                members = [m for m in members if m.conn is not sender]
+                if not members:
+                    continue
+            member = members[0] if len(members) == 1 else random.choice(members)
+            member.deliver(subject, reply, hdr, payload)
+            delivered += 1
+        if delivered:
+            self.out_msgs += delivered
+            self.out_bytes += delivered * size
+        return delivered > 0
+
+    def mark_dirty(self, client: Client) -> None:
+        self._dirty.append(client)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self.flush_dirty)
+
+    def flush_dirty(self) -> None:
+        self._flush_scheduled = False
+        dirty, self._dirty = self._dirty, []
+        for client in dirty:
+            client.flush()
+
+    # ---- internal clients (the Messaging port JetStream uses) --------------------------
+
+    def subscribe(
+        self, subject: str, callback: InternalCallback, *, queue: str | None = None
+    ) -> InternalSubscription:
+        sub = InternalSubscription(subject, queue, callback)
+        self.sublist.insert(subject, queue, sub)
+        return sub
+
+    def unsubscribe(self, token: object) -> None:
+        assert isinstance(token, InternalSubscription)
+        self.sublist.remove(token.subject, token.queue, token)
+
+    def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        size = len(data) + (len(hdr) if hdr else 0)
+        self.route(
+            None,
+            subject.encode("utf-8", "surrogateescape"),
+            reply.encode("utf-8", "surrogateescape") if reply else b"",
+            hdr,
+            data,
+            size,
+        )
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _closed_record(client: Client) -> dict[str, Any]:
+    return {
+        "cid": client.cid,
+        "reason": client.close_reason,
+        "stop": time.time(),
+        "client": client,
+    }

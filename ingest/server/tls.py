@@ -1,0 +1,74 @@
+"""Server-side TLS context from the `tls {}` options (Python's ssl, no extra deps)."""
+
+from __future__ import annotations
+
+import ssl
+from typing import Protocol
+
+
+class _TLSOptions(Protocol):
+    cert_file: str | None
+    key_file: str | None
+    ca_file: str | None
+    verify: bool
+
+
+def make_server_context(tls: _TLSOptions) -> ssl.SSLContext:
+    """A context that presents our certificate and, with verify, demands the client's."""
+    if not tls.cert_file or not tls.key_file:
+        raise ValueError(
+            "TLS needs both a certificate (tlscert/cert_file) and a key (tlskey/key_file)"
+        )
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.ca_file:
+        ctx.load_verify_locations(tls.ca_file)
+    if tls.verify:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+class TLSLayer:
+    """Server-side TLS over memory BIOs, owned by one connection.
+
+    asyncio's start_tls hands decrypted bytes to the protocol before it returns
+    the new transport, so a reply could leave in plain text; feeding the
+    SSLObject ourselves keeps every byte on one path, in order.
+    """
+
+    __slots__ = ("_in", "_obj", "_out", "established")
+
+    def __init__(self, ctx: ssl.SSLContext) -> None:
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._obj = ctx.wrap_bio(self._in, self._out, server_side=True)
+        self.established = False
+
+    def receive(self, data: bytes) -> bytes:
+        """Raw bytes in, plaintext out (empty while the handshake runs). Raises ssl.SSLError."""
+        self._in.write(data)
+        if not self.established:
+            try:
+                self._obj.do_handshake()
+            except ssl.SSLWantReadError:
+                return b""
+            self.established = True
+        chunks: list[bytes] = []
+        while True:
+            try:
+                chunk = self._obj.read(262144)
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def encrypt(self, data: bytes) -> bytes:
+        self._obj.write(data)
+        return self._out.read()
+
+    def outgoing(self) -> bytes:
+        """Handshake records (or alerts) waiting to be sent."""
+        return self._out.read()

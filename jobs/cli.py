@@ -1,0 +1,39 @@
+"""The `jetlake` command: a thin composition root that dispatches to subcommands.
+
+Each subcommand is imported only when chosen, so `jetlake serve` never pays for
+Spark or DuckDB imports.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from importlib import import_module
+
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("ingest.server.main", "run a NATS-compatible server (flags as nats-server)"),
+    "bench": ("benchmarks.run", "side-by-side benchmark against the reference server"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: jetlake <command> [options]", "", "commands:"]
+    lines += [f"  {name:<8} {about}" for name, (_, about) in _COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if args else 2
+    entry = _COMMANDS.get(args[0])
+    if entry is None:
+        print(f"jetlake: unknown command {args[0]!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    command: Callable[[list[str]], int] = import_module(entry[0]).main
+    return command(args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Arrow segment storage for JetStream streams: file and memory stores, read-only inspection."""
+
+from log.segments.api import (
+    CorruptSegmentError,
+    MsgStore,
+    NewMsg,
+    StoredMsg,
+    StoreError,
+    StoreState,
+    SubjectState,
+    msg_size,
+)
+from log.segments.filestore import FileStore, SegmentConfig
+from log.segments.inspect import SegmentInfo, list_segments, read_table
+from log.segments.memstore import MemoryStore
+from log.segments.schema import SCHEMA
+from log.segments.subjects import subject_matches
+
+__all__ = [
+    "SCHEMA",
+    "CorruptSegmentError",
+    "FileStore",
+    "MemoryStore",
+    "MsgStore",
+    "NewMsg",
+    "SegmentConfig",
+    "SegmentInfo",
+    "StoreError",
+    "StoreState",
+    "StoredMsg",
+    "SubjectState",
+    "list_segments",
+    "msg_size",
+    "read_table",
+    "subject_matches",
+]

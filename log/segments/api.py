@@ -1,0 +1,123 @@
+"""The message-store contract shared by the file (Arrow segment) and memory stores.
+
+The stream layer (`log/`) owns the JetStream rules (limits, dedup, expected
+headers, rollups); a store only keeps numbered messages and answers lookups.
+Keeping the two apart is what lets replication slot in between them: the
+stream proposes, the replication group commits, and the store applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class StoreError(Exception):
+    """A store could not do what was asked; the message names the stream and file."""
+
+
+class CorruptSegmentError(StoreError):
+    """A sealed segment failed its checksum: it is reported, never served."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMsg:
+    seq: int
+    ts: int  # nanoseconds since the Unix epoch, UTC
+    subject: str
+    hdr: bytes | None  # the raw NATS/1.0 header block, None when the message had none
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class NewMsg:
+    """A message proposed for the log; the store assigns its sequence."""
+
+    subject: str
+    hdr: bytes | None
+    data: bytes
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectState:
+    msgs: int
+    first_seq: int
+    last_seq: int
+
+
+@dataclass(slots=True)
+class StoreState:
+    """Mirrors JetStream's StreamState; `first_seq` is last_seq + 1 when empty."""
+
+    msgs: int = 0
+    bytes: int = 0
+    first_seq: int = 0
+    first_ts: int = 0
+    last_seq: int = 0
+    last_ts: int = 0
+    num_subjects: int = 0
+    num_deleted: int = 0
+    deleted: list[int] = field(default_factory=list)
+
+
+def msg_size(subject: str, hdr: bytes | None, data: bytes) -> int:
+    """Bytes a message counts for against max_bytes, as the reference file store counts them."""
+    return len(subject) + (len(hdr) if hdr else 0) + len(data) + 16 + 8 + 8 + 4 + 8
+
+
+class MsgStore(Protocol):
+    def append(self, msgs: Sequence[NewMsg]) -> int:
+        """Write msgs as one batch with consecutive sequences; return the first one.
+
+        The write is buffered: it is durable only once `sync()` returns.
+        """
+
+    def sync(self) -> None:
+        """Make every append so far durable. Safe to call from a worker thread."""
+
+    def load(self, seq: int) -> StoredMsg | None:
+        """The message at seq, or None if it never existed or was deleted."""
+
+    def load_next(self, start_seq: int, subject_filter: str = ">") -> StoredMsg | None:
+        """The first live message with seq >= start_seq whose subject matches the filter."""
+
+    def load_last(self, subject_filter: str = ">") -> StoredMsg | None:
+        """The live message with the highest seq whose subject matches the filter."""
+
+    def remove(self, seq: int) -> bool:
+        """Delete one message; False if it was not there.
+
+        Deletes ride the appends' group commit: written at once, durable once
+        the next `sync()` returns (an fsync per delete would stall the loop).
+        """
+
+    def purge(self, subject_filter: str = ">", *, upto_seq: int = 0, keep: int = 0) -> int:
+        """Delete matching messages; return how many.
+
+        A victim matches the filter, is below upto_seq when that is set, and is
+        not among the newest `keep` matching messages (keep counts across all
+        matching subjects, as the reference does).
+        """
+
+    def expire_before(self, ts: int) -> int:
+        """Delete every message older than ts (max_age); return how many went."""
+
+    def state(self, *, with_deleted: bool = False) -> StoreState:
+        """Counts and bounds of the live messages; `deleted` is listed only when asked."""
+
+    def subject_state(self, subject: str) -> SubjectState | None:
+        """O(1) state of one literal subject (the per-subject index)."""
+
+    def subjects(self, subject_filter: str = ">") -> dict[str, int]:
+        """Live message count per subject matching the filter."""
+
+    def seqs_for(self, subject_filter: str, start_seq: int) -> Iterable[int]:
+        """Live sequences matching the filter from start_seq on, ascending."""
+
+    def close(self) -> None:
+        """Flush, sync and release files."""
+
+    def delete(self) -> None:
+        """Remove the stream's data from disk (stream deleted)."""

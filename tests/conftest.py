@@ -1,0 +1,153 @@
+"""Shared fixtures: every end-to-end scenario runs against both servers.
+
+``server_kind`` is parametrised over the reference nats-server (id ``ref``) and
+jetlake (id ``jl``) so the same assertions hold for both -- the differential
+contract of the project. ``JETLAKE_TEST_SERVERS=nats-server`` (or ``jetlake``)
+restricts a run to one kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+
+from tests.support.servers import ServerError, ServerProcess, enabled_kinds, start_server
+
+KIND_IDS = {"nats-server": "ref", "jetlake": "jl"}
+
+MakeServer = Callable[..., ServerProcess]
+Connect = Callable[..., Awaitable[NATS]]
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Remember whether the test body failed so fixtures can dump server logs."""
+    report = yield
+    if report.when == "call":
+        item.stash[_FAILED] = report.failed
+    return report
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture(params=enabled_kinds(), ids=lambda kind: KIND_IDS[kind])
+def server_kind(request: pytest.FixtureRequest) -> str:
+    """Which server binary the test runs against."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_server(
+    server_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[MakeServer]:
+    """Start servers of the test's kind (or an explicit ``kind=``); stop them after.
+
+    ``make_server("-js", "-sd", str(tmp_path / "js"), config="...")``. Each gets
+    its own name so several can share one tmp dir.
+    """
+    started: list[ServerProcess] = []
+
+    def make(*args: str, config: str | None = None, kind: str | None = None) -> ServerProcess:
+        kind = kind or server_kind
+        name = f"{KIND_IDS[kind]}{len(started)}"
+        server = start_server(kind, *args, config=config, tmp_path=tmp_path, name=name)
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        if server.running:
+            try:
+                server.stop(expect_code=None)
+            except ServerError:
+                server.kill()
+    if request.node.stash.get(_FAILED, False):
+        for server in started:
+            print(f"----- {server.kind} stderr ({server.log_path}) -----\n{server.log()}")
+
+
+class ServerPool:
+    """Servers shared by read-only tests, one per (kind, flags, config).
+
+    Starting a server per parametrised case would dominate the run time of
+    table-driven protocol tests; tests that change server state (auth
+    failures are fine, signals and restarts are not) may share one.
+    """
+
+    def __init__(self, tmp_path: Path) -> None:
+        self._tmp_path = tmp_path
+        self._servers: dict[tuple[str, tuple[str, ...], str | None], ServerProcess] = {}
+
+    def get(self, kind: str, *args: str, config: str | None = None) -> ServerProcess:
+        key = (kind, args, config)
+        server = self._servers.get(key)
+        if server is None or not server.running:
+            name = f"{KIND_IDS[kind]}-pool{len(self._servers)}"
+            server = start_server(kind, *args, config=config, tmp_path=self._tmp_path, name=name)
+            self._servers[key] = server
+        return server
+
+    def stop_all(self) -> None:
+        for server in self._servers.values():
+            if server.running:
+                try:
+                    server.stop(expect_code=None)
+                except ServerError:
+                    server.kill()
+
+
+@pytest.fixture(scope="session")
+def server_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
+    """Session-wide shared servers; see ServerPool."""
+    pool = ServerPool(tmp_path_factory.mktemp("pool"))
+    yield pool
+    pool.stop_all()
+
+
+@pytest.fixture
+def server(make_server: MakeServer) -> ServerProcess:
+    """A default server: loopback, random port, no auth."""
+    return make_server()
+
+
+@pytest.fixture
+async def connect() -> AsyncIterator[Connect]:
+    """nats-py connections that fail fast and are closed after the test.
+
+    Reconnects are off unless asked for, so a server that drops a client shows
+    up as an error instead of a silent retry loop.
+    """
+    clients: list[NATS] = []
+
+    async def _connect(target: ServerProcess | str, **options: Any) -> NATS:
+        url = target if isinstance(target, str) else target.url
+        opts: dict[str, Any] = {
+            "connect_timeout": 2,
+            "allow_reconnect": False,
+            "max_reconnect_attempts": 0,
+        }
+        opts.update(options)
+        if "error_cb" not in opts:
+            opts["error_cb"] = _quiet_error
+        nc = await nats.connect(url, **opts)
+        clients.append(nc)
+        return nc
+
+    yield _connect
+    for nc in clients:
+        if not nc.is_closed:
+            # A test may have broken the connection on purpose.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(nc.close(), 5)
+
+
+async def _quiet_error(exc: Exception) -> None:
+    """Default error callback: tests that care pass their own."""

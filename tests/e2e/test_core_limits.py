@@ -1,0 +1,129 @@
+"""Server-side limits: slow consumers, stale connections, max_connections.
+
+These are the protections that keep one bad client from hurting the server or
+the other clients; the tests check both the offender's fate and that a
+well-behaved neighbour is unaffected. Keepalive runs on a 100ms interval so
+the stale case completes in well under a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from nats.errors import Error as NatsError
+
+from tests.conftest import Connect, MakeServer
+from tests.support.clients import barrier
+from tests.support.raw import Closed, Outcome, RawClient
+
+STALE_CONFIG = 'ping_interval: "100ms"\nping_max: 2\n'
+
+
+async def test_slow_consumer_is_cut_off_others_unaffected(
+    make_server: MakeServer, connect: Connect
+) -> None:
+    """A subscriber that never reads is disconnected; a reading one gets everything.
+
+    Observed on the reference: the slow connection is simply closed -- no
+    ``-ERR 'Slow Consumer'`` reaches it (its socket is full) -- after it got a
+    prefix of the messages, intact. The log says "Slow Consumer Detected:
+    WriteDeadline of 100ms exceeded" (or "MaxPending of N Exceeded" with the
+    default 64MB pending limit). An -ERR before the close is tolerated here.
+    """
+    server = make_server(config='write_deadline: "100ms"\n')
+    slow = await RawClient.connect(server.host, server.port, rcvbuf=4096, limit=65536)
+    await slow.handshake()
+    assert await slow.outcome(b"SUB big 1\r\n") == Outcome((), closed=False)
+    publisher, reader_nc = await connect(server), await connect(server)
+    good = await reader_nc.subscribe("big")
+    await reader_nc.flush()
+
+    # 75 MiB: beyond the reference's default 64 MiB pending limit too, so a
+    # server that enforces only a pending-bytes limit also has to react.
+    n, payload = 1200, b"x" * 65536
+    for i in range(n):
+        await publisher.publish("big", payload)
+        if i % 50 == 49:
+            await publisher.flush(10)
+    await barrier(publisher, reader_nc)
+    assert good.pending_msgs == n, "the well-behaved subscriber lost messages"
+
+    msgs, other = 0, []
+    try:
+        while True:
+            line, data = await slow.read_op(timeout=10)
+            if line.startswith(b"MSG "):
+                assert line == b"MSG big 1 65536" and data == payload
+                msgs += 1
+            else:
+                other.append(line)
+    except Closed as closed:
+        other.extend(closed.lines)
+    finally:
+        await slow.close()
+    assert msgs < n, "the slow consumer was never cut off"
+    assert set(other) <= {b"-ERR 'Slow Consumer'"}, other
+    assert publisher.is_connected and reader_nc.is_connected
+
+
+async def test_stale_connection(make_server: MakeServer, connect: Connect) -> None:
+    """Unanswered PINGs: ping_max PINGs, then -ERR 'Stale Connection' and close.
+
+    A nats-py client on the same server answers the PINGs and stays connected.
+    """
+    server = make_server(config=STALE_CONFIG)
+    healthy = await connect(server)
+    mute = await RawClient.connect(server.host, server.port)
+    await mute.send(b'CONNECT {"verbose":false,"protocol":1}\r\n')
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    lines = await mute.expect_closed(timeout=5)
+    elapsed = loop.time() - started
+    await mute.close()
+    assert lines == [b"PING", b"PING", b"-ERR 'Stale Connection'"]
+    assert 0.15 < elapsed < 3, f"stale detection took {elapsed:.2f}s with a 100ms interval"
+    assert healthy.is_connected
+    await healthy.flush(5)
+
+
+async def test_ping_answered_keeps_connection(make_server: MakeServer) -> None:
+    """A raw client that answers every PING outlives several ping intervals."""
+    server = make_server(config=STALE_CONFIG)
+    async with await RawClient.connect(server.host, server.port) as c:
+        await c.handshake()
+        for _ in range(5):  # 5 PINGs = 500ms, beyond ping_max * interval
+            await c.read_until(rb"^PING$", timeout=5)
+            await c.send(b"PONG\r\n")
+        assert await c.outcome() == Outcome((), closed=False)
+
+
+async def test_max_connections(make_server: MakeServer, connect: Connect) -> None:
+    """Connection max_connections+1 gets INFO, then the -ERR, then a close."""
+    server = make_server(config="max_connections: 2\n")
+    first = await connect(server)
+    await connect(server)
+    # nats-py either reads the -ERR or trips over the closed socket first.
+    with pytest.raises((NatsError, OSError)) as refused:
+        await connect(server)
+    if isinstance(refused.value, NatsError):
+        assert "maximum connections exceeded" in str(refused.value).lower()
+
+    extra = await RawClient.connect(server.host, server.port, read_info=False)
+    lines = await extra.expect_closed()
+    await extra.close()
+    assert lines == [b"-ERR 'maximum connections exceeded'"]
+    assert len(extra.infos) == 1, "the refused client still gets INFO first"
+
+    # A slot frees up once a client leaves (the server notices asynchronously).
+    await first.close()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while True:
+        try:
+            nc = await connect(server)
+            break
+        except (NatsError, OSError):
+            if loop.time() > deadline:
+                raise
+    assert nc.is_connected

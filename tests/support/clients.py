@@ -1,0 +1,41 @@
+"""Helpers for asserting on what nats-py clients received, without sleeping.
+
+The barrier is the protocol's own ordering guarantee: once a publisher's flush
+(PING/PONG) returns, the server has routed every earlier PUB; once a
+subscriber's flush returns, every MSG routed to it before is in its pending
+queue. So "exactly these messages and no more" is checkable at an instant.
+"""
+
+from __future__ import annotations
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+FLUSH_TIMEOUT = 5.0
+
+
+async def barrier(publisher: NATS, *subscribers: NATS) -> None:
+    """Return once everything ``publisher`` sent has reached the subscribers' queues."""
+    await publisher.flush(FLUSH_TIMEOUT)
+    for nc in subscribers:
+        await nc.flush(FLUSH_TIMEOUT)
+
+
+async def drain_pending(sub: Subscription) -> list[Msg]:
+    """Take every message already buffered for ``sub`` (call after barrier)."""
+    msgs = []
+    while sub.pending_msgs:
+        msgs.append(await sub.next_msg(timeout=FLUSH_TIMEOUT))
+    return msgs
+
+
+async def received(publisher: NATS, subscriber: NATS, sub: Subscription) -> list[Msg]:
+    """All messages ``sub`` (on ``subscriber``) got once ``publisher``'s output landed."""
+    await barrier(publisher, subscriber)
+    return await drain_pending(sub)
+
+
+def subjects(msgs: list[Msg]) -> list[str]:
+    """Subjects in arrival order."""
+    return [m.subject for m in msgs]
