@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	scripts/install-nats-cli $(VENV)/bin/nats
 	touch $(STAMP)
 
 serve: $(STAMP)

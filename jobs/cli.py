@@ -13,6 +13,7 @@ from importlib import import_module
 _COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("ingest.server.main", "run a NATS-compatible server (flags as nats-server)"),
     "bench": ("benchmarks.run", "side-by-side benchmark against the reference server"),
+    "inspect": ("sql.inspect", "list segments or query streams of a store dir with DuckDB"),
 }
 
 

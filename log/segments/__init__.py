@@ -1,5 +1,6 @@
 """Arrow segment storage for JetStream streams: file and memory stores, read-only inspection."""
 
+from ingest.parser.subjects import subject_matches
 from log.segments.api import (
     CorruptSegmentError,
     MsgStore,
@@ -14,7 +15,6 @@ from log.segments.filestore import FileStore, SegmentConfig
 from log.segments.inspect import SegmentInfo, list_segments, read_table
 from log.segments.memstore import MemoryStore
 from log.segments.schema import SCHEMA
-from log.segments.subjects import subject_matches
 
 __all__ = [
     "SCHEMA",

@@ -12,6 +12,7 @@ behaviour observed on nats-server 2.15.1:
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Callable
 
@@ -79,6 +80,9 @@ async def test_tls_server(make_server: MakeServer, connect: Connect, pki: Pki, h
         assert not raw.info.get("tls_verify", False)
     nc = await connect(server.tls_url, tls=pki.client_context())
     await round_trip(nc)
+    # The client's close (TLS close_notify, then EOF) must be answered by the
+    # server closing too; otherwise asyncio waits out its 30s SSL shutdown timeout.
+    await asyncio.wait_for(nc.close(), 2)
 
 
 async def test_tls_server_rejects_untrusting_client(

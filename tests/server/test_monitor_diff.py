@@ -24,8 +24,17 @@ from ingest.server.server import Server
 from tests.support.servers import start_server
 
 PATHS = (
-    "/varz", "/connz?subs=detail", "/connz?subs=1", "/connz?state=closed", "/subsz?subs=1",
-    "/healthz", "/healthz?js-enabled-only=true", "/jsz", "/routez", "/leafz", "/gatewayz",
+    "/varz",
+    "/connz?subs=detail",
+    "/connz?subs=1",
+    "/connz?state=closed",
+    "/subsz?subs=1",
+    "/healthz",
+    "/healthz?js-enabled-only=true",
+    "/jsz",
+    "/routez",
+    "/leafz",
+    "/gatewayz",
 )
 
 
@@ -70,8 +79,10 @@ async def until(http_port: int, path: str, done: Callable[[Any], bool]) -> None:
 
 
 def kind(value: Any) -> str:
-    return "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else (
-        type(value).__name__
+    return (
+        "number"
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+        else (type(value).__name__)
     )
 
 
@@ -121,12 +132,44 @@ async def test_top_level_keys_are_the_reference_s(answers: Any) -> None:
 async def test_varz_has_the_fields_we_claim(answers: Any) -> None:
     ours, theirs = answers
     claimed = {
-        "server_id", "server_name", "version", "proto", "go", "host", "port", "max_connections",
-        "ping_interval", "ping_max", "http_host", "http_port", "auth_timeout", "max_control_line",
-        "max_payload", "max_pending", "tls_timeout", "write_deadline", "start", "now", "uptime",
-        "mem", "cores", "cpu", "connections", "total_connections", "routes", "remotes",
-        "leafnodes", "in_msgs", "out_msgs", "in_bytes", "out_bytes", "slow_consumers",
-        "subscriptions", "config_load_time", "jetstream", "http_req_stats",
+        "server_id",
+        "server_name",
+        "version",
+        "proto",
+        "go",
+        "host",
+        "port",
+        "max_connections",
+        "ping_interval",
+        "ping_max",
+        "http_host",
+        "http_port",
+        "auth_timeout",
+        "max_control_line",
+        "max_payload",
+        "max_pending",
+        "tls_timeout",
+        "write_deadline",
+        "start",
+        "now",
+        "uptime",
+        "mem",
+        "cores",
+        "cpu",
+        "connections",
+        "total_connections",
+        "routes",
+        "remotes",
+        "leafnodes",
+        "in_msgs",
+        "out_msgs",
+        "in_bytes",
+        "out_bytes",
+        "slow_consumers",
+        "subscriptions",
+        "config_load_time",
+        "jetstream",
+        "http_req_stats",
     }
     assert claimed <= set(ours["/varz"]) and claimed <= set(theirs["/varz"])
     for key in ("in_msgs", "in_bytes", "out_msgs", "out_bytes", "connections"):

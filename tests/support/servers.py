@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 VENV_BIN = Path(sys.executable).parent
 KINDS = ("nats-server", "jetlake")
@@ -114,18 +115,18 @@ class ServerProcess:
                 args = _replace_flag(args, ("-m", "--http_port"), str(self.http_port))
         return args
 
-    def _pump(self, proc: subprocess.Popen[bytes], log: object) -> None:
+    def _pump(self, proc: subprocess.Popen[bytes], log: BinaryIO) -> None:
         """Copy stderr to the log file and keep lines for wait_for_log."""
         assert proc.stderr is not None
         try:
             for raw in proc.stderr:
-                log.write(raw)  # type: ignore[attr-defined]
-                log.flush()  # type: ignore[attr-defined]
+                log.write(raw)
+                log.flush()
                 with self._cond:
                     self._lines.append(raw.decode(errors="replace").rstrip("\n"))
                     self._cond.notify_all()
         finally:
-            log.close()  # type: ignore[attr-defined]
+            log.close()
             with self._cond:
                 self._eof = True
                 self._cond.notify_all()
@@ -242,17 +243,18 @@ class ServerProcess:
                 seen = len(self._lines)
                 if self._eof:
                     raise ServerError(
-                        f"{self.kind} exited before logging {rx.pattern!r}\n{self.log_unlocked()}"
+                        f"{self.kind} exited before logging {rx.pattern!r}\n{self._log_locked()}"
                     )
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ServerError(
                         f"{self.kind} did not log {rx.pattern!r} within {timeout}s\n"
-                        f"{self.log_unlocked()}"
+                        f"{self._log_locked()}"
                     )
                 self._cond.wait(left)
 
-    def log_unlocked(self) -> str:
+    def _log_locked(self) -> str:
+        """log() for callers already holding the condition's lock."""
         return "\n".join(self._lines)
 
     async def wait_for_log_async(

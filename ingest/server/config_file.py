@@ -1,0 +1,442 @@
+"""Config-file keys of nats-server and what each one sets.
+
+Each top-level key has one handler that reads it with the reference's types,
+aliases and warnings and writes plain fields; `options` freezes the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from ingest.parser.conf import ConfigError, Table
+from ingest.parser.subjects import is_valid_subject
+from ingest.server.settings import (
+    DEFAULT_PORT,
+    EXTRA_SECTIONS,
+    HANDSHAKE_FIRST_FALLBACK,
+    MAX_INT32,
+    Permissions,
+    SubjectPermission,
+    TLSConfig,
+    User,
+    parse_duration,
+    storage_size,
+)
+
+# -- typed access to a table ------------------------------------------------
+
+_TYPE_NAMES = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Table):
+        return "map"
+    if isinstance(value, datetime):
+        return "date"
+    return f"{_TYPE_NAMES.get(type(value), type(value).__name__)} {value!r}"
+
+
+class _Section:
+    """One table being interpreted, reporting problems at the key's position."""
+
+    def __init__(self, table: Table, warnings: list[str]) -> None:
+        self.table = table
+        self.warnings = warnings
+
+    def error(self, key: str, reason: str) -> ConfigError:
+        return ConfigError(reason, self.table.position(key))
+
+    def warn(self, key: str, reason: str) -> None:
+        self.warnings.append(f'{self.table.position(key)}: invalid use of field "{key}": {reason}')
+
+    def unknown(self, key: str) -> None:
+        if key not in self.table.variables:
+            raise self.error(key, f'unknown field "{key}"')
+
+    def typed(self, key: str, kind: type | tuple[type, ...], name: str) -> Any:
+        value = self.table[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            raise self.error(key, f'expected {name} for "{key}", got {_describe(value)}')
+        return value
+
+    def integer(self, key: str) -> int:
+        return self.typed(key, int, "an integer")
+
+    def string(self, key: str) -> str:
+        return self.typed(key, str, "a string")
+
+    def boolean(self, key: str) -> bool:
+        return self.typed(key, bool, "a boolean")
+
+    def section(self, key: str) -> _Section:
+        table = self.typed(key, Table, "a map")
+        return _Section(table, self.warnings)
+
+    def duration(self, key: str) -> float:
+        """A duration string, or (warned) a number of seconds."""
+        value = self.typed(key, (str, int), "a duration")
+        if isinstance(value, int):
+            self.warn(key, f"{key} should be converted to a duration")
+            return float(value)
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            raise self.error(key, f"error parsing {key}: {exc}") from exc
+
+    def timeout(self, key: str, context: str) -> float:
+        """Seconds as an int, a float, or a duration string."""
+        value = self.typed(key, (int, float, str), "a number of seconds or a duration")
+        if not isinstance(value, str):
+            return float(value)
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            raise self.error(key, f"error parsing {context}, 'timeout' {exc}") from exc
+
+    def subjects(self, key: str, *, queue: bool) -> tuple[str, ...]:
+        value = self.table[key]
+        items = value if isinstance(value, list) else [value]
+        for subject in items:
+            if not isinstance(subject, str):
+                raise self.error(key, "Subject in permissions array cannot be cast to string")
+            literal, _, group = subject.partition(" ") if queue else (subject, "", "")
+            if not is_valid_subject(literal) or (group and not is_valid_subject(group)):
+                raise self.error(key, f'subject "{subject}" is not a valid subject')
+        return tuple(items)
+
+
+# -- config file keys ----------------------------------------------------------
+
+
+def _hostport(section: _Section, key: str) -> tuple[str | None, int]:
+    value = section.typed(key, (int, str), "a port or host:port")
+    if isinstance(value, int):
+        return None, value
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.lstrip("-").isdigit() or (":" in host and not host.startswith("[")):
+        raise section.error(key, f'could not parse address string "{value}"')
+    return host.strip("[]"), int(port)
+
+
+def bind_port(raw: int) -> int:
+    return DEFAULT_PORT if raw == 0 else 0 if raw == -1 else raw
+
+
+def monitor_port(raw: int) -> int | None:
+    return None if raw == 0 else 0 if raw == -1 else raw
+
+
+def _subject_permission(section: _Section, key: str, *, queue: bool) -> SubjectPermission:
+    if not isinstance(section.table[key], Table):
+        return SubjectPermission(allow=section.subjects(key, queue=queue))
+    inner = section.section(key)
+    lists: dict[str, tuple[str, ...]] = {}
+    for name in inner.table:
+        if name.lower() in ("allow", "deny"):
+            lists[name.lower()] = inner.subjects(name, queue=queue)
+        elif name not in inner.table.variables:
+            raise inner.error(
+                name,
+                f'Unknown field name "{name}" parsing subject permissions, '
+                "only 'allow' or 'deny' are permitted",
+            )
+    return SubjectPermission(**lists)
+
+
+def _permissions(parent: _Section, key: str) -> Permissions:
+    section = parent.section(key)
+    found: dict[str, SubjectPermission] = {}
+    for name in section.table:
+        lowered = name.lower()
+        if lowered in ("pub", "publish", "import"):
+            found["publish"] = _subject_permission(section, name, queue=False)
+        elif lowered in ("sub", "subscribe", "export"):
+            found["subscribe"] = _subject_permission(section, name, queue=True)
+        elif name not in section.table.variables:
+            raise section.error(name, f'Unknown field "{name}" parsing permissions')
+    return Permissions(**found)
+
+
+def _users(parent: _Section, key: str, defaults: Permissions | None) -> list[User]:
+    entries = parent.typed(key, list, "an array of users")
+    users: list[User] = []
+    for entry in entries:
+        if not isinstance(entry, Table):
+            raise parent.error(key, f"Expected user entry to be a map/struct, got {entry!r}")
+        section = _Section(entry, parent.warnings)
+        fields: dict[str, Any] = {}
+        for name in entry:
+            lowered = name.lower()
+            if lowered in ("user", "username"):
+                fields["user"] = section.string(name)
+            elif lowered in ("pass", "password"):
+                fields["password"] = section.string(name)
+            elif lowered in ("permission", "permissions", "authorization"):
+                fields["permissions"] = _permissions(section, name)
+            elif lowered == "nkey":
+                raise section.error(name, "nkey users are not supported by jetlake")
+            else:
+                section.unknown(name)
+        if "user" not in fields:
+            raise parent.error(key, "User entry requires a user")
+        fields.setdefault("permissions", defaults)
+        users.append(User(**fields))
+    return users
+
+
+def _authorization(top: _Section, key: str, out: dict[str, Any]) -> None:
+    section = top.section(key)
+    users: list[User] | None = None
+    defaults: Permissions | None = None
+    users_key = ""
+    for name in section.table:
+        lowered = name.lower()
+        if lowered in ("user", "username"):
+            out["username"] = section.string(name)
+        elif lowered in ("pass", "password"):
+            out["password"] = section.string(name)
+        elif lowered == "token":
+            out["auth_token"] = section.string(name)
+        elif lowered == "timeout":
+            out["auth_timeout"] = seconds = section.timeout(name, "authorization config")
+            if seconds > 60:
+                section.warn(name, f"timeout of {seconds:g} seconds is high, keep it under 60")
+        elif lowered == "users":
+            users_key = name
+        elif lowered in ("default_permission", "default_permissions", "permissions"):
+            defaults = _permissions(section, name)
+        else:
+            section.unknown(name)
+    if users_key:
+        users = _users(section, users_key, defaults)
+    if (out.get("username") or out.get("password")) and out.get("auth_token"):
+        raise top.error(key, "Cannot have a user/pass and token")
+    if users is not None:
+        if out.get("username"):
+            raise top.error(key, "Can not have a single user/pass and a users array")
+        if out.get("auth_token"):
+            raise top.error(key, "Can not have a token and a users array")
+        seen: set[str] = set()
+        for user in users:
+            if user.user in seen:
+                raise top.error(key, f'Duplicate user "{user.user}" detected')
+            seen.add(user.user)
+        out["users"] = tuple(users)
+
+
+def _tls(top: _Section, key: str) -> TLSConfig:
+    section = top.section(key)
+    fields: dict[str, Any] = {}
+    for name in section.table:
+        lowered = name.lower()
+        if lowered in ("cert_file", "key_file", "ca_file"):
+            value = section.table[name]
+            if not isinstance(value, str):
+                raise section.error(
+                    name, f"error parsing tls config, expected '{lowered}' to be filename"
+                )
+            fields[lowered] = value
+        elif lowered == "verify":
+            if not isinstance(section.table[name], bool):
+                raise section.error(
+                    name, "error parsing tls config, expected 'verify' to be a boolean"
+                )
+            fields["verify"] = section.table[name]
+        elif lowered == "timeout":
+            fields["timeout"] = section.timeout(name, "tls config")
+        elif lowered in ("handshake_first", "first", "immediate"):
+            fields.update(_handshake_first(section, name))
+        else:
+            raise section.error(name, f'error parsing tls config, unknown field "{name}"')
+    return TLSConfig(**fields)
+
+
+def _handshake_first(section: _Section, name: str) -> dict[str, Any]:
+    value = section.table[name]
+    if isinstance(value, bool):
+        return {"handshake_first": value}
+    if not isinstance(value, str):
+        raise section.error(name, f'field "{name}" should be a boolean or a string')
+    word = value.lower()
+    if word in ("true", "on", "false", "off"):
+        return {"handshake_first": word in ("true", "on")}
+    if word in ("auto", "auto_fallback"):
+        return {"handshake_first": True, "handshake_first_fallback": HANDSHAKE_FIRST_FALLBACK}
+    try:
+        return {"handshake_first": True, "handshake_first_fallback": parse_duration(value)}
+    except ValueError:
+        raise section.error(name, f'field "{name}"\'s value "{value}" is invalid') from None
+
+
+def _jetstream(top: _Section, key: str, out: dict[str, Any]) -> None:
+    value = top.table[key]
+    js = dict(out["jetstream"])
+    if isinstance(value, bool):
+        js["enabled"] = value
+    elif isinstance(value, str):
+        if value.lower() not in ("enabled", "enable", "disabled", "disable"):
+            raise top.error(
+                key, f"Expected 'enabled' or 'disabled' for string value, got '{value}'"
+            )
+        js["enabled"] = value.lower().startswith("enable")
+    elif isinstance(value, Table):
+        js["enabled"] = True
+        section = top.section(key)
+        for name in section.table:
+            js.update(_jetstream_key(section, name, out))
+    else:
+        raise top.error(key, f"Expected map, bool or string to define JetStream, got {value!r}")
+    out["jetstream"] = js
+
+
+def _jetstream_key(section: _Section, name: str, out: dict[str, Any]) -> dict[str, Any]:
+    lowered = name.lower()
+    value = section.table[name]
+    if lowered in ("store", "store_dir", "storedir"):
+        if out["jetstream"].get("store_dir"):
+            raise section.error(name, "Duplicate 'store_dir' configuration")
+        return {"store_dir": section.string(name)}
+    if lowered in ("sync", "sync_interval"):
+        if isinstance(value, str) and value.lower() == "always":
+            return {"sync_interval_ns": None}
+        return {"sync_interval_ns": round(section.duration(name) * 1e9)}
+    if lowered in ("max_memory_store", "max_mem_store", "max_mem", "max_file_store", "max_file"):
+        label = "max_file_store" if "file" in lowered else "max_mem_store"
+        field_name = "max_file_store" if "file" in lowered else "max_memory_store"
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {field_name: value}
+        if not isinstance(value, str):
+            raise section.error(name, f"{label} must be int64 or string")
+        try:
+            return {field_name: storage_size(value)}
+        except ValueError as exc:
+            raise section.error(name, f"{label} {exc}") from exc
+    if lowered in ("enable", "enabled"):
+        return {"enabled": section.boolean(name)}
+    section.unknown(name)
+    return {}
+
+
+def _int32(section: _Section, key: str) -> int:
+    value = section.integer(key)
+    if value > MAX_INT32:
+        raise section.error(key, f"{key} value is too big")
+    return value
+
+
+def _server_name(section: _Section, key: str) -> str:
+    name = section.string(key)
+    if " " in name:
+        raise section.error(key, "server name cannot contain spaces")
+    return name
+
+
+_Handler = Callable[[_Section, str, dict[str, Any]], None]
+
+
+def _setter(target: str, read: Callable[[_Section, str], Any]) -> _Handler:
+    def handle(section: _Section, key: str, out: dict[str, Any]) -> None:
+        out[target] = read(section, key)
+
+    return handle
+
+
+def _listen(section: _Section, key: str, out: dict[str, Any]) -> None:
+    host, port = _hostport(section, key)
+    if host is not None:
+        out["host"] = host
+    out["port"] = bind_port(port)
+
+
+def _http(section: _Section, key: str, out: dict[str, Any]) -> None:
+    host, port = _hostport(section, key)
+    if host is not None:
+        out["http_host"] = host
+    out["http_port"] = monitor_port(port)
+
+
+def _store_dir(section: _Section, key: str, out: dict[str, Any]) -> None:
+    if out["jetstream"].get("store_dir"):
+        raise section.error(key, "Duplicate 'store_dir' configuration")
+    out["jetstream"] = {**out["jetstream"], "store_dir": section.string(key)}
+
+
+def _max_connections(section: _Section, key: str, out: dict[str, Any]) -> None:
+    # The reference reads 0 as "no client may connect", stored as -1.
+    out["max_connections"] = section.integer(key) or -1
+
+
+def _extra(section: _Section, key: str, out: dict[str, Any]) -> None:
+    out["extra"] = {**out["extra"], key.lower(): section.table[key]}
+
+
+def _lame_duck(minimum: float | None) -> _Handler:
+    def handle(section: _Section, key: str, out: dict[str, Any]) -> None:
+        text = section.string(key)
+        try:
+            seconds = parse_duration(text)
+        except ValueError as exc:
+            raise section.error(key, f"error parsing {key}: {exc}") from exc
+        if minimum is not None and seconds < minimum:
+            raise section.error(key, f"invalid {key} of {text}, minimum is {minimum:g} seconds")
+        if minimum is None and seconds < 0:
+            raise section.error(key, f"invalid {key}, needs to be positive")
+        out[key.lower()] = seconds
+
+    return handle
+
+
+_TOP_LEVEL: dict[str, _Handler] = {
+    "listen": _listen,
+    "host": _setter("host", _Section.string),
+    "net": _setter("host", _Section.string),
+    "port": lambda s, k, out: out.update(port=bind_port(s.integer(k))),
+    "http": _http,
+    "http_port": lambda s, k, out: out.update(http_port=monitor_port(s.integer(k))),
+    "monitor_port": lambda s, k, out: out.update(http_port=monitor_port(s.integer(k))),
+    "server_name": _setter("server_name", _server_name),
+    "max_payload": _setter("max_payload", _int32),
+    "max_control_line": _setter("max_control_line", _int32),
+    "max_pending": _setter("max_pending", _Section.integer),
+    "max_connections": _max_connections,
+    "max_conn": _max_connections,
+    "ping_interval": _setter("ping_interval", _Section.duration),
+    "ping_max": _setter("ping_max", _Section.integer),
+    "write_deadline": _setter("write_deadline", _Section.duration),
+    "lame_duck_duration": _lame_duck(30.0),
+    "lame_duck_grace_period": _lame_duck(None),
+    "authorization": _authorization,
+    "no_auth_user": _setter("no_auth_user", _Section.string),
+    "tls": lambda s, k, out: out.update(tls=_tls(s, k)),
+    "jetstream": _jetstream,
+    "store_dir": _store_dir,
+    "storedir": _store_dir,
+    "debug": _setter("debug", _Section.boolean),
+    "trace": _setter("trace", _Section.boolean),
+    "logtime": _setter("logtime", _Section.boolean),
+    "logtime_utc": _setter("logtime_utc", _Section.boolean),
+    "logfile": _setter("logfile", _Section.string),
+    "log_file": _setter("logfile", _Section.string),
+    "pidfile": _setter("pid_file", _Section.string),
+    "pid_file": _setter("pid_file", _Section.string),
+    **dict.fromkeys(EXTRA_SECTIONS, _extra),
+}
+
+
+def blank_fields() -> dict[str, Any]:
+    return {"jetstream": {}, "extra": {}, "warnings": []}
+
+
+def apply_table(table: Table, file: str | None, out: dict[str, Any]) -> None:
+    section = _Section(table, out["warnings"])
+    if not table:
+        out["warnings"].append(f"{file}: config has no values or is empty")
+    for key in table:
+        handler = _TOP_LEVEL.get(key.lower())
+        if handler is None:
+            section.unknown(key)
+        else:
+            handler(section, key, out)
+    out["config_file"] = file

@@ -1,0 +1,606 @@
+"""The monitoring HTTP server of `jetlake serve -m PORT`.
+
+Dashboards, the Prometheus exporter and deployment scripts poll nats-server's
+endpoints and parse its JSON, so field names, types (durations in nanoseconds
+where the reference writes integers, Go duration strings where it writes
+strings) and error texts follow the reference. Fields are only emitted when
+jetlake can fill them truthfully; an invented zero misleads an operator more
+than a missing key.
+The HTTP plumbing (bounds, timeouts, parsing) lives in `httpd`; this module is
+only the endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ingest.server.httpd import (
+    JSON,
+    TEXT,
+    Handler,
+    HttpError,
+    HttpServer,
+    Request,
+    Response,
+    bool_arg,
+    int_arg,
+)
+from ingest.server.server import JETLAKE_VERSION, VERSION
+from log.timefmt import rfc3339
+
+if TYPE_CHECKING:
+    from ingest.server.client import Client
+    from ingest.server.server import Server
+
+log = logging.getLogger("jetlake")
+
+DEFAULT_LIST_SIZE = 1024  # the reference's default connz/subsz page
+GLOBAL_ACCOUNT = "$G"  # jetlake has one account: the reference's global one
+NS = 1_000_000_000
+
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
+
+# The values /varz and /metrics share: (key, Prometheus type, help text).
+STATS: tuple[tuple[str, str, str], ...] = (
+    ("in_msgs", "counter", "Messages received from clients and internal publishers"),
+    ("out_msgs", "counter", "Messages delivered to subscribers"),
+    ("in_bytes", "counter", "Payload and header bytes received"),
+    ("out_bytes", "counter", "Payload and header bytes delivered"),
+    ("connections", "gauge", "Client connections open now"),
+    ("total_connections", "counter", "Client connections accepted since start"),
+    ("subscriptions", "gauge", "Subscriptions in the subject trie"),
+    ("slow_consumers", "counter", "Connections cut off as slow consumers"),
+    ("mem", "gauge", "Resident set size of the process in bytes"),
+    ("cpu", "gauge", "CPU use of the process in percent since the previous sample"),
+    ("uptime_seconds", "gauge", "Seconds since the server started"),
+)
+
+
+# ---- formatting the reference's way ---------------------------------------------------------
+
+
+def _time(seconds: float) -> str:
+    return rfc3339(int(seconds * NS))
+
+
+def _uptime(seconds: float) -> str:
+    """nats-server's own uptime format: whole seconds, with days and years (`1d0h0m5s`)."""
+    secs = max(int(seconds), 0)
+    out = ""
+    for value, unit in (
+        (secs // 31_536_000, "y"),
+        (secs // 86400 % 365, "d"),
+        (secs // 3600 % 24, "h"),
+        (secs // 60 % 60, "m"),
+    ):
+        if value or out:
+            out += f"{value}{unit}"
+    return f"{out}{secs % 60}s"
+
+
+def _fraction(value: int, unit: int) -> str:
+    whole, rest = divmod(value, unit)
+    if not rest:
+        return str(whole)
+    digits = len(str(unit)) - 1
+    return f"{whole}.{rest:0{digits}d}".rstrip("0")
+
+
+def go_duration(ns: int) -> str:
+    """Go's time.Duration.String(), which the reference uses for `rtt`."""
+    if ns == 0:
+        return "0s"
+    sign, ns = ("-", -ns) if ns < 0 else ("", ns)
+    if ns < 1000:
+        return f"{sign}{ns}ns"
+    if ns < 1_000_000:
+        return f"{sign}{_fraction(ns, 1000)}µs"
+    if ns < NS:
+        return f"{sign}{_fraction(ns, 1_000_000)}ms"
+    secs, rest = divmod(ns, NS)
+    hrs, mins, secs = secs // 3600, secs // 60 % 60, secs % 60
+    prefix = f"{hrs}h{mins}m" if hrs else f"{mins}m" if mins else ""
+    return f"{sign}{prefix}{_fraction(secs * NS + rest, NS)}s"
+
+
+def _rtt(seconds: float) -> str:
+    """Truncated to microseconds between 1µs and 1ms, as the reference's getRTT does."""
+    ns = int(seconds * NS)
+    if 1000 < ns < 1_000_000:
+        ns -= ns % 1000
+    return go_duration(ns)
+
+
+def _number(seconds: float) -> int | float:
+    """Go encodes a float64 2.0 as `2`; keep integral values integral."""
+    return int(seconds) if float(seconds).is_integer() else seconds
+
+
+def _rss() -> int:
+    """Resident set size from /proc (0 where there is none); psutil is not a dependency."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+class _CpuMeter:
+    """CPU percent over the last interval, refreshed at most once a second like the reference."""
+
+    def __init__(self, since: float) -> None:
+        self._wall, self._cpu, self._value = since, 0.0, 0.0
+
+    def sample(self) -> float:
+        now = time.time()
+        if now - self._wall >= 1.0:
+            t = os.times()
+            cpu = t.user + t.system
+            self._value = round(100.0 * (cpu - self._cpu) / (now - self._wall), 2)
+            self._wall, self._cpu = now, cpu
+        return self._value
+
+
+# ---- query parameters ------------------------------------------------------------------------
+
+
+def _page(req: Request) -> tuple[int, int]:
+    offset, limit = max(int_arg(req, "offset"), 0), int_arg(req, "limit")
+    return offset, limit if limit > 0 else DEFAULT_LIST_SIZE
+
+
+# ---- connections -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Conn:
+    """An open client, or a closed one with when and why it ended."""
+
+    client: Client
+    stop: float | None = None
+    reason: str = ""
+
+    def end(self, now: float) -> float:
+        return now if self.stop is None else self.stop
+
+    def pending(self) -> int:
+        transport = self.client.transport
+        if self.stop is not None or transport is None or transport.is_closing():
+            return 0
+        return transport.get_write_buffer_size()
+
+
+# The reference's ?sort= keys: identity and time order ascend, sizes and counts descend.
+_ASCENDING: dict[str, Callable[[_Conn, float], Any]] = {
+    "cid": lambda c, now: c.client.cid,
+    "start": lambda c, now: c.client.start,
+    "reason": lambda c, now: c.reason,
+}
+_DESCENDING: dict[str, Callable[[_Conn, float], Any]] = {
+    "subs": lambda c, now: len(c.client.subs),
+    "pending": lambda c, now: c.pending(),
+    "msgs_to": lambda c, now: c.client.out_msgs,
+    "msgs_from": lambda c, now: c.client.in_msgs,
+    "bytes_to": lambda c, now: c.client.out_bytes,
+    "bytes_from": lambda c, now: c.client.in_bytes,
+    "last": lambda c, now: c.client.last_activity,
+    "idle": lambda c, now: c.end(now) - c.client.last_activity,
+    "uptime": lambda c, now: c.end(now) - c.client.start,
+    "rtt": lambda c, now: c.client.rtt,
+    "stop": lambda c, now: c.stop or 0.0,
+}
+
+
+def _sub_detail(sub: Any, cid: int, *, account: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if account:
+        out["account"] = out["account_tag"] = GLOBAL_ACCOUNT
+    out["subject"] = sub.subject
+    if sub.queue:
+        out["qgroup"] = sub.queue
+    out["sid"] = sub.sid.decode("utf-8", "replace") if isinstance(sub.sid, bytes) else sub.sid
+    out["msgs"] = sub.delivered
+    if sub.max_msgs:
+        out["max"] = sub.max_msgs
+    out["cid"] = cid
+    return out
+
+
+def _conn_info(conn: _Conn, now: float, subs: str, auth: bool) -> dict[str, Any]:
+    c = conn.client
+    end = conn.end(now)
+    out: dict[str, Any] = {
+        "cid": c.cid,
+        "kind": "Client",
+        "type": "nats",
+        "ip": c.host,
+        "port": c.port,
+        "start": _time(c.start),
+        "last_activity": _time(c.last_activity),
+    }
+    if conn.stop is not None:
+        out["stop"] = _time(conn.stop)
+        out["reason"] = conn.reason
+    out.update(
+        rtt=_rtt(c.rtt),
+        uptime=_uptime(end - c.start),
+        idle=_uptime(end - c.last_activity),
+        pending_bytes=conn.pending(),
+        in_msgs=c.in_msgs,
+        out_msgs=c.out_msgs,
+        in_bytes=c.in_bytes,
+        out_bytes=c.out_bytes,
+        subscriptions=len(c.subs),
+    )
+    for key in ("name", "lang", "version"):
+        if getattr(c, key):
+            out[key] = getattr(c, key)
+    ssl_object = c.transport.get_extra_info("ssl_object") if c.transport else None
+    if ssl_object is not None:
+        out["tls_version"] = (ssl_object.version() or "").removeprefix("TLSv")
+        cipher = ssl_object.cipher()
+        if cipher:
+            out["tls_cipher_suite"] = cipher[0]
+    if auth and c.grant.user:
+        out["authorized_user"] = c.grant.user
+    if subs == "detail":
+        out["subscriptions_list_detail"] = [
+            _sub_detail(s, c.cid, account=False) for s in c.subs.values()
+        ]
+    elif subs:
+        out["subscriptions_list"] = [s.subject for s in c.subs.values()]
+    return out
+
+
+# ---- JetStream -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _JetStream:
+    """What JetStream.info() told us, normalised for /varz, /jsz and /metrics."""
+
+    config: dict[str, Any]
+    stats: dict[str, Any]
+    limits: dict[str, Any] | None
+    streams: list[dict[str, Any]]
+
+    @staticmethod
+    def state(stream: dict[str, Any]) -> dict[str, Any]:
+        state = stream.get("state")
+        return state if isinstance(state, dict) else stream
+
+    def varz(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"config": self.config, "stats": self.stats}
+        return out if self.limits is None else {**out, "limits": self.limits}
+
+    def totals(self) -> dict[str, int]:
+        states = [self.state(s) for s in self.streams]
+        return {
+            "streams": len(self.streams),
+            "consumers": sum(int(s.get("consumer_count", 0)) for s in states),
+            "messages": sum(int(s.get("messages", 0)) for s in states),
+            "bytes": sum(int(s.get("bytes", 0)) for s in states),
+        }
+
+
+async def _jetstream(server: Server) -> _JetStream | None:
+    js = server.jetstream
+    if js is None or not hasattr(js, "info"):
+        return None
+    info = js.info()
+    if inspect.isawaitable(info):
+        info = await info
+    if not isinstance(info, dict):
+        return None
+    streams = info.get("streams")
+    return _JetStream(
+        config=dict(info.get("config") or {}),
+        stats=dict(info.get("stats") or {}),
+        limits=info.get("limits"),
+        streams=[s for s in streams if isinstance(s, dict)] if isinstance(streams, list) else [],
+    )
+
+
+# ---- the monitor -----------------------------------------------------------------------------
+
+
+class Monitor:
+    """Serves the reference's monitoring endpoints for one Server."""
+
+    def __init__(self, server: Server, host: str | None, port: int) -> None:
+        self.server = server
+        self.host = host if host is not None else server.opts.host
+        self.port = port
+        self.http_req_stats: dict[str, int] = {}
+        self._cpu = _CpuMeter(server.start_time)
+        self._http = HttpServer(self._dispatch, self.host, port, name="http monitor")
+        self._routes: dict[str, Handler] = {
+            "/": self._index,
+            "/varz": self._varz,
+            "/connz": self._connz,
+            "/subsz": self._subsz,
+            "/subscriptionsz": self._subsz,
+            "/jsz": self._jsz,
+            "/healthz": self._healthz,
+            "/routez": self._none,
+            "/leafz": self._none,
+            "/gatewayz": self._none,
+            "/metrics": self._metrics,
+        }
+
+    @property
+    def _tasks(self) -> set[asyncio.Task[Any]]:
+        """The connections being served, so tests can wait for them to drain."""
+        return self._http.tasks
+
+    async def start(self) -> None:
+        await self._http.start()
+        self.port = self._http.port
+        where = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        log.info("Starting http monitor on %s", where)
+
+    async def stop(self) -> None:
+        await self._http.stop()
+
+    # ---- routing -------------------------------------------------------------------------
+
+    async def _dispatch(self, req: Request) -> Response:
+        handler = self._routes.get(req.path)
+        if handler is None:
+            return Response(404, b"404 page not found\n", TEXT)
+        if req.method not in ("GET", "HEAD"):
+            return Response(405, b"Method Not Allowed\n", TEXT, {"Allow": "GET, HEAD"})
+        self.http_req_stats[req.path] = self.http_req_stats.get(req.path, 0) + 1
+        try:
+            return await handler(req)
+        except HttpError:
+            raise
+        except Exception:
+            log.exception("http monitor: %s failed", req.path)
+            return Response(500, b"internal error\n", TEXT)
+
+    # ---- shared values -------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int | float]:
+        """The one source of the counters /varz and /metrics both publish."""
+        s = self.server
+        return {
+            "in_msgs": s.in_msgs,
+            "out_msgs": s.out_msgs,
+            "in_bytes": s.in_bytes,
+            "out_bytes": s.out_bytes,
+            "connections": len(s.clients),
+            "total_connections": s.total_connections,
+            "subscriptions": s.sublist.count,
+            "slow_consumers": s.slow_consumers,
+            "mem": _rss(),
+            "cpu": self._cpu.sample(),
+            "uptime_seconds": max(time.time() - s.start_time, 0.0),
+        }
+
+    def _envelope(self) -> dict[str, Any]:
+        return {"server_id": self.server.server_id, "now": _time(time.time())}
+
+    # ---- endpoints -----------------------------------------------------------------------
+
+    async def _index(self, req: Request) -> Response:
+        links = "".join(f'<a href="{p}">{p[1:]}</a>\n' for p in self._routes if p != "/")
+        body = f'<html lang="en"><body><h1>jetlake</h1>\n{links}</body></html>\n'
+        return Response(200, body.encode(), "text/html; charset=utf-8")
+
+    async def _healthz(self, req: Request) -> Response:
+        bool_arg(req, "js-enabled-only")
+        bool_arg(req, "js-server-only")
+        if self.server.opts.jetstream.enabled and self.server.jetstream is None:
+            body = {"status": "unavailable", "status_code": 503, "error": "JetStream not enabled"}
+            return _json(body, status=503, indent=None)
+        return _json({"status": "ok"}, indent=None)
+
+    async def _varz(self, req: Request) -> Response:
+        s, o = self.server, self.server.opts
+        st = self.stats()
+        js = await _jetstream(s)
+        tls_timeout = o.tls.timeout if o.tls is not None else 2.0
+        v: dict[str, Any] = {
+            "server_id": s.server_id,
+            "server_name": s.server_name,
+            "version": VERSION,
+            "proto": 1,
+            "go": "jetlake " + JETLAKE_VERSION,  # as in INFO
+            "host": o.host,
+            "port": s.port,
+        }
+        if s.auth.required:
+            v["auth_required"] = True
+        if s.tls_context is not None and o.tls is not None:
+            v["tls_required"] = True
+            v["tls_verify"] = bool(o.tls.verify)
+        v.update(
+            max_connections=o.max_connections,
+            ping_interval=int(o.ping_interval * NS),
+            ping_max=o.ping_max,
+            http_host=self.host,
+            http_port=self.port,
+            http_base_path="",
+            https_port=0,
+            auth_timeout=_number(o.auth_timeout),
+            max_control_line=o.max_control_line,
+            max_payload=o.max_payload,
+            max_pending=o.max_pending,
+            cluster={},
+            gateway={},
+            leaf={},
+            mqtt={},
+            websocket={},
+            jetstream={} if js is None else js.varz(),
+            tls_timeout=_number(tls_timeout),
+            write_deadline=int(o.write_deadline * NS),
+            start=_time(s.start_time),
+            now=_time(time.time()),
+            uptime=_uptime(st["uptime_seconds"]),
+            mem=st["mem"],
+            cores=os.cpu_count() or 1,
+            cpu=st["cpu"],
+            connections=st["connections"],
+            total_connections=st["total_connections"],
+            routes=0,
+            remotes=0,
+            leafnodes=0,
+        )
+        v.update({k: st[k] for k in ("in_msgs", "in_bytes", "out_msgs", "out_bytes")})
+        v.update(
+            slow_consumers=st["slow_consumers"],
+            subscriptions=st["subscriptions"],
+            http_req_stats=dict(self.http_req_stats),
+            config_load_time=_time(s.start_time),
+            slow_consumer_stats={
+                "clients": st["slow_consumers"],
+                "routes": 0,
+                "gateways": 0,
+                "leafs": 0,
+            },
+        )
+        return _json(v)
+
+    async def _connz(self, req: Request) -> Response:
+        s = self.server
+        now = time.time()
+        sort = req.arg("sort") or "cid"
+        auth = bool_arg(req, "auth")
+        subs = "detail" if req.arg("subs") == "detail" else ("1" if bool_arg(req, "subs") else "")
+        offset, limit = _page(req)
+        cid = int_arg(req, "cid")
+        state = req.arg("state") or "open"
+        if state not in ("open", "closed", "any", "all"):
+            raise HttpError(400, f"Error decoding state for {state}")
+        if sort not in _ASCENDING and sort not in _DESCENDING:
+            raise HttpError(400, f"invalid sorting option: {sort}")
+        if sort in ("stop", "reason") and state == "open":
+            raise HttpError(400, f"sort by {sort} only valid on closed connections")
+        conns: list[_Conn] = []
+        if state != "closed":
+            conns.extend(_Conn(c) for c in list(s.clients.values()))
+        if state != "open":
+            for rec in list(s.closed_clients):
+                conns.append(_Conn(rec["client"], float(rec["stop"]), str(rec["reason"])))
+        if cid > 0:
+            conns = [c for c in conns if c.client.cid == cid]
+            offset, limit = 0, 1
+        if sort in _ASCENDING:
+            conns.sort(key=lambda c: _ASCENDING[sort](c, now))
+        else:
+            conns.sort(key=lambda c: _DESCENDING[sort](c, now), reverse=True)
+        page = conns[offset : offset + limit]
+        out = self._envelope()
+        out.update(num_connections=len(page), total=len(conns), offset=offset, limit=limit)
+        out["connections"] = [_conn_info(c, now, subs, auth) for c in page]
+        return _json(out)
+
+    async def _subsz(self, req: Request) -> Response:
+        sublist = self.server.sublist
+        detail = bool_arg(req, "subs")
+        offset, limit = _page(req)
+        out = self._envelope()
+        # num_inserts, num_matches, cache_hit_rate, max_fanout and avg_fanout are not
+        # tracked by the Sublist; they are left out rather than invented. num_removes is
+        # a placeholder 0 (what an idle reference shows) until the Sublist counts removals.
+        out.update(num_subscriptions=sublist.count, num_cache=sublist.cache_size(), num_removes=0)
+        subs: list[dict[str, Any]] = []
+        if detail:  # client subscriptions; internal ones (JetStream's) are not enumerable
+            for client in list(self.server.clients.values()):
+                subs += [_sub_detail(sub, client.cid, account=True) for sub in client.subs.values()]
+        out.update(total=len(subs), offset=offset, limit=limit)
+        if detail:
+            out["subscriptions_list"] = subs[offset : offset + limit]
+        return _json(out)
+
+    async def _jsz(self, req: Request) -> Response:
+        js = await _jetstream(self.server)
+        if js is None:
+            out: dict[str, Any] = {
+                "memory": 0,
+                "storage": 0,
+                "reserved_memory": 0,
+                "reserved_storage": 0,
+                "accounts": 0,
+                "ha_assets": 0,
+                "api": {"level": 0, "total": 0, "errors": 0},
+            }
+            out.update(self._envelope())
+            out.update(disabled=True, config={"max_memory": 0, "max_storage": 0})
+            out.update(streams=0, consumers=0, messages=0, bytes=0, total=0)
+            return _json(out)
+        out = dict(js.stats)
+        out.update(self._envelope())
+        out["config"] = js.config
+        if js.limits is not None:
+            out["limits"] = js.limits
+        out.update(js.totals())
+        if bool_arg(req, "streams") or bool_arg(req, "accounts"):
+            detail = {"name": GLOBAL_ACCOUNT, "id": GLOBAL_ACCOUNT, **js.stats}
+            if bool_arg(req, "streams"):
+                detail["stream_detail"] = js.streams
+            out["account_details"] = [detail]
+        out["total"] = int(js.stats.get("accounts", 1 if js.streams else 0))
+        return _json(out)
+
+    async def _none(self, req: Request) -> Response:
+        """Routes, leaf nodes, gateways: jetlake has none; exporters still poll for them."""
+        out = self._envelope()
+        if req.path == "/routez":
+            out = {"server_id": self.server.server_id, "server_name": self.server.server_name}
+            out.update(now=_time(time.time()), num_routes=0, routes=[])
+        elif req.path == "/leafz":
+            out.update(leafnodes=0, leafs=[])
+        else:
+            out.update(outbound_gateways={}, inbound_gateways={})
+        return _json(out)
+
+    async def _metrics(self, req: Request) -> Response:
+        st = self.stats()
+        sid = _label(self.server.server_id)
+        lines: list[str] = []
+        for key, kind, text in STATS:
+            name = f"jetlake_varz_{key}"
+            lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+            lines.append(f'{name}{{server_id="{sid}"}} {_sample(st[key])}')
+        js = await _jetstream(self.server)
+        if js is not None and js.streams:
+            for key, text in (("messages", "Messages stored"), ("bytes", "Bytes stored")):
+                name = f"jetlake_stream_{key}"
+                lines += [f"# HELP {name} {text} in the stream", f"# TYPE {name} gauge"]
+                for stream in js.streams:
+                    value = int(js.state(stream).get(key, 0))
+                    label = _label(str(stream.get("name", "")))
+                    lines.append(f'{name}{{server_id="{sid}",stream="{label}"}} {value}')
+        return Response(200, ("\n".join(lines) + "\n").encode(), PROMETHEUS)
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _sample(value: float) -> str:
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+def _json(body: Any, *, status: int = 200, indent: int | None = 2) -> Response:
+    text = json.dumps(body, indent=indent, ensure_ascii=False, separators=_SEPARATORS[indent])
+    return Response(status, text.encode(), JSON, {"Access-Control-Allow-Origin": "*"})
+
+
+_SEPARATORS: dict[int | None, tuple[str, str]] = {None: (",", ":"), 2: (",", ": ")}

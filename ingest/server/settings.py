@@ -1,0 +1,152 @@
+"""The settings `jetlake serve` runs with, and the units the reference writes them in.
+
+Frozen dataclasses so a running server can share them without copies; durations
+are float seconds, sizes bytes, and Go's duration syntax is parsed here only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_PORT = 4222
+DEFAULT_AUTH_TIMEOUT = 2.0
+DEFAULT_TLS_TIMEOUT = 2.0
+HANDSHAKE_FIRST_FALLBACK = 0.05
+DEFAULT_SYNC_INTERVAL_NS = 120 * 10**9
+MAX_INT32 = 2**31 - 1
+# Sections the reference does not know but jetlake features read themselves.
+EXTRA_SECTIONS = frozenset({"lake", "mqtt"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubjectPermission:
+    """Empty `allow` means no allow-list: everything not denied is permitted."""
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Permissions:
+    publish: SubjectPermission | None = None
+    subscribe: SubjectPermission | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class User:
+    user: str
+    password: str | None = None
+    permissions: Permissions | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TLSConfig:
+    cert_file: str | None = None
+    key_file: str | None = None
+    ca_file: str | None = None
+    verify: bool = False
+    handshake_first: bool = False
+    # Seconds to wait for a client's TLS hello before falling back to INFO first.
+    handshake_first_fallback: float | None = None
+    timeout: float = DEFAULT_TLS_TIMEOUT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JetStreamConfig:
+    enabled: bool = False
+    store_dir: str | None = None
+    max_memory_store: int = -1  # -1: sized from the machine, as the reference does
+    max_file_store: int = -1
+    sync_interval_ns: int | None = DEFAULT_SYNC_INTERVAL_NS  # None: fsync always
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """Everything `serve` needs; durations are float seconds, ports are bind ports."""
+
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT  # 0: let the OS pick (the user asked for -1)
+    http_host: str | None = None  # None: same as host
+    http_port: int | None = None  # None: monitoring off; 0: a free port
+    server_name: str | None = None  # None: the server ID will name it
+    max_payload: int = 1024 * 1024
+    max_connections: int = 64 * 1024  # negative: every client is refused
+    max_control_line: int = 4096
+    max_pending: int = 64 * 1024 * 1024
+    ping_interval: float = 120.0
+    ping_max: int = 2
+    write_deadline: float = 10.0
+    lame_duck_duration: float = 120.0
+    lame_duck_grace_period: float = 10.0
+    auth_token: str | None = None
+    username: str | None = None
+    password: str | None = None
+    users: tuple[User, ...] = ()
+    no_auth_user: str | None = None
+    auth_timeout: float = DEFAULT_AUTH_TIMEOUT
+    tls: TLSConfig | None = None
+    jetstream: JetStreamConfig = field(default_factory=JetStreamConfig)
+    debug: bool = False
+    trace: bool = False
+    logtime: bool = True
+    logtime_utc: bool = False
+    logfile: str | None = None
+    pid_file: str | None = None
+    config_file: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    # Config warnings, already formatted; the reference prints them and goes on.
+    warnings: tuple[str, ...] = ()
+    check_config: bool = False
+    show_help: bool = False
+    show_version: bool = False
+
+
+# -- durations and sizes -----------------------------------------------------
+
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Go's duration syntax (`1h30m`, `100ms`, `-2s`, `0`) in seconds."""
+    body = text.lstrip("+-")
+    sign = -1.0 if text.startswith("-") else 1.0
+    if body == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    while pos < len(body) and (match := _DURATION_PART.match(body, pos)):
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if not body or pos != len(body) or len(text) - len(body) > 1:
+        raise ValueError(f'time: invalid duration "{text}"')
+    return sign * total
+
+
+def go_duration(seconds: float) -> str:
+    return f"{seconds:g}s"
+
+
+_STORAGE_SHIFT = {"K": 10, "M": 20, "G": 30, "T": 40}
+
+
+def storage_size(value: str) -> int:
+    """JetStream limits as strings: digits and one of K M G T, binary multiples."""
+    if not value:
+        return 0
+    digits, suffix = value[:-1], value[-1]
+    if suffix not in _STORAGE_SHIFT:
+        raise ValueError("sizes defined as strings must end in K, M, G, T")
+    if not re.fullmatch(r"[-+]?\d{1,18}", digits):
+        raise ValueError(f"can not parse {value!r} as a size")
+    return int(digits) << _STORAGE_SHIFT[suffix]

@@ -1,0 +1,408 @@
+"""The store logic shared by the file and memory stores, over a list of record batches.
+
+Both stores keep messages as Arrow record batches (one per `append`), so every
+rule (liveness, deletes, subject index, filtered lookups) is written once here
+against four hooks: write a batch, fetch a batch, persist deletes, reclaim
+space. The subclasses differ only in where batches live.
+
+Liveness is `first <= seq <= last and seq not in deleted`, where `deleted` holds
+the interior gaps only: that keeps `num_deleted` exact for free and makes a
+delete below the floor (limits, max_age, purge) a front trim, not a set insert.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from itertools import chain
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.parser.subjects import is_literal
+from log.segments.api import NewMsg, StoredMsg, StoreState, SubjectState
+from log.segments.index import SeqList, SubjectIndex
+from log.segments.schema import (
+    SCHEMA,
+    SEQ,
+    SUBJECT,
+    TS,
+    TS_TYPE,
+    build_batch,
+    msg_at,
+    row_of,
+    sizes,
+    u64,
+)
+from log.segments.subjects import filter_regex, matches_all
+
+# Above this many matching subjects a filtered lookup scans batches with a regex
+# in C instead of bisecting every subject's sequence list.
+_FANOUT = 64
+
+
+class BatchRef:
+    """Where one batch's sequences are; `live` counts its rows not yet deleted."""
+
+    __slots__ = ("first", "last", "live", "max_ts", "rows")
+
+    def __init__(self, first: int, last: int, rows: int, max_ts: int) -> None:
+        self.first = first
+        self.last = last
+        self.rows = rows
+        self.live = rows
+        self.max_ts = max_ts
+
+    @property
+    def dense_first(self) -> int | None:
+        """The first seq when rows are consecutive (row = seq - first), else None."""
+        return self.first if self.rows == self.last - self.first + 1 else None
+
+
+class BatchStore(ABC):
+    """`MsgStore` over batches; subclasses say where the batches are kept."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._refs: list[BatchRef] = []
+        self._firsts: list[int] = []
+        self._subjects = SubjectIndex()
+        self._deleted = SeqList()
+        self._first = 1
+        self._last = 0
+        self._last_ts = 0
+        self._msgs = 0
+        self._bytes = 0
+
+    # -- hooks ---------------------------------------------------------------
+
+    @abstractmethod
+    def _write(
+        self, batch: pa.RecordBatch, first: int, last: int, min_ts: int, max_ts: int
+    ) -> BatchRef:
+        """Keep a new batch (buffered write for files) and return its reference."""
+
+    @abstractmethod
+    def _fetch(self, ref: BatchRef) -> pa.RecordBatch:
+        """The batch behind ref."""
+
+    @abstractmethod
+    def _persist_deletes(self, seqs: array) -> None:
+        """Record deleted seqs and the current floor (`_first`) so they survive restart."""
+
+    @abstractmethod
+    def _reclaim(self, refs: list[BatchRef]) -> None:
+        """Give back the space of batches whose rows were just deleted, if worth it."""
+
+    # -- writes --------------------------------------------------------------
+
+    def append(self, msgs: Sequence[NewMsg]) -> int:
+        first = self._last + 1
+        if not msgs:
+            return first
+        batch, size = build_batch(first, msgs)
+        last = first + len(msgs) - 1
+        bounds = pc.min_max(batch.column(TS))
+        ref = self._write(batch, first, last, bounds["min"].value, bounds["max"].value)
+        self._refs.append(ref)
+        self._firsts.append(first)
+        self._subjects.add([m.subject for m in msgs], first)
+        self._last = last
+        self._last_ts = msgs[-1].ts
+        self._msgs += len(msgs)
+        self._bytes += size
+        return first
+
+    def remove(self, seq: int) -> bool:
+        if not self._is_live(seq):
+            return False
+        ref = self._locate(seq)
+        batch = self._fetch(ref)
+        row = row_of(batch, seq, ref.dense_first)
+        self._subjects.remove(batch.column(SUBJECT)[row].as_py(), seq)
+        self._forget(array("Q", [seq]))
+        return True
+
+    def purge(self, subject_filter: str = ">", *, upto_seq: int = 0, keep: int = 0) -> int:
+        """Victims match the filter, are not among the newest `keep` matches, and are < upto_seq."""
+        bound = upto_seq if upto_seq else self._last + 1
+        if matches_all(subject_filter):
+            if keep:
+                if keep >= self._msgs:
+                    return 0
+                newest = self._last + 1
+                for _ in range(keep):
+                    newest = self._deleted.prev_absent(newest - 1)
+                bound = min(bound, newest)
+            return self._advance_floor(bound)
+        names = self._subjects.matching(subject_filter)
+        if keep:
+            counts = [len(self._list(n)) for n in names]
+            if keep >= sum(counts):
+                return 0
+            newest = sorted(chain.from_iterable(self._list(n).since(0) for n in names))
+            bound = min(bound, newest[len(newest) - keep])
+        runs = []
+        for name in names:
+            below = self._list(name).below(bound)
+            if below:
+                runs.append(below)
+                self._subjects.drop_below(name, bound)
+        victims = array("Q", sorted(chain.from_iterable(runs)))
+        if victims:
+            self._forget(victims)
+        return len(victims)
+
+    def expire_before(self, ts: int) -> int:
+        """Stops at the first message not older than ts, as the reference does."""
+        bound = self._first
+        cutoff = pa.scalar(ts, TS_TYPE)
+        for ref in self._refs[self._ref_index(self._first) :]:
+            if ref.live and ref.max_ts >= ts:
+                batch = self._fetch(ref)
+                young = pc.and_(
+                    pc.greater_equal(batch.column(TS), cutoff),
+                    pc.greater_equal(batch.column(SEQ), bound),
+                )
+                row = pc.index(young, True).as_py()
+                if row >= 0:
+                    return self._advance_floor(batch.column(SEQ)[row].as_py())
+            bound = ref.last + 1
+        return self._advance_floor(bound)
+
+    # -- reads ---------------------------------------------------------------
+
+    def load(self, seq: int) -> StoredMsg | None:
+        if not self._is_live(seq):
+            return None
+        ref = self._locate(seq)
+        batch = self._fetch(ref)
+        return msg_at(batch, row_of(batch, seq, ref.dense_first))
+
+    def load_next(self, start_seq: int, subject_filter: str = ">") -> StoredMsg | None:
+        start = max(start_seq, self._first)
+        if start > self._last:
+            return None
+        if matches_all(subject_filter):
+            seq = self._deleted.next_absent(start)
+            return self.load(seq) if seq <= self._last else None
+        names = self._subjects.matching(subject_filter)
+        if len(names) > _FANOUT:
+            return self._scan(start, subject_filter, forward=True)
+        found = [s for n in names if (s := self._list(n).first_ge(start)) is not None]
+        return self.load(min(found)) if found else None
+
+    def load_last(self, subject_filter: str = ">") -> StoredMsg | None:
+        if not self._msgs:
+            return None
+        if matches_all(subject_filter):
+            return self.load(self._deleted.prev_absent(self._last))
+        names = self._subjects.matching(subject_filter)
+        if len(names) > _FANOUT:
+            return self._scan(self._last, subject_filter, forward=False)
+        return self.load(max(self._list(n).last() for n in names)) if names else None
+
+    def state(self, *, with_deleted: bool = False) -> StoreState:
+        first = self.load(self._first) if self._msgs else None
+        return StoreState(
+            msgs=self._msgs,
+            bytes=self._bytes,
+            first_seq=self._first,
+            first_ts=first.ts if first else 0,
+            last_seq=self._last,
+            last_ts=self._last_ts,
+            num_subjects=len(self._subjects),
+            num_deleted=len(self._deleted),
+            deleted=list(self._deleted) if with_deleted else [],
+        )
+
+    def subject_state(self, subject: str) -> SubjectState | None:
+        seqs = self._subjects.get(subject)
+        if seqs is None:
+            return None
+        return SubjectState(msgs=len(seqs), first_seq=seqs.first(), last_seq=seqs.last())
+
+    def subjects(self, subject_filter: str = ">") -> dict[str, int]:
+        return {n: len(self._list(n)) for n in self._subjects.matching(subject_filter)}
+
+    def seqs_for(self, subject_filter: str, start_seq: int) -> Iterable[int]:
+        start = max(start_seq, self._first)
+        if matches_all(subject_filter):
+            return self._live_between(start, self._last)
+        if is_literal(subject_filter):
+            seqs = self._subjects.get(subject_filter)
+            return seqs.since(start) if seqs else array("Q")
+        runs = [self._list(n).since(start) for n in self._subjects.matching(subject_filter)]
+        return array("Q", sorted(chain.from_iterable(runs)))
+
+    # -- internals -----------------------------------------------------------
+
+    def _list(self, subject: str) -> SeqList:
+        seqs = self._subjects.get(subject)
+        assert seqs is not None, subject
+        return seqs
+
+    def _is_live(self, seq: int) -> bool:
+        return self._first <= seq <= self._last and seq not in self._deleted
+
+    def _ref_index(self, seq: int) -> int:
+        return max(bisect_right(self._firsts, seq) - 1, 0)
+
+    def _locate(self, seq: int) -> BatchRef:
+        """The batch holding a live seq (callers check liveness first)."""
+        return self._refs[bisect_right(self._firsts, seq) - 1]
+
+    def _live_between(self, lo: int, hi: int) -> array:
+        out = array("Q")
+        for gap in self._deleted.since(lo):
+            if gap > hi:
+                break
+            out.extend(range(lo, gap))
+            lo = gap + 1
+        out.extend(range(lo, hi + 1))
+        return out
+
+    def _live_mask(self, batch: pa.RecordBatch, lo: int, hi: int) -> pa.BooleanArray:
+        """Rows of batch that are live and within [lo, hi]."""
+        seq = batch.column(SEQ)
+        mask = pc.and_(pc.greater_equal(seq, max(lo, self._first)), pc.less_equal(seq, hi))
+        gaps = self._deleted.between(lo, hi)
+        if gaps:
+            mask = pc.and_(mask, pc.invert(pc.is_in(seq, value_set=u64(gaps))))
+        return mask
+
+    def _scan(self, start: int, subject_filter: str, *, forward: bool) -> StoredMsg | None:
+        """Filtered lookup by regex over subject columns, for filters matching many subjects."""
+        pattern = filter_regex(subject_filter)
+        i = self._ref_index(start)
+        refs = self._refs[i:] if forward else reversed(self._refs[: i + 1])
+        for ref in refs:
+            if not ref.live:
+                continue
+            batch = self._fetch(ref)
+            lo, hi = (start, self._last) if forward else (self._first, start)
+            mask = pc.and_(
+                self._live_mask(batch, lo, hi),
+                pc.match_substring_regex(batch.column(SUBJECT), pattern),
+            )
+            rows = pc.indices_nonzero(mask)
+            if len(rows):
+                return msg_at(batch, rows[0 if forward else -1].as_py())
+        return None
+
+    def _advance_floor(self, bound: int) -> int:
+        """Delete every live message below bound, in bulk, per batch in C."""
+        bound = min(bound, self._last + 1)
+        if bound <= self._first:
+            return 0
+        if bound == self._last + 1:
+            removed = self._msgs
+            touched = [r for r in self._refs[self._ref_index(self._first) :] if r.live]
+            for ref in touched:
+                ref.live = 0
+            self._subjects = SubjectIndex()
+            self._bytes = 0
+        else:
+            removed, touched, subjects = 0, [], set()
+            for ref in self._refs[self._ref_index(self._first) :]:
+                if ref.first >= bound:
+                    break
+                if not ref.live:
+                    continue
+                batch = self._fetch(ref)
+                mask = self._live_mask(batch, self._first, bound - 1)
+                n = pc.sum(mask).as_py() or 0
+                if n:
+                    subjects.update(pc.unique(pc.filter(batch.column(SUBJECT), mask)).to_pylist())
+                    self._bytes -= pc.sum(pc.filter(sizes(batch), mask)).as_py()
+                    ref.live -= n
+                    removed += n
+                    touched.append(ref)
+            for subject in subjects:
+                self._subjects.drop_below(subject, bound)
+        self._msgs -= removed
+        self._deleted.remove_below(bound)
+        self._first = self._deleted.next_absent(bound)
+        self._deleted.remove_below(self._first)
+        self._persist_deletes(array("Q"))
+        self._reclaim(touched)
+        return removed
+
+    def _forget(self, victims: array) -> None:
+        """Account for live seqs already taken out of the subject index."""
+        touched = []
+        i = 0
+        while i < len(victims):
+            ref = self._locate(victims[i])
+            j = bisect_right(victims, ref.last, i)
+            batch = self._fetch(ref)
+            mask = pc.is_in(batch.column(SEQ), value_set=u64(victims[i:j]))
+            self._bytes -= pc.sum(pc.filter(sizes(batch), mask)).as_py()
+            ref.live -= j - i
+            touched.append(ref)
+            i = j
+        self._msgs -= len(victims)
+        self._deleted.add_sorted(victims)
+        self._first = self._deleted.next_absent(self._first)
+        self._deleted.remove_below(self._first)
+        self._persist_deletes(victims)
+        self._reclaim(touched)
+
+    def _install(
+        self, refs: list[BatchRef], batches: list[pa.RecordBatch], deleted: array, floor: int
+    ) -> None:
+        """Rebuild every index from the batches read at open, honouring persisted deletes.
+
+        All of it is a handful of whole-table Arrow kernels (one hash set for
+        the tombstones, one sort by subject), which is what keeps start-up
+        well under a second per million messages.
+        """
+        self._refs = refs
+        self._firsts = [r.first for r in refs]
+        # Contiguous key columns: kernels over thousands of small chunks cost more
+        # per chunk than the copy does (data stays chunked: it may exceed 2 GiB).
+        table = pa.Table.from_batches(batches, SCHEMA)
+        seq = table.column(SEQ).combine_chunks()
+        subject = table.column(SUBJECT).combine_chunks()
+        size = sizes(table).combine_chunks()
+        mask = pc.greater_equal(seq, floor)
+        if deleted:
+            mask = pc.and_(mask, pc.invert(pc.is_in(seq, value_set=u64(deleted))))
+        if not pc.all(mask).as_py():
+            offset = 0
+            for ref in refs:
+                ref.live = pc.sum(mask.slice(offset, ref.rows)).as_py() or 0
+                offset += ref.rows
+            seq, subject, size = seq.filter(mask), subject.filter(mask), size.filter(mask)
+        self._msgs = len(seq)
+        self._bytes = pc.sum(size).as_py() or 0
+        self._first = seq[0].as_py() if len(seq) else self._last + 1
+        self._load_subjects(subject, seq)
+        self._deleted = SeqList(self._gaps(seq))
+
+    def _load_subjects(self, subject: pa.StringArray, seq: pa.UInt64Array) -> None:
+        encoded = pc.dictionary_encode(subject)
+        order = pc.sort_indices(encoded.indices)
+        runs = pc.run_end_encode(pc.take(encoded.indices, order))
+        names = encoded.dictionary.to_pylist()
+        raw = memoryview(pc.take(seq, order).buffers()[1])
+        start = 0
+        self._subjects = SubjectIndex()
+        for end, key in zip(runs.run_ends.to_pylist(), runs.values.to_pylist(), strict=True):
+            seqs = array("Q")
+            seqs.frombytes(raw[start * 8 : end * 8])
+            self._subjects.load(names[key], seqs)
+            start = end
+
+    def _gaps(self, live_seq: pa.UInt64Array) -> array:
+        """Interior seqs with no live message: deleted, compacted away or unreadable."""
+        gaps = array("Q")
+        if not len(live_seq):
+            return gaps
+        step = pc.subtract(live_seq[1:], live_seq[:-1])
+        for i in pc.indices_nonzero(pc.greater(step, 1)).to_pylist():
+            gaps.extend(range(live_seq[i].as_py() + 1, live_seq[i + 1].as_py()))
+        gaps.extend(range(live_seq[-1].as_py() + 1, self._last + 1))
+        return gaps

@@ -1,0 +1,245 @@
+"""`storage: file` streams: the shared batch store over Arrow segment files.
+
+Defaults (`SegmentConfig`), and why:
+- 64 MiB a segment: the lake gets files of a useful size (one Delta append
+  each), a whole-segment reclaim rewrite or verify stays well under a second,
+  and retention drops whole files at a fine enough grain.
+- 1M messages a segment: bounds rows (and index entries) for tiny messages.
+- 1 hour of message time a segment: a slow stream still seals, so its history
+  reaches the lake and max_age can drop files, within an hour.
+- 256 cached batches: a few consumers reading near the head hit memory.
+- reclaim when at most half a sealed segment is live (the reference does the
+  same for its blocks): each rewrite at least halves the file.
+
+Threading: `append`, reads and deletes run on the event-loop thread; `sync()`
+may run on a worker thread at the same time. Writes go straight to the files
+with os.write (no user-space buffer, so readers and `sync` see them), and the
+lock only guards swapping the active segment or the delete log, which `sync`
+guards against by fsyncing duplicates of the file descriptors it took under
+the lock.
+
+Corruption policy: a sealed segment that fails verification at open is logged
+(error, naming the file and byte offset), listed in `corrupt`, left on disk
+untouched for an operator, and its whole range is treated as missing: served
+as deleted, never read. It is re-verified (and reported again) at every open,
+so restoring a good copy of the file brings the messages back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from array import array
+from bisect import bisect_left
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from log.segments.api import CorruptSegmentError
+from log.segments.core import BatchRef, BatchStore
+from log.segments.schema import TS
+from log.segments.segment import Segment, SegRef, discover, open_segment, write_segment
+from log.segments.tombstones import Tombstones
+
+log = logging.getLogger("jetlake.segments")
+
+TOMBSTONES = "tombstones.log"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentConfig:
+    max_bytes: int = 64 * 1024 * 1024
+    max_msgs: int = 1_000_000
+    max_age_ns: int = 3600 * 10**9
+    cache_batches: int = 256
+    reclaim_live_ratio: float = 0.5
+    rewrite_batch_rows: int = 65536
+
+
+class FileStore(BatchStore):
+    def __init__(
+        self, stream_dir: str | os.PathLike[str], *, name: str, config: SegmentConfig | None = None
+    ) -> None:
+        super().__init__(name)
+        self.dir = Path(stream_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.config = config or SegmentConfig()
+        self.corrupt: list[CorruptSegmentError] = []
+        self._missing: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[BatchRef, pa.RecordBatch] = OrderedDict()
+        self._tomb = Tombstones(self.dir / TOMBSTONES)
+        self._segments: list[Segment] = []
+        self._open_segments()
+
+    def _open_segments(self) -> None:
+        found = discover(self.dir, clean=True)
+        refs: list[BatchRef] = []
+        batches: list[pa.RecordBatch] = []
+        for k, (base, gen) in enumerate(found):
+            active = k == len(found) - 1
+            try:
+                seg, got = open_segment(self.dir, base, gen, active=active)
+            except CorruptSegmentError as err:
+                log.error("stream %s: %s; its messages are not served", self.name, err)
+                self.corrupt.append(err)
+                self._missing.append((base, found[k + 1][0] - 1))
+                continue
+            self._segments.append(seg)
+            refs.extend(seg.refs)
+            batches.extend(got)
+        tomb = self._tomb
+        # The delete log's last seq covers deletes whose data never reached disk
+        # and full purges that left no segment: numbering resumes after all of it.
+        data_last = refs[-1].last if refs else 0
+        self._last = max(data_last, tomb.last, found[-1][0] - 1 if found else 0)
+        self._last_ts = tomb.last_ts
+        if batches and data_last == self._last:
+            self._last_ts = batches[-1].column(TS)[-1].value
+        self._install(refs, batches, tomb.seqs, tomb.floor)
+        if not found:
+            self._segments.append(Segment.create(self.dir, self._last + 1))
+
+    # -- hooks ---------------------------------------------------------------
+
+    def _write(
+        self, batch: pa.RecordBatch, first: int, last: int, min_ts: int, max_ts: int
+    ) -> BatchRef:
+        with self._lock:
+            seg = self._segments[-1]
+            if seg.refs and self._is_full(seg, min_ts):
+                seg = self._roll(first)
+            ref = seg.append(batch, first, last, min_ts, max_ts)
+        self._remember(ref, batch)
+        return ref
+
+    def _fetch(self, ref: BatchRef) -> pa.RecordBatch:
+        batch = self._cache.get(ref)
+        if batch is None:
+            assert isinstance(ref, SegRef)
+            batch = ref.seg.read(ref)
+            self._remember(ref, batch)
+        else:
+            self._cache.move_to_end(ref)
+        return batch
+
+    def _persist_deletes(self, seqs: array) -> None:
+        with self._lock:
+            self._tomb.append(self._persisted_floor(), self._last, self._last_ts, seqs)
+        if self._tomb.wants_rewrite(len(self._deleted)):
+            self._rewrite_tombstones()
+
+    def _reclaim(self, refs: list[BatchRef]) -> None:
+        active = self._segments[-1]
+        segs = {id(r.seg): r.seg for r in refs if isinstance(r, SegRef) and r.seg is not active}
+        for seg in segs.values():
+            live = sum(r.live for r in seg.refs)
+            if live > seg.rows * self.config.reclaim_live_ratio:
+                continue
+            # The deletes must be durable before the data that contradicts them goes.
+            os.fsync(self._tomb.fileno())
+            if live:
+                self._rewrite(seg)
+            else:
+                self._replace(seg, None)
+
+    # -- durability ----------------------------------------------------------
+
+    def sync(self) -> None:
+        with self._lock:
+            fds = [os.dup(fd) for fd in (*self._segments[-1].fds(), self._tomb.fileno())]
+        try:
+            for fd in fds:
+                os.fsync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def close(self) -> None:
+        self.sync()
+        for seg in self._segments:
+            seg.close()
+        self._tomb.close()
+        self._segments = []
+        self._cache.clear()
+
+    def delete(self) -> None:
+        self.close()
+        shutil.rmtree(self.dir)
+
+    # -- internals -----------------------------------------------------------
+
+    def _is_full(self, seg: Segment, min_ts: int) -> bool:
+        cfg = self.config
+        return (
+            seg.size >= cfg.max_bytes
+            or seg.rows >= cfg.max_msgs
+            or min_ts - seg.min_ts >= cfg.max_age_ns
+        )
+
+    def _roll(self, first: int) -> Segment:
+        """Seal the active segment: durable before its successor exists (see segment.py)."""
+        for fd in self._segments[-1].fds():
+            os.fsync(fd)
+        seg = Segment.create(self.dir, first)
+        self._segments.append(seg)
+        return seg
+
+    def _remember(self, ref: BatchRef, batch: pa.RecordBatch) -> None:
+        self._cache[ref] = batch
+        if len(self._cache) > self.config.cache_batches:
+            self._cache.popitem(last=False)
+
+    def _rewrite(self, seg: Segment) -> None:
+        live = []
+        for ref in seg.refs:
+            if ref.live:
+                batch = self._fetch(ref)
+                live.append(batch.filter(self._live_mask(batch, ref.first, ref.last)))
+        table = pa.Table.from_batches(live).combine_chunks()
+        write_segment(
+            self.dir, seg.base, seg.gen + 1, table.to_batches(self.config.rewrite_batch_rows)
+        )
+        fresh, _ = open_segment(self.dir, seg.base, seg.gen + 1, active=False)
+        self._replace(seg, fresh)
+
+    def _replace(self, seg: Segment, fresh: Segment | None) -> None:
+        """Swap a sealed segment's refs for its rewrite's (or for nothing) and unlink it."""
+        i = bisect_left(self._firsts, seg.refs[0].first)
+        assert self._refs[i] is seg.refs[0]
+        new_refs = fresh.refs if fresh else []
+        self._refs[i : i + len(seg.refs)] = new_refs
+        self._firsts[i : i + len(seg.refs)] = [r.first for r in new_refs]
+        k = self._segments.index(seg)
+        self._segments[k : k + 1] = [fresh] if fresh else []
+        for ref in seg.refs:
+            self._cache.pop(ref, None)
+        seg.unlink()
+
+    def _advance_floor(self, bound: int) -> int:
+        """An explicit floor (purge, limits, max_age) also retires unreadable ranges below it."""
+        self._missing = [(max(a, bound), b) for a, b in self._missing if b >= bound]
+        return super()._advance_floor(bound)
+
+    def _persisted_floor(self) -> int:
+        """The floor written to disk never passes an unreadable range.
+
+        Skipping it in memory is right (nothing there can be served), but on
+        disk it would turn "unreadable" into "deleted" and a restored segment
+        file would stay hidden.
+        """
+        return min([self._first, *(a for a, _ in self._missing)])
+
+    def _rewrite_tombstones(self) -> None:
+        """Compact the delete log to the live delete set (never the unreadable ranges)."""
+        floor = self._persisted_floor()
+        seqs = array("Q", range(floor, self._first))
+        seqs.extend(self._deleted.between(0, self._last))
+        if self._missing:
+            seqs = array("Q", (s for s in seqs if not any(a <= s <= b for a, b in self._missing)))
+        with self._lock:
+            self._tomb.rewrite(floor, self._last, self._last_ts, seqs)

@@ -1,0 +1,105 @@
+"""Read-only access to a stream folder for tools outside the server process.
+
+`jetlake inspect`, the compactor and the lake's union read use these while a
+server may be appending: nothing here writes, locks or repairs. The active
+segment is read up to its last whole, verified batch; deletes are applied from
+the delete log so every reader agrees with the server on what exists.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from log.segments.api import CorruptSegmentError
+from log.segments.filestore import TOMBSTONES
+from log.segments.schema import SCHEMA, SEQ, u64
+from log.segments.segment import discover, read_batches, read_entries, segment_paths
+from log.segments.tombstones import replay
+
+log = logging.getLogger("jetlake.segments")
+
+_ATTEMPTS = 3  # a reclaim may swap a file between listing and reading it
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    stream: str
+    path: Path
+    first_seq: int
+    last_seq: int
+    rows: int
+    bytes: int
+    sealed: bool
+
+
+def list_segments(stream_dir: str | os.PathLike[str]) -> list[SegmentInfo]:
+    """Segments from their index entries alone (cheap: no batch is read or verified)."""
+    directory = Path(stream_dir)
+    found = discover(directory, clean=False)
+    out = []
+    for k, (base, gen) in enumerate(found):
+        arrows, idx = segment_paths(directory, base, gen)
+        try:
+            entries = read_entries(idx)
+            size = arrows.stat().st_size
+        except FileNotFoundError:
+            continue
+        out.append(
+            SegmentInfo(
+                stream=directory.name,
+                path=arrows,
+                first_seq=entries[0][2] if entries else base,
+                last_seq=entries[-1][3] if entries else base - 1,
+                rows=sum(e[4] for e in entries),
+                bytes=size,
+                sealed=k < len(found) - 1,
+            )
+        )
+    return out
+
+
+def read_table(
+    stream_dir: str | os.PathLike[str], *, include_deleted: bool = False, skip_corrupt: bool = False
+) -> pa.Table:
+    """Every message in the folder as one table with the segment schema, in seq order.
+
+    A corrupt sealed segment raises `CorruptSegmentError` unless `skip_corrupt`
+    (then it is logged and left out): a silent hole would look like deletes.
+    """
+    directory = Path(stream_dir)
+    for attempt in range(_ATTEMPTS):
+        try:
+            table = _read_all(directory, skip_corrupt=skip_corrupt)
+            break
+        except FileNotFoundError:
+            if attempt == _ATTEMPTS - 1:
+                raise
+    if include_deleted:
+        return table
+    floor, _last, _ts, deleted, _good = replay(directory / TOMBSTONES)
+    mask = pc.greater_equal(table.column(SEQ), floor)
+    if deleted:
+        mask = pc.and_(mask, pc.invert(pc.is_in(table.column(SEQ), value_set=u64(deleted))))
+    return table.filter(mask)
+
+
+def _read_all(directory: Path, *, skip_corrupt: bool) -> pa.Table:
+    found = discover(directory, clean=False)
+    batches: list[pa.RecordBatch] = []
+    for k, (base, gen) in enumerate(found):
+        arrows, idx = segment_paths(directory, base, gen)
+        _entries, got, good, problem = read_batches(arrows, idx)
+        if problem and k < len(found) - 1:
+            err = CorruptSegmentError(f"{arrows}: {problem} at byte {good}")
+            if not skip_corrupt:
+                raise err
+            log.error("%s; left out", err)
+            continue
+        batches.extend(got)
+    return pa.Table.from_batches(batches, SCHEMA)

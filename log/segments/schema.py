@@ -1,0 +1,119 @@
+"""The segment row schema and the conversions between messages and record batches.
+
+The column names and types are a contract with the lake (`log/compactor`) and
+with anyone pointing pyarrow or DuckDB at a segment file, so they live in one
+place. `subject` is a plain string column: dictionary encoding would save a
+little space but IPC streams may not replace a dictionary between batches,
+which would tie every batch of a segment to one growing dictionary.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from log.segments.api import NewMsg, StoredMsg
+
+TS_TYPE = pa.timestamp("ns", tz="UTC")
+SCHEMA = pa.schema(
+    [
+        pa.field("seq", pa.uint64(), nullable=False),
+        pa.field("ts", TS_TYPE, nullable=False),
+        pa.field("subject", pa.string(), nullable=False),
+        pa.field("hdr", pa.binary()),
+        pa.field("data", pa.binary(), nullable=False),
+    ]
+)
+SEQ, TS, SUBJECT, HDR, DATA = range(5)
+
+# The fixed part of `api.msg_size`, so the vectorised sum matches it exactly.
+MSG_OVERHEAD = 16 + 8 + 8 + 4 + 8
+
+
+def stream_header() -> bytes:
+    """The IPC schema message a segment file starts with (no end-of-stream marker).
+
+    Batches serialised with `RecordBatch.serialize()` are appended after it, so a
+    file is a valid IPC stream after every whole batch.
+    """
+    sink = pa.BufferOutputStream()
+    pa.ipc.new_stream(sink, SCHEMA).close()
+    return sink.getvalue().to_pybytes()[:-8]
+
+
+def build_batch(first_seq: int, msgs: Sequence[NewMsg]) -> tuple[pa.RecordBatch, int]:
+    """One record batch for msgs numbered from first_seq, and their counted bytes.
+
+    The bytes are summed here, while the Python objects are at hand, because it
+    is cheaper than a vectorised pass over the batch afterwards.
+    """
+    n = len(msgs)
+    subjects = [m.subject for m in msgs]
+    hdrs = [m.hdr for m in msgs]
+    datas = [m.data for m in msgs]
+    seqs = array("Q", range(first_seq, first_seq + n))
+    batch = pa.RecordBatch.from_arrays(
+        [
+            u64(seqs),
+            pa.array([m.ts for m in msgs], TS_TYPE),
+            pa.array(subjects, pa.string()),
+            pa.array(hdrs, pa.binary()),
+            pa.array(datas, pa.binary()),
+        ],
+        schema=SCHEMA,
+    )
+    size = (
+        sum(map(len, subjects))
+        + sum(len(h) for h in hdrs if h)
+        + sum(map(len, datas))
+        + MSG_OVERHEAD * n
+    )
+    return batch, size
+
+
+def sizes(batch: pa.RecordBatch | pa.Table) -> pa.Array | pa.ChunkedArray:
+    """`api.msg_size` of every row, vectorised (characters of subject, like len(str))."""
+    hdr_len = pc.fill_null(pc.binary_length(batch.column(HDR)), 0)
+    total = pc.add(pc.utf8_length(batch.column(SUBJECT)), hdr_len)
+    total = pc.add(total, pc.binary_length(batch.column(DATA)))
+    return pc.add(pc.cast(total, pa.int64()), MSG_OVERHEAD)
+
+
+def u64(seqs: array) -> pa.UInt64Array:
+    """An Arrow view of an `array('Q')` without copying it."""
+    return pa.Array.from_buffers(pa.uint64(), len(seqs), [None, pa.py_buffer(seqs)])
+
+
+def seq_view(batch: pa.RecordBatch) -> memoryview:
+    """The seq column as a memoryview of uint64, for bisecting without copies."""
+    col = batch.column(SEQ)
+    view = memoryview(col.buffers()[1]).cast("Q")
+    return view[col.offset : col.offset + len(col)]
+
+
+def row_of(batch: pa.RecordBatch, seq: int, dense_first: int | None) -> int | None:
+    """Row index of seq in the batch.
+
+    A batch as appended holds consecutive seqs (`dense_first` is its first), so
+    the row is arithmetic; compacted batches have gaps and are bisected.
+    """
+    if dense_first is not None:
+        row = seq - dense_first
+        return row if 0 <= row < len(batch) else None
+    view = seq_view(batch)
+    row = bisect_left(view, seq)
+    return row if row < len(view) and view[row] == seq else None
+
+
+def msg_at(batch: pa.RecordBatch, row: int) -> StoredMsg:
+    return StoredMsg(
+        seq=batch.column(SEQ)[row].as_py(),
+        ts=batch.column(TS)[row].value,
+        subject=batch.column(SUBJECT)[row].as_py(),
+        hdr=batch.column(HDR)[row].as_py(),
+        data=batch.column(DATA)[row].as_py(),
+    )

@@ -1,0 +1,281 @@
+"""One segment: an Arrow IPC stream file plus a sidecar index of checksummed batch entries.
+
+Layout in a stream folder:
+    <first seq, 20 digits>.<generation>.arrows   IPC stream: schema, then one batch per append
+    <first seq, 20 digits>.<generation>.idx      one 56-byte entry per batch (below)
+
+Why a sidecar rather than batch custom_metadata: a checksum must cover the
+exact bytes on disk, flatbuffer header included, and a message cannot carry the
+checksum of itself. The entry (offset, length, first/last seq, rows, min/max
+ts, crc32 of the message bytes, crc32 of the entry) also gives random access
+and the seq range of every batch without decoding anything.
+
+The file stays an IPC *stream* when sealed (no rewrite into the file format):
+with the sidecar we already have random access, the file is valid after every
+whole batch, and sealing costs one fsync instead of a copy. Segments are
+immutable once sealed; space reclaim writes generation g+1 beside g, renames
+both into place and only then unlinks g, so a crash leaves one complete pair.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from log.segments.api import CorruptSegmentError
+from log.segments.core import BatchRef
+from log.segments.schema import SCHEMA, TS, seq_view, stream_header
+from log.segments.tombstones import fsync_dir
+
+log = logging.getLogger("jetlake.segments")
+
+HEADER = stream_header()
+_ENTRY = struct.Struct("<QIQQIqqI")
+_ENTRY_SIZE = _ENTRY.size + 4
+SUFFIX = ".arrows"
+_IDX = ".idx"
+
+
+class SegRef(BatchRef):
+    __slots__ = ("crc", "length", "offset", "seg")
+
+    def __init__(
+        self,
+        seg: Segment,
+        offset: int,
+        length: int,
+        crc: int,
+        first: int,
+        last: int,
+        rows: int,
+        max_ts: int,
+    ) -> None:
+        super().__init__(first, last, rows, max_ts)
+        self.seg = seg
+        self.offset = offset
+        self.length = length
+        self.crc = crc
+
+
+def segment_paths(directory: Path, base: int, gen: int) -> tuple[Path, Path]:
+    stem = f"{base:020d}.{gen}"
+    return directory / f"{stem}{SUFFIX}", directory / f"{stem}{_IDX}"
+
+
+def discover(directory: Path, *, clean: bool) -> list[tuple[int, int]]:
+    """(base, generation) of every complete segment, ascending.
+
+    With `clean`, leftovers of an interrupted rewrite (temp files, an older
+    generation, a newer one missing its pair) are removed.
+    """
+    names = {p.name for p in directory.iterdir()} if directory.exists() else set()
+    best: dict[int, int] = {}
+    for name in names:
+        parts = name.split(".")
+        if len(parts) == 3 and "." + parts[2] == SUFFIX and parts[0].isdigit():
+            base, gen = int(parts[0]), int(parts[1])
+            if f"{parts[0]}.{parts[1]}{_IDX}" in names and gen >= best.get(base, -1):
+                best[base] = gen
+    if clean:
+        keep = {p.name for b, g in best.items() for p in segment_paths(directory, b, g)}
+        for name in names:
+            if (name.endswith((SUFFIX, _IDX, ".tmp")) and name not in keep) and name[0].isdigit():
+                (directory / name).unlink()
+    return sorted(best.items())
+
+
+def _write_all(fd: int, data: bytes | memoryview | pa.Buffer) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class Segment:
+    """An open segment; only the newest one of a stream is appended to."""
+
+    def __init__(self, arrows: Path, idx: Path, base: int, gen: int, size: int) -> None:
+        self.path = arrows
+        self.idx_path = idx
+        self.base = base
+        self.gen = gen
+        self.size = size
+        self.refs: list[SegRef] = []
+        self.rows = 0
+        self.min_ts = 0  # of its first batch: the age that seals it
+        self._fd = os.open(arrows, os.O_RDWR | os.O_APPEND)
+        self._idx_fd = os.open(idx, os.O_RDWR | os.O_APPEND)
+
+    @classmethod
+    def create(cls, directory: Path, base: int) -> Segment:
+        arrows, idx = segment_paths(directory, base, 0)
+        with open(arrows, "wb") as f:
+            f.write(HEADER)
+        idx.touch()
+        fsync_dir(directory)
+        return cls(arrows, idx, base, 0, len(HEADER))
+
+    def fds(self) -> tuple[int, int]:
+        return self._fd, self._idx_fd
+
+    def append(
+        self, batch: pa.RecordBatch, first: int, last: int, min_ts: int, max_ts: int
+    ) -> SegRef:
+        """Write the batch, then its entry: an entry never points past written bytes."""
+        payload = batch.serialize()
+        crc = zlib.crc32(payload)
+        entry = _ENTRY.pack(self.size, payload.size, first, last, len(batch), min_ts, max_ts, crc)
+        _write_all(self._fd, payload)
+        _write_all(self._idx_fd, entry + zlib.crc32(entry).to_bytes(4, "little"))
+        ref = SegRef(self, self.size, payload.size, crc, first, last, len(batch), max_ts)
+        if not self.refs:
+            self.min_ts = min_ts
+        self.rows += len(batch)
+        self.size += payload.size
+        self.refs.append(ref)
+        return ref
+
+    def read(self, ref: SegRef) -> pa.RecordBatch:
+        data = os.pread(self._fd, ref.length, ref.offset)
+        if zlib.crc32(data) != ref.crc:
+            raise CorruptSegmentError(f"{self.path}: batch at byte {ref.offset} fails its checksum")
+        return pa.ipc.read_record_batch(pa.py_buffer(data), SCHEMA)
+
+    def close(self) -> None:
+        os.close(self._fd)
+        os.close(self._idx_fd)
+
+    def unlink(self) -> None:
+        self.close()
+        self.path.unlink()
+        self.idx_path.unlink()
+
+
+def _parse_entries(index: bytes) -> tuple[list[tuple], bool]:
+    """Entries with a good checksum up to the first bad one; and whether none was bad."""
+    entries = []
+    for pos in range(0, len(index) - _ENTRY_SIZE + 1, _ENTRY_SIZE):
+        raw = index[pos : pos + _ENTRY.size]
+        if zlib.crc32(raw) != int.from_bytes(
+            index[pos + _ENTRY.size : pos + _ENTRY_SIZE], "little"
+        ):
+            return entries, False
+        entries.append(_ENTRY.unpack(raw))
+    return entries, len(index) % _ENTRY_SIZE == 0
+
+
+def read_entries(idx: Path) -> list[tuple]:
+    """The index entries of a segment, without reading or verifying its data."""
+    return _parse_entries(idx.read_bytes())[0]
+
+
+def read_batches(arrows: Path, idx: Path) -> tuple[list[tuple], list[pa.RecordBatch], int, str]:
+    """Verify a segment pair: (good entries, their batches, good byte length, problem or "").
+
+    Reading stops at the first entry or batch that fails: a bad entry
+    checksum, a gap between batches, bytes missing, a bad batch checksum, a
+    batch that does not decode, or seqs that disagree with the entry.
+    """
+    candidates, clean = _parse_entries(idx.read_bytes())  # first: batches precede entries
+    data = pa.py_buffer(arrows.read_bytes())
+    entries: list[tuple] = []
+    batches: list[pa.RecordBatch] = []
+    if data.size < len(HEADER) or data[: len(HEADER)].to_pybytes() != HEADER:
+        return entries, batches, 0, "bad or missing schema header"
+    off = len(HEADER)
+    for entry in candidates:
+        offset, length, first, last, rows, _min_ts, _max_ts, crc = entry
+        if offset != off or off + length > data.size:
+            return entries, batches, off, "batch missing or misplaced"
+        body = data.slice(off, length)
+        if zlib.crc32(body) != crc:
+            return entries, batches, off, "batch checksum mismatch"
+        try:
+            batch = pa.ipc.read_record_batch(body, SCHEMA)
+        except (pa.ArrowInvalid, OSError):
+            return entries, batches, off, "batch does not decode"
+        seqs = seq_view(batch)
+        if len(batch) != rows or not rows or seqs[0] != first or seqs[-1] != last:
+            return entries, batches, off, "batch seqs disagree with index"
+        entries.append(entry)
+        batches.append(batch)
+        off += length
+    if not clean:
+        return entries, batches, off, "bad index entry"
+    if data.size > off:
+        return entries, batches, off, "bytes past the last indexed batch"
+    return entries, batches, off, ""
+
+
+def open_segment(
+    directory: Path, base: int, gen: int, *, active: bool
+) -> tuple[Segment, list[pa.RecordBatch]]:
+    """Open and verify a segment; an active one is repaired, a sealed one must be whole.
+
+    The active segment's tail may be torn by a crash (it was being written):
+    it is cut at the last good batch and the cut is logged. A sealed segment
+    was fsynced before its successor existed, so any failure is corruption.
+    """
+    arrows, idx = segment_paths(directory, base, gen)
+    entries, batches, good, problem = read_batches(arrows, idx)
+    if problem:
+        if not active:
+            raise CorruptSegmentError(f"{arrows}: {problem} at byte {good}")
+        log.warning("%s: %s at byte %d; cut the tail there", arrows, problem, good)
+        with open(arrows, "r+b") as f:
+            if good == 0:
+                f.truncate(0)
+                f.write(HEADER)
+                good = len(HEADER)
+            f.truncate(good)
+            os.fsync(f.fileno())
+        with open(idx, "r+b") as f:
+            f.truncate(len(entries) * _ENTRY_SIZE)
+            os.fsync(f.fileno())
+    seg = Segment(arrows, idx, base, gen, good)
+    for offset, length, first, last, rows, min_ts, max_ts, crc in entries:
+        if not seg.refs:
+            seg.min_ts = min_ts
+        seg.rows += rows
+        seg.refs.append(SegRef(seg, offset, length, crc, first, last, rows, max_ts))
+    return seg, batches
+
+
+def write_segment(directory: Path, base: int, gen: int, batches: Iterable[pa.RecordBatch]) -> None:
+    """Write a complete segment pair durably under its final names (used by reclaim)."""
+    arrows, idx = segment_paths(directory, base, gen)
+    tmp_arrows, tmp_idx = arrows.with_suffix(".tmp"), idx.with_suffix(".idx.tmp")
+    with open(tmp_arrows, "wb") as fa, open(tmp_idx, "wb") as fi:
+        fa.write(HEADER)
+        off = len(HEADER)
+        for batch in batches:
+            payload = batch.serialize()
+            crc = zlib.crc32(payload)
+            ts = batch.column(TS)
+            seqs = seq_view(batch)
+            entry = _ENTRY.pack(
+                off,
+                payload.size,
+                seqs[0],
+                seqs[-1],
+                len(batch),
+                pc.min(ts).value,
+                pc.max(ts).value,
+                crc,
+            )
+            fa.write(payload)
+            fi.write(entry + zlib.crc32(entry).to_bytes(4, "little"))
+            off += payload.size
+        fa.flush()
+        fi.flush()
+        os.fsync(fa.fileno())
+        os.fsync(fi.fileno())
+    os.replace(tmp_arrows, arrows)
+    os.replace(tmp_idx, idx)
+    fsync_dir(directory)

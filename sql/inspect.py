@@ -1,0 +1,327 @@
+"""`jetlake inspect`: look into a store dir with DuckDB, no server needed.
+
+    jetlake inspect --store DIR                       list segments
+    jetlake inspect --store DIR "SELECT subject, count(*) FROM orders GROUP BY 1"
+    jetlake inspect --store DIR --stream ORDERS --format json "SELECT * FROM orders"
+
+It only reads (through `log.segments.list_segments` / `read_table`, which take
+no lock and repair nothing), so it is safe beside a running server; the active
+segment is seen up to its last whole, verified batch.
+
+Decisions:
+- Streams are found by their segment files, anywhere below `--store`, not by
+  the server's layout (today `<store>/jetstream/$G/streams/<name>/`): the
+  layout may still move, and pointing at the `jetstream` dir or at one stream
+  folder works too. A stream is named by the `config.name` of the
+  `stream.json` beside its segments, else by its folder; two folders with one
+  name (another account) are both named by their path relative to `--store`.
+- One view per stream, named exactly as the stream, no aliases: DuckDB
+  identifiers are case-insensitive, so `orders` already finds `ORDERS`, and a
+  name that is not a plain identifier is quoted (`"ORDERS-1"`). For the same
+  reason two streams differing only in case cannot both be views: a query
+  naming one of them is refused with a hint to use `--stream`.
+- Only the streams a query names are read (DuckDB tells which); if it cannot
+  tell, all are. Deleted messages are left out; columns are the segment
+  schema `seq, ts, subject, hdr, data`.
+- DuckDB runs with file access and extension loading off: a query can neither
+  write into the store nor fetch anything.
+- A corrupt sealed segment is named on stderr and skipped; the rest is
+  answered and the exit code is 1, so a script sees the answer is partial.
+- Binary values: text when valid UTF-8, else `0x` + hex, in table and csv
+  (readable); base64 in json (exact). Table cells escape control characters
+  and are cut at 80 characters; csv and json are never cut or limited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import duckdb
+import pyarrow as pa
+
+from log.segments import CorruptSegmentError, list_segments, read_table
+from log.segments.segment import SUFFIX, discover, read_batches
+
+META_FILE = "stream.json"  # written by the JetStream engine beside the segments
+SEGMENT_COLUMNS = ["stream", "file", "first_seq", "last_seq", "rows", "bytes", "sealed"]
+_CELL_WIDTH = 80
+_DUCKDB_CONFIG = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+
+
+class InspectError(Exception):
+    """A problem the user must fix; the message names the store, stream, file or query."""
+
+
+class Result:
+    """Column names and rows of Python values, whatever produced them."""
+
+    __slots__ = ("columns", "rows")
+
+    def __init__(self, columns: list[str], rows: list[list[Any]]) -> None:
+        self.columns = columns
+        self.rows = rows
+
+
+# -- finding streams -------------------------------------------------------------
+
+
+def find_stream_dirs(store_dir: str | os.PathLike[str]) -> dict[str, Path]:
+    """Every stream folder below `store_dir` (itself included), by stream name."""
+    root = Path(store_dir)
+    if not root.is_dir():
+        raise InspectError(f"store dir {root} does not exist or is not a directory")
+    found: list[tuple[str, Path]] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        folder = Path(dirpath)
+        if any(f.endswith(SUFFIX) for f in filenames) and discover(folder, clean=False):
+            found.append((_stream_name(folder), folder))
+            dirnames.clear()  # a stream folder holds no other stream
+    names = [name for name, _ in found]
+    out: dict[str, Path] = {}
+    for name, folder in found:
+        if names.count(name) > 1:
+            name = folder.relative_to(root).as_posix()
+        out[name] = folder
+    return out
+
+
+def _stream_name(folder: Path) -> str:
+    """The configured name: a folder name may be sanitised, the config is not."""
+    try:
+        name = json.loads((folder / META_FILE).read_bytes())["config"]["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return folder.name
+    return name if isinstance(name, str) and name else folder.name
+
+
+def select_streams(streams: dict[str, Path], only: str | None, store: str) -> dict[str, Path]:
+    if only is None:
+        return streams
+    if only not in streams:
+        known = ", ".join(sorted(streams)) or "none"
+        raise InspectError(f"stream {only!r} not found under {store} (streams: {known})")
+    return {only: streams[only]}
+
+
+# -- reading -----------------------------------------------------------------------
+
+
+def segments(streams: dict[str, Path], store: str) -> Result:
+    """The segment listing, from index entries only: cheap even on a big store."""
+    rows = []
+    for name, folder in sorted(streams.items()):
+        for seg in list_segments(folder):
+            file = seg.path.relative_to(store) if seg.path.is_relative_to(store) else seg.path
+            rows.append(
+                [name, str(file), seg.first_seq, seg.last_seq, seg.rows, seg.bytes, seg.sealed]
+            )
+    return Result(list(SEGMENT_COLUMNS), rows)
+
+
+def load_stream(name: str, folder: Path, warn: Callable[[str], None]) -> pa.Table:
+    """The live messages of one stream; corrupt sealed segments are reported, then skipped.
+
+    The fast path reads once; only when a segment is corrupt is every sealed
+    one verified again, so that each bad file is named, not just the first.
+    """
+    try:
+        try:
+            return read_table(folder)
+        except CorruptSegmentError:
+            pass
+        for seg in list_segments(folder):
+            if seg.sealed:
+                _entries, _batches, good, problem = read_batches(
+                    seg.path, seg.path.with_suffix(".idx")
+                )
+                if problem:
+                    where = f"{seg.path}: {problem} at byte {good}"
+                    warn(f"stream {name}: corrupt segment {where}; skipped")
+        return read_table(folder, skip_corrupt=True)
+    except OSError as err:  # e.g. no permission, or the stream deleted while we read
+        raise InspectError(f"stream {name}: cannot read {folder}: {err}") from err
+
+
+def query(sql: str, streams: dict[str, Path], warn: Callable[[str], None]) -> pa.Table | None:
+    """Run `sql` over one view per stream; None for a statement that returns nothing."""
+    try:
+        wanted = {t.casefold() for t in duckdb.get_table_names(sql)}
+    except duckdb.Error:
+        wanted = None  # several statements or a syntax error: DuckDB will say which
+    by_fold: dict[str, list[str]] = {}
+    for name in streams:
+        by_fold.setdefault(name.casefold(), []).append(name)
+    con = duckdb.connect(config=_DUCKDB_CONFIG)
+    try:
+        for fold, names in sorted(by_fold.items()):
+            if wanted is not None and fold not in wanted:
+                continue
+            if len(names) > 1:
+                raise InspectError(
+                    f"streams {', '.join(sorted(names))} differ only in case, which DuckDB "
+                    "does not tell apart; choose one with --stream"
+                )
+            con.register(names[0], load_stream(names[0], streams[names[0]], warn))
+        try:
+            rel = con.sql(sql)
+            return None if rel is None else rel.to_arrow_table()
+        except duckdb.Error as err:
+            known = ", ".join(sorted(streams)) or "none"
+            raise InspectError(f"{err}\nquery: {sql}\nstreams: {known}") from err
+    finally:
+        con.close()
+
+
+def to_result(table: pa.Table) -> Result:
+    """Python values per column; timestamps become text since ns do not fit datetime."""
+    columns = []
+    for col in table.columns:
+        if pa.types.is_timestamp(col.type):
+            col = col.cast(pa.string())
+        try:
+            columns.append(col.to_pylist())
+        except (ValueError, pa.ArrowException):  # e.g. ns timestamps nested in a struct
+            columns.append(col.cast(pa.string()).to_pylist())
+    return Result(table.column_names, [list(row) for row in zip(*columns, strict=True)])
+
+
+# -- output ------------------------------------------------------------------------
+
+
+def _text(value: Any, *, null: str) -> str:
+    if value is None:
+        return null
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "0x" + raw.hex()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _escape(text: str) -> str:
+    """Control characters (header blocks end lines with CRLF) would break the columns."""
+    out = text.translate(_CONTROL)
+    return out if len(out) <= _CELL_WIDTH else out[: _CELL_WIDTH - 1] + "…"
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(32), 127]} | {
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
+
+
+def write_table(result: Result, out: TextIO, *, limit: int) -> None:
+    shown = result.rows if limit <= 0 else result.rows[:limit]
+    cells = [[_escape(_text(v, null="NULL")) for v in row] for row in shown]
+    numeric = [
+        bool(shown) and all(isinstance(r[i], int | float) or r[i] is None for r in shown)
+        for i in range(len(result.columns))
+    ]
+    widths = [
+        max([len(name)] + [len(row[i]) for row in cells]) for i, name in enumerate(result.columns)
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    out.write(line(result.columns) + "\n")
+    out.write("  ".join("-" * w for w in widths) + "\n")
+    for row in cells:
+        out.write(line(row) + "\n")
+    if len(result.rows) > len(shown):
+        out.write(f"({len(result.rows) - len(shown)} more rows)\n")
+
+
+def write_csv(result: Result, out: TextIO) -> None:
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(result.columns)
+    for row in result.rows:
+        writer.writerow([_text(v, null="") for v in row])
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return str(value)  # dates, decimals, intervals
+
+
+def write_json(result: Result, out: TextIO) -> None:
+    """A JSON array with one object per line: parseable whole, greppable by line."""
+    lines = [
+        json.dumps(dict(zip(result.columns, row, strict=True)), default=_json_default)
+        for row in result.rows
+    ]
+    out.write("[\n" + ",\n".join(lines) + ("\n]\n" if lines else "]\n"))
+
+
+# -- command -----------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jetlake inspect",
+        description="List segments or query streams of a store dir with DuckDB (read-only).",
+    )
+    p.add_argument("sql", nargs="?", help="SQL over one view per stream; none lists segments")
+    p.add_argument("--store", required=True, help="store dir (the server's -sd), or any dir below")
+    p.add_argument("--stream", help="only this stream")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--limit", type=int, default=100, help="table rows shown (0: all)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # --help or a usage error, already printed
+        return int(exit_.code or 0)
+    problems: list[str] = []
+
+    def warn(message: str) -> None:
+        problems.append(message)
+        print(f"jetlake inspect: {message}", file=sys.stderr)
+
+    try:
+        streams = select_streams(find_stream_dirs(args.store), args.stream, args.store)
+        if args.sql is None:
+            result: Result | None = segments(streams, args.store)
+        else:
+            table = query(args.sql, streams, warn)
+            result = None if table is None else to_result(table)
+    except InspectError as err:
+        print(f"jetlake inspect: {err}", file=sys.stderr)
+        return 1
+    if result is not None:
+        if args.format == "csv":
+            write_csv(result, sys.stdout)
+        elif args.format == "json":
+            write_json(result, sys.stdout)
+        else:
+            write_table(result, sys.stdout, limit=args.limit)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
