@@ -6,15 +6,16 @@ STORE ?= ./data
 
 .PHONY: serve test lint bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/lake-jars.pom.xml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -e '.[dev,lake]'
 	scripts/install-nats-cli $(VENV)/bin/nats
+	scripts/install-lake-jars $(VENV)/jars
 	touch $(STAMP)
 
 serve: $(STAMP)
-	$(VENV)/bin/jetlake serve -js -sd $(STORE) -m 8222
+	$(VENV)/bin/jetlake serve -js -sd $(STORE) -m 8222 --lake
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

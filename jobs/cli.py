@@ -14,6 +14,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("ingest.server.main", "run a NATS-compatible server (flags as nats-server)"),
     "bench": ("benchmarks.run", "side-by-side benchmark against the reference server"),
     "inspect": ("sql.inspect", "list segments or query streams of a store dir with DuckDB"),
+    "sql": ("sql.cli", "Spark SQL over every stream's history: the lake plus the live tail"),
+    "job": ("jobs.lake_job", "lake batch jobs: compact, optimize, vacuum"),
 }
 
 

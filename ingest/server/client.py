@@ -135,6 +135,9 @@ class Client(asyncio.Protocol):
         pending = tls.outgoing()
         if pending and self.transport is not None:
             self.transport.write(pending)
+        if tls.peer_closed:
+            self._close("Client Closed", flush=True)
+            return plain or None
         if tls.established and not was_established and self.server.opts.tls.handshake_first:
             self.queue(self.server.info_for(self))
         return plain
@@ -355,5 +358,7 @@ class Client(asyncio.Protocol):
         if self.transport is not None:
             if abort:
                 self.transport.abort()
-            else:
-                self.transport.close()
+                return
+            if self.tls is not None and self.tls.established:
+                self.transport.write(self.tls.shutdown())
+            self.transport.close()

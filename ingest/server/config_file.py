@@ -319,6 +319,32 @@ def _jetstream_key(section: _Section, name: str, out: dict[str, Any]) -> dict[st
     return {}
 
 
+_LAKE_INTERVALS = ("seal_interval", "compact_interval", "optimize_interval")
+
+
+def _lake(top: _Section, key: str, out: dict[str, Any]) -> None:
+    """jetlake's own section (the reference has no lake): `lake: true` or a map of its keys."""
+    if isinstance(top.table[key], bool):
+        out["lake"] = {**out["lake"], "enabled": top.boolean(key)}
+        return
+    section = top.section(key)
+    lake = {**out["lake"], "enabled": True}
+    for name in section.table:
+        lowered = name.lower()
+        if lowered in ("enable", "enabled"):
+            lake["enabled"] = section.boolean(name)
+        elif lowered in ("dir", "spark_master"):
+            lake[lowered] = section.string(name)
+        elif lowered in _LAKE_INTERVALS:
+            seconds = section.timeout(name, f"lake {lowered}")
+            if seconds < 0:
+                raise section.error(name, f"lake {lowered} cannot be negative")
+            lake[lowered] = seconds
+        else:
+            section.unknown(name)
+    out["lake"] = lake
+
+
 def _int32(section: _Section, key: str) -> int:
     value = section.integer(key)
     if value > MAX_INT32:
@@ -411,6 +437,7 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "no_auth_user": _setter("no_auth_user", _Section.string),
     "tls": lambda s, k, out: out.update(tls=_tls(s, k)),
     "jetstream": _jetstream,
+    "lake": _lake,
     "store_dir": _store_dir,
     "storedir": _store_dir,
     "debug": _setter("debug", _Section.boolean),
@@ -426,7 +453,7 @@ _TOP_LEVEL: dict[str, _Handler] = {
 
 
 def blank_fields() -> dict[str, Any]:
-    return {"jetstream": {}, "extra": {}, "warnings": []}
+    return {"jetstream": {}, "lake": {}, "extra": {}, "warnings": []}
 
 
 def apply_table(table: Table, file: str | None, out: dict[str, Any]) -> None:

@@ -37,16 +37,25 @@ async def _serve(opts: Options) -> int:
     if opts.pid_file:
         with open(opts.pid_file, "w") as f:
             f.write(str(os.getpid()))
+    lake = None
+    if opts.jetstream.enabled and opts.lake.enabled:
+        from ingest.server.lake import LakeSupervisor
+
+        lake = LakeSupervisor(opts.lake)
     monitor = None
     if opts.http_port is not None:
         from ingest.server.monitor import Monitor
 
-        monitor = Monitor(server, opts.http_host, opts.http_port)
+        monitor = Monitor(server, opts.http_host, opts.http_port, lake=lake)
     if opts.jetstream.enabled:
         from ingest.server.jetstream import JetStream
 
         server.jetstream = JetStream(
-            opts.jetstream, server, server_id=server.server_id, server_name=server.server_name
+            opts.jetstream,
+            server,
+            server_id=server.server_id,
+            server_name=server.server_name,
+            **({"store_opener": lake.open_store} if lake is not None else {}),
         )
     else:
         from ingest.server.jetstream import answer_disabled
@@ -58,12 +67,16 @@ async def _serve(opts: Options) -> int:
         await monitor.start()
     if server.jetstream is not None:
         await server.jetstream.start()
+        if lake is not None:
+            lake.start(server.jetstream)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: loop.create_task(server.shutdown()))
     loop.add_signal_handler(signal.SIGUSR2, lambda: loop.create_task(server.enter_lame_duck()))
     loop.add_signal_handler(signal.SIGHUP, lambda: log.info("Reload is not supported; ignored"))
     log.info("Server is ready")
     await server.wait_closed()
+    if lake is not None:
+        await lake.stop()
     if monitor is not None:
         await monitor.stop()
     log.info("Server Exiting..")
@@ -93,6 +106,11 @@ Logging Options:
 JetStream Options:
     -js, --jetstream                 Enable JetStream functionality
     -sd, --store_dir <dir>           Set the storage directory
+
+Lake Options (jetlake):
+        --lake                       Roll sealed segments into Delta tables (off by default)
+        --lake_dir <dir>             Table root (default: <store_dir>/lake); turns the lake on
+        --spark_master <url>         Compactor's Spark master (default: local[*]); turns it on
 
 Authorization Options:
         --user <user>                User required for connections

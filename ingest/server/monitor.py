@@ -38,6 +38,7 @@ from log.timefmt import rfc3339
 
 if TYPE_CHECKING:
     from ingest.server.client import Client
+    from ingest.server.lake import LakeSupervisor
     from ingest.server.server import Server
 
 log = logging.getLogger("jetlake")
@@ -61,6 +62,12 @@ STATS: tuple[tuple[str, str, str], ...] = (
     ("mem", "gauge", "Resident set size of the process in bytes"),
     ("cpu", "gauge", "CPU use of the process in percent since the previous sample"),
     ("uptime_seconds", "gauge", "Seconds since the server started"),
+)
+
+
+_LAKE_METRICS = (
+    ("messages", "Sequences the stream has that its Delta table does not have yet"),
+    ("seconds", "Age of the oldest message not yet in the stream's Delta table"),
 )
 
 
@@ -318,8 +325,11 @@ async def _jetstream(server: Server) -> _JetStream | None:
 class Monitor:
     """Serves the reference's monitoring endpoints for one Server."""
 
-    def __init__(self, server: Server, host: str | None, port: int) -> None:
+    def __init__(
+        self, server: Server, host: str | None, port: int, *, lake: LakeSupervisor | None = None
+    ) -> None:
         self.server = server
+        self.lake = lake
         self.host = host if host is not None else server.opts.host
         self.port = port
         self.http_req_stats: dict[str, int] = {}
@@ -553,6 +563,8 @@ class Monitor:
                 detail["stream_detail"] = js.streams
             out["account_details"] = [detail]
         out["total"] = int(js.stats.get("accounts", 1 if js.streams else 0))
+        if self.lake is not None:  # jetlake's own: the reference has no lake
+            out["lake"] = self.lake.status()
         return _json(out)
 
     async def _none(self, req: Request) -> Response:
@@ -584,6 +596,14 @@ class Monitor:
                     value = int(js.state(stream).get(key, 0))
                     label = _label(str(stream.get("name", "")))
                     lines.append(f'{name}{{server_id="{sid}",stream="{label}"}} {value}')
+        if self.lake is not None and self.lake.lags:
+            for key, text in _LAKE_METRICS:
+                name = f"jetlake_lake_lag_{key}"
+                lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
+                for lag in self.lake.lags.values():
+                    value = lag.messages if key == "messages" else lag.seconds
+                    label = _label(lag.stream)
+                    lines.append(f'{name}{{server_id="{sid}",stream="{label}"}} {_sample(value)}')
         return Response(200, ("\n".join(lines) + "\n").encode(), PROMETHEUS)
 
 

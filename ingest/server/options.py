@@ -25,6 +25,7 @@ from ingest.server.config_file import apply_table, bind_port, blank_fields, moni
 from ingest.server.flags import FlagError, parse_flags
 from ingest.server.settings import (
     JetStreamConfig,
+    LakeConfig,
     Options,
     Permissions,
     SubjectPermission,
@@ -38,6 +39,7 @@ __all__ = [
     "ConfigError",
     "FlagError",
     "JetStreamConfig",
+    "LakeConfig",
     "Options",
     "Permissions",
     "SubjectPermission",
@@ -54,6 +56,7 @@ def _finish(out: dict[str, Any]) -> Options:
     """Fill the defaults that depend on other settings, then freeze."""
     fields = dict(out)
     fields["jetstream"] = JetStreamConfig(**fields["jetstream"])
+    fields["lake"] = LakeConfig(**fields["lake"])
     fields["warnings"] = tuple(fields["warnings"])
     tls: TLSConfig | None = fields.get("tls")
     if "auth_timeout" not in fields and tls is not None:
@@ -84,6 +87,11 @@ def _apply_flags(flags: dict[str, Any], out: dict[str, Any]) -> None:
             out["jetstream"] = {**out["jetstream"], "enabled": value}
         elif name == "store_dir":
             out["jetstream"] = {**out["jetstream"], "store_dir": value}
+        elif name == "lake":
+            out["lake"] = {**out["lake"], "enabled": value}
+        elif name in ("lake_dir", "spark_master"):  # either one asks for the lake
+            key = "dir" if name == "lake_dir" else name
+            out["lake"] = {**out["lake"], "enabled": True, key: value}
     _apply_tls_flags(flags, out)
 
 

@@ -172,10 +172,11 @@ class Server:
             "port": self.port,
             "headers": True,
             "max_payload": opts.max_payload,
-            "jetstream": self.jetstream is not None,
             "client_id": client.cid,
             "client_ip": client.host,
         }
+        if self.jetstream is not None:
+            info["jetstream"] = True  # the reference omits false fields
         if self.auth.required:
             info["auth_required"] = True
         if self.tls_context is not None:
@@ -196,11 +197,19 @@ class Server:
         hdr: bytes | None,
         payload: bytes,
         size: int,
+        *,
+        shown: bytes | None = None,
     ) -> bool:
-        """Deliver one message to every plain subscriber and one member of each queue group."""
+        """Deliver one message to every plain subscriber and one member of each queue group.
+
+        `shown` is the subject subscribers see when it differs from the one routed on
+        (JetStream delivers a stored message to an inbox under its own subject).
+        """
         self.in_msgs += 1
         self.in_bytes += size
         match = self.sublist.match(subject)
+        if shown is not None:
+            subject = shown
         delivered = 0
         skip_self = sender is not None and not sender.echo
         for sub in match.plain:
@@ -246,6 +255,28 @@ class Server:
     def unsubscribe(self, token: object) -> None:
         assert isinstance(token, InternalSubscription)
         self.sublist.remove(token.subject, token.queue, token)
+
+    def deliver(
+        self, target: str, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> None:
+        size = len(data) + (len(hdr) if hdr else 0)
+        self.route(
+            None,
+            target.encode("utf-8", "surrogateescape"),
+            reply.encode("utf-8", "surrogateescape") if reply else b"",
+            hdr,
+            data,
+            size,
+            shown=subject.encode("utf-8", "surrogateescape"),
+        )
+
+    def has_interest(self, subject: str) -> bool:
+        match = self.sublist.match(subject.encode("utf-8", "surrogateescape"))
+        return bool(match.plain or match.queues)
+
+    def watch_interest(self, callback: Callable[[], None]) -> None:
+        """Call back after any subscription comes or goes (push consumers follow their audience)."""
+        self.sublist.on_change = callback
 
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         size = len(data) + (len(hdr) if hdr else 0)

@@ -9,6 +9,7 @@ can pick one member of each group.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -40,6 +41,7 @@ class Sublist(Generic[S]):
         self._root: _Node[S] = _Node()
         self._cache: dict[bytes, Match[S]] = {}
         self.count = 0
+        self.on_change: Callable[[], None] | None = None  # interest came or went (JetStream)
 
     def insert(self, subject: str, queue: str | None, sub: S) -> None:
         node = self._root
@@ -54,6 +56,8 @@ class Sublist(Generic[S]):
             node.queues.setdefault(queue, []).append(sub)
         self.count += 1
         self._cache.clear()
+        if self.on_change is not None:
+            self.on_change()
 
     def remove(self, subject: str, queue: str | None, sub: S) -> bool:
         path: list[tuple[_Node[S], str]] = []
@@ -76,6 +80,8 @@ class Sublist(Generic[S]):
             del parent.children[tok]
         self.count -= 1
         self._cache.clear()
+        if self.on_change is not None:
+            self.on_change()
         return True
 
     def match(self, subject: bytes) -> Match[S]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 from typing import Protocol
 
@@ -37,13 +38,14 @@ class TLSLayer:
     SSLObject ourselves keeps every byte on one path, in order.
     """
 
-    __slots__ = ("_in", "_obj", "_out", "established")
+    __slots__ = ("_in", "_obj", "_out", "established", "peer_closed")
 
     def __init__(self, ctx: ssl.SSLContext) -> None:
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
         self._obj = ctx.wrap_bio(self._in, self._out, server_side=True)
         self.established = False
+        self.peer_closed = False  # the client sent close_notify: answer and close
 
     def receive(self, data: bytes) -> bytes:
         """Raw bytes in, plaintext out (empty while the handshake runs). Raises ssl.SSLError."""
@@ -58,15 +60,25 @@ class TLSLayer:
         while True:
             try:
                 chunk = self._obj.read(262144)
-            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+            except ssl.SSLWantReadError:
                 break
-            if not chunk:
+            except ssl.SSLZeroReturnError:
+                chunk = b""
+            if not chunk:  # an SSLObject reads b"" once close_notify arrived
+                self.peer_closed = True
                 break
             chunks.append(chunk)
         return b"".join(chunks)
 
     def encrypt(self, data: bytes) -> bytes:
         self._obj.write(data)
+        return self._out.read()
+
+    def shutdown(self) -> bytes:
+        """Our close_notify, so the client's TLS close completes instead of timing out."""
+        # The peer's half may not have arrived yet; ours is queued either way.
+        with contextlib.suppress(ssl.SSLError):
+            self._obj.unwrap()
         return self._out.read()
 
     def outgoing(self) -> bytes:

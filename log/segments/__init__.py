@@ -12,7 +12,7 @@ from log.segments.api import (
     msg_size,
 )
 from log.segments.filestore import FileStore, SegmentConfig
-from log.segments.inspect import SegmentInfo, list_segments, read_table
+from log.segments.inspect import SegmentInfo, list_segments, read_segment, read_table
 from log.segments.memstore import MemoryStore
 from log.segments.schema import SCHEMA
 
@@ -31,6 +31,7 @@ __all__ = [
     "SubjectState",
     "list_segments",
     "msg_size",
+    "read_segment",
     "read_table",
     "subject_matches",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
 class StoreError(Exception):
@@ -62,12 +62,34 @@ class StoreState:
     deleted: list[int] = field(default_factory=list)
 
 
-def msg_size(subject: str, hdr: bytes | None, data: bytes) -> int:
-    """Bytes a message counts for against max_bytes, as the reference file store counts them."""
-    return len(subject) + (len(hdr) if hdr else 0) + len(data) + 16 + 8 + 8 + 4 + 8
+class Overhead(NamedTuple):
+    """Bytes the reference counts per message beyond subject, headers and payload.
+
+    Stream info `bytes`, max_bytes and account usage must agree with nats-server,
+    so the framing of its own stores is counted, not that of our Arrow files.
+    """
+
+    base: int
+    with_headers: int  # added when the message has a header block
+
+
+FILE_OVERHEAD = Overhead(30, 4)  # record length, seq, ts, subject length, hash (+ hdr length)
+MEMORY_OVERHEAD = Overhead(16, 0)
+
+
+def msg_size(
+    subject: str, hdr: bytes | None, data: bytes, overhead: Overhead = FILE_OVERHEAD
+) -> int:
+    """Bytes a message counts for against max_bytes, as the reference's store counts them."""
+    size = overhead.base + len(subject.encode()) + len(data)
+    if hdr:
+        size += overhead.with_headers + len(hdr)
+    return size
 
 
 class MsgStore(Protocol):
+    overhead: Overhead  # the reference store's byte counting this store follows
+
     def append(self, msgs: Sequence[NewMsg]) -> int:
         """Write msgs as one batch with consecutive sequences; return the first one.
 
@@ -86,19 +108,30 @@ class MsgStore(Protocol):
     def load_last(self, subject_filter: str = ">") -> StoredMsg | None:
         """The live message with the highest seq whose subject matches the filter."""
 
-    def remove(self, seq: int) -> bool:
+    def remove(self, seq: int, *, explicit: bool = False) -> bool:
         """Delete one message; False if it was not there.
 
         Deletes ride the appends' group commit: written at once, durable once
         the next `sync()` returns (an fsync per delete would stall the loop).
+        `explicit` says a client asked for it (STREAM.MSG.DELETE): such deletes
+        reach the lake; the rest (limits, max_age, TTL, rollups) only retire
+        the message from the live log, and the lake keeps it.
         """
 
-    def purge(self, subject_filter: str = ">", *, upto_seq: int = 0, keep: int = 0) -> int:
+    def purge(
+        self,
+        subject_filter: str = ">",
+        *,
+        upto_seq: int = 0,
+        keep: int = 0,
+        explicit: bool = False,
+    ) -> int:
         """Delete matching messages; return how many.
 
         A victim matches the filter, is below upto_seq when that is set, and is
         not among the newest `keep` matching messages (keep counts across all
-        matching subjects, as the reference does).
+        matching subjects, as the reference does). `explicit` as for `remove`
+        (STREAM.PURGE is explicit; per-subject limits and rollups are not).
         """
 
     def expire_before(self, ts: int) -> int:

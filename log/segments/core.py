@@ -22,7 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.parser.subjects import is_literal
-from log.segments.api import NewMsg, StoredMsg, StoreState, SubjectState
+from log.segments.api import (
+    FILE_OVERHEAD,
+    NewMsg,
+    Overhead,
+    StoredMsg,
+    StoreState,
+    SubjectState,
+)
 from log.segments.index import SeqList, SubjectIndex
 from log.segments.schema import (
     SCHEMA,
@@ -37,6 +44,7 @@ from log.segments.schema import (
     u64,
 )
 from log.segments.subjects import filter_regex, matches_all
+from log.segments.tombstones import seq_runs
 
 # Above this many matching subjects a filtered lookup scans batches with a regex
 # in C instead of bisecting every subject's sequence list.
@@ -63,6 +71,8 @@ class BatchRef:
 
 class BatchStore(ABC):
     """`MsgStore` over batches; subclasses say where the batches are kept."""
+
+    overhead: Overhead = FILE_OVERHEAD  # how the reference's matching store counts bytes
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -96,13 +106,17 @@ class BatchStore(ABC):
     def _reclaim(self, refs: list[BatchRef]) -> None:
         """Give back the space of batches whose rows were just deleted, if worth it."""
 
+    @abstractmethod
+    def _persist_explicit(self, runs: list[tuple[int, int]]) -> None:
+        """Record deletes a client asked for (as seq runs) for the lake to repeat."""
+
     # -- writes --------------------------------------------------------------
 
     def append(self, msgs: Sequence[NewMsg]) -> int:
         first = self._last + 1
         if not msgs:
             return first
-        batch, size = build_batch(first, msgs)
+        batch, size = build_batch(first, msgs, self.overhead)
         last = first + len(msgs) - 1
         bounds = pc.min_max(batch.column(TS))
         ref = self._write(batch, first, last, bounds["min"].value, bounds["max"].value)
@@ -115,17 +129,26 @@ class BatchStore(ABC):
         self._bytes += size
         return first
 
-    def remove(self, seq: int) -> bool:
+    def remove(self, seq: int, *, explicit: bool = False) -> bool:
         if not self._is_live(seq):
             return False
         ref = self._locate(seq)
         batch = self._fetch(ref)
         row = row_of(batch, seq, ref.dense_first)
         self._subjects.remove(batch.column(SUBJECT)[row].as_py(), seq)
+        if explicit:
+            self._persist_explicit([(seq, seq)])
         self._forget(array("Q", [seq]))
         return True
 
-    def purge(self, subject_filter: str = ">", *, upto_seq: int = 0, keep: int = 0) -> int:
+    def purge(
+        self,
+        subject_filter: str = ">",
+        *,
+        upto_seq: int = 0,
+        keep: int = 0,
+        explicit: bool = False,
+    ) -> int:
         """Victims match the filter, are not among the newest `keep` matches, and are < upto_seq."""
         bound = upto_seq if upto_seq else self._last + 1
         if matches_all(subject_filter):
@@ -136,6 +159,10 @@ class BatchStore(ABC):
                 for _ in range(keep):
                     newest = self._deleted.prev_absent(newest - 1)
                 bound = min(bound, newest)
+            if explicit:
+                runs = self._live_runs(self._first, min(bound, self._last + 1) - 1)
+                if runs:
+                    self._persist_explicit(runs)
             return self._advance_floor(bound)
         names = self._subjects.matching(subject_filter)
         if keep:
@@ -152,6 +179,8 @@ class BatchStore(ABC):
                 self._subjects.drop_below(name, bound)
         victims = array("Q", sorted(chain.from_iterable(runs)))
         if victims:
+            if explicit:
+                self._persist_explicit(seq_runs(victims))
             self._forget(victims)
         return len(victims)
 
@@ -264,6 +293,17 @@ class BatchStore(ABC):
         out.extend(range(lo, hi + 1))
         return out
 
+    def _live_runs(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Live seqs in [lo, hi] as inclusive runs, from the gaps alone (no per-seq work)."""
+        runs = []
+        for gap in self._deleted.between(lo, hi):
+            if gap > lo:
+                runs.append((lo, gap - 1))
+            lo = gap + 1
+        if lo <= hi:
+            runs.append((lo, hi))
+        return runs
+
     def _live_mask(self, batch: pa.RecordBatch, lo: int, hi: int) -> pa.BooleanArray:
         """Rows of batch that are live and within [lo, hi]."""
         seq = batch.column(SEQ)
@@ -316,7 +356,7 @@ class BatchStore(ABC):
                 n = pc.sum(mask).as_py() or 0
                 if n:
                     subjects.update(pc.unique(pc.filter(batch.column(SUBJECT), mask)).to_pylist())
-                    self._bytes -= pc.sum(pc.filter(sizes(batch), mask)).as_py()
+                    self._bytes -= pc.sum(pc.filter(sizes(batch, self.overhead), mask)).as_py()
                     ref.live -= n
                     removed += n
                     touched.append(ref)
@@ -339,7 +379,7 @@ class BatchStore(ABC):
             j = bisect_right(victims, ref.last, i)
             batch = self._fetch(ref)
             mask = pc.is_in(batch.column(SEQ), value_set=u64(victims[i:j]))
-            self._bytes -= pc.sum(pc.filter(sizes(batch), mask)).as_py()
+            self._bytes -= pc.sum(pc.filter(sizes(batch, self.overhead), mask)).as_py()
             ref.live -= j - i
             touched.append(ref)
             i = j
@@ -366,7 +406,7 @@ class BatchStore(ABC):
         table = pa.Table.from_batches(batches, SCHEMA)
         seq = table.column(SEQ).combine_chunks()
         subject = table.column(SUBJECT).combine_chunks()
-        size = sizes(table).combine_chunks()
+        size = sizes(table, self.overhead).combine_chunks()
         mask = pc.greater_equal(seq, floor)
         if deleted:
             mask = pc.and_(mask, pc.invert(pc.is_in(seq, value_set=u64(deleted))))

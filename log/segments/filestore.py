@@ -18,6 +18,13 @@ lock only guards swapping the active segment or the delete log, which `sync`
 guards against by fsyncing duplicates of the file descriptors it took under
 the lock.
 
+The lake (`log/compactor`) reads sealed segments from another process. Two
+hooks serve it: `seal()` seals a young active segment on a timer (freshness:
+the lake only takes sealed, fsynced segments, whose seqs can never be reused by
+a crash), and `hold_for_lake(seq)` forbids reclaim from destroying rows after
+the lake's watermark; segments skipped for that are reclaimed once the
+watermark passes them.
+
 Corruption policy: a sealed segment that fails verification at open is logged
 (error, naming the file and byte offset), listed in `corrupt`, left on disk
 untouched for an operator, and its whole range is treated as missing: served
@@ -38,16 +45,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from log.segments.api import CorruptSegmentError
 from log.segments.core import BatchRef, BatchStore
-from log.segments.schema import TS
+from log.segments.schema import SEQ, TS
 from log.segments.segment import Segment, SegRef, discover, open_segment, write_segment
-from log.segments.tombstones import Tombstones
+from log.segments.tombstones import ExplicitDeletes, Tombstones
 
 log = logging.getLogger("jetlake.segments")
 
 TOMBSTONES = "tombstones.log"
+EXPLICIT = "explicit.log"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +82,9 @@ class FileStore(BatchStore):
         self._lock = threading.Lock()
         self._cache: OrderedDict[BatchRef, pa.RecordBatch] = OrderedDict()
         self._tomb = Tombstones(self.dir / TOMBSTONES)
+        self._explicit = ExplicitDeletes(self.dir / EXPLICIT)
+        self._lake_mark: int | None = None  # rows above it are not in the lake yet
+        self._held: dict[int, Segment] = {}  # reclaim deferred for the lake, by base
         self._segments: list[Segment] = []
         self._open_segments()
 
@@ -133,10 +145,17 @@ class FileStore(BatchStore):
         if self._tomb.wants_rewrite(len(self._deleted)):
             self._rewrite_tombstones()
 
+    def _persist_explicit(self, runs: list[tuple[int, int]]) -> None:
+        with self._lock:
+            self._explicit.append(runs)
+
     def _reclaim(self, refs: list[BatchRef]) -> None:
         active = self._segments[-1]
         segs = {id(r.seg): r.seg for r in refs if isinstance(r, SegRef) and r.seg is not active}
         for seg in segs.values():
+            if self._lake_mark is not None and seg.refs[-1].last > self._lake_mark:
+                self._held[seg.base] = seg
+                continue
             live = sum(r.live for r in seg.refs)
             if live > seg.rows * self.config.reclaim_live_ratio:
                 continue
@@ -147,11 +166,55 @@ class FileStore(BatchStore):
             else:
                 self._replace(seg, None)
 
+    # -- the lake's hooks ------------------------------------------------------
+
+    def hold_for_lake(self, seq: int | None) -> None:
+        """Keep rows with seqs above `seq` on disk (None: no lake, reclaim freely)."""
+        self._lake_mark = seq
+        held = [s for s in self._held.values() if seq is None or s.refs[-1].last <= seq]
+        for seg in held:
+            del self._held[seg.base]
+        live = [s for s in held if s in self._segments]
+        self._reclaim([ref for seg in live for ref in seg.refs])
+
+    def seal(self, *, older_than_ns: int) -> bool:
+        """Seal the active segment if it has rows and its first is older than the bound."""
+        with self._lock:
+            seg = self._segments[-1]
+            if not seg.refs or seg.min_ts > older_than_ns:
+                return False
+            self._roll(seg.refs[-1].last + 1)
+        return True
+
+    @property
+    def sealed_last_seq(self) -> int:
+        """Last seq of the newest sealed segment (0 if none): what the lake could take now."""
+        for seg in reversed(self._segments[:-1]):
+            if seg.refs:
+                return seg.refs[-1].last
+        return 0
+
+    def ts_after(self, seq: int) -> int | None:
+        """Time of the first stored row after seq, deleted or not: the oldest the lake lacks.
+
+        Rows above the lake's watermark are never reclaimed, so they are all still here.
+        """
+        i = bisect_left(self._firsts, seq + 1)
+        if i > 0 and self._refs[i - 1].last > seq:
+            i -= 1
+        if i >= len(self._refs):
+            return None
+        ref = self._refs[i]
+        batch = self._fetch(ref)
+        row = pc.index(pc.greater(batch.column(SEQ), seq), True).as_py()
+        return batch.column(TS)[row].value if row >= 0 else None
+
     # -- durability ----------------------------------------------------------
 
     def sync(self) -> None:
         with self._lock:
-            fds = [os.dup(fd) for fd in (*self._segments[-1].fds(), self._tomb.fileno())]
+            owned = (*self._segments[-1].fds(), self._tomb.fileno(), self._explicit.fileno())
+            fds = [os.dup(fd) for fd in owned if fd is not None]
         try:
             for fd in fds:
                 os.fsync(fd)
@@ -164,7 +227,9 @@ class FileStore(BatchStore):
         for seg in self._segments:
             seg.close()
         self._tomb.close()
+        self._explicit.close()
         self._segments = []
+        self._held.clear()
         self._cache.clear()
 
     def delete(self) -> None:

@@ -89,6 +89,15 @@ def read_table(
     return table.filter(mask)
 
 
+def read_segment(info: SegmentInfo) -> pa.Table:
+    """One sealed segment's rows, verified (deleted rows included: callers decide)."""
+    idx = info.path.with_suffix(".idx")
+    _entries, batches, good, problem = read_batches(info.path, idx)
+    if problem:
+        raise CorruptSegmentError(f"{info.path}: {problem} at byte {good}")
+    return pa.Table.from_batches(batches, SCHEMA)
+
+
 def _read_all(directory: Path, *, skip_corrupt: bool) -> pa.Table:
     found = discover(directory, clean=False)
     batches: list[pa.RecordBatch] = []

@@ -13,6 +13,7 @@ from bisect import bisect_left
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from log.segments.api import MEMORY_OVERHEAD
 from log.segments.core import BatchRef, BatchStore
 
 _MIN_ROWS_TO_COMPACT = 32
@@ -27,6 +28,8 @@ class _MemRef(BatchRef):
 
 
 class MemoryStore(BatchStore):
+    overhead = MEMORY_OVERHEAD
+
     def __init__(self, *, name: str) -> None:
         super().__init__(name)
 
@@ -41,6 +44,9 @@ class MemoryStore(BatchStore):
 
     def _persist_deletes(self, seqs: array) -> None:
         """Nothing outlives the process."""
+
+    def _persist_explicit(self, runs: list[tuple[int, int]]) -> None:
+        """Memory streams never reach the lake."""
 
     def _reclaim(self, refs: list[BatchRef]) -> None:
         for ref in refs:

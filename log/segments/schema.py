@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from log.segments.api import NewMsg, StoredMsg
+from log.segments.api import NewMsg, Overhead, StoredMsg
 
 TS_TYPE = pa.timestamp("ns", tz="UTC")
 SCHEMA = pa.schema(
@@ -30,9 +30,6 @@ SCHEMA = pa.schema(
 )
 SEQ, TS, SUBJECT, HDR, DATA = range(5)
 
-# The fixed part of `api.msg_size`, so the vectorised sum matches it exactly.
-MSG_OVERHEAD = 16 + 8 + 8 + 4 + 8
-
 
 def stream_header() -> bytes:
     """The IPC schema message a segment file starts with (no end-of-stream marker).
@@ -45,12 +42,10 @@ def stream_header() -> bytes:
     return sink.getvalue().to_pybytes()[:-8]
 
 
-def build_batch(first_seq: int, msgs: Sequence[NewMsg]) -> tuple[pa.RecordBatch, int]:
-    """One record batch for msgs numbered from first_seq, and their counted bytes.
-
-    The bytes are summed here, while the Python objects are at hand, because it
-    is cheaper than a vectorised pass over the batch afterwards.
-    """
+def build_batch(
+    first_seq: int, msgs: Sequence[NewMsg], overhead: Overhead
+) -> tuple[pa.RecordBatch, int]:
+    """One record batch for msgs numbered from first_seq, and their counted bytes."""
     n = len(msgs)
     subjects = [m.subject for m in msgs]
     hdrs = [m.hdr for m in msgs]
@@ -66,21 +61,17 @@ def build_batch(first_seq: int, msgs: Sequence[NewMsg]) -> tuple[pa.RecordBatch,
         ],
         schema=SCHEMA,
     )
-    size = (
-        sum(map(len, subjects))
-        + sum(len(h) for h in hdrs if h)
-        + sum(map(len, datas))
-        + MSG_OVERHEAD * n
-    )
+    size = pc.sum(sizes(batch, overhead)).as_py() if n else 0
     return batch, size
 
 
-def sizes(batch: pa.RecordBatch | pa.Table) -> pa.Array | pa.ChunkedArray:
-    """`api.msg_size` of every row, vectorised (characters of subject, like len(str))."""
-    hdr_len = pc.fill_null(pc.binary_length(batch.column(HDR)), 0)
-    total = pc.add(pc.utf8_length(batch.column(SUBJECT)), hdr_len)
+def sizes(batch: pa.RecordBatch | pa.Table, overhead: Overhead) -> pa.Array | pa.ChunkedArray:
+    """`api.msg_size` of every row, vectorised (subject and headers in bytes)."""
+    hdr_len = pc.binary_length(batch.column(HDR))
+    hdr_part = pc.fill_null(pc.add(hdr_len, overhead.with_headers), 0)
+    total = pc.add(pc.binary_length(batch.column(SUBJECT)), hdr_part)
     total = pc.add(total, pc.binary_length(batch.column(DATA)))
-    return pc.add(pc.cast(total, pa.int64()), MSG_OVERHEAD)
+    return pc.add(pc.cast(total, pa.int64()), overhead.base)
 
 
 def u64(seqs: array) -> pa.UInt64Array:

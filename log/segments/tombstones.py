@@ -1,4 +1,12 @@
-"""The per-stream delete log: an append-only file of checksummed records.
+"""The per-stream delete logs: append-only files of checksummed records.
+
+Two logs, because the lake must know *why* a message went. `tombstones.log`
+holds every delete (the store's liveness) and is compacted to the live delete
+set. `explicit.log` holds only what a client deleted on purpose (message
+delete, purge), as seq runs, and is never compacted: the compactor replays it
+from a byte offset to carry those deletes into the Delta table, while deletes
+by limits, max_age and rollups (retention) stay out of it, so the lake keeps
+that history.
 
 Segments are immutable once written, so deletes live beside them. Every
 record carries the whole small state (floor = first live seq, last seq, last
@@ -17,6 +25,7 @@ import os
 import struct
 import zlib
 from array import array
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 log = logging.getLogger("jetlake.segments")
@@ -26,9 +35,25 @@ _HEAD = struct.Struct("<IIQQq")
 _COMPACT_MIN_BYTES = 64 * 1024
 
 
+_RUNS_HEAD = struct.Struct("<II")  # count of runs, crc32 of the runs
+
+
 def _record(floor: int, last: int, last_ts: int, seqs: array) -> bytes:
     body = struct.pack("<QQq", floor, last, last_ts) + seqs.tobytes()
     return struct.pack("<II", len(seqs), zlib.crc32(body)) + body
+
+
+def _frames(data: bytes, head: struct.Struct, item_size: int) -> Iterator[tuple[tuple, int, int]]:
+    """(head fields, body start, end) of each whole record whose crc matches; stops at the first
+    torn or bad one. Every record is `count, crc32(rest), fixed fields..., count items`."""
+    off = 0
+    while off + head.size <= len(data):
+        fields = head.unpack_from(data, off)
+        end = off + head.size + item_size * fields[0]
+        if end > len(data) or zlib.crc32(data[off + 8 : end]) != fields[1]:
+            return
+        yield fields, off + head.size, end
+        off = end
 
 
 def replay(path: Path) -> tuple[int, int, int, array, int]:
@@ -40,17 +65,37 @@ def replay(path: Path) -> tuple[int, int, int, array, int]:
     seqs: set[int] = set()
     data = path.read_bytes() if path.exists() else b""
     off = 0
-    while off + _HEAD.size <= len(data):
-        n, crc, rec_floor, last_rec, ts_rec = _HEAD.unpack_from(data, off)
-        end = off + _HEAD.size + 8 * n
-        if end > len(data) or zlib.crc32(data[off + 8 : end]) != crc:
-            break
+    for (_n, _crc, rec_floor, last_rec, ts_rec), start, end in _frames(data, _HEAD, 8):
         chunk = array("Q")
-        chunk.frombytes(data[off + _HEAD.size : end])
+        chunk.frombytes(data[start:end])
         seqs.update(chunk)
         floor, last, last_ts = max(floor, rec_floor), last_rec, ts_rec
         off = end
     return floor, last, last_ts, array("Q", sorted(s for s in seqs if s >= floor)), off
+
+
+def replay_explicit(path: Path, offset: int = 0) -> tuple[list[tuple[int, int]], int]:
+    """Runs (first, last seq, inclusive) of explicit deletes from byte offset on, and the byte
+    length read up to: the compactor keeps that length as its progress in this log."""
+    data = path.read_bytes()[offset:] if path.exists() else b""
+    runs: list[tuple[int, int]] = []
+    end = 0
+    for _fields, start, end in _frames(data, _RUNS_HEAD, 16):
+        flat = array("Q")
+        flat.frombytes(data[start:end])
+        runs.extend(zip(flat[0::2], flat[1::2], strict=True))
+    return runs, offset + end
+
+
+def seq_runs(seqs: Iterable[int]) -> list[tuple[int, int]]:
+    """Ascending seqs as inclusive (first, last) runs: a purge of a million is one run."""
+    runs: list[tuple[int, int]] = []
+    for seq in seqs:
+        if runs and runs[-1][1] + 1 == seq:
+            runs[-1] = (runs[-1][0], seq)
+        else:
+            runs.append((seq, seq))
+    return runs
 
 
 class Tombstones:
@@ -94,6 +139,33 @@ class Tombstones:
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+class ExplicitDeletes:
+    """The append-only log of deletes a client asked for; opened lazily, on the first one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def append(self, runs: list[tuple[int, int]]) -> None:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            _runs, good = replay_explicit(self.path)
+            if os.fstat(self._fd).st_size > good:
+                log.warning("%s: torn record at byte %d; cut the tail there", self.path, good)
+                os.ftruncate(self._fd, good)
+        flat = array("Q", [seq for run in runs for seq in run])
+        body = flat.tobytes()
+        os.write(self._fd, _RUNS_HEAD.pack(len(runs), zlib.crc32(body)) + body)
+
+    def fileno(self) -> int | None:
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def fsync_dir(path: Path) -> None:

@@ -15,7 +15,7 @@ from nats.errors import AuthorizationError
 from nats.errors import Error as NatsError
 
 from tests.conftest import Connect, MakeServer
-from tests.support.clients import barrier, drain_pending
+from tests.support.clients import barrier, drain_pending, sync
 from tests.support.raw import Outcome, RawClient
 from tests.support.servers import ServerProcess
 
@@ -92,7 +92,7 @@ async def test_users_config_auth(make_server: MakeServer, connect: Connect) -> N
     await expect_auth_failure(server, user="zz", password="b")
     anonymous = await connect(server)  # becomes "pub" through no_auth_user
     await anonymous.publish("anything", b"ok")
-    await anonymous.flush(5)
+    await sync(anonymous)
 
 
 async def test_permission_violations_are_reported_and_kept(
@@ -147,7 +147,7 @@ async def test_subscribe_deny_filters_wildcard_delivery(
     a = await connect(server, user="a", password="b")
     publisher = await connect(server, user="pub", password="p")
     everything = await a.subscribe(">")
-    await a.flush()
+    await sync(a)
     for subject in ("secret", "foo.y", "secret.z"):
         await publisher.publish(subject, b"1")
     await barrier(publisher, a)

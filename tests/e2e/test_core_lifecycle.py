@@ -11,6 +11,7 @@ import asyncio
 import signal
 
 from tests.conftest import Connect, MakeServer
+from tests.support.clients import sync
 from tests.support.raw import Closed, RawClient
 from tests.support.servers import ServerProcess
 
@@ -31,7 +32,7 @@ async def test_sigterm_exits_zero_and_disconnects_clients(
 
     nc = await connect(server, closed_cb=on_closed)
     await nc.subscribe("x")
-    await nc.flush()
+    await sync(nc)
     assert await server.stop_async() == 0
     await asyncio.wait_for(closed.wait(), 5)
 
@@ -66,14 +67,14 @@ async def test_reconnect_after_restart(server: ServerProcess, connect: Connect) 
         await msg.respond(b"pong")
 
     replies = await nc.subscribe("svc", cb=pong)
-    await nc.flush()
+    await sync(nc)
     port = server.port
 
     await server.restart_async()
     assert server.port == port
     await asyncio.wait_for(disconnected.wait(), 5)
     await asyncio.wait_for(reconnected.wait(), 10)
-    await nc.flush(5)
+    await sync(nc)
 
     other = await connect(server)
     await other.publish("resume.a", b"after restart")

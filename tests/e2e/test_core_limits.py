@@ -14,7 +14,7 @@ import pytest
 from nats.errors import Error as NatsError
 
 from tests.conftest import Connect, MakeServer
-from tests.support.clients import barrier
+from tests.support.clients import barrier, sync
 from tests.support.raw import Closed, Outcome, RawClient
 
 STALE_CONFIG = 'ping_interval: "100ms"\nping_max: 2\n'
@@ -37,7 +37,7 @@ async def test_slow_consumer_is_cut_off_others_unaffected(
     assert await slow.outcome(b"SUB big 1\r\n") == Outcome((), closed=False)
     publisher, reader_nc = await connect(server), await connect(server)
     good = await reader_nc.subscribe("big")
-    await reader_nc.flush()
+    await sync(reader_nc)
 
     # 75 MiB: beyond the reference's default 64 MiB pending limit too, so a
     # server that enforces only a pending-bytes limit also has to react.
@@ -45,7 +45,7 @@ async def test_slow_consumer_is_cut_off_others_unaffected(
     for i in range(n):
         await publisher.publish("big", payload)
         if i % 50 == 49:
-            await publisher.flush(10)
+            await sync(publisher)
     await barrier(publisher, reader_nc)
     assert good.pending_msgs == n, "the well-behaved subscriber lost messages"
 
@@ -84,7 +84,7 @@ async def test_stale_connection(make_server: MakeServer, connect: Connect) -> No
     assert lines == [b"PING", b"PING", b"-ERR 'Stale Connection'"]
     assert 0.15 < elapsed < 3, f"stale detection took {elapsed:.2f}s with a 100ms interval"
     assert healthy.is_connected
-    await healthy.flush(5)
+    await sync(healthy)
 
 
 async def test_ping_answered_keeps_connection(make_server: MakeServer) -> None:

@@ -14,7 +14,7 @@ import pytest
 from nats.errors import NoRespondersError
 
 from tests.conftest import Connect
-from tests.support.clients import barrier, drain_pending, received, subjects
+from tests.support.clients import barrier, drain_pending, received, subjects, sync
 from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess
 
@@ -23,7 +23,7 @@ async def test_publish_subscribe_in_order(server: ServerProcess, connect: Connec
     """Payloads arrive byte-exact, in publish order, empty and binary included."""
     pub, sub_nc = await connect(server), await connect(server)
     sub = await sub_nc.subscribe("greet")
-    await sub_nc.flush()
+    await sync(sub_nc)
     payloads = [b"hello", b"", bytes(range(256)), b"\r\nPUB x 1\r\n", b"x" * 100_000]
     for p in payloads:
         await pub.publish("greet", p)
@@ -49,7 +49,7 @@ async def test_wildcards(server: ServerProcess, connect: Connect) -> None:
     pub, sub_nc = await connect(server), await connect(server)
     patterns = ["foo.*", "foo.>", "*.bar", "foo.*.baz", ">", "foo.bar", "*"]
     subs = {p: await sub_nc.subscribe(p) for p in patterns}
-    await sub_nc.flush()
+    await sync(sub_nc)
     sent = ["foo", "foo.bar", "foo.bar.baz", "foo.qux.baz", "bar", "x.bar", "foo.bar.baz.q"]
     for s in sent:
         await pub.publish(s, s.encode())
@@ -90,8 +90,8 @@ async def test_queue_groups(server: ServerProcess, connect: Connect) -> None:
     plain = await plain_nc.subscribe("work")
     for subs in members.values():
         for nc, _ in subs:
-            await nc.flush()
-    await plain_nc.flush()
+            await sync(nc)
+    await sync(plain_nc)
 
     n = 300
     for i in range(n):
@@ -117,7 +117,7 @@ async def test_request_reply(server: ServerProcess, connect: Connect) -> None:
         await msg.respond(b"re:" + msg.data)
 
     await responder.subscribe("svc.echo", cb=echo)
-    await responder.flush()
+    await sync(responder)
     replies = await asyncio.gather(
         *(requester.request("svc.echo", str(i).encode(), timeout=5) for i in range(20))
     )
@@ -148,7 +148,7 @@ async def test_headers_round_trip(server: ServerProcess, connect: Connect) -> No
     """Headers published with nats-py come back as sent."""
     pub, sub_nc = await connect(server), await connect(server)
     sub = await sub_nc.subscribe("h")
-    await sub_nc.flush()
+    await sync(sub_nc)
     headers = {"X-Trace": "abc-123", "Content-Type": "text/plain", "Empty": ""}
     await pub.publish("h", b"body", headers=headers)
     (msg,) = await received(pub, sub_nc, sub)
@@ -176,7 +176,7 @@ async def test_auto_unsubscribe(server: ServerProcess, connect: Connect) -> None
     sub = await sub_nc.subscribe("auto", max_msgs=3)
     later = await sub_nc.subscribe("later")
     await later.unsubscribe(limit=2)
-    await sub_nc.flush()
+    await sync(sub_nc)
     for i in range(6):
         await pub.publish("auto", str(i).encode())
         await pub.publish("later", str(i).encode())
@@ -190,13 +190,13 @@ async def test_unsubscribe_stops_delivery(server: ServerProcess, connect: Connec
     """After UNSUB is processed nothing more arrives for that sid."""
     pub, sub_nc = await connect(server), await connect(server)
     sub = await sub_nc.subscribe("u")
-    await sub_nc.flush()
+    await sync(sub_nc)
     await pub.publish("u", b"before")
     await barrier(pub, sub_nc)
     await sub.unsubscribe()
-    await sub_nc.flush()
+    await sync(sub_nc)
     keep = await sub_nc.subscribe("u")
-    await sub_nc.flush()
+    await sync(sub_nc)
     await pub.publish("u", b"after")
     msgs = await received(pub, sub_nc, keep)
     assert [m.data for m in msgs] == [b"after"]
@@ -207,7 +207,7 @@ async def test_echo(server: ServerProcess, connect: Connect, no_echo: bool) -> N
     """With ``echo: false`` a connection does not receive its own publishes."""
     me, other = await connect(server, no_echo=no_echo), await connect(server)
     sub = await me.subscribe("e")
-    await me.flush()
+    await sync(me)
     await me.publish("e", b"mine")
     await other.publish("e", b"theirs")
     await barrier(me, other, me)

@@ -93,7 +93,9 @@ class Model(RuleBasedStateMachine):
         assert (state.msgs, state.first_seq, state.last_seq) == (len(live), first, self.last)
         gaps = [s for s in range(first, self.last + 1) if s not in self.msgs]
         assert (state.deleted, state.num_deleted) == (gaps, len(gaps))
-        assert state.bytes == sum(msg_size(m.subject, m.hdr, m.data) for m in self.msgs.values())
+        assert state.bytes == sum(
+            msg_size(m.subject, m.hdr, m.data, store.overhead) for m in self.msgs.values()
+        )
         assert state.num_subjects == len({m.subject for m in self.msgs.values()})
         for seq in range(0, self.last + 2):
             assert store.load(seq) == self.msgs.get(seq)

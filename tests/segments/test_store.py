@@ -27,7 +27,7 @@ def test_round_trip_and_restart(stores: Stores) -> None:
         assert store.load(0) is None and store.load(len(written) + 1) is None
         st = store.state()
         assert (st.msgs, st.first_seq, st.last_seq, st.num_deleted) == (70, 1, 70, 0)
-        assert st.bytes == sum(msg_size(m.subject, m.hdr, m.data) for m in written)
+        assert st.bytes == sum(msg_size(m.subject, m.hdr, m.data, store.overhead) for m in written)
         assert (st.first_ts, st.last_ts) == (written[0].ts, written[-1].ts)
         assert st.num_subjects == len(SUBJECTS)
 
@@ -63,7 +63,7 @@ def test_remove_and_interior_gaps(stores: Stores) -> None:
         assert (st.msgs, st.first_seq, st.num_deleted, st.deleted) == (67, 3, 1, [5])
         assert store.load(5) is None and store.load_next(5) == written[5]
         assert st.bytes == sum(
-            msg_size(m.subject, m.hdr, m.data) for m in written[2:] if m.seq != 5
+            msg_size(m.subject, m.hdr, m.data, store.overhead) for m in written[2:] if m.seq != 5
         )
 
 

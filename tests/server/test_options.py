@@ -18,6 +18,7 @@ from ingest.server.options import (
     ConfigError,
     FlagError,
     JetStreamConfig,
+    LakeConfig,
     Options,
     Permissions,
     SubjectPermission,
@@ -47,7 +48,7 @@ def test_defaults_match_the_reference() -> None:
     assert (opts.lame_duck_duration, opts.lame_duck_grace_period) == (120.0, 10.0)
     assert opts.auth_timeout == 2.0 and opts.tls is None
     assert opts.jetstream == JetStreamConfig(
-        enabled=False, max_memory_store=-1, max_file_store=-1, sync_interval_ns=120 * 10**9
+        enabled=False, max_memory_store=-1, max_file_store=-1, sync_interval_ns=None
     )
 
 
@@ -178,7 +179,7 @@ no_auth_user: alice
 tls { cert_file: "c.pem", key_file: k.pem, ca_file: ca.pem, verify: true,
       handshake_first: "300ms", timeout: 1 }
 jetstream { store_dir: /tmp/js, max_mem: 1G, max_file: "10G", sync_interval: always }
-lake { warehouse: "/tmp/lake" }
+lake { dir: "/tmp/lake", spark_master: "local[2]", seal_interval: "500ms", compact_interval: 3 }
 """
 
 
@@ -209,7 +210,11 @@ def test_full_config(tmp_path: Path) -> None:
         enabled=True, store_dir="/tmp/js", max_memory_store=10**9,
         max_file_store=10 * 2**30, sync_interval_ns=None,
     )  # fmt: skip
-    assert opts.extra == {"lake": {"warehouse": "/tmp/lake"}}
+    assert opts.lake == LakeConfig(
+        enabled=True, dir="/tmp/lake", spark_master="local[2]", seal_interval=0.5,
+        compact_interval=3.0,
+    )  # fmt: skip
+    assert opts.extra == {}
     assert opts.warnings == ()
     validate_options(opts)
 
@@ -437,3 +442,17 @@ def test_log_line_carries_the_pid(tmp_path: Path) -> None:
     logger.info("ready")
     logger.handlers[0].flush()
     assert (tmp_path / "p.log").read_text() == f"[{os.getpid()}] [INF] ready\n"
+
+
+def test_lake_flags_and_section(tmp_path: Path) -> None:
+    """The lake is off by default; `--lake_dir` or `--spark_master` or `lake {}` turn it on."""
+    assert parse_serve_args(["-js"]).lake == LakeConfig()
+    assert parse_serve_args(["-js", "--lake"]).lake.enabled
+    opts = parse_serve_args(["-js", "--lake_dir", "/l", "--spark_master=local[2]"])
+    assert opts.lake == LakeConfig(enabled=True, dir="/l", spark_master="local[2]")
+    assert load_config(write(tmp_path, "lake: true\n")).lake.enabled
+    assert not load_config(write(tmp_path, "lake { enabled: false }\n")).lake.enabled
+    with pytest.raises(ConfigError, match="unknown field"):
+        load_config(write(tmp_path, "lake { warehouse: x }\n"))
+    with pytest.raises(ConfigError, match="negative"):
+        load_config(write(tmp_path, 'lake { seal_interval: "-1s" }\n'))

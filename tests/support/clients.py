@@ -15,11 +15,24 @@ from nats.aio.subscription import Subscription
 FLUSH_TIMEOUT = 5.0
 
 
+async def sync(nc: NATS) -> None:
+    """Return once the server has processed everything ``nc`` sent so far.
+
+    Not just ``nc.flush()``: nats-py 2.16 writes flush's PING straight to the
+    socket while earlier SUB/PUB commands may still wait in its write buffer,
+    so the PONG can come back before they were even sent (seen as ~10% flaky
+    "message missing" failures against the reference). Pushing the buffer
+    out first restores the protocol's ordering guarantee.
+    """
+    await nc._flush_pending(force_flush=True)
+    await nc.flush(FLUSH_TIMEOUT)
+
+
 async def barrier(publisher: NATS, *subscribers: NATS) -> None:
     """Return once everything ``publisher`` sent has reached the subscribers' queues."""
-    await publisher.flush(FLUSH_TIMEOUT)
+    await sync(publisher)
     for nc in subscribers:
-        await nc.flush(FLUSH_TIMEOUT)
+        await sync(nc)
 
 
 async def drain_pending(sub: Subscription) -> list[Msg]:

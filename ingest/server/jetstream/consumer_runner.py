@@ -1,0 +1,228 @@
+"""One live consumer on the event loop: its subscriptions, its timer, its store.
+
+The rules live in `log.consumer.Consumer`; this shell feeds it what happens
+(pull requests, acks, flow-control replies, commits, interest changes, its
+timer) and publishes what it returns. Work is coalesced per loop turn: many
+commits or acks in one read schedule one `pump` and one state write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from log.consumer import ACK_PREFIX, FC_PREFIX, Advisory, Consumer, Delivery, Output, Status
+from log.consumer_store import ConsumerStore
+from log.timefmt import now_ns
+
+if TYPE_CHECKING:
+    from ingest.server.jetstream.port import Messaging
+    from log.stream import Stream
+
+NEXT_PREFIX = "$JS.API.CONSUMER.MSG.NEXT."
+DoneSink = Callable[["Runner", list[int]], None]
+IdleSink = Callable[["Runner"], None]
+
+
+class Runner:
+    def __init__(
+        self,
+        consumer: Consumer,
+        stream: Stream,
+        messaging: Messaging,
+        *,
+        store: ConsumerStore | None,
+        on_done: DoneSink,
+        on_idle: IdleSink,
+    ) -> None:
+        self.consumer = consumer
+        self.stream = stream
+        self._messaging = messaging
+        self.store = store
+        self._on_done = on_done
+        self._on_idle = on_idle
+        self._subs: list[object] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0
+        self._scheduled = False
+        self._save_scheduled = False
+        self._inactive_since = now_ns()
+        self.closed = False
+
+    @property
+    def name(self) -> str:
+        return self.consumer.name
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        c, subscribe = self.consumer, self._messaging.subscribe
+        base = f"{c.stream}.{c.name}"
+        self._subs = [subscribe(f"{ACK_PREFIX}.{base}.>", self._on_ack)]
+        if c.cfg.is_push:
+            if c.cfg.flow_control:
+                self._subs.append(subscribe(f"{FC_PREFIX}.{base}.*", self._on_flow_control))
+            self.check_interest()
+        else:
+            self._subs.append(subscribe(NEXT_PREFIX + base, self._on_next))
+        barrier = self.stream.commit_barrier(self.stream.last_seq)
+        if barrier is not None:  # messages in flight at creation have no commit callback
+            barrier.add_done_callback(lambda _: self._refresh_commit())
+        self.schedule()
+
+    def stop(self, *, reason: str = "") -> None:
+        """Unsubscribe and stop timers; `reason` answers waiting pull requests (409)."""
+        if self.closed:
+            return
+        self.closed = True
+        for token in self._subs:
+            self._messaging.unsubscribe(token)
+        self._subs = []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if reason:
+            self._publish(self.consumer.drop_requests(reason))
+        self.save()
+
+    def save(self) -> None:
+        self._save_scheduled = False
+        if self.store is not None and self.consumer.dirty:
+            self.consumer.dirty = False
+            self.store.save_state(self.consumer.snapshot())
+
+    # -- events ---------------------------------------------------------------------
+
+    def on_commit(self, seq: int, subject: str) -> None:
+        self.consumer.on_commit(seq, subject)
+        self.schedule()
+
+    def _refresh_commit(self) -> None:
+        self.consumer.committed = max(self.consumer.committed, self.stream.committed_seq)
+        self.consumer.npc = self.consumer.count_pending()
+        self.schedule()
+
+    def check_interest(self) -> None:
+        """Follow subscriptions: push delivers only to listeners; pull drops deaf requests."""
+        c, now = self.consumer, now_ns()
+        has = self._messaging.has_interest
+        if c.cfg.is_push:
+            active = has(c.cfg.deliver_subject)
+            if active != c.active:
+                c.set_active(active, now)
+                if not active:
+                    self._inactive_since = now
+                self.schedule()
+        else:
+            for req in c.waiting:
+                if not has(req.reply):
+                    c.forget_request(req.reply)
+        self._arm(now)
+
+    def _on_next(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        if not reply or self.closed:
+            return
+        self._publish(self.consumer.pull(reply, data, now_ns()))
+        self.schedule()
+
+    def _on_ack(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        tokens = subject.split(".")
+        if len(tokens) < 9 or self.closed:
+            return
+        now = now_ns()
+        try:
+            result = self.consumer.ack(tokens, data, now)
+        except ValueError:
+            return
+        if result.done:
+            self._on_done(self, result.done)
+        if result.request is not None and reply:
+            self._publish(self.consumer.pull(reply, result.request, now))
+        if result.confirm and reply:
+            self.save()  # a confirmed ack is durable before the client hears of it
+            self._messaging.publish(reply, None, None, b"")
+        self.schedule()
+
+    def _on_flow_control(
+        self, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> None:
+        self.consumer.flow_control_reply(subject)
+        self.schedule()
+
+    # -- the pump -------------------------------------------------------------------
+
+    def schedule(self) -> None:
+        """Pump once at the end of this loop turn, however many events arrived."""
+        if not self._scheduled and not self.closed:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._run)
+
+    def _run(self) -> None:
+        self._scheduled = False
+        if self.closed:
+            return
+        now = now_ns()
+        out = self.consumer.pump(now)
+        self._publish(out)
+        if self.consumer.cfg.ack_policy == "none":
+            done = [o.msg.seq for o in out if isinstance(o, Delivery)]
+            if done:
+                self._on_done(self, done)
+        if self.consumer.dirty and self.store is not None and not self._save_scheduled:
+            self._save_scheduled = True
+            asyncio.get_running_loop().call_soon(self.save)
+        self._arm(now)
+
+    def _arm(self, now: int) -> None:
+        if self.closed:
+            return
+        deadline = self.consumer.next_deadline(now)
+        idle_at = self._idle_deadline()
+        if idle_at is not None:
+            deadline = idle_at if deadline is None else min(deadline, idle_at)
+        if deadline is None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return
+        if self._timer is not None and self._timer_at == deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        delay = max(deadline - now, 0) / 1e9
+        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        idle_at = self._idle_deadline()
+        if idle_at is not None and now_ns() >= idle_at:
+            self._on_idle(self)
+            return
+        self._run()
+
+    def _idle_deadline(self) -> int | None:
+        """When an unused consumer with an inactive_threshold is removed."""
+        c = self.consumer
+        threshold = c.cfg.inactive_threshold
+        if not threshold:
+            return None
+        if c.cfg.is_push:
+            return None if c.active else self._inactive_since + threshold
+        if len(c.waiting):
+            return None
+        return max(c.last_request, c.last_delivered) + threshold
+
+    # -- output ---------------------------------------------------------------------
+
+    def _publish(self, out: list[Output]) -> None:
+        publish, deliver = self._messaging.publish, self._messaging.deliver
+        for item in out:
+            if isinstance(item, Delivery):
+                deliver(item.subject, item.msg.subject, item.reply, item.hdr or None, item.data)
+            elif isinstance(item, Status):
+                publish(item.subject, item.reply or None, item.hdr, b"")
+            elif isinstance(item, Advisory):
+                publish(item.subject, None, None, json.dumps(item.body).encode())

@@ -1,0 +1,358 @@
+"""The consumers of every stream: the CONSUMER.* API, recovery and retention by acks.
+
+Create-or-update follows nats-server's `jsConsumerCreateRequest` and
+`addConsumerWithAssignment` check for check, because clients branch on the
+error codes (nats.go turns 10148/10149 into typed errors, nats-py rebinds
+durables by name). Interest and workqueue streams drop a message once no
+consumer whose filter matches it still needs it, as the reference's
+`checkForInterest` rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+import string
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ingest.parser.subjects import subjects_overlap
+from ingest.server.jetstream.api import LIST_LIMIT, NAMES_LIMIT, Response
+from ingest.server.jetstream.api import _optional_json as _json_object
+from ingest.server.jetstream.consumer_runner import Runner
+from log import consumer_config as ccfg
+from log import consumer_errors as cerr
+from log import errors
+from log.config import API_LEVEL, is_valid_name
+from log.consumer import Consumer
+from log.consumer_store import ConsumerStore, consumers_dir, load_all
+from log.stream import Stream
+from log.timefmt import now_ns, parse_rfc3339, rfc3339
+
+if TYPE_CHECKING:
+    from ingest.server.jetstream.engine import JetStream
+
+log = logging.getLogger(__name__)
+
+_ALPHABET = string.ascii_letters + string.digits
+
+
+class Consumers:
+    def __init__(self, engine: JetStream, server_version: str) -> None:
+        self._js = engine
+        self._version = server_version
+        self._by_stream: dict[str, dict[str, Runner]] = {}
+        self._listeners: dict[str, Any] = {}
+        self._interest_scheduled = False
+        engine.messaging.watch_interest(self._interest_changed)
+
+    # -- registry ---------------------------------------------------------------
+
+    def attach(self, stream: Stream, folder: Path) -> None:
+        """Start serving a stream's consumers, recovering the persisted ones."""
+        self._by_stream.setdefault(stream.name, {})
+
+        def on_commit(seq: int, subject: str) -> None:
+            self._on_commit(stream, seq, subject)
+
+        self._listeners[stream.name] = on_commit
+        stream.add_commit_listener(on_commit)
+        if stream.config.storage != "file":
+            return
+        for saved in load_all(folder):
+            try:
+                cfg = ccfg.with_defaults(ccfg.from_request(saved.config), stream.config)
+            except errors.ApiError as err:
+                log.warning("consumer %s > %s not recovered: %s", stream.name, saved.name, err)
+                continue
+            runner = self._open(stream, saved.name, cfg, parse_rfc3339(saved.created))
+            if saved.state is not None:
+                runner.consumer.restore(saved.state, now_ns())
+            runner.start()
+
+    def detach(self, stream: Stream, *, reason: str) -> None:
+        """Stop a stream's consumers (shutdown, stream deleted); their files stay."""
+        listener = self._listeners.pop(stream.name, None)
+        if listener is not None:
+            stream.remove_commit_listener(listener)
+        for runner in self._by_stream.pop(stream.name, {}).values():
+            runner.stop(reason=reason)
+
+    def count(self, stream: str) -> int:
+        return len(self._by_stream.get(stream, {}))
+
+    def total(self) -> int:
+        return sum(len(v) for v in self._by_stream.values())
+
+    def _consumer(self, stream: str, name: str) -> Runner:
+        self._js.stream(stream)
+        runner = self._by_stream.get(stream, {}).get(name)
+        if runner is None:
+            raise errors.consumer_not_found()
+        return runner
+
+    def _open(self, stream: Stream, name: str, cfg: ccfg.ConsumerConfig, created: int) -> Runner:
+        now = now_ns()
+        consumer = Consumer(
+            stream.name,
+            name,
+            cfg,
+            stream.store,
+            created=created,
+            now=now,
+            committed=stream.committed_seq,
+        )
+        store = None
+        if cfg.is_durable and stream.config.storage == "file" and not cfg.mem_storage:
+            folder = consumers_dir(self._js.stream_folder(stream.name)) / name
+            store = ConsumerStore(folder, fsync=self._js.config.sync_interval_ns is None)
+            store.save_meta(ccfg.to_state_json(cfg), rfc3339(created))
+        runner = Runner(
+            consumer,
+            stream,
+            self._js.messaging,
+            store=store,
+            on_done=self._on_done,
+            on_idle=self._on_idle,
+        )
+        self._by_stream[stream.name][name] = runner
+        return runner
+
+    def _remove(self, stream: Stream, runner: Runner) -> None:
+        runner.stop(reason="Consumer Deleted")
+        self._by_stream.get(stream.name, {}).pop(runner.name, None)
+        if runner.store is not None:
+            runner.store.delete()
+        if stream.config.retention == "interest":
+            self._sweep_interest(stream)
+
+    # -- events ---------------------------------------------------------------------
+
+    def _on_commit(self, stream: Stream, seq: int, subject: str) -> None:
+        runners = self._by_stream.get(stream.name, {})
+        for runner in runners.values():
+            runner.on_commit(seq, subject)
+        if stream.config.retention == "interest" and not any(
+            r.consumer.matches(subject) for r in runners.values()
+        ):
+            stream.store.remove(seq)
+
+    def _on_done(self, runner: Runner, seqs: list[int]) -> None:
+        """A consumer is finished with these messages: drop those nobody else needs."""
+        stream = runner.stream
+        if stream.config.retention == "limits":
+            return
+        others = [r.consumer for r in self._by_stream.get(stream.name, {}).values()]
+        for seq in seqs:
+            msg = stream.store.load(seq)
+            if msg is not None and not any(c.needs(seq, msg.subject) for c in others):
+                stream.store.remove(seq)
+
+    def _sweep_interest(self, stream: Stream) -> None:
+        """After a consumer left an interest stream: drop what no one still needs."""
+        others = [r.consumer for r in self._by_stream.get(stream.name, {}).values()]
+        state = stream.store.state()
+        for seq in list(stream.store.seqs_for(">", state.first_seq)):
+            msg = stream.store.load(seq)
+            if msg is not None and not any(c.needs(seq, msg.subject) for c in others):
+                stream.store.remove(seq)
+
+    def _on_idle(self, runner: Runner) -> None:
+        stream = self._js.streams.get(runner.consumer.stream)
+        if stream is not None and runner.name in self._by_stream.get(stream.name, {}):
+            self._remove(stream, runner)
+
+    def _interest_changed(self) -> None:
+        if not self._interest_scheduled and any(self._by_stream.values()):
+            self._interest_scheduled = True
+            asyncio.get_running_loop().call_soon(self._recheck_interest)
+
+    def _recheck_interest(self) -> None:
+        self._interest_scheduled = False
+        for runners in list(self._by_stream.values()):
+            for runner in list(runners.values()):
+                runner.check_interest()
+
+    # -- API ------------------------------------------------------------------------
+
+    def create(self, tokens: list[str], data: bytes) -> Response:
+        req = _json_object(data)
+        raw_cfg = req.get("config")
+        cfg = ccfg.from_request(raw_cfg if raw_cfg is not None else {})
+        durable_api = tokens[1] == "DURABLE"
+        stream_name = tokens[3] if durable_api else tokens[2]
+        if durable_api and len(tokens) != 5:
+            raise cerr.durable_not_in_subject()
+        name = tokens[4] if durable_api else (tokens[3] if len(tokens) > 3 else cfg.name)
+        subject_filter = ".".join(tokens[4:]) if not durable_api and len(tokens) > 4 else ""
+        if stream_name != req.get("stream_name"):
+            raise errors.stream_name_mismatch()
+        if name and ("/" in name or "\\" in name):
+            raise cerr.path_separators()
+        if durable_api:
+            if not cfg.durable_name:
+                raise cerr.durable_not_set()
+            if name != cfg.durable_name:
+                raise cerr.durable_mismatch()
+            cfg = dataclasses.replace(cfg, name=name)
+        elif len(tokens) > 3:
+            if cfg.durable_name and name != cfg.durable_name:
+                raise cerr.durable_mismatch()
+            cfg = dataclasses.replace(cfg, name=name)
+        elif cfg.durable_name:
+            raise cerr.ephemeral_with_durable()
+        if subject_filter and cfg.filter_subjects:
+            raise cerr.multiple_filters_in_subject()
+        if subject_filter and cfg.filter_subject != subject_filter:
+            raise cerr.filter_mismatch()
+        if cfg.num_replicas > 1:
+            raise errors.replicas_not_supported()
+        stream = self._js.stream(stream_name)
+        existing_name = cfg.durable_name or cfg.name
+        existing = self._by_stream[stream.name].get(existing_name) if existing_name else None
+        if existing is not None:
+            cfg = dataclasses.replace(cfg, pause_until=existing.consumer.cfg.pause_until)
+        cfg = ccfg.with_defaults(cfg, stream.config)
+        ccfg.check(cfg, stream.config)
+        action = str(req.get("action") or "")
+        if existing is not None:
+            return self._update(stream, existing, cfg, action)
+        if action == "update":
+            raise cerr.does_not_exist()
+        self._check_new(stream, cfg)
+        name = cfg.name or self._fresh_name(stream.name)  # a generated name stays out of config
+        if not is_valid_name(name):
+            raise cerr.bad_durable_name()
+        runner = self._open(stream, name, cfg, now_ns())
+        runner.start()
+        return self.describe(stream, runner, dynamic=True)
+
+    def _update(
+        self, stream: Stream, runner: Runner, cfg: ccfg.ConsumerConfig, action: str
+    ) -> Response:
+        old = runner.consumer.cfg
+        if action == "create" and cfg != old:
+            raise cerr.already_exists()
+        if stream.config.retention == "workqueue":
+            self._check_partition(stream, cfg, skip=runner.name)
+        bound = bool(old.deliver_subject) and self._js.messaging.has_interest(old.deliver_subject)
+        ccfg.check_update(old, cfg, deliver_bound=bound)
+        if cfg != old:
+            runner.consumer.update_config(cfg)
+            if runner.store is not None:
+                runner.store.save_meta(ccfg.to_state_json(cfg), rfc3339(runner.consumer.created))
+            runner.check_interest()
+            runner.schedule()
+        return self.describe(stream, runner, dynamic=True)
+
+    def _check_new(self, stream: Stream, cfg: ccfg.ConsumerConfig) -> None:
+        scfg = stream.config
+        count = self.count(stream.name)
+        if scfg.max_consumers > 0 and count >= scfg.max_consumers:
+            raise cerr.max_consumers()
+        if scfg.retention == "workqueue":
+            if cfg.ack_policy != "explicit":
+                raise cerr.wq_requires_explicit_ack()
+            if cfg.deliver_policy != "all":
+                raise cerr.wq_not_deliver_all()
+            if count:
+                if not cfg.filters:
+                    raise cerr.wq_multiple_unfiltered()
+                self._check_partition(stream, cfg, skip=cfg.name)
+
+    def _check_partition(self, stream: Stream, cfg: ccfg.ConsumerConfig, *, skip: str) -> None:
+        """Workqueue consumers must not share a subject (the reference's partitionUnique)."""
+        for other in self._by_stream[stream.name].values():
+            if other.name == skip:
+                continue
+            theirs = other.consumer.cfg.filters or (">",)
+            if any(subjects_overlap(a, b) for a in cfg.filters or (">",) for b in theirs):
+                raise cerr.wq_not_unique()
+
+    def _fresh_name(self, stream: str) -> str:
+        while True:
+            name = "".join(secrets.choice(_ALPHABET) for _ in range(8))
+            if name not in self._by_stream[stream]:
+                return name
+
+    def info(self, tokens: list[str], data: bytes) -> Response:
+        runner = self._consumer(tokens[2], tokens[3])
+        return self.describe(runner.stream, runner, dynamic=True)
+
+    def delete(self, tokens: list[str], data: bytes) -> Response:
+        runner = self._consumer(tokens[2], tokens[3])
+        self._remove(runner.stream, runner)
+        return {"success": True}
+
+    def pause(self, tokens: list[str], data: bytes) -> Response:
+        req = _json_object(data)
+        runner = self._consumer(tokens[2], tokens[3])
+        until_text = req.get("pause_until")
+        until = parse_rfc3339(until_text) if isinstance(until_text, str) else 0
+        if until_text == "0001-01-01T00:00:00Z":
+            until = 0
+        cfg = dataclasses.replace(runner.consumer.cfg, pause_until=until or None)
+        runner.consumer.update_config(cfg)
+        if runner.store is not None:
+            runner.store.save_meta(ccfg.to_state_json(cfg), rfc3339(runner.consumer.created))
+        runner.schedule()
+        now = now_ns()
+        out: Response = {"paused": until > now, "pause_until": rfc3339(until)}
+        if until > now:
+            out["pause_remaining"] = until - now
+        return out
+
+    def names(self, tokens: list[str], data: bytes) -> Response:
+        self._js.stream(tokens[2])
+        offset = max(int(_json_object(data).get("offset") or 0), 0)
+        names = sorted(self._by_stream.get(tokens[2], {}))
+        page = names[offset : offset + NAMES_LIMIT]
+        return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "consumers": page}
+
+    def list(self, tokens: list[str], data: bytes) -> Response:
+        stream = self._js.stream(tokens[2])
+        offset = max(int(_json_object(data).get("offset") or 0), 0)
+        runners = self._by_stream.get(stream.name, {})
+        names = sorted(runners)
+        page = names[offset : offset + LIST_LIMIT]
+        return {
+            "total": len(names),
+            "offset": offset,
+            "limit": LIST_LIMIT,
+            "consumers": [self.describe(stream, runners[n]) for n in page],
+        }
+
+    def describe(self, stream: Stream, runner: Runner, *, dynamic: bool = False) -> Response:
+        """The reference's ConsumerInfo document."""
+        c, now = runner.consumer, now_ns()
+        extra = {"_nats.level": str(API_LEVEL), "_nats.ver": self._version} if dynamic else None
+        delivered: Response = {"consumer_seq": c.dseq - 1, "stream_seq": c.sseq - 1}
+        if c.last_delivered:
+            delivered["last_active"] = rfc3339(c.last_delivered)
+        ack_floor: Response = {"consumer_seq": c.adflr, "stream_seq": c.asflr}
+        if c.last_acked:
+            ack_floor["last_active"] = rfc3339(c.last_acked)
+        c.npc = c.count_pending()
+        out: Response = {
+            "stream_name": stream.name,
+            "name": c.name,
+            "created": rfc3339(c.created),
+            "config": c.cfg.to_json(dynamic=extra),
+            "delivered": delivered,
+            "ack_floor": ack_floor,
+            "num_ack_pending": len(c.pending),
+            "num_redelivered": len(c.redelivered),
+            "num_waiting": len(c.waiting),
+            "num_pending": c.npc,
+        }
+        if c.cfg.is_push and c.active:
+            out["push_bound"] = True
+        pause = c.cfg.pause_until
+        if pause is not None and pause > now:
+            out["paused"] = True
+            out["pause_remaining"] = pause - now
+        out["ts"] = rfc3339(now)
+        return out
+

@@ -1,0 +1,371 @@
+"""JetStream inside the server: the stream registry, its subscriptions, timers and storage layout.
+
+Layout on disk (the reference's): `<store_dir>/jetstream/$G/streams/<name>/`
+holds the stream's segment files and `stream.json` (its config and creation
+time), written atomically so a crash leaves the old or the new one. Memory
+streams are not persisted, as in the reference: they do not survive a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from ingest.parser.headers import HeaderError, parse_headers
+from ingest.parser.subjects import subjects_overlap
+from ingest.server.jetstream import direct
+from ingest.server.jetstream.port import Messaging
+from log import errors
+from log.config import API_LEVEL, StreamConfig, check_update, from_request
+from log.segments.api import MsgStore
+from log.stream import Stream
+from log.timefmt import now_ns, parse_rfc3339, rfc3339
+
+log = logging.getLogger(__name__)
+
+ACCOUNT = "$G"
+META_FILE = "stream.json"
+DIRECT_PREFIX = "$JS.API.DIRECT.GET."
+SERVER_VERSION = "2.11.0"  # the nats-server level jetlake reports in `_nats.ver`
+StoreOpener = Callable[[StreamConfig, Path], MsgStore]
+
+
+class JetStreamOptions(Protocol):
+    """The part of the server options JetStream reads (`-js`, `-sd`, `sync_interval`)."""
+
+    @property
+    def store_dir(self) -> str | None: ...
+
+    @property
+    def max_memory_store(self) -> int: ...
+
+    @property
+    def max_file_store(self) -> int: ...
+
+    @property
+    def sync_interval_ns(self) -> int | None: ...
+
+
+def open_store(cfg: StreamConfig, path: Path) -> MsgStore:
+    """The default stores: Arrow segment files, or memory for `storage: memory`."""
+    if cfg.storage == "memory":
+        from log.segments.memstore import MemoryStore
+
+        return MemoryStore(name=cfg.name)
+    from log.segments.filestore import FileStore
+
+    return FileStore(path, name=cfg.name)
+
+
+def read_headers(block: bytes) -> Mapping[str, list[str]]:
+    """Headers of a stored or published block; a malformed block counts as none."""
+    try:
+        return parse_headers(block)[2]
+    except HeaderError:
+        return {}
+
+
+class JetStream:
+    def __init__(
+        self,
+        config: JetStreamOptions,
+        messaging: Messaging,
+        *,
+        server_id: str,
+        server_name: str,
+        store_opener: StoreOpener = open_store,
+    ) -> None:
+        from ingest.server.jetstream.api import Api
+        from ingest.server.jetstream.consumers import Consumers
+
+        self.config = config
+        self.messaging = messaging
+        self.server_id = server_id
+        self.server_name = server_name
+        base = Path(config.store_dir or Path(tempfile.gettempdir()) / "nats")
+        self.store_dir = base / "jetstream"
+        self._root = self.store_dir / ACCOUNT / "streams"
+        self._open_store = store_opener
+        self.streams: dict[str, Stream] = {}
+        self._subs: dict[str, list[object]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.consumers = Consumers(self, SERVER_VERSION)
+        self.api = Api(self)
+        self._api_subs: list[object] = []
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recover persisted streams, then start answering the API."""
+        self._root.mkdir(parents=True, exist_ok=True)
+        for folder in sorted(self._root.iterdir()):
+            meta = folder / META_FILE
+            if not meta.is_file():
+                log.warning("JetStream: %s has no %s; stream not recovered", folder, META_FILE)
+                continue
+            doc = json.loads(meta.read_bytes())
+            cfg = from_request(doc["config"])
+            stream = self._open(cfg, parse_rfc3339(doc["created"]))
+            state = stream.store.state()
+            log.info("  Restored %d messages for stream '%s > %s'", state.msgs, ACCOUNT, cfg.name)
+        self._api_subs = self.api.subscribe(self.messaging.subscribe)
+        log.info("JetStream started: %d streams, store %s", len(self.streams), self.store_dir)
+
+    async def stop(self) -> None:
+        """Stop taking requests and publishes, then commit, sync and close every stream."""
+        for token in self._api_subs:
+            self.messaging.unsubscribe(token)
+        self._api_subs = []
+        for name, stream in list(self.streams.items()):
+            self.consumers.detach(stream, reason="")
+            self._detach(name)
+        streams, self.streams = list(self.streams.values()), {}
+        await asyncio.gather(*(stream.close() for stream in streams))
+
+    # -- stream registry (the API calls these) ---------------------------------
+
+    def stream(self, name: str) -> Stream:
+        stream = self.streams.get(name)
+        if stream is None:
+            raise errors.stream_not_found()
+        return stream
+
+    def create_stream(self, cfg: StreamConfig) -> Stream:
+        """Create, or return the existing stream when the config is identical."""
+        if cfg.num_replicas > 1:
+            raise errors.replicas_not_supported()
+        existing = self.streams.get(cfg.name)
+        if existing is not None:
+            if existing.config == cfg:
+                return existing
+            raise errors.stream_name_exists()
+        self._check_overlap(cfg)
+        stream = self._open(cfg, now_ns())
+        self._persist(stream)
+        return stream
+
+    def update_stream(self, cfg: StreamConfig) -> Stream:
+        stream = self.stream(cfg.name)
+        new = check_update(stream.config, cfg)
+        self._check_overlap(new)
+        self._detach(cfg.name)
+        stream.update(new)
+        self._persist(stream)
+        self._attach(stream)
+        return stream
+
+    async def delete_stream(self, name: str) -> None:
+        stream = self.stream(name)
+        self.consumers.detach(stream, reason="Consumer Deleted")
+        self._detach(name)
+        del self.streams[name]
+        await stream.delete()
+        shutil.rmtree(self._root / name, ignore_errors=True)
+
+    def _check_overlap(self, cfg: StreamConfig) -> None:
+        for other in self.streams.values():
+            if other.name != cfg.name and any(
+                subjects_overlap(a, b) for a in cfg.subjects for b in other.config.subjects
+            ):
+                raise errors.subjects_overlap()
+
+    def _open(self, cfg: StreamConfig, created_ns: int) -> Stream:
+        folder = self._root / cfg.name
+        if cfg.storage == "file":
+            folder.mkdir(parents=True, exist_ok=True)
+        stream = Stream(
+            cfg,
+            self._open_store(cfg, folder),
+            created_ns=created_ns,
+            read_headers=read_headers,
+            sync_interval_ns=self.config.sync_interval_ns,
+        )
+        self.streams[cfg.name] = stream
+        self._attach(stream)
+        self.consumers.attach(stream, folder)
+        return stream
+
+    def stream_folder(self, name: str) -> Path:
+        return self._root / name
+
+    def _persist(self, stream: Stream) -> None:
+        """Write stream.json atomically: temp file, fsync, rename, fsync the folder."""
+        if stream.config.storage != "file":
+            return
+        folder = self._root / stream.name
+        tmp = folder / (META_FILE + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(stream.snapshot_config())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / META_FILE)
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    # -- subscriptions -------------------------------------------------------
+
+    def _attach(self, stream: Stream) -> None:
+        subscribe = self.messaging.subscribe
+        on_msg = self._publish_handler(stream)
+        tokens = [subscribe(subject, on_msg) for subject in stream.config.subjects]
+        if stream.config.allow_direct:
+            on_get = self._direct_handler(stream)
+            prefix = DIRECT_PREFIX + stream.name
+            tokens += [subscribe(prefix, on_get), subscribe(prefix + ".>", on_get)]
+        self._subs[stream.name] = tokens
+        self._arm_expiry(stream)
+
+    def _detach(self, name: str) -> None:
+        for token in self._subs.pop(name, []):
+            self.messaging.unsubscribe(token)
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _publish_handler(self, stream: Stream) -> Callable[..., None]:
+        publish = self.messaging.publish
+
+        def on_msg(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+            headers = read_headers(hdr) if hdr else {}
+            ack = None
+            if reply:
+                target = reply
+
+                def ack(body: bytes) -> None:
+                    publish(target, None, None, body)
+
+            stream.publish(subject, hdr, data, headers, ack)
+            if stream.name not in self._timers:
+                self._arm_expiry(stream)
+
+        return on_msg
+
+    def _direct_handler(self, stream: Stream) -> Callable[..., None]:
+        prefix = DIRECT_PREFIX + stream.name + "."
+        publish = self.messaging.publish
+
+        def on_get(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+            if not reply:
+                return
+            key = subject[len(prefix) :] if subject.startswith(prefix) else ""
+            try:
+                req = direct.parse_request(data, key)
+            except direct.BadDirectRequest as bad:
+                publish(reply, None, bad.hdr, b"")
+                return
+            msgs = list(direct.lookup(stream, req))
+            out = direct.replies(stream, req, msgs)
+
+            def send(*_: object) -> None:
+                for r in out:
+                    publish(reply, None, r.hdr or None, r.data)
+
+            barrier = stream.commit_barrier(msgs[-1].seq) if msgs else None
+            if barrier is None:
+                send()
+            else:
+                barrier.add_done_callback(send)
+
+        return on_get
+
+    async def visible(self, stream: Stream, seq: int) -> None:
+        """Wait until message `seq` is committed, so a reader never sees an unacked write."""
+        barrier = stream.commit_barrier(seq)
+        if barrier is not None:
+            try:
+                await asyncio.shield(barrier)
+            except Exception:
+                raise errors.no_message_found() from None
+
+    # -- expiry (max_age, Nats-TTL) ------------------------------------------
+
+    def _arm_expiry(self, stream: Stream) -> None:
+        """Schedule the next expiry; before anything is committed, check back after one period."""
+        cfg = stream.config
+        if not (cfg.max_age or cfg.allow_msg_ttl) or stream.name in self._timers:
+            return
+        deadline = stream.next_expiry()
+        if deadline is None:
+            if stream.last_seq == 0:
+                return
+            deadline = now_ns() + (cfg.max_age or 1_000_000_000)
+        delay = max(deadline - now_ns(), 0) / 1e9
+        loop = asyncio.get_running_loop()
+        self._timers[stream.name] = loop.call_later(delay, self._expire, stream.name)
+
+    def _expire(self, name: str) -> None:
+        self._timers.pop(name, None)
+        stream = self.streams.get(name)
+        if stream is None:
+            return
+        stream.expire(now_ns())
+        if stream.next_expiry() is not None:
+            self._arm_expiry(stream)
+
+    # -- reporting -----------------------------------------------------------
+
+    def describe(
+        self,
+        stream: Stream,
+        *,
+        dynamic: bool = False,
+        deleted_details: bool = False,
+        subjects_filter: str = "",
+    ) -> dict[str, Any]:
+        """config/created/state/ts of stream info, create, update and list responses."""
+        extra = {"_nats.level": str(API_LEVEL), "_nats.ver": SERVER_VERSION} if dynamic else None
+        return {
+            "config": stream.config.to_json(dynamic=extra),
+            "created": rfc3339(stream.created_ns),
+            "state": stream.state_json(
+                consumers=self.consumers.count(stream.name),
+                deleted_details=deleted_details, subjects_filter=subjects_filter
+            ),
+            "ts": rfc3339(now_ns()),
+        }
+
+    def usage(self) -> dict[str, int]:
+        used = {"memory": 0, "storage": 0}
+        for stream in self.streams.values():
+            kind = "memory" if stream.config.storage == "memory" else "storage"
+            used[kind] += stream.store.state().bytes
+        return used
+
+    def info(self) -> dict[str, Any]:
+        """The /jsz document."""
+        messages = total_bytes = 0
+        for stream in self.streams.values():
+            state = stream.store.state()
+            messages += state.msgs
+            total_bytes += state.bytes
+        sync = self.config.sync_interval_ns
+        return {
+            "server_id": self.server_id,
+            "now": rfc3339(now_ns()),
+            "config": {
+                "max_memory": self.config.max_memory_store,
+                "max_storage": self.config.max_file_store,
+                "store_dir": str(self.store_dir.parent),
+                "sync_interval": sync if sync is not None else "always",
+            },
+            **self.usage(),
+            "reserved_memory": 0,
+            "reserved_storage": 0,
+            "accounts": 1,
+            "ha_assets": 0,
+            "api": {"level": API_LEVEL, "total": self.api.total, "errors": self.api.errors},
+            "streams": len(self.streams),
+            "consumers": self.consumers.total(),
+            "messages": messages,
+            "bytes": total_bytes,
+        }

@@ -1,0 +1,210 @@
+"""The lake beside `jetlake serve`: seal on a timer, hold reclaim, report lag, start the compactor.
+
+The server never waits for Spark. It keeps to cheap file work on its own
+loop, once per tick:
+- seal the active segment of each lake stream once its first message is
+  `seal_interval` old (an idle stream's segment too, not only on the next
+  append), so a message reaches the lake within seconds;
+- read each stream's pin (`lake.json`, written by the compactor after each
+  Delta commit) and hold reclaim above it, so space reclaim never destroys a
+  row the lake has not taken;
+- start the compactor process (`jetlake job compact --follow`, one long-lived
+  SparkSession) the first time a sealed segment waits for the lake. Until then
+  no JVM runs: a short-lived `-js` server that seals nothing costs nothing.
+  If it dies it is started again after `_RESTART_BACKOFF`; at shutdown it gets
+  SIGTERM, then SIGKILL (safe: every append is an idempotent transaction); if
+  the server itself is killed, the compactor notices its parent is gone.
+Lag per stream (messages and seconds behind the lake) is what `/jsz` and
+`/metrics` show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from log.compactor.layout import STREAMS, StreamRef, default_lake_dir, lake_enabled, read_pin
+from log.config import StreamConfig
+from log.segments.api import MsgStore
+from log.segments.filestore import FileStore
+from log.timefmt import now_ns, rfc3339
+
+if TYPE_CHECKING:
+    from ingest.server.jetstream import JetStream
+    from ingest.server.settings import LakeConfig
+    from log.stream import Stream
+
+log = logging.getLogger("jetlake")
+
+_TICK_MAX = 1.0  # seconds between ticks at most
+_RESTART_BACKOFF = 10.0
+_STOP_GRACE = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Lag:
+    stream: str
+    lake_seq: int
+    messages: int
+    seconds: float
+    table: str
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "lake_seq": self.lake_seq,
+            "lag_messages": self.messages,
+            "lag_seconds": round(self.seconds, 3),
+            "table": self.table,
+        }
+
+
+class LakeSupervisor:
+    def __init__(self, config: LakeConfig) -> None:
+        self.config = config
+        self.store_base = Path()
+        self.lake_dir = Path()
+        self._js: JetStream | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._failed_at = 0.0
+        self.lags: dict[str, Lag] = {}
+
+    # -- the store opener JetStream calls ----------------------------------------------
+
+    def open_store(self, cfg: StreamConfig, path: Path) -> MsgStore:
+        """The engine's store, holding reclaim at once when the stream goes to the lake."""
+        from ingest.server.jetstream.engine import open_store
+
+        store = open_store(cfg, path)
+        if isinstance(store, FileStore) and lake_enabled(cfg.storage, cfg.metadata):
+            store.hold_for_lake(0)  # the first tick raises it to the pin
+        return store
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self, js: JetStream) -> None:
+        """Begin ticking over js's streams; its store dir decides the default lake dir."""
+        self._js = js
+        self.store_base = js.store_dir.parent
+        self.lake_dir = (
+            Path(self.config.dir) if self.config.dir else default_lake_dir(self.store_base)
+        )
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        log.info("Lake on: tables in %s, seal every %gs", self.lake_dir, self.config.seal_interval)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                await asyncio.to_thread(proc.wait, _STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
+
+    async def _run(self) -> None:
+        interval = min(max(self.config.seal_interval / 2, 0.05), _TICK_MAX)
+        while True:
+            try:
+                self.tick()
+            except Exception:
+                log.exception("lake supervisor: tick failed")
+            await asyncio.sleep(interval)
+
+    # -- one tick -----------------------------------------------------------------------
+
+    def tick(self) -> None:
+        assert self._js is not None
+        now = now_ns()
+        bound = now - int(self.config.seal_interval * 1e9)
+        lags: dict[str, Lag] = {}
+        waiting = False
+        for stream in list(self._js.streams.values()):
+            store = stream.store
+            if not isinstance(store, FileStore):
+                continue
+            ref = self._ref(stream)
+            if not ref.lake_on:
+                store.hold_for_lake(None)
+                continue
+            pin = read_pin(ref)
+            done = pin.seq if pin else 0
+            store.hold_for_lake(done)
+            store.seal(older_than_ns=bound)
+            waiting |= store.sealed_last_seq > done
+            lags[ref.name] = self._lag(ref, store, done, now)
+        self.lags = lags
+        if waiting:
+            self._ensure_compactor()
+
+    def _ref(self, stream: Stream) -> StreamRef:
+        cfg = stream.config
+        return StreamRef(
+            name=cfg.name,
+            dir=self.store_base / STREAMS / cfg.name,
+            created=rfc3339(stream.created_ns),
+            metadata=dict(cfg.metadata),
+            storage=cfg.storage,
+        )
+
+    def _lag(self, ref: StreamRef, store: FileStore, done: int, now: int) -> Lag:
+        last = store.state().last_seq
+        behind = max(last - done, 0)
+        oldest = store.ts_after(done) if behind else None
+        seconds = max(now - oldest, 0) / 1e9 if oldest is not None else 0.0
+        return Lag(ref.name, done, behind, seconds, str(ref.table_path(self.lake_dir)))
+
+    # -- the compactor process ----------------------------------------------------------
+
+    def _ensure_compactor(self) -> None:
+        if self.config.compact_interval <= 0:
+            return
+        if self._proc is not None:
+            code = self._proc.poll()
+            if code is None:
+                return
+            log.error("lake compactor (pid %d) exited with code %d", self._proc.pid, code)
+            self._proc = None
+            self._failed_at = time.monotonic()
+        if self._failed_at and time.monotonic() - self._failed_at < _RESTART_BACKOFF:
+            return
+        argv = [
+            sys.executable,
+            "-m",
+            "jobs.lake_job",
+            "compact",
+            "--follow",
+            "--store",
+            str(self.store_base),
+            "--lake",
+            str(self.lake_dir),
+            "--interval",
+            str(self.config.compact_interval),
+            "--optimize_interval",
+            str(self.config.optimize_interval),
+            "--parent",
+            str(os.getpid()),
+        ]
+        if self.config.spark_master:
+            argv += ["--spark_master", self.config.spark_master]
+        self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        log.info("Started the lake compactor (pid %d)", self._proc.pid)
+
+    def status(self) -> dict[str, Any]:
+        """The `lake` object of /jsz: the compactor and every lake stream's lag."""
+        running = self._proc is not None and self._proc.poll() is None
+        return {
+            "dir": str(self.lake_dir),
+            "compactor": {"running": running, "pid": self._proc.pid if running else 0},
+            "streams": {name: lag.json() for name, lag in sorted(self.lags.items())},
+        }

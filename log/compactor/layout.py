@@ -1,0 +1,146 @@
+"""Where each stream's lake table is, who owns it, and how far the lake has got.
+
+Stdlib only: the server reads this module (to gate reclaim and report lag)
+without paying for Spark or Delta imports.
+
+Decisions kept here:
+- One Delta table per stream *incarnation*: `<lake_dir>/<stream>/<created>/`
+  (`created` from stream.json, as `20261121T105417.123456789Z`). A stream
+  deleted and re-created with the same name gets a fresh table, so neither its
+  seqs nor its transaction ids meet the old history, which stays queryable by
+  path and is removed only by an operator.
+- The transaction app id is `jetlake:<stream>:<created>`; its version is the
+  last seq appended. The Delta log is the truth for progress.
+- `lake.json` in the stream folder is a *pin*: the compactor writes it after
+  each Delta commit, so it can lag the truth but never lead it. The server
+  trusts it for reclaim (lagging only delays reclaim) and for lag figures.
+- Stream metadata keys (set with any client in the stream config):
+  `jetlake.lake: off` keeps a stream out of the lake; `jetlake.lake.table`
+  sets the folder its tables go under instead of `<lake_dir>/<stream>`;
+  `jetlake.lake.deletes: keep` keeps explicitly deleted and purged messages in
+  the lake (by default message deletes and purges reach it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from log.timefmt import parse_rfc3339
+
+STREAMS = Path("jetstream") / "$G" / "streams"  # under a store dir, as the server lays it out
+META_FILE = "stream.json"
+PIN_FILE = "lake.json"
+LAKE_OFF = "jetlake.lake"
+LAKE_TABLE = "jetlake.lake.table"
+LAKE_DELETES = "jetlake.lake.deletes"
+
+
+class LakeError(Exception):
+    """The lake could not do what was asked; the message names the stream, segment or table."""
+
+
+def lake_enabled(storage: str, metadata: Mapping[str, str]) -> bool:
+    """File streams go to the lake unless their metadata says `jetlake.lake: off`."""
+    return storage == "file" and metadata.get(LAKE_OFF, "").lower() != "off"
+
+
+def default_lake_dir(store_dir: str | os.PathLike[str]) -> Path:
+    return Path(store_dir) / "lake"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRef:
+    """A file stream as its folder describes it: enough to find and own its lake table."""
+
+    name: str
+    dir: Path
+    created: str
+    metadata: dict[str, str]
+    storage: str
+
+    @classmethod
+    def load(cls, stream_dir: Path) -> StreamRef:
+        try:
+            doc = json.loads((stream_dir / META_FILE).read_bytes())
+            config = doc["config"]
+            return cls(
+                name=config["name"],
+                dir=stream_dir,
+                created=doc["created"],
+                metadata=dict(config.get("metadata") or {}),
+                storage=config.get("storage", "file"),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LakeError(f"stream folder {stream_dir}: unreadable {META_FILE}: {exc}") from exc
+
+    @property
+    def lake_on(self) -> bool:
+        return lake_enabled(self.storage, self.metadata)
+
+    @property
+    def deletes_reach_lake(self) -> bool:
+        return self.metadata.get(LAKE_DELETES, "").lower() != "keep"
+
+    @property
+    def incarnation(self) -> str:
+        ns = parse_rfc3339(self.created)
+        secs, frac = divmod(ns, 1_000_000_000)
+        return datetime.fromtimestamp(secs, UTC).strftime("%Y%m%dT%H%M%S") + f".{frac:09d}Z"
+
+    @property
+    def app_id(self) -> str:
+        return f"jetlake:{self.name}:{self.created}"
+
+    def table_path(self, lake_dir: str | os.PathLike[str]) -> Path:
+        root = self.metadata.get(LAKE_TABLE)
+        base = Path(root) if root else Path(lake_dir) / self.name
+        return base / self.incarnation
+
+
+def stream_dirs(store_dir: str | os.PathLike[str]) -> list[Path]:
+    root = Path(store_dir) / STREAMS
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if (p / META_FILE).is_file())
+
+
+def streams(store_dir: str | os.PathLike[str]) -> Iterator[StreamRef]:
+    """Every stream of a store dir that has a readable config (others are skipped by callers)."""
+    for folder in stream_dirs(store_dir):
+        yield StreamRef.load(folder)
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """What the lake held at the compactor's last commit (a cache of the Delta log)."""
+
+    app_id: str
+    table: str
+    seq: int  # last seq in the lake (the transaction version)
+    deletes_offset: int = 0  # bytes of explicit.log already carried into the table
+
+
+def read_pin(stream: StreamRef) -> Pin | None:
+    """The pin of this incarnation, or None (never written, unreadable, or another's)."""
+    try:
+        doc: dict[str, Any] = json.loads((stream.dir / PIN_FILE).read_bytes())
+        pin = Pin(**doc)
+    except (OSError, ValueError, TypeError):
+        return None
+    return pin if pin.app_id == stream.app_id else None
+
+
+def write_pin(stream: StreamRef, pin: Pin) -> None:
+    """Atomically replace the pin; the stream folder may be gone (stream deleted): no error."""
+    tmp = stream.dir / (PIN_FILE + ".tmp")
+    try:
+        tmp.write_text(json.dumps(asdict(pin)))
+        os.replace(tmp, stream.dir / PIN_FILE)
+    except FileNotFoundError:
+        return

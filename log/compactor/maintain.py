@@ -1,0 +1,76 @@
+"""Table upkeep: `optimize` (bin-pack small files, Z-order by subject) and `vacuum`.
+
+The compactor appends one small file set per sealed segment (seconds of
+traffic), so tables collect many small files; optimize rewrites them into
+large ones clustered by subject, which is what queries filter on (tables are
+partitioned by date, never by subject: subjects are unbounded). Vacuum then
+removes the files no table version references any more, past Delta's
+retention (7 days by default), so time travel within that window still works.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from log.compactor.compact import Summary
+from log.compactor.layout import LakeError, streams
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("jetlake.lake")
+
+DEFAULT_RETAIN_HOURS = 168.0
+
+
+def delta_tables(lake_dir: Path) -> list[Path]:
+    """Every Delta table under the lake dir, old stream incarnations included."""
+    if not lake_dir.is_dir():
+        return []
+    return sorted(p.parent for p in lake_dir.glob("*/*/_delta_log"))
+
+
+def current_tables(store_dir: Path, lake_dir: Path) -> list[tuple[str, Path]]:
+    """(stream, table) of the streams that exist now and have a table."""
+    out = []
+    for stream in streams(store_dir):
+        table = stream.table_path(lake_dir)
+        if stream.lake_on and (table / "_delta_log").is_dir():
+            out.append((stream.name, table))
+    return out
+
+
+def _files(spark: SparkSession, table: Path) -> tuple[int, int]:
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").collect()[0]
+    return int(detail["numFiles"] or 0), int(detail["sizeInBytes"] or 0)
+
+
+def optimize(spark: SparkSession, name: str, table: Path) -> Summary:
+    from delta.tables import DeltaTable
+
+    start = time.monotonic()
+    before, size = _files(spark, table)
+    try:
+        DeltaTable.forPath(spark, str(table)).optimize().executeZOrderBy("subject")
+    except Exception as exc:  # py4j wraps Spark's errors
+        raise LakeError(f"stream {name}: optimize of {table} failed: {exc}") from exc
+    after, _ = _files(spark, table)
+    log.info("optimize %s: files %d -> %d, %d bytes, %s", name, before, after, size, table)
+    return Summary(streams=1, files=before - after, bytes=size, seconds=time.monotonic() - start)
+
+
+def vacuum(spark: SparkSession, table: Path, *, retain_hours: float = DEFAULT_RETAIN_HOURS) -> int:
+    """Remove unreferenced files older than the retention; return how many files went."""
+    from delta.tables import DeltaTable
+
+    before = sum(1 for _ in table.rglob("*.parquet"))
+    try:
+        DeltaTable.forPath(spark, str(table)).vacuum(retain_hours)
+    except Exception as exc:
+        raise LakeError(f"vacuum of {table} failed: {exc}") from exc
+    removed = before - sum(1 for _ in table.rglob("*.parquet"))
+    log.info("vacuum %s: %d files removed", table, removed)
+    return removed

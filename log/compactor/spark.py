@@ -1,0 +1,79 @@
+"""The one way jetlake builds a SparkSession with Delta: compactor, jobs and `jetlake sql`.
+
+Delta's jars are resolved from Maven Central when the project is set up
+(`make` copies them into `.venv/jars/`), never at a first query: a session
+started here only reads local files. Under `spark-submit` the submitter's own
+`--jars`/`--packages` win and no local jar is added.
+
+Master: the argument, else `JETLAKE_SPARK_MASTER`, else `local[*]`. The small
+defaults (4 shuffle partitions, 2 snapshot partitions, no UI) suit one machine
+and small per-stream appends; a cluster user overrides them with `--conf`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from log.compactor.layout import LakeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+MASTER_ENV = "JETLAKE_SPARK_MASTER"
+JARS_ENV = "JETLAKE_JARS"
+DEFAULT_MASTER = "local[*]"
+
+_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def resolve_master(master: str | None = None) -> str:
+    return master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+
+
+def local_jars() -> list[str]:
+    """Delta's jars installed at set-up: `$JETLAKE_JARS` or `<venv>/jars/`."""
+    folder = Path(os.environ.get(JARS_ENV) or Path(sys.prefix) / "jars")
+    return sorted(str(p) for p in folder.glob("*.jar")) if folder.is_dir() else []
+
+
+def under_submit() -> bool:
+    """True when spark-submit launched us (its JVM is up and passed us its gateway port)."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+
+
+def build_session(app_name: str, *, master: str | None = None) -> SparkSession:
+    """A session with Delta configured (or the running one, e.g. in a notebook or under submit)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in _CONF.items():
+        builder = builder.config(key, value)
+    if not under_submit():
+        jars = local_jars()
+        if not jars:
+            raise LakeError(
+                f"no Delta jars in {os.environ.get(JARS_ENV) or Path(sys.prefix) / 'jars'}: "
+                "run `make` (it installs them) or set JETLAKE_JARS"
+            )
+        chosen = resolve_master(master)
+        builder = builder.master(chosen).config("spark.jars", ",".join(jars))
+        if chosen.startswith("local"):  # one process: keep the driver off the network
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            builder = builder.config("spark.driver.host", "127.0.0.1").config(
+                "spark.driver.bindAddress", "127.0.0.1"
+            )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,347 @@
+"""Stream configuration: the API's JSON in, defaults and validation as the reference applies them.
+
+A client compares the config it sent with the one the server echoes (nats.go
+does this on create-or-update), so defaults must be filled exactly like
+nats-server's `checkStreamCfg`, and refusals must carry the same codes and
+words. Features jetlake does not implement yet (mirrors, sources, republish,
+transforms) are refused rather than accepted and silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.parser.subjects import is_subset, is_valid_subject, subjects_overlap
+from log import errors
+from log.errors import ApiError
+
+MAX_NAME_LEN = 255
+MAX_DESCRIPTION_LEN = 4 * 1024
+MAX_METADATA_LEN = 128 * 1024
+DEFAULT_DUPLICATE_WINDOW = 120_000_000_000
+MIN_WINDOW = 100_000_000  # 100ms: the reference's floor for max_age and duplicate_window
+# Highest JetStream API level whose stream features jetlake implements (1 = per-message TTL).
+API_LEVEL = 1
+REQUIRED_LEVEL_KEY = "_nats.req.level"
+
+RETENTIONS = ("limits", "interest", "workqueue")
+DISCARDS = ("old", "new")
+STORAGES = ("file", "memory")
+COMPRESSIONS = ("none", "s2")
+_UNSUPPORTED = ("mirror", "sources", "republish", "subject_transform", "first_seq")
+_RESERVED = ("$JS.>", "$JSC.>", "$NRG.>")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    name: str
+    subjects: tuple[str, ...] = ()
+    description: str = ""
+    retention: str = "limits"
+    max_consumers: int = -1
+    max_msgs: int = -1
+    max_bytes: int = -1
+    max_age: int = 0  # nanoseconds
+    max_msgs_per_subject: int = -1
+    max_msg_size: int = -1
+    discard: str = "old"
+    storage: str = "file"
+    num_replicas: int = 1
+    no_ack: bool = False
+    duplicate_window: int = DEFAULT_DUPLICATE_WINDOW  # nanoseconds
+    compression: str = "none"
+    allow_direct: bool = False
+    mirror_direct: bool = False
+    discard_new_per_subject: bool = False
+    sealed: bool = False
+    deny_delete: bool = False
+    deny_purge: bool = False
+    allow_rollup_hdrs: bool = False
+    consumer_limits: Mapping[str, Any] = field(default_factory=dict)
+    allow_msg_ttl: bool = False
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self, *, dynamic: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The config as the reference serialises it; `dynamic` adds server-side metadata."""
+        out: dict[str, Any] = {"name": self.name}
+        if self.description:
+            out["description"] = self.description
+        out["subjects"] = list(self.subjects)
+        for key in (
+            "retention",
+            "max_consumers",
+            "max_msgs",
+            "max_bytes",
+            "max_age",
+            "max_msgs_per_subject",
+            "max_msg_size",
+            "discard",
+            "storage",
+            "num_replicas",
+        ):
+            out[key] = getattr(self, key)
+        if self.no_ack:
+            out["no_ack"] = True
+        out["duplicate_window"] = self.duplicate_window
+        out["compression"] = self.compression
+        out["allow_direct"] = self.allow_direct
+        out["mirror_direct"] = self.mirror_direct
+        if self.discard_new_per_subject:
+            out["discard_new_per_subject"] = True
+        for key in ("sealed", "deny_delete", "deny_purge", "allow_rollup_hdrs"):
+            out[key] = getattr(self, key)
+        out["consumer_limits"] = dict(self.consumer_limits)
+        out["allow_msg_ttl"] = self.allow_msg_ttl
+        metadata = {**self.metadata, **(dynamic or {})}
+        if metadata:
+            out["metadata"] = dict(sorted(metadata.items()))
+        return out
+
+
+def parse_json(body: bytes) -> Any:
+    """Decode a request body; errors read like the reference's (err_code 10025)."""
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.invalid_json(str(exc)) from None
+
+
+def from_request(raw: Any) -> StreamConfig:
+    """Build a validated config with the reference's defaults from a create/update body."""
+    if not isinstance(raw, Mapping):
+        raise errors.invalid_json("cannot unmarshal into Go value of type StreamConfigRequest")
+    for key in _UNSUPPORTED:
+        if raw.get(key):
+            raise errors.invalid_config(f"jetlake does not support {key} yet")
+    if raw.get("subject_delete_marker_ttl"):
+        raise errors.invalid_config("jetlake does not support subject delete markers yet")
+    metadata = _dict(raw, "metadata")
+    cfg = StreamConfig(
+        name=_str(raw, "name"),
+        subjects=tuple(_str_list(raw, "subjects")),
+        description=_str(raw, "description"),
+        retention=_enum(raw, "retention", RETENTIONS),
+        max_consumers=_int(raw, "max_consumers"),
+        max_msgs=_int(raw, "max_msgs"),
+        max_bytes=_int(raw, "max_bytes"),
+        max_age=_int(raw, "max_age"),
+        max_msgs_per_subject=_int(raw, "max_msgs_per_subject"),
+        max_msg_size=_int(raw, "max_msg_size"),
+        discard=_enum(raw, "discard", DISCARDS),
+        storage=_enum(raw, "storage", STORAGES),
+        num_replicas=_int(raw, "num_replicas"),
+        no_ack=_bool(raw, "no_ack"),
+        duplicate_window=_int(raw, "duplicate_window"),
+        compression=_enum(raw, "compression", COMPRESSIONS),
+        allow_direct=_bool(raw, "allow_direct"),
+        discard_new_per_subject=_bool(raw, "discard_new_per_subject"),
+        sealed=_bool(raw, "sealed"),
+        deny_delete=_bool(raw, "deny_delete"),
+        deny_purge=_bool(raw, "deny_purge"),
+        allow_rollup_hdrs=_bool(raw, "allow_rollup_hdrs"),
+        consumer_limits=_dict(raw, "consumer_limits"),
+        allow_msg_ttl=_bool(raw, "allow_msg_ttl"),
+        metadata={str(k): str(v) for k, v in metadata.items()},
+    )
+    return _checked(cfg)
+
+
+def _checked(cfg: StreamConfig) -> StreamConfig:
+    """Fill defaults and refuse what the reference refuses, in its order."""
+    if not is_valid_name(cfg.name):
+        raise errors.invalid_config(
+            "stream name is required and can not contain '.', '*', '>', '\\', '/'"
+        )
+    if len(cfg.name) > MAX_NAME_LEN:
+        raise errors.invalid_config(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
+    if len(cfg.description) > MAX_DESCRIPTION_LEN:
+        raise errors.invalid_config(
+            f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}"
+        )
+    if sum(len(k) + len(v) for k, v in cfg.metadata.items()) > MAX_METADATA_LEN:
+        raise errors.invalid_config(
+            f"stream metadata exceeds maximum size of {MAX_METADATA_LEN} bytes"
+        )
+    replicas = cfg.num_replicas or 1
+    if replicas > 5:
+        raise errors.invalid_config("maximum replicas is 5")
+    if replicas < 0:
+        raise errors.replicas_negative()
+    if cfg.max_age < 0:
+        raise errors.invalid_config("max age can not be negative")
+    if 0 < cfg.max_age < MIN_WINDOW:
+        raise errors.invalid_config("max age needs to be >= 100ms")
+    window = cfg.duplicate_window
+    if window == 0:
+        window = (
+            min(cfg.max_age, DEFAULT_DUPLICATE_WINDOW) if cfg.max_age else DEFAULT_DUPLICATE_WINDOW
+        )
+    if window < 0:
+        raise errors.invalid_config("duplicates window can not be negative")
+    if cfg.max_age and window > cfg.max_age:
+        raise errors.invalid_config("duplicates window can not be larger then max age")
+    if window < MIN_WINDOW:
+        raise errors.invalid_config("duplicates window needs to be >= 100ms")
+    if cfg.deny_purge and cfg.allow_rollup_hdrs:
+        raise errors.invalid_config("roll-ups require the purge permission")
+    max_per = _limit(cfg.max_msgs_per_subject)
+    if cfg.discard_new_per_subject:
+        if cfg.discard != "new":
+            raise errors.invalid_config(
+                "discard new per subject requires discard new policy to be set"
+            )
+        if max_per <= 0:
+            raise errors.invalid_config("discard new per subject requires max msgs per subject > 0")
+    subject_list = cfg.subjects or (cfg.name,)
+    _check_subjects(subject_list, no_ack=cfg.no_ack, replicas=replicas)
+    metadata = dict(cfg.metadata)
+    metadata[REQUIRED_LEVEL_KEY] = "1" if cfg.allow_msg_ttl else "0"
+    return dataclasses.replace(
+        cfg,
+        subjects=subject_list,
+        num_replicas=replicas,
+        max_msgs=_limit(cfg.max_msgs),
+        max_msgs_per_subject=max_per,
+        max_bytes=_limit(cfg.max_bytes),
+        max_msg_size=_limit(cfg.max_msg_size),
+        max_consumers=_limit(cfg.max_consumers),
+        duplicate_window=window,
+        metadata=metadata,
+    )
+
+
+def _check_subjects(subject_list: tuple[str, ...], *, no_ack: bool, replicas: int) -> None:
+    for i, subj in enumerate(subject_list):
+        if not is_valid_subject(subj):
+            raise errors.invalid_config("invalid subject")
+        if subj in subject_list[:i]:
+            raise errors.invalid_config("duplicate subjects detected")
+        if subj == ">":
+            if not no_ack:
+                raise errors.invalid_config("capturing all subjects requires no-ack to be true")
+            if replicas != 1:
+                raise errors.invalid_config("capturing all subjects requires replicas of 1")
+        if not no_ack:
+            for reserved in _RESERVED:
+                if subjects_overlap(subj, reserved) and not is_subset(subj, "$JS.EVENT.>"):
+                    raise errors.invalid_config(
+                        "subjects that overlap with jetstream api require no-ack to be true"
+                    )
+            if subjects_overlap(subj, "$SYS.>") and not is_subset(subj, "$SYS.ACCOUNT.>"):
+                raise errors.invalid_config(
+                    "subjects that overlap with system api require no-ack to be true"
+                )
+        for other in subject_list[i + 1 :]:
+            if subjects_overlap(other, subj):
+                raise errors.invalid_config(f'subject "{subj}" overlaps with "{other}"')
+
+
+def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
+    """What an update may change; the refusals the reference gives, in its order."""
+    if new.name != old.name:
+        raise errors.invalid_config("stream configuration name must match original")
+    if new.num_replicas > 1:
+        raise errors.replicas_not_supported()
+    if new.storage != old.storage:
+        raise errors.invalid_config("stream configuration update can not change storage type")
+    if new.retention != old.retention and "workqueue" in (new.retention, old.retention):
+        raise errors.invalid_config(
+            "stream configuration update can not change retention policy to/from workqueue"
+        )
+    if old.sealed and not new.sealed:
+        raise errors.invalid_config("stream configuration update can not unseal a sealed stream")
+    if old.deny_delete and not new.deny_delete:
+        raise errors.invalid_config(
+            "stream configuration update can not cancel deny message deletes"
+        )
+    if old.deny_purge and not new.deny_purge:
+        raise errors.invalid_config("stream configuration update can not cancel deny purge")
+    if old.allow_msg_ttl and not new.allow_msg_ttl:
+        raise errors.invalid_config("message TTL status can not be disabled")
+    if new.sealed:
+        return dataclasses.replace(
+            new,
+            max_age=0,
+            discard="new",
+            deny_delete=True,
+            deny_purge=True,
+            allow_rollup_hdrs=False,
+        )
+    return new
+
+
+def is_valid_name(name: str) -> bool:
+    """Stream and consumer names become folder names and subject tokens."""
+    return bool(name) and not any(ch in name for ch in " \t\r\n\f.*>\\/")
+
+
+def _limit(value: int) -> int:
+    """0 and anything below -1 mean unlimited, spelled -1, as in the reference."""
+    return -1 if value == 0 or value < -1 else value
+
+
+def _type_error(key: str, value: Any, want: str) -> ApiError:
+    kind = {str: "string", bool: "bool", int: "number", float: "number", list: "array"}.get(
+        type(value), "object"
+    )
+    where = f"Go struct field StreamConfigRequest.{key} of type {want}"
+    return errors.invalid_json(f"json: cannot unmarshal {kind} into {where}")
+
+
+def _str(raw: Mapping[str, Any], key: str) -> str:
+    value = raw.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _type_error(key, value, "string")
+    return value
+
+
+def _int(raw: Mapping[str, Any], key: str) -> int:
+    value = raw.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise _type_error(key, value, "int64")
+    return int(value)
+
+
+def _bool(raw: Mapping[str, Any], key: str) -> bool:
+    value = raw.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _type_error(key, value, "bool")
+    return value
+
+
+def _enum(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:
+    value = raw.get(key)
+    if value is None:
+        return allowed[0]
+    if not isinstance(value, str) or value not in allowed:
+        token = json.dumps(value)
+        raise errors.invalid_json(f"can not unmarshal {json.dumps(token)}")
+    return value
+
+
+def _str_list(raw: Mapping[str, Any], key: str) -> list[str]:
+    value = raw.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _type_error(key, value, "[]string")
+    return value
+
+
+def _dict(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _type_error(key, value, "map[string]string")
+    return dict(value)

@@ -1,0 +1,746 @@
+"""One consumer's delivery and acknowledgement state machine, without I/O or clocks.
+
+The asyncio shell feeds it events (a pull request, an ack, a committed
+message, interest appearing on the deliver subject, a timer firing) with the
+current time, and publishes the `Output`s it returns; `next_deadline` says
+when to call `pump` again. Keeping the rules here means redelivery, backoff,
+max_deliver, max_ack_pending and the pull-request statuses are tested with a
+fake clock in microseconds, not with sleeps.
+
+Reading follows the filter through the store's per-subject index
+(`load_next(seq, filter)`), so a consumer of one subject among millions costs
+what it delivers. Sequences above the stream's commit index are never read:
+a message is not revealed before its publisher could have been acknowledged.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import string
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ingest.parser.subjects import subject_matches
+from log.consumer_config import ConsumerConfig
+from log.consumer_pull import (
+    CONSUMER_STALLED,
+    LAST_CONSUMER,
+    LAST_STREAM,
+    BadPullRequest,
+    WaitQueue,
+    format_duration,
+    parse_request,
+    status,
+)
+from log.publish import _go_duration_ns
+from log.segments.api import StoredMsg, StoreState, SubjectState
+from log.timefmt import rfc3339
+
+ACK_PREFIX = "$JS.ACK"
+FC_PREFIX = "$JS.FC"
+ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER"
+MSG_SIZE = "Nats-Msg-Size"
+FLOW_CONTROL_LIMIT = 32 * 1024 * 1024  # the most unconfirmed bytes a flow-controlled push may have
+_FC_START = FLOW_CONTROL_LIMIT // 16
+_NS = 1_000_000_000
+
+
+class StoreReader(Protocol):
+    """The read side of `MsgStore` a consumer uses."""
+
+    def load(self, seq: int) -> StoredMsg | None: ...
+
+    def load_next(self, start_seq: int, subject_filter: str = ">") -> StoredMsg | None: ...
+
+    def load_last(self, subject_filter: str = ">") -> StoredMsg | None: ...
+
+    def state(self, *, with_deleted: bool = False) -> StoreState: ...
+
+    def subject_state(self, subject: str) -> SubjectState | None: ...
+
+    def subjects(self, subject_filter: str = ">") -> dict[str, int]: ...
+
+    def seqs_for(self, subject_filter: str, start_seq: int) -> Iterable[int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    subject: str
+    reply: str
+    msg: StoredMsg
+    hdr: bytes | None
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    subject: str
+    hdr: bytes
+    reply: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Advisory:
+    subject: str
+    body: dict[str, Any]
+
+
+Output = Delivery | Status | Advisory
+
+
+@dataclass(slots=True)
+class Pending:
+    dseq: int
+    ts: int  # when delivered (or last progress), ns; the ack deadline counts from here
+
+
+@dataclass(slots=True)
+class AckResult:
+    confirm: bool  # send the empty reply an ack with a reply subject asks for
+    done: list[int] = field(default_factory=list)  # stream seqs this consumer no longer needs
+    request: bytes | None = None  # +NXT: a pull request riding on the ack
+
+
+class Consumer:
+    def __init__(
+        self,
+        stream: str,
+        name: str,
+        cfg: ConsumerConfig,
+        store: StoreReader,
+        *,
+        created: int,
+        now: int,
+        committed: int,
+    ) -> None:
+        self.stream = stream
+        self.name = name
+        self.cfg = cfg
+        self.store = store
+        self.created = created
+        self.committed = committed
+        self.active = not cfg.is_push  # push: someone listens on the deliver subject
+        self.dirty = False  # state changed since the owner last persisted it
+        self.dseq = 1  # next consumer sequence
+        self.sseq = 1  # next stream sequence to look at
+        self.adflr = 0
+        self.asflr = 0
+        self.pending: dict[int, Pending] = {}  # by stream seq, in ascending order
+        self.redelivered: dict[int, int] = {}  # stream seq -> delivery count (> 1)
+        self._rdq: deque[int] = deque()
+        self._rdq_set: set[int] = set()
+        self._lps: deque[int] = deque()  # last-per-subject start: seqs still to deliver
+        self._lps_resume = 0
+        self.npc = 0  # messages matching the filter at or after sseq
+        self.waiting = WaitQueue(cfg.max_waiting)
+        self.last_delivered = 0  # ns
+        self.last_acked = 0  # ns
+        self.last_request = now
+        self._held: tuple[StoredMsg, int] | None = None  # fetched, waiting on replay/rate
+        self._hold_until = 0
+        self._replay_anchor: tuple[int, int] | None = None  # (wall ns, msg ts)
+        self._replay_end = committed if cfg.replay_policy == "original" else 0
+        self._rate_next = 0
+        self._pbytes = 0
+        self._maxpb = _FC_START
+        self._fc_reply = ""
+        self._fc_bytes = 0
+        self._next_hb = now + cfg.idle_heartbeat if cfg.idle_heartbeat else 0
+        self._next_check = 0  # earliest ack deadline among pending, 0 = none
+        self._advisories: list[Output] = []
+        self._start(now)
+
+    # -- start position and pending count -------------------------------------
+
+    def _start(self, now: int) -> None:
+        cfg, store = self.cfg, self.store
+        policy = cfg.deliver_policy
+        first = max(store.state().first_seq, 1)
+        if policy == "all":
+            self.sseq = first
+        elif policy == "new":
+            self.sseq = self.committed + 1
+        elif policy == "last":
+            lasts = [m.seq for m in (store.load_last(f) for f in self._filters) if m]
+            self.sseq = max([s for s in lasts if s <= self.committed], default=self.committed + 1)
+        elif policy == "by_start_sequence":
+            self.sseq = max(cfg.opt_start_seq, 1)
+        elif policy == "by_start_time":
+            self.sseq = self._seq_at_time(cfg.opt_start_time or 0, first)
+        else:
+            seqs = set()
+            for f in self._filters:
+                for subject in store.subjects(f):
+                    state = store.subject_state(subject)
+                    if state is not None and state.last_seq <= self.committed:
+                        seqs.add(state.last_seq)
+            self._lps = deque(sorted(seqs))
+            self._lps_resume = self.committed
+            self.sseq = self._lps[0] if self._lps else self.committed + 1
+        self.npc = len(self._lps) if self._lps else self.count_pending()
+
+    @property
+    def _filters(self) -> tuple[str, ...]:
+        return self.cfg.filters or (">",)
+
+    def _seq_at_time(self, ts: int, first: int) -> int:
+        """The first sequence stored at or after ts: a binary search over sequences."""
+        lo, hi = first, self.committed + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            msg = self.store.load_next(mid)
+            if msg is None or msg.seq > self.committed or msg.ts >= ts:
+                hi = mid
+            else:
+                lo = msg.seq + 1
+        return lo
+
+    def count_pending(self) -> int:
+        """Exact count of matching committed messages from sseq on, via the subject index."""
+        if self._lps:
+            return len(self._lps) + self._count_from(self._lps_resume + 1)
+        return self._count_from(self.sseq)
+
+    def _count_from(self, start: int) -> int:
+        store = self.store
+        state = store.state()
+        total = 0
+        for f in self._filters:
+            if start <= state.first_seq:
+                total += state.msgs if f == ">" else sum(store.subjects(f).values())
+                start_uncommitted = self.committed + 1
+                total -= sum(1 for _ in store.seqs_for(f, start_uncommitted))
+            else:
+                total += sum(1 for s in store.seqs_for(f, start) if s <= self.committed)
+        return max(total, 0)
+
+    def needs(self, seq: int, subject: str) -> bool:
+        """Whether this consumer still has to see or settle message seq (retention)."""
+        if not self.matches(subject) or seq <= self.asflr:
+            return False
+        if self.cfg.ack_policy == "explicit":
+            return seq >= self.sseq or seq in self.pending or seq in self._lps
+        return True
+
+    def matches(self, subject: str) -> bool:
+        return not self.cfg.filters or any(subject_matches(f, subject) for f in self.cfg.filters)
+
+    # -- events -----------------------------------------------------------------
+
+    def on_commit(self, seq: int, subject: str) -> None:
+        """A message was committed: count it if it is ahead of us and ours."""
+        if seq > self.committed:
+            self.committed = seq
+        if (
+            seq >= self.sseq
+            and self.matches(subject)
+            and not (self._lps and seq <= self._lps_resume)
+        ):
+            self.npc += 1
+
+    def update_config(self, cfg: ConsumerConfig) -> None:
+        """Adopt an already-checked update (only the editable fields differ)."""
+        self.cfg = cfg
+        self.waiting.limit = cfg.max_waiting
+
+    def pull(self, reply: str, body: bytes, now: int) -> list[Output]:
+        """A MSG.NEXT request: refuse it with a status, or queue it for `pump`."""
+        cfg = self.cfg
+        if cfg.is_push:
+            return [Status(reply, status(409, "Consumer is push based"))]
+        try:
+            req = parse_request(reply, body, now)
+        except BadPullRequest as bad:
+            return [Status(reply, status(400, f"Bad Request - {bad}"))]
+        if req.batch <= 0:
+            req.batch = 1
+        if cfg.max_batch > 0 and req.batch > cfg.max_batch:
+            return [Status(reply, status(409, f"Exceeded MaxRequestBatch of {cfg.max_batch}"))]
+        if req.expires and cfg.max_expires > 0 and req.expires > now + cfg.max_expires:
+            text = f"Exceeded MaxRequestExpires of {format_duration(cfg.max_expires)}"
+            return [Status(reply, status(409, text))]
+        if req.max_bytes > 0 and cfg.max_bytes > 0 and req.max_bytes > cfg.max_bytes:
+            text = f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}"
+            return [Status(reply, status(409, text))]
+        self.last_request = now
+        out: list[Output] = []
+        if self.waiting.full:
+            out += self._expire_requests(now, eos=False)
+        if req.no_wait:
+            available = self.npc + len(self._rdq)
+            if available == 0 and not req.expires:
+                return [*out, Status(reply, status(404, "No Messages"))]
+            if available and available < self.waiting.outstanding():
+                return [*out, Status(reply, status(408, "Requests Pending"))]
+        if self.waiting.full:
+            if not req.heartbeat:
+                out.append(Status(reply, status(409, "Exceeded MaxWaiting")))
+            return out
+        self.waiting.add(req)
+        return out
+
+    def drop_requests(self, description: str) -> list[Output]:
+        """Answer every waiting request (consumer deleted, stream gone)."""
+        return [Status(r.reply, status(409, description)) for r in self.waiting.drain()]
+
+    def forget_request(self, reply: str) -> None:
+        """Nobody listens on this reply subject any more: stop serving it."""
+        for req in self.waiting:
+            if req.reply == reply:
+                self.waiting.remove(req)
+
+    def ack(self, tokens: list[str], body: bytes, now: int) -> AckResult:
+        """An ack on `$JS.ACK.<stream>.<consumer>.<dc>.<sseq>.<dseq>.<ts>.<pending>`."""
+        dc, sseq, dseq = int(tokens[4]), int(tokens[5]), int(tokens[6])
+        kind = body.strip()
+        if not kind or kind in (b"+ACK", b"+OK"):
+            return self._ack(sseq, dseq, now)
+        if kind.startswith(b"+NXT"):
+            result = self._ack(sseq, dseq, now)
+            return AckResult(False, result.done, body.strip()[4:] or b"")
+        if kind.startswith(b"-NAK"):
+            self._nak(sseq, dseq, kind[4:].strip(), now)
+            return AckResult(True)
+        if kind == b"+WPI":
+            p = self.pending.get(sseq)
+            if p is not None:
+                p.ts = now
+            return AckResult(True)
+        if kind.startswith(b"+TERM"):
+            if sseq not in self.pending:
+                return AckResult(True)
+            reason = kind[5:].strip().decode("utf-8", "replace")
+            result = self._ack(sseq, dseq, now)
+            result.confirm = True
+            self._advisories.append(self._terminated(sseq, dseq, dc, reason, now))
+            return result
+        return AckResult(False)
+
+    def _ack(self, sseq: int, dseq: int, now: int) -> AckResult:
+        if sseq >= self.sseq:
+            return AckResult(False)
+        policy = self.cfg.ack_policy
+        done: list[int] = []
+        if policy == "explicit":
+            p = self.pending.pop(sseq, None)
+            if p is not None:
+                done.append(sseq)
+                self._move_floor()
+            self.redelivered.pop(sseq, None)
+            self._unqueue(sseq)
+        elif policy == "all":
+            if dseq <= self.adflr or sseq <= self.asflr:
+                return AckResult(True)
+            while self.pending:
+                first = next(iter(self.pending))
+                if first > sseq:
+                    break
+                del self.pending[first]
+                self.redelivered.pop(first, None)
+                self._unqueue(first)
+                done.append(first)
+            self.adflr, self.asflr = dseq, sseq
+            self._move_floor()
+        else:
+            return AckResult(False)
+        self.last_acked = now
+        self.dirty = True
+        return AckResult(True, done)
+
+    def _move_floor(self) -> None:
+        if not self.pending:
+            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
+            return
+        first, p = next(iter(self.pending.items()))
+        if first - 1 > self.asflr:
+            self.asflr = first - 1
+            self.adflr = max(self.adflr, p.dseq - 1)
+
+    def _nak(self, sseq: int, dseq: int, arg: bytes, now: int) -> None:
+        p = self.pending.get(sseq)
+        if p is None or dseq <= self.adflr or dseq >= self.dseq:
+            return
+        delay = _nak_delay(arg)
+        if delay is not None:
+            self._unqueue(sseq)
+            p.ts = now - self.cfg.ack_wait + delay
+            self._next_check = min(self._next_check or p.ts, now + delay)
+            return
+        self._queue_redelivery(sseq)
+
+    def set_active(self, active: bool, now: int) -> None:
+        """Push: interest on the deliver subject came or went (the reference's rules)."""
+        self.active = active
+        if active:
+            self._maxpb = _FC_START
+            self._pbytes = self._fc_bytes = 0
+            self._fc_reply = ""
+            if self.cfg.idle_heartbeat:
+                self._next_hb = now + self.cfg.idle_heartbeat
+
+    def flow_control_reply(self, subject: str) -> None:
+        if subject != self._fc_reply:
+            return
+        self._maxpb = min(self._maxpb * 2, FLOW_CONTROL_LIMIT)
+        self._pbytes = max(self._pbytes - self._fc_bytes, 0)
+        self._fc_reply, self._fc_bytes = "", 0
+
+    # -- delivery -------------------------------------------------------------
+
+    def pump(self, now: int) -> list[Output]:
+        """Deliver everything that can go now; answer expired requests; send heartbeats."""
+        out: list[Output] = []
+        if self.pending and self._next_check and now >= self._next_check:
+            self._check_pending(now)
+        paused = self.cfg.pause_until is not None and now < self.cfg.pause_until
+        while not paused and self._can_send():
+            item = self._take(now)
+            if item is None:
+                break
+            msg, dc = item
+            if not self._ready(msg, now):
+                self._held = item
+                break
+            out += self._send(msg, dc, now)
+        if not self.cfg.is_push:
+            out += self._expire_requests(now, eos=True)
+        elif self.cfg.idle_heartbeat and self.active and now >= self._next_hb:
+            out.append(Status(self.cfg.deliver_subject, self._heartbeat()))
+            self._next_hb = now + self.cfg.idle_heartbeat
+        out += self._advisories
+        self._advisories = []
+        return out
+
+    def _can_send(self) -> bool:
+        if self.cfg.is_push:
+            if not self.active:
+                return False
+            return not (self.cfg.flow_control and self._pbytes > self._maxpb)
+        return len(self.waiting) > 0
+
+    def _take(self, now: int) -> tuple[StoredMsg, int] | None:
+        """The next message and its delivery count: redeliveries first, then new ones."""
+        if self._held is not None:
+            held, self._held = self._held, None
+            return held
+        while self._rdq:
+            seq = self._rdq.popleft()
+            self._rdq_set.discard(seq)
+            if seq not in self.pending:
+                continue
+            dc = self.redelivered.get(seq, 1) + 1
+            if 0 < self.cfg.max_deliver < dc:
+                self._advisories.append(self._max_deliveries(seq, dc - 1, now))
+                self.redelivered[seq] = dc
+                del self.pending[seq]
+                self._move_floor()
+                self.dirty = True
+                continue
+            msg = self.store.load(seq)
+            if msg is None:  # deleted meanwhile (limits, purge): nothing to redeliver
+                del self.pending[seq]
+                self.redelivered.pop(seq, None)
+                self._move_floor()
+                self.dirty = True
+                continue
+            return msg, dc
+        if 0 < self.cfg.max_ack_pending <= len(self.pending):
+            return None
+        if self._lps:
+            seq = self._lps.popleft()
+            self.sseq = seq + 1 if self._lps else self._lps_resume + 1
+            msg = self.store.load(seq)
+            if msg is not None:
+                self.npc -= 1
+                return msg, 1
+            return self._take(now)
+        msg = self._load_next()
+        if msg is None:
+            self.npc = 0
+            return None
+        self.sseq = msg.seq + 1
+        self.npc -= 1
+        return msg, 1
+
+    def _load_next(self) -> StoredMsg | None:
+        best: StoredMsg | None = None
+        for f in self._filters:
+            msg = self.store.load_next(self.sseq, f)
+            if (
+                msg is not None
+                and msg.seq <= self.committed
+                and (best is None or msg.seq < best.seq)
+            ):
+                best = msg
+        return best
+
+    def _ready(self, msg: StoredMsg, now: int) -> bool:
+        """Replay original and rate limits hold a fetched message until its time."""
+        if self._replay_anchor is not None and msg.seq <= self._replay_end:
+            wall, ts = self._replay_anchor
+            due = wall + (msg.ts - ts)
+            if now < due:
+                self._hold_until = due
+                return False
+        elif self.cfg.replay_policy == "original" and msg.seq <= self._replay_end:
+            self._replay_anchor = (now, msg.ts)
+        if self.cfg.rate_limit_bps and now < self._rate_next:
+            self._hold_until = self._rate_next
+            return False
+        return True
+
+    def _send(self, msg: StoredMsg, dc: int, now: int) -> list[Output]:
+        dseq = self.dseq
+        self.dseq += 1
+        reply = ".".join(
+            (
+                ACK_PREFIX,
+                self.stream,
+                self.name,
+                str(dc),
+                str(msg.seq),
+                str(dseq),
+                str(msg.ts),
+                str(max(self.npc, 0)),
+            )
+        )
+        hdr, data = msg.hdr, msg.data
+        if self.cfg.headers_only:
+            hdr, data = _headers_only(hdr, len(data)), b""
+        size = len(msg.subject) + len(reply) + (len(hdr) if hdr else 0) + len(data)
+        out: list[Output] = []
+        if self.cfg.is_push:
+            target = self.cfg.deliver_subject
+        else:
+            target = self._claim_request(size, now, out)
+            if target is None:  # no request could take it: put it back
+                self._held = (msg, dc)
+                self._hold_until = 0
+                self.dseq -= 1
+                return out
+        if self.cfg.ack_policy == "none":
+            self.adflr, self.asflr = dseq, msg.seq
+        else:
+            p = self.pending.get(msg.seq)
+            if p is None:
+                self.pending[msg.seq] = Pending(dseq, now)
+            else:
+                p.dseq, p.ts = dseq, now
+            deadline = now + self._ack_wait(dc)
+            self._next_check = min(self._next_check or deadline, deadline)
+        if dc > 1:
+            self.redelivered[msg.seq] = dc
+        self.last_delivered = now
+        self.dirty = True
+        out.append(Delivery(target, reply, msg, hdr, data))
+        if self.cfg.rate_limit_bps:
+            self._rate_next = max(self._rate_next, now) + size * 8 * _NS // self.cfg.rate_limit_bps
+        if self.cfg.is_push:
+            if self.cfg.idle_heartbeat:
+                self._next_hb = now + self.cfg.idle_heartbeat
+            if self.cfg.flow_control:
+                out += self._flow_control(size)
+        return out
+
+    def _claim_request(self, size: int, now: int, out: list[Output]) -> str | None:
+        while True:
+            req = self.waiting.peek()
+            if req is None:
+                return None
+            if req.max_bytes > 0:
+                if size > req.max_bytes:
+                    self.waiting.remove(req)
+                    hdr = status(409, "Message Size Exceeds MaxBytes", req.remaining())
+                    out.append(Status(req.reply, hdr))
+                    continue
+                req.max_bytes -= size
+                if req.max_bytes == 0:
+                    req.batch = 1
+            self.waiting.take_one()
+            if req.heartbeat:
+                req.next_heartbeat = now + req.heartbeat
+            if req.batch <= 0 and req.max_bytes > 0:
+                out.append(Status(req.reply, status(409, "Batch Completed", req.remaining())))
+            return req.reply
+
+    def _flow_control(self, size: int) -> list[Output]:
+        self._pbytes += size
+        if self._fc_reply or self._pbytes <= self._maxpb // 2:
+            return []
+        self._fc_reply = ".".join(
+            (
+                FC_PREFIX,
+                self.stream,
+                self.name,
+                "".join(secrets.choice(_ALPHABET) for _ in range(4)),
+            )
+        )
+        self._fc_bytes = self._pbytes
+        hdr = status(100, "FlowControl Request")
+        return [Status(self.cfg.deliver_subject, hdr, self._fc_reply)]
+
+    def _heartbeat(self) -> bytes:
+        headers = {LAST_CONSUMER: str(self.dseq - 1), LAST_STREAM: str(self.sseq - 1)}
+        if self._fc_reply:
+            headers[CONSUMER_STALLED] = self._fc_reply
+        return status(100, "Idle Heartbeat", headers)
+
+    def _expire_requests(self, now: int, *, eos: bool) -> list[Output]:
+        """Answer requests that expired (408) or, at the end of the stream, no_wait ones (404)."""
+        out: list[Output] = []
+        idle = eos and not self._rdq and self._held is None and not self._more_available()
+        for req in self.waiting:
+            if req.expires and now >= req.expires:
+                self.waiting.remove(req)
+                out.append(Status(req.reply, status(408, "Request Timeout", req.remaining())))
+            elif req.no_wait and idle and (not req.expires or req.delivered > 0):
+                self.waiting.remove(req)
+                out.append(Status(req.reply, status(404, "No Messages")))
+            elif req.heartbeat and now >= req.next_heartbeat:
+                out.append(Status(req.reply, self._heartbeat()))
+                req.next_heartbeat = now + req.heartbeat
+        return out
+
+    def _more_available(self) -> bool:
+        if 0 < self.cfg.max_ack_pending <= len(self.pending):
+            return False
+        return bool(self._lps) or self._load_next() is not None
+
+    # -- ack deadlines --------------------------------------------------------
+
+    def _ack_wait(self, dc: int) -> int:
+        backoff = self.cfg.backoff
+        if backoff:
+            return backoff[min(max(dc - 1, 0), len(backoff) - 1)]
+        return self.cfg.ack_wait
+
+    def _check_pending(self, now: int) -> None:
+        """Queue every message whose ack wait ran out, in stream order."""
+        expired: list[int] = []
+        nxt = 0
+        for seq, p in self.pending.items():
+            deadline = p.ts + self._ack_wait(self.redelivered.get(seq, 1))
+            if deadline <= now:
+                if seq not in self._rdq_set:
+                    expired.append(seq)
+            elif not nxt or deadline < nxt:
+                nxt = deadline
+        for seq in expired:
+            self._queue_redelivery(seq)
+            p = self.pending[seq]
+            p.ts = now  # until it goes out again, do not count it as expired twice
+        self._next_check = nxt
+
+    def _queue_redelivery(self, seq: int) -> None:
+        if seq not in self._rdq_set:
+            self._rdq.append(seq)
+            self._rdq_set.add(seq)
+
+    def _unqueue(self, seq: int) -> None:
+        if seq in self._rdq_set:
+            self._rdq_set.discard(seq)
+            self._rdq.remove(seq)
+
+    def next_deadline(self, now: int) -> int | None:
+        """When `pump` has timed work next (ns), or None."""
+        times = [self._next_check] if self.pending and self._next_check else []
+        if self._held is not None and self._hold_until > now:
+            times.append(self._hold_until)
+        if self.cfg.pause_until is not None and now < self.cfg.pause_until:
+            times.append(self.cfg.pause_until)
+        if self.cfg.is_push:
+            if self.cfg.idle_heartbeat and self.active:
+                times.append(self._next_hb)
+        else:
+            for req in self.waiting:
+                if req.expires:
+                    times.append(req.expires)
+                if req.heartbeat:
+                    times.append(req.next_heartbeat)
+        return min(times) if times else None
+
+    @property
+    def has_redeliveries(self) -> bool:
+        return bool(self._rdq)
+
+    # -- advisories -----------------------------------------------------------
+
+    def _max_deliveries(self, seq: int, deliveries: int, now: int) -> Advisory:
+        body = self._advisory("max_deliver", now) | {"stream_seq": seq, "deliveries": deliveries}
+        return Advisory(f"{ADVISORY}.MAX_DELIVERIES.{self.stream}.{self.name}", body)
+
+    def _terminated(self, seq: int, dseq: int, dc: int, reason: str, now: int) -> Advisory:
+        body = self._advisory("terminated", now) | {
+            "consumer_seq": dseq,
+            "stream_seq": seq,
+            "deliveries": dc,
+            "reason": reason,
+        }
+        return Advisory(f"{ADVISORY}.MSG_TERMINATED.{self.stream}.{self.name}", body)
+
+    def _advisory(self, kind: str, now: int) -> dict[str, Any]:
+        return {
+            "type": f"io.nats.jetstream.advisory.v1.{kind}",
+            "id": "".join(secrets.choice(_ALPHABET) for _ in range(22)),
+            "timestamp": rfc3339(now),
+            "stream": self.stream,
+            "consumer": self.name,
+        }
+
+    # -- persistence ------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything a durable needs to resume exactly after a crash."""
+        return {
+            "dseq": self.dseq,
+            "sseq": self.sseq,
+            "adflr": self.adflr,
+            "asflr": self.asflr,
+            "pending": [[s, p.dseq, p.ts] for s, p in self.pending.items()],
+            "redelivered": [[s, n] for s, n in self.redelivered.items()],
+            "lps": list(self._lps),
+            "lps_resume": self._lps_resume,
+            "last_delivered": self.last_delivered,
+            "last_acked": self.last_acked,
+        }
+
+    def restore(self, state: dict[str, Any], now: int) -> None:
+        """Resume from a snapshot: unacked messages are redelivered once their ack wait runs out."""
+        self.dseq, self.sseq = int(state["dseq"]), int(state["sseq"])
+        self.adflr, self.asflr = int(state["adflr"]), int(state["asflr"])
+        self.pending = {int(s): Pending(int(d), int(ts)) for s, d, ts in sorted(state["pending"])}
+        self.redelivered = {int(s): int(n) for s, n in state["redelivered"]}
+        self._lps = deque(int(s) for s in state.get("lps", []))
+        self._lps_resume = int(state.get("lps_resume", 0))
+        self.last_delivered = int(state.get("last_delivered", 0))
+        self.last_acked = int(state.get("last_acked", 0))
+        self.npc = self.count_pending()
+        # The first check recomputes exact deadlines; starting at the oldest is early, never late.
+        self._next_check = min((p.ts for p in self.pending.values()), default=0)
+
+
+def _nak_delay(arg: bytes) -> int | None:
+    """`-NAK {"delay": ns}` or `-NAK 5s`; None means redeliver now."""
+    if not arg:
+        return None
+    if arg.startswith(b"{"):
+        try:
+            delay = json.loads(arg).get("delay")
+        except (ValueError, AttributeError):
+            return None
+        return int(delay) if isinstance(delay, int | float) and delay > 0 else None
+    delay = _go_duration_ns(arg.decode("utf-8", "replace"))
+    return delay if delay and delay > 0 else None
+
+
+def _headers_only(hdr: bytes | None, size: int) -> bytes:
+    line = f"{MSG_SIZE}: {size}\r\n\r\n".encode()
+    if hdr and hdr.endswith(b"\r\n\r\n"):
+        return hdr[:-2] + line
+    return b"NATS/1.0\r\n" + line
+
+
+_ALPHABET = string.ascii_letters + string.digits

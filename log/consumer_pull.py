@@ -1,0 +1,153 @@
+"""Pull requests (`CONSUMER.MSG.NEXT`): parsing, the waiting queue and the status replies.
+
+A pull request is a reply subject plus a budget (batch, max_bytes) and a
+lifetime (expires, no_wait); the consumer serves waiting requests round-robin
+as the reference does, so two fetchers of one consumer share its messages.
+Status replies are header-only messages whose first line clients switch on
+(`404 No Messages`, `408 Request Timeout`, `409 …`, `100 Idle Heartbeat`), so
+their wording is the reference's, byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ingest.parser.headers import encode_headers
+
+PENDING_MSGS = "Nats-Pending-Messages"
+PENDING_BYTES = "Nats-Pending-Bytes"
+LAST_CONSUMER = "Nats-Last-Consumer"
+LAST_STREAM = "Nats-Last-Stream"
+CONSUMER_STALLED = "Nats-Consumer-Stalled"
+
+
+class BadPullRequest(ValueError):
+    """The request body is not a valid pull request; the text follows `Bad Request - `."""
+
+
+@dataclass(slots=True)
+class PullRequest:
+    reply: str
+    batch: int
+    max_bytes: int = 0
+    no_wait: bool = False
+    expires: int = 0  # absolute ns; 0 = never
+    heartbeat: int = 0  # ns between idle heartbeats; 0 = none
+    next_heartbeat: int = 0
+    delivered: int = 0
+
+    def remaining(self) -> dict[str, str]:
+        return {PENDING_MSGS: str(self.batch), PENDING_BYTES: str(self.max_bytes)}
+
+
+def parse_request(reply: str, body: bytes, now: int) -> PullRequest:
+    """A MSG.NEXT body: empty (one message), a bare count, or the JSON request."""
+    text = body.strip()
+    if not text:
+        return PullRequest(reply, 1)
+    if not text.startswith(b"{"):
+        try:
+            return PullRequest(reply, int(text))
+        except ValueError:
+            return PullRequest(reply, 1)
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise BadPullRequest(str(exc)) from None
+    if not isinstance(doc, dict):
+        raise BadPullRequest("json: cannot unmarshal into JSApiConsumerGetNextRequest")
+    batch, expires = _num(doc, "batch"), _num(doc, "expires")
+    heartbeat, max_bytes = _num(doc, "idle_heartbeat"), _num(doc, "max_bytes")
+    if heartbeat > 0 and heartbeat * 2 > expires:
+        raise BadPullRequest("heartbeat value too large")
+    return PullRequest(
+        reply,
+        batch,
+        max_bytes=max_bytes,
+        no_wait=bool(doc.get("no_wait")),
+        expires=now + expires if expires > 0 else 0,
+        heartbeat=heartbeat if heartbeat > 0 else 0,
+        next_heartbeat=now + heartbeat if heartbeat > 0 else 0,
+    )
+
+
+def _num(doc: dict[str, object], key: str) -> int:
+    value = doc.get(key) or 0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadPullRequest(f"json: cannot unmarshal into field {key}")
+    return int(value)
+
+
+class WaitQueue:
+    """Waiting pull requests, served round-robin; bounded by max_waiting."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._queue: deque[PullRequest] = deque()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def __iter__(self) -> Iterator[PullRequest]:
+        return iter(list(self._queue))
+
+    @property
+    def full(self) -> bool:
+        return len(self._queue) >= self.limit
+
+    def add(self, req: PullRequest) -> None:
+        self._queue.append(req)
+
+    def remove(self, req: PullRequest) -> None:
+        self._queue.remove(req)
+
+    def peek(self) -> PullRequest | None:
+        return self._queue[0] if self._queue else None
+
+    def take_one(self) -> PullRequest:
+        """Charge the head one message; it goes to the back while it wants more."""
+        req = self._queue.popleft()
+        req.batch -= 1
+        req.delivered += 1
+        if req.batch > 0:
+            self._queue.append(req)
+        return req
+
+    def drain(self) -> list[PullRequest]:
+        out = list(self._queue)
+        self._queue.clear()
+        return out
+
+    def outstanding(self) -> int:
+        return sum(r.batch for r in self._queue)
+
+
+def status(code: int, description: str, headers: dict[str, str] | None = None) -> bytes:
+    """A status header block, `NATS/1.0 <code> <description>` and its headers."""
+    return encode_headers(headers or {}, code, description)
+
+
+def format_duration(ns: int) -> str:
+    """Go's time.Duration.String() for the durations the reference puts in status texts."""
+    if ns == 0:
+        return "0s"
+    if ns < 1_000:
+        return f"{ns}ns"
+    if ns < 1_000_000:
+        return f"{_trim(ns / 1_000)}µs"
+    if ns < 1_000_000_000:
+        return f"{_trim(ns / 1_000_000)}ms"
+    secs = ns / 1_000_000_000
+    hours, rest = divmod(secs, 3600)
+    minutes, seconds = divmod(rest, 60)
+    out = f"{int(hours)}h" if hours else ""
+    if hours or minutes:
+        out += f"{int(minutes)}m"
+    return out + f"{_trim(seconds)}s"
+
+
+def _trim(value: float) -> str:
+    return f"{value:.9f}".rstrip("0").rstrip(".")

@@ -1,0 +1,137 @@
+"""JetStream API errors as values, with the reference server's codes.
+
+Clients branch on `err_code` (nats.go and nats-py map them to exception types),
+so each one here must carry the number and wording nats-server uses for the
+same condition; `code` is the HTTP-like status the reference puts beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """An error a JetStream API request or a publish answers with."""
+
+    def __init__(self, code: int, err_code: int, description: str) -> None:
+        super().__init__(description)
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "err_code": self.err_code, "description": self.description}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ApiError) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash((self.code, self.err_code, self.description))
+
+    def __repr__(self) -> str:
+        return f"ApiError({self.code}, {self.err_code}, {self.description!r})"
+
+
+def bad_request() -> ApiError:
+    return ApiError(400, 10003, "bad request")
+
+
+def invalid_json(detail: str) -> ApiError:
+    return ApiError(400, 10025, f"invalid JSON: {detail}")
+
+
+def not_empty_request() -> ApiError:
+    return ApiError(400, 10038, "expected an empty request payload")
+
+
+def no_message_found() -> ApiError:
+    return ApiError(404, 10037, "no message found")
+
+
+def stream_not_found() -> ApiError:
+    return ApiError(404, 10059, "stream not found")
+
+
+def consumer_not_found() -> ApiError:
+    return ApiError(404, 10014, "consumer not found")
+
+
+def stream_name_mismatch() -> ApiError:
+    return ApiError(400, 10056, "stream name in subject does not match request")
+
+
+def stream_name_exists() -> ApiError:
+    return ApiError(400, 10058, "stream name already in use with a different configuration")
+
+
+def subjects_overlap() -> ApiError:
+    return ApiError(400, 10065, "subjects overlap with an existing stream")
+
+
+def invalid_config(detail: str) -> ApiError:
+    return ApiError(500, 10052, detail)
+
+
+def replicas_not_supported() -> ApiError:
+    return ApiError(500, 10074, "replicas > 1 not supported in non-clustered mode")
+
+
+def replicas_negative() -> ApiError:
+    return ApiError(400, 10133, "replicas count cannot be negative")
+
+
+def stream_delete_failed(detail: str) -> ApiError:
+    return ApiError(500, 10050, detail)
+
+
+def msg_delete_failed(detail: str) -> ApiError:
+    return ApiError(500, 10057, detail)
+
+
+def purge_failed(detail: str) -> ApiError:
+    return ApiError(500, 10110, detail)
+
+
+def expected_stream_mismatch() -> ApiError:
+    return ApiError(400, 10060, "expected stream does not match")
+
+
+def wrong_last_sequence(seq: int) -> ApiError:
+    return ApiError(400, 10071, f"wrong last sequence: {seq}")
+
+
+def wrong_last_msg_id(msg_id: str) -> ApiError:
+    return ApiError(400, 10070, f"wrong last msg ID: {msg_id}")
+
+
+def expected_subject_seq_invalid() -> ApiError:
+    return ApiError(400, 10193, "missing sequence for expected last sequence per subject")
+
+
+def message_too_big() -> ApiError:
+    return ApiError(400, 10054, "message size exceeds maximum allowed")
+
+
+def header_too_big() -> ApiError:
+    return ApiError(400, 10097, "header size exceeds maximum allowed of 64k")
+
+
+def store_failed(detail: str) -> ApiError:
+    """Discard-new refusals: the reference reports its store's error text here."""
+    return ApiError(503, 10077, detail)
+
+
+def sealed() -> ApiError:
+    return ApiError(400, 10109, "invalid operation on sealed stream")
+
+
+def rollup_failed(detail: str) -> ApiError:
+    return ApiError(500, 10111, detail)
+
+
+def ttl_invalid() -> ApiError:
+    return ApiError(400, 10165, "invalid per-message TTL")
+
+
+def ttl_disabled() -> ApiError:
+    return ApiError(400, 10166, "per-message TTL is disabled")

@@ -1,0 +1,219 @@
+"""The stream rules a publish must pass before it is proposed, and the PubAck it earns.
+
+The checks run in the reference's order, because a message breaking two rules
+must get the same error from jetlake as from nats-server. They read the
+*proposed* state of the stream (messages accepted but not yet committed
+count), so two publishes in one group-commit batch see each other.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from log import errors
+from log.config import StreamConfig
+from log.errors import ApiError
+
+MSG_ID = "Nats-Msg-Id"
+EXPECTED_STREAM = "Nats-Expected-Stream"
+EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
+EXPECTED_LAST_SUBJ_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJ_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
+ROLLUP = "Nats-Rollup"
+TTL = "Nats-TTL"
+MAX_HEADER_SIZE = 65535
+NEVER = -1  # a TTL of "never": the message outlives max_age
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+
+
+class ProposedState(Protocol):
+    """What the rules read: the stream as it will be once every accepted message commits."""
+
+    @property
+    def last_seq(self) -> int: ...
+
+    @property
+    def last_msg_id(self) -> str: ...
+
+    @property
+    def msgs(self) -> int: ...
+
+    @property
+    def bytes(self) -> int: ...
+
+    def dedup_seq(self, msg_id: str) -> int | None: ...
+
+    def last_seq_for(self, subject: str) -> int: ...
+
+    def subject_msgs(self, subject: str) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    msg_id: str
+    rollup: str  # "", "sub" or "all"
+    ttl: int  # seconds; 0 none, NEVER for "never"
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    seq: int
+
+
+def check(
+    cfg: StreamConfig,
+    state: ProposedState,
+    subject: str,
+    hdr: bytes | None,
+    headers: Mapping[str, list[str]],
+    data: bytes,
+    size: int,
+) -> Accepted | Duplicate:
+    """Accept, recognise a duplicate, or raise the ApiError the publisher gets back.
+
+    `size` is what the message counts against max_bytes (the store's measure).
+    """
+    if cfg.sealed:
+        raise errors.sealed()
+    ttl_text = _first(headers, TTL)
+    if headers:
+        _check_expectations(cfg, state, subject, headers, ttl_text)
+    msg_id = _first(headers, MSG_ID)
+    if msg_id:
+        seq = state.dedup_seq(msg_id)
+        if seq:
+            return Duplicate(seq)
+    expected_id = _first(headers, EXPECTED_LAST_MSG_ID)
+    if expected_id and expected_id != state.last_msg_id:
+        raise errors.wrong_last_msg_id(state.last_msg_id)
+    rollup = _rollup(cfg, headers)
+    hdr_len = len(hdr) if hdr else 0
+    if cfg.max_msg_size >= 0 and (
+        hdr_len > cfg.max_msg_size or len(data) > cfg.max_msg_size - hdr_len
+    ):
+        raise errors.message_too_big()
+    if hdr_len > MAX_HEADER_SIZE:
+        raise errors.header_too_big()
+    ttl = parse_ttl(ttl_text) if ttl_text else 0
+    _check_discard_new(cfg, state, subject, size, rollup)
+    return Accepted(msg_id, rollup, ttl)
+
+
+def _check_expectations(
+    cfg: StreamConfig,
+    state: ProposedState,
+    subject: str,
+    headers: Mapping[str, list[str]],
+    ttl_text: str,
+) -> None:
+    expected_stream = _first(headers, EXPECTED_STREAM)
+    if expected_stream and expected_stream != cfg.name:
+        raise errors.expected_stream_mismatch()
+    if ttl_text and not cfg.allow_msg_ttl and _ttl_or_zero(ttl_text) != 0:
+        raise errors.ttl_disabled()
+    subj_seq = _first(headers, EXPECTED_LAST_SUBJ_SEQ)
+    seq_subject = _first(headers, EXPECTED_LAST_SUBJ_SEQ_SUBJECT)
+    if subj_seq:
+        found = state.last_seq_for(seq_subject or subject)
+        if _uint(subj_seq) != found:
+            raise errors.wrong_last_sequence(found)
+    elif seq_subject:
+        raise errors.expected_subject_seq_invalid()
+    last_seq = _first(headers, EXPECTED_LAST_SEQ)
+    if last_seq and _uint(last_seq) != state.last_seq:
+        raise errors.wrong_last_sequence(state.last_seq)
+
+
+def _rollup(cfg: StreamConfig, headers: Mapping[str, list[str]]) -> str:
+    rollup = _first(headers, ROLLUP)
+    if not rollup:
+        return ""
+    if not cfg.allow_rollup_hdrs or cfg.deny_purge:
+        raise errors.rollup_failed("rollup not permitted")
+    if rollup not in ("sub", "all"):
+        raise errors.rollup_failed(f"rollup value invalid: {json.dumps(rollup)}")
+    return rollup
+
+
+def _check_discard_new(
+    cfg: StreamConfig, state: ProposedState, subject: str, size: int, rollup: str
+) -> None:
+    """Discard-new refusals; at a per-subject limit the new message replaces an old one."""
+    if cfg.discard != "new":
+        return
+    per = cfg.max_msgs_per_subject
+    at_subject_limit = per > 0 and state.subject_msgs(subject) >= per
+    if at_subject_limit and cfg.discard_new_per_subject and not rollup:
+        raise errors.store_failed("maximum messages per subject exceeded")
+    if at_subject_limit:
+        return
+    if 0 < cfg.max_msgs <= state.msgs:
+        raise errors.store_failed("maximum messages exceeded")
+    if cfg.max_bytes > 0 and state.bytes + size > cfg.max_bytes:
+        raise errors.store_failed("maximum bytes exceeded")
+
+
+def parse_ttl(text: str) -> int:
+    """Seconds from a Nats-TTL value ("never", a Go duration of at least 1s, or seconds)."""
+    ttl = _ttl_or_zero(text)
+    if ttl == 0:
+        raise errors.ttl_invalid()
+    return ttl
+
+
+def _ttl_or_zero(text: str) -> int:
+    """The reference's reading of Nats-TTL, with 0 for anything it cannot use."""
+    if text.lower() == "never":
+        return NEVER
+    ns = _go_duration_ns(text)
+    if ns is not None:
+        return ns // 1_000_000_000 if ns >= 1_000_000_000 else 0
+    return int(text) if text.isdigit() else 0
+
+
+def _go_duration_ns(text: str) -> int | None:
+    """Parse Go's time.ParseDuration syntax (e.g. "1h30m", "1.5s"); None if it is not one."""
+    body = text.lstrip("+-")
+    if not body or _DURATION_RE.sub("", body) != "":
+        return None
+    total = sum(float(num) * _UNIT_NS[unit] for num, unit in _DURATION_RE.findall(body))
+    return -int(total) if text.startswith("-") else int(total)
+
+
+def _first(headers: Mapping[str, list[str]], name: str) -> str:
+    values = headers.get(name)
+    return values[0].strip() if values else ""
+
+
+def _uint(text: str) -> int:
+    """A header's sequence; unparseable values never match, as in the reference."""
+    return int(text) if text.isdigit() else -1
+
+
+def pub_ack(stream: str, seq: int) -> bytes:
+    return b'{"stream":%s,"seq":%d}' % (json.dumps(stream).encode(), seq)
+
+
+def duplicate_ack(stream: str, seq: int) -> bytes:
+    """The reference writes this one by hand, space included; clients parse either."""
+    return b'{"stream":%s,"seq":%d,"duplicate": true}' % (json.dumps(stream).encode(), seq)
+
+
+def error_ack(stream: str, error: ApiError) -> bytes:
+    body = {"error": error.to_json(), "stream": stream, "seq": 0}
+    return json.dumps(body, separators=(",", ":")).encode()

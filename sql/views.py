@@ -1,0 +1,97 @@
+"""One Spark view per stream: the lake up to its last committed seq L, plus the live tail after L.
+
+Why this is exact (no gap, no duplicate, zero lag): the live segments are read
+first, into memory, and L from the Delta log after. Rows with seq <= L come
+from Delta only, rows with seq > L from that snapshot only. Anything the server
+reclaimed before the snapshot has seq <= its pin <= L, so Delta has it; a
+compaction committed in between only raises L, and the snapshot still holds
+those rows. The tail keeps rows retired by limits (the lake will keep them
+too) and leaves out explicit deletes unless the stream keeps them, so the
+view is what the lake will hold once compaction catches up. Explicit deletes
+logged but not yet carried into Delta are filtered out of the Delta part.
+
+Views are snapshots of the tail taken at registration: call
+`register_views` again to see newer messages. Other view families (KV
+buckets, object stores) plug in as more `ViewBuilder`s.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow.compute as pc
+
+from log.compactor.compact import lake_progress
+from log.compactor.layout import LakeError, StreamRef, read_pin, streams
+from log.compactor.rows import SPARK_DDL, drop_runs, to_lake
+from log.segments import read_table
+from log.segments.filestore import EXPLICIT
+from log.segments.tombstones import replay_explicit
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("jetlake.sql")
+
+ViewBuilder = Callable[["SparkSession", Path, Path], dict[str, "DataFrame"]]
+
+
+def stream_frame(spark: SparkSession, stream: StreamRef, lake_dir: Path) -> DataFrame:
+    """The union read of one stream (see the module doc for why it is exact)."""
+    keep_deletes = not stream.deletes_reach_lake
+    live = read_table(stream.dir, include_deleted=stream.lake_on, skip_corrupt=True)
+    table = stream.table_path(lake_dir)
+    done = lake_progress(table, stream.app_id) if stream.lake_on else 0
+    live = live.filter(pc.greater(live.column("seq"), done))
+    all_runs, _ = ([], 0) if keep_deletes else replay_explicit(stream.dir / EXPLICIT)
+    tail = to_lake(stream.name, drop_runs(live, all_runs) if stream.lake_on else live)
+    frame = spark.createDataFrame(tail) if len(tail) else spark.createDataFrame([], SPARK_DDL)
+    if not done:
+        return frame
+    pin = read_pin(stream)
+    pending, _ = (
+        ([], 0)
+        if keep_deletes
+        else replay_explicit(stream.dir / EXPLICIT, pin.deletes_offset if pin else 0)
+    )
+    cond = f"seq <= {done}"
+    hidden = [(a, b) for a, b in pending if a <= done]
+    if hidden:
+        cond += " AND NOT (" + " OR ".join(f"seq BETWEEN {a} AND {b}" for a, b in hidden) + ")"
+    lake = spark.read.format("delta").load(str(table)).where(cond)
+    return lake.unionByName(frame)
+
+
+def stream_views(spark: SparkSession, store_dir: Path, lake_dir: Path) -> dict[str, DataFrame]:
+    """A view per file stream of the store (memory streams have no files to read)."""
+    out: dict[str, DataFrame] = {}
+    try:
+        found = list(streams(store_dir))
+    except LakeError as exc:
+        log.error("%s", exc)
+        return out
+    for stream in found:
+        if stream.storage == "file":
+            out[stream.name] = stream_frame(spark, stream, lake_dir)
+    return out
+
+
+DEFAULT_BUILDERS: tuple[ViewBuilder, ...] = (stream_views,)
+
+
+def register_views(
+    spark: SparkSession,
+    store_dir: str | Path,
+    lake_dir: str | Path,
+    builders: Iterable[ViewBuilder] = DEFAULT_BUILDERS,
+) -> list[str]:
+    """Register (or refresh) every builder's views as temp views; return their names."""
+    names: list[str] = []
+    for build in builders:
+        for name, frame in build(spark, Path(store_dir), Path(lake_dir)).items():
+            frame.createOrReplaceTempView(name)
+            names.append(name)
+    return names

@@ -1,0 +1,636 @@
+"""Consumers through nats-py against both servers: the same scenario, the same observations.
+
+Documents and status messages were first observed from the reference
+nats-server; jetlake must match them, times, random names and version
+metadata aside (`normalise`). Timing checks (redelivery, nak delay) assert a
+lower bound exactly and an upper bound with a generous tolerance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import api as jsapi
+from nats.js.errors import NotFoundError
+
+from tests.conftest import Connect, MakeServer
+from tests.jetstream.test_streams_e2e import api, normalise
+from tests.support.clients import sync
+from tests.support.servers import ServerProcess
+
+ACK = "io.nats.jetstream.api.v1."
+
+
+@pytest.fixture
+def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
+    return make_server("-js", "-sd", str(tmp_path / "store"))
+
+
+async def stream_with(nc: NATS, n: int, **config: Any) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="S", subjects=["s.>"], **config)
+    for i in range(n):
+        await js.publish(f"s.{i % 3}", f"m{i}".encode())
+
+
+def config(doc: dict[str, Any]) -> dict[str, Any]:
+    return normalise(doc)["config"]
+
+
+class Inbox:
+    """A raw subscription collecting what the server sends to one reply subject."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Msg] = asyncio.Queue()
+
+    async def cb(self, msg: Msg) -> None:
+        await self.queue.put(msg)
+
+    async def next(self, timeout: float = 3.0) -> Msg:
+        return await asyncio.wait_for(self.queue.get(), timeout)
+
+
+async def inbox(nc: NATS, subject: str) -> Inbox:
+    box = Inbox()
+    await nc.subscribe(subject, cb=box.cb)
+    await sync(nc)
+    return box
+
+
+def status_of(msg: Msg) -> tuple[str | None, str | None]:
+    headers = msg.headers or {}
+    return headers.get("Status"), headers.get("Description")
+
+
+# -- API documents and errors ---------------------------------------------------------
+
+
+async def test_consumer_info_document(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 3)
+    body = {"stream_name": "S", "config": {"durable_name": "d", "ack_policy": "explicit"}}
+    created = await api(nc, "$JS.API.CONSUMER.CREATE.S.d", body)
+    expected_config = {
+        "durable_name": "d",
+        "name": "d",
+        "deliver_policy": "all",
+        "ack_policy": "explicit",
+        "ack_wait": 30_000_000_000,
+        "max_deliver": -1,
+        "replay_policy": "instant",
+        "max_waiting": 512,
+        "max_ack_pending": 1000,
+        "num_replicas": 0,
+        "metadata": {"_nats.req.level": "0"},
+    }
+    assert normalise(created) == {
+        "type": ACK + "consumer_create_response",
+        "stream_name": "S",
+        "name": "d",
+        "config": expected_config,
+        "delivered": {"consumer_seq": 0, "stream_seq": 0},
+        "ack_floor": {"consumer_seq": 0, "stream_seq": 0},
+        "num_ack_pending": 0,
+        "num_redelivered": 0,
+        "num_waiting": 0,
+        "num_pending": 3,
+    }
+    assert created["config"]["metadata"].keys() == {"_nats.level", "_nats.req.level", "_nats.ver"}
+    listed = await api(nc, "$JS.API.CONSUMER.LIST.S")
+    assert listed["consumers"][0]["config"]["metadata"] == {"_nats.req.level": "0"}
+    eph = await api(nc, "$JS.API.CONSUMER.CREATE.S", {"stream_name": "S", "config": {}})
+    assert "name" not in eph["config"] and len(eph["name"]) == 8
+    assert config(eph) == {
+        "deliver_policy": "all",
+        "ack_policy": "none",
+        "max_deliver": -1,
+        "replay_policy": "instant",
+        "max_waiting": 512,
+        "inactive_threshold": 5_000_000_000,
+        "num_replicas": 0,
+        "metadata": {"_nats.req.level": "0"},
+    }
+    names = await api(nc, "$JS.API.CONSUMER.NAMES.S")
+    assert (names["total"], sorted(names["consumers"])) == (2, sorted(["d", eph["name"]]))
+    info = await nc.jetstream().stream_info("S")
+    assert info.state.consumer_count == 2
+    assert await api(nc, "$JS.API.CONSUMER.DELETE.S.d") == {
+        "type": ACK + "consumer_delete_response",
+        "success": True,
+    }
+
+
+CREATE_ERRORS = [
+    ("CREATE.S", {"durable_name": "x"}, (400, 10020)),
+    ("CREATE.S.x", {"durable_name": "y"}, (400, 10017)),
+    ("DURABLE.CREATE.S.x", {}, (400, 10018)),
+    ("CREATE.S.x.s.a", {"filter_subject": "s.b"}, (400, 10131)),
+    ("CREATE.S.x.s.a", {"filter_subjects": ["s.a"]}, (400, 10137)),
+    ("CREATE.S.x", {"deliver_policy": "by_start_sequence"}, (400, 10094)),
+    ("CREATE.S.x", {"deliver_policy": "last_per_subject"}, (400, 10094)),
+    ("CREATE.S.x", {"idle_heartbeat": 1_000_000_000}, (400, 10088)),
+    ("CREATE.S.x", {"flow_control": True, "deliver_subject": "d"}, (400, 10108)),
+    ("CREATE.S.x", {"deliver_subject": "d.*"}, (400, 10079)),
+    ("CREATE.S.x", {"deliver_subject": "d", "max_waiting": 5}, (400, 10080)),
+    ("CREATE.S.x", {"filter_subjects": ["s.a", "s.*"]}, (400, 10138)),
+    ("CREATE.S.x", {"filter_subject": "s.a", "filter_subjects": ["s.b"]}, (400, 10136)),
+    ("CREATE.S.x", {"backoff": [1, 2, 3], "max_deliver": 2}, (400, 10116)),
+    ("CREATE.NOPE.x", {}, (400, 10056)),
+]
+
+
+@pytest.mark.parametrize(("suffix", "cfg", "code"), CREATE_ERRORS)
+async def test_create_errors(
+    js_server: ServerProcess,
+    connect: Connect,
+    suffix: str,
+    cfg: dict[str, Any],
+    code: tuple[int, int],
+) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 0)
+    doc = await api(nc, f"$JS.API.CONSUMER.{suffix}", {"stream_name": "S", "config": cfg})
+    assert (doc["error"]["code"], doc["error"]["err_code"]) == code
+
+
+async def test_create_or_update_rules(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 0)
+    base = {"durable_name": "d", "ack_policy": "explicit"}
+
+    async def create(cfg: dict[str, Any], action: str = "") -> dict[str, Any]:
+        body: dict[str, Any] = {"stream_name": "S", "config": cfg}
+        if action:
+            body["action"] = action
+        return await api(nc, "$JS.API.CONSUMER.CREATE.S.d", body)
+
+    assert "error" not in await create(base)
+    assert (await create(base, "create"))["name"] == "d"  # same config: fine
+    assert (await create({**base, "max_deliver": 3}, "create"))["error"]["err_code"] == 10148
+    updated = await create({**base, "max_deliver": 3, "description": "x"})
+    assert (updated["config"]["max_deliver"], updated["config"]["description"]) == (3, "x")
+    assert (await create({**base, "ack_policy": "none"}))["error"] == {
+        "code": 500,
+        "err_code": 10012,
+        "description": "ack policy can not be updated",
+    }
+    missing = await api(
+        nc,
+        "$JS.API.CONSUMER.CREATE.S.zz",
+        {"stream_name": "S", "config": {"durable_name": "zz"}, "action": "update"},
+    )
+    assert missing["error"]["err_code"] == 10149
+    gone = await api(nc, "$JS.API.CONSUMER.INFO.S.nope")
+    assert gone["error"] == {"code": 404, "err_code": 10014, "description": "consumer not found"}
+
+
+async def test_max_consumers(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 0, max_consumers=1)
+    first = await api(nc, "$JS.API.CONSUMER.CREATE.S.a", {"stream_name": "S", "config": {}})
+    assert "error" not in first
+    second = await api(nc, "$JS.API.CONSUMER.CREATE.S.b", {"stream_name": "S", "config": {}})
+    assert second["error"]["err_code"] == 10026
+
+
+# -- pull -------------------------------------------------------------------------------
+
+
+async def test_pull_fetch_and_ack(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 6)
+    js = nc.jetstream()
+    sub = await js.pull_subscribe("s.>", durable="d")
+    msgs = await sub.fetch(4, timeout=2)
+    assert [m.data for m in msgs] == [b"m0", b"m1", b"m2", b"m3"]
+    assert [m.subject for m in msgs] == ["s.0", "s.1", "s.2", "s.0"]
+    meta = msgs[1].metadata
+    assert (meta.stream, meta.consumer, meta.sequence.stream, meta.sequence.consumer) == (
+        "S",
+        "d",
+        2,
+        2,
+    )
+    assert (meta.num_delivered, meta.num_pending) == (1, 4)
+    await msgs[0].ack_sync()
+    await msgs[2].ack_sync()
+    info = await sub.consumer_info()
+    assert (info.delivered.consumer_seq, info.delivered.stream_seq) == (4, 4)
+    assert (info.ack_floor.consumer_seq, info.ack_floor.stream_seq) == (1, 1)
+    assert (info.num_ack_pending, info.num_pending, info.num_redelivered) == (2, 2, 0)
+    for m in (msgs[1], msgs[3]):
+        await m.ack_sync()
+    info = await sub.consumer_info()
+    assert (info.ack_floor.stream_seq, info.num_ack_pending) == (4, 0)
+    rest = await sub.fetch(10, timeout=1)
+    assert [m.data for m in rest] == [b"m4", b"m5"]
+
+
+async def test_pull_status_messages(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 1)
+    cfg = {"durable_name": "p", "ack_policy": "explicit", "max_waiting": 1}
+    await api(nc, "$JS.API.CONSUMER.CREATE.S.p", {"stream_name": "S", "config": cfg})
+    box = await inbox(nc, "inb.>")
+    nxt = "$JS.API.CONSUMER.MSG.NEXT.S.p"
+    await nc.publish(nxt, b'{"batch":3,"no_wait":true}', reply="inb.1")
+    assert (await box.next()).data == b"m0"
+    assert status_of(await box.next()) == ("404", "No Messages")
+    await nc.publish(nxt, b'{"batch":2,"expires":200000000}', reply="inb.2")
+    timeout = await box.next()
+    assert status_of(timeout) == ("408", "Request Timeout")
+    assert timeout.headers is not None
+    assert timeout.headers["Nats-Pending-Messages"] == "2"
+    assert timeout.headers["Nats-Pending-Bytes"] == "0"
+    await nc.publish(nxt, b'{"batch":1}', reply="inb.3")
+    await nc.publish(nxt, b'{"batch":1}', reply="inb.4")
+    refused = await box.next()
+    assert (refused.subject, status_of(refused)) == ("inb.4", ("409", "Exceeded MaxWaiting"))
+    await api(nc, "$JS.API.CONSUMER.DELETE.S.p")
+    deleted = await box.next()
+    assert (deleted.subject, status_of(deleted)) == ("inb.3", ("409", "Consumer Deleted"))
+
+
+async def test_pull_max_bytes_and_heartbeat(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 1)
+    await api(nc, "$JS.API.CONSUMER.CREATE.S.p", {"stream_name": "S", "config": {"name": "p"}})
+    box = await inbox(nc, "inb.>")
+    nxt = "$JS.API.CONSUMER.MSG.NEXT.S.p"
+    await nc.publish(nxt, b'{"batch":1,"max_bytes":5}', reply="inb.1")
+    too_big = await box.next()
+    assert status_of(too_big) == ("409", "Message Size Exceeds MaxBytes")
+    body = b'{"batch":2,"expires":2000000000,"idle_heartbeat":200000000}'
+    await nc.publish(nxt, body, reply="inb.2")
+    assert (await box.next()).data == b"m0"
+    beat = await box.next()
+    assert status_of(beat) == ("100", "Idle Heartbeat")
+    assert beat.headers is not None
+    assert (beat.headers["Nats-Last-Consumer"], beat.headers["Nats-Last-Stream"]) == ("1", "1")
+
+
+async def test_pending_request_answered_when_message_arrives(
+    js_server: ServerProcess, connect: Connect
+) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 0)
+    sub = await nc.jetstream().pull_subscribe("s.>", durable="d")
+    fetch = asyncio.create_task(sub.fetch(1, timeout=5))
+    await asyncio.sleep(0)
+    deadline = time.monotonic() + 5
+    while (await sub.consumer_info()).num_waiting == 0:
+        assert time.monotonic() < deadline
+    await nc.jetstream().publish("s.x", b"late")
+    assert [m.data for m in await fetch] == [b"late"]
+
+
+# -- push -------------------------------------------------------------------------------
+
+
+async def test_push_delivers_only_with_interest(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 3)
+    cfg = {"durable_name": "p", "deliver_subject": "dlv", "ack_policy": "explicit"}
+    await api(nc, "$JS.API.CONSUMER.CREATE.S.p", {"stream_name": "S", "config": cfg})
+    info = await nc.jetstream().consumer_info("S", "p")
+    assert (info.delivered.stream_seq, info.push_bound) == (0, None)
+    box = await inbox(nc, "dlv")
+    got = [await box.next() for _ in range(3)]
+    assert [m.data for m in got] == [b"m0", b"m1", b"m2"]
+    assert (await nc.jetstream().consumer_info("S", "p")).push_bound is True
+
+
+async def test_push_deliver_group_splits_messages(
+    js_server: ServerProcess, connect: Connect
+) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 0)
+    js = nc.jetstream()
+    seen: list[bytes] = []
+    done = asyncio.Event()
+
+    async def cb(msg: Msg) -> None:
+        seen.append(msg.data)
+        if len(seen) == 20:
+            done.set()
+
+    await js.subscribe("s.>", queue="workers", cb=cb)
+    await js.subscribe("s.>", queue="workers", cb=cb)
+    for i in range(20):
+        await js.publish("s.q", str(i).encode())
+    await asyncio.wait_for(done.wait(), 5)
+    assert sorted(seen, key=int) == [str(i).encode() for i in range(20)]
+    info = await js.consumer_info("S", "workers")
+    assert (info.config.deliver_group, info.num_ack_pending) == ("workers", 0) or (
+        info.num_ack_pending <= 20
+    )
+
+
+async def test_flow_control_and_heartbeat(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 0)
+    cfg = {
+        "name": "fc",
+        "deliver_subject": "dlv",
+        "flow_control": True,
+        "idle_heartbeat": 200_000_000,
+    }
+    await api(nc, "$JS.API.CONSUMER.CREATE.S.fc", {"stream_name": "S", "config": cfg})
+    box = await inbox(nc, "dlv")
+    beat = await box.next()
+    assert status_of(beat) == ("100", "Idle Heartbeat")
+    assert beat.headers is not None and beat.headers["Nats-Last-Consumer"] == "0"
+    big = b"x" * 512 * 1024
+    for _ in range(4):
+        await nc.jetstream().publish("s.big", big)
+    request = None
+    for _ in range(8):
+        msg = await box.next()
+        if status_of(msg) == ("100", "FlowControl Request"):
+            request = msg
+            break
+    assert request is not None and request.reply.startswith("$JS.FC.S.fc.")
+
+
+# -- acks and redelivery ---------------------------------------------------------------
+
+
+async def fetch_one(nc: NATS, durable: str, **cfg: Any) -> tuple[Any, Msg]:
+    js = nc.jetstream()
+    sub = await js.pull_subscribe("s.>", durable=durable, config=jsapi.ConsumerConfig(**cfg))
+    (msg,) = await sub.fetch(1, timeout=2)
+    return sub, msg
+
+
+async def test_redelivery_after_ack_wait(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 1)
+    sub, first = await fetch_one(nc, "r", ack_wait=0.5)
+    start = time.monotonic()
+    (again,) = await sub.fetch(1, timeout=3)
+    elapsed = time.monotonic() - start
+    assert again.data == first.data and again.metadata.num_delivered == 2
+    assert 0.4 <= elapsed <= 1.8
+    assert again.metadata.sequence.consumer == 2
+    info = await sub.consumer_info()
+    assert (info.num_redelivered, info.num_ack_pending) == (1, 1)
+
+
+async def test_nak_with_delay_and_term(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 1)
+    sub, msg = await fetch_one(nc, "n", ack_wait=30)
+    await msg.nak(delay=0.4)
+    start = time.monotonic()
+    (again,) = await sub.fetch(1, timeout=3)
+    assert again.data == b"m0" and time.monotonic() - start >= 0.3
+    await again.nak()
+    (third,) = await sub.fetch(1, timeout=2)
+    assert (third.data, third.metadata.num_delivered) == (b"m0", 3)
+    await third.term()
+    await nc.jetstream().publish("s.1", b"m1")
+    (nxt,) = await sub.fetch(1, timeout=2)
+    assert nxt.data == b"m1"
+    await nxt.in_progress()
+    await nxt.ack_sync()
+    info = await sub.consumer_info()
+    assert (info.num_ack_pending, info.ack_floor.stream_seq) == (0, 2)
+
+
+async def test_max_deliver_then_advisory(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 1)
+    advisories = await inbox(nc, "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.S.md")
+    sub, msg = await fetch_one(nc, "md", ack_wait=0.3, max_deliver=2)
+    assert msg.data == b"m0"
+    msgs = await sub.fetch(1, timeout=3)
+    assert [m.metadata.num_delivered for m in msgs] == [2]
+    await nc.jetstream().publish("s.1", b"m1")
+    (nxt,) = await sub.fetch(1, timeout=3)  # the third attempt is skipped, m1 comes instead
+    assert nxt.data == b"m1"
+    advisory = json.loads((await advisories.next(5)).data)
+    assert (advisory["type"], advisory["stream_seq"], advisory["deliveries"]) == (
+        "io.nats.jetstream.advisory.v1.max_deliver",
+        1,
+        2,
+    )
+    info = await sub.consumer_info()
+    assert (info.num_ack_pending, info.ack_floor.stream_seq) == (1, 1)
+
+
+async def test_max_ack_pending_limits_delivery(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 5)
+    js = nc.jetstream()
+    cfg = jsapi.ConsumerConfig(max_ack_pending=2)
+    sub = await js.pull_subscribe("s.>", durable="m", config=cfg)
+    msgs = await sub.fetch(5, timeout=1)
+    assert [m.data for m in msgs] == [b"m0", b"m1"]
+    await msgs[0].ack_sync()
+    assert [m.data for m in await sub.fetch(5, timeout=1)] == [b"m2"]
+
+
+async def test_ack_all_and_ack_none(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 4)
+    js = nc.jetstream()
+    sub = await js.pull_subscribe(
+        "s.>", durable="all", config=jsapi.ConsumerConfig(ack_policy=jsapi.AckPolicy.ALL)
+    )
+    msgs = await sub.fetch(4, timeout=2)
+    await msgs[2].ack_sync()
+    info = await sub.consumer_info()
+    assert (info.num_ack_pending, info.ack_floor.stream_seq) == (1, 3)
+    none = await js.pull_subscribe(
+        "s.>", durable="none", config=jsapi.ConsumerConfig(ack_policy=jsapi.AckPolicy.NONE)
+    )
+    assert len(await none.fetch(4, timeout=2)) == 4
+    info = await none.consumer_info()
+    assert (info.num_ack_pending, info.ack_floor.stream_seq, info.ack_floor.consumer_seq) == (
+        0,
+        4,
+        4,
+    )
+
+
+# -- where delivery starts, what it selects ---------------------------------------------
+
+POLICIES = [
+    ({"deliver_policy": "all"}, [b"m0", b"m1", b"m2", b"m3", b"m4"]),
+    ({"deliver_policy": "last"}, [b"m4"]),
+    ({"deliver_policy": "new"}, []),
+    ({"deliver_policy": "by_start_sequence", "opt_start_seq": 4}, [b"m3", b"m4"]),
+    ({"deliver_policy": "last_per_subject", "filter_subject": "s.>"}, [b"m2", b"m3", b"m4"]),
+    ({"filter_subject": "s.1"}, [b"m1", b"m4"]),
+    ({"filter_subjects": ["s.0", "s.2"]}, [b"m0", b"m2", b"m3"]),
+]
+
+
+@pytest.mark.parametrize(("cfg", "expected"), POLICIES)
+async def test_deliver_policies_and_filters(
+    js_server: ServerProcess, connect: Connect, cfg: dict[str, Any], expected: list[bytes]
+) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 5)
+    body = {"stream_name": "S", "config": {"name": "c", **cfg}}
+    created = await api(nc, "$JS.API.CONSUMER.CREATE.S.c", body)
+    assert created["num_pending"] == len(expected)
+    box = await inbox(nc, "inb.>")
+    await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.c", b'{"batch":10,"no_wait":true}', "inb.1")
+    got = []
+    while True:
+        msg = await box.next()
+        if status_of(msg)[0]:
+            break
+        got.append(msg.data)
+    assert got == expected
+
+
+async def test_deliver_by_start_time(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 3)
+    middle = await nc.jetstream().get_msg("S", seq=2)
+    assert middle.headers is None
+    stamp = (await api(nc, "$JS.API.STREAM.MSG.GET.S", {"seq": 2}))["message"]["time"]
+    body = {
+        "stream_name": "S",
+        "config": {"name": "t", "deliver_policy": "by_start_time", "opt_start_time": stamp},
+    }
+    created = await api(nc, "$JS.API.CONSUMER.CREATE.S.t", body)
+    assert created["num_pending"] == 2
+
+
+# -- retention ----------------------------------------------------------------------------
+
+
+async def test_interest_retention(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    js = nc.jetstream()
+    await js.add_stream(name="I", subjects=["i.>"], retention="interest")
+    await js.publish("i.a", b"nobody")  # no consumer yet: not kept
+    a = await js.pull_subscribe("i.>", durable="a", stream="I")
+    b = await js.pull_subscribe("i.>", durable="b", stream="I")
+    await js.publish("i.a", b"x")
+    state = (await js.stream_info("I")).state
+    assert (state.messages, state.last_seq) == (1, 2)
+    (ma,) = await a.fetch(1, timeout=2)
+    await ma.ack_sync()
+    assert (await js.stream_info("I")).state.messages == 1
+    (mb,) = await b.fetch(1, timeout=2)
+    await mb.ack_sync()
+    state = (await js.stream_info("I")).state
+    assert (state.messages, state.first_seq) == (0, 3)
+
+
+async def test_workqueue_retention(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    js = nc.jetstream()
+    await js.add_stream(name="W", subjects=["w.>"], retention="workqueue")
+    await js.publish("w.a", b"job")
+    sub = await js.pull_subscribe("w.a", durable="a", stream="W")
+    (job,) = await sub.fetch(1, timeout=2)
+    assert (await js.stream_info("W")).state.messages == 1
+    await job.ack_sync()
+    assert (await js.stream_info("W")).state.messages == 0
+    overlap = await api(
+        nc,
+        "$JS.API.CONSUMER.CREATE.W.b",
+        {"stream_name": "W", "config": {"name": "b", "ack_policy": "explicit"}},
+    )
+    assert overlap["error"]["err_code"] == 10099
+    same = await api(
+        nc,
+        "$JS.API.CONSUMER.CREATE.W.c",
+        {
+            "stream_name": "W",
+            "config": {"name": "c", "ack_policy": "explicit", "filter_subject": "w.*"},
+        },
+    )
+    assert same["error"] == {
+        "code": 400,
+        "err_code": 10100,
+        "description": "filtered consumer not unique on workqueue stream",
+    }
+    fine = await api(
+        nc,
+        "$JS.API.CONSUMER.CREATE.W.d",
+        {
+            "stream_name": "W",
+            "config": {"name": "d", "ack_policy": "explicit", "filter_subject": "w.b"},
+        },
+    )
+    assert "error" not in fine
+
+
+async def test_ephemeral_removed_after_inactive_threshold(
+    js_server: ServerProcess, connect: Connect
+) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 0)
+    body = {"stream_name": "S", "config": {"name": "e", "inactive_threshold": 300_000_000}}
+    assert "error" not in await api(nc, "$JS.API.CONSUMER.CREATE.S.e", body)
+    js = nc.jetstream()
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            await js.consumer_info("S", "e")
+        except NotFoundError:
+            break
+        assert time.monotonic() < deadline, "ephemeral consumer outlived its inactive_threshold"
+
+
+async def test_pause_and_resume(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 1)
+    await api(nc, "$JS.API.CONSUMER.CREATE.S.p", {"stream_name": "S", "config": {"name": "p"}})
+    paused = await api(nc, "$JS.API.CONSUMER.PAUSE.S.p", {"pause_until": "2099-01-01T00:00:00Z"})
+    assert (paused["paused"], paused["pause_until"]) == (True, "2099-01-01T00:00:00Z")
+    info = await api(nc, "$JS.API.CONSUMER.INFO.S.p")
+    assert info["paused"] is True and info["config"]["pause_until"] == "2099-01-01T00:00:00Z"
+    box = await inbox(nc, "inb.>")
+    await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.p", b'{"batch":1}', "inb.1")
+    resumed = await api(nc, "$JS.API.CONSUMER.PAUSE.S.p")
+    assert resumed["paused"] is False
+    assert (await box.next()).data == b"m0"
+
+
+# -- KV and Object Store ride on ordered consumers -----------------------------------
+
+
+async def test_kv_watch_keys_history(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    js = nc.jetstream()
+    kv = await js.create_key_value(bucket="b", history=5)
+    await kv.put("a", b"1")
+    await kv.put("b", b"2")
+    await kv.put("a", b"3")
+    await kv.delete("b")
+    assert sorted(await kv.keys()) == ["a"]
+    assert [e.value for e in await kv.history("a")] == [b"1", b"3"]
+    watcher = await kv.watchall()
+    seen = []
+    async for entry in watcher:
+        if entry is None:
+            break
+        seen.append((entry.key, entry.value, entry.operation))
+    assert seen == [("a", b"3", None), ("b", b"", "DEL")]
+    await kv.put("c", b"9")
+    update = await watcher.updates(timeout=3)
+    assert (update.key, update.value) == ("c", b"9")
+    await watcher.stop()
+
+
+async def test_object_store_round_trip(js_server: ServerProcess, connect: Connect) -> None:
+    nc = await connect(js_server)
+    store = await nc.jetstream().create_object_store("o")
+    data = bytes(range(256)) * 4096 * 3  # 3 MiB: 24 chunks through an ordered consumer
+    await store.put("x", data)
+    assert (await store.get("x")).data == data
+    assert [i.name for i in await store.list()] == ["x"]
