@@ -15,13 +15,9 @@ a message is not revealed before its publisher could have been acknowledged.
 
 from __future__ import annotations
 
-import json
-import secrets
-import string
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from itertools import chain
+from typing import Any
 
 from ingest.parser.subjects import subject_matches
 from log.consumer_config import ConsumerConfig
@@ -35,73 +31,26 @@ from log.consumer_pull import (
     parse_request,
     status,
 )
-from log.publish import _go_duration_ns
-from log.segments.api import StoredMsg, StoreState, SubjectState
-from log.timefmt import rfc3339
+from log.consumer_wire import (
+    ACK_PREFIX,
+    FC_PREFIX,
+    AckResult,
+    Delivery,
+    Output,
+    Pending,
+    Status,
+    StoreReader,
+    headers_only,
+    max_deliveries,
+    nak_delay,
+    random_token,
+    terminated,
+)
+from log.segments.api import StoredMsg
 
-ACK_PREFIX = "$JS.ACK"
-FC_PREFIX = "$JS.FC"
-ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER"
-MSG_SIZE = "Nats-Msg-Size"
 FLOW_CONTROL_LIMIT = 32 * 1024 * 1024  # the most unconfirmed bytes a flow-controlled push may have
 _FC_START = FLOW_CONTROL_LIMIT // 16
 _NS = 1_000_000_000
-
-
-class StoreReader(Protocol):
-    """The read side of `MsgStore` a consumer uses."""
-
-    def load(self, seq: int) -> StoredMsg | None: ...
-
-    def load_next(self, start_seq: int, subject_filter: str = ">") -> StoredMsg | None: ...
-
-    def load_last(self, subject_filter: str = ">") -> StoredMsg | None: ...
-
-    def state(self, *, with_deleted: bool = False) -> StoreState: ...
-
-    def subject_state(self, subject: str) -> SubjectState | None: ...
-
-    def subjects(self, subject_filter: str = ">") -> dict[str, int]: ...
-
-    def seqs_for(self, subject_filter: str, start_seq: int) -> Iterable[int]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    subject: str
-    reply: str
-    msg: StoredMsg
-    hdr: bytes | None
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    subject: str
-    hdr: bytes
-    reply: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Advisory:
-    subject: str
-    body: dict[str, Any]
-
-
-Output = Delivery | Status | Advisory
-
-
-@dataclass(slots=True)
-class Pending:
-    dseq: int
-    ts: int  # when delivered (or last progress), ns; the ack deadline counts from here
-
-
-@dataclass(slots=True)
-class AckResult:
-    confirm: bool  # send the empty reply an ack with a reply subject asks for
-    done: list[int] = field(default_factory=list)  # stream seqs this consumer no longer needs
-    request: bytes | None = None  # +NXT: a pull request riding on the ack
 
 
 class Consumer:
@@ -150,6 +99,10 @@ class Consumer:
         self._fc_bytes = 0
         self._next_hb = now + cfg.idle_heartbeat if cfg.idle_heartbeat else 0
         self._next_check = 0  # earliest ack deadline among pending, 0 = none
+        self._upcoming: list[int] = []  # filtered: matching seqs known to the store, ascending
+        self._upcoming_pos = 0
+        self._upcoming_upto = 0  # the store's last seq when _upcoming was read
+        self._upcoming_stale = True
         self._advisories: list[Output] = []
         self._start(now)
 
@@ -235,15 +188,32 @@ class Consumer:
         if seq > self.committed:
             self.committed = seq
         if (
+            self.cfg.filters
+            and not self._upcoming_stale
+            and seq > self._upcoming_upto
+            and self.matches(subject)
+        ):
+            self._upcoming.append(seq)
+            if self._upcoming_pos > 4096:
+                del self._upcoming[: self._upcoming_pos]
+                self._upcoming_pos = 0
+        if (
             seq >= self.sseq
             and self.matches(subject)
             and not (self._lps and seq <= self._lps_resume)
         ):
             self.npc += 1
 
+    def refresh(self, committed: int) -> None:
+        """Re-read positions from the store (messages committed without a callback to us)."""
+        self.committed = max(self.committed, committed)
+        self._upcoming_stale = True
+        self.npc = self.count_pending()
+
     def update_config(self, cfg: ConsumerConfig) -> None:
         """Adopt an already-checked update (only the editable fields differ)."""
         self.cfg = cfg
+        self._upcoming_stale = True
         self.waiting.limit = cfg.max_waiting
 
     def pull(self, reply: str, body: bytes, now: int) -> list[Output]:
@@ -315,7 +285,7 @@ class Consumer:
             reason = kind[5:].strip().decode("utf-8", "replace")
             result = self._ack(sseq, dseq, now)
             result.confirm = True
-            self._advisories.append(self._terminated(sseq, dseq, dc, reason, now))
+            self._advisories.append(terminated(self.stream, self.name, sseq, dseq, dc, reason, now))
             return result
         return AckResult(False)
 
@@ -328,7 +298,7 @@ class Consumer:
             p = self.pending.pop(sseq, None)
             if p is not None:
                 done.append(sseq)
-                self._move_floor()
+                self._move_floor(p.dseq, sseq)
             self.redelivered.pop(sseq, None)
             self._unqueue(sseq)
         elif policy == "all":
@@ -343,27 +313,28 @@ class Consumer:
                 self._unqueue(first)
                 done.append(first)
             self.adflr, self.asflr = dseq, sseq
-            self._move_floor()
         else:
             return AckResult(False)
         self.last_acked = now
         self.dirty = True
         return AckResult(True, done)
 
-    def _move_floor(self) -> None:
+    def _move_floor(self, dseq: int, sseq: int) -> None:
+        """The reference's moveAckFloor: advance only from the floor itself, up to the next gap."""
         if not self.pending:
             self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
-            return
-        first, p = next(iter(self.pending.items()))
-        if first - 1 > self.asflr:
-            self.asflr = first - 1
-            self.adflr = max(self.adflr, p.dseq - 1)
+        elif dseq == self.adflr + 1:
+            self.adflr, self.asflr = dseq, sseq
+            for seq, p in self.pending.items():
+                if seq > sseq:
+                    self.adflr, self.asflr = p.dseq - 1, seq - 1
+                    break
 
     def _nak(self, sseq: int, dseq: int, arg: bytes, now: int) -> None:
         p = self.pending.get(sseq)
         if p is None or dseq <= self.adflr or dseq >= self.dseq:
             return
-        delay = _nak_delay(arg)
+        delay = nak_delay(arg)
         if delay is not None:
             self._unqueue(sseq)
             p.ts = now - self.cfg.ack_wait + delay
@@ -432,18 +403,10 @@ class Consumer:
             if seq not in self.pending:
                 continue
             dc = self.redelivered.get(seq, 1) + 1
-            if 0 < self.cfg.max_deliver < dc:
-                self._advisories.append(self._max_deliveries(seq, dc - 1, now))
-                self.redelivered[seq] = dc
-                del self.pending[seq]
-                self._move_floor()
-                self.dirty = True
-                continue
             msg = self.store.load(seq)
             if msg is None:  # deleted meanwhile (limits, purge): nothing to redeliver
-                del self.pending[seq]
                 self.redelivered.pop(seq, None)
-                self._move_floor()
+                self._move_floor(self.pending.pop(seq).dseq, seq)
                 self.dirty = True
                 continue
             return msg, dc
@@ -466,16 +429,35 @@ class Consumer:
         return msg, 1
 
     def _load_next(self) -> StoredMsg | None:
-        best: StoredMsg | None = None
-        for f in self._filters:
-            msg = self.store.load_next(self.sseq, f)
-            if (
-                msg is not None
-                and msg.seq <= self.committed
-                and (best is None or msg.seq < best.seq)
-            ):
-                best = msg
-        return best
+        """The first committed message at or after sseq that the filter selects (a peek).
+
+        Unfiltered, the store's next live sequence is O(1). Filtered, the matching
+        sequences come from the subject index once (`seqs_for`) and commits append
+        to that list, so a consumer never rescans the stream per message.
+        """
+        if not self.cfg.filters:
+            msg = self.store.load_next(self.sseq)
+            return msg if msg is not None and msg.seq <= self.committed else None
+        if self._upcoming_stale:
+            self._refill()
+        while self._upcoming_pos < len(self._upcoming):
+            seq = self._upcoming[self._upcoming_pos]
+            if seq > self.committed:
+                return None
+            if seq >= self.sseq:
+                msg = self.store.load(seq)
+                if msg is not None:
+                    return msg
+            self._upcoming_pos += 1
+        return None
+
+    def _refill(self) -> None:
+        self._upcoming_stale = False
+        runs = [self.store.seqs_for(f, self.sseq) for f in self.cfg.filters]
+        merged = runs[0] if len(runs) == 1 else sorted(set(chain.from_iterable(runs)))
+        self._upcoming = list(merged)
+        self._upcoming_pos = 0
+        self._upcoming_upto = self.store.state().last_seq
 
     def _ready(self, msg: StoredMsg, now: int) -> bool:
         """Replay original and rate limits hold a fetched message until its time."""
@@ -509,7 +491,7 @@ class Consumer:
         )
         hdr, data = msg.hdr, msg.data
         if self.cfg.headers_only:
-            hdr, data = _headers_only(hdr, len(data)), b""
+            hdr, data = headers_only(hdr, len(data)), b""
         size = len(msg.subject) + len(reply) + (len(hdr) if hdr else 0) + len(data)
         out: list[Output] = []
         if self.cfg.is_push:
@@ -575,7 +557,7 @@ class Consumer:
                 FC_PREFIX,
                 self.stream,
                 self.name,
-                "".join(secrets.choice(_ALPHABET) for _ in range(4)),
+                random_token(4),
             )
         )
         self._fc_bytes = self._pbytes
@@ -629,9 +611,14 @@ class Consumer:
             elif not nxt or deadline < nxt:
                 nxt = deadline
         for seq in expired:
+            dc = self.redelivered.get(seq, 1)
+            if 0 < self.cfg.max_deliver <= dc:  # its last delivery went unacked: give up on it
+                self._advisories.append(max_deliveries(self.stream, self.name, seq, dc, now))
+                self._move_floor(self.pending.pop(seq).dseq, seq)
+                self.dirty = True
+                continue
             self._queue_redelivery(seq)
-            p = self.pending[seq]
-            p.ts = now  # until it goes out again, do not count it as expired twice
+            self.pending[seq].ts = now  # until it goes out again, it cannot expire twice
         self._next_check = nxt
 
     def _queue_redelivery(self, seq: int) -> None:
@@ -662,34 +649,6 @@ class Consumer:
                     times.append(req.next_heartbeat)
         return min(times) if times else None
 
-    @property
-    def has_redeliveries(self) -> bool:
-        return bool(self._rdq)
-
-    # -- advisories -----------------------------------------------------------
-
-    def _max_deliveries(self, seq: int, deliveries: int, now: int) -> Advisory:
-        body = self._advisory("max_deliver", now) | {"stream_seq": seq, "deliveries": deliveries}
-        return Advisory(f"{ADVISORY}.MAX_DELIVERIES.{self.stream}.{self.name}", body)
-
-    def _terminated(self, seq: int, dseq: int, dc: int, reason: str, now: int) -> Advisory:
-        body = self._advisory("terminated", now) | {
-            "consumer_seq": dseq,
-            "stream_seq": seq,
-            "deliveries": dc,
-            "reason": reason,
-        }
-        return Advisory(f"{ADVISORY}.MSG_TERMINATED.{self.stream}.{self.name}", body)
-
-    def _advisory(self, kind: str, now: int) -> dict[str, Any]:
-        return {
-            "type": f"io.nats.jetstream.advisory.v1.{kind}",
-            "id": "".join(secrets.choice(_ALPHABET) for _ in range(22)),
-            "timestamp": rfc3339(now),
-            "stream": self.stream,
-            "consumer": self.name,
-        }
-
     # -- persistence ------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
@@ -717,30 +676,9 @@ class Consumer:
         self._lps_resume = int(state.get("lps_resume", 0))
         self.last_delivered = int(state.get("last_delivered", 0))
         self.last_acked = int(state.get("last_acked", 0))
+        self._upcoming_stale = True
         self.npc = self.count_pending()
-        # The first check recomputes exact deadlines; starting at the oldest is early, never late.
-        self._next_check = min((p.ts for p in self.pending.values()), default=0)
-
-
-def _nak_delay(arg: bytes) -> int | None:
-    """`-NAK {"delay": ns}` or `-NAK 5s`; None means redeliver now."""
-    if not arg:
-        return None
-    if arg.startswith(b"{"):
-        try:
-            delay = json.loads(arg).get("delay")
-        except (ValueError, AttributeError):
-            return None
-        return int(delay) if isinstance(delay, int | float) and delay > 0 else None
-    delay = _go_duration_ns(arg.decode("utf-8", "replace"))
-    return delay if delay and delay > 0 else None
-
-
-def _headers_only(hdr: bytes | None, size: int) -> bytes:
-    line = f"{MSG_SIZE}: {size}\r\n\r\n".encode()
-    if hdr and hdr.endswith(b"\r\n\r\n"):
-        return hdr[:-2] + line
-    return b"NATS/1.0\r\n" + line
-
-
-_ALPHABET = string.ascii_letters + string.digits
+        self._next_check = min(
+            (p.ts + self._ack_wait(self.redelivered.get(s, 1)) for s, p in self.pending.items()),
+            default=0,
+        )

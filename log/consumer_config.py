@@ -347,17 +347,6 @@ def _not_set(policy: str, what: str) -> ApiError:
     )
 
 
-def check_filters_in_stream(cfg: ConsumerConfig, stream: StreamConfig) -> None:
-    """A filter must be able to match something the stream captures."""
-    for subject in cfg.filters:
-        if not any(subjects_overlap(subject, s) for s in stream.subjects):
-            raise ApiError(
-                400,
-                10093,
-                "consumer filter subject is not a valid subset of the interest subjects",
-            )
-
-
 def check_update(old: ConsumerConfig, new: ConsumerConfig, *, deliver_bound: bool) -> None:
     """What an update may change, as `checkNewConsumerConfig` rules (500/10012 refusals)."""
     if old == new:

@@ -8,6 +8,7 @@ count), so two publishes in one group-commit batch see each other.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -70,6 +71,9 @@ class Accepted:
     ttl: int  # seconds; 0 none, NEVER for "never"
 
 
+_PLAIN = Accepted("", "", 0)
+
+
 @dataclass(frozen=True, slots=True)
 class Duplicate:
     seq: int
@@ -90,9 +94,13 @@ def check(
     """
     if cfg.sealed:
         raise errors.sealed()
+    if not headers:  # the common case: no header can ask for anything
+        if cfg.max_msg_size >= 0 and len(data) > cfg.max_msg_size:
+            raise errors.message_too_big()
+        _check_discard_new(cfg, state, subject, size, "")
+        return _PLAIN
     ttl_text = _first(headers, TTL)
-    if headers:
-        _check_expectations(cfg, state, subject, headers, ttl_text)
+    _check_expectations(cfg, state, subject, headers, ttl_text)
     msg_id = _first(headers, MSG_ID)
     if msg_id:
         seq = state.dedup_seq(msg_id)
@@ -205,8 +213,13 @@ def _uint(text: str) -> int:
     return int(text) if text.isdigit() else -1
 
 
+@functools.lru_cache(maxsize=1024)
+def _ack_prefix(stream: str) -> bytes:
+    return b'{"stream":%s,"seq":' % json.dumps(stream).encode()
+
+
 def pub_ack(stream: str, seq: int) -> bytes:
-    return b'{"stream":%s,"seq":%d}' % (json.dumps(stream).encode(), seq)
+    return b"%s%d}" % (_ack_prefix(stream), seq)
 
 
 def duplicate_ack(stream: str, seq: int) -> bytes:

@@ -16,14 +16,21 @@ from typing import Generic, Protocol, TypeVar
 
 E = TypeVar("E")
 
+# Called once the proposal's batch committed (None) or failed (the error). A plain
+# callback, not a Future: futures cost a loop callback each, per published message.
+OnCommit = Callable[[BaseException | None], None]
+
 
 class ReplicationGroup(Protocol[E]):
     @property
     def committed(self) -> int:
         """Index of the last committed entry (entries count from 1)."""
 
-    def propose(self, entries: Sequence[E]) -> asyncio.Future[int]:
-        """Queue entries; the future resolves to the commit index of the last one."""
+    def propose(self, entries: Sequence[E], on_commit: OnCommit | None = None) -> None:
+        """Queue entries; `on_commit` runs on the event loop when their batch commits."""
+
+    def barrier(self) -> asyncio.Future[int]:
+        """A future for the commit of everything proposed so far (for readers who wait)."""
 
     async def flush(self) -> None:
         """Wait until everything proposed so far is committed and durable."""
@@ -56,7 +63,7 @@ class SingleNodeGroup(Generic[E]):
         self._sync = sync
         self._interval = None if sync_interval_ns is None else sync_interval_ns / 1e9
         self._queue: list[E] = []
-        self._waiters: list[tuple[int, asyncio.Future[int]]] = []
+        self._waiters: list[OnCommit] = []
         self._proposed = 0
         self.committed = 0
         self._worker: asyncio.Task[None] | None = None
@@ -65,47 +72,52 @@ class SingleNodeGroup(Generic[E]):
         self._closed = False
         self._error: BaseException | None = None
 
-    def propose(self, entries: Sequence[E]) -> asyncio.Future[int]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[int] = loop.create_future()
+    def propose(self, entries: Sequence[E], on_commit: OnCommit | None = None) -> None:
         if self._closed or self._error is not None:
-            future.set_exception(self._error or GroupClosedError("replication group closed"))
-            return future
+            if on_commit is not None:
+                on_commit(self._error or GroupClosedError("replication group closed"))
+            return
         self._queue.extend(entries)
         self._proposed += len(entries)
-        self._waiters.append((self._proposed, future))
+        if on_commit is not None:
+            self._waiters.append(on_commit)
         if self._worker is None or self._worker.done():
-            self._worker = loop.create_task(self._run())
+            self._worker = asyncio.get_running_loop().create_task(self._run())
+
+    def barrier(self) -> asyncio.Future[int]:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        index = self._proposed
+        if index <= self.committed:
+            future.set_result(index)
+        else:
+            self.propose((), lambda error: _settle(future, index, error))
         return future
 
     async def _run(self) -> None:
         """Drain the queue batch by batch; one batch's fsync overlaps the next's arrival."""
-        while self._queue:
+        while self._queue or self._waiters:
             batch, self._queue = self._queue, []
             waiters, self._waiters = self._waiters, []
+            upto = self._proposed  # every queued entry is in this batch
             try:
-                self._apply(batch)
-                if self._interval is None:
-                    await asyncio.to_thread(self._sync)
-                else:
-                    self._dirty = True
-                    self._arm_timer()
+                if batch:
+                    self._apply(batch)
+                    if self._interval is None:
+                        await asyncio.to_thread(self._sync)
+                    else:
+                        self._dirty = True
+                        self._arm_timer()
             except Exception as exc:  # delivered to every waiter; the group stays failed
                 self._fail(exc, waiters)
                 return
-            self.committed = waiters[-1][0]
-            for index, future in waiters:
-                if not future.done():
-                    future.set_result(index)
+            self.committed = upto
+            _notify(waiters, None)
 
-    def _fail(self, exc: BaseException, waiters: list[tuple[int, asyncio.Future[int]]]) -> None:
+    def _fail(self, exc: BaseException, waiters: list[OnCommit]) -> None:
         """A failed write poisons the group: nothing after it may be acknowledged."""
         self._error = exc
-        for _, future in waiters + self._waiters:
-            if not future.done():
-                future.set_exception(exc)
-        self._waiters = []
-        self._queue = []
+        pending, self._waiters, self._queue = waiters + self._waiters, [], []
+        _notify(pending, exc)
 
     def _arm_timer(self) -> None:
         if self._timer is None and self._interval is not None:
@@ -132,6 +144,26 @@ class SingleNodeGroup(Generic[E]):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+def _notify(waiters: list[OnCommit], error: BaseException | None) -> None:
+    """Tell every proposer; one failing callback must not cost the others their acks."""
+    for on_commit in waiters:
+        try:
+            on_commit(error)
+        except Exception as exc:
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "commit callback failed", "exception": exc}
+            )
+
+
+def _settle(future: asyncio.Future[int], index: int, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(index)
+    else:
+        future.set_exception(error)
 
 
 def _report_sync_error(task: asyncio.Task[None]) -> None:

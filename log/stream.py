@@ -16,6 +16,7 @@ import itertools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from log import errors, publish
@@ -81,7 +82,6 @@ class Stream:
         self._pending: dict[str, list[int]] = {}  # subject -> [uncommitted count, last seq]
         self._pending_msgs = 0
         self._pending_bytes = 0
-        self._last_proposal: asyncio.Future[int] | None = None
         self._ttls: list[tuple[int, int]] = []  # heap of (expires_ns, seq)
         self._commit_listeners: list[CommitListener] = []
         self._recover_window(state.last_seq, state.first_seq)
@@ -199,12 +199,7 @@ class Stream:
         self._pending_msgs += 1
         self._pending_bytes += size
         entry = Entry(NewMsg(subject, hdr, data, ts), seq, decision.rollup, decision.ttl)
-        future = self._group.propose([entry])
-        self._last_proposal = future
-        if ack is not None:
-            future.add_done_callback(lambda f: ack(self._ack_for(f, seq)))
-        if self._commit_listeners:
-            future.add_done_callback(lambda f: self._committed(f, seq, subject))
+        self._group.propose((entry,), partial(self._committed, seq, subject, ack))
 
     def add_commit_listener(self, listener: CommitListener) -> None:
         """Call listener(seq, subject) as each message commits (consumers wake on it)."""
@@ -213,21 +208,23 @@ class Stream:
     def remove_commit_listener(self, listener: CommitListener) -> None:
         self._commit_listeners.remove(listener)
 
-    def _committed(self, future: asyncio.Future[int], seq: int, subject: str) -> None:
-        if not future.cancelled() and future.exception() is None:
-            for listener in list(self._commit_listeners):
-                listener(seq, subject)
+    def _committed(
+        self, seq: int, subject: str, ack: AckSink | None, error: BaseException | None
+    ) -> None:
+        """The message's batch is durable (or failed): answer the publisher, wake readers."""
+        if error is not None:
+            if ack is not None:
+                ack(publish.error_ack(self.name, errors.store_failed(str(error) or "cancelled")))
+            return
+        if ack is not None:
+            ack(publish.pub_ack(self.name, seq))
+        for listener in self._commit_listeners:
+            listener(seq, subject)
 
     @property
     def committed_seq(self) -> int:
         """The highest sequence a reader may see: committed (and acknowledged) messages only."""
         return self._base_seq + self._group.committed
-
-    def _ack_for(self, future: asyncio.Future[int], seq: int) -> bytes:
-        if future.cancelled() or future.exception() is not None:
-            detail = "write cancelled" if future.cancelled() else str(future.exception())
-            return publish.error_ack(self.name, errors.store_failed(detail))
-        return publish.pub_ack(self.name, seq)
 
     def _apply(self, entries: list[Entry]) -> None:
         first = self.store.append([e.msg for e in entries])
@@ -285,7 +282,7 @@ class Stream:
         """
         if seq <= self._base_seq + self._group.committed:
             return None
-        return self._last_proposal
+        return self._group.barrier()
 
     # -- expiry ---------------------------------------------------------------
 

@@ -17,16 +17,24 @@ buckets, object stores) plug in as more `ViewBuilder`s.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
+import shutil
+import tempfile
+import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from log.compactor.compact import lake_progress
 from log.compactor.layout import LakeError, StreamRef, read_pin, streams
 from log.compactor.rows import SPARK_DDL, drop_runs, to_lake
+from log.compactor.spark import resolve_master
 from log.segments import read_table
 from log.segments.filestore import EXPLICIT
 from log.segments.tombstones import replay_explicit
@@ -48,7 +56,7 @@ def stream_frame(spark: SparkSession, stream: StreamRef, lake_dir: Path) -> Data
     live = live.filter(pc.greater(live.column("seq"), done))
     all_runs, _ = ([], 0) if keep_deletes else replay_explicit(stream.dir / EXPLICIT)
     tail = to_lake(stream.name, drop_runs(live, all_runs) if stream.lake_on else live)
-    frame = spark.createDataFrame(tail) if len(tail) else spark.createDataFrame([], SPARK_DDL)
+    frame = _tail_frame(spark, stream.name, tail)
     if not done:
         return frame
     pin = read_pin(stream)
@@ -63,6 +71,37 @@ def stream_frame(spark: SparkSession, stream: StreamRef, lake_dir: Path) -> Data
         cond += " AND NOT (" + " OR ".join(f"seq BETWEEN {a} AND {b}" for a, b in hidden) + ")"
     lake = spark.read.format("delta").load(str(table)).where(cond)
     return lake.unionByName(frame)
+
+
+def _tail_frame(spark: SparkSession, name: str, tail: pa.Table) -> DataFrame:
+    """The tail as a DataFrame through a Parquet file, which Spark reads vectorised.
+
+    Converting a large tail (a stream whose lake is off, or far behind) with
+    `createDataFrame` takes the driver minutes; Parquet takes it a second. The
+    file lives in this process's temp folder until the view is refreshed or the
+    process exits; a cluster master gets the rows through `createDataFrame`,
+    as its executors cannot see a local temp file.
+    """
+    if not resolve_master(spark.sparkContext.master).startswith("local"):
+        return spark.createDataFrame(tail) if len(tail) else spark.createDataFrame([], SPARK_DDL)
+    folder = _staging_dir()
+    old = _STAGED.pop(name, None)
+    path = folder / f"{name}-{uuid.uuid4().hex}.parquet"
+    pq.write_table(tail, path)
+    _STAGED[name] = path
+    if old is not None:
+        old.unlink(missing_ok=True)
+    return spark.read.parquet(str(path))
+
+
+_STAGED: dict[str, Path] = {}
+
+
+@functools.cache
+def _staging_dir() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="jetlake-views-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def stream_views(spark: SparkSession, store_dir: Path, lake_dir: Path) -> dict[str, DataFrame]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Generic, TypeVar
 
 S = TypeVar("S")
@@ -89,42 +90,44 @@ class Sublist(Generic[S]):
         if hit is not None:
             return hit
         result: Match[S] = Match([], [])
-        text = subject.decode("utf-8", "surrogateescape")
-        tokens = text.split(".")
+        tokens = subject.decode("utf-8", "surrogateescape").split(".")
         if "" not in tokens:  # an empty token matches nothing, not even ">"
             queues: dict[str, list[S]] = {}
-            self._collect(self._root, tokens, 0, result.plain, queues)
+            self._collect(tokens, result.plain, queues)
             result.queues = list(queues.values())
-        if len(self._cache) >= _CACHE_LIMIT:
-            self._cache.clear()
-        self._cache[subject] = result
+        cache = self._cache
+        if len(cache) >= _CACHE_LIMIT:
+            # Drop the older half: unique subjects (request inboxes) must not evict hot ones.
+            for key in list(islice(cache, _CACHE_LIMIT // 2)):
+                del cache[key]
+        cache[subject] = result
         return result
 
-    def _collect(
-        self,
-        node: _Node[S],
-        tokens: list[str],
-        i: int,
-        plain: list[S],
-        queues: dict[str, list[S]],
-    ) -> None:
-        children = node.children
-        if not children:
-            return
-        fwc = children.get(">")
-        if fwc is not None:
-            self._gather(fwc, plain, queues)
-        last = i + 1 == len(tokens)
-        for key in (tokens[i], "*"):
-            child = children.get(key)
-            if child is None:
-                continue
-            if last:
-                self._gather(child, plain, queues)
-            else:
-                self._collect(child, tokens, i + 1, plain, queues)
-            if tokens[i] == "*":
-                break  # a literal "*" token published in non-pedantic mode: visit once
+    def _collect(self, tokens: list[str], plain: list[S], queues: dict[str, list[S]]) -> None:
+        """Walk level by level; `>` children match the rest, `*` children one token."""
+        gather = self._gather
+        nodes = [self._root]
+        for tok in tokens:
+            following: list[_Node[S]] = []
+            for node in nodes:
+                children = node.children
+                if not children:
+                    continue
+                fwc = children.get(">")
+                if fwc is not None:
+                    gather(fwc, plain, queues)
+                child = children.get(tok)
+                if child is not None:
+                    following.append(child)
+                if tok != "*":  # a literal "*" published non-pedantically is visited once
+                    pwc = children.get("*")
+                    if pwc is not None:
+                        following.append(pwc)
+            if not following:
+                return
+            nodes = following
+        for node in nodes:
+            gather(node, plain, queues)
 
     @staticmethod
     def _gather(node: _Node[S], plain: list[S], queues: dict[str, list[S]]) -> None:

@@ -146,7 +146,8 @@ class Compactor:
         return out
 
     def pending(self, stream: StreamRef, done: int) -> list[SegmentInfo]:
-        return [s for s in list_segments(stream.dir) if s.sealed and s.last_seq > done and s.rows]
+        found = list_segments(stream.dir, after_seq=done)
+        return [s for s in found if s.sealed and s.last_seq > done and s.rows]
 
     def compact_stream(self, stream: StreamRef) -> Summary:
         """Append what is sealed and not yet in the lake, then carry explicit deletes."""

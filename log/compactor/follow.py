@@ -21,6 +21,8 @@ from log.compactor.maintain import current_tables, optimize
 
 log = logging.getLogger("jetlake.lake")
 
+RECENT = "date >= date_sub(current_date(), 1)"  # what the schedule optimizes: today, yesterday
+
 
 def follow(
     compactor: Compactor,
@@ -43,7 +45,7 @@ def follow(
             last_optimize = time.monotonic()
             for name, table in current_tables(compactor.store_dir, compactor.lake_dir):
                 try:
-                    optimize(compactor.spark, name, table)
+                    optimize(compactor.spark, name, table, where=RECENT)
                 except LakeError as exc:
                     log.error("%s", exc)
         stop.wait(interval)

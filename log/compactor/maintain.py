@@ -48,13 +48,16 @@ def _files(spark: SparkSession, table: Path) -> tuple[int, int]:
     return int(detail["numFiles"] or 0), int(detail["sizeInBytes"] or 0)
 
 
-def optimize(spark: SparkSession, name: str, table: Path) -> Summary:
+def optimize(spark: SparkSession, name: str, table: Path, *, where: str | None = None) -> Summary:
+    """Bin-pack and Z-order by subject; `where` limits it to some dates (Z-ordering rewrites
+    every file of the partitions it touches, so the server's schedule passes recent dates)."""
     from delta.tables import DeltaTable
 
     start = time.monotonic()
     before, size = _files(spark, table)
     try:
-        DeltaTable.forPath(spark, str(table)).optimize().executeZOrderBy("subject")
+        builder = DeltaTable.forPath(spark, str(table)).optimize()
+        (builder.where(where) if where else builder).executeZOrderBy("subject")
     except Exception as exc:  # py4j wraps Spark's errors
         raise LakeError(f"stream {name}: optimize of {table} failed: {exc}") from exc
     after, _ = _files(spark, table)

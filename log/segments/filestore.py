@@ -83,6 +83,7 @@ class FileStore(BatchStore):
         self._cache: OrderedDict[BatchRef, pa.RecordBatch] = OrderedDict()
         self._tomb = Tombstones(self.dir / TOMBSTONES)
         self._explicit = ExplicitDeletes(self.dir / EXPLICIT)
+        self._deletes_dirty = False  # delete-log records written since the last sync
         self._lake_mark: int | None = None  # rows above it are not in the lake yet
         self._held: dict[int, Segment] = {}  # reclaim deferred for the lake, by base
         self._segments: list[Segment] = []
@@ -101,6 +102,8 @@ class FileStore(BatchStore):
                 self.corrupt.append(err)
                 self._missing.append((base, found[k + 1][0] - 1))
                 continue
+            if not active:
+                seg.release()
             self._segments.append(seg)
             refs.extend(seg.refs)
             batches.extend(got)
@@ -142,12 +145,14 @@ class FileStore(BatchStore):
     def _persist_deletes(self, seqs: array) -> None:
         with self._lock:
             self._tomb.append(self._persisted_floor(), self._last, self._last_ts, seqs)
+            self._deletes_dirty = True
         if self._tomb.wants_rewrite(len(self._deleted)):
             self._rewrite_tombstones()
 
     def _persist_explicit(self, runs: list[tuple[int, int]]) -> None:
         with self._lock:
             self._explicit.append(runs)
+            self._deletes_dirty = True
 
     def _reclaim(self, refs: list[BatchRef]) -> None:
         active = self._segments[-1]
@@ -213,7 +218,10 @@ class FileStore(BatchStore):
 
     def sync(self) -> None:
         with self._lock:
-            owned = (*self._segments[-1].fds(), self._tomb.fileno(), self._explicit.fileno())
+            owned = list(self._segments[-1].fds())
+            if self._deletes_dirty:  # an fsync of a clean file still costs a journal check
+                owned += (self._tomb.fileno(), self._explicit.fileno())
+                self._deletes_dirty = False
             fds = [os.dup(fd) for fd in owned if fd is not None]
         try:
             for fd in fds:
@@ -250,6 +258,7 @@ class FileStore(BatchStore):
         """Seal the active segment: durable before its successor exists (see segment.py)."""
         for fd in self._segments[-1].fds():
             os.fsync(fd)
+        self._segments[-1].release()
         seg = Segment.create(self.dir, first)
         self._segments.append(seg)
         return seg
@@ -270,6 +279,7 @@ class FileStore(BatchStore):
             self.dir, seg.base, seg.gen + 1, table.to_batches(self.config.rewrite_batch_rows)
         )
         fresh, _ = open_segment(self.dir, seg.base, seg.gen + 1, active=False)
+        fresh.release()
         self._replace(seg, fresh)
 
     def _replace(self, seg: Segment, fresh: Segment | None) -> None:

@@ -38,12 +38,19 @@ class SegmentInfo:
     sealed: bool
 
 
-def list_segments(stream_dir: str | os.PathLike[str]) -> list[SegmentInfo]:
-    """Segments from their index entries alone (cheap: no batch is read or verified)."""
+def list_segments(stream_dir: str | os.PathLike[str], *, after_seq: int = 0) -> list[SegmentInfo]:
+    """Segments from their index entries alone (cheap: no batch is read or verified).
+
+    With `after_seq`, segments whose successor starts at or below after_seq + 1 (so
+    every seq they hold is <= after_seq) are skipped unread: the compactor polls
+    streams of thousands of small sealed segments.
+    """
     directory = Path(stream_dir)
     found = discover(directory, clean=False)
     out = []
     for k, (base, gen) in enumerate(found):
+        if k + 1 < len(found) and found[k + 1][0] <= after_seq + 1:
+            continue
         arrows, idx = segment_paths(directory, base, gen)
         try:
             entries = read_entries(idx)

@@ -109,8 +109,8 @@ class Segment:
         self.refs: list[SegRef] = []
         self.rows = 0
         self.min_ts = 0  # of its first batch: the age that seals it
-        self._fd = os.open(arrows, os.O_RDWR | os.O_APPEND)
-        self._idx_fd = os.open(idx, os.O_RDWR | os.O_APPEND)
+        self._fd: int | None = os.open(arrows, os.O_RDWR | os.O_APPEND)
+        self._idx_fd: int | None = os.open(idx, os.O_RDWR | os.O_APPEND)
 
     @classmethod
     def create(cls, directory: Path, base: int) -> Segment:
@@ -122,6 +122,7 @@ class Segment:
         return cls(arrows, idx, base, 0, len(HEADER))
 
     def fds(self) -> tuple[int, int]:
+        assert self._fd is not None and self._idx_fd is not None, f"{self.path} is sealed"
         return self._fd, self._idx_fd
 
     def append(
@@ -131,8 +132,9 @@ class Segment:
         payload = batch.serialize()
         crc = zlib.crc32(payload)
         entry = _ENTRY.pack(self.size, payload.size, first, last, len(batch), min_ts, max_ts, crc)
-        _write_all(self._fd, payload)
-        _write_all(self._idx_fd, entry + zlib.crc32(entry).to_bytes(4, "little"))
+        fd, idx_fd = self.fds()
+        _write_all(fd, payload)
+        _write_all(idx_fd, entry + zlib.crc32(entry).to_bytes(4, "little"))
         ref = SegRef(self, self.size, payload.size, crc, first, last, len(batch), max_ts)
         if not self.refs:
             self.min_ts = min_ts
@@ -142,14 +144,28 @@ class Segment:
         return ref
 
     def read(self, ref: SegRef) -> pa.RecordBatch:
-        data = os.pread(self._fd, ref.length, ref.offset)
+        if self._fd is not None:
+            data = os.pread(self._fd, ref.length, ref.offset)
+        else:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                data = os.pread(fd, ref.length, ref.offset)
+            finally:
+                os.close(fd)
         if zlib.crc32(data) != ref.crc:
             raise CorruptSegmentError(f"{self.path}: batch at byte {ref.offset} fails its checksum")
         return pa.ipc.read_record_batch(pa.py_buffer(data), SCHEMA)
 
+    def release(self) -> None:
+        """Hold no descriptors once sealed: a lake stream seals every few seconds, so it may
+        have thousands of sealed segments; reads past the batch cache reopen the file."""
+        for fd in (self._fd, self._idx_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._idx_fd = None
+
     def close(self) -> None:
-        os.close(self._fd)
-        os.close(self._idx_fd)
+        self.release()
 
     def unlink(self) -> None:
         self.close()

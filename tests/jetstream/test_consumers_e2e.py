@@ -328,9 +328,7 @@ async def test_push_deliver_group_splits_messages(
     await asyncio.wait_for(done.wait(), 5)
     assert sorted(seen, key=int) == [str(i).encode() for i in range(20)]
     info = await js.consumer_info("S", "workers")
-    assert (info.config.deliver_group, info.num_ack_pending) == ("workers", 0) or (
-        info.num_ack_pending <= 20
-    )
+    assert (info.config.deliver_group, info.delivered.stream_seq) == ("workers", 20)
 
 
 async def test_flow_control_and_heartbeat(js_server: ServerProcess, connect: Connect) -> None:
@@ -412,17 +410,16 @@ async def test_max_deliver_then_advisory(js_server: ServerProcess, connect: Conn
     assert msg.data == b"m0"
     msgs = await sub.fetch(1, timeout=3)
     assert [m.metadata.num_delivered for m in msgs] == [2]
+    waiting = asyncio.create_task(sub.fetch(1, timeout=3))  # a request to redeliver into
+    advisory = json.loads((await advisories.next(5)).data)  # ... but the third try is skipped
     await nc.jetstream().publish("s.1", b"m1")
-    (nxt,) = await sub.fetch(1, timeout=3)  # the third attempt is skipped, m1 comes instead
-    assert nxt.data == b"m1"
-    advisory = json.loads((await advisories.next(5)).data)
+    assert [m.data for m in await waiting] == [b"m1"]
     assert (advisory["type"], advisory["stream_seq"], advisory["deliveries"]) == (
         "io.nats.jetstream.advisory.v1.max_deliver",
         1,
         2,
     )
-    info = await sub.consumer_info()
-    assert (info.num_ack_pending, info.ack_floor.stream_seq) == (1, 1)
+    assert (await sub.consumer_info()).num_ack_pending == 1
 
 
 async def test_max_ack_pending_limits_delivery(js_server: ServerProcess, connect: Connect) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from log.segments import FileStore, SegmentConfig, list_segments
@@ -67,4 +68,20 @@ def test_seal_on_a_timer(tmp_path: Path) -> None:
     store.close()
     reopened = FileStore(tmp_path, name="S", config=SMALL)
     assert reopened.state().msgs == 5 and reopened.load(4).ts == 9_000
+    reopened.close()
+
+
+def test_sealed_segments_hold_no_descriptors(tmp_path: Path) -> None:
+    """Sealing every few seconds makes thousands of segments: they must not cost a fd each."""
+    open_fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    before = open_fds()
+    store = FileStore(tmp_path, name="S", config=SMALL)
+    for k in range(300):
+        store.append(msgs(["x"], ts=k))
+        assert store.seal(older_than_ns=k)
+    assert open_fds() - before < 10
+    assert store.load(1).ts == 0 and store.load(300).ts == 299  # reads reopen the files
+    store.close()
+    reopened = FileStore(tmp_path, name="S", config=SMALL)
+    assert open_fds() - before < 10 and reopened.state().msgs == 300
     reopened.close()

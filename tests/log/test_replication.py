@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -34,16 +35,27 @@ class FakeLog:
         self.synced_upto = self.applied_upto
 
 
+class Acks:
+    """Collects commit callbacks: (proposal, error) in the order the group calls them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, BaseException | None]] = []
+
+    def on(self, n: int) -> Callable[[BaseException | None], None]:
+        return lambda error: self.calls.append((n, error))
+
+
 async def test_proposals_during_an_fsync_form_the_next_batch() -> None:
-    store = FakeLog()
+    store, acks = FakeLog(), Acks()
     group = SingleNodeGroup(store.apply, store.sync)
-    first = group.propose([1])
+    group.propose([1], acks.on(1))
     await asyncio.to_thread(store.in_sync.wait, 5)
-    later = [group.propose([n]) for n in (2, 3, 4)]
-    assert not first.done()
+    for n in (2, 3, 4):
+        group.propose([n], acks.on(n))
+    assert acks.calls == []
     store.release.set()
-    assert await first == 1
-    assert await asyncio.gather(*later) == [2, 3, 4]
+    assert await group.barrier() == 4
+    assert acks.calls == [(1, None), (2, None), (3, None), (4, None)]
     assert store.batches == [[1], [2, 3, 4]]
     assert store.syncs == 2
     assert group.committed == 4
@@ -54,7 +66,7 @@ async def test_acks_only_after_their_batch_is_durable() -> None:
     group = SingleNodeGroup(store.apply, store.sync)
     acked_at: list[int] = []
     for n in (1, 2, 3):
-        group.propose([n]).add_done_callback(lambda _: acked_at.append(store.synced_upto))
+        group.propose([n], lambda _: acked_at.append(store.synced_upto))
     await asyncio.to_thread(store.in_sync.wait, 5)
     assert acked_at == []
     store.release.set()
@@ -62,10 +74,24 @@ async def test_acks_only_after_their_batch_is_durable() -> None:
     assert acked_at == [3, 3, 3]
 
 
+async def test_barrier_waits_for_what_was_proposed_before_it() -> None:
+    store = FakeLog()
+    group = SingleNodeGroup(store.apply, store.sync)
+    group.propose([1, 2])
+    await asyncio.to_thread(store.in_sync.wait, 5)
+    barrier = group.barrier()
+    assert not barrier.done()
+    store.release.set()
+    assert await barrier == 2
+    assert (await group.barrier()) == 2  # nothing new: already committed
+
+
 async def test_with_a_sync_interval_acks_follow_the_write_and_flush_syncs() -> None:
-    store = FakeLog(gate=False)
+    store, acks = FakeLog(gate=False), Acks()
     group = SingleNodeGroup(store.apply, store.sync, sync_interval_ns=3600 * 10**9)
-    assert await group.propose([1, 2]) == 2
+    group.propose([1, 2], acks.on(1))
+    assert await group.barrier() == 2
+    assert acks.calls == [(1, None)]
     assert store.syncs == 0
     await group.close()
     assert store.syncs == 1
@@ -75,9 +101,11 @@ async def test_a_failed_write_fails_its_batch_and_everything_after() -> None:
     def broken(batch: list[int]) -> None:
         raise OSError("disk gone")
 
+    acks = Acks()
     group = SingleNodeGroup(broken, lambda: None)
-    failed = group.propose([1])
+    group.propose([1], acks.on(1))
     with pytest.raises(OSError):
-        await failed
-    with pytest.raises(OSError):
-        await group.propose([2])
+        await group.barrier()
+    group.propose([2], acks.on(2))
+    assert [n for n, _ in acks.calls] == [1, 2]
+    assert all(isinstance(error, OSError) for _, error in acks.calls)

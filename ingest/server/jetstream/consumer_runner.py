@@ -13,8 +13,9 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from log.consumer import ACK_PREFIX, FC_PREFIX, Advisory, Consumer, Delivery, Output, Status
+from log.consumer import Consumer
 from log.consumer_store import ConsumerStore
+from log.consumer_wire import ACK_PREFIX, FC_PREFIX, Advisory, Delivery, Output, Status
 from log.timefmt import now_ns
 
 if TYPE_CHECKING:
@@ -100,8 +101,7 @@ class Runner:
         self.schedule()
 
     def _refresh_commit(self) -> None:
-        self.consumer.committed = max(self.consumer.committed, self.stream.committed_seq)
-        self.consumer.npc = self.consumer.count_pending()
+        self.consumer.refresh(self.stream.committed_seq)
         self.schedule()
 
     def check_interest(self) -> None:

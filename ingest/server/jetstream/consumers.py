@@ -355,4 +355,3 @@ class Consumers:
             out["pause_remaining"] = pause - now
         out["ts"] = rfc3339(now)
         return out
-

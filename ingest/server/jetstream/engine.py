@@ -329,7 +329,8 @@ class JetStream:
             "created": rfc3339(stream.created_ns),
             "state": stream.state_json(
                 consumers=self.consumers.count(stream.name),
-                deleted_details=deleted_details, subjects_filter=subjects_filter
+                deleted_details=deleted_details,
+                subjects_filter=subjects_filter,
             ),
             "ts": rfc3339(now_ns()),
         }

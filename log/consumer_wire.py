@@ -1,0 +1,132 @@
+"""What a consumer puts on the wire: its outputs, ack subjects, advisories, header rewrites.
+
+Kept apart from the state machine so the formats clients parse (nats-py's
+`_get_metadata` splits the ack subject by position; tools match advisory
+types) sit in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import string
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from log.publish import _go_duration_ns
+from log.segments.api import StoredMsg, StoreState, SubjectState
+from log.timefmt import rfc3339
+
+ACK_PREFIX = "$JS.ACK"
+FC_PREFIX = "$JS.FC"
+ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER"
+MSG_SIZE = "Nats-Msg-Size"
+
+
+class StoreReader(Protocol):
+    """The read side of `MsgStore` a consumer uses."""
+
+    def load(self, seq: int) -> StoredMsg | None: ...
+
+    def load_next(self, start_seq: int, subject_filter: str = ">") -> StoredMsg | None: ...
+
+    def load_last(self, subject_filter: str = ">") -> StoredMsg | None: ...
+
+    def state(self, *, with_deleted: bool = False) -> StoreState: ...
+
+    def subject_state(self, subject: str) -> SubjectState | None: ...
+
+    def subjects(self, subject_filter: str = ">") -> dict[str, int]: ...
+
+    def seqs_for(self, subject_filter: str, start_seq: int) -> Iterable[int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    subject: str
+    reply: str
+    msg: StoredMsg
+    hdr: bytes | None
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    subject: str
+    hdr: bytes
+    reply: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Advisory:
+    subject: str
+    body: dict[str, Any]
+
+
+Output = Delivery | Status | Advisory
+
+
+@dataclass(slots=True)
+class Pending:
+    dseq: int
+    ts: int  # when delivered (or last progress), ns; the ack deadline counts from here
+
+
+@dataclass(slots=True)
+class AckResult:
+    confirm: bool  # send the empty reply an ack with a reply subject asks for
+    done: list[int] = field(default_factory=list)  # stream seqs this consumer no longer needs
+    request: bytes | None = None  # +NXT: a pull request riding on the ack
+
+
+def max_deliveries(stream: str, consumer: str, seq: int, deliveries: int, now: int) -> Advisory:
+    body = _advisory("max_deliver", stream, consumer, now)
+    body |= {"stream_seq": seq, "deliveries": deliveries}
+    return Advisory(f"{ADVISORY}.MAX_DELIVERIES.{stream}.{consumer}", body)
+
+
+def terminated(
+    stream: str, consumer: str, seq: int, dseq: int, dc: int, reason: str, now: int
+) -> Advisory:
+    body = _advisory("terminated", stream, consumer, now)
+    body |= {"consumer_seq": dseq, "stream_seq": seq, "deliveries": dc, "reason": reason}
+    return Advisory(f"{ADVISORY}.MSG_TERMINATED.{stream}.{consumer}", body)
+
+
+def _advisory(kind: str, stream: str, consumer: str, now: int) -> dict[str, Any]:
+    return {
+        "type": f"io.nats.jetstream.advisory.v1.{kind}",
+        "id": random_token(22),
+        "timestamp": rfc3339(now),
+        "stream": stream,
+        "consumer": consumer,
+    }
+
+
+def random_token(n: int) -> str:
+    return "".join(secrets.choice(_ALPHABET) for _ in range(n))
+
+
+def nak_delay(arg: bytes) -> int | None:
+    """`-NAK {"delay": ns}` or `-NAK 5s`; None means redeliver now."""
+    if not arg:
+        return None
+    if arg.startswith(b"{"):
+        try:
+            delay = json.loads(arg).get("delay")
+        except (ValueError, AttributeError):
+            return None
+        return int(delay) if isinstance(delay, int | float) and delay > 0 else None
+    delay = _go_duration_ns(arg.decode("utf-8", "replace"))
+    return delay if delay and delay > 0 else None
+
+
+def headers_only(hdr: bytes | None, size: int) -> bytes:
+    line = f"{MSG_SIZE}: {size}\r\n\r\n".encode()
+    if hdr and hdr.endswith(b"\r\n\r\n"):
+        return hdr[:-2] + line
+    return b"NATS/1.0\r\n" + line
+
+
+_ALPHABET = string.ascii_letters + string.digits

@@ -1,0 +1,68 @@
+"""A durable consumer survives kill -9 exactly: acked stays acked, nothing unacked is lost.
+
+jetlake only: this is jetlake's promise (a confirmed ack is on disk before the
+client hears of it), stronger than the reference's, whose consumer state is
+flushed in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from pathlib import Path
+
+import pytest
+from nats.js import api as jsapi
+
+from tests.conftest import Connect, MakeServer
+
+TOTAL = 300
+
+
+async def test_consumer_resumes_exactly_after_sigkill(
+    make_server: MakeServer, connect: Connect, tmp_path: Path, server_kind: str
+) -> None:
+    if server_kind != "jetlake":
+        pytest.skip("kill -9 exactness is jetlake's guarantee, not the reference's")
+    server = make_server("-js", "-sd", str(tmp_path / "store"), kind="jetlake")
+    nc = await connect(server)
+    js = nc.jetstream()
+    await js.add_stream(name="R", subjects=["r"])
+    for i in range(TOTAL):
+        await js.publish("r", str(i + 1).encode())
+    cfg = jsapi.ConsumerConfig(ack_wait=1.0, max_ack_pending=50)
+    sub = await js.pull_subscribe("r", durable="d", config=cfg)
+    acked: set[int] = set()
+    kill_after = random.Random(7).randrange(40, 200)
+    killer = None
+    with contextlib.suppress(Exception):
+        while len(acked) < TOTAL:
+            for msg in await sub.fetch(10, timeout=2):
+                seq = msg.metadata.sequence.stream
+                await msg.ack_sync(timeout=2)
+                acked.add(seq)  # confirmed: must never come back
+                if len(acked) == kill_after and killer is None:
+                    killer = asyncio.create_task(asyncio.to_thread(server.kill))
+    assert killer is not None, "the consumer finished before the kill"
+    await killer
+    with contextlib.suppress(Exception):
+        await nc.close()
+    assert 0 < len(acked) < TOTAL
+
+    await asyncio.to_thread(server.start, port=server.port)
+    nc = await connect(server)
+    js = nc.jetstream()
+    info = await js.consumer_info("R", "d")
+    assert info.ack_floor.stream_seq <= min(set(range(1, TOTAL + 1)) - acked)
+    sub = await js.pull_subscribe_bind("d", stream="R")
+    after: list[int] = []
+    while len(acked) + len(after) < TOTAL:
+        for msg in await sub.fetch(50, timeout=5):  # unacked ones return after ack_wait
+            after.append(msg.metadata.sequence.stream)
+            await msg.ack_sync()
+    assert not acked & set(after), "an acknowledged message was delivered again"
+    assert sorted(acked | set(after)) == list(range(1, TOTAL + 1))
+    assert len(after) == len(set(after))
+    info = await js.consumer_info("R", "d")
+    assert (info.num_pending, info.num_ack_pending, info.ack_floor.stream_seq) == (0, 0, TOTAL)
