@@ -63,6 +63,7 @@ class StreamConfig:
     allow_rollup_hdrs: bool = False
     consumer_limits: Mapping[str, Any] = field(default_factory=dict)
     allow_msg_ttl: bool = False
+    subject_delete_marker_ttl: int = 0  # nanoseconds; 0: no markers
     metadata: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self, *, dynamic: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -96,6 +97,8 @@ class StreamConfig:
             out[key] = getattr(self, key)
         out["consumer_limits"] = dict(self.consumer_limits)
         out["allow_msg_ttl"] = self.allow_msg_ttl
+        if self.subject_delete_marker_ttl:
+            out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
         metadata = {**self.metadata, **(dynamic or {})}
         if metadata:
             out["metadata"] = dict(sorted(metadata.items()))
@@ -117,8 +120,6 @@ def from_request(raw: Any) -> StreamConfig:
     for key in _UNSUPPORTED:
         if raw.get(key):
             raise errors.invalid_config(f"jetlake does not support {key} yet")
-    if raw.get("subject_delete_marker_ttl"):
-        raise errors.invalid_config("jetlake does not support subject delete markers yet")
     metadata = _dict(raw, "metadata")
     cfg = StreamConfig(
         name=_str(raw, "name"),
@@ -145,6 +146,7 @@ def from_request(raw: Any) -> StreamConfig:
         allow_rollup_hdrs=_bool(raw, "allow_rollup_hdrs"),
         consumer_limits=_dict(raw, "consumer_limits"),
         allow_msg_ttl=_bool(raw, "allow_msg_ttl"),
+        subject_delete_marker_ttl=_int(raw, "subject_delete_marker_ttl"),
         metadata={str(k): str(v) for k, v in metadata.items()},
     )
     return _checked(cfg)
@@ -196,6 +198,7 @@ def _checked(cfg: StreamConfig) -> StreamConfig:
             )
         if max_per <= 0:
             raise errors.invalid_config("discard new per subject requires max msgs per subject > 0")
+    cfg = _with_markers(cfg)
     subject_list = cfg.subjects or (cfg.name,)
     _check_subjects(subject_list, no_ack=cfg.no_ack, replicas=replicas)
     metadata = dict(cfg.metadata)
@@ -212,6 +215,24 @@ def _checked(cfg: StreamConfig) -> StreamConfig:
         duplicate_window=window,
         metadata=metadata,
     )
+
+
+def _with_markers(cfg: StreamConfig) -> StreamConfig:
+    """Markers are TTL'd rollups, so asking for them turns both features on (and purge with them).
+
+    The reference does this after the rollup/deny-purge check, so an explicit
+    `deny_purge` is overridden rather than refused.
+    """
+    marker_ttl = cfg.subject_delete_marker_ttl
+    if marker_ttl < 0:
+        raise errors.invalid_config("subject delete marker TTL must not be negative")
+    if marker_ttl == 0:
+        return cfg
+    if marker_ttl < 1_000_000_000:
+        raise errors.invalid_config("subject delete marker TTL must be at least 1 second")
+    if cfg.allow_rollup_hdrs:
+        return dataclasses.replace(cfg, allow_msg_ttl=True)
+    return dataclasses.replace(cfg, allow_msg_ttl=True, allow_rollup_hdrs=True, deny_purge=False)
 
 
 def _check_subjects(subject_list: tuple[str, ...], *, no_ack: bool, replicas: int) -> None:

@@ -27,9 +27,11 @@ EXPECTED_LAST_SUBJ_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 ROLLUP = "Nats-Rollup"
 TTL = "Nats-TTL"
+MARKER_REASON = "Nats-Marker-Reason"
 MAX_HEADER_SIZE = 65535
 NEVER = -1  # a TTL of "never": the message outlives max_age
 
+_TTL_LINE_RE = re.compile(rb"(?m)^Nats-TTL:[^\r\n]*")
 _DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_NS = {
     "ns": 1,
@@ -174,6 +176,43 @@ def _check_discard_new(
         raise errors.store_failed("maximum messages exceeded")
     if cfg.max_bytes > 0 and state.bytes + size > cfg.max_bytes:
         raise errors.store_failed("maximum bytes exceeded")
+
+
+def marker_ttl(cfg: StreamConfig) -> int:
+    """Whole seconds a subject delete marker lives (the reference truncates the config)."""
+    return cfg.subject_delete_marker_ttl // 1_000_000_000
+
+
+def floor_ttl(cfg: StreamConfig, ttl: int, hdr: bytes | None) -> tuple[int, bytes | None]:
+    """With markers on, no message may expire sooner than a marker would: raise its TTL.
+
+    The reference rewrites the stored `Nats-TTL` to the marker TTL in seconds,
+    so readers (and a restart's TTL recovery) see the TTL that applies.
+    """
+    floor = marker_ttl(cfg)
+    if ttl <= 0 or ttl >= floor or hdr is None:
+        return ttl, hdr
+    return floor, _TTL_LINE_RE.sub(b"Nats-TTL: %d" % floor, hdr, count=1)
+
+
+def marker_header(cfg: StreamConfig) -> bytes:
+    """The header of the marker left when max_age or a TTL empties a subject.
+
+    A rollup so it replaces whatever the subject still has once it commits,
+    and a TTL so markers do not pile up.
+    """
+    seconds = marker_ttl(cfg)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        duration = f"{hours}h{minutes}m{secs}s"  # Go's Duration.String
+    elif minutes:
+        duration = f"{minutes}m{secs}s"
+    else:
+        duration = f"{secs}s"
+    return (
+        f"NATS/1.0\r\n{MARKER_REASON}: MaxAge\r\n{TTL}: {duration}\r\n{ROLLUP}: sub\r\n\r\n"
+    ).encode()
 
 
 def parse_ttl(text: str) -> int:

@@ -187,6 +187,10 @@ class Stream:
             if ack is not None:
                 ack(publish.duplicate_ack(self.name, decision.seq))
             return
+        ttl = decision.ttl
+        if ttl > 0 and self.config.subject_delete_marker_ttl:
+            ttl, hdr = publish.floor_ttl(self.config, ttl, hdr)
+            size = msg_size(subject, hdr, data, self._overhead)
         ts = now_ns()
         seq = self._last_seq + 1
         self._last_seq = seq
@@ -198,7 +202,7 @@ class Stream:
         pending[1] = seq
         self._pending_msgs += 1
         self._pending_bytes += size
-        entry = Entry(NewMsg(subject, hdr, data, ts), seq, decision.rollup, decision.ttl)
+        entry = Entry(NewMsg(subject, hdr, data, ts), seq, decision.rollup, ttl)
         self._group.propose((entry,), partial(self._committed, seq, subject, ack))
 
     def add_commit_listener(self, listener: CommitListener) -> None:
@@ -286,13 +290,42 @@ class Stream:
 
     # -- expiry ---------------------------------------------------------------
 
-    def expire(self, now: int) -> None:
-        """Delete what max_age and per-message TTLs retire by `now`."""
+    def expire(self, now: int) -> int:
+        """Delete what max_age and per-message TTLs retire by `now`; return markers placed.
+
+        With subject delete markers on, each subject this empties gets a marker,
+        proposed like a publish, so KV watchers learn that the key expired.
+        Markers expiring in turn leave none, or they would never stop.
+        """
+        emptied: dict[str, None] | None = {} if self.config.subject_delete_marker_ttl else None
         if self.config.max_age > 0:
-            self.store.expire_before(now - self.config.max_age)
+            cutoff = now - self.config.max_age
+            if emptied is not None:
+                self._note_older(cutoff, emptied)
+            self.store.expire_before(cutoff)
         while self._ttls and self._ttls[0][0] <= now:
             _, seq = heapq.heappop(self._ttls)
+            if emptied is not None:
+                msg = self.store.load(seq)
+                if msg is not None and not self._header(msg, publish.MARKER_REASON):
+                    emptied[msg.subject] = None
             self.store.remove(seq)
+        if not emptied:
+            return 0
+        hdr = publish.marker_header(self.config)
+        headers = self._read_headers(hdr)
+        placed = [subject for subject in emptied if self.subject_msgs(subject) == 0]
+        for subject in placed:
+            self.publish(subject, hdr, b"", headers, None)
+        return len(placed)
+
+    def _note_older(self, cutoff: int, subjects: dict[str, None]) -> None:
+        """Subjects of the messages max_age is about to retire (the same prefix of the log)."""
+        seq = 0
+        while (msg := self.store.load_next(seq)) is not None and msg.ts < cutoff:
+            if not self._header(msg, publish.MARKER_REASON):
+                subjects[msg.subject] = None
+            seq = msg.seq + 1
 
     def next_expiry(self) -> int | None:
         """When `expire` next has work, in nanoseconds since the epoch."""

@@ -6,7 +6,7 @@ started here only reads local files. Under `spark-submit` the submitter's own
 `--jars`/`--packages` win and no local jar is added.
 
 Master: the argument, else `JETLAKE_SPARK_MASTER`, else `local[*]`. The small
-defaults (4 shuffle partitions, 2 snapshot partitions, no UI) suit one machine
+defaults (4 shuffle partitions, 2 snapshot partitions, 8 listing tasks, no UI) suit one machine
 and small per-stream appends; a cluster user overrides them with `--conf`.
 """
 
@@ -32,6 +32,7 @@ _CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
     "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",  # vacuum's listing tasks
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",

@@ -111,11 +111,19 @@ class FileStore(BatchStore):
         # The delete log's last seq covers deletes whose data never reached disk
         # and full purges that left no segment: numbering resumes after all of it.
         data_last = refs[-1].last if refs else 0
-        self._last = max(data_last, tomb.last, found[-1][0] - 1 if found else 0)
+        cut_last = self._segments[-1].cut_last if self._segments else 0
+        self._last = max(data_last, tomb.last, cut_last, found[-1][0] - 1 if found else 0)
         self._last_ts = tomb.last_ts
         if batches and data_last == self._last:
             self._last_ts = batches[-1].column(TS)[-1].value
         self._install(refs, batches, tomb.seqs, tomb.floor)
+        if cut_last > max(data_last, tomb.last):
+            log.warning(
+                "stream %s: seqs %d..%d were cut with a damaged tail; they stay unused",
+                self.name, data_last + 1, cut_last,
+            )
+            self._persist_deletes(array("Q"))  # records the new last seq durably
+            self.sync()
         if not found:
             self._segments.append(Segment.create(self.dir, self._last + 1))
 

@@ -109,6 +109,9 @@ class Segment:
         self.refs: list[SegRef] = []
         self.rows = 0
         self.min_ts = 0  # of its first batch: the age that seals it
+        # The highest seq its index recorded before a tail cut (0: no cut). Those
+        # seqs were acknowledged once; numbering must never hand them out again.
+        self.cut_last = 0
         self._fd: int | None = os.open(arrows, os.O_RDWR | os.O_APPEND)
         self._idx_fd: int | None = os.open(idx, os.O_RDWR | os.O_APPEND)
 
@@ -244,6 +247,7 @@ def open_segment(
         if not active:
             raise CorruptSegmentError(f"{arrows}: {problem} at byte {good}")
         log.warning("%s: %s at byte %d; cut the tail there", arrows, problem, good)
+        cut_last = max((entry[3] for entry in read_entries(idx)), default=0)
         with open(arrows, "r+b") as f:
             if good == 0:
                 f.truncate(0)
@@ -255,6 +259,8 @@ def open_segment(
             f.truncate(len(entries) * _ENTRY_SIZE)
             os.fsync(f.fileno())
     seg = Segment(arrows, idx, base, gen, good)
+    if problem:
+        seg.cut_last = cut_last
     for offset, length, first, last, rows, min_ts, max_ts, crc in entries:
         if not seg.refs:
             seg.min_ts = min_ts

@@ -10,22 +10,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from nats.js import api as jsapi
 
-from tests.conftest import Connect, MakeServer
+from tests.conftest import Connect
+from tests.support.servers import ServerProcess, start_server
 
 TOTAL = 300
 
 
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    proc = start_server("jetlake", "-js", "-sd", str(tmp_path / "store"), tmp_path=tmp_path)
+    yield proc
+    if proc.running:
+        proc.stop()
+
+
 async def test_consumer_resumes_exactly_after_sigkill(
-    make_server: MakeServer, connect: Connect, tmp_path: Path, server_kind: str
+    server: ServerProcess, connect: Connect
 ) -> None:
-    if server_kind != "jetlake":
-        pytest.skip("kill -9 exactness is jetlake's guarantee, not the reference's")
-    server = make_server("-js", "-sd", str(tmp_path / "store"), kind="jetlake")
     nc = await connect(server)
     js = nc.jetstream()
     await js.add_stream(name="R", subjects=["r"])

@@ -308,8 +308,8 @@ class JetStream:
         stream = self.streams.get(name)
         if stream is None:
             return
-        stream.expire(now_ns())
-        if stream.next_expiry() is not None:
+        placed = stream.expire(now_ns())  # markers' TTLs count once they commit: look again
+        if placed or stream.next_expiry() is not None:
             self._arm_expiry(stream)
 
     # -- reporting -----------------------------------------------------------
