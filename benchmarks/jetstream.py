@@ -26,21 +26,32 @@ WARMUP_PUBLISHES = 20
 
 
 @asynccontextmanager
-async def bench_stream(
-    url: str, p: Params, *, allow_direct: bool = False
+async def js_context(
+    url: str, p: Params, name: str = "bench-js"
 ) -> AsyncIterator[JetStreamContext]:
-    """A connection with a fresh file-storage stream, or ``Skipped`` without JetStream.
+    """A JetStream context on a fresh connection, or ``Skipped`` without JetStream.
 
     A server without JetStream answers ``$JS.API.INFO`` with a 503 ("JetStream not
     enabled") or not at all (no responders); either way the workload is skipped.
     """
-    nc = await connect(url, "bench-js")
+    nc = await connect(url, name)
     try:
         js = nc.jetstream(timeout=p.timeout, publish_async_max_pending=p.window)
         try:
             await js.account_info()
         except (ServiceUnavailableError, NoRespondersError) as exc:
             raise Skipped(f"JetStream not enabled ({exc!r})") from exc
+        yield js
+    finally:
+        await nc.close()
+
+
+@asynccontextmanager
+async def bench_stream(
+    url: str, p: Params, *, allow_direct: bool = False
+) -> AsyncIterator[JetStreamContext]:
+    """A JetStream context with a fresh file-storage stream on ``SUBJECT``."""
+    async with js_context(url, p) as js:
         await js.add_stream(
             name=STREAM,
             subjects=[SUBJECT],
@@ -48,11 +59,9 @@ async def bench_stream(
             allow_direct=allow_direct,
         )
         yield js
-    finally:
-        await nc.close()
 
 
-async def _publish_all(js: JetStreamContext, p: Params, count: int) -> None:
+async def publish_all(js: JetStreamContext, p: Params, count: int) -> None:
     """Publish ``count`` messages with at most ``window`` acks in flight; all must succeed.
 
     ``publish_async`` blocks on nats-py's semaphore when the window is full, like
@@ -67,7 +76,7 @@ async def _publish_all(js: JetStreamContext, p: Params, count: int) -> None:
         raise Incomplete(f"{len(failed)}/{count} publishes not acknowledged, first: {first}")
 
 
-async def _check_stored(js: JetStreamContext, count: int) -> None:
+async def check_stored(js: JetStreamContext, count: int) -> None:
     """Acks alone do not prove storage; the stream must hold every message."""
     stored = (await js.stream_info(STREAM)).state.messages
     if stored != count:
@@ -78,9 +87,9 @@ async def publish_async(url: str, p: Params) -> dict[str, float]:
     """``count`` pipelined publishes, timed until the last ack: the stream's ingest rate."""
     async with bench_stream(url, p) as js:
         start = perf_counter()
-        await _publish_all(js, p, p.count)
+        await publish_all(js, p, p.count)
         elapsed = perf_counter() - start
-        await _check_stored(js, p.count)
+        await check_stored(js, p.count)
     return {"msgs_per_s": p.count / elapsed}
 
 
@@ -95,7 +104,7 @@ async def publish_sync(url: str, p: Params) -> dict[str, float]:
             start = perf_counter()
             await js.publish(SUBJECT, payload)
             samples.append(perf_counter() - start)
-        await _check_stored(js, WARMUP_PUBLISHES + p.sync_count)
+        await check_stored(js, WARMUP_PUBLISHES + p.sync_count)
     return latency_metrics(samples)
 
 
@@ -106,7 +115,7 @@ async def direct_get(url: str, p: Params) -> dict[str, float]:
     connection (server-throughput-bound); every reply must carry the asked sequence.
     """
     async with bench_stream(url, p, allow_direct=True) as js:
-        await _publish_all(js, p, p.requests)
+        await publish_all(js, p, p.requests)
 
         async def read(seqs: Iterator[int]) -> None:
             for seq in seqs:

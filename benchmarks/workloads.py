@@ -3,15 +3,17 @@
 Targets are minimum scores (score > 1 = jetlake better, see ``Metric``), taken from
 the issues: core publish ≥ 60 % of the reference, publish→subscribe ≥ 80 %,
 request/reply p50 ≤ 1.5x the reference, durable JetStream publish ≥ 80 % of the
-reference's default (fsync every 2 minutes).
+reference's default (fsync every 2 minutes); consumers, KV and Object Store ≥ 80 %.
 """
 
 from __future__ import annotations
 
-from benchmarks import core, jetstream
+from benchmarks import consumers, core, jetstream, kv
 from benchmarks.model import Metric, Profile, Workload
 
 RATE = "msgs/s"
+OPS = "ops/s"
+MBPS = "MB/s"
 MICROS = "µs"
 
 
@@ -85,6 +87,40 @@ WORKLOADS: tuple[Workload, ...] = (
             Metric("conc_msgs_per_s", "direct get, concurrent", RATE, True),
         ),
         "--requests DIRECT.GET by sequence, then again from --concurrency tasks",
+    ),
+    Workload(
+        "js-pull",
+        Profile.JS,
+        consumers.pull_fetch_ack,
+        (_rate("pull fetch + ack", 0.80, "≥ 80% of ref"),),
+        "a durable pull consumer fetches and acks --count stored messages",
+    ),
+    Workload(
+        "js-push",
+        Profile.JS,
+        consumers.push_ordered,
+        (_rate("ordered push consumer", 0.80, "≥ 80% of ref"),),
+        "an ordered push consumer (flow control) receives --count stored messages",
+    ),
+    Workload(
+        "kv",
+        Profile.JS,
+        kv.kv_put_get,
+        (
+            Metric("put_ops_per_s", "KV put", OPS, True, 0.80, "≥ 80% of ref"),
+            Metric("get_ops_per_s", "KV get", OPS, True, 0.80, "≥ 80% of ref"),
+        ),
+        "--requests puts over 1000 keys from --concurrency tasks, then as many gets",
+    ),
+    Workload(
+        "object-store",
+        Profile.JS,
+        kv.object_put_get,
+        (
+            Metric("put_mb_per_s", "Object Store put", MBPS, True, 0.80, "≥ 80% of ref"),
+            Metric("get_mb_per_s", "Object Store get", MBPS, True, 0.80, "≥ 80% of ref"),
+        ),
+        "one 32 MiB object put in 128 KiB chunks, then read back and compared",
     ),
 )
 

@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from log.compactor.compact import MAX_ROWS, Compactor, Summary
-from log.compactor.layout import LakeError, default_lake_dir
+from log.compactor.compact import MAX_ROWS, Compactor, Summary, waiting_streams
+from log.compactor.layout import STREAMS, LakeError, default_lake_dir
 from log.compactor.spark import build_session
 
 JOBS = ("compact", "optimize", "vacuum")
@@ -49,6 +49,11 @@ def _print(line: str) -> None:
 def run(args: argparse.Namespace) -> Summary:
     store = Path(args.store)
     lake = Path(args.lake) if args.lake else default_lake_dir(store)
+    if not (store / STREAMS).is_dir():
+        raise LakeError(f"store dir {store} has no streams folder ({STREAMS})")
+    if args.job == "compact" and not args.follow and not waiting_streams(store, lake):
+        _print("compact: every stream's lake is up to date")
+        return Summary()
     spark = build_session(f"jetlake-{args.job}", master=args.spark_master)
     if args.job == "compact":
         compactor = Compactor(spark, store, lake, max_rows=args.max_rows, progress=_print)

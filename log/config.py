@@ -17,7 +17,14 @@ from typing import Any
 
 from ingest.parser.subjects import is_subset, is_valid_subject, subjects_overlap
 from log import errors
-from log.errors import ApiError
+from log.request_fields import Fields
+
+_FIELDS = Fields("StreamConfigRequest")
+_type_error = _FIELDS.type_error
+_str = _FIELDS.str
+_int = _FIELDS.int
+_bool = _FIELDS.bool
+_enum = _FIELDS.enum
 
 MAX_NAME_LEN = 255
 MAX_DESCRIPTION_LEN = 4 * 1024
@@ -303,51 +310,6 @@ def is_valid_name(name: str) -> bool:
 def _limit(value: int) -> int:
     """0 and anything below -1 mean unlimited, spelled -1, as in the reference."""
     return -1 if value == 0 or value < -1 else value
-
-
-def _type_error(key: str, value: Any, want: str) -> ApiError:
-    kind = {str: "string", bool: "bool", int: "number", float: "number", list: "array"}.get(
-        type(value), "object"
-    )
-    where = f"Go struct field StreamConfigRequest.{key} of type {want}"
-    return errors.invalid_json(f"json: cannot unmarshal {kind} into {where}")
-
-
-def _str(raw: Mapping[str, Any], key: str) -> str:
-    value = raw.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise _type_error(key, value, "string")
-    return value
-
-
-def _int(raw: Mapping[str, Any], key: str) -> int:
-    value = raw.get(key)
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise _type_error(key, value, "int64")
-    return int(value)
-
-
-def _bool(raw: Mapping[str, Any], key: str) -> bool:
-    value = raw.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _type_error(key, value, "bool")
-    return value
-
-
-def _enum(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:
-    value = raw.get(key)
-    if value is None:
-        return allowed[0]
-    if not isinstance(value, str) or value not in allowed:
-        token = json.dumps(value)
-        raise errors.invalid_json(f"can not unmarshal {json.dumps(token)}")
-    return value
 
 
 def _str_list(raw: Mapping[str, Any], key: str) -> list[str]:

@@ -15,6 +15,8 @@ a message is not revealed before its publisher could have been acknowledged.
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_right
 from collections import deque
 from itertools import chain
 from typing import Any
@@ -27,13 +29,15 @@ from log.consumer_pull import (
     LAST_STREAM,
     BadPullRequest,
     WaitQueue,
-    format_duration,
     parse_request,
+    refusal,
     status,
 )
+from log.consumer_push import FlowControl
+from log.consumer_start import count_from, start_position
+from log.consumer_store import ACKED, DELIVERED, GAVE_UP
 from log.consumer_wire import (
     ACK_PREFIX,
-    FC_PREFIX,
     AckResult,
     Delivery,
     Output,
@@ -43,13 +47,10 @@ from log.consumer_wire import (
     headers_only,
     max_deliveries,
     nak_delay,
-    random_token,
     terminated,
 )
 from log.segments.api import StoredMsg
 
-FLOW_CONTROL_LIMIT = 32 * 1024 * 1024  # the most unconfirmed bytes a flow-controlled push may have
-_FC_START = FLOW_CONTROL_LIMIT // 16
 _NS = 1_000_000_000
 
 
@@ -73,16 +74,17 @@ class Consumer:
         self.committed = committed
         self.active = not cfg.is_push  # push: someone listens on the deliver subject
         self.dirty = False  # state changed since the owner last persisted it
+        # Durable only: pending changes since the owner last persisted (consumer_store records).
+        self.journal: array | None = None
+        self._ack_prefix = f"{ACK_PREFIX}.{stream}.{name}."
+        self._ahead: deque[StoredMsg] = deque()  # read in this pump, not yet taken
         self.dseq = 1  # next consumer sequence
-        self.sseq = 1  # next stream sequence to look at
         self.adflr = 0
         self.asflr = 0
         self.pending: dict[int, Pending] = {}  # by stream seq, in ascending order
         self.redelivered: dict[int, int] = {}  # stream seq -> delivery count (> 1)
         self._rdq: deque[int] = deque()
         self._rdq_set: set[int] = set()
-        self._lps: deque[int] = deque()  # last-per-subject start: seqs still to deliver
-        self._lps_resume = 0
         self.npc = 0  # messages matching the filter at or after sseq
         self.waiting = WaitQueue(cfg.max_waiting)
         self.last_delivered = 0  # ns
@@ -93,10 +95,7 @@ class Consumer:
         self._replay_anchor: tuple[int, int] | None = None  # (wall ns, msg ts)
         self._replay_end = committed if cfg.replay_policy == "original" else 0
         self._rate_next = 0
-        self._pbytes = 0
-        self._maxpb = _FC_START
-        self._fc_reply = ""
-        self._fc_bytes = 0
+        self._fc = FlowControl(stream, name)
         self._next_hb = now + cfg.idle_heartbeat if cfg.idle_heartbeat else 0
         self._next_check = 0  # earliest ack deadline among pending, 0 = none
         self._upcoming: list[int] = []  # filtered: matching seqs known to the store, ascending
@@ -104,71 +103,23 @@ class Consumer:
         self._upcoming_upto = 0  # the store's last seq when _upcoming was read
         self._upcoming_stale = True
         self._advisories: list[Output] = []
-        self._start(now)
+        self.sseq, self._lps = start_position(store, cfg, committed)
+        self._lps_resume = committed if cfg.deliver_policy == "last_per_subject" else 0
+        self.npc = len(self._lps) if self._lps else self.count_pending()
 
     # -- start position and pending count -------------------------------------
-
-    def _start(self, now: int) -> None:
-        cfg, store = self.cfg, self.store
-        policy = cfg.deliver_policy
-        first = max(store.state().first_seq, 1)
-        if policy == "all":
-            self.sseq = first
-        elif policy == "new":
-            self.sseq = self.committed + 1
-        elif policy == "last":
-            lasts = [m.seq for m in (store.load_last(f) for f in self._filters) if m]
-            self.sseq = max([s for s in lasts if s <= self.committed], default=self.committed + 1)
-        elif policy == "by_start_sequence":
-            self.sseq = max(cfg.opt_start_seq, 1)
-        elif policy == "by_start_time":
-            self.sseq = self._seq_at_time(cfg.opt_start_time or 0, first)
-        else:
-            seqs = set()
-            for f in self._filters:
-                for subject in store.subjects(f):
-                    state = store.subject_state(subject)
-                    if state is not None and state.last_seq <= self.committed:
-                        seqs.add(state.last_seq)
-            self._lps = deque(sorted(seqs))
-            self._lps_resume = self.committed
-            self.sseq = self._lps[0] if self._lps else self.committed + 1
-        self.npc = len(self._lps) if self._lps else self.count_pending()
 
     @property
     def _filters(self) -> tuple[str, ...]:
         return self.cfg.filters or (">",)
 
-    def _seq_at_time(self, ts: int, first: int) -> int:
-        """The first sequence stored at or after ts: a binary search over sequences."""
-        lo, hi = first, self.committed + 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            msg = self.store.load_next(mid)
-            if msg is None or msg.seq > self.committed or msg.ts >= ts:
-                hi = mid
-            else:
-                lo = msg.seq + 1
-        return lo
-
     def count_pending(self) -> int:
         """Exact count of matching committed messages from sseq on, via the subject index."""
         if self._lps:
-            return len(self._lps) + self._count_from(self._lps_resume + 1)
-        return self._count_from(self.sseq)
-
-    def _count_from(self, start: int) -> int:
-        store = self.store
-        state = store.state()
-        total = 0
-        for f in self._filters:
-            if start <= state.first_seq:
-                total += state.msgs if f == ">" else sum(store.subjects(f).values())
-                start_uncommitted = self.committed + 1
-                total -= sum(1 for _ in store.seqs_for(f, start_uncommitted))
-            else:
-                total += sum(1 for s in store.seqs_for(f, start) if s <= self.committed)
-        return max(total, 0)
+            return len(self._lps) + count_from(
+                self.store, self._filters, self._lps_resume + 1, self.committed
+            )
+        return count_from(self.store, self._filters, self.sseq, self.committed)
 
     def needs(self, seq: int, subject: str) -> bool:
         """Whether this consumer still has to see or settle message seq (retention)."""
@@ -225,16 +176,9 @@ class Consumer:
             req = parse_request(reply, body, now)
         except BadPullRequest as bad:
             return [Status(reply, status(400, f"Bad Request - {bad}"))]
-        if req.batch <= 0:
-            req.batch = 1
-        if cfg.max_batch > 0 and req.batch > cfg.max_batch:
-            return [Status(reply, status(409, f"Exceeded MaxRequestBatch of {cfg.max_batch}"))]
-        if req.expires and cfg.max_expires > 0 and req.expires > now + cfg.max_expires:
-            text = f"Exceeded MaxRequestExpires of {format_duration(cfg.max_expires)}"
-            return [Status(reply, status(409, text))]
-        if req.max_bytes > 0 and cfg.max_bytes > 0 and req.max_bytes > cfg.max_bytes:
-            text = f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}"
-            return [Status(reply, status(409, text))]
+        refused = refusal(cfg, req, now)
+        if refused:
+            return [Status(reply, status(409, refused))]
         self.last_request = now
         out: list[Output] = []
         if self.waiting.full:
@@ -299,7 +243,8 @@ class Consumer:
             if p is not None:
                 done.append(sseq)
                 self._move_floor(p.dseq, sseq)
-            self.redelivered.pop(sseq, None)
+            if (self.redelivered.pop(sseq, None) or p) and self.journal is not None:
+                self.journal.extend((ACKED, sseq))
             self._unqueue(sseq)
         elif policy == "all":
             if dseq <= self.adflr or sseq <= self.asflr:
@@ -312,6 +257,8 @@ class Consumer:
                 self.redelivered.pop(first, None)
                 self._unqueue(first)
                 done.append(first)
+                if self.journal is not None:
+                    self.journal.extend((ACKED, first))
             self.adflr, self.asflr = dseq, sseq
         else:
             return AckResult(False)
@@ -346,18 +293,12 @@ class Consumer:
         """Push: interest on the deliver subject came or went (the reference's rules)."""
         self.active = active
         if active:
-            self._maxpb = _FC_START
-            self._pbytes = self._fc_bytes = 0
-            self._fc_reply = ""
+            self._fc.reset()
             if self.cfg.idle_heartbeat:
                 self._next_hb = now + self.cfg.idle_heartbeat
 
     def flow_control_reply(self, subject: str) -> None:
-        if subject != self._fc_reply:
-            return
-        self._maxpb = min(self._maxpb * 2, FLOW_CONTROL_LIMIT)
-        self._pbytes = max(self._pbytes - self._fc_bytes, 0)
-        self._fc_reply, self._fc_bytes = "", 0
+        self._fc.confirmed(subject)
 
     # -- delivery -------------------------------------------------------------
 
@@ -375,12 +316,13 @@ class Consumer:
             if not self._ready(msg, now):
                 self._held = item
                 break
-            out += self._send(msg, dc, now)
+            self._send(msg, dc, now, out)
         if not self.cfg.is_push:
             out += self._expire_requests(now, eos=True)
         elif self.cfg.idle_heartbeat and self.active and now >= self._next_hb:
             out.append(Status(self.cfg.deliver_subject, self._heartbeat()))
             self._next_hb = now + self.cfg.idle_heartbeat
+        self._ahead.clear()  # read ahead for this pump only: the store may change before the next
         out += self._advisories
         self._advisories = []
         return out
@@ -389,7 +331,7 @@ class Consumer:
         if self.cfg.is_push:
             if not self.active:
                 return False
-            return not (self.cfg.flow_control and self._pbytes > self._maxpb)
+            return not (self.cfg.flow_control and self._fc.blocked)
         return len(self.waiting) > 0
 
     def _take(self, now: int) -> tuple[StoredMsg, int] | None:
@@ -407,6 +349,8 @@ class Consumer:
             if msg is None:  # deleted meanwhile (limits, purge): nothing to redeliver
                 self.redelivered.pop(seq, None)
                 self._move_floor(self.pending.pop(seq).dseq, seq)
+                if self.journal is not None:
+                    self.journal.extend((ACKED, seq))
                 self.dirty = True
                 continue
             return msg, dc
@@ -424,6 +368,8 @@ class Consumer:
         if msg is None:
             self.npc = 0
             return None
+        if self._ahead:
+            self._ahead.popleft()
         self.sseq = msg.seq + 1
         self.npc -= 1
         return msg, 1
@@ -433,23 +379,44 @@ class Consumer:
 
         Unfiltered, the store's next live sequence is O(1). Filtered, the matching
         sequences come from the subject index once (`seqs_for`) and commits append
-        to that list, so a consumer never rescans the stream per message.
+        to that list, so a consumer never rescans the stream per message. Either
+        way a run of messages is read at once (converting Arrow rows one by one
+        costs more than delivering them) and kept in `_ahead` for this pump only.
         """
         if not self.cfg.filters:
-            msg = self.store.load_next(self.sseq)
-            return msg if msg is not None and msg.seq <= self.committed else None
+            ahead = self._ahead
+            if not ahead:
+                ahead.extend(self.store.load_run(self.sseq, self.committed, self._run_size()))
+            return ahead[0] if ahead else None
+        if self._ahead:
+            return self._ahead[0]
         if self._upcoming_stale:
             self._refill()
-        while self._upcoming_pos < len(self._upcoming):
-            seq = self._upcoming[self._upcoming_pos]
-            if seq > self.committed:
-                return None
-            if seq >= self.sseq:
-                msg = self.store.load(seq)
-                if msg is not None:
-                    return msg
-            self._upcoming_pos += 1
+        upcoming, pos = self._upcoming, self._upcoming_pos
+        while pos < len(upcoming) and upcoming[pos] < self.sseq:
+            pos += 1
+        while pos < len(upcoming):
+            hi = min(pos + self._run_size(), len(upcoming))
+            end = bisect_right(upcoming, self.committed, pos, hi)
+            if end == pos:
+                break
+            self._upcoming_pos = pos
+            self._ahead.extend(self.store.load_many(upcoming[pos:end]))
+            if self._ahead:
+                return self._ahead[0]
+            pos = end  # all deleted meanwhile
+        self._upcoming_pos = pos
         return None
+
+    def _run_size(self) -> int:
+        """How many messages to read at once: about what this pump can deliver, at most 256."""
+        cfg = self.cfg
+        if cfg.rate_limit_bps or self.sseq <= self._replay_end:
+            return 1
+        n = 256 if cfg.is_push else min(self.waiting.outstanding(), 256)
+        if cfg.max_ack_pending > 0:
+            n = min(n, cfg.max_ack_pending - len(self.pending))
+        return max(n, 1)
 
     def _refill(self) -> None:
         self._upcoming_stale = False
@@ -474,100 +441,53 @@ class Consumer:
             return False
         return True
 
-    def _send(self, msg: StoredMsg, dc: int, now: int) -> list[Output]:
+    def _send(self, msg: StoredMsg, dc: int, now: int, out: list[Output]) -> None:
+        cfg = self.cfg
         dseq = self.dseq
-        self.dseq += 1
-        reply = ".".join(
-            (
-                ACK_PREFIX,
-                self.stream,
-                self.name,
-                str(dc),
-                str(msg.seq),
-                str(dseq),
-                str(msg.ts),
-                str(max(self.npc, 0)),
-            )
-        )
+        seq = msg.seq
+        reply = f"{self._ack_prefix}{dc}.{seq}.{dseq}.{msg.ts}.{max(self.npc, 0)}"
         hdr, data = msg.hdr, msg.data
-        if self.cfg.headers_only:
+        if cfg.headers_only:
             hdr, data = headers_only(hdr, len(data)), b""
         size = len(msg.subject) + len(reply) + (len(hdr) if hdr else 0) + len(data)
-        out: list[Output] = []
-        if self.cfg.is_push:
-            target = self.cfg.deliver_subject
+        if cfg.is_push:
+            target = cfg.deliver_subject
         else:
-            target = self._claim_request(size, now, out)
+            target = self.waiting.claim(size, now, out)
             if target is None:  # no request could take it: put it back
                 self._held = (msg, dc)
                 self._hold_until = 0
-                self.dseq -= 1
-                return out
-        if self.cfg.ack_policy == "none":
-            self.adflr, self.asflr = dseq, msg.seq
+                return
+        self.dseq = dseq + 1
+        if cfg.ack_policy == "none":
+            self.adflr, self.asflr = dseq, seq
         else:
-            p = self.pending.get(msg.seq)
+            p = self.pending.get(seq)
             if p is None:
-                self.pending[msg.seq] = Pending(dseq, now)
+                self.pending[seq] = Pending(dseq, now)
             else:
                 p.dseq, p.ts = dseq, now
+            if self.journal is not None:
+                self.journal.extend((DELIVERED, seq, dseq, dc, now))
             deadline = now + self._ack_wait(dc)
             self._next_check = min(self._next_check or deadline, deadline)
         if dc > 1:
-            self.redelivered[msg.seq] = dc
+            self.redelivered[seq] = dc
         self.last_delivered = now
         self.dirty = True
         out.append(Delivery(target, reply, msg, hdr, data))
-        if self.cfg.rate_limit_bps:
-            self._rate_next = max(self._rate_next, now) + size * 8 * _NS // self.cfg.rate_limit_bps
-        if self.cfg.is_push:
-            if self.cfg.idle_heartbeat:
-                self._next_hb = now + self.cfg.idle_heartbeat
-            if self.cfg.flow_control:
-                out += self._flow_control(size)
-        return out
-
-    def _claim_request(self, size: int, now: int, out: list[Output]) -> str | None:
-        while True:
-            req = self.waiting.peek()
-            if req is None:
-                return None
-            if req.max_bytes > 0:
-                if size > req.max_bytes:
-                    self.waiting.remove(req)
-                    hdr = status(409, "Message Size Exceeds MaxBytes", req.remaining())
-                    out.append(Status(req.reply, hdr))
-                    continue
-                req.max_bytes -= size
-                if req.max_bytes == 0:
-                    req.batch = 1
-            self.waiting.take_one()
-            if req.heartbeat:
-                req.next_heartbeat = now + req.heartbeat
-            if req.batch <= 0 and req.max_bytes > 0:
-                out.append(Status(req.reply, status(409, "Batch Completed", req.remaining())))
-            return req.reply
-
-    def _flow_control(self, size: int) -> list[Output]:
-        self._pbytes += size
-        if self._fc_reply or self._pbytes <= self._maxpb // 2:
-            return []
-        self._fc_reply = ".".join(
-            (
-                FC_PREFIX,
-                self.stream,
-                self.name,
-                random_token(4),
-            )
-        )
-        self._fc_bytes = self._pbytes
-        hdr = status(100, "FlowControl Request")
-        return [Status(self.cfg.deliver_subject, hdr, self._fc_reply)]
+        if cfg.rate_limit_bps:
+            self._rate_next = max(self._rate_next, now) + size * 8 * _NS // cfg.rate_limit_bps
+        if cfg.is_push:
+            if cfg.idle_heartbeat:
+                self._next_hb = now + cfg.idle_heartbeat
+            if cfg.flow_control and (ask := self._fc.sent(size)):
+                out.append(Status(cfg.deliver_subject, status(100, "FlowControl Request"), ask))
 
     def _heartbeat(self) -> bytes:
         headers = {LAST_CONSUMER: str(self.dseq - 1), LAST_STREAM: str(self.sseq - 1)}
-        if self._fc_reply:
-            headers[CONSUMER_STALLED] = self._fc_reply
+        if self._fc.reply:
+            headers[CONSUMER_STALLED] = self._fc.reply
         return status(100, "Idle Heartbeat", headers)
 
     def _expire_requests(self, now: int, *, eos: bool) -> list[Output]:
@@ -615,6 +535,8 @@ class Consumer:
             if 0 < self.cfg.max_deliver <= dc:  # its last delivery went unacked: give up on it
                 self._advisories.append(max_deliveries(self.stream, self.name, seq, dc, now))
                 self._move_floor(self.pending.pop(seq).dseq, seq)
+                if self.journal is not None:
+                    self.journal.extend((GAVE_UP, seq))
                 self.dirty = True
                 continue
             self._queue_redelivery(seq)

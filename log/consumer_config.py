@@ -26,6 +26,7 @@ from log.config import (
     is_valid_name,
 )
 from log.errors import ApiError
+from log.request_fields import Fields
 from log.timefmt import ZERO_TIME, parse_rfc3339, rfc3339
 
 DELIVER_POLICIES = (
@@ -36,6 +37,13 @@ DELIVER_POLICIES = (
     "by_start_time",
     "last_per_subject",
 )
+
+_FIELDS = Fields("ConsumerConfig.config")
+_type_error = _FIELDS.type_error
+_str = _FIELDS.str
+_int = _FIELDS.int
+_bool = _FIELDS.bool
+_enum = _FIELDS.enum
 ACK_POLICIES = ("none", "all", "explicit")
 REPLAY_POLICIES = ("instant", "original")
 DEFAULT_ACK_WAIT = 30_000_000_000
@@ -382,50 +390,6 @@ def to_state_json(cfg: ConsumerConfig) -> dict[str, Any]:
     out = cfg.to_json()
     out["metadata"] = dict(cfg.metadata)
     return out
-
-
-def _type_error(key: str, value: Any, want: str) -> ApiError:
-    kind = {str: "string", bool: "bool", int: "number", float: "number", list: "array"}.get(
-        type(value), "object"
-    )
-    where = f"Go struct field ConsumerConfig.config.{key} of type {want}"
-    return errors.invalid_json(f"json: cannot unmarshal {kind} into {where}")
-
-
-def _str(raw: Mapping[str, Any], key: str) -> str:
-    value = raw.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise _type_error(key, value, "string")
-    return value
-
-
-def _int(raw: Mapping[str, Any], key: str) -> int:
-    value = raw.get(key)
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise _type_error(key, value, "int64")
-    return int(value)
-
-
-def _bool(raw: Mapping[str, Any], key: str) -> bool:
-    value = raw.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _type_error(key, value, "bool")
-    return value
-
-
-def _enum(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:
-    value = raw.get(key)
-    if value is None:
-        return allowed[0]
-    if value not in allowed:
-        raise errors.invalid_json(f"can not unmarshal {value!r}")
-    return str(value)
 
 
 def _str_list(raw: Mapping[str, Any], key: str) -> list[str]:

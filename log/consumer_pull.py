@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ingest.parser.headers import encode_headers
+from log.consumer_config import ConsumerConfig
+from log.consumer_wire import Output, Status
 
 PENDING_MSGS = "Nats-Pending-Messages"
 PENDING_BYTES = "Nats-Pending-Bytes"
@@ -74,6 +76,19 @@ def parse_request(reply: str, body: bytes, now: int) -> PullRequest:
     )
 
 
+def refusal(cfg: ConsumerConfig, req: PullRequest, now: int) -> str:
+    """Why the consumer's limits refuse a request (the 409 text), or "" to queue it."""
+    if req.batch <= 0:
+        req.batch = 1
+    if cfg.max_batch > 0 and req.batch > cfg.max_batch:
+        return f"Exceeded MaxRequestBatch of {cfg.max_batch}"
+    if req.expires and cfg.max_expires > 0 and req.expires > now + cfg.max_expires:
+        return f"Exceeded MaxRequestExpires of {format_duration(cfg.max_expires)}"
+    if req.max_bytes > 0 and cfg.max_bytes > 0 and req.max_bytes > cfg.max_bytes:
+        return f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}"
+    return ""
+
+
 def _num(doc: dict[str, object], key: str) -> int:
     value = doc.get(key) or 0
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -115,6 +130,32 @@ class WaitQueue:
         if req.batch > 0:
             self._queue.append(req)
         return req
+
+    def claim(self, size: int, now: int, out: list[Output]) -> str | None:
+        """The reply subject the next message of `size` bytes goes to, round-robin.
+
+        Requests whose max_bytes it exceeds are answered (409) and dropped on the
+        way; a request whose byte budget it exhausts is told its batch completed.
+        """
+        while True:
+            req = self.peek()
+            if req is None:
+                return None
+            if req.max_bytes > 0:
+                if size > req.max_bytes:
+                    self.remove(req)
+                    hdr = status(409, "Message Size Exceeds MaxBytes", req.remaining())
+                    out.append(Status(req.reply, hdr))
+                    continue
+                req.max_bytes -= size
+                if req.max_bytes == 0:
+                    req.batch = 1
+            self.take_one()
+            if req.heartbeat:
+                req.next_heartbeat = now + req.heartbeat
+            if req.batch <= 0 and req.max_bytes > 0:
+                out.append(Status(req.reply, status(409, "Batch Completed", req.remaining())))
+            return req.reply
 
     def drain(self) -> list[PullRequest]:
         out = list(self._queue)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 import string
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +28,10 @@ class StoreReader(Protocol):
     """The read side of `MsgStore` a consumer uses."""
 
     def load(self, seq: int) -> StoredMsg | None: ...
+
+    def load_many(self, seqs: Sequence[int]) -> list[StoredMsg]: ...
+
+    def load_run(self, start_seq: int, upto: int, limit: int) -> list[StoredMsg]: ...
 
     def load_next(self, start_seq: int, subject_filter: str = ">") -> StoredMsg | None: ...
 

@@ -28,10 +28,11 @@ EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 ROLLUP = "Nats-Rollup"
 TTL = "Nats-TTL"
 MARKER_REASON = "Nats-Marker-Reason"
+KV_OPERATION = "KV-Operation"
 MAX_HEADER_SIZE = 65535
 NEVER = -1  # a TTL of "never": the message outlives max_age
 
-_TTL_LINE_RE = re.compile(rb"(?m)^Nats-TTL:[^\r\n]*")
+_TTL_LINE_RE = re.compile(rb"\r\nNats-TTL:[^\r\n]*")
 _DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_NS = {
     "ns": 1,
@@ -186,13 +187,21 @@ def marker_ttl(cfg: StreamConfig) -> int:
 def floor_ttl(cfg: StreamConfig, ttl: int, hdr: bytes | None) -> tuple[int, bytes | None]:
     """With markers on, no message may expire sooner than a marker would: raise its TTL.
 
-    The reference rewrites the stored `Nats-TTL` to the marker TTL in seconds,
-    so readers (and a restart's TTL recovery) see the TTL that applies.
+    Otherwise a marker already standing for the subject could outlive the
+    message and its own marker be missed. A subject holding one message at most
+    is exempt. As the reference does, the stored `Nats-TTL` is replaced (moved
+    last, in seconds), so readers and a restart's TTL recovery see what applies.
     """
     floor = marker_ttl(cfg)
-    if ttl <= 0 or ttl >= floor or hdr is None:
+    if ttl <= 0 or ttl >= floor or hdr is None or cfg.max_msgs_per_subject == 1:
         return ttl, hdr
-    return floor, _TTL_LINE_RE.sub(b"Nats-TTL: %d" % floor, hdr, count=1)
+    kept = _TTL_LINE_RE.sub(b"", hdr)
+    return floor, kept[:-2] + b"%s: %d\r\n\r\n" % (TTL.encode(), floor)
+
+
+def is_marker(headers: Mapping[str, list[str]]) -> bool:
+    """Whether a message already says its subject is gone (its expiry leaves no marker)."""
+    return bool(_first(headers, MARKER_REASON)) or _first(headers, KV_OPERATION) == "PURGE"
 
 
 def marker_header(cfg: StreamConfig) -> bytes:

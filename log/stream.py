@@ -62,8 +62,12 @@ class Stream:
         read_headers: HeaderReader,
         sync_interval_ns: int | None = None,
         group: GroupFactory | None = None,
+        on_sooner_expiry: Callable[[], None] | None = None,
     ) -> None:
+        """`on_sooner_expiry` runs when a committed TTL moves the next expiry earlier,
+        so whoever arms the expiry timer can re-arm it."""
         self.config = config
+        self._on_sooner_expiry = on_sooner_expiry
         self.store = store
         self.created_ns = created_ns
         self._overhead = store.overhead
@@ -123,6 +127,9 @@ class Stream:
                     continue
                 if ttl > 0:
                     heapq.heappush(self._ttls, (msg.ts + ttl * _NS, seq))
+
+    def _is_marker(self, msg: StoredMsg) -> bool:
+        return bool(msg.hdr) and publish.is_marker(self._read_headers(msg.hdr))
 
     def _header(self, msg: StoredMsg, name: str) -> str:
         if not msg.hdr:
@@ -249,7 +256,11 @@ class Stream:
             elif entry.rollup == "all":
                 self.store.purge(">", upto_seq=entry.seq)
             if entry.ttl > 0 and self.config.allow_msg_ttl:
-                heapq.heappush(self._ttls, (entry.msg.ts + entry.ttl * _NS, entry.seq))
+                deadline = entry.msg.ts + entry.ttl * _NS
+                sooner = not self._ttls or deadline < self._ttls[0][0]
+                heapq.heappush(self._ttls, (deadline, entry.seq))
+                if sooner and self._on_sooner_expiry is not None:
+                    self._on_sooner_expiry()
         self._enforce_limits({e.msg.subject for e in entries})
 
     def _enforce_limits(self, subjects: set[str] | None) -> None:
@@ -307,7 +318,7 @@ class Stream:
             _, seq = heapq.heappop(self._ttls)
             if emptied is not None:
                 msg = self.store.load(seq)
-                if msg is not None and not self._header(msg, publish.MARKER_REASON):
+                if msg is not None and not self._is_marker(msg):
                     emptied[msg.subject] = None
             self.store.remove(seq)
         if not emptied:
@@ -323,7 +334,7 @@ class Stream:
         """Subjects of the messages max_age is about to retire (the same prefix of the log)."""
         seq = 0
         while (msg := self.store.load_next(seq)) is not None and msg.ts < cutoff:
-            if not self._header(msg, publish.MARKER_REASON):
+            if not self._is_marker(msg):
                 subjects[msg.subject] = None
             seq = msg.seq + 1
 
@@ -349,7 +360,7 @@ class Stream:
             raise errors.sealed()
         if self.config.deny_delete:
             raise errors.msg_delete_failed("message delete not permitted")
-        if not self.store.remove(seq):
+        if not self.store.remove(seq, explicit=True):  # explicit: the lake deletes it too
             raise errors.msg_delete_failed("no message found")
 
     def purge(self, subject_filter: str = "", *, upto_seq: int = 0, keep: int = 0) -> int:
@@ -357,7 +368,7 @@ class Stream:
             raise errors.sealed()
         if self.config.deny_purge:
             raise errors.purge_failed("stream purge not permitted")
-        return self.store.purge(subject_filter or ">", upto_seq=upto_seq, keep=keep)
+        return self.store.purge(subject_filter or ">", upto_seq=upto_seq, keep=keep, explicit=True)
 
     async def flush(self) -> None:
         """Wait until every accepted publish is committed (and acknowledged)."""

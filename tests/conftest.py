@@ -151,3 +151,15 @@ async def connect() -> AsyncIterator[Connect]:
 
 async def _quiet_error(exc: Exception) -> None:
     """Default error callback: tests that care pass their own."""
+
+
+@pytest.fixture
+def jetlake_js(tmp_path: Path) -> Iterator[ServerProcess]:
+    """jetlake alone with JetStream on, for what only jetlake promises (its own files, kill -9).
+
+    The store is ``tmp_path / "store"``.
+    """
+    server = start_server("jetlake", "-js", "-sd", str(tmp_path / "store"), tmp_path=tmp_path)
+    yield server
+    if server.running:
+        server.stop()

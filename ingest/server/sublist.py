@@ -1,10 +1,18 @@
 """Subject trie that maps a published subject to its subscriptions.
 
 Matching is the hottest lookup in the server, so results are cached per
-subject; any insert or removal clears the cache (subscriptions change far less
-often than messages flow, and nats clients use one wildcard inbox for all
-requests). Queue subscriptions are grouped per queue name so that the router
-can pick one member of each group.
+subject; any insert or removal clears the caches (subscriptions change far less
+often than messages flow). Queue subscriptions are grouped per queue name so
+that the router can pick one member of each group.
+
+Many subjects are seen once: every request's reply inbox (`_INBOX.<id>.<n>`),
+every JetStream ack (`$JS.ACK.<stream>.<consumer>.<seqs…>`). Their match is
+decided by a prefix, so two more caches answer them without a walk:
+- a *tail* entry for a prefix holds the match of any one further token that is
+  not a literal child at that level (the inbox case);
+- a *dead-end* entry holds the match once the walk ran out of nodes at the next
+  token, whatever follows (the `…>` case).
+Each entry keeps the literal children that would change the answer.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from itertools import islice
 from typing import Generic, TypeVar
 
 S = TypeVar("S")
+_V = TypeVar("_V")
 
 _CACHE_LIMIT = 4096
 
@@ -30,6 +39,15 @@ class _Node(Generic[S]):
 
 
 @dataclass(slots=True)
+class _PrefixEntry(Generic[S]):
+    match: Match[S]
+    literals: frozenset[str]  # next tokens that must take the full walk
+
+
+_SPECIAL = frozenset({"", "*", ">"})
+
+
+@dataclass(slots=True)
 class Match(Generic[S]):
     plain: list[S]
     queues: list[list[S]]  # one list of members per queue group
@@ -41,6 +59,8 @@ class Sublist(Generic[S]):
     def __init__(self) -> None:
         self._root: _Node[S] = _Node()
         self._cache: dict[bytes, Match[S]] = {}
+        self._tails: dict[bytes, _PrefixEntry[S]] = {}
+        self._dead_ends: dict[bytes, _PrefixEntry[S]] = {}
         self.count = 0
         self.on_change: Callable[[], None] | None = None  # interest came or went (JetStream)
 
@@ -56,7 +76,7 @@ class Sublist(Generic[S]):
         else:
             node.queues.setdefault(queue, []).append(sub)
         self.count += 1
-        self._cache.clear()
+        self._clear_caches()
         if self.on_change is not None:
             self.on_change()
 
@@ -80,39 +100,94 @@ class Sublist(Generic[S]):
                 break
             del parent.children[tok]
         self.count -= 1
-        self._cache.clear()
+        self._clear_caches()
         if self.on_change is not None:
             self.on_change()
         return True
 
+    def _clear_caches(self) -> None:
+        self._cache.clear()
+        self._tails.clear()
+        self._dead_ends.clear()
+
     def match(self, subject: bytes) -> Match[S]:
         hit = self._cache.get(subject)
+        if hit is not None:
+            return hit
+        hit = self._by_prefix(subject)
         if hit is not None:
             return hit
         result: Match[S] = Match([], [])
         tokens = subject.decode("utf-8", "surrogateescape").split(".")
         if "" not in tokens:  # an empty token matches nothing, not even ">"
             queues: dict[str, list[S]] = {}
-            self._collect(tokens, result.plain, queues)
+            stop, literals = self._collect(tokens, result.plain, queues)
             result.queues = list(queues.values())
-        cache = self._cache
-        if len(cache) >= _CACHE_LIMIT:
-            # Drop the older half: unique subjects (request inboxes) must not evict hot ones.
-            for key in list(islice(cache, _CACHE_LIMIT // 2)):
-                del cache[key]
-        cache[subject] = result
+            self._remember_prefix(tokens, stop, literals, result)
+        _put(self._cache, subject, result)
         return result
 
-    def _collect(self, tokens: list[str], plain: list[S], queues: dict[str, list[S]]) -> None:
-        """Walk level by level; `>` children match the rest, `*` children one token."""
+    def _by_prefix(self, subject: bytes) -> Match[S] | None:
+        if b".." in subject or subject.startswith(b".") or subject.endswith(b"."):
+            return None  # empty tokens match nothing: the full walk says so
+        prefix, dot, last = subject.rpartition(b".")
+        if dot:
+            entry = self._tails.get(prefix)
+            if entry is not None:
+                token = last.decode("utf-8", "surrogateescape")
+                if token not in entry.literals and token not in _SPECIAL:
+                    return entry.match
+        if not self._dead_ends:
+            return None
+        start = 0
+        while True:
+            dot_at = subject.find(b".", start)
+            if dot_at < 0:
+                return None
+            entry = self._dead_ends.get(subject[:dot_at])
+            if entry is not None:
+                end = subject.find(b".", dot_at + 1)
+                token = subject[dot_at + 1 : end if end >= 0 else len(subject)]
+                text = token.decode("utf-8", "surrogateescape")
+                if text not in entry.literals and text not in _SPECIAL:
+                    return entry.match
+            start = dot_at + 1
+
+    def _remember_prefix(
+        self,
+        tokens: list[str],
+        stop: int,
+        literals: frozenset[str],
+        result: Match[S],
+    ) -> None:
+        """Record which prefix decided this match, if one did (see the module docstring)."""
+        if any(t in ("*", ">") for t in tokens[: stop + 1]):
+            return  # literal wildcards published non-pedantically: keep to the exact cache
+        prefix = ".".join(tokens[:stop]).encode("utf-8", "surrogateescape")
+        if stop < len(tokens) - 1:
+            _put(self._dead_ends, prefix, _PrefixEntry(result, literals))
+        elif stop == len(tokens) - 1 and tokens[stop] not in literals and stop > 0:
+            _put(self._tails, prefix, _PrefixEntry(result, literals))
+
+    def _collect(
+        self, tokens: list[str], plain: list[S], queues: dict[str, list[S]]
+    ) -> tuple[int, frozenset[str]]:
+        """Walk level by level; `>` children match the rest, `*` children one token.
+
+        Returns the level where the walk ended (the last token, or where no node
+        led further) and the literal children at that level.
+        """
         gather = self._gather
         nodes = [self._root]
-        for tok in tokens:
+        last = len(tokens) - 1
+        for level, tok in enumerate(tokens):
             following: list[_Node[S]] = []
+            literals: set[str] = set()
             for node in nodes:
                 children = node.children
                 if not children:
                     continue
+                literals.update(children)
                 fwc = children.get(">")
                 if fwc is not None:
                     gather(fwc, plain, queues)
@@ -123,11 +198,14 @@ class Sublist(Generic[S]):
                     pwc = children.get("*")
                     if pwc is not None:
                         following.append(pwc)
-            if not following:
-                return
+            if not following or level == last:
+                for node in following:
+                    gather(node, plain, queues)
+                literals.discard("*")
+                literals.discard(">")
+                return level, frozenset(literals)
             nodes = following
-        for node in nodes:
-            gather(node, plain, queues)
+        return last, frozenset()
 
     @staticmethod
     def _gather(node: _Node[S], plain: list[S], queues: dict[str, list[S]]) -> None:
@@ -149,3 +227,11 @@ class Sublist(Generic[S]):
 
     def cache_size(self) -> int:
         return len(self._cache)
+
+
+def _put(cache: dict[bytes, _V], key: bytes, value: _V) -> None:
+    """Insert, dropping the older half first when full: one-off keys must not evict hot ones."""
+    if len(cache) >= _CACHE_LIMIT:
+        for old in list(islice(cache, _CACHE_LIMIT // 2)):
+            del cache[old]
+    cache[key] = value

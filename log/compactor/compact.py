@@ -105,6 +105,30 @@ def _groups(segments: list[SegmentInfo], max_rows: int) -> list[list[SegmentInfo
     return groups
 
 
+def waiting_streams(store_dir: Path, lake_dir: Path) -> list[str]:
+    """Lake streams with a sealed segment or an explicit delete the lake lacks; no JVM needed,
+    so a cron job with nothing to do exits without starting Spark."""
+    out = []
+    for stream in streams(store_dir):
+        if not stream.lake_on:
+            continue
+        done = lake_progress(stream.table_path(lake_dir), stream.app_id)
+        pin = read_pin(stream)
+        logged = (stream.dir / EXPLICIT).stat().st_size if (stream.dir / EXPLICIT).exists() else 0
+        deletes = (
+            stream.deletes_reach_lake and done and (pin is None or pin.deletes_offset < logged)
+        )
+        if deletes or pending_segments(stream, done):
+            out.append(stream.name)
+    return out
+
+
+def pending_segments(stream: StreamRef, done: int) -> list[SegmentInfo]:
+    """Sealed segments with rows after the lake's last seq, in seq order."""
+    found = list_segments(stream.dir, after_seq=done)
+    return [s for s in found if s.sealed and s.last_seq > done and s.rows]
+
+
 class Compactor:
     """Holds the SparkSession; `run_once` is a whole pass (the cron job and the follower's tick)."""
 
@@ -145,20 +169,20 @@ class Compactor:
             log.error("%s", exc)
         return out
 
-    def pending(self, stream: StreamRef, done: int) -> list[SegmentInfo]:
-        found = list_segments(stream.dir, after_seq=done)
-        return [s for s in found if s.sealed and s.last_seq > done and s.rows]
-
     def compact_stream(self, stream: StreamRef) -> Summary:
         """Append what is sealed and not yet in the lake, then carry explicit deletes."""
         out = Summary(streams=1)
         table = stream.table_path(self.lake_dir)
         done = lake_progress(table, stream.app_id)
-        runs, _ = replay_explicit(stream.dir / EXPLICIT) if stream.deletes_reach_lake else ([], 0)
+        keep = not stream.deletes_reach_lake
+        runs, known = ([], 0) if keep else replay_explicit(stream.dir / EXPLICIT)
+        before = done  # rows above it are appended below, without the `known` deletes
         pin = read_pin(stream)
-        if pin is None or pin.seq > done:  # none yet, or the table was lost: trust the log
-            pin = Pin(stream.app_id, str(table), done)
-        for group in _groups(self.pending(stream, done), self.max_rows):
+        if pin is None or pin.seq != done:  # none, behind (a crash), or the table was lost
+            offset = pin.deletes_offset if pin is not None and pin.seq < done else 0
+            pin = Pin(stream.app_id, str(table), done, offset)
+            write_pin(stream, pin)
+        for group in _groups(pending_segments(stream, done), self.max_rows):
             last = group[-1].last_seq
             self._progress(
                 f"compact {stream.name}: appending {len(group)} segments, "
@@ -176,8 +200,8 @@ class Compactor:
             out.segments += len(group)
             out.rows += len(rows)
             out.bytes += sum(s.bytes for s in group)
-        if stream.deletes_reach_lake and done:
-            out.deletes = self._carry_deletes(stream, table, pin)
+        if not keep and done:
+            out.deletes = self._carry_deletes(stream, table, pin, known, before)
         return out
 
     def _read(self, stream: StreamRef, group: list[SegmentInfo], done: int) -> pa.Table:
@@ -216,12 +240,23 @@ class Compactor:
         finally:
             staging.unlink(missing_ok=True)
 
-    def _carry_deletes(self, stream: StreamRef, table: Path, pin: Pin) -> int:
-        """Delete from the table the explicit deletes logged since the pin's offset."""
-        runs, offset = replay_explicit(stream.dir / EXPLICIT, pin.deletes_offset)
+    def _carry_deletes(
+        self, stream: StreamRef, table: Path, pin: Pin, known: int, before: int
+    ) -> int:
+        """Delete from the table the explicit deletes logged since the pin's offset.
+
+        Deletes logged before this pass began (offset < known) were left out of
+        this pass's appends, so only rows appended earlier (seq <= before) can
+        hold them; later ones may be in anything appended (seq <= pin.seq).
+        Skipping the rest spares a Delta DELETE job on the common path.
+        """
+        path = stream.dir / EXPLICIT
+        early, _ = replay_explicit(path, pin.deletes_offset, max(known, pin.deletes_offset))
+        late, offset = replay_explicit(path, max(known, pin.deletes_offset))
         if offset == pin.deletes_offset:
             return 0
-        in_lake = [(a, min(b, pin.seq)) for a, b in runs if a <= pin.seq]
+        in_lake = [(a, min(b, before)) for a, b in early if a <= before]
+        in_lake += [(a, min(b, pin.seq)) for a, b in late if a <= pin.seq]
         if in_lake:
             from delta.tables import DeltaTable
 

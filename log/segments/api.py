@@ -102,6 +102,16 @@ class MsgStore(Protocol):
     def load(self, seq: int) -> StoredMsg | None:
         """The message at seq, or None if it never existed or was deleted."""
 
+    def load_run(self, start_seq: int, upto: int, limit: int) -> list[StoredMsg]:
+        """Some live messages from start_seq on, in order: at most limit, none above upto.
+
+        Possibly fewer than are available (a run may stop where storage does), but
+        never none while one exists in range.
+        """
+
+    def load_many(self, seqs: Sequence[int]) -> list[StoredMsg]:
+        """The live messages among ascending seqs, in order (deleted ones left out)."""
+
     def load_next(self, start_seq: int, subject_filter: str = ">") -> StoredMsg | None:
         """The first live message with seq >= start_seq whose subject matches the filter."""
 

@@ -29,6 +29,7 @@ from log.segments.api import (
     StoredMsg,
     StoreState,
     SubjectState,
+    msg_size,
 )
 from log.segments.index import SeqList, SubjectIndex
 from log.segments.schema import (
@@ -40,6 +41,8 @@ from log.segments.schema import (
     build_batch,
     msg_at,
     row_of,
+    rows_between,
+    seq_view,
     sizes,
     u64,
 )
@@ -49,6 +52,10 @@ from log.segments.tombstones import seq_runs
 # Above this many matching subjects a filtered lookup scans batches with a regex
 # in C instead of bisecting every subject's sequence list.
 _FANOUT = 64
+# Up to this many deletes in one batch are sized row by row: per-subject limits
+# (a KV put retires the key's oldest revision) delete one message at a time, and
+# a dozen Arrow kernel calls over the whole batch cost far more than that.
+_FEW_ROWS = 8
 
 
 class BatchRef:
@@ -209,6 +216,50 @@ class BatchStore(ABC):
         ref = self._locate(seq)
         batch = self._fetch(ref)
         return msg_at(batch, row_of(batch, seq, ref.dense_first))
+
+    def load_run(self, start_seq: int, upto: int, limit: int) -> list[StoredMsg]:
+        """Up to `limit` live messages from start_seq on, none above upto, from one batch.
+
+        Converting a slice of one Arrow batch column by column costs a few calls,
+        where `load` pays five scalar conversions per message: readers that walk
+        the log in order (consumers) take their next messages this way.
+        """
+        start = self._deleted.next_absent(max(start_seq, self._first))
+        hi = min(upto, self._last)
+        if start > hi or limit <= 0:
+            return []
+        ref = self._locate(start)
+        batch = self._fetch(ref)
+        lo_row = row_of(batch, start, ref.dense_first)
+        assert lo_row is not None, start
+        hi = min(hi, ref.last)
+        gaps = self._deleted.between(start, hi)
+        view = seq_view(batch)
+        hi_row = bisect_right(view, hi, lo_row)
+        hi_row = min(hi_row, lo_row + limit + len(gaps))
+        msgs = rows_between(batch, view, lo_row, hi_row)
+        if gaps:
+            dead = set(gaps)
+            msgs = [m for m in msgs if m.seq not in dead]
+        return msgs[:limit]
+
+    def load_many(self, seqs: Sequence[int]) -> list[StoredMsg]:
+        """The live messages among ascending seqs, converted a batch at a time (see load_run)."""
+        out: list[StoredMsg] = []
+        live = [s for s in seqs if self._is_live(s)]
+        i = 0
+        while i < len(live):
+            ref = self._locate(live[i])
+            j = bisect_right(live, ref.last, i)
+            batch = self._fetch(ref)
+            rows = [row_of(batch, s, ref.dense_first) for s in live[i:j]]
+            if rows[-1] - rows[0] == j - i - 1:  # consecutive rows: a slice, no gather
+                out += rows_between(batch, seq_view(batch), rows[0], rows[-1] + 1)
+            else:
+                part = batch.take(pa.array(rows, pa.int64()))
+                out += rows_between(part, seq_view(part), 0, len(part))
+            i = j
+        return out
 
     def load_next(self, start_seq: int, subject_filter: str = ">") -> StoredMsg | None:
         start = max(start_seq, self._first)
@@ -378,8 +429,13 @@ class BatchStore(ABC):
             ref = self._locate(victims[i])
             j = bisect_right(victims, ref.last, i)
             batch = self._fetch(ref)
-            mask = pc.is_in(batch.column(SEQ), value_set=u64(victims[i:j]))
-            self._bytes -= pc.sum(pc.filter(sizes(batch, self.overhead), mask)).as_py()
+            if j - i <= _FEW_ROWS:
+                rows = (row_of(batch, seq, ref.dense_first) for seq in victims[i:j])
+                msgs = [msg_at(batch, row) for row in rows if row is not None]
+                self._bytes -= sum(msg_size(m.subject, m.hdr, m.data, self.overhead) for m in msgs)
+            else:
+                mask = pc.is_in(batch.column(SEQ), value_set=u64(victims[i:j]))
+                self._bytes -= pc.sum(pc.filter(sizes(batch, self.overhead), mask)).as_py()
             ref.live -= j - i
             touched.append(ref)
             i = j

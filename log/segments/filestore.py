@@ -120,7 +120,9 @@ class FileStore(BatchStore):
         if cut_last > max(data_last, tomb.last):
             log.warning(
                 "stream %s: seqs %d..%d were cut with a damaged tail; they stay unused",
-                self.name, data_last + 1, cut_last,
+                self.name,
+                data_last + 1,
+                cut_last,
             )
             self._persist_deletes(array("Q"))  # records the new last seq durably
             self.sync()

@@ -68,12 +68,17 @@ def build_batch(
 
 
 def sizes(batch: pa.RecordBatch | pa.Table, overhead: Overhead) -> pa.Array | pa.ChunkedArray:
-    """`api.msg_size` of every row, vectorised (subject and headers in bytes)."""
+    """`api.msg_size` of every row, vectorised (subject and headers in bytes).
+
+    Constants go in as Arrow scalars: given a Python int, pyarrow retries a failing
+    `import dateutil` on every call, which costs ten times the kernel itself.
+    """
     hdr_len = pc.binary_length(batch.column(HDR))
-    hdr_part = pc.fill_null(pc.add(hdr_len, overhead.with_headers), 0)
+    with_headers = pa.scalar(overhead.with_headers, hdr_len.type)
+    hdr_part = pc.fill_null(pc.add(hdr_len, with_headers), pa.scalar(0, hdr_len.type))
     total = pc.add(pc.binary_length(batch.column(SUBJECT)), hdr_part)
     total = pc.add(total, pc.binary_length(batch.column(DATA)))
-    return pc.add(pc.cast(total, pa.int64()), overhead.base)
+    return pc.add(pc.cast(total, pa.int64()), pa.scalar(overhead.base, pa.int64()))
 
 
 def u64(seqs: array) -> pa.UInt64Array:
@@ -109,4 +114,21 @@ def msg_at(batch: pa.RecordBatch, row: int) -> StoredMsg:
         subject=batch.column(SUBJECT)[row].as_py(),
         hdr=batch.column(HDR)[row].as_py(),
         data=batch.column(DATA)[row].as_py(),
+    )
+
+
+def rows_between(batch: pa.RecordBatch, seqs: memoryview, lo: int, hi: int) -> list[StoredMsg]:
+    """Rows lo..hi-1 as messages, converted a column at a time (`seqs` is `seq_view`)."""
+    part = batch.slice(lo, hi - lo)
+    ts = part.column(TS)
+    stamps = memoryview(ts.buffers()[1]).cast("q")[ts.offset : ts.offset + len(ts)]
+    return list(
+        map(
+            StoredMsg,
+            seqs[lo:hi].tolist(),
+            stamps.tolist(),
+            part.column(SUBJECT).to_pylist(),
+            part.column(HDR).to_pylist(),
+            part.column(DATA).to_pylist(),
+        )
     )

@@ -74,17 +74,19 @@ def replay(path: Path) -> tuple[int, int, int, array, int]:
     return floor, last, last_ts, array("Q", sorted(s for s in seqs if s >= floor)), off
 
 
-def replay_explicit(path: Path, offset: int = 0) -> tuple[list[tuple[int, int]], int]:
-    """Runs (first, last seq, inclusive) of explicit deletes from byte offset on, and the byte
-    length read up to: the compactor keeps that length as its progress in this log."""
-    data = path.read_bytes()[offset:] if path.exists() else b""
+def replay_explicit(
+    path: Path, offset: int = 0, end: int | None = None
+) -> tuple[list[tuple[int, int]], int]:
+    """Runs (first, last seq, inclusive) of explicit deletes between byte offsets, and the
+    byte length read up to: the compactor keeps that length as its progress in this log."""
+    data = path.read_bytes()[offset:end] if path.exists() else b""
     runs: list[tuple[int, int]] = []
-    end = 0
-    for _fields, start, end in _frames(data, _RUNS_HEAD, 16):
+    good = 0
+    for _fields, start, good in _frames(data, _RUNS_HEAD, 16):
         flat = array("Q")
-        flat.frombytes(data[start:end])
+        flat.frombytes(data[start:good])
         runs.extend(zip(flat[0::2], flat[1::2], strict=True))
-    return runs, offset + end
+    return runs, offset + good
 
 
 def seq_runs(seqs: Iterable[int]) -> list[tuple[int, int]]:

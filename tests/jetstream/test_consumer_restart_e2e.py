@@ -10,30 +10,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from nats.js import api as jsapi
 
 from tests.conftest import Connect
-from tests.support.servers import ServerProcess, start_server
+from tests.support.servers import ServerProcess
 
 TOTAL = 300
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = start_server("jetlake", "-js", "-sd", str(tmp_path / "store"), tmp_path=tmp_path)
-    yield proc
-    if proc.running:
-        proc.stop()
-
-
 async def test_consumer_resumes_exactly_after_sigkill(
-    server: ServerProcess, connect: Connect
+    jetlake_js: ServerProcess, connect: Connect
 ) -> None:
-    nc = await connect(server)
+    nc = await connect(jetlake_js)
     js = nc.jetstream()
     await js.add_stream(name="R", subjects=["r"])
     for i in range(TOTAL):
@@ -50,15 +39,15 @@ async def test_consumer_resumes_exactly_after_sigkill(
                 await msg.ack_sync(timeout=2)
                 acked.add(seq)  # confirmed: must never come back
                 if len(acked) == kill_after and killer is None:
-                    killer = asyncio.create_task(asyncio.to_thread(server.kill))
+                    killer = asyncio.create_task(asyncio.to_thread(jetlake_js.kill))
     assert killer is not None, "the consumer finished before the kill"
     await killer
     with contextlib.suppress(Exception):
         await nc.close()
     assert 0 < len(acked) < TOTAL
 
-    await asyncio.to_thread(server.start, port=server.port)
-    nc = await connect(server)
+    await asyncio.to_thread(jetlake_js.start, port=jetlake_js.port)
+    nc = await connect(jetlake_js)
     js = nc.jetstream()
     info = await js.consumer_info("R", "d")
     assert info.ack_floor.stream_seq <= min(set(range(1, TOTAL + 1)) - acked)

@@ -6,24 +6,15 @@ jetlake only: the files are jetlake's own format; the reference has its own bloc
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import nats
 import nats.js.errors
 import pytest
 
-from tests.support.servers import ServerProcess, start_server
+from tests.support.servers import ServerProcess
 
 STREAM = "TORN"
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = start_server("jetlake", "-js", "-sd", str(tmp_path / "store"), tmp_path=tmp_path)
-    yield proc
-    if proc.running:
-        proc.stop()
 
 
 def active_segment(store: Path) -> Path:
@@ -63,11 +54,11 @@ async def publish_one(url: str) -> int:
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
 async def test_recovery_cuts_the_damaged_tail_and_serves(
-    server: ServerProcess, tmp_path: Path, damage: str
+    jetlake_js: ServerProcess, tmp_path: Path, damage: str
 ) -> None:
-    seqs = await publish_batches(server.url, 20)
+    seqs = await publish_batches(jetlake_js.url, 20)
     assert seqs == list(range(1, 21))
-    server.stop()
+    jetlake_js.stop()
     segment = active_segment(tmp_path / "store")
     data = bytearray(segment.read_bytes())
     if damage == "truncate":
@@ -75,12 +66,13 @@ async def test_recovery_cuts_the_damaged_tail_and_serves(
     else:
         data[-20] ^= 0xFF  # one flipped byte inside the last batch
     segment.write_bytes(bytes(data))
-    server.start(port=server.port)
-    assert "cut the tail there" in server.log(), server.log()
-    assert await stored(server.url, range(1, 21)) == {i + 1: f"m{i}".encode() for i in range(19)}
+    jetlake_js.start(port=jetlake_js.port)
+    assert "cut the tail there" in jetlake_js.log(), jetlake_js.log()
+    survivors = {i + 1: f"m{i}".encode() for i in range(19)}
+    assert await stored(jetlake_js.url, range(1, 21)) == survivors
     # Seq 20 was acknowledged once: it is never handed out again, not even after a restart.
-    assert await publish_one(server.url) == 21
-    server.stop()
-    server.start(port=server.port)
-    assert await publish_one(server.url) == 22
-    assert (await stored(server.url, range(20, 23)))[21] == b"after-restart"
+    assert await publish_one(jetlake_js.url) == 21
+    jetlake_js.stop()
+    jetlake_js.start(port=jetlake_js.port)
+    assert await publish_one(jetlake_js.url) == 22
+    assert (await stored(jetlake_js.url, range(20, 23)))[21] == b"after-restart"

@@ -72,3 +72,27 @@ async def test_lake_keeps_history_past_the_stream_limits(lake: Lake, connect: Co
     assert lake.sql("SELECT count(*) AS n, min(seq) AS lo FROM CAPPED")[0] == (1000, 1)
     info = await js.stream_info("CAPPED")
     assert info.state.messages == 100  # the live log still holds only its limit
+
+
+async def test_a_recreated_stream_gets_a_fresh_table(lake: Lake, connect: Connect) -> None:
+    server = lake.start()
+    nc = await connect(server)
+    js = nc.jetstream()
+    await js.add_stream(name="AGAIN", subjects=["again.>"])
+    for i in range(20):
+        await js.publish("again.old", b"%d" % i)
+    await lake.sealed("AGAIN", 20)
+    lake.compact()
+    old = StreamRef.load(lake.stream_dir("AGAIN"))
+    await js.delete_stream("AGAIN")
+    await js.add_stream(name="AGAIN", subjects=["again.>"])
+    for i in range(5):
+        await js.publish("again.new", b"%d" % i)
+    await lake.sealed("AGAIN", 5)
+    lake.compact()
+    new = StreamRef.load(lake.stream_dir("AGAIN"))
+    assert new.table_path(lake.lake_dir) != old.table_path(lake.lake_dir)
+    assert lake_progress(old.table_path(lake.lake_dir), old.app_id) == 20  # history kept
+    assert lake_progress(new.table_path(lake.lake_dir), new.app_id) == 5
+    rows = lake.sql("SELECT subject, count(*) AS n FROM AGAIN GROUP BY subject")
+    assert [(r.subject, r.n) for r in rows] == [("again.new", 5)]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from ingest.parser.subjects import subject_matches
 from ingest.server.sublist import Sublist
@@ -38,6 +39,31 @@ def test_remove_invalidates_cache_and_prunes() -> None:
     assert sl.count == 0 and sl.subjects() == []
 
 
+def test_tail_entry_respects_literal_children() -> None:
+    """`_INBOX.x.*` answers every unique reply token; a literal child still counts."""
+    sl: Sublist[str] = Sublist()
+    sl.insert("_INBOX.x.*", None, "mux")
+    sl.insert("_INBOX.x.special", None, "lit")
+    assert sl.match(b"_INBOX.x.1").plain == ["mux"]
+    assert sl.match(b"_INBOX.x.2").plain == ["mux"]  # served by the tail entry
+    assert sorted(sl.match(b"_INBOX.x.special").plain) == ["lit", "mux"]
+    assert sl.match(b"_INBOX.x.2.deeper").plain == []
+
+
+def test_dead_end_entry_respects_literal_children() -> None:
+    """`$JS.ACK.S.C.>` answers every ack subject; a literal sibling path still counts."""
+    sl: Sublist[str] = Sublist()
+    sl.insert("$JS.ACK.S.C.>", None, "acks")
+    sl.insert("$JS.ACK.S.C.9.x", None, "deep")
+    assert sl.match(b"$JS.ACK.S.C.1.5.5.0.0").plain == ["acks"]
+    assert sl.match(b"$JS.ACK.S.C.1.6.6.0.0").plain == ["acks"]  # served by the dead end
+    assert sorted(sl.match(b"$JS.ACK.S.C.9.x").plain) == ["acks", "deep"]
+    assert sl.match(b"$JS.ACK.S.C.1..5").plain == []
+    assert sl.match(b"$JS.ACK.S.C.1.").plain == []
+    sl.insert("$JS.ACK.S.C.1.>", None, "new")
+    assert sorted(sl.match(b"$JS.ACK.S.C.1.7.7.0.0").plain) == ["acks", "new"]
+
+
 TOKENS = st.sampled_from(["a", "b", "c"])
 PATTERN_TOKENS = st.sampled_from(["a", "b", "c", "*"])
 
@@ -61,3 +87,39 @@ def test_trie_agrees_with_the_reference_predicate(subs: list[str], subjects: lis
     for subject in subjects:
         expected = sorted(i for i, p in enumerate(subs) if subject_matches(p, subject))
         assert sorted(sl.match(subject.encode()).plain) == expected
+
+
+class SublistAgainstPredicate(RuleBasedStateMachine):
+    """Inserts, removals and matches in any order: the caches never answer stale or wrong.
+
+    Subjects share prefixes on purpose, so tail and dead-end cache entries are
+    made, hit, and invalidated by later inserts of literal children.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sl: Sublist[int] = Sublist()
+        self.subs: dict[int, str] = {}
+        self.next_id = 0
+
+    @rule(pattern=patterns())
+    def insert(self, pattern: str) -> None:
+        self.sl.insert(pattern, None, self.next_id)
+        self.subs[self.next_id] = pattern
+        self.next_id += 1
+
+    @precondition(lambda self: bool(self.subs))
+    @rule(data=st.data())
+    def remove(self, data: st.DataObject) -> None:
+        sid = data.draw(st.sampled_from(sorted(self.subs)))
+        assert self.sl.remove(self.subs.pop(sid), None, sid)
+
+    @rule(subject=st.lists(TOKENS | st.sampled_from(["x1", "x2", "x3"]), min_size=1, max_size=5))
+    def match(self, subject: list[str]) -> None:
+        text = ".".join(subject)
+        expected = sorted(i for i, p in self.subs.items() if subject_matches(p, text))
+        assert sorted(self.sl.match(text.encode()).plain) == expected
+
+
+TestSublistAgainstPredicate = SublistAgainstPredicate.TestCase
+TestSublistAgainstPredicate.settings = settings(max_examples=300, stateful_step_count=40)

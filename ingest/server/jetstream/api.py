@@ -25,8 +25,9 @@ from log.timefmt import rfc3339
 
 if TYPE_CHECKING:
     from ingest.server.jetstream.engine import JetStream
+    from log.stream import Stream
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("jetlake.jetstream")
 
 PREFIX = "$JS.API."
 TYPE = "io.nats.jetstream.api.v1."
@@ -234,7 +235,8 @@ class Api:
 
     # -- messages ------------------------------------------------------------
 
-    async def _msg_get(self, tokens: list[str], data: bytes) -> Response:
+    def _msg_get(self, tokens: list[str], data: bytes) -> Response | Awaitable[Response]:
+        """Answered at once when the message is committed (a KV get, nearly always)."""
         stream = self._js.stream(tokens[-1])
         req = _optional_json(data)
         seq, last, nxt = int(req.get("seq") or 0), req.get("last_by_subj"), req.get("next_by_subj")
@@ -248,14 +250,19 @@ class Api:
             msg = stream.store.load(seq)
         if msg is None:
             raise errors.no_message_found()
-        await self._js.visible(stream, msg.seq)
         message: Response = {"subject": msg.subject, "seq": msg.seq}
         if msg.hdr:
             message["hdrs"] = base64.b64encode(msg.hdr).decode()
         if msg.data:
             message["data"] = base64.b64encode(msg.data).decode()
         message["time"] = rfc3339(msg.ts)
-        return {"message": message}
+        if msg.seq <= stream.committed_seq:
+            return {"message": message}
+        return self._once_visible(stream, msg.seq, {"message": message})
+
+    async def _once_visible(self, stream: Stream, seq: int, doc: Response) -> Response:
+        await self._js.visible(stream, seq)
+        return doc
 
     def _msg_delete(self, tokens: list[str], data: bytes) -> Response:
         stream = self._js.stream(tokens[-1])

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from log.consumer import Consumer
-from log.consumer_store import ConsumerStore
+from log.consumer_store import POSITION, ConsumerStore
 from log.consumer_wire import ACK_PREFIX, FC_PREFIX, Advisory, Delivery, Output, Status
 from log.timefmt import now_ns
 
@@ -49,6 +50,8 @@ class Runner:
         self._timer_at = 0
         self._scheduled = False
         self._save_scheduled = False
+        self._syncing: asyncio.Future[None] | None = None
+        self._sync_again = False
         self._inactive_since = now_ns()
         self.closed = False
 
@@ -59,7 +62,11 @@ class Runner:
     # -- lifecycle ----------------------------------------------------------------
 
     def start(self) -> None:
+        """Subscribe and start delivering; a durable first compacts its state (after restore)."""
         c, subscribe = self.consumer, self._messaging.subscribe
+        if self.store is not None:
+            c.journal = array("q")
+            self.store.save_state(c.snapshot())
         base = f"{c.stream}.{c.name}"
         self._subs = [subscribe(f"{ACK_PREFIX}.{base}.>", self._on_ack)]
         if c.cfg.is_push:
@@ -87,12 +94,42 @@ class Runner:
         if reason:
             self._publish(self.consumer.drop_requests(reason))
         self.save()
+        if self.store is not None:
+            self.store.close()
 
     def save(self) -> None:
+        """Append this turn's changes to the durable state; compact when the log is long."""
         self._save_scheduled = False
-        if self.store is not None and self.consumer.dirty:
-            self.consumer.dirty = False
-            self.store.save_state(self.consumer.snapshot())
+        c, store = self.consumer, self.store
+        if store is None or not c.dirty:
+            return
+        c.dirty = False
+        records, c.journal = c.journal or array("q"), array("q")
+        records.extend((POSITION, c.dseq, c.sseq, c.adflr, c.asflr))
+        records.extend((c.last_delivered, c.last_acked))
+        if store.append(records):
+            store.save_state(c.snapshot())
+        if store.fsync:
+            self._sync_soon()
+
+    def _sync_soon(self) -> None:
+        """fsync off the loop, one at a time: writes made meanwhile ride the next one."""
+        if self._syncing is not None:
+            self._sync_again = True
+            return
+        assert self.store is not None
+        self._syncing = asyncio.ensure_future(asyncio.to_thread(self.store.sync))
+        self._syncing.add_done_callback(self._synced)
+
+    def _synced(self, task: asyncio.Future[None]) -> None:
+        self._syncing = None
+        if not task.cancelled() and task.exception() is not None:
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "consumer state sync failed", "exception": task.exception()}
+            )
+        if self._sync_again and not self.closed:
+            self._sync_again = False
+            self._sync_soon()
 
     # -- events ---------------------------------------------------------------------
 
@@ -142,6 +179,8 @@ class Runner:
             self._publish(self.consumer.pull(reply, result.request, now))
         if result.confirm and reply:
             self.save()  # a confirmed ack is durable before the client hears of it
+            if self.store is not None and self.store.fsync:
+                self.store.sync()
             self._messaging.publish(reply, None, None, b"")
         self.schedule()
 

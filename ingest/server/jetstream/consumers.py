@@ -34,7 +34,7 @@ from log.timefmt import now_ns, parse_rfc3339, rfc3339
 if TYPE_CHECKING:
     from ingest.server.jetstream.engine import JetStream
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("jetlake.jetstream")
 
 _ALPHABET = string.ascii_letters + string.digits
 

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,7 +29,7 @@ from log.segments.api import MsgStore
 from log.stream import Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("jetlake.jetstream")
 
 ACCOUNT = "$G"
 META_FILE = "stream.json"
@@ -186,6 +187,7 @@ class JetStream:
             created_ns=created_ns,
             read_headers=read_headers,
             sync_interval_ns=self.config.sync_interval_ns,
+            on_sooner_expiry=partial(self._rearm_expiry, cfg.name),
         )
         self.streams[cfg.name] = stream
         self._attach(stream)
@@ -302,6 +304,15 @@ class JetStream:
         delay = max(deadline - now_ns(), 0) / 1e9
         loop = asyncio.get_running_loop()
         self._timers[stream.name] = loop.call_later(delay, self._expire, stream.name)
+
+    def _rearm_expiry(self, name: str) -> None:
+        """A TTL shorter than the armed deadline committed: the timer must fire sooner."""
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+        stream = self.streams.get(name)
+        if stream is not None:
+            self._arm_expiry(stream)
 
     def _expire(self, name: str) -> None:
         self._timers.pop(name, None)

@@ -1,0 +1,48 @@
+"""Push flow control: how many unconfirmed bytes a flow-controlled push consumer may send.
+
+The reference's window starts at 1/16 of the limit, asks for a confirmation
+(`100 FlowControl Request` with a `$JS.FC.…` reply) once half of it is in
+flight, and doubles on each confirmation; a client that never answers stalls
+the consumer, which the idle heartbeat then reports (`Nats-Consumer-Stalled`).
+"""
+
+from __future__ import annotations
+
+from log.consumer_wire import FC_PREFIX, random_token
+
+FLOW_CONTROL_LIMIT = 32 * 1024 * 1024  # the most unconfirmed bytes a flow-controlled push may have
+_START = FLOW_CONTROL_LIMIT // 16
+
+
+class FlowControl:
+    def __init__(self, stream: str, consumer: str) -> None:
+        self._prefix = f"{FC_PREFIX}.{stream}.{consumer}."
+        self.reset()
+
+    def reset(self) -> None:
+        """A new listener on the deliver subject starts with the initial window."""
+        self.pending_bytes = 0
+        self.window = _START
+        self.reply = ""  # the outstanding request's reply subject, "" if none
+        self._asked_at = 0
+
+    @property
+    def blocked(self) -> bool:
+        return self.pending_bytes > self.window
+
+    def sent(self, size: int) -> str:
+        """Count a delivery; the reply subject of a new confirmation request, or ""."""
+        self.pending_bytes += size
+        if self.reply or self.pending_bytes <= self.window // 2:
+            return ""
+        self.reply = self._prefix + random_token(4)
+        self._asked_at = self.pending_bytes
+        return self.reply
+
+    def confirmed(self, subject: str) -> None:
+        """The client answered a request: what was in flight then is settled; grow the window."""
+        if subject != self.reply:
+            return
+        self.window = min(self.window * 2, FLOW_CONTROL_LIMIT)
+        self.pending_bytes = max(self.pending_bytes - self._asked_at, 0)
+        self.reply, self._asked_at = "", 0

@@ -1,0 +1,62 @@
+"""Typed reads of a JetStream API request's JSON, failing as the reference's decoder does.
+
+Clients see Go's unmarshal errors verbatim (`json: cannot unmarshal string into Go
+struct field StreamConfigRequest.max_msgs of type int64`), so every config parser
+reads its fields through these, bound to the Go struct its errors name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from log import errors
+from log.errors import ApiError
+
+_KINDS = {str: "string", bool: "bool", int: "number", float: "number", list: "array"}
+
+
+@dataclass(frozen=True, slots=True)
+class Fields:
+    struct: str  # e.g. "StreamConfigRequest", "ConsumerConfig.config"
+
+    def type_error(self, key: str, value: Any, want: str) -> ApiError:
+        kind = _KINDS.get(type(value), "object")
+        where = f"Go struct field {self.struct}.{key} of type {want}"
+        return errors.invalid_json(f"json: cannot unmarshal {kind} into {where}")
+
+    def str(self, raw: Mapping[str, Any], key: str) -> str:
+        value = raw.get(key)
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            raise self.type_error(key, value, "string")
+        return value
+
+    def int(self, raw: Mapping[str, Any], key: str) -> int:
+        value = raw.get(key)
+        if value is None:
+            return 0
+        if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+            raise self.type_error(key, value, "int64")
+        return int(value)
+
+    def bool(self, raw: Mapping[str, Any], key: str) -> bool:
+        value = raw.get(key)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise self.type_error(key, value, "bool")
+        return value
+
+    @staticmethod
+    def enum(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:
+        value = raw.get(key)
+        if value is None:
+            return allowed[0]
+        if not isinstance(value, str) or value not in allowed:
+            token = json.dumps(value)
+            raise errors.invalid_json(f"can not unmarshal {json.dumps(token)}")
+        return value
