@@ -41,6 +41,7 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,9 @@ from log.segments.segment import Segment, SegRef, discover, open_segment, write_
 from log.segments.tombstones import ExplicitDeletes, Tombstones
 
 log = logging.getLogger("jetlake.segments")
+
+# Shared by every stream: fsyncs block in the kernel, so a few threads suffice.
+_FSYNC_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fsync")
 
 TOMBSTONES = "tombstones.log"
 EXPLICIT = "explicit.log"
@@ -234,8 +238,13 @@ class FileStore(BatchStore):
                 self._deletes_dirty = False
             fds = [os.dup(fd) for fd in owned if fd is not None]
         try:
-            for fd in fds:
-                os.fsync(fd)
+            # Issued together, the fsyncs of the segment, its index and the delete
+            # logs share journal commits instead of waiting for one another.
+            waits = [_FSYNC_POOL.submit(os.fsync, fd) for fd in fds[1:]]
+            if fds:
+                os.fsync(fds[0])
+            for wait in waits:
+                wait.result()
         finally:
             for fd in fds:
                 os.close(fd)
