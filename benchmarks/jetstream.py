@@ -7,7 +7,7 @@ neither server is measured on top of another workload's leftovers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from time import perf_counter
 
@@ -61,14 +61,18 @@ async def bench_stream(
         yield js
 
 
-async def publish_all(js: JetStreamContext, p: Params, count: int) -> None:
-    """Publish ``count`` messages with at most ``window`` acks in flight; all must succeed.
+async def publish_all(
+    js: JetStreamContext, p: Params, count: int, subjects: Sequence[str] = (SUBJECT,)
+) -> None:
+    """Publish ``count`` messages round-robin over ``subjects``, at most ``window`` acks
+    in flight; all must succeed.
 
     ``publish_async`` blocks on nats-py's semaphore when the window is full, like
     ``nats bench --js`` with a fixed number of outstanding acks.
     """
     payload = p.payload
-    futures = [await js.publish_async(SUBJECT, payload) for _ in range(count)]
+    n = len(subjects)
+    futures = [await js.publish_async(subjects[i % n], payload) for i in range(count)]
     await js.publish_async_completed()
     failed = [f for f in futures if f.cancelled() or f.exception() is not None]
     if failed:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 
 class Profile(StrEnum):
@@ -19,11 +20,16 @@ class Profile(StrEnum):
     CORE = "core"
     JS = "js"
     JS_SYNC_ALWAYS = "js-sync-always"
+    OFFLINE = "offline"  # no server: the workload builds and reads store files itself
 
 
 @dataclass(frozen=True, slots=True)
 class Params:
-    """Sizes of one benchmark run, identical for both servers."""
+    """Sizes of one benchmark run, identical for both servers.
+
+    ``store`` is the one per-run field: the store dir of the server under test (or
+    of an offline workload), for workloads that read the files a server writes.
+    """
 
     count: int
     size: int
@@ -32,6 +38,8 @@ class Params:
     window: int
     concurrency: int
     timeout: float
+    history: int = 1_000_000
+    store: Path | None = None
 
     @property
     def payload(self) -> bytes:
@@ -45,7 +53,9 @@ class Metric:
 
     ``target`` is a minimum *score*, where score = jetlake/ref for throughput and
     ref/jetlake for latency: one convention, so a score above 1 always means jetlake
-    is better and a target is always a lower bound.
+    is better and a target is always a lower bound. A figure the reference has no
+    counterpart for (the lake) is judged by ``bound`` instead: a limit on jetlake's
+    own figure, an upper one when lower is better.
     """
 
     key: str
@@ -54,6 +64,7 @@ class Metric:
     higher_is_better: bool
     target: float | None = None
     target_text: str = ""
+    bound: float | None = None
 
     def score(self, ref: float, jetlake: float) -> float:
         """Ratio oriented so that > 1 means jetlake is better."""
@@ -65,13 +76,24 @@ Measure = Callable[[str, Params], Awaitable[dict[str, float]]]
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """A row group of the report: what to run, on which server profile, what it yields."""
+    """A row group of the report: what to run, on which server profile, what it yields.
+
+    Most rows run one ``measure`` on both servers. The lake's rows differ: some
+    have no reference counterpart (``sides``), one reaches the same answer on
+    the reference another way (``ref_measure``: a consumer replay where jetlake
+    queries its lake), and jetlake needs its own flags for them (``jetlake_args``)
+    and more time than a publish workload (``timeout``, a floor on ``--timeout``).
+    """
 
     name: str
     profile: Profile
     measure: Measure
     metrics: tuple[Metric, ...]
     description: str
+    sides: tuple[str, ...] = ("ref", "jetlake")
+    ref_measure: Measure | None = None
+    jetlake_args: tuple[str, ...] = ()
+    timeout: float = 0.0
 
 
 class Skipped(Exception):

@@ -25,6 +25,8 @@ class Outcome:
 
 
 NOT_RUN = Outcome("not run")
+JETLAKE_ONLY = Outcome("jetlake only")
+"""The reference cell of a row the reference has no counterpart for (the lake)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,16 @@ class Row:
     @property
     def verdict(self) -> str:
         """One of met, MISSED, n/a (no figure to judge), or empty when the row has no target."""
+        if self.metric.bound is not None:
+            value = self.jetlake.values.get(self.metric.key)
+            if value is None:
+                return "n/a"
+            within = (
+                value >= self.metric.bound
+                if self.metric.higher_is_better
+                else (value <= self.metric.bound)
+            )
+            return "met" if within else "MISSED"
         if self.metric.target is None:
             return ""
         if self.score is None:
@@ -63,6 +75,9 @@ def figure(outcome: Outcome, metric: Metric) -> str:
 
 
 def _target(metric: Metric) -> str:
+    if metric.bound is not None:
+        sign = "≥" if metric.higher_is_better else "≤"
+        return f"{sign} {metric.bound:g} {metric.unit} (jetlake)"
     if metric.target is None:
         return ""
     return f"≥ {metric.target:.2f} ({metric.target_text})"
@@ -135,6 +150,7 @@ def write_json(path: Path, rows: list[Row], meta: dict[str, Any]) -> None:
             "score": row.score,
             "target": row.metric.target,
             "target_text": row.metric.target_text,
+            "bound": row.metric.bound,
             "verdict": row.verdict,
         }
         for row in rows

@@ -17,17 +17,20 @@ import shlex
 import shutil
 import statistics
 import sys
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from time import perf_counter, strftime
 
 from benchmarks.model import Incomplete, Params, Skipped, Workload
-from benchmarks.report import NOT_RUN, Outcome, Row, figure, render, write_json
+from benchmarks.report import JETLAKE_ONLY, NOT_RUN, Outcome, Row, figure, render, write_json
 from benchmarks.servers import ServerError, running_server
 from benchmarks.workloads import WORKLOADS, select
 
 SIDES = ("ref", "jetlake")
 REAP_SECONDS = 10.0
+COUNT = 100_000
+HISTORY = 1_000_000
 
 
 def _default_ref_cmd() -> str:
@@ -45,10 +48,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jetlake bench",
         description="Run the same workloads against nats-server and jetlake, print ratios.",
-        epilog=f"Workloads: {names}. Groups: core, js.",
+        epilog=f"Workloads: {names}. Groups: core, js, lake.",
     )
     add = parser.add_argument
-    add("--count", type=int, default=100_000, help="messages for publish workloads")
+    add(
+        "--count",
+        type=int,
+        help=f"messages for publish workloads (default {COUNT:,}) and for the lake's "
+        f"history and compaction rows (default {HISTORY:,})",
+    )
     add("--size", type=int, default=128, help="payload bytes")
     add("--requests", type=int, default=10_000, help="request/reply round trips, direct gets")
     add("--sync-count", type=int, default=2_000, help="one-at-a-time JetStream publishes")
@@ -73,21 +81,27 @@ def _progress(message: str) -> None:
 
 
 async def _measure(
-    workload: Workload, command: list[str], params: Params, args: argparse.Namespace
+    workload: Workload, side: str, command: list[str], params: Params, args: argparse.Namespace
 ) -> Outcome:
     """One workload on one fresh server, mapped to an ``Outcome`` whatever happens."""
     start = perf_counter()
     task: asyncio.Future[dict[str, float]] | None = None
+    measure = workload.measure
+    if side == "ref":
+        measure = workload.ref_measure or measure
+    else:
+        command = [*command, *workload.jetlake_args]
+    timeout = max(params.timeout, workload.timeout)
     try:
         async with running_server(
             command, workload.profile, store_root=args.store_root, start_timeout=args.start_timeout
-        ) as url:
+        ) as target:
             gc.collect()
-            task = asyncio.ensure_future(workload.measure(url, params))
-            await asyncio.wait({task}, timeout=params.timeout)
+            task = asyncio.ensure_future(measure(target.url, replace(params, store=target.store)))
+            await asyncio.wait({task}, timeout=timeout)
             if not task.done():
                 task.cancel()
-                raise TimeoutError(f"no result within {params.timeout:g} s")
+                raise TimeoutError(f"no result within {timeout:g} s")
             values = task.result()
         outcome = Outcome("ok", values)
     except TimeoutError as exc:
@@ -135,16 +149,16 @@ async def _run(workloads: list[Workload], params: Params, args: argparse.Namespa
             _progress(f"{side}: {problem}; its column is skipped")
     rows: list[Row] = []
     for index, workload in enumerate(workloads, 1):
-        outcomes = {side: NOT_RUN for side in SIDES}
-        runs: dict[str, list[Outcome]] = {side: [] for side in sides}
+        outcomes = {side: NOT_RUN if side in workload.sides else JETLAKE_ONLY for side in SIDES}
+        runs: dict[str, list[Outcome]] = {side: [] for side in sides if side in workload.sides}
         for run in range(1, args.runs + 1):
-            for side in sides:
+            for side in runs:
                 if problem := missing[side]:
                     runs[side].append(Outcome("error", detail=problem))
                     continue
                 tag = f"[{index}/{len(workloads)}] {workload.name} on {side}, run {run}/{args.runs}"
                 _progress(f"{tag}: running")
-                outcome = await _measure(workload, commands[side], params, args)
+                outcome = await _measure(workload, side, commands[side], params, args)
                 _progress(f"{tag}: {_summary(workload, outcome)}")
                 runs[side].append(outcome)
         for side, side_runs in runs.items():
@@ -203,20 +217,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:
         parser.error(f"unknown workload {exc}; see --list")
     params = Params(
-        count=args.count,
+        count=args.count or COUNT,
         size=args.size,
         requests=args.requests,
         sync_count=args.sync_count,
         window=args.window,
         concurrency=args.concurrency,
         timeout=args.timeout,
+        history=args.count or HISTORY,
     )
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     runner, loop_name = _runner()
     meta = {
         "started": strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "params": {k: getattr(params, k) for k in params.__slots__},
+        "params": {k: getattr(params, k) for k in params.__slots__ if k != "store"},
         "runs": args.runs,
         "ref_cmd": args.ref_cmd,
         "jetlake_cmd": args.jetlake_cmd,

@@ -15,12 +15,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from time import perf_counter
+from typing import NamedTuple
 
 from benchmarks.model import Profile
 
 LISTENING = re.compile(rb"Listening for client connections on (\S+):(\d+)")
 READY = b"Server is ready"
 STOP_GRACE_SECONDS = 10.0
+STORE = "store"  # under each run's fresh directory
 SYNC_ALWAYS_CONFIG = """\
 jetstream {{
   store_dir: "{store}"
@@ -33,10 +35,17 @@ class ServerError(Exception):
     """The server did not come up; carries the tail of its log for the report."""
 
 
+class Target(NamedTuple):
+    """What a workload runs against: the server's URL ("" offline) and its store dir."""
+
+    url: str
+    store: Path
+
+
 def profile_args(profile: Profile, workdir: Path) -> list[str]:
     """Flags for a profile. `sync_interval` has no flag, hence the config file."""
-    store = workdir / "store"
-    if profile is Profile.CORE:
+    store = workdir / STORE
+    if profile in (Profile.CORE, Profile.OFFLINE):
         return []
     if profile is Profile.JS:
         return ["-js", "-sd", str(store)]
@@ -83,14 +92,20 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 @asynccontextmanager
 async def running_server(
     command: list[str], profile: Profile, *, store_root: Path | None, start_timeout: float
-) -> AsyncIterator[str]:
-    """Run ``command`` with the profile's flags in a fresh directory; yield its URL.
+) -> AsyncIterator[Target]:
+    """Run ``command`` with the profile's flags in a fresh directory; yield its target.
 
     ``store_root`` chooses the disk JetStream writes to: fsync costs are a property
     of that disk, so put it where the figures should apply (tmpfs makes fsync free).
+    An offline profile gets the fresh directory and no process.
     """
     with tempfile.TemporaryDirectory(prefix="jetlake-bench-", dir=store_root) as tmp:
         workdir = Path(tmp)
+        store = workdir / STORE
+        if profile is Profile.OFFLINE:
+            store.mkdir()
+            yield Target("", store)
+            return
         log = workdir / "server.log"
         args = [*command, "-a", "127.0.0.1", "-p", "-1", *profile_args(profile, workdir)]
         with log.open("wb") as sink:
@@ -101,6 +116,6 @@ async def running_server(
             except OSError as exc:
                 raise ServerError(f"cannot start {args[0]}: {exc}") from exc
             try:
-                yield await _wait_ready(proc, log, start_timeout)
+                yield Target(await _wait_ready(proc, log, start_timeout), store)
             finally:
                 _stop(proc)

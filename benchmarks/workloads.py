@@ -3,18 +3,24 @@
 Targets are minimum scores (score > 1 = jetlake better, see ``Metric``), taken from
 the issues: core publish ≥ 60 % of the reference, publish→subscribe ≥ 80 %,
 request/reply p50 ≤ 1.5x the reference, durable JetStream publish ≥ 80 % of the
-reference's default (fsync every 2 minutes); consumers, KV and Object Store ≥ 80 %.
+reference's default (fsync every 2 minutes); consumers, KV and Object Store ≥ 80 %;
+the lake: PubAck to Delta p99 ≤ 10 s, counting by subject over the history ≥ 20x
+faster than replaying it from the reference. Lake freshness and compaction have no
+reference counterpart: jetlake-only rows, judged against an absolute bound or not at all.
 """
 
 from __future__ import annotations
 
-from benchmarks import consumers, core, jetstream, kv
+from benchmarks import consumers, core, jetstream, kv, lake
 from benchmarks.model import Metric, Profile, Workload
 
 RATE = "msgs/s"
 OPS = "ops/s"
 MBPS = "MB/s"
 MICROS = "µs"
+SECONDS = "s"
+MILLIS = "ms"
+LAKE_ARGS = ("--lake",)  # jetlake's lake with its default settings
 
 
 def _rate(label: str, target: float | None = None, text: str = "") -> Metric:
@@ -122,11 +128,65 @@ WORKLOADS: tuple[Workload, ...] = (
         ),
         "one 32 MiB object put in 128 KiB chunks, then read back and compared",
     ),
+    Workload(
+        "lake-freshness",
+        Profile.JS,
+        lake.freshness,
+        (
+            Metric("delta_s_p50", "PubAck → row in Delta p50", SECONDS, False),
+            Metric("delta_s_p99", "PubAck → row in Delta p99", SECONDS, False, bound=10.0),
+            Metric("union_ms_p50", "PubAck → row in union view p50", MILLIS, False),
+            Metric("union_ms_p99", "PubAck → row in union view p99", MILLIS, False),
+        ),
+        "jetlake -js --lake, defaults: 100 publishes 0.25 s apart timed to Delta "
+        "(deltalake), then 20 to a warm session's refreshed view",
+        sides=("jetlake",),
+        jetlake_args=LAKE_ARGS,
+        timeout=300.0,
+    ),
+    Workload(
+        "lake-history",
+        Profile.JS,
+        lake.history_sql,
+        (
+            Metric(
+                "seconds",
+                "count by subject: Spark over lake vs replay",
+                SECONDS,
+                False,
+                20.0,
+                "≥ 20x faster than replay",
+            ),
+        ),
+        "--count (default 1M) messages on 16 subjects; jetlake: Spark SQL, warm session, "
+        "once compacted; ref: an ordered nats-py consumer reads them back",
+        ref_measure=lake.history_replay,
+        jetlake_args=LAKE_ARGS,
+        timeout=600.0,
+    ),
+    Workload(
+        "lake-compaction",
+        Profile.OFFLINE,
+        lake.compaction,
+        (
+            Metric("mb_per_s", "compaction (segments → Delta)", MBPS, True),
+            Metric("mb_per_s_core", "compaction per core", MBPS, True),
+            Metric("rows_per_s", "compaction rows", RATE, True),
+        ),
+        "--count (default 1M) messages built as sealed segments, one warm compact pass",
+        sides=("jetlake",),
+        timeout=600.0,
+    ),
 )
 
 
+def _lake(workload: Workload) -> bool:
+    """The lake's rows take minutes and a JVM: a group of their own, kept out of "js"."""
+    return workload.name.startswith("lake-")
+
+
 def select(names: list[str]) -> list[Workload]:
-    """Workloads by name or by profile group ("core", "js"); all when ``names`` is empty.
+    """Workloads by name or by group ("core", "js", "lake"); all when ``names`` is empty.
 
     Raises ``KeyError`` naming the unknown entry, so the CLI can list the valid ones.
     """
@@ -135,7 +195,9 @@ def select(names: list[str]) -> list[Workload]:
     chosen: list[Workload] = []
     for name in names:
         if name == "js":
-            matches = [w for w in WORKLOADS if w.profile is not Profile.CORE]
+            matches = [w for w in WORKLOADS if w.profile is not Profile.CORE and not _lake(w)]
+        elif name == "lake":
+            matches = [w for w in WORKLOADS if _lake(w)]
         else:
             matches = [w for w in WORKLOADS if name in (w.name, w.profile.value)]
         if not matches:

@@ -268,10 +268,7 @@ class Stream:
         cfg = self.config
         per = cfg.max_msgs_per_subject
         if per > 0:
-            for subject in self.store.subjects() if subjects is None else subjects:
-                state = self.store.subject_state(subject)
-                if state is not None and state.msgs > per:
-                    self.store.purge(subject, keep=per)
+            self.store.trim_subjects(self.store.subjects() if subjects is None else subjects, per)
         if cfg.discard != "old" or (cfg.max_msgs <= 0 and cfg.max_bytes <= 0):
             return
         state = self.store.state()

@@ -70,7 +70,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="jetlake sql",
         description="Spark SQL over every stream: Delta table up to L plus live segments after L.",
     )
-    p.add_argument("sql", help="SQL over one view per stream (named as the stream)")
+    p.add_argument(
+        "sql",
+        help="SQL over one view per stream (named as the stream), kv_<bucket> and obj_<bucket>",
+    )
     p.add_argument("--store", required=True, help="store dir (the server's -sd)")
     p.add_argument("--lake", help="lake dir (default: <store>/lake)")
     p.add_argument("--spark_master", help="Spark master (default: JETLAKE_SPARK_MASTER, local[*])")

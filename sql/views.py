@@ -11,8 +11,9 @@ view is what the lake will hold once compaction catches up. Explicit deletes
 logged but not yet carried into Delta are filtered out of the Delta part.
 
 Views are snapshots of the tail taken at registration: call
-`register_views` again to see newer messages. Other view families (KV
-buckets, object stores) plug in as more `ViewBuilder`s.
+`register_views` again to see newer messages. Other view families plug in
+as more `ViewBuilder`s; the KV and object store views (`sql.bucket_views`)
+are derived from the stream views, so they come after them.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from log.compactor.spark import resolve_master
 from log.segments import read_table
 from log.segments.filestore import EXPLICIT
 from log.segments.tombstones import replay_explicit
+from sql.bucket_views import bucket_views
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -118,7 +120,7 @@ def stream_views(spark: SparkSession, store_dir: Path, lake_dir: Path) -> dict[s
     return out
 
 
-DEFAULT_BUILDERS: tuple[ViewBuilder, ...] = (stream_views,)
+DEFAULT_BUILDERS: tuple[ViewBuilder, ...] = (stream_views, bucket_views)
 
 
 def register_views(

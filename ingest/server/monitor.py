@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ingest.server.gofmt import NS, number, rtt, timestamp, uptime
 from ingest.server.httpd import (
     JSON,
     TEXT,
@@ -33,8 +34,8 @@ from ingest.server.httpd import (
     bool_arg,
     int_arg,
 )
+from ingest.server.procstats import CpuMeter, rss
 from ingest.server.server import JETLAKE_VERSION, VERSION
-from log.timefmt import rfc3339
 
 if TYPE_CHECKING:
     from ingest.server.client import Client
@@ -45,7 +46,6 @@ log = logging.getLogger("jetlake")
 
 DEFAULT_LIST_SIZE = 1024  # the reference's default connz/subsz page
 GLOBAL_ACCOUNT = "$G"  # jetlake has one account: the reference's global one
-NS = 1_000_000_000
 
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -69,94 +69,6 @@ _LAKE_METRICS = (
     ("messages", "Sequences the stream has that its Delta table does not have yet"),
     ("seconds", "Age of the oldest message not yet in the stream's Delta table"),
 )
-
-
-# ---- formatting the reference's way ---------------------------------------------------------
-
-
-def _time(seconds: float) -> str:
-    return rfc3339(int(seconds * NS))
-
-
-def _uptime(seconds: float) -> str:
-    """nats-server's own uptime format: whole seconds, with days and years (`1d0h0m5s`)."""
-    secs = max(int(seconds), 0)
-    out = ""
-    for value, unit in (
-        (secs // 31_536_000, "y"),
-        (secs // 86400 % 365, "d"),
-        (secs // 3600 % 24, "h"),
-        (secs // 60 % 60, "m"),
-    ):
-        if value or out:
-            out += f"{value}{unit}"
-    return f"{out}{secs % 60}s"
-
-
-def _fraction(value: int, unit: int) -> str:
-    whole, rest = divmod(value, unit)
-    if not rest:
-        return str(whole)
-    digits = len(str(unit)) - 1
-    return f"{whole}.{rest:0{digits}d}".rstrip("0")
-
-
-def go_duration(ns: int) -> str:
-    """Go's time.Duration.String(), which the reference uses for `rtt`."""
-    if ns == 0:
-        return "0s"
-    sign, ns = ("-", -ns) if ns < 0 else ("", ns)
-    if ns < 1000:
-        return f"{sign}{ns}ns"
-    if ns < 1_000_000:
-        return f"{sign}{_fraction(ns, 1000)}µs"
-    if ns < NS:
-        return f"{sign}{_fraction(ns, 1_000_000)}ms"
-    secs, rest = divmod(ns, NS)
-    hrs, mins, secs = secs // 3600, secs // 60 % 60, secs % 60
-    prefix = f"{hrs}h{mins}m" if hrs else f"{mins}m" if mins else ""
-    return f"{sign}{prefix}{_fraction(secs * NS + rest, NS)}s"
-
-
-def _rtt(seconds: float) -> str:
-    """Truncated to microseconds between 1µs and 1ms, as the reference's getRTT does."""
-    ns = int(seconds * NS)
-    if 1000 < ns < 1_000_000:
-        ns -= ns % 1000
-    return go_duration(ns)
-
-
-def _number(seconds: float) -> int | float:
-    """Go encodes a float64 2.0 as `2`; keep integral values integral."""
-    return int(seconds) if float(seconds).is_integer() else seconds
-
-
-def _rss() -> int:
-    """Resident set size from /proc (0 where there is none); psutil is not a dependency."""
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-class _CpuMeter:
-    """CPU percent over the last interval, refreshed at most once a second like the reference."""
-
-    def __init__(self, since: float) -> None:
-        self._wall, self._cpu, self._value = since, 0.0, 0.0
-
-    def sample(self) -> float:
-        now = time.time()
-        if now - self._wall >= 1.0:
-            t = os.times()
-            cpu = t.user + t.system
-            self._value = round(100.0 * (cpu - self._cpu) / (now - self._wall), 2)
-            self._wall, self._cpu = now, cpu
-        return self._value
 
 
 # ---- query parameters ------------------------------------------------------------------------
@@ -233,16 +145,16 @@ def _conn_info(conn: _Conn, now: float, subs: str, auth: bool) -> dict[str, Any]
         "type": "nats",
         "ip": c.host,
         "port": c.port,
-        "start": _time(c.start),
-        "last_activity": _time(c.last_activity),
+        "start": timestamp(c.start),
+        "last_activity": timestamp(c.last_activity),
     }
     if conn.stop is not None:
-        out["stop"] = _time(conn.stop)
+        out["stop"] = timestamp(conn.stop)
         out["reason"] = conn.reason
     out.update(
-        rtt=_rtt(c.rtt),
-        uptime=_uptime(end - c.start),
-        idle=_uptime(end - c.last_activity),
+        rtt=rtt(c.rtt),
+        uptime=uptime(end - c.start),
+        idle=uptime(end - c.last_activity),
         pending_bytes=conn.pending(),
         in_msgs=c.in_msgs,
         out_msgs=c.out_msgs,
@@ -333,7 +245,7 @@ class Monitor:
         self.host = host if host is not None else server.opts.host
         self.port = port
         self.http_req_stats: dict[str, int] = {}
-        self._cpu = _CpuMeter(server.start_time)
+        self._cpu = CpuMeter(server.start_time)
         self._http = HttpServer(self._dispatch, self.host, port, name="http monitor")
         self._routes: dict[str, Handler] = {
             "/": self._index,
@@ -394,13 +306,13 @@ class Monitor:
             "total_connections": s.total_connections,
             "subscriptions": s.sublist.count,
             "slow_consumers": s.slow_consumers,
-            "mem": _rss(),
+            "mem": rss(),
             "cpu": self._cpu.sample(),
             "uptime_seconds": max(time.time() - s.start_time, 0.0),
         }
 
     def _envelope(self) -> dict[str, Any]:
-        return {"server_id": self.server.server_id, "now": _time(time.time())}
+        return {"server_id": self.server.server_id, "now": timestamp(time.time())}
 
     # ---- endpoints -----------------------------------------------------------------------
 
@@ -444,7 +356,7 @@ class Monitor:
             http_port=self.port,
             http_base_path="",
             https_port=0,
-            auth_timeout=_number(o.auth_timeout),
+            auth_timeout=number(o.auth_timeout),
             max_control_line=o.max_control_line,
             max_payload=o.max_payload,
             max_pending=o.max_pending,
@@ -454,11 +366,11 @@ class Monitor:
             mqtt={},
             websocket={},
             jetstream={} if js is None else js.varz(),
-            tls_timeout=_number(tls_timeout),
+            tls_timeout=number(tls_timeout),
             write_deadline=int(o.write_deadline * NS),
-            start=_time(s.start_time),
-            now=_time(time.time()),
-            uptime=_uptime(st["uptime_seconds"]),
+            start=timestamp(s.start_time),
+            now=timestamp(time.time()),
+            uptime=uptime(st["uptime_seconds"]),
             mem=st["mem"],
             cores=os.cpu_count() or 1,
             cpu=st["cpu"],
@@ -473,7 +385,7 @@ class Monitor:
             slow_consumers=st["slow_consumers"],
             subscriptions=st["subscriptions"],
             http_req_stats=dict(self.http_req_stats),
-            config_load_time=_time(s.start_time),
+            config_load_time=timestamp(s.start_time),
             slow_consumer_stats={
                 "clients": st["slow_consumers"],
                 "routes": 0,
@@ -572,7 +484,7 @@ class Monitor:
         out = self._envelope()
         if req.path == "/routez":
             out = {"server_id": self.server.server_id, "server_name": self.server.server_name}
-            out.update(now=_time(time.time()), num_routes=0, routes=[])
+            out.update(now=timestamp(time.time()), num_routes=0, routes=[])
         elif req.path == "/leafz":
             out.update(leafnodes=0, leafs=[])
         else:

@@ -23,6 +23,7 @@ from typing import Any
 from ingest.parser.conf import ConfigError, Loader, parse_file
 from ingest.server.config_file import apply_table, bind_port, blank_fields, monitor_port
 from ingest.server.flags import FlagError, parse_flags
+from ingest.server.gofmt import go_duration
 from ingest.server.settings import (
     JetStreamConfig,
     LakeConfig,
@@ -31,7 +32,6 @@ from ingest.server.settings import (
     SubjectPermission,
     TLSConfig,
     User,
-    go_duration,
     parse_duration,
 )
 
@@ -154,6 +154,10 @@ def _valid_host(host: str) -> bool:
     return all(_HOST_LABEL.fullmatch(label) for label in labels)
 
 
+def _go(seconds: float) -> str:
+    return go_duration(round(seconds * 1e9))
+
+
 def validate_options(opts: Options) -> None:
     """What the reference refuses when the server is created or starts listening."""
     for label, host in (("host", opts.host), ("http host", opts.http_host)):
@@ -164,8 +168,8 @@ def validate_options(opts: Options) -> None:
             raise ConfigError(f"invalid {label} {port}")
     if opts.lame_duck_grace_period >= opts.lame_duck_duration:
         raise ConfigError(
-            f"lame duck grace period ({go_duration(opts.lame_duck_grace_period)}) should be "
-            f"strictly lower than lame duck duration ({go_duration(opts.lame_duck_duration)})"
+            f"lame duck grace period ({_go(opts.lame_duck_grace_period)}) should be "
+            f"strictly lower than lame duck duration ({_go(opts.lame_duck_duration)})"
         )
     if opts.max_payload > opts.max_pending:
         raise ConfigError(

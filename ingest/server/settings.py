@@ -154,10 +154,6 @@ def parse_duration(text: str) -> float:
     return sign * total
 
 
-def go_duration(seconds: float) -> str:
-    return f"{seconds:g}s"
-
-
 _STORAGE_SHIFT = {"K": 10, "M": 20, "G": 30, "T": 40}
 
 

@@ -144,6 +144,13 @@ class MsgStore(Protocol):
         (STREAM.PURGE is explicit; per-subject limits and rollups are not).
         """
 
+    def trim_subjects(self, subjects: Iterable[str], keep: int) -> int:
+        """Keep only the newest `keep` (>= 1) messages of each subject; return how many went.
+
+        max_msgs_per_subject after a committed batch: the same victims as a
+        `purge(subject, keep=keep)` per subject, as one delete.
+        """
+
     def expire_before(self, ts: int) -> int:
         """Delete every message older than ts (max_age); return how many went."""
 

@@ -29,7 +29,6 @@ from log.segments.api import (
     StoredMsg,
     StoreState,
     SubjectState,
-    msg_size,
 )
 from log.segments.index import SeqList, SubjectIndex
 from log.segments.schema import (
@@ -41,6 +40,7 @@ from log.segments.schema import (
     build_batch,
     msg_at,
     row_of,
+    row_size,
     rows_between,
     seq_view,
     sizes,
@@ -189,6 +189,22 @@ class BatchStore(ABC):
             if explicit:
                 self._persist_explicit(seq_runs(victims))
             self._forget(victims)
+        return len(victims)
+
+    def trim_subjects(self, subjects: Iterable[str], keep: int) -> int:
+        """Straight from the subject index, one delete-log record and reclaim for all.
+
+        A KV put retires its key's previous revision: a filtered purge per subject
+        (matching, sorting, its own delete record) cost more than the put itself.
+        """
+        assert keep > 0, keep  # so no subject's list empties here
+        victims = array("Q")
+        for subject in subjects:
+            seqs = self._subjects.get(subject)
+            if seqs is not None and len(seqs) > keep:
+                victims += seqs.pop_front(len(seqs) - keep)
+        if victims:
+            self._forget(array("Q", sorted(victims)))
         return len(victims)
 
     def expire_before(self, ts: int) -> int:
@@ -431,8 +447,7 @@ class BatchStore(ABC):
             batch = self._fetch(ref)
             if j - i <= _FEW_ROWS:
                 rows = (row_of(batch, seq, ref.dense_first) for seq in victims[i:j])
-                msgs = [msg_at(batch, row) for row in rows if row is not None]
-                self._bytes -= sum(msg_size(m.subject, m.hdr, m.data, self.overhead) for m in msgs)
+                self._bytes -= sum(row_size(batch, r, self.overhead) for r in rows if r is not None)
             else:
                 mask = pc.is_in(batch.column(SEQ), value_set=u64(victims[i:j]))
                 self._bytes -= pc.sum(pc.filter(sizes(batch, self.overhead), mask)).as_py()

@@ -87,7 +87,10 @@ class FileStore(BatchStore):
         self._cache: OrderedDict[BatchRef, pa.RecordBatch] = OrderedDict()
         self._tomb = Tombstones(self.dir / TOMBSTONES)
         self._explicit = ExplicitDeletes(self.dir / EXPLICIT)
-        self._deletes_dirty = False  # delete-log records written since the last sync
+        # Delete logs written since the last sync, each apart: the explicit log is
+        # rarely written and an fsync of a clean file still costs a journal check.
+        self._tomb_dirty = False
+        self._explicit_dirty = False
         self._lake_mark: int | None = None  # rows above it are not in the lake yet
         self._held: dict[int, Segment] = {}  # reclaim deferred for the lake, by base
         self._segments: list[Segment] = []
@@ -159,14 +162,14 @@ class FileStore(BatchStore):
     def _persist_deletes(self, seqs: array) -> None:
         with self._lock:
             self._tomb.append(self._persisted_floor(), self._last, self._last_ts, seqs)
-            self._deletes_dirty = True
+            self._tomb_dirty = True
         if self._tomb.wants_rewrite(len(self._deleted)):
             self._rewrite_tombstones()
 
     def _persist_explicit(self, runs: list[tuple[int, int]]) -> None:
         with self._lock:
             self._explicit.append(runs)
-            self._deletes_dirty = True
+            self._explicit_dirty = True
 
     def _reclaim(self, refs: list[BatchRef]) -> None:
         active = self._segments[-1]
@@ -233,9 +236,11 @@ class FileStore(BatchStore):
     def sync(self) -> None:
         with self._lock:
             owned = list(self._segments[-1].fds())
-            if self._deletes_dirty:  # an fsync of a clean file still costs a journal check
-                owned += (self._tomb.fileno(), self._explicit.fileno())
-                self._deletes_dirty = False
+            if self._tomb_dirty:
+                owned.append(self._tomb.fileno())
+            if self._explicit_dirty:
+                owned.append(self._explicit.fileno())
+            self._tomb_dirty = self._explicit_dirty = False
             fds = [os.dup(fd) for fd in owned if fd is not None]
         try:
             # Issued together, the fsyncs of the segment, its index and the delete

@@ -72,6 +72,12 @@ class SeqList:
             del a[i]
         return True
 
+    def pop_front(self, n: int) -> array:
+        """Remove and return the n smallest sequences."""
+        out = self._a[self._h : self._h + n]
+        self._advance(len(out))
+        return out
+
     def remove_below(self, seq: int) -> int:
         """Drop every sequence < seq; return how many went."""
         n = bisect_left(self._a, seq, self._h) - self._h

@@ -107,6 +107,25 @@ def row_of(batch: pa.RecordBatch, seq: int, dense_first: int | None) -> int | No
     return row if row < len(view) and view[row] == seq else None
 
 
+def row_size(batch: pa.RecordBatch, row: int, overhead: Overhead) -> int:
+    """`api.msg_size` of one row from the columns' offset buffers, without converting it.
+
+    Half the cost of `msg_at` plus `msg_size`: deletes one at a time (per-subject
+    limits) only need the byte count.
+    """
+    subject = _value_len(batch.column(SUBJECT), row)
+    hdr = _value_len(batch.column(HDR), row)
+    size = overhead.base + subject + _value_len(batch.column(DATA), row)
+    return size + overhead.with_headers + hdr if hdr else size
+
+
+def _value_len(col: pa.Array, row: int) -> int:
+    """Bytes of a string/binary value (0 for null: its offsets are equal)."""
+    offsets = memoryview(col.buffers()[1]).cast("i")
+    i = col.offset + row
+    return offsets[i + 1] - offsets[i]
+
+
 def msg_at(batch: pa.RecordBatch, row: int) -> StoredMsg:
     return StoredMsg(
         seq=batch.column(SEQ)[row].as_py(),

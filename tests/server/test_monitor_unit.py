@@ -19,8 +19,8 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from ingest.server import httpd
-from ingest.server import monitor as monitor_mod
-from ingest.server.monitor import Monitor, go_duration
+from ingest.server.gofmt import go_duration, uptime
+from ingest.server.monitor import Monitor
 from ingest.server.options import parse_serve_args
 from ingest.server.server import Server
 
@@ -427,4 +427,4 @@ def test_go_duration(ns: int, text: str) -> None:
     ],
 )
 def test_uptime(secs: int, text: str) -> None:
-    assert monitor_mod._uptime(secs) == text
+    assert uptime(secs) == text

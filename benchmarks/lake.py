@@ -1,0 +1,255 @@
+"""Lake workloads (issue 5): freshness, history analytics against a replay, compaction.
+
+Spark runs in this process, one session for the whole benchmark, started before
+any timing: the figures are for a warm session, as a notebook or a long-lived
+job has one. Spark calls block, so they run in a worker thread and the
+harness's timeout still applies. On the jetlake side the server also runs its
+own compactor (another JVM) beside the client: on a small machine the lake's
+figures include that competition for cores, as they would in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from time import perf_counter, time_ns
+from typing import TYPE_CHECKING
+
+from nats.aio.msg import Msg
+
+from benchmarks.client import Counter as Deliveries
+from benchmarks.client import latency_metrics
+from benchmarks.jetstream import js_context, publish_all
+from benchmarks.model import Incomplete, Params
+from log.compactor.compact import Compactor, lake_progress
+from log.compactor.layout import META_FILE, STREAMS, StreamRef, default_lake_dir
+from log.compactor.spark import build_session
+from log.segments import FileStore, NewMsg
+from log.timefmt import rfc3339
+from sql.session import refresh
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+FRESH_STREAM = "FRESH"
+FRESH_SAMPLES = 100
+FRESH_GAP = 0.25  # seconds between publishes: a steady trickle, each message timed alone
+UNION_SAMPLES = 20
+POLL = 0.05  # seconds between looks at the Delta log or the view
+FIRST_ROW_SECONDS = 120.0  # the server's first segment also waits for its compactor's JVM
+ROW_SECONDS = 60.0  # any later row must reach Delta well within this
+
+HISTORY_STREAM = "HIST"
+HISTORY_SUBJECTS = tuple(f"hist.{i}" for i in range(16))
+HISTORY_QUERY = f"SELECT subject, count(*) AS n FROM {HISTORY_STREAM} GROUP BY subject"
+QUERY_RUNS = 3  # timed queries after the warm-up one; the median is reported
+LAKE_CATCH_UP_SECONDS = 300.0
+
+COMPACT_BATCH = 10_000  # messages per store append while building segments
+WARM_ROWS = 1_000
+MB = 1_000_000
+
+
+@functools.cache
+def _spark() -> SparkSession:
+    return build_session("jetlake-bench")
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str, deadline: float) -> float:
+    """Poll until check() holds; return the time it did, or fail naming what never happened."""
+    end = perf_counter() + deadline
+    while not await check():
+        if perf_counter() > end:
+            raise Incomplete(f"not within {deadline:g} s: {what}")
+        await asyncio.sleep(POLL)
+    return perf_counter()
+
+
+def _table(store: Path | None, stream: str) -> tuple[Path, str]:
+    """The Delta table and transaction app id of a stream the server created."""
+    assert store is not None, "the harness sets the store of every run"
+    ref = StreamRef.load(store / STREAMS / stream)
+    return ref.table_path(default_lake_dir(store)), ref.app_id
+
+
+def _seconds(samples: list[float], prefix: str, scale: float = 1.0) -> dict[str, float]:
+    """p50/p99 by nearest rank, in seconds times ``scale``."""
+    found = latency_metrics(samples)
+    return {
+        f"{prefix}_p50": found["p50_us"] / 1e6 * scale,
+        f"{prefix}_p99": found["p99_us"] / 1e6 * scale,
+    }
+
+
+async def freshness(url: str, p: Params) -> dict[str, float]:
+    """Seconds from PubAck to the row in Delta (default settings), and ms to the union view.
+
+    Delta: ``FRESH_SAMPLES`` messages a quarter second apart, each timed from
+    its ack until the Delta log's transaction version (the lake's last seq,
+    read with the ``deltalake`` package) covers it. A first message, not
+    timed, waits out the compactor's start. Union: a message, then the
+    session's views refreshed and queried for it until it is there.
+    """
+    spark = await asyncio.to_thread(_spark)
+    async with js_context(url, p, "bench-lake") as js:
+        await js.add_stream(name=FRESH_STREAM, subjects=[FRESH_STREAM])
+        await js.publish(FRESH_STREAM, p.payload)
+        table, app_id = _table(p.store, FRESH_STREAM)
+
+        async def in_lake(seq: int) -> bool:
+            return await asyncio.to_thread(lake_progress, table, app_id) >= seq
+
+        await _until(lambda: in_lake(1), "the first row in Delta", FIRST_ROW_SECONDS)
+        acked: dict[int, float] = {}
+        delta: list[float] = []
+        publishing = True
+
+        async def watch() -> None:
+            """Time each acked seq to the first look at the Delta log that covers it."""
+            while publishing or acked:
+                done = await asyncio.to_thread(lake_progress, table, app_id)
+                now = perf_counter()
+                for seq in [s for s in acked if s <= done]:
+                    delta.append(now - acked.pop(seq))
+                if any(now - at > ROW_SECONDS for at in acked.values()):
+                    raise Incomplete(f"a row not in Delta within {ROW_SECONDS:g} s")
+                await asyncio.sleep(POLL)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            for _ in range(FRESH_SAMPLES):
+                ack = await js.publish(FRESH_STREAM, p.payload)
+                acked[ack.seq] = perf_counter()
+                await asyncio.sleep(FRESH_GAP)
+            publishing = False
+            await watcher
+        finally:
+            watcher.cancel()
+
+        def visible(seq: int) -> bool:
+            refresh(spark, store_dir=p.store)
+            found = spark.sql(f"SELECT count(*) FROM {FRESH_STREAM} WHERE seq = {seq}").first()
+            return found is not None and found[0] == 1
+
+        union: list[float] = []
+        for n in range(UNION_SAMPLES + 1):  # the first one warms the query path
+            ack = await js.publish(FRESH_STREAM, p.payload)
+            at = perf_counter()
+            done = await _until(
+                lambda s=ack.seq: asyncio.to_thread(visible, s), "a row in the view", ROW_SECONDS
+            )
+            if n:
+                union.append(done - at)
+    return _seconds(delta, "delta_s") | _seconds(union, "union_ms", 1e3)
+
+
+async def history_sql(url: str, p: Params) -> dict[str, float]:
+    """Count by subject over ``history`` messages with Spark SQL over the lake (+ tail).
+
+    The stream is filled through the server and left until its compactor has
+    put all of it in Delta; then one untimed query warms the plan and the
+    median of ``QUERY_RUNS`` is reported, each including the view refresh (the
+    live tail read), as `jetlake sql` and `refresh()` do.
+    """
+    spark = await asyncio.to_thread(_spark)
+    async with js_context(url, p, "bench-history") as js:
+        await js.add_stream(name=HISTORY_STREAM, subjects=["hist.>"])
+        await publish_all(js, p, p.history, HISTORY_SUBJECTS)
+        table, app_id = _table(p.store, HISTORY_STREAM)
+
+        async def compacted() -> bool:
+            return await asyncio.to_thread(lake_progress, table, app_id) >= p.history
+
+        await _until(compacted, f"{p.history} rows in Delta", LAKE_CATCH_UP_SECONDS)
+
+    def query() -> tuple[float, Counter[str]]:
+        start = perf_counter()
+        refresh(spark, store_dir=p.store)
+        rows = spark.sql(HISTORY_QUERY).collect()
+        return perf_counter() - start, Counter({r.subject: r.n for r in rows})
+
+    runs = [await asyncio.to_thread(query) for _ in range(QUERY_RUNS + 1)][1:]
+    _check_counts(runs[0][1], p.history)
+    return {"seconds": sorted(t for t, _ in runs)[len(runs) // 2]}
+
+
+async def history_replay(url: str, p: Params) -> dict[str, float]:
+    """The reference's way to the same answer: read the stream back with an ordered
+    consumer (flow control, the fastest nats-py path) and count by subject."""
+    async with js_context(url, p, "bench-history") as js:
+        await js.add_stream(name=HISTORY_STREAM, subjects=["hist.>"])
+        await publish_all(js, p, p.history, HISTORY_SUBJECTS)
+        counts: Counter[str] = Counter()
+        deliveries = Deliveries(p.history)
+
+        async def on_msg(msg: Msg) -> None:
+            counts[msg.subject] += 1
+            deliveries.hit()
+
+        start = perf_counter()
+        sub = await js.subscribe("hist.>", cb=on_msg, ordered_consumer=True)
+        await deliveries.wait()
+        elapsed = perf_counter() - start
+        await sub.unsubscribe()
+    _check_counts(counts, p.history)
+    return {"seconds": elapsed}
+
+
+def _check_counts(counts: Counter[str], total: int) -> None:
+    """Both sides must give the one right answer: round-robin over the subjects."""
+    n = len(HISTORY_SUBJECTS)
+    expected = {s: total // n + (i < total % n) for i, s in enumerate(HISTORY_SUBJECTS)}
+    if dict(counts) != {s: c for s, c in expected.items() if c}:
+        raise Incomplete(f"count by subject is wrong: {dict(counts)}")
+
+
+def _build_stream(store: Path, name: str, count: int, payload: bytes) -> None:
+    """A stream folder as the server leaves it, written through the segment store directly
+    (no server and no client, so building a million rows takes seconds), all sealed."""
+    folder = store / STREAMS / name
+    segments = FileStore(folder, name=name)
+    subjects = [f"{name.lower()}.{i}" for i in range(16)]
+    try:
+        for first in range(0, count, COMPACT_BATCH):
+            now = time_ns()
+            size = min(COMPACT_BATCH, count - first)
+            segments.append(
+                [NewMsg(subjects[(first + i) % 16], None, payload, now) for i in range(size)]
+            )
+        segments.seal(older_than_ns=time_ns())
+        segments.sync()
+    finally:
+        segments.close()
+    config = {"name": name, "subjects": [f"{name.lower()}.>"], "storage": "file"}
+    doc = {"config": config, "created": rfc3339(time_ns())}
+    (folder / META_FILE).write_text(json.dumps(doc))
+
+
+async def compaction(_url: str, p: Params) -> dict[str, float]:
+    """MB/s of segments a warm session turns into Delta rows (`jetlake job compact`'s pass).
+
+    Offline (no server, no URL): ``history`` messages are built as sealed
+    segments, a small stream is compacted first to warm the session, then one
+    timed pass over the big one. Per core divides by every core Spark may use.
+    """
+    assert p.store is not None, "the harness sets the store of every run"
+    spark = await asyncio.to_thread(_spark)
+    warm, main = p.store / "warm", p.store / "main"
+    await asyncio.to_thread(_build_stream, warm, "WARM", WARM_ROWS, p.payload)
+    await asyncio.to_thread(Compactor(spark, warm, default_lake_dir(warm)).run_once)
+    await asyncio.to_thread(_build_stream, main, "COMPACT", p.history, p.payload)
+    summary = await asyncio.to_thread(Compactor(spark, main, default_lake_dir(main)).run_once)
+    if summary.errors or summary.rows != p.history:
+        raise Incomplete(f"compacted {summary.rows}/{p.history} rows: {summary.errors}")
+    rate = summary.bytes / MB / summary.seconds
+    cores = os.cpu_count() or 1
+    return {
+        "mb_per_s": rate,
+        "mb_per_s_core": rate / cores,
+        "rows_per_s": summary.rows / summary.seconds,
+    }

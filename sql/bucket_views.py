@@ -1,0 +1,112 @@
+"""`kv_<bucket>` and `obj_<bucket>` views: KV buckets and object stores as their current state.
+
+A bucket is a stream (`KV_<bucket>` on `$KV.<bucket>.<key>`, `OBJ_<bucket>`
+with metadata on `$O.<bucket>.M.<base64url name>`), and both protocols make
+the newest message of a subject the whole truth for that key or object: a KV
+put, delete (`KV-Operation: DEL`) or purge (`KV-Operation: PURGE`, a rollup)
+and an object's metadata (a `Nats-Rollup: sub` JSON document, `deleted: true`
+once removed) each replace what came before. So a bucket view is the latest
+row per subject of the stream's union view (lake up to L plus live tail, see
+`sql.views`), which makes it exact and as fresh as the stream view, including
+history the stream's limits retired: a retired revision can never be the
+latest one.
+
+The derived views read the stream views by name, so they are built after
+`stream_views` in the same registration pass (the order of `DEFAULT_BUILDERS`)
+and always over the same snapshot of the tail.
+
+One gap, inherited from how purges reach the lake: a subject purge (nats-py's
+`purge_deletes`, or the rename in `update_meta`) deletes only the messages it
+found live, so a revision that limits retired earlier stays in the lake and
+would become a key's latest row again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from log.compactor.layout import LakeError, streams
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+KV_STREAM = "KV_"
+OBJ_STREAM = "OBJ_"
+KV_OPERATION = "KV-Operation"
+MARKER_REASON = "Nats-Marker-Reason"  # a marker the server wrote when it removed a subject
+REMOVED_OPS = ("DEL", "PURGE")
+OBJECT_META = "name STRING, size BIGINT, chunks BIGINT, digest STRING, deleted BOOLEAN, nuid STRING"
+
+
+def _latest(stream_view: DataFrame, prefix: str) -> DataFrame:
+    """The newest row of each subject under `prefix` (`max_by` needs no sort or window)."""
+    from pyspark.sql import functions as F
+
+    rows = stream_view.where(F.col("subject").startswith(prefix))
+    newest = F.max_by(F.struct("seq", "ts", "headers", "data"), "seq")
+    return rows.groupBy("subject").agg(newest.alias("m")).select("subject", "m.*")
+
+
+def _header(name: str) -> Column:
+    """The first value of a header; null when the message has no such header (or none)."""
+    from pyspark.sql import functions as F
+
+    return F.try_element_at(F.col("headers").getItem(name), F.lit(1))
+
+
+def kv_frame(stream_view: DataFrame, bucket: str) -> DataFrame:
+    """Live keys of a bucket: key, value, revision (its seq) and created (its timestamp)."""
+    from pyspark.sql import functions as F
+
+    prefix = f"$KV.{bucket}."
+    latest = _latest(stream_view, prefix)
+    removed = _header(KV_OPERATION).isin(*REMOVED_OPS) | _header(MARKER_REASON).isNotNull()
+    return latest.where(~F.coalesce(removed, F.lit(False))).select(
+        F.expr(f"substring(subject, {len(prefix) + 1})").alias("key"),
+        F.col("data").alias("value"),
+        F.col("seq").alias("revision"),
+        F.col("ts").alias("created"),
+    )
+
+
+def obj_frame(stream_view: DataFrame, bucket: str) -> DataFrame:
+    """One row per object (deleted ones too, flagged): its latest metadata document.
+
+    `modified` is the metadata message's stream timestamp, as the Go client
+    reports it: nats-py writes `mtime` from the client clock and blanks it on
+    delete, so the JSON field is neither trustworthy nor always there.
+    """
+    from pyspark.sql import functions as F
+
+    latest = _latest(stream_view, f"$O.{bucket}.M.")
+    meta = F.from_json(F.col("data").cast("string"), OBJECT_META)
+    return (
+        latest.select(meta.alias("o"), "ts")
+        .where(F.col("o.name").isNotNull())
+        .select(
+            "o.name",
+            "o.size",
+            "o.chunks",
+            "o.digest",
+            F.col("ts").alias("modified"),
+            F.coalesce(F.col("o.deleted"), F.lit(False)).alias("deleted"),
+        )
+    )
+
+
+def bucket_views(spark: SparkSession, store_dir: Path, _lake: Path) -> dict[str, DataFrame]:
+    """A view per KV bucket and object store (file storage, as the stream views)."""
+    out: dict[str, DataFrame] = {}
+    try:
+        found = [s for s in streams(store_dir) if s.storage == "file"]
+    except LakeError:
+        return out  # stream_views logged it in this pass
+    for stream in found:
+        if stream.name.startswith(KV_STREAM):
+            bucket = stream.name[len(KV_STREAM) :]
+            out[f"kv_{bucket}"] = kv_frame(spark.table(f"`{stream.name}`"), bucket)
+        elif stream.name.startswith(OBJ_STREAM):
+            bucket = stream.name[len(OBJ_STREAM) :]
+            out[f"obj_{bucket}"] = obj_frame(spark.table(f"`{stream.name}`"), bucket)
+    return out
