@@ -9,6 +9,7 @@ subscriber rather than one per message. A subscriber whose unsent bytes pass
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import ssl
 import time
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from ingest.parser import nats
 from ingest.parser.subjects import is_valid_literal_subject, is_valid_subject
 from ingest.server.auth import AUTH_VIOLATION, AuthError, Grant
+from ingest.server.logs import TRACE
 from ingest.server.tls import TLSLayer
 
 if TYPE_CHECKING:
@@ -88,7 +90,9 @@ class Client(asyncio.Protocol):
         self._out: list[bytes] = []
         self._out_size = 0
         self._dirty = False
-        self._timers: list[asyncio.TimerHandle] = []
+        self.trace = bool(server.opts.trace)  # -V: every control line, as the reference logs it
+        # Deadlines: TLS handshake, authentication, next keepalive PING.
+        self._timers: dict[str, asyncio.TimerHandle] = {}
         self.tls: TLSLayer | None = None
 
     # ---- asyncio Protocol -------------------------------------------------------------
@@ -108,12 +112,12 @@ class Client(asyncio.Protocol):
         if ctx is not None:
             self.tls = TLSLayer(ctx)
             timeout = server.opts.tls.timeout
-            self._timers.append(loop.call_later(timeout, self._tls_timeout))
+            self._timers["tls"] = loop.call_later(timeout, self._tls_timeout)
         if ctx is None or not server.opts.tls.handshake_first:
             transport.write(server.info_for(self))  # plain INFO, then the client starts TLS
         if not self.authenticated:
-            self._timers.append(loop.call_later(server.opts.auth_timeout, self._auth_timeout))
-        self._timers.append(loop.call_later(server.opts.ping_interval, self._ping))
+            self._timers["auth"] = loop.call_later(server.opts.auth_timeout, self._auth_timeout)
+        self._timers["ping"] = loop.call_later(server.opts.ping_interval, self._ping)
 
     def _tls_receive(self, tls: TLSLayer, data: bytes) -> bytes | None:
         """Decrypt; None when the handshake failed and the connection is gone."""
@@ -157,6 +161,10 @@ class Client(asyncio.Protocol):
         for op in self.codec.receive(data):
             if self.closed:
                 return
+            if self.trace:
+                self._trace("<<-", f"[{_describe(op)}]")
+                if type(op) is nats.Pub:
+                    self._trace("<<-", f"MSG_PAYLOAD: [{_quoted(op.payload)}]")
             kind = type(op)
             if kind is nats.Pub:
                 self._on_pub(op)  # type: ignore[arg-type]
@@ -299,16 +307,24 @@ class Client(asyncio.Protocol):
             return
         self.pings_out += 1
         self.queue(nats.PING)
-        self._timers.append(asyncio.get_running_loop().call_later(opts.ping_interval, self._ping))
-        if len(self._timers) > 4:
-            self._timers = [t for t in self._timers if not t.cancelled()][-2:]
+        self._timers["ping"] = asyncio.get_running_loop().call_later(opts.ping_interval, self._ping)
 
     # ---- output -----------------------------------------------------------------------
+
+    def _trace(self, direction: str, text: str) -> None:
+        who = f' - "v{self.version}:{self.lang}"' if self.lang else ""
+        where = f"{self.host}:{self.port} - cid:{self.cid}{who}"
+        log.log(TRACE, "%s - %s %s", where, direction, text)
 
     def send_err(self, message: str) -> None:
         self.queue(nats.encode_err(message))
 
     def queue(self, data: bytes) -> None:
+        if self.trace:
+            line, _, rest = data.partition(b"\r\n")
+            self._trace("->>", f"[{line.decode('utf-8', 'replace')}]")
+            if line.startswith((b"MSG ", b"HMSG ")):
+                self._trace("->>", f"MSG_PAYLOAD: [{_quoted(rest[:-2])}]")
         self._out.append(data)
         self._out_size += len(data)
         if not self._dirty:
@@ -349,7 +365,7 @@ class Client(asyncio.Protocol):
             self.flush()
         self.closed = True
         self.close_reason = reason
-        for timer in self._timers:
+        for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
         for sub in list(self.subs.values()):
@@ -362,3 +378,26 @@ class Client(asyncio.Protocol):
             if self.tls is not None and self.tls.established:
                 self.transport.write(self.tls.shutdown())
             self.transport.close()
+
+
+def _quoted(payload: bytes) -> str:
+    """A payload as the reference's trace quotes it."""
+    return json.dumps(payload.decode("utf-8", "replace"), ensure_ascii=False)
+
+
+def _describe(op: nats.Op) -> str:
+    """An operation as the control line that carried it (payloads are not traced)."""
+    if isinstance(op, nats.Pub):
+        size = len(op.payload) + (len(op.hdr) if op.hdr else 0)
+        args = [op.subject, op.reply] if op.reply else [op.subject]
+        verb = "HPUB" if op.hdr is not None else "PUB"
+        return f"{verb} {b' '.join(args).decode('utf-8', 'replace')} {size}"
+    if isinstance(op, nats.Sub):
+        queue = f" {op.queue}" if op.queue else ""
+        return f"SUB {op.subject}{queue} {op.sid.decode('utf-8', 'replace')}"
+    if isinstance(op, nats.Unsub):
+        limit = f" {op.max_msgs}" if op.max_msgs is not None else ""
+        return f"UNSUB {op.sid.decode('utf-8', 'replace')}{limit}"
+    if isinstance(op, nats.Connect):
+        return "CONNECT " + json.dumps(op.options, separators=(",", ":"))
+    return type(op).__name__.upper()

@@ -125,8 +125,9 @@ class BatchStore(ABC):
             return first
         batch, size = build_batch(first, msgs, self.overhead)
         last = first + len(msgs) - 1
-        bounds = pc.min_max(batch.column(TS))
-        ref = self._write(batch, first, last, bounds["min"].value, bounds["max"].value)
+        # In Python: a compute call costs more than a group commit's few timestamps.
+        stamps = [m.ts for m in msgs]
+        ref = self._write(batch, first, last, min(stamps), max(stamps))
         self._refs.append(ref)
         self._firsts.append(first)
         self._subjects.add([m.subject for m in msgs], first)

@@ -1,0 +1,36 @@
+"""`-V` traces the protocol: tools and people grep these lines on both servers alike."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.conftest import Connect, MakeServer
+
+
+async def test_trace_logs_each_control_line(make_server: MakeServer, connect: Connect) -> None:
+    server = make_server("-V")
+    nc = await connect(server)
+    sub = await nc.subscribe("trace.x")
+    await nc.publish("trace.x", b"hi")
+    await sub.next_msg(timeout=5)
+    # Stable parts only: the reference echoes the client's own spacing inside the brackets.
+    wanted = (
+        '"v2.16.0:python3" - <<- [SUB trace.x',
+        '"v2.16.0:python3" - <<- [PUB trace.x',
+        '<<- MSG_PAYLOAD: ["hi"]',
+        "->> [MSG trace.x 1 2]",
+        '->> MSG_PAYLOAD: ["hi"]',
+    )
+    deadline = asyncio.get_running_loop().time() + 5
+    while not all(line in server.log() for line in wanted):
+        assert asyncio.get_running_loop().time() < deadline, server.log()
+        await asyncio.sleep(0.05)  # polling a log file written by another process
+    assert "[TRC]" in server.log()
+
+
+async def test_no_trace_without_the_flag(make_server: MakeServer, connect: Connect) -> None:
+    server = make_server()
+    nc = await connect(server)
+    await nc.publish("quiet", b"x")
+    await nc.flush()
+    assert "[TRC]" not in server.log()
