@@ -137,6 +137,7 @@ WORKLOADS: tuple[Workload, ...] = (
             Metric("delta_s_p99", "PubAck → row in Delta p99", SECONDS, False, bound=10.0),
             Metric("union_ms_p50", "PubAck → row in union view p50", MILLIS, False),
             Metric("union_ms_p99", "PubAck → row in union view p99", MILLIS, False),
+            Metric("union_first_pct", "in the view at the first query", "%", True, bound=100.0),
         ),
         "jetlake -js --lake, defaults: 100 publishes 0.25 s apart timed to Delta "
         "(deltalake), then 20 to a warm session's refreshed view",

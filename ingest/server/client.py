@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from ingest.parser import nats
 from ingest.parser.subjects import is_valid_literal_subject, is_valid_subject
 from ingest.server.auth import AUTH_VIOLATION, AuthError, Grant
+from ingest.server.gofmt import go_duration
 from ingest.server.logs import TRACE
 from ingest.server.tls import TLSLayer
 
@@ -180,6 +181,32 @@ class Client(asyncio.Protocol):
                 self._on_connect(op)  # type: ignore[arg-type]
             else:
                 self._on_violation(op)  # type: ignore[arg-type]
+
+    def pause_writing(self) -> None:
+        """The socket stopped draining: the client gets write_deadline to catch up."""
+        loop = asyncio.get_running_loop()
+        self._timers["write"] = loop.call_later(
+            self.server.opts.write_deadline, self._write_deadline_passed
+        )
+
+    def resume_writing(self) -> None:
+        timer = self._timers.pop("write", None)
+        if timer is not None:
+            timer.cancel()
+
+    def _write_deadline_passed(self) -> None:
+        if self.closed:
+            return
+        self.server.slow_consumers += 1
+        deadline = go_duration(round(self.server.opts.write_deadline * 1e9))
+        log.info(
+            "%s:%d - cid:%d - Slow Consumer Detected: WriteDeadline of %s exceeded",
+            self.host,
+            self.port,
+            self.cid,
+            deadline,
+        )
+        self._close("Slow Consumer (Write Deadline)", abort=True)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:

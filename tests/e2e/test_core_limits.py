@@ -67,6 +67,26 @@ async def test_slow_consumer_is_cut_off_others_unaffected(
     assert publisher.is_connected and reader_nc.is_connected
 
 
+async def test_write_deadline_cuts_a_stalled_reader(
+    make_server: MakeServer, connect: Connect
+) -> None:
+    """8 MiB is far below max_pending: only the write deadline can cut the stalled reader."""
+    server = make_server(config='write_deadline: "100ms"\n')
+    slow = await RawClient.connect(server.host, server.port, rcvbuf=4096, limit=65536)
+    await slow.handshake()
+    assert await slow.outcome(b"SUB big 1\r\n") == Outcome((), closed=False)
+    publisher = await connect(server)
+    for _ in range(128):
+        await publisher.publish("big", b"x" * 65536)
+    await sync(publisher)
+    deadline = asyncio.get_running_loop().time() + 10
+    while "WriteDeadline of 100ms exceeded" not in server.log():
+        assert asyncio.get_running_loop().time() < deadline, server.log()
+        await asyncio.sleep(0.05)  # polling another process's log file
+    await slow.close()
+    assert publisher.is_connected
+
+
 async def test_stale_connection(make_server: MakeServer, connect: Connect) -> None:
     """Unanswered PINGs: ping_max PINGs, then -ERR 'Stale Connection' and close.
 

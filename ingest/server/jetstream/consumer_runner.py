@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from log.stream import Stream
 
 NEXT_PREFIX = "$JS.API.CONSUMER.MSG.NEXT."
+SYNC_WINDOW = 0.01  # seconds an unconfirmed ack's fsync may wait to share one with others
 DoneSink = Callable[["Runner", list[int]], None]
 IdleSink = Callable[["Runner"], None]
 
@@ -52,6 +53,7 @@ class Runner:
         self._save_scheduled = False
         self._syncing: asyncio.Future[None] | None = None
         self._sync_again = False
+        self._sync_timer: asyncio.TimerHandle | None = None
         self._inactive_since = now_ns()
         self.closed = False
 
@@ -94,6 +96,9 @@ class Runner:
         if reason:
             self._publish(self.consumer.drop_requests(reason))
         self.save()
+        if self._sync_timer is not None:  # close() syncs the store itself
+            self._sync_timer.cancel()
+            self._sync_timer = None
         if self.store is not None:
             self.store.close()
 
@@ -109,11 +114,16 @@ class Runner:
         records.extend((c.last_delivered, c.last_acked))
         if store.append(records):
             store.save_state(c.snapshot())
-        if store.fsync:
-            self._sync_soon()
+        if store.fsync and self._sync_timer is None:
+            # Unconfirmed acks are already written (a kill -9 keeps them); their
+            # fsync waits a short window so one serves many turns, as the
+            # reference's 10 ms consumer flush does. Confirmed acks sync at once.
+            loop = asyncio.get_running_loop()
+            self._sync_timer = loop.call_later(SYNC_WINDOW, self._sync_soon)
 
     def _sync_soon(self) -> None:
         """fsync off the loop, one at a time: writes made meanwhile ride the next one."""
+        self._sync_timer = None
         if self._syncing is not None:
             self._sync_again = True
             return
