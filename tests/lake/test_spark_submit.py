@@ -14,7 +14,8 @@ from tests.lake.conftest import Lake
 
 VENV_BIN = Path(sys.executable).parent
 JARS = sorted((VENV_BIN.parent / "jars").glob("*.jar"))
-JOB = Path(__file__).resolve().parents[2] / "jobs" / "lake_job.py"  # a file, as spark-submit takes it
+# spark-submit takes the job as a file, not a module.
+JOB = Path(__file__).resolve().parents[2] / "jobs" / "lake_job.py"
 
 
 async def test_compact_job_under_spark_submit(lake: Lake, connect: Connect) -> None:
