@@ -52,7 +52,15 @@ ViewBuilder = Callable[["SparkSession", Path, Path], dict[str, "DataFrame"]]
 def stream_frame(spark: SparkSession, stream: StreamRef, lake_dir: Path) -> DataFrame:
     """The union read of one stream (see the module doc for why it is exact)."""
     keep_deletes = not stream.deletes_reach_lake
-    live = read_table(stream.dir, include_deleted=stream.lake_on, skip_corrupt=True)
+    # The pin never runs ahead of the Delta log, so segments it covers are in the
+    # lake whatever `done` turns out to be: they need not be read at all.
+    pin = read_pin(stream) if stream.lake_on else None
+    live = read_table(
+        stream.dir,
+        include_deleted=stream.lake_on,
+        skip_corrupt=True,
+        after_seq=pin.seq if pin else 0,
+    )
     table = stream.table_path(lake_dir)
     done = lake_progress(table, stream.app_id) if stream.lake_on else 0
     live = live.filter(pc.greater(live.column("seq"), done))
@@ -61,7 +69,7 @@ def stream_frame(spark: SparkSession, stream: StreamRef, lake_dir: Path) -> Data
     frame = _tail_frame(spark, stream.name, tail)
     if not done:
         return frame
-    pin = read_pin(stream)
+    pin = read_pin(stream)  # again: it may have moved while the tail was read
     pending, _ = (
         ([], 0)
         if keep_deletes

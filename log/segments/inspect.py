@@ -49,7 +49,7 @@ def list_segments(stream_dir: str | os.PathLike[str], *, after_seq: int = 0) -> 
     found = discover(directory, clean=False)
     out = []
     for k, (base, gen) in enumerate(found):
-        if k + 1 < len(found) and found[k + 1][0] <= after_seq + 1:
+        if _all_at_or_below(found, k, after_seq):
             continue
         arrows, idx = segment_paths(directory, base, gen)
         try:
@@ -72,17 +72,23 @@ def list_segments(stream_dir: str | os.PathLike[str], *, after_seq: int = 0) -> 
 
 
 def read_table(
-    stream_dir: str | os.PathLike[str], *, include_deleted: bool = False, skip_corrupt: bool = False
+    stream_dir: str | os.PathLike[str],
+    *,
+    include_deleted: bool = False,
+    skip_corrupt: bool = False,
+    after_seq: int = 0,
 ) -> pa.Table:
     """Every message in the folder as one table with the segment schema, in seq order.
 
     A corrupt sealed segment raises `CorruptSegmentError` unless `skip_corrupt`
     (then it is logged and left out): a silent hole would look like deletes.
+    With `after_seq`, segments holding only seqs <= after_seq are not read (the
+    lake has them); rows <= after_seq from a segment that straddles it remain.
     """
     directory = Path(stream_dir)
     for attempt in range(_ATTEMPTS):
         try:
-            table = _read_all(directory, skip_corrupt=skip_corrupt)
+            table = _read_all(directory, skip_corrupt=skip_corrupt, after_seq=after_seq)
             break
         except FileNotFoundError:
             if attempt == _ATTEMPTS - 1:
@@ -105,10 +111,17 @@ def read_segment(info: SegmentInfo) -> pa.Table:
     return pa.Table.from_batches(batches, SCHEMA)
 
 
-def _read_all(directory: Path, *, skip_corrupt: bool) -> pa.Table:
+def _all_at_or_below(found: list[tuple[int, int]], k: int, seq: int) -> bool:
+    """Whether segment k holds only seqs <= seq: its successor starts at or below seq + 1."""
+    return k + 1 < len(found) and found[k + 1][0] <= seq + 1
+
+
+def _read_all(directory: Path, *, skip_corrupt: bool, after_seq: int) -> pa.Table:
     found = discover(directory, clean=False)
     batches: list[pa.RecordBatch] = []
     for k, (base, gen) in enumerate(found):
+        if _all_at_or_below(found, k, after_seq):
+            continue
         arrows, idx = segment_paths(directory, base, gen)
         _entries, got, good, problem = read_batches(arrows, idx)
         if problem and k < len(found) - 1:

@@ -122,3 +122,21 @@ def test_sync_from_a_worker_thread_while_appending(tmp_path: Path) -> None:
     assert all(store.load(s).seq == s for s in range(1, 2001, 37))
     assert sum(len(read_entries(p)) for p in tmp_path.glob("*.idx")) == 200
     store.close()
+
+
+def test_read_table_after_seq_skips_only_segments_wholly_below(tmp_path: Path) -> None:
+    """The union read skips what the lake holds; a straddling segment is read whole."""
+    store = FileStore(tmp_path, name="S", config=SegmentConfig(max_msgs=10))
+    for i in range(7):
+        store.append(msgs([f"s.{i}"] * 5))  # segments 1-10, 11-20, 21-30, active 31-35
+    store.sync()
+    seqs = {
+        after: read_table(tmp_path, after_seq=after).column("seq").to_pylist()
+        for after in (0, 10, 15, 30, 35)
+    }
+    assert seqs[0] == list(range(1, 36))
+    assert seqs[10] == list(range(11, 36))
+    assert seqs[15] == list(range(11, 36))  # 11-20 straddles 15: read, caller filters
+    assert seqs[30] == list(range(31, 36))
+    assert seqs[35] == list(range(31, 36))  # the active segment is always read
+    store.close()
