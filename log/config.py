@@ -25,6 +25,8 @@ _str = _FIELDS.str
 _int = _FIELDS.int
 _bool = _FIELDS.bool
 _enum = _FIELDS.enum
+_str_list = _FIELDS.str_list
+_dict = _FIELDS.dict
 
 MAX_NAME_LEN = 255
 MAX_DESCRIPTION_LEN = 4 * 1024
@@ -310,21 +312,3 @@ def is_valid_name(name: str) -> bool:
 def _limit(value: int) -> int:
     """0 and anything below -1 mean unlimited, spelled -1, as in the reference."""
     return -1 if value == 0 or value < -1 else value
-
-
-def _str_list(raw: Mapping[str, Any], key: str) -> list[str]:
-    value = raw.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _type_error(key, value, "[]string")
-    return value
-
-
-def _dict(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
-    value = raw.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise _type_error(key, value, "map[string]string")
-    return dict(value)

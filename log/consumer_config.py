@@ -44,6 +44,7 @@ _str = _FIELDS.str
 _int = _FIELDS.int
 _bool = _FIELDS.bool
 _enum = _FIELDS.enum
+_str_list = _FIELDS.str_list
 ACK_POLICIES = ("none", "all", "explicit")
 REPLAY_POLICIES = ("instant", "original")
 DEFAULT_ACK_WAIT = 30_000_000_000
@@ -172,7 +173,7 @@ def from_request(raw: Any) -> ConsumerConfig:
         ack_policy=_enum(raw, "ack_policy", ACK_POLICIES),
         ack_wait=_int(raw, "ack_wait"),
         max_deliver=_int(raw, "max_deliver"),
-        backoff=tuple(_int_list(raw, "backoff")),
+        backoff=tuple(_FIELDS.int_list(raw, "backoff", "[]time.Duration")),
         filter_subject=_str(raw, "filter_subject"),
         filter_subjects=tuple(_str_list(raw, "filter_subjects")),
         replay_policy=_enum(raw, "replay_policy", REPLAY_POLICIES),
@@ -390,26 +391,6 @@ def to_state_json(cfg: ConsumerConfig) -> dict[str, Any]:
     out = cfg.to_json()
     out["metadata"] = dict(cfg.metadata)
     return out
-
-
-def _str_list(raw: Mapping[str, Any], key: str) -> list[str]:
-    value = raw.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _type_error(key, value, "[]string")
-    return value
-
-
-def _int_list(raw: Mapping[str, Any], key: str) -> list[int]:
-    value = raw.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
-        raise _type_error(key, value, "[]time.Duration")
-    return value
 
 
 def _time(value: Any) -> int | None:

@@ -51,6 +51,33 @@ class Fields:
             raise self.type_error(key, value, "bool")
         return value
 
+    def str_list(self, raw: Mapping[str, Any], key: str) -> list[str]:
+        value = raw.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.type_error(key, value, "[]string")
+        return value
+
+    def int_list(self, raw: Mapping[str, Any], key: str, want: str) -> list[int]:
+        """`want` is the Go type the reference names, e.g. `[]time.Duration` for backoff."""
+        value = raw.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise self.type_error(key, value, want)
+        return value
+
+    def dict(self, raw: Mapping[str, Any], key: str) -> dict[str, Any]:
+        value = raw.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.type_error(key, value, "map[string]string")
+        return dict(value)
+
     @staticmethod
     def enum(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:
         value = raw.get(key)
