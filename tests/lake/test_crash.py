@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from log.compactor.layout import STREAMS, StreamRef
 from log.segments import FileStore, NewMsg, SegmentConfig
@@ -63,7 +64,10 @@ def run_job(store: Path, *, kill_after: int | None, rng: random.Random) -> int:
 
 def table_seqs(ref: StreamRef, lake: Path) -> tuple[list[int], int]:
     """The table's seqs, sorted (duplicates kept), and the version its log records."""
-    table = DeltaTable(str(ref.table_path(lake)))
+    try:
+        table = DeltaTable(str(ref.table_path(lake)))
+    except TableNotFoundError:  # killed before its first commit: a log folder, no commit
+        return [], 0
     seqs = sorted(table.to_pyarrow_table(columns=["seq"]).column("seq").to_pylist())
     return seqs, int(table.transaction_version(ref.app_id) or 0)
 
@@ -91,3 +95,14 @@ def test_sigkill_mid_append_then_restart_is_exact(tmp_path: Path) -> None:
     )
     assert done_already.returncode == 0  # and no JVM was started for nothing:
     assert "every stream's lake is up to date" in done_already.stdout
+
+
+def test_a_log_folder_without_commits_is_an_empty_table(tmp_path: Path) -> None:
+    """A compactor killed before its first commit leaves `_delta_log/` and nothing in it."""
+    store = tmp_path / "store"
+    ref, expected = build_store(store)
+    (ref.table_path(store / "lake") / "_delta_log").mkdir(parents=True)
+    assert table_seqs(ref, store / "lake") == ([], 0)
+    assert run_job(store, kill_after=None, rng=random.Random(0)) == 0
+    seqs, done = table_seqs(ref, store / "lake")
+    assert (seqs, done) == (sorted(expected), SEGMENTS * ROWS_PER_SEGMENT)
