@@ -18,7 +18,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from sql.inspect import to_result, write_csv, write_json, write_table
+from sql.inspect import add_output_args, to_result, write_result
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,8 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--store", required=True, help="store dir (the server's -sd)")
     p.add_argument("--lake", help="lake dir (default: <store>/lake)")
     p.add_argument("--spark_master", help="Spark master (default: JETLAKE_SPARK_MASTER, local[*])")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    p.add_argument("--limit", type=int, default=100, help="table rows shown (0: all)")
+    add_output_args(p)
     return p
 
 
@@ -98,11 +97,5 @@ def main(argv: list[str]) -> int:
         return 1
     finally:
         spark.stop()
-    result = to_result(table)
-    if args.format == "csv":
-        write_csv(result, sys.stdout)
-    elif args.format == "json":
-        write_json(result, sys.stdout)
-    else:
-        write_table(result, sys.stdout, limit=args.limit)
+    write_result(to_result(table), sys.stdout, fmt=args.format, limit=args.limit)
     return 0

@@ -276,6 +276,21 @@ def write_json(result: Result, out: TextIO) -> None:
     out.write("[\n" + ",\n".join(lines) + ("\n]\n" if lines else "]\n"))
 
 
+def add_output_args(parser: argparse.ArgumentParser) -> None:
+    """The output options `jetlake inspect` and `jetlake sql` share."""
+    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    parser.add_argument("--limit", type=int, default=100, help="table rows shown (0: all)")
+
+
+def write_result(result: Result, out: TextIO, *, fmt: str, limit: int) -> None:
+    if fmt == "csv":
+        write_csv(result, out)
+    elif fmt == "json":
+        write_json(result, out)
+    else:
+        write_table(result, out, limit=limit)
+
+
 # -- command -----------------------------------------------------------------------
 
 
@@ -287,8 +302,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("sql", nargs="?", help="SQL over one view per stream; none lists segments")
     p.add_argument("--store", required=True, help="store dir (the server's -sd), or any dir below")
     p.add_argument("--stream", help="only this stream")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    p.add_argument("--limit", type=int, default=100, help="table rows shown (0: all)")
+    add_output_args(p)
     return p
 
 
@@ -314,12 +328,7 @@ def main(argv: list[str]) -> int:
         print(f"jetlake inspect: {err}", file=sys.stderr)
         return 1
     if result is not None:
-        if args.format == "csv":
-            write_csv(result, sys.stdout)
-        elif args.format == "json":
-            write_json(result, sys.stdout)
-        else:
-            write_table(result, sys.stdout, limit=args.limit)
+        write_result(result, sys.stdout, fmt=args.format, limit=args.limit)
     return 1 if problems else 0
 
 

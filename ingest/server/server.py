@@ -259,16 +259,7 @@ class Server:
     def deliver(
         self, target: str, subject: str, reply: str | None, hdr: bytes | None, data: bytes
     ) -> None:
-        size = len(data) + (len(hdr) if hdr else 0)
-        self.route(
-            None,
-            target.encode("utf-8", "surrogateescape"),
-            reply.encode("utf-8", "surrogateescape") if reply else b"",
-            hdr,
-            data,
-            size,
-            shown=subject.encode("utf-8", "surrogateescape"),
-        )
+        self._inject(target, reply, hdr, data, shown=subject.encode("utf-8", "surrogateescape"))
 
     def has_interest(self, subject: str) -> bool:
         match = self.sublist.match(subject.encode("utf-8", "surrogateescape"))
@@ -279,14 +270,26 @@ class Server:
         self.sublist.on_change = callback
 
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
-        size = len(data) + (len(hdr) if hdr else 0)
+        self._inject(subject, reply, hdr, data, shown=None)
+
+    def _inject(
+        self,
+        target: str,
+        reply: str | None,
+        hdr: bytes | None,
+        data: bytes,
+        *,
+        shown: bytes | None,
+    ) -> None:
+        """Route a message from inside the server (no sending client, so no echo rule)."""
         self.route(
             None,
-            subject.encode("utf-8", "surrogateescape"),
+            target.encode("utf-8", "surrogateescape"),
             reply.encode("utf-8", "surrogateescape") if reply else b"",
             hdr,
             data,
-            size,
+            len(data) + (len(hdr) if hdr else 0),
+            shown=shown,
         )
 
 
