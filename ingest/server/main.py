@@ -58,10 +58,6 @@ async def _serve(opts: Options) -> int:
             server_name=server.server_name,
             **({"store_opener": lake.open_store} if lake is not None else {}),
         )
-    else:
-        from ingest.server.jetstream import answer_disabled
-
-        server.subscribe("$JS.API.>", lambda s, r, h, d: answer_disabled(server, r))
     # The client port first: tools poll /varz and connect as soon as it answers.
     await server.start()
     if monitor is not None:

@@ -17,6 +17,7 @@ from nats.errors import NoRespondersError
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from tests.conftest import Connect, MakeServer
+from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess
 
 _VOLATILE = {"ts", "created", "cluster", "first_ts", "last_ts", "time"}
@@ -245,3 +246,14 @@ async def test_jetstream_disabled_means_no_responders(
         await nc.request("$JS.API.INFO", b"", timeout=2)
     with pytest.raises(NoRespondersError):
         await nc.request("$JS.API.STREAM.CREATE.x", b'{"name":"x"}', timeout=2)
+
+
+async def test_jetstream_disabled_wire_form(make_server: MakeServer) -> None:
+    """No API listener at all: the core 503, Nats-Subject included, as from the reference."""
+    server = make_server()
+    async with await RawClient.connect(server.host, server.port) as c:
+        await c.handshake(headers=True, no_responders=True)
+        await c.send(b"SUB _INBOX.js 1\r\nPUB $JS.API.INFO _INBOX.js 0\r\n\r\n")
+        line, payload = await c.read_op()
+        assert line == b"HMSG _INBOX.js 1 44 44"
+        assert payload == b"NATS/1.0 503\r\nNats-Subject: $JS.API.INFO\r\n\r\n"
