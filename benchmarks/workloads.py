@@ -129,6 +129,20 @@ WORKLOADS: tuple[Workload, ...] = (
         "one 32 MiB object put in 128 KiB chunks, then read back and compared",
     ),
     Workload(
+        "kv-always",
+        Profile.JS_SYNC_ALWAYS,
+        kv.kv_put_get,
+        (Metric("put_ops_per_s", "KV put, sync always", OPS, True),),
+        "as kv, both servers with jetstream { sync_interval: always }: equal durability",
+    ),
+    Workload(
+        "object-store-always",
+        Profile.JS_SYNC_ALWAYS,
+        kv.object_put_get,
+        (Metric("put_mb_per_s", "Object Store put, sync always", MBPS, True),),
+        "as object-store, both servers with jetstream { sync_interval: always }",
+    ),
+    Workload(
         "lake-freshness",
         Profile.JS,
         lake.freshness,

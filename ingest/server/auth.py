@@ -13,6 +13,7 @@ from typing import Protocol
 from ingest.parser.subjects import is_subset, subject_matches, subjects_overlap
 
 AUTH_VIOLATION = "Authorization Violation"
+GLOBAL_ACCOUNT = "$G"  # jetlake has one account: the reference's global one
 
 
 class AuthError(Exception):

@@ -85,7 +85,11 @@ class Client(asyncio.Protocol):
         self.last_activity = self.start
         self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
         self.pings_out = 0
+        self.protocol = 0
+        # RTT: estimated from INFO to CONNECT, then measured by each keepalive PING/PONG.
         self.rtt = 0.0
+        self._rtt_start = time.monotonic()
+        self._first_pong_sent = False
         self.closed = False
         self.close_reason = ""
         self._out: list[bytes] = []
@@ -170,8 +174,10 @@ class Client(asyncio.Protocol):
             if kind is nats.Pub:
                 self._on_pub(op)  # type: ignore[arg-type]
             elif kind is nats.Ping:
-                self.queue(nats.PONG)
+                self._on_ping()
             elif kind is nats.Pong:
+                if self.pings_out:
+                    self.rtt = time.monotonic() - self._rtt_start
                 self.pings_out = 0
             elif kind is nats.Sub:
                 self._on_sub(op)  # type: ignore[arg-type]
@@ -224,6 +230,9 @@ class Client(asyncio.Protocol):
         self.name = str(o.get("name", "") or "")
         self.lang = str(o.get("lang", "") or "")
         self.version = str(o.get("version", "") or "")
+        protocol = o.get("protocol", 0)
+        self.protocol = protocol if type(protocol) is int else 0
+        self.rtt = time.monotonic() - self._rtt_start
         if not self.authenticated:
             try:
                 self.grant = self.server.auth.authenticate(o)
@@ -324,6 +333,15 @@ class Client(asyncio.Protocol):
         self.send_err(AUTH_VIOLATION)
         self._close("Authentication Failure", flush=True)
 
+    def _on_ping(self) -> None:
+        """PONG; after the first one, clients that take async INFOs (protocol 1) get the
+        INFO answering their CONNECT, as from the reference (it names their account)."""
+        self.queue(nats.PONG)
+        if not self._first_pong_sent:
+            self._first_pong_sent = True
+            if self.protocol >= 1:
+                self.queue(self.server.info_for(self, connect_info=True))
+
     def _ping(self) -> None:
         if self.closed:
             return
@@ -333,6 +351,7 @@ class Client(asyncio.Protocol):
             self._close("Stale Connection", flush=True)
             return
         self.pings_out += 1
+        self._rtt_start = time.monotonic()
         self.queue(nats.PING)
         self._timers["ping"] = asyncio.get_running_loop().call_later(opts.ping_interval, self._ping)
 

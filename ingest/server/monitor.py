@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ingest.server.auth import GLOBAL_ACCOUNT
 from ingest.server.gofmt import NS, number, rtt, timestamp, uptime
 from ingest.server.httpd import (
     JSON,
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake")
 
 DEFAULT_LIST_SIZE = 1024  # the reference's default connz/subsz page
-GLOBAL_ACCOUNT = "$G"  # jetlake has one account: the reference's global one
 
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ingest.parser import nats
-from ingest.server.auth import Authenticator
+from ingest.server.auth import GLOBAL_ACCOUNT, Authenticator
 from ingest.server.client import Client
 from ingest.server.sublist import Sublist
 
@@ -160,7 +160,9 @@ class Server:
 
     # ---- INFO ---------------------------------------------------------------------------
 
-    def info_for(self, client: Client, *, ldm: bool = False) -> bytes:
+    def info_for(self, client: Client, *, ldm: bool = False, connect_info: bool = False) -> bytes:
+        """The INFO a client is greeted with; `connect_info` marks the one answering CONNECT,
+        which also names the account the client was bound to."""
         opts = self.opts
         info: dict[str, Any] = {
             "server_id": self.server_id,
@@ -175,6 +177,9 @@ class Server:
             "client_id": client.cid,
             "client_ip": client.host,
         }
+        if connect_info:
+            info["connect_info"] = True
+            info["remote_account"] = GLOBAL_ACCOUNT
         if self.jetstream is not None:
             info["jetstream"] = True  # the reference omits false fields
         if self.auth.required:

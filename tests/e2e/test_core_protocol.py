@@ -235,6 +235,27 @@ async def test_info_fields_match_reference(server_kind: str, server_pool: Server
     assert "auth_required" not in info
 
 
+@pytest.mark.parametrize("protocol", [0, 1])
+async def test_info_answering_connect(
+    server_kind: str, server_pool: ServerPool, protocol: int
+) -> None:
+    """After the first PONG a protocol-1 client gets an INFO marked connect_info, naming its
+    account; a protocol-0 client (no async INFO) gets none, and nobody gets it twice."""
+    server = server_pool.get(server_kind)
+    async with await RawClient.connect(server.host, server.port) as client:
+        await client.handshake(protocol=protocol)
+        for _ in range(2):  # read_op sets INFO lines aside in client.infos
+            await client.send(b"PING\r\n")
+            assert await client.read_op() == (b"PONG", None)
+    if protocol == 0:
+        assert client.infos == []
+        return
+    (info,) = client.infos
+    assert info["connect_info"] is True and info["remote_account"] == "$G"
+    assert info["client_id"] == client.info["client_id"]
+    assert info_shape(info).keys() >= info_shape(client.info).keys() - {"nonce"}
+
+
 async def test_max_payload_refused_by_nats_py(server_kind: str, server_pool: ServerPool) -> None:
     """nats-py reads max_payload from INFO and refuses oversize publishes client-side."""
     import nats

@@ -8,6 +8,7 @@ jetlake reports that the reference also reports must have the same JSON type
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,8 @@ async def test_connz(monitored: ServerProcess, connect: Connect) -> None:
     assert conn["subscriptions"] == 2
     assert (conn["in_msgs"], conn["in_bytes"], conn["out_msgs"], conn["out_bytes"]) == (1, 5, 1, 5)
     assert "subscriptions_list" not in conn
+    # Estimated from INFO to CONNECT before any keepalive PING measures it: never "0s".
+    assert re.fullmatch(r"\d+(\.\d+)?(ns|µs|ms|s)", conn["rtt"]) and conn["rtt"] != "0s"
 
     detailed = await get_json(monitored.http_url + "/connz?subs=1")
     (conn,) = detailed["connections"]
