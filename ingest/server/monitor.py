@@ -434,10 +434,17 @@ class Monitor:
         detail = bool_arg(req, "subs")
         offset, limit = _page(req)
         out = self._envelope()
-        # num_inserts, num_matches, cache_hit_rate, max_fanout and avg_fanout are not
-        # tracked by the Sublist; they are left out rather than invented. num_removes is
-        # a placeholder 0 (what an idle reference shows) until the Sublist counts removals.
-        out.update(num_subscriptions=sublist.count, num_cache=sublist.cache_size(), num_removes=0)
+        max_fanout, avg_fanout = sublist.fanout()
+        out.update(
+            num_subscriptions=sublist.count,
+            num_cache=sublist.cache_size(),
+            num_inserts=sublist.inserts,
+            num_removes=sublist.removes,
+            num_matches=sublist.matches,
+            cache_hit_rate=sublist.cache_hits / sublist.matches if sublist.matches else 0,
+            max_fanout=max_fanout,
+            avg_fanout=avg_fanout,
+        )
         subs: list[dict[str, Any]] = []
         if detail:  # client subscriptions; internal ones (JetStream's) are not enumerable
             for client in list(self.server.clients.values()):

@@ -62,6 +62,8 @@ class Sublist(Generic[S]):
         self._tails: dict[bytes, _PrefixEntry[S]] = {}
         self._dead_ends: dict[bytes, _PrefixEntry[S]] = {}
         self.count = 0
+        # Counters /subsz reports as the reference does (lookups answered by a cache are hits).
+        self.inserts = self.removes = self.matches = self.cache_hits = 0
         self.on_change: Callable[[], None] | None = None  # interest came or went (JetStream)
 
     def insert(self, subject: str, queue: str | None, sub: S) -> None:
@@ -76,6 +78,7 @@ class Sublist(Generic[S]):
         else:
             node.queues.setdefault(queue, []).append(sub)
         self.count += 1
+        self.inserts += 1
         self._clear_caches()
         if self.on_change is not None:
             self.on_change()
@@ -100,6 +103,7 @@ class Sublist(Generic[S]):
                 break
             del parent.children[tok]
         self.count -= 1
+        self.removes += 1
         self._clear_caches()
         if self.on_change is not None:
             self.on_change()
@@ -111,11 +115,12 @@ class Sublist(Generic[S]):
         self._dead_ends.clear()
 
     def match(self, subject: bytes) -> Match[S]:
+        self.matches += 1
         hit = self._cache.get(subject)
+        if hit is None:
+            hit = self._by_prefix(subject)
         if hit is not None:
-            return hit
-        hit = self._by_prefix(subject)
-        if hit is not None:
+            self.cache_hits += 1
             return hit
         result: Match[S] = Match([], [])
         tokens = subject.decode("utf-8", "surrogateescape").split(".")
@@ -227,6 +232,12 @@ class Sublist(Generic[S]):
 
     def cache_size(self) -> int:
         return len(self._cache)
+
+    def fanout(self) -> tuple[int, float]:
+        """Max and mean fanout over the cached results (a queue group counts once), which is
+        how the reference samples it: cheap, and skewed only when the cache churns."""
+        sizes = [len(m.plain) + len(m.queues) for m in self._cache.values()]
+        return (max(sizes), sum(sizes) / len(sizes)) if sizes else (0, 0.0)
 
 
 def _put(cache: dict[bytes, _V], key: bytes, value: _V) -> None:

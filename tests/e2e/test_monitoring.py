@@ -122,15 +122,26 @@ async def test_connz(monitored: ServerProcess, connect: Connect) -> None:
 
 
 async def test_subsz(monitored: ServerProcess, connect: Connect) -> None:
-    """/subsz counts subscriptions (the reference includes its internal ones)."""
-    before = (await get_json(monitored.http_url + "/subsz"))["num_subscriptions"]
+    """/subsz counts subscriptions (the reference includes its internal ones), inserts,
+    removes and matches, and samples fanout from its match cache."""
+    before = await get_json(monitored.http_url + "/subsz")
     nc = await connect(monitored)
     for subject in ("s.1", "s.2", "s.*"):
         await nc.subscribe(subject)
+    gone = await nc.subscribe("s.3")
+    await gone.unsubscribe()
+    for _ in range(2):
+        await nc.publish("s.1", b"x")
     await barrier(nc)
     subsz = await get_json(monitored.http_url + "/subsz")
     assert isinstance(subsz["num_subscriptions"], int)
-    assert subsz["num_subscriptions"] - before == 3
+    assert subsz["num_subscriptions"] - before["num_subscriptions"] == 3
+    assert subsz["num_inserts"] - before["num_inserts"] >= 4
+    assert subsz["num_removes"] - before["num_removes"] >= 1
+    assert subsz["num_matches"] - before["num_matches"] >= 2
+    assert 0 < subsz["cache_hit_rate"] <= 1  # the second publish hit the cache
+    assert subsz["max_fanout"] >= 2  # s.1 reaches s.1 and s.*
+    assert 0 < subsz["avg_fanout"] <= subsz["max_fanout"]
 
 
 async def test_unknown_path_is_404(monitored: ServerProcess) -> None:

@@ -39,6 +39,21 @@ def test_remove_invalidates_cache_and_prunes() -> None:
     assert sl.count == 0 and sl.subjects() == []
 
 
+def test_stats_count_inserts_removes_matches_and_fanout() -> None:
+    sl: Sublist[str] = Sublist()
+    assert sl.fanout() == (0, 0.0)
+    for sub, subject, queue in (("a", "x.y", None), ("b", "x.*", None), ("c", "x.y", "q")):
+        sl.insert(subject, queue, sub)
+    sl.insert("z", None, "d")
+    assert sl.remove("z", None, "d")
+    assert not sl.remove("z", None, "d")  # a failed removal is not counted
+    sl.match(b"x.y")
+    sl.match(b"x.y")
+    sl.match(b"x.z")
+    assert (sl.inserts, sl.removes, sl.matches, sl.cache_hits) == (4, 1, 3, 1)
+    assert sl.fanout() == (3, 2.0)  # x.y: two plain + one queue group; x.z: one
+
+
 def test_tail_entry_respects_literal_children() -> None:
     """`_INBOX.x.*` answers every unique reply token; a literal child still counts."""
     sl: Sublist[str] = Sublist()
