@@ -14,7 +14,7 @@ import asyncio
 import heapq
 import itertools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -87,6 +87,7 @@ class Stream:
         self._pending_msgs = 0
         self._pending_bytes = 0
         self._ttls: list[tuple[int, int]] = []  # heap of (expires_ns, seq)
+        self._never: list[int] = []  # seqs with `Nats-TTL: never`, ascending: max_age spares them
         self._commit_listeners: list[CommitListener] = []
         self._recover_window(state.last_seq, state.first_seq)
         if config.allow_msg_ttl:
@@ -125,7 +126,9 @@ class Stream:
                     ttl = publish.parse_ttl(text)
                 except ApiError:
                     continue
-                if ttl > 0:
+                if ttl == publish.NEVER:
+                    self._never.append(seq)
+                elif ttl > 0:
                     heapq.heappush(self._ttls, (msg.ts + ttl * _NS, seq))
 
     def _is_marker(self, msg: StoredMsg) -> bool:
@@ -255,7 +258,9 @@ class Stream:
                 self.store.purge(subject, upto_seq=entry.seq)
             elif entry.rollup == "all":
                 self.store.purge(">", upto_seq=entry.seq)
-            if entry.ttl > 0 and self.config.allow_msg_ttl:
+            if entry.ttl == publish.NEVER and self.config.allow_msg_ttl:
+                self._never.append(entry.seq)
+            elif entry.ttl > 0 and self.config.allow_msg_ttl:
                 deadline = entry.msg.ts + entry.ttl * _NS
                 sooner = not self._ttls or deadline < self._ttls[0][0]
                 heapq.heappush(self._ttls, (deadline, entry.seq))
@@ -307,10 +312,7 @@ class Stream:
         """
         emptied: dict[str, None] | None = {} if self.config.subject_delete_marker_ttl else None
         if self.config.max_age > 0:
-            cutoff = now - self.config.max_age
-            if emptied is not None:
-                self._note_older(cutoff, emptied)
-            self.store.expire_before(cutoff)
+            self._expire_aged(now - self.config.max_age, emptied)
         while self._ttls and self._ttls[0][0] <= now:
             _, seq = heapq.heappop(self._ttls)
             if emptied is not None:
@@ -327,21 +329,44 @@ class Stream:
             self.publish(subject, hdr, b"", headers, None)
         return len(placed)
 
-    def _note_older(self, cutoff: int, subjects: dict[str, None]) -> None:
-        """Subjects of the messages max_age is about to retire (the same prefix of the log)."""
+    def _expire_aged(self, cutoff: int, emptied: dict[str, None] | None) -> None:
+        """max_age retires the log's prefix older than cutoff, but passes over messages whose
+        TTL is never, as the reference does; without those the store cuts the prefix at once."""
+        never = self._live_never()
+        if not never:
+            if emptied is not None:
+                emptied.update(
+                    (m.subject, None) for m in self._older(cutoff) if not self._is_marker(m)
+                )
+            self.store.expire_before(cutoff)
+            return
+        for msg in list(self._older(cutoff)):
+            if msg.seq not in never:
+                if emptied is not None and not self._is_marker(msg):
+                    emptied[msg.subject] = None
+                self.store.remove(msg.seq)
+
+    def _older(self, cutoff: int) -> Iterator[StoredMsg]:
+        """Live messages from the first on, while older than cutoff."""
         seq = 0
         while (msg := self.store.load_next(seq)) is not None and msg.ts < cutoff:
-            if not self._is_marker(msg):
-                subjects[msg.subject] = None
+            yield msg
             seq = msg.seq + 1
+
+    def _live_never(self) -> set[int]:
+        """The never-expiring seqs still stored (deletes and purges drop them lazily)."""
+        if self._never:
+            self._never = [seq for seq in self._never if self.store.load(seq) is not None]
+        return set(self._never)
 
     def next_expiry(self) -> int | None:
         """When `expire` next has work, in nanoseconds since the epoch."""
         deadlines = [self._ttls[0][0]] if self._ttls else []
         if self.config.max_age > 0:
-            state = self.store.state()
-            if state.msgs:
-                deadlines.append(state.first_ts + self.config.max_age)
+            never = self._live_never()
+            oldest = next((m for m in self._older(now_ns() + 1) if m.seq not in never), None)
+            if oldest is not None:
+                deadlines.append(oldest.ts + self.config.max_age)
         return min(deadlines) if deadlines else None
 
     # -- administrative operations (API) --------------------------------------

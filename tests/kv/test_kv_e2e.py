@@ -273,6 +273,21 @@ async def test_bucket_ttl_expires_values(js: JetStreamContext) -> None:
     await watcher.stop()
 
 
+async def test_never_ttl_outlives_max_age(js: JetStreamContext) -> None:
+    """`Nats-TTL: never` exempts a message from the stream's max_age; its neighbours go."""
+    await js.add_stream(name="NEVER", subjects=["nv.>"], max_age=1.0, allow_msg_ttl=True)
+    for subject, ttl in (("nv.a", "never"), ("nv.b", ""), ("nv.c", "never"), ("nv.d", "")):
+        await js.publish(subject, subject.encode(), headers={"Nats-TTL": ttl} if ttl else None)
+
+    async def aged_out() -> bool:
+        return (await js.stream_info("NEVER")).state.messages == 2
+
+    await eventually(aged_out, "the messages without a TTL outliving max_age")
+    state = (await js.stream_info("NEVER")).state
+    assert (state.first_seq, state.last_seq, state.num_deleted) == (1, 4, 2)
+    assert [(await js.get_msg("NEVER", seq)).data for seq in (1, 3)] == [b"nv.a", b"nv.c"]
+
+
 async def test_limit_marker_config_rules(js_server: ServerProcess, connect: Connect) -> None:
     """Markers need TTLs and rollups, so asking for them turns both on, purge included."""
     nc = await connect(js_server)

@@ -205,6 +205,30 @@ async def test_ttls_and_max_age_expire_on_the_clock_given() -> None:
     assert live(aged) == []
 
 
+async def test_max_age_passes_over_messages_whose_ttl_is_never() -> None:
+    s = make(max_age=NS, allow_msg_ttl=True)
+    await pub(s, "s.a", Nats_TTL="never")
+    await pub(s, "s.b")
+    await pub(s, "s.c", Nats_TTL="never")
+    await pub(s, "s.d")
+    deadline = s.next_expiry()
+    assert deadline is not None  # s.b's, the oldest that can age out
+    s.expire(deadline + 1)
+    assert live(s) == [1, 3, 4]
+    s.expire(now_ns() + NS)
+    assert live(s) == [1, 3]
+    assert s.next_expiry() is None  # only never-expiring messages left: nothing to wake for
+    await pub(s, "s.e")
+    later = s.next_expiry()
+    assert later is not None and later > deadline
+    again = make(store=s.store, max_age=NS, allow_msg_ttl=True)  # a restart recovers them
+    again.expire(later + 1)
+    assert live(again) == [1, 3]
+    again.delete_msg(1)
+    again.expire(later + 2)
+    assert live(again) == [3]
+
+
 class GatedStore(MemoryStore):
     """A memory store whose sync waits for the test, to observe the commit barrier."""
 
