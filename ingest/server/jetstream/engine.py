@@ -265,14 +265,13 @@ class JetStream:
             except direct.BadDirectRequest as bad:
                 publish(reply, None, bad.hdr, b"")
                 return
-            msgs = list(direct.lookup(stream, req))
-            out = direct.replies(stream, req, msgs)
+            out = direct.answer(stream, req)
 
             def send(*_: object) -> None:
-                for r in out:
+                for r in out.replies:
                     publish(reply, None, r.hdr or None, r.data)
 
-            barrier = stream.commit_barrier(msgs[-1].seq) if msgs else None
+            barrier = stream.commit_barrier(out.reveal) if out.reveal else None
             if barrier is None:
                 send()
             else:
