@@ -8,6 +8,8 @@ loop, once per tick:
 - read each stream's pin (`lake.json`, written by the compactor after each
   Delta commit) and hold reclaim above it, so space reclaim never destroys a
   row the lake has not taken;
+- merge one run of small sealed segments at or below the pin
+  (`FileStore.merge_small`), so 2-s seals do not pile up ~43,000 files a day;
 - start the compactor process (`jetlake job compact --follow`, one long-lived
   SparkSession) the first time a sealed segment waits for the lake. Until then
   no JVM runs: a short-lived `-js` server that seals nothing costs nothing.
@@ -141,6 +143,7 @@ class LakeSupervisor:
             done = pin.seq if pin else 0
             store.hold_for_lake(done)
             store.seal(older_than_ns=bound)
+            store.merge_small()
             waiting |= store.sealed_last_seq > done
             lags[ref.name] = self._lag(ref, store, done, now)
         self.lags = lags

@@ -372,7 +372,7 @@ class BatchStore(ABC):
             runs.append((lo, hi))
         return runs
 
-    def _live_mask(self, batch: pa.RecordBatch, lo: int, hi: int) -> pa.BooleanArray:
+    def _live_mask(self, batch: pa.RecordBatch | pa.Table, lo: int, hi: int) -> pa.BooleanArray:
         """Rows of batch that are live and within [lo, hi]."""
         seq = batch.column(SEQ)
         mask = pc.and_(pc.greater_equal(seq, max(lo, self._first)), pc.less_equal(seq, hi))

@@ -10,6 +10,11 @@ Defaults (`SegmentConfig`), and why:
 - 256 cached batches: a few consumers reading near the head hit memory.
 - reclaim when at most half a sealed segment is live (the reference does the
   same for its blocks): each rewrite at least halves the file.
+- merge runs of 16+ small sealed segments (or fewer making a full merge)
+  into one of at most 16 MiB, 8192 batches or 256 files (see `plan_merge`):
+  2-s lake seals would otherwise leave ~43,000 files a day per stream, each
+  index read at every start, and those bounds keep one merge near 0.1 s of
+  event-loop time.
 
 Threading: `append`, reads and deletes run on the event-loop thread; `sync()`
 may run on a worker thread at the same time. Writes go straight to the files
@@ -18,12 +23,13 @@ lock only guards swapping the active segment or the delete log, which `sync`
 guards against by fsyncing duplicates of the file descriptors it took under
 the lock.
 
-The lake (`log/compactor`) reads sealed segments from another process. Two
+The lake (`log/compactor`) reads sealed segments from another process. Three
 hooks serve it: `seal()` seals a young active segment on a timer (freshness:
 the lake only takes sealed, fsynced segments, whose seqs can never be reused by
-a crash), and `hold_for_lake(seq)` forbids reclaim from destroying rows after
-the lake's watermark; segments skipped for that are reclaimed once the
-watermark passes them.
+a crash), `hold_for_lake(seq)` forbids reclaim from destroying rows after
+the lake's watermark (segments skipped for that are reclaimed once the
+watermark passes them), and `merge_small()` folds the small segments those
+timed seals make into bigger ones, only at or below the watermark.
 
 Corruption policy: a sealed segment that fails verification at open is logged
 (error, naming the file and byte offset), listed in `corrupt`, left on disk
@@ -40,10 +46,12 @@ import shutil
 import threading
 from array import array
 from bisect import bisect_left
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,6 +79,85 @@ class SegmentConfig:
     cache_batches: int = 256
     reclaim_live_ratio: float = 0.5
     rewrite_batch_rows: int = 65536
+    merge_target_bytes: int = 16 * 1024 * 1024
+    merge_min_segments: int = 16
+    merge_max_segments: int = 256
+    merge_max_batches: int = 8192
+
+
+class _Piece(Protocol):
+    """What the merge policy weighs in a segment (a `Segment` has all of it)."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def batches(self) -> int: ...
+    @property
+    def min_ts(self) -> int: ...
+
+
+def _weight(piece: _Piece) -> tuple[int, int, int]:
+    return piece.size, piece.rows, piece.batches
+
+
+def plan_merge(pieces: Sequence[_Piece], config: SegmentConfig) -> slice | None:
+    """The oldest run of adjacent segments worth merging into one, if any.
+
+    A run is as long as the limits allow, which bound both the result and the
+    time one merge holds the event loop (measured in the README): at most
+    `merge_target_bytes`, `max_msgs` rows, `merge_max_batches` batches (each
+    costs a decode and a copy: a sync publish is a batch of one) and
+    `merge_max_segments` files (each costs an open and two unlinks), within
+    `max_age_ns` of time, so the result is a segment the writer itself could
+    have rolled and max_age still drops files at its grain. A segment that
+    fits no run alone is a wall between runs.
+
+    A run qualifies when it has at least `merge_min_segments` members, or is
+    full (two or more members, and the next segment would pass a limit): each
+    merge then removes many files or makes a segment as big as allowed, never
+    a pair of crumbs per tick. And its largest member must be at most the sum
+    of the others: the segment holding a given row then at least doubles each
+    time that row is rewritten, so a row is rewritten at most log2(target /
+    seal size) times, and a big segment is never rewritten to absorb crumbs.
+    """
+    caps = (config.merge_target_bytes, config.max_msgs, config.merge_max_batches)
+    end = 0
+    totals = [0, 0, 0]  # bytes, rows, batches of pieces[start:end]
+    largest: deque[int] = deque()  # indices in the window, sizes decreasing
+    for start, first in enumerate(pieces):
+        if end <= start:  # nothing in the window: the previous start was a wall
+            end, totals = start, [0, 0, 0]
+            largest.clear()
+        full = False
+        while end < len(pieces):
+            piece = pieces[end]
+            grown = [t + w for t, w in zip(totals, _weight(piece), strict=True)]
+            if (
+                end - start == config.merge_max_segments
+                or piece.min_ts - first.min_ts >= config.max_age_ns
+                or any(g > cap for g, cap in zip(grown, caps, strict=True))
+            ):
+                full = all(w <= cap for w, cap in zip(_weight(piece), caps, strict=True))
+                break
+            totals = grown
+            while largest and pieces[largest[-1]].size <= piece.size:
+                largest.pop()
+            largest.append(end)
+            end += 1
+        count = end - start
+        if (
+            count >= 2
+            and (count >= config.merge_min_segments or full)
+            and 2 * pieces[largest[0]].size <= totals[0]
+        ):
+            return slice(start, end)
+        if count:
+            totals = [t - w for t, w in zip(totals, _weight(first), strict=True)]
+            if largest[0] == start:
+                largest.popleft()
+    return None
 
 
 class FileStore(BatchStore):
@@ -94,6 +181,9 @@ class FileStore(BatchStore):
         self._lake_mark: int | None = None  # rows above it are not in the lake yet
         self._held: dict[int, Segment] = {}  # reclaim deferred for the lake, by base
         self._segments: list[Segment] = []
+        self._quarantined: list[int] = []  # bases of corrupt files: no merge spans one
+        self._no_merge: set[int] = set()  # bases whose batches failed a merge's read
+        self._merge_seen: tuple[int | None, int, int] | None = None  # state with nothing to merge
         self._open_segments()
 
     def _open_segments(self) -> None:
@@ -108,6 +198,7 @@ class FileStore(BatchStore):
                 log.error("stream %s: %s; its messages are not served", self.name, err)
                 self.corrupt.append(err)
                 self._missing.append((base, found[k + 1][0] - 1))
+                self._quarantined.append(base)
                 continue
             if not active:
                 seg.release()
@@ -183,10 +274,7 @@ class FileStore(BatchStore):
                 continue
             # The deletes must be durable before the data that contradicts them goes.
             os.fsync(self._tomb.fileno())
-            if live:
-                self._rewrite(seg)
-            else:
-                self._replace(seg, None)
+            self._rewrite([seg])
 
     # -- the lake's hooks ------------------------------------------------------
 
@@ -207,6 +295,61 @@ class FileStore(BatchStore):
                 return False
             self._roll(seg.refs[-1].last + 1)
         return True
+
+    def merge_small(self) -> int:
+        """Merge one run of small sealed segments the lake has; returns the files removed.
+
+        Called on the lake's tick right after `seal`, the only thing that makes
+        small segments in bulk: one run a call bounds the time the event loop
+        is held (a cascade of merges proceeds a tick at a time). Only rows at or
+        below the lake's mark are merged: the compactor reads the newer files by
+        name, and it skips these (wholly at or below its progress) unread. With
+        no lake (mark None) every sealed segment is fair game. A run never spans
+        a corrupt file, which stays for an operator to restore.
+        """
+        seen = (self._lake_mark, len(self._segments), self._segments[-1].base)
+        if seen == self._merge_seen:
+            return 0  # nothing sealed, merged or handed to the lake since the last look
+        for stretch in self._merge_stretches():
+            picked = plan_merge(stretch, self.config)
+            if picked is not None:
+                run = stretch[picked]
+                break
+        else:
+            self._merge_seen = seen
+            return 0
+        try:
+            os.fsync(self._tomb.fileno())  # deletes durable before the rows they drop go
+            fresh = self._rewrite(run)
+        except CorruptSegmentError as err:
+            bad = [s for s in run if str(err).startswith(str(s.path))] or run
+            self._no_merge.update(s.base for s in bad)
+            log.error("stream %s: %s; not merged", self.name, err)
+            return 0
+        except OSError as err:  # e.g. disk full: merging is housekeeping, the store goes on
+            self._merge_seen = seen
+            log.error("stream %s: merging segments failed: %s", self.name, err)
+            return 0
+        return len(run) - (fresh is not None)
+
+    def _merge_stretches(self) -> list[list[Segment]]:
+        """Maximal lists of adjacent sealed segments the lake has, oldest first."""
+        mark, half = self._lake_mark, self.config.merge_target_bytes // 2
+        stretches: list[list[Segment]] = [[]]
+        prev: Segment | None = None
+        for seg in self._segments[:-1]:
+            if mark is not None and seg.refs and seg.refs[-1].last > mark:
+                break  # seqs ascend: no later segment is in the lake either
+            # A run's largest member is at most half of it: bigger ones are walls, cut here
+            # so a stream of thousands of full segments costs a glance per tick.
+            mergeable = seg.size <= half and seg.base not in self._no_merge
+            fenced = prev is not None and any(prev.base < q < seg.base for q in self._quarantined)
+            if fenced or not mergeable:
+                stretches.append([])
+            if mergeable:
+                stretches[-1].append(seg)
+            prev = seg
+        return [s for s in stretches if len(s) >= 2]
 
     @property
     def sealed_last_seq(self) -> int:
@@ -292,32 +435,53 @@ class FileStore(BatchStore):
         if len(self._cache) > self.config.cache_batches:
             self._cache.popitem(last=False)
 
-    def _rewrite(self, seg: Segment) -> None:
-        live = []
-        for ref in seg.refs:
-            if ref.live:
-                batch = self._fetch(ref)
-                live.append(batch.filter(self._live_mask(batch, ref.first, ref.last)))
-        table = pa.Table.from_batches(live).combine_chunks()
-        write_segment(
-            self.dir, seg.base, seg.gen + 1, table.to_batches(self.config.rewrite_batch_rows)
-        )
-        fresh, _ = open_segment(self.dir, seg.base, seg.gen + 1, active=False)
-        fresh.release()
-        self._replace(seg, fresh)
+    def _rewrite(self, segs: list[Segment]) -> Segment | None:
+        """Replace adjacent sealed segments by one file of their live rows (None: none live).
 
-    def _replace(self, seg: Segment, fresh: Segment | None) -> None:
-        """Swap a sealed segment's refs for its rewrite's (or for nothing) and unlink it."""
-        i = bisect_left(self._firsts, seg.refs[0].first)
-        assert self._refs[i] is seg.refs[0]
+        Reclaim passes one segment, a merge a run. The new file takes the first
+        base and a generation above all of theirs, and is durable under its
+        final names before any old file goes, so after a crash discovery
+        prefers it and drops the old copies it covers (see segment.py).
+        """
+        live = [t for seg in segs if (t := self._live_rows(seg)) is not None]
+        fresh = None
+        if live:
+            base, gen = segs[0].base, max(s.gen for s in segs) + 1
+            table = pa.concat_tables(live).combine_chunks()
+            write_segment(self.dir, base, gen, table.to_batches(self.config.rewrite_batch_rows))
+            fresh, _ = open_segment(self.dir, base, gen, active=False)
+            fresh.release()
+        self._replace(segs, fresh)
+        return fresh
+
+    def _live_rows(self, seg: Segment) -> pa.Table | None:
+        """Its live rows (None: none), read from disk, never through the batch cache:
+        a merge reads hundreds of cold segments and must not evict the consumers' batches."""
+        live = [k for k, ref in enumerate(seg.refs) if ref.live]
+        if not live:
+            return None
+        refs = seg.refs[live[0] : live[-1] + 1]
+        table = seg.read_span(refs)
+        if any(ref.live < ref.rows for ref in refs):
+            table = table.filter(self._live_mask(table, refs[0].first, refs[-1].last))
+        return table
+
+    def _replace(self, old: list[Segment], fresh: Segment | None) -> None:
+        """Swap adjacent sealed segments' refs for their rewrite's (or for nothing), unlink them."""
+        refs = [r for seg in old for r in seg.refs]
         new_refs = fresh.refs if fresh else []
-        self._refs[i : i + len(seg.refs)] = new_refs
-        self._firsts[i : i + len(seg.refs)] = [r.first for r in new_refs]
-        k = self._segments.index(seg)
-        self._segments[k : k + 1] = [fresh] if fresh else []
-        for ref in seg.refs:
+        if refs:
+            i = bisect_left(self._firsts, refs[0].first)
+            assert self._refs[i] is refs[0] and self._refs[i + len(refs) - 1] is refs[-1]
+            self._refs[i : i + len(refs)] = new_refs
+            self._firsts[i : i + len(refs)] = [r.first for r in new_refs]
+        k = self._segments.index(old[0])
+        assert self._segments[k : k + len(old)] == old
+        self._segments[k : k + len(old)] = [fresh] if fresh else []
+        for ref in refs:
             self._cache.pop(ref, None)
-        seg.unlink()
+        for seg in old:
+            seg.unlink()
 
     def _advance_floor(self, bound: int) -> int:
         """An explicit floor (purge, limits, max_age) also retires unreadable ranges below it."""
