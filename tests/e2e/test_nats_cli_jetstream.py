@@ -1,0 +1,94 @@
+"""The `nats` CLI's JetStream, KV and Object Store commands: jetlake prints what the reference does.
+
+The same session of commands runs against the test's server and a reference
+server; each command's output is compared after normalising what differs by
+nature (times, durations, ids) and the table padding that follows from it.
+A reference run compares two reference servers, which checks the normalising.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.conftest import MakeServer
+from tests.e2e.test_nats_cli import cli
+from tests.support.servers import ServerProcess
+
+_VOLATILE = (
+    (re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?Z?"), "TIME"),
+    (re.compile(r"\b\d\d:\d\d:\d\d\b"), "CLOCK"),  # the CLI's log lines
+    (re.compile(r"\b\d+(\.\d+)?(ns|µs|ms|s)\b"), "DUR"),
+    (re.compile(r"\b(N[A-Z0-9]{55}|[A-Za-z0-9]{22})\b"), "ID"),  # server ids, nuids
+    (re.compile(r"127\.0\.0\.1:\d+"), "ADDR"),
+    # jetlake reports the version and JetStream API level whose features it implements.
+    (re.compile(r"(Host Version|Connected Server Version): \S+"), r"\1: VERSION"),
+    (re.compile(r"hosted at level \d+"), "hosted at level LEVEL"),
+    (re.compile(r'"_nats\.(level|ver)": "[^"]*"'), r'"_nats.\1": "V"'),
+    (re.compile(r"Client ID: \d+"), "Client ID: CID"),
+    (re.compile(r"[─━═]+"), "─"),
+    (re.compile(r"[ \t]+"), " "),
+)
+
+
+def normalise(out: str) -> str:
+    for pattern, replacement in _VOLATILE:
+        out = pattern.sub(replacement, out)
+    return "\n".join(line.strip() for line in out.splitlines() if line.strip())
+
+
+def session(blob: Path, got: Path) -> list[tuple[str, ...]]:
+    """What a user does in a first hour with the CLI (all non-interactive)."""
+    return [
+        ("stream", "add", "ORDERS", "--subjects", "orders.>", "--defaults"),
+        ("pub", "orders.new", "o1"),
+        ("pub", "orders.new", "o2"),
+        ("pub", "orders.old", "o3"),
+        ("stream", "ls"),
+        ("stream", "report"),
+        ("stream", "get", "ORDERS", "2"),
+        ("stream", "subjects", "ORDERS"),
+        ("consumer", "add", "ORDERS", "C1", "--pull", "--defaults"),
+        ("consumer", "next", "ORDERS", "C1", "--count", "2"),
+        ("consumer", "report", "ORDERS"),
+        ("consumer", "info", "ORDERS", "C1", "--json"),
+        ("kv", "add", "CFG", "--history", "5"),
+        ("kv", "put", "CFG", "a", "1"),
+        ("kv", "put", "CFG", "a", "2"),
+        ("kv", "put", "CFG", "b", "3"),
+        ("kv", "get", "CFG", "a", "--raw"),
+        ("kv", "ls", "CFG"),
+        ("kv", "history", "CFG", "a"),
+        ("kv", "del", "CFG", "b", "-f"),
+        ("kv", "ls"),
+        ("object", "add", "FILES"),
+        ("object", "put", "FILES", str(blob), "--name", "blob"),
+        ("object", "get", "FILES", "blob", "-O", str(got)),
+        ("object", "ls", "FILES"),
+        ("server", "check", "jetstream"),
+        ("stream", "purge", "ORDERS", "-f"),
+        ("stream", "rm", "ORDERS", "-f"),
+        ("stream", "ls", "--names"),
+    ]
+
+
+async def run_session(server: ServerProcess, folder: Path) -> list[tuple[int, str]]:
+    folder.mkdir()
+    blob, got = folder / "blob.bin", folder / "got.bin"
+    blob.write_bytes(bytes(range(256)) * 12_288)  # 3 MiB: 24 chunks
+    outputs = [await cli(server.url, *command) for command in session(blob, got)]
+    assert got.read_bytes() == blob.read_bytes()
+    return [(code, normalise(out.replace(str(folder), "DIR"))) for code, out in outputs]
+
+
+async def test_cli_jetstream_session_matches_reference(
+    make_server: MakeServer, tmp_path: Path
+) -> None:
+    mine = make_server("-js", "-sd", str(tmp_path / "mine"))
+    ref = make_server("-js", "-sd", str(tmp_path / "ref"), kind="nats-server")
+    got = await run_session(mine, tmp_path / "mine-cli")
+    want = await run_session(ref, tmp_path / "ref-cli")
+    commands = session(Path("blob"), Path("got"))
+    for command, (code, out), (ref_code, ref_out) in zip(commands, got, want, strict=True):
+        assert (code, out) == (ref_code, ref_out), " ".join(command)
+    assert want[0][0] == 0 and "OK JetStream" in want[-4][1]
