@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest.parser.headers import header_value
 from ingest.parser.subjects import is_subset, is_valid_subject, subjects_overlap
 from log import errors
 from log.request_fields import Fields
@@ -36,6 +38,8 @@ MIN_WINDOW = 100_000_000  # 100ms: the reference's floor for max_age and duplica
 # Highest JetStream API level whose stream features jetlake implements (1 = per-message TTL).
 API_LEVEL = 1
 REQUIRED_LEVEL_KEY = "_nats.req.level"
+REQUIRED_LEVEL_HEADER = b"Nats-Required-Api-Level"
+_GO_INT = re.compile(rb"[+-]?\d+")
 
 RETENTIONS = ("limits", "interest", "workqueue")
 DISCARDS = ("old", "new")
@@ -43,6 +47,18 @@ STORAGES = ("file", "memory")
 COMPRESSIONS = ("none", "s2")
 _UNSUPPORTED = ("mirror", "sources", "republish", "subject_transform", "first_seq")
 _RESERVED = ("$JS.>", "$JSC.>", "$NRG.>")
+
+
+def above_api_level(hdr: bytes | None) -> bool:
+    """Whether a request's Nats-Required-Api-Level asks for more than jetlake implements.
+
+    A level that is not a number is refused too, as the reference refuses it: a
+    client that needs a feature must not get a server that silently lacks it.
+    """
+    value = header_value(hdr, REQUIRED_LEVEL_HEADER)
+    if not value:
+        return False
+    return _GO_INT.fullmatch(value) is None or int(value) > API_LEVEL
 
 
 @dataclass(frozen=True, slots=True)

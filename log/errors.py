@@ -32,6 +32,10 @@ class ApiError(Exception):
         return f"ApiError({self.code}, {self.err_code}, {self.description!r})"
 
 
+def required_api_level() -> ApiError:
+    return ApiError(412, 10185, "JetStream minimum api level required")
+
+
 def bad_request() -> ApiError:
     return ApiError(400, 10003, "bad request")
 

@@ -257,3 +257,25 @@ async def test_jetstream_disabled_wire_form(make_server: MakeServer) -> None:
         line, payload = await c.read_op()
         assert line == b"HMSG _INBOX.js 1 44 44"
         assert payload == b"NATS/1.0 503\r\nNats-Subject: $JS.API.INFO\r\n\r\n"
+
+
+async def test_required_api_level_header(js_server: ServerProcess, connect: Connect) -> None:
+    """A request naming an API level the server lacks (or no number) is refused with 412."""
+    nc = await connect(js_server)
+    config = {"name": "LVL", "subjects": ["lvl"], "allow_direct": True}
+    await api(nc, "$JS.API.STREAM.CREATE.LVL", config)
+    refused = {
+        "code": 412,
+        "err_code": 10185,
+        "description": "JetStream minimum api level required",
+    }
+    for level in ("99", "x"):
+        for subject in ("$JS.API.INFO", "$JS.API.STREAM.INFO.LVL"):
+            doc = await api(nc, subject, **{"Nats-Required-Api-Level": level})
+            assert doc["error"] == refused, (subject, level)
+        got = await nc.request(
+            "$JS.API.DIRECT.GET.LVL", b'{"seq":1}', headers={"Nats-Required-Api-Level": level}
+        )
+        assert got.headers == {"Status": "412", "Description": "Required Api Level"}
+    accepted = await api(nc, "$JS.API.STREAM.INFO.LVL", **{"Nats-Required-Api-Level": "1"})
+    assert accepted["config"]["name"] == "LVL"

@@ -84,15 +84,24 @@ class Api:
     def _callback(self, kind: str, handler: Handler) -> Callable[..., None]:
         def on_request(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
             if reply:
-                self._handle(kind, handler, subject[len(PREFIX) :].split("."), reply, data)
+                tokens = subject[len(PREFIX) :].split(".")
+                self._handle(kind, handler, tokens, reply, hdr, data)
 
         return on_request
 
     def _handle(
-        self, kind: str, handler: Handler, tokens: list[str], reply: str, data: bytes
+        self,
+        kind: str,
+        handler: Handler,
+        tokens: list[str],
+        reply: str,
+        hdr: bytes | None,
+        data: bytes,
     ) -> None:
         self.total += 1
         try:
+            if streamconfig.above_api_level(hdr):
+                raise errors.required_api_level()
             result = handler(tokens, data)
         except ApiError as err:
             self._send(reply, self._error(kind, err))

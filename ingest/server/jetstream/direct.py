@@ -36,6 +36,7 @@ EMPTY_REQUEST = b"NATS/1.0 408 Empty Request\r\n\r\n"
 MALFORMED = b"NATS/1.0 408 Malformed Request\r\n\r\n"
 BAD_REQUEST = b"NATS/1.0 408 Bad Request\r\n\r\n"
 TOO_MANY = b"NATS/1.0 413 Too Many Results\r\n\r\n"
+REQUIRED_API_LEVEL = b"NATS/1.0 412 Required Api Level\r\n\r\n"
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # the reference's max pending per client
 
 

@@ -24,7 +24,7 @@ from ingest.parser.subjects import subjects_overlap
 from ingest.server.jetstream import direct
 from ingest.server.jetstream.port import Messaging
 from log import errors
-from log.config import API_LEVEL, StreamConfig, check_update, from_request
+from log.config import API_LEVEL, StreamConfig, above_api_level, check_update, from_request
 from log.segments.api import MsgStore
 from log.stream import Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
@@ -258,6 +258,9 @@ class JetStream:
 
         def on_get(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
             if not reply:
+                return
+            if above_api_level(hdr):
+                publish(reply, None, direct.REQUIRED_API_LEVEL, b"")
                 return
             key = subject[len(prefix) :] if subject.startswith(prefix) else ""
             try:
