@@ -8,17 +8,15 @@ max_deliver, max_ack_pending and the pull-request statuses are tested with a
 fake clock in microseconds, not with sleeps.
 
 Reading follows the filter through the store's per-subject index
-(`load_next(seq, filter)`), so a consumer of one subject among millions costs
+(`consumer_start.ReadAhead`), so a consumer of one subject among millions costs
 what it delivers. Sequences above the stream's commit index are never read:
 a message is not revealed before its publisher could have been acknowledged.
 """
 
 from __future__ import annotations
 
-from array import array
-from bisect import bisect_right
 from collections import deque
-from itertools import chain
+from itertools import takewhile
 from typing import Any
 
 from ingest.parser.subjects import subject_matches
@@ -34,14 +32,15 @@ from log.consumer_pull import (
     status,
 )
 from log.consumer_push import FlowControl
-from log.consumer_start import count_from, start_position
+from log.consumer_start import ReadAhead, count_from, start_position
 from log.consumer_store import ACKED, DELIVERED, GAVE_UP
 from log.consumer_wire import (
     ACK_PREFIX,
+    CONFIRMED,
+    IGNORED,
     AckResult,
-    Delivery,
+    Deliveries,
     Output,
-    Pending,
     Status,
     StoreReader,
     headers_only,
@@ -52,6 +51,10 @@ from log.consumer_wire import (
 from log.segments.api import StoredMsg
 
 _NS = 1_000_000_000
+_PROBE = 8  # seqs after an acked one looked up before walking the pending dict
+# Deliveries per pump: the owner writes each slice before the next is read, so the client
+# works meanwhile (a whole flow-control window in one pump idled it for tens of ms).
+SLICE = 256
 
 
 class Consumer:
@@ -68,24 +71,27 @@ class Consumer:
     ) -> None:
         self.stream = stream
         self.name = name
-        self.cfg = cfg
+        self._adopt(cfg)
         self.store = store
         self.created = created
         self.committed = committed
         self.active = not cfg.is_push  # push: someone listens on the deliver subject
         self.dirty = False  # state changed since the owner last persisted it
-        # Durable only: pending changes since the owner last persisted (consumer_store records).
-        self.journal: array | None = None
-        self._ack_prefix = f"{ACK_PREFIX}.{stream}.{name}."
-        self._ahead: deque[StoredMsg] = deque()  # read in this pump, not yet taken
+        # Durable only: changes since the owner last persisted, as consumer_store's int64
+        # records (a list: extending an array converts each int, five times the cost).
+        self.journal: list[int] | None = None
+        # Stream seqs this consumer is done with since the owner last took them (retention).
+        self.finished: list[int] = []
+        self._ack_prefix = f"{ACK_PREFIX}.{stream}.{name}.".encode("utf-8", "surrogateescape")
+        self._reader = ReadAhead(store, cfg.filters)
         self.dseq = 1  # next consumer sequence
         self.adflr = 0
         self.asflr = 0
-        self.pending: dict[int, Pending] = {}  # by stream seq, in ascending order
+        # Stream seq -> (consumer seq, ns the ack wait counts from), in ascending seq order.
+        self.pending: dict[int, tuple[int, int]] = {}
         self.redelivered: dict[int, int] = {}  # stream seq -> delivery count (> 1)
         self._rdq: deque[int] = deque()
         self._rdq_set: set[int] = set()
-        self.npc = 0  # messages matching the filter at or after sseq
         self.waiting = WaitQueue(cfg.max_waiting)
         self.last_delivered = 0  # ns
         self.last_acked = 0  # ns
@@ -98,13 +104,11 @@ class Consumer:
         self._fc = FlowControl(stream, name)
         self._next_hb = now + cfg.idle_heartbeat if cfg.idle_heartbeat else 0
         self._next_check = 0  # earliest ack deadline among pending, 0 = none
-        self._upcoming: list[int] = []  # filtered: matching seqs known to the store, ascending
-        self._upcoming_pos = 0
-        self._upcoming_upto = 0  # the store's last seq when _upcoming was read
-        self._upcoming_stale = True
+        self._sliced = False  # the last pump stopped at SLICE deliveries, not for want of work
         self._advisories: list[Output] = []
         self.sseq, self._lps = start_position(store, cfg, committed)
         self._lps_resume = committed if cfg.deliver_policy == "last_per_subject" else 0
+        # Messages matching the filter at or after sseq.
         self.npc = len(self._lps) if self._lps else self.count_pending()
 
     # -- start position and pending count -------------------------------------
@@ -138,34 +142,29 @@ class Consumer:
         """A message was committed: count it if it is ahead of us and ours."""
         if seq > self.committed:
             self.committed = seq
-        if (
-            self.cfg.filters
-            and not self._upcoming_stale
-            and seq > self._upcoming_upto
-            and self.matches(subject)
-        ):
-            self._upcoming.append(seq)
-            if self._upcoming_pos > 4096:
-                del self._upcoming[: self._upcoming_pos]
-                self._upcoming_pos = 0
-        if (
-            seq >= self.sseq
-            and self.matches(subject)
-            and not (self._lps and seq <= self._lps_resume)
-        ):
+        if not self.matches(subject):
+            return
+        self._reader.committed(seq)
+        if seq >= self.sseq and not (self._lps and seq <= self._lps_resume):
             self.npc += 1
 
     def refresh(self, committed: int) -> None:
         """Re-read positions from the store (messages committed without a callback to us)."""
         self.committed = max(self.committed, committed)
-        self._upcoming_stale = True
+        self._reader.refilter(self.cfg.filters)
         self.npc = self.count_pending()
 
     def update_config(self, cfg: ConsumerConfig) -> None:
         """Adopt an already-checked update (only the editable fields differ)."""
-        self.cfg = cfg
-        self._upcoming_stale = True
+        self._adopt(cfg)
+        self._reader.refilter(cfg.filters)
         self.waiting.limit = cfg.max_waiting
+
+    def _adopt(self, cfg: ConsumerConfig) -> None:
+        """Keep per-message branches off the config's properties."""
+        self.cfg = cfg
+        self._push = cfg.is_push
+        self._timed = bool(cfg.rate_limit_bps) or cfg.replay_policy == "original"
 
     def pull(self, reply: str, body: bytes, now: int) -> list[Output]:
         """A MSG.NEXT request: refuse it with a status, or queue it for `pump`."""
@@ -206,76 +205,93 @@ class Consumer:
             if req.reply == reply:
                 self.waiting.remove(req)
 
-    def ack(self, tokens: list[str], body: bytes, now: int) -> AckResult:
-        """An ack on `$JS.ACK.<stream>.<consumer>.<dc>.<sseq>.<dseq>.<ts>.<pending>`."""
-        dc, sseq, dseq = int(tokens[4]), int(tokens[5]), int(tokens[6])
+    def ack(self, dc: int, sseq: int, dseq: int, body: bytes, now: int) -> AckResult:
+        """An ack on `$JS.ACK.<stream>.<consumer>.<dc>.<sseq>.<dseq>.<ts>.<pending>`.
+
+        What the ack settles lands in `finished` for the owner's retention rules.
+        """
         kind = body.strip()
-        if not kind or kind in (b"+ACK", b"+OK"):
+        if not kind or kind == b"+ACK" or kind == b"+OK":
             return self._ack(sseq, dseq, now)
         if kind.startswith(b"+NXT"):
-            result = self._ack(sseq, dseq, now)
-            return AckResult(False, result.done, body.strip()[4:] or b"")
+            self._ack(sseq, dseq, now)
+            return AckResult(False, kind[4:])
         if kind.startswith(b"-NAK"):
             self._nak(sseq, dseq, kind[4:].strip(), now)
-            return AckResult(True)
+            return CONFIRMED
         if kind == b"+WPI":
             p = self.pending.get(sseq)
             if p is not None:
-                p.ts = now
-            return AckResult(True)
+                self.pending[sseq] = (p[0], now)
+            return CONFIRMED
         if kind.startswith(b"+TERM"):
             if sseq not in self.pending:
-                return AckResult(True)
+                return CONFIRMED
             reason = kind[5:].strip().decode("utf-8", "replace")
-            result = self._ack(sseq, dseq, now)
-            result.confirm = True
+            self._ack(sseq, dseq, now)
             self._advisories.append(terminated(self.stream, self.name, sseq, dseq, dc, reason, now))
-            return result
-        return AckResult(False)
+            return CONFIRMED
+        return IGNORED
 
     def _ack(self, sseq: int, dseq: int, now: int) -> AckResult:
         if sseq >= self.sseq:
-            return AckResult(False)
+            return IGNORED
         policy = self.cfg.ack_policy
-        done: list[int] = []
+        journal = self.journal
         if policy == "explicit":
             p = self.pending.pop(sseq, None)
             if p is not None:
-                done.append(sseq)
-                self._move_floor(p.dseq, sseq)
-            if (self.redelivered.pop(sseq, None) or p) and self.journal is not None:
-                self.journal.extend((ACKED, sseq))
-            self._unqueue(sseq)
+                self.finished.append(sseq)
+                self._move_floor(p[0], sseq)
+            if (self.redelivered.pop(sseq, None) or p) and journal is not None:
+                journal.extend((ACKED, sseq))
+            if sseq in self._rdq_set:
+                self._unqueue(sseq)
         elif policy == "all":
             if dseq <= self.adflr or sseq <= self.asflr:
-                return AckResult(True)
-            while self.pending:
-                first = next(iter(self.pending))
-                if first > sseq:
-                    break
-                del self.pending[first]
-                self.redelivered.pop(first, None)
-                self._unqueue(first)
-                done.append(first)
-                if self.journal is not None:
-                    self.journal.extend((ACKED, first))
+                return CONFIRMED
+            covered = list(takewhile(lambda seq: seq <= sseq, self.pending))
+            for seq in covered:
+                del self.pending[seq]
+                self.redelivered.pop(seq, None)
+                self._unqueue(seq)
+                if journal is not None:
+                    journal.extend((ACKED, seq))
+            self.finished += covered
             self.adflr, self.asflr = dseq, sseq
         else:
-            return AckResult(False)
+            return IGNORED
         self.last_acked = now
         self.dirty = True
-        return AckResult(True, done)
+        return CONFIRMED
 
     def _move_floor(self, dseq: int, sseq: int) -> None:
-        """The reference's moveAckFloor: advance only from the floor itself, up to the next gap."""
-        if not self.pending:
+        """The reference's moveAckFloor: advance only from the floor itself, up to the next gap.
+
+        The next seqs are probed first: the dict's front holds a hole per in-order ack.
+        """
+        pending = self.pending
+        if not pending:
             self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
-        elif dseq == self.adflr + 1:
-            self.adflr, self.asflr = dseq, sseq
-            for seq, p in self.pending.items():
+            return
+        if dseq != self.adflr + 1:
+            return
+        nxt = pending.get(sseq + 1)
+        if nxt is not None:  # in-order acks of a contiguous run: no loop
+            self.adflr, self.asflr = nxt[0] - 1, sseq
+            return
+        self.adflr, self.asflr = dseq, sseq
+        probe_end = min(sseq + 1 + _PROBE, self.sseq)  # nothing from self.sseq on was sent
+        for seq in range(sseq + 2, probe_end):
+            p = pending.get(seq)
+            if p is not None:
+                self.adflr, self.asflr = p[0] - 1, seq - 1
+                return
+        if probe_end < self.sseq:
+            for seq, (pending_dseq, _) in pending.items():
                 if seq > sseq:
-                    self.adflr, self.asflr = p.dseq - 1, seq - 1
-                    break
+                    self.adflr, self.asflr = pending_dseq - 1, seq - 1
+                    return
 
     def _nak(self, sseq: int, dseq: int, arg: bytes, now: int) -> None:
         p = self.pending.get(sseq)
@@ -284,8 +300,9 @@ class Consumer:
         delay = nak_delay(arg)
         if delay is not None:
             self._unqueue(sseq)
-            p.ts = now - self.cfg.ack_wait + delay
-            self._next_check = min(self._next_check or p.ts, now + delay)
+            ts = now - self.cfg.ack_wait + delay
+            self.pending[sseq] = (p[0], ts)
+            self._next_check = min(self._next_check or ts, now + delay)
             return
         self._queue_redelivery(sseq)
 
@@ -307,34 +324,44 @@ class Consumer:
         out: list[Output] = []
         if self.pending and self._next_check and now >= self._next_check:
             self._check_pending(now)
-        paused = self.cfg.pause_until is not None and now < self.cfg.pause_until
-        while not paused and self._can_send():
-            item = self._take(now)
-            if item is None:
-                break
-            msg, dc = item
-            if not self._ready(msg, now):
-                self._held = item
-                break
-            self._send(msg, dc, now, out)
-        if not self.cfg.is_push:
+        cfg = self.cfg
+        self._sliced = False
+        if cfg.pause_until is None or now >= cfg.pause_until:
+            sent = self.dseq
+            self._deliver(now, out)
+            if self.dseq != sent:
+                self.last_delivered = now
+                self.dirty = True
+                if self._push and cfg.idle_heartbeat:
+                    self._next_hb = now + cfg.idle_heartbeat
+        if not self._push:
             out += self._expire_requests(now, eos=True)
-        elif self.cfg.idle_heartbeat and self.active and now >= self._next_hb:
-            out.append(Status(self.cfg.deliver_subject, self._heartbeat()))
-            self._next_hb = now + self.cfg.idle_heartbeat
-        self._ahead.clear()  # read ahead for this pump only: the store may change before the next
+        elif cfg.idle_heartbeat and self.active and now >= self._next_hb:
+            out.append(Status(cfg.deliver_subject, self._heartbeat()))
+            self._next_hb = now + cfg.idle_heartbeat
+        self._reader.clear()  # a run serves one pump: the store may change before the next
         out += self._advisories
         self._advisories = []
         return out
 
-    def _can_send(self) -> bool:
-        if self.cfg.is_push:
-            if not self.active:
-                return False
-            return not (self.cfg.flow_control and self._fc.blocked)
-        return len(self.waiting) > 0
+    def _deliver(self, now: int, out: list[Output]) -> None:
+        timed, fc = self._timed, self._fc
+        for _ in range(SLICE):
+            if self._push:  # only to listeners, and within the flow-control window
+                if not self.active or (self.cfg.flow_control and fc.blocked):
+                    return
+            elif not len(self.waiting):
+                return
+            item = self._take()
+            if item is None:
+                return
+            if timed and not self._ready(item[0], now):
+                self._held = item
+                return
+            self._send(item[0], item[1], now, out)
+        self._sliced = True
 
-    def _take(self, now: int) -> tuple[StoredMsg, int] | None:
+    def _take(self) -> tuple[StoredMsg, int] | None:
         """The next message and its delivery count: redeliveries first, then new ones."""
         if self._held is not None:
             held, self._held = self._held, None
@@ -348,7 +375,7 @@ class Consumer:
             msg = self.store.load(seq)
             if msg is None:  # deleted meanwhile (limits, purge): nothing to redeliver
                 self.redelivered.pop(seq, None)
-                self._move_floor(self.pending.pop(seq).dseq, seq)
+                self._move_floor(self.pending.pop(seq)[0], seq)
                 if self.journal is not None:
                     self.journal.extend((ACKED, seq))
                 self.dirty = True
@@ -363,68 +390,29 @@ class Consumer:
             if msg is not None:
                 self.npc -= 1
                 return msg, 1
-            return self._take(now)
-        msg = self._load_next()
-        if msg is None:
+            return self._take()
+        run = self._reader.run
+        if not run and self._load_next() is None:
             self.npc = 0
             return None
-        if self._ahead:
-            self._ahead.popleft()
+        msg = run.popleft()
         self.sseq = msg.seq + 1
         self.npc -= 1
         return msg, 1
 
     def _load_next(self) -> StoredMsg | None:
-        """The first committed message at or after sseq that the filter selects (a peek).
-
-        Unfiltered, the store's next live sequence is O(1). Filtered, the matching
-        sequences come from the subject index once (`seqs_for`) and commits append
-        to that list, so a consumer never rescans the stream per message. Either
-        way a run of messages is read at once (converting Arrow rows one by one
-        costs more than delivering them) and kept in `_ahead` for this pump only.
-        """
-        if not self.cfg.filters:
-            ahead = self._ahead
-            if not ahead:
-                ahead.extend(self.store.load_run(self.sseq, self.committed, self._run_size()))
-            return ahead[0] if ahead else None
-        if self._ahead:
-            return self._ahead[0]
-        if self._upcoming_stale:
-            self._refill()
-        upcoming, pos = self._upcoming, self._upcoming_pos
-        while pos < len(upcoming) and upcoming[pos] < self.sseq:
-            pos += 1
-        while pos < len(upcoming):
-            hi = min(pos + self._run_size(), len(upcoming))
-            end = bisect_right(upcoming, self.committed, pos, hi)
-            if end == pos:
-                break
-            self._upcoming_pos = pos
-            self._ahead.extend(self.store.load_many(upcoming[pos:end]))
-            if self._ahead:
-                return self._ahead[0]
-            pos = end  # all deleted meanwhile
-        self._upcoming_pos = pos
-        return None
+        """The first committed message at or after sseq that the filter selects (a peek)."""
+        return self._reader.peek(self.sseq, self.committed, self._run_size())
 
     def _run_size(self) -> int:
         """How many messages to read at once: about what this pump can deliver, at most 256."""
         cfg = self.cfg
         if cfg.rate_limit_bps or self.sseq <= self._replay_end:
             return 1
-        n = 256 if cfg.is_push else min(self.waiting.outstanding(), 256)
+        n = 256 if self._push else min(self.waiting.outstanding(), 256)
         if cfg.max_ack_pending > 0:
             n = min(n, cfg.max_ack_pending - len(self.pending))
         return max(n, 1)
-
-    def _refill(self) -> None:
-        self._upcoming_stale = False
-        runs = [self.store.seqs_for(f, self.sseq) for f in self.cfg.filters]
-        merged = runs[0] if len(runs) == 1 else sorted(set(chain.from_iterable(runs)))
-        self._upcoming = list(merged)
-        self._upcoming_pos = 0
-        self._upcoming_upto = self.store.state().last_seq
 
     def _ready(self, msg: StoredMsg, now: int) -> bool:
         """Replay original and rate limits hold a fetched message until its time."""
@@ -445,12 +433,14 @@ class Consumer:
         cfg = self.cfg
         dseq = self.dseq
         seq = msg.seq
-        reply = f"{self._ack_prefix}{dc}.{seq}.{dseq}.{msg.ts}.{max(self.npc, 0)}"
+        npc = self.npc if self.npc > 0 else 0
+        reply = b"%b%d.%d.%d.%d.%d" % (self._ack_prefix, dc, seq, dseq, msg.ts, npc)
+        subject = msg.subject.encode("utf-8", "surrogateescape")
         hdr, data = msg.hdr, msg.data
         if cfg.headers_only:
             hdr, data = headers_only(hdr, len(data)), b""
-        size = len(msg.subject) + len(reply) + (len(hdr) if hdr else 0) + len(data)
-        if cfg.is_push:
+        size = len(subject) + len(reply) + (len(hdr) if hdr else 0) + len(data)
+        if self._push:
             target = cfg.deliver_subject
         else:
             target = self.waiting.claim(size, now, out)
@@ -461,28 +451,26 @@ class Consumer:
         self.dseq = dseq + 1
         if cfg.ack_policy == "none":
             self.adflr, self.asflr = dseq, seq
+            self.finished.append(seq)
         else:
-            p = self.pending.get(seq)
-            if p is None:
-                self.pending[seq] = Pending(dseq, now)
-            else:
-                p.dseq, p.ts = dseq, now
+            self.pending[seq] = (dseq, now)  # a redelivery keeps its place: seq order holds
             if self.journal is not None:
                 self.journal.extend((DELIVERED, seq, dseq, dc, now))
-            deadline = now + self._ack_wait(dc)
-            self._next_check = min(self._next_check or deadline, deadline)
+            deadline = now + (self._ack_wait(dc) if cfg.backoff else cfg.ack_wait)
+            if not self._next_check or deadline < self._next_check:
+                self._next_check = deadline
         if dc > 1:
             self.redelivered[seq] = dc
-        self.last_delivered = now
-        self.dirty = True
-        out.append(Delivery(target, reply, msg, hdr, data))
+        wire = (subject, reply, hdr or None, data)
+        last = out[-1] if out else None
+        if type(last) is Deliveries and last.subject == target:
+            last.msgs.append(wire)
+        else:
+            out.append(Deliveries(target, [wire]))
         if cfg.rate_limit_bps:
             self._rate_next = max(self._rate_next, now) + size * 8 * _NS // cfg.rate_limit_bps
-        if cfg.is_push:
-            if cfg.idle_heartbeat:
-                self._next_hb = now + cfg.idle_heartbeat
-            if cfg.flow_control and (ask := self._fc.sent(size)):
-                out.append(Status(cfg.deliver_subject, status(100, "FlowControl Request"), ask))
+        if self._push and cfg.flow_control and (ask := self._fc.sent(size)):
+            out.append(Status(cfg.deliver_subject, status(100, "FlowControl Request"), ask))
 
     def _heartbeat(self) -> bytes:
         headers = {LAST_CONSUMER: str(self.dseq - 1), LAST_STREAM: str(self.sseq - 1)}
@@ -493,12 +481,13 @@ class Consumer:
     def _expire_requests(self, now: int, *, eos: bool) -> list[Output]:
         """Answer requests that expired (408) or, at the end of the stream, no_wait ones (404)."""
         out: list[Output] = []
-        idle = eos and not self._rdq and self._held is None and not self._more_available()
         for req in self.waiting:
             if req.expires and now >= req.expires:
                 self.waiting.remove(req)
                 out.append(Status(req.reply, status(408, "Request Timeout", req.remaining())))
-            elif req.no_wait and idle and (not req.expires or req.delivered > 0):
+            elif (
+                req.no_wait and (not req.expires or req.delivered > 0) and eos and self._exhausted()
+            ):
                 self.waiting.remove(req)
                 out.append(Status(req.reply, status(404, "No Messages")))
             elif req.heartbeat and now >= req.next_heartbeat:
@@ -506,10 +495,12 @@ class Consumer:
                 req.next_heartbeat = now + req.heartbeat
         return out
 
-    def _more_available(self) -> bool:
-        if 0 < self.cfg.max_ack_pending <= len(self.pending):
+    def _exhausted(self) -> bool:
+        """Nothing can go out now; asked only for a no_wait request (it may read ahead)."""
+        if self._rdq or self._held is not None:
             return False
-        return bool(self._lps) or self._load_next() is not None
+        full = 0 < self.cfg.max_ack_pending <= len(self.pending)
+        return full or (not self._lps and self._load_next() is None)
 
     # -- ack deadlines --------------------------------------------------------
 
@@ -519,12 +510,16 @@ class Consumer:
             return backoff[min(max(dc - 1, 0), len(backoff) - 1)]
         return self.cfg.ack_wait
 
+    def _deadline(self, seq: int) -> int:
+        """When a pending message's ack wait runs out."""
+        return self.pending[seq][1] + self._ack_wait(self.redelivered.get(seq, 1))
+
     def _check_pending(self, now: int) -> None:
         """Queue every message whose ack wait ran out, in stream order."""
         expired: list[int] = []
         nxt = 0
-        for seq, p in self.pending.items():
-            deadline = p.ts + self._ack_wait(self.redelivered.get(seq, 1))
+        for seq in self.pending:
+            deadline = self._deadline(seq)
             if deadline <= now:
                 if seq not in self._rdq_set:
                     expired.append(seq)
@@ -534,13 +529,13 @@ class Consumer:
             dc = self.redelivered.get(seq, 1)
             if 0 < self.cfg.max_deliver <= dc:  # its last delivery went unacked: give up on it
                 self._advisories.append(max_deliveries(self.stream, self.name, seq, dc, now))
-                self._move_floor(self.pending.pop(seq).dseq, seq)
+                self._move_floor(self.pending.pop(seq)[0], seq)
                 if self.journal is not None:
                     self.journal.extend((GAVE_UP, seq))
                 self.dirty = True
                 continue
             self._queue_redelivery(seq)
-            self.pending[seq].ts = now  # until it goes out again, it cannot expire twice
+            self.pending[seq] = (self.pending[seq][0], now)  # it cannot expire twice meanwhile
         self._next_check = nxt
 
     def _queue_redelivery(self, seq: int) -> None:
@@ -555,6 +550,8 @@ class Consumer:
 
     def next_deadline(self, now: int) -> int | None:
         """When `pump` has timed work next (ns), or None."""
+        if self._sliced:
+            return now
         times = [self._next_check] if self.pending and self._next_check else []
         if self._held is not None and self._hold_until > now:
             times.append(self._hold_until)
@@ -580,7 +577,7 @@ class Consumer:
             "sseq": self.sseq,
             "adflr": self.adflr,
             "asflr": self.asflr,
-            "pending": [[s, p.dseq, p.ts] for s, p in self.pending.items()],
+            "pending": [[s, d, ts] for s, (d, ts) in self.pending.items()],
             "redelivered": [[s, n] for s, n in self.redelivered.items()],
             "lps": list(self._lps),
             "lps_resume": self._lps_resume,
@@ -592,15 +589,12 @@ class Consumer:
         """Resume from a snapshot: unacked messages are redelivered once their ack wait runs out."""
         self.dseq, self.sseq = int(state["dseq"]), int(state["sseq"])
         self.adflr, self.asflr = int(state["adflr"]), int(state["asflr"])
-        self.pending = {int(s): Pending(int(d), int(ts)) for s, d, ts in sorted(state["pending"])}
+        self.pending = {int(s): (int(d), int(ts)) for s, d, ts in sorted(state["pending"])}
         self.redelivered = {int(s): int(n) for s, n in state["redelivered"]}
         self._lps = deque(int(s) for s in state.get("lps", []))
         self._lps_resume = int(state.get("lps_resume", 0))
         self.last_delivered = int(state.get("last_delivered", 0))
         self.last_acked = int(state.get("last_acked", 0))
-        self._upcoming_stale = True
+        self._reader.refilter(self.cfg.filters)
         self.npc = self.count_pending()
-        self._next_check = min(
-            (p.ts + self._ack_wait(self.redelivered.get(s, 1)) for s, p in self.pending.items()),
-            default=0,
-        )
+        self._next_check = min(map(self._deadline, self.pending), default=0)

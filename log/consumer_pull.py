@@ -119,43 +119,34 @@ class WaitQueue:
     def remove(self, req: PullRequest) -> None:
         self._queue.remove(req)
 
-    def peek(self) -> PullRequest | None:
-        return self._queue[0] if self._queue else None
-
-    def take_one(self) -> PullRequest:
-        """Charge the head one message; it goes to the back while it wants more."""
-        req = self._queue.popleft()
-        req.batch -= 1
-        req.delivered += 1
-        if req.batch > 0:
-            self._queue.append(req)
-        return req
-
     def claim(self, size: int, now: int, out: list[Output]) -> str | None:
         """The reply subject the next message of `size` bytes goes to, round-robin.
 
-        Requests whose max_bytes it exceeds are answered (409) and dropped on the
-        way; a request whose byte budget it exhausts is told its batch completed.
+        The head request is charged one message and goes to the back while it wants
+        more. Requests whose max_bytes it exceeds are answered (409) and dropped on
+        the way; a request whose byte budget it exhausts is told its batch completed.
         """
-        while True:
-            req = self.peek()
-            if req is None:
-                return None
+        queue = self._queue
+        while queue:
+            req = queue.popleft()
             if req.max_bytes > 0:
                 if size > req.max_bytes:
-                    self.remove(req)
                     hdr = status(409, "Message Size Exceeds MaxBytes", req.remaining())
                     out.append(Status(req.reply, hdr))
                     continue
                 req.max_bytes -= size
                 if req.max_bytes == 0:
                     req.batch = 1
-            self.take_one()
+            req.batch -= 1
+            req.delivered += 1
+            if req.batch > 0:
+                queue.append(req)
             if req.heartbeat:
                 req.next_heartbeat = now + req.heartbeat
             if req.batch <= 0 and req.max_bytes > 0:
                 out.append(Status(req.reply, status(409, "Batch Completed", req.remaining())))
             return req.reply
+        return None
 
     def drain(self) -> list[PullRequest]:
         out = list(self._queue)

@@ -15,12 +15,12 @@ import secrets
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ingest.parser import nats
 from ingest.server.auth import GLOBAL_ACCOUNT, Authenticator
-from ingest.server.client import Client
+from ingest.server.client import Client, Subscription
 from ingest.server.sublist import Sublist
 
 log = logging.getLogger("jetlake")
@@ -29,6 +29,7 @@ VERSION = "2.11.0"  # the NATS protocol level clients gate features on
 JETLAKE_VERSION = "0.1.0"
 
 InternalCallback = Callable[[str, str | None, bytes | None, bytes], None]
+RawCallback = Callable[[bytes, bytes, bytes | None, bytes], None]
 
 
 def new_server_id() -> str:
@@ -55,6 +56,21 @@ class InternalSubscription:
             hdr,
             payload,
         )
+
+
+class RawSubscription:
+    """An internal subscription whose callback is its `deliver`: routed bytes, as they are.
+
+    For hot internal subscribers (consumer acks): no wrapper call, no decoding.
+    """
+
+    __slots__ = ("conn", "deliver", "queue", "subject")
+
+    def __init__(self, subject: str, callback: RawCallback) -> None:
+        self.subject = subject
+        self.queue = None
+        self.deliver = callback
+        self.conn = None
 
 
 class Server:
@@ -257,14 +273,41 @@ class Server:
         self.sublist.insert(subject, queue, sub)
         return sub
 
+    def subscribe_raw(self, subject: str, callback: RawCallback) -> RawSubscription:
+        sub = RawSubscription(subject, callback)
+        self.sublist.insert(subject, None, sub)
+        return sub
+
     def unsubscribe(self, token: object) -> None:
-        assert isinstance(token, InternalSubscription)
+        assert isinstance(token, InternalSubscription | RawSubscription)
         self.sublist.remove(token.subject, token.queue, token)
 
     def deliver(
-        self, target: str, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+        self, target: str, msgs: Sequence[tuple[bytes, bytes, bytes | None, bytes]]
     ) -> None:
-        self._inject(target, reply, hdr, data, shown=subject.encode("utf-8", "surrogateescape"))
+        """Route a run of (subject, reply, hdr, data) on `target`, each shown under its subject.
+
+        A consumer sends runs of hundreds of messages to one inbox. When the run's only
+        receiver is one client subscription without an auto-unsubscribe limit, no
+        delivery can change who gets the next one, so the run is matched once and
+        handed straight to it; otherwise each message is routed like a publish.
+        """
+        routed = target.encode("utf-8", "surrogateescape")
+        match = self.sublist.match(routed)
+        only = match.plain[0] if len(match.plain) == 1 and not match.queues else None
+        if type(only) is not Subscription or only.max_msgs:
+            for subject, reply, hdr, data in msgs:
+                size = len(data) + (len(hdr) if hdr else 0)
+                self.route(None, routed, reply, hdr, data, size, shown=subject)
+            return
+        send, total = only.deliver, 0
+        for subject, reply, hdr, data in msgs:
+            send(subject, reply, hdr, data)
+            total += len(data) + (len(hdr) if hdr else 0)
+        self.in_msgs += len(msgs)
+        self.out_msgs += len(msgs)
+        self.in_bytes += total
+        self.out_bytes += total
 
     def has_interest(self, subject: str) -> bool:
         match = self.sublist.match(subject.encode("utf-8", "surrogateescape"))
@@ -275,26 +318,14 @@ class Server:
         self.sublist.on_change = callback
 
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
-        self._inject(subject, reply, hdr, data, shown=None)
-
-    def _inject(
-        self,
-        target: str,
-        reply: str | None,
-        hdr: bytes | None,
-        data: bytes,
-        *,
-        shown: bytes | None,
-    ) -> None:
         """Route a message from inside the server (no sending client, so no echo rule)."""
         self.route(
             None,
-            target.encode("utf-8", "surrogateescape"),
+            subject.encode("utf-8", "surrogateescape"),
             reply.encode("utf-8", "surrogateescape") if reply else b"",
             hdr,
             data,
             len(data) + (len(hdr) if hdr else 0),
-            shown=shown,
         )
 
 

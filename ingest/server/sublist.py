@@ -17,7 +17,7 @@ Each entry keeps the literal children that would change the answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Generic, TypeVar
@@ -26,6 +26,7 @@ S = TypeVar("S")
 _V = TypeVar("_V")
 
 _CACHE_LIMIT = 4096
+_FEW_CUTS = 8  # past this many prefix lengths, walking the subject's dots is cheaper
 
 
 @dataclass(slots=True)
@@ -61,6 +62,11 @@ class Sublist(Generic[S]):
         self._cache: dict[bytes, Match[S]] = {}
         self._tails: dict[bytes, _PrefixEntry[S]] = {}
         self._dead_ends: dict[bytes, _PrefixEntry[S]] = {}
+        # Byte lengths of the prefixes in _tails and _dead_ends: only a dot at one of
+        # them can end a cached prefix, so a lookup slices and hashes at those offsets
+        # alone (an ack tries its consumer's dead end, not every prefix of its subject).
+        self._tail_cuts: set[int] = set()
+        self._dead_end_cuts: set[int] = set()
         self.count = 0
         # Counters /subsz reports as the reference does (lookups answered by a cache are hits).
         self.inserts = self.removes = self.matches = self.cache_hits = 0
@@ -113,6 +119,8 @@ class Sublist(Generic[S]):
         self._cache.clear()
         self._tails.clear()
         self._dead_ends.clear()
+        self._tail_cuts.clear()
+        self._dead_end_cuts.clear()
 
     def match(self, subject: bytes) -> Match[S]:
         self.matches += 1
@@ -133,30 +141,36 @@ class Sublist(Generic[S]):
         return result
 
     def _by_prefix(self, subject: bytes) -> Match[S] | None:
-        if b".." in subject or subject.startswith(b".") or subject.endswith(b"."):
-            return None  # empty tokens match nothing: the full walk says so
-        prefix, dot, last = subject.rpartition(b".")
-        if dot:
-            entry = self._tails.get(prefix)
+        """The match a cached prefix decides, or None to walk the trie.
+
+        Cached prefixes have no empty token and the token after one must not be
+        empty (`_SPECIAL`), so only what follows a dead end's token is checked.
+        """
+        last_dot = subject.rfind(b".")
+        if last_dot in self._tail_cuts:
+            entry = self._tails.get(subject[:last_dot])
             if entry is not None:
-                token = last.decode("utf-8", "surrogateescape")
+                token = subject[last_dot + 1 :].decode("utf-8", "surrogateescape")
                 if token not in entry.literals and token not in _SPECIAL:
                     return entry.match
-        if not self._dead_ends:
-            return None
-        start = 0
-        while True:
-            dot_at = subject.find(b".", start)
-            if dot_at < 0:
-                return None
-            entry = self._dead_ends.get(subject[:dot_at])
-            if entry is not None:
-                end = subject.find(b".", dot_at + 1)
-                token = subject[dot_at + 1 : end if end >= 0 else len(subject)]
-                text = token.decode("utf-8", "surrogateescape")
-                if text not in entry.literals and text not in _SPECIAL:
-                    return entry.match
-            start = dot_at + 1
+        cuts: Iterable[int] = self._dead_end_cuts
+        if len(self._dead_end_cuts) > _FEW_CUTS:
+            cuts = _dots(subject)
+        for cut in cuts:
+            if not subject.startswith(b".", cut):
+                continue
+            entry = self._dead_ends.get(subject[:cut])
+            if entry is None:
+                continue
+            end = subject.find(b".", cut + 1)
+            token = subject[cut + 1 : end if end >= 0 else len(subject)]
+            text = token.decode("utf-8", "surrogateescape")
+            if text in entry.literals or text in _SPECIAL:
+                continue
+            if end < 0 or (subject.find(b"..", end) < 0 and not subject.endswith(b".")):
+                return entry.match
+            return None  # an empty token further on matches nothing
+        return None
 
     def _remember_prefix(
         self,
@@ -171,8 +185,11 @@ class Sublist(Generic[S]):
         prefix = ".".join(tokens[:stop]).encode("utf-8", "surrogateescape")
         if stop < len(tokens) - 1:
             _put(self._dead_ends, prefix, _PrefixEntry(result, literals))
+            if prefix:  # the root's dead end would take a leading empty token
+                self._dead_end_cuts.add(len(prefix))
         elif stop == len(tokens) - 1 and tokens[stop] not in literals and stop > 0:
             _put(self._tails, prefix, _PrefixEntry(result, literals))
+            self._tail_cuts.add(len(prefix))
 
     def _collect(
         self, tokens: list[str], plain: list[S], queues: dict[str, list[S]]
@@ -238,6 +255,13 @@ class Sublist(Generic[S]):
         how the reference samples it: cheap, and skewed only when the cache churns."""
         sizes = [len(m.plain) + len(m.queues) for m in self._cache.values()]
         return (max(sizes), sum(sizes) / len(sizes)) if sizes else (0, 0.0)
+
+
+def _dots(subject: bytes) -> Iterator[int]:
+    at = subject.find(b".")
+    while at >= 0:
+        yield at
+        at = subject.find(b".", at + 1)
 
 
 def _put(cache: dict[bytes, _V], key: bytes, value: _V) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from ingest.parser.subjects import subject_matches
 from ingest.server.jetstream import JetStream
 
 Callback = Callable[[str, str | None, bytes | None, bytes], None]
+RawCallback = Callable[[bytes, bytes, bytes | None, bytes], None]
 
 
 @dataclass
@@ -42,14 +43,21 @@ class FakeMessaging:
         self.subs[self._next] = (subject, callback)
         return self._next
 
+    def subscribe_raw(self, subject: str, callback: RawCallback) -> object:
+        def decoded(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+            callback(subject.encode(), (reply or "").encode(), hdr, data)
+
+        return self.subscribe(subject, decoded)
+
     def unsubscribe(self, token: object) -> None:
         assert isinstance(token, int)
         del self.subs[token]
 
     def deliver(
-        self, target: str, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+        self, target: str, msgs: Sequence[tuple[bytes, bytes, bytes | None, bytes]]
     ) -> None:
-        self.publish(target, reply, hdr, data)
+        for _, reply, hdr, data in msgs:
+            self.publish(target, reply.decode(), hdr, data)
 
     def has_interest(self, subject: str) -> bool:
         return any(subject_matches(pattern, subject) for pattern, _ in self.subs.values())

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from log.config import StreamConfig
-from log.consumer import Consumer
+from log.consumer import SLICE, Consumer
 from log.consumer_config import ConsumerConfig, with_defaults
-from log.consumer_wire import Advisory, Delivery, Output, Status
-from log.segments.api import NewMsg
+from log.consumer_wire import AckResult, Advisory, Deliveries, Output, Status, WireMsg
+from log.segments.api import NewMsg, StoredMsg
 from log.segments.memstore import MemoryStore
 
 S = 1_000_000_000
@@ -31,9 +32,13 @@ def make(store: MemoryStore, now: int = 0, **cfg: Any) -> Consumer:
     return Consumer("S", "c", config, store, created=now, now=now, committed=last)
 
 
+def sent(out: list[Output]) -> list[WireMsg]:
+    return [m for o in out if isinstance(o, Deliveries) for m in o.msgs]
+
+
 def deliveries(out: list[Output]) -> list[tuple[int, int]]:
     """(stream seq, delivery count) of each delivery."""
-    return [(o.msg.seq, int(o.reply.split(".")[4])) for o in out if isinstance(o, Delivery)]
+    return [(int(t[5]), int(t[4])) for t in (m[1].split(b".") for m in sent(out))]
 
 
 def statuses(out: list[Output]) -> list[str]:
@@ -41,7 +46,12 @@ def statuses(out: list[Output]) -> list[str]:
 
 
 def ack_tokens(out: list[Output], i: int = 0) -> list[str]:
-    return [o for o in out if isinstance(o, Delivery)][i].reply.split(".")
+    return sent(out)[i][1].decode().split(".")
+
+
+def ack(c: Consumer, tokens: list[str], body: bytes, now: int) -> AckResult:
+    """What the runner does with an ack subject's tokens."""
+    return c.ack(int(tokens[4]), int(tokens[5]), int(tokens[6]), body, now)
 
 
 def pull(c: Consumer, body: bytes, now: int = 0, reply: str = "inb") -> list[Output]:
@@ -87,20 +97,20 @@ def test_max_deliver_drops_and_advises() -> None:
 def test_nak_now_and_with_delay() -> None:
     c = make(store_with("s.a"), ack_policy="explicit", ack_wait=30 * S)
     out = pull(c, b'{"batch":1}')
-    assert c.ack(ack_tokens(out), b'-NAK {"delay": 2000000000}', 0).confirm
+    assert ack(c, ack_tokens(out), b'-NAK {"delay": 2000000000}', 0).confirm
     assert deliveries(pull(c, b'{"batch":1}', now=S)) == []
     again = c.pump(2 * S)
     assert deliveries(again) == [(1, 2)]
-    c.ack(ack_tokens(again), b"-NAK", 2 * S)
+    ack(c, ack_tokens(again), b"-NAK", 2 * S)
     assert deliveries(pull(c, b'{"batch":1}', now=2 * S)) == [(1, 3)]
 
 
 def test_term_and_progress() -> None:
     c = make(store_with("s.a", "s.b"), ack_policy="explicit", ack_wait=S)
     out = pull(c, b'{"batch":2}')
-    c.ack(ack_tokens(out, 1), b"+WPI", S - 1)
-    result = c.ack(ack_tokens(out, 0), b"+TERM bad input", S - 1)
-    assert result.confirm and result.done == [1]
+    ack(c, ack_tokens(out, 1), b"+WPI", S - 1)
+    result = ack(c, ack_tokens(out, 0), b"+TERM bad input", S - 1)
+    assert result.confirm and c.finished == [1]
     pumped = c.pump(S)
     terminated = [o for o in pumped if isinstance(o, Advisory)]
     assert terminated[0].body["reason"] == "bad input"
@@ -111,25 +121,25 @@ def test_term_and_progress() -> None:
 def test_ack_all_moves_floor_over_everything_below() -> None:
     c = make(store_with("s.a", "s.a", "s.a"), ack_policy="all")
     out = pull(c, b'{"batch":3}')
-    assert c.ack(ack_tokens(out, 1), b"+ACK", 0).done == [1, 2]
+    assert ack(c, ack_tokens(out, 1), b"+ACK", 0).confirm and c.finished == [1, 2]
     assert (c.adflr, c.asflr, list(c.pending)) == (2, 2, [3])
 
 
 def test_explicit_ack_floor_follows_gaps() -> None:
     c = make(store_with("s.a", "s.a", "s.a"), ack_policy="explicit")
     out = pull(c, b'{"batch":3}')
-    c.ack(ack_tokens(out, 1), b"", 0)
+    ack(c, ack_tokens(out, 1), b"", 0)
     assert (c.adflr, c.asflr) == (0, 0)
-    c.ack(ack_tokens(out, 0), b"", 0)
+    ack(c, ack_tokens(out, 0), b"", 0)
     assert (c.adflr, c.asflr) == (2, 2)
-    assert not c.ack(["$JS", "ACK", "S", "c", "1", "9", "9", "0", "0"], b"", 0).confirm
+    assert not c.ack(1, 9, 9, b"", 0).confirm
 
 
 def test_max_ack_pending_stops_new_deliveries() -> None:
     c = make(store_with("s.a", "s.a", "s.a"), ack_policy="explicit", max_ack_pending=2)
     out = pull(c, b'{"batch":3,"expires":1000000000}')
     assert deliveries(out) == [(1, 1), (2, 1)]
-    assert deliveries(c.ack(ack_tokens(out, 0), b"", 0) and c.pump(0)) == [(3, 1)]
+    assert deliveries(ack(c, ack_tokens(out, 0), b"", 0) and c.pump(0)) == [(3, 1)]
 
 
 def test_pull_statuses() -> None:
@@ -222,8 +232,8 @@ def test_headers_only_and_replay_original() -> None:
     store = store_with("s.a", "s.a")
     c = make(store, headers_only=True, replay_policy="original")
     out = pull(c, b'{"batch":2}', now=100 * S)
-    first = [o for o in out if isinstance(o, Delivery)]
-    assert (first[0].hdr, first[0].data) == (b"NATS/1.0\r\nNats-Msg-Size: 2\r\n\r\n", b"")
+    first = sent(out)
+    assert first[0][2:] == (b"NATS/1.0\r\nNats-Msg-Size: 2\r\n\r\n", b"")
     assert len(first) == 1  # the second was stored 1s later: it waits 1s
     assert c.next_deadline(100 * S) == 101 * S
     assert deliveries(c.pump(101 * S)) == [(2, 1)]
@@ -233,7 +243,7 @@ def test_snapshot_restores_exact_state() -> None:
     store = store_with("s.a", "s.a", "s.a")
     c = make(store, ack_policy="explicit", ack_wait=S)
     out = pull(c, b'{"batch":3}')
-    c.ack(ack_tokens(out, 0), b"", 0)
+    ack(c, ack_tokens(out, 0), b"", 0)
     again = make(store, ack_policy="explicit", ack_wait=S)
     again.restore(c.snapshot(), 0)
     assert (again.dseq, again.sseq, list(again.pending), again.asflr) == (4, 4, [2, 3], 1)
@@ -244,7 +254,7 @@ def test_interest_needs() -> None:
     c = make(store_with("s.a", "s.b"), ack_policy="explicit", filter_subject="s.a")
     assert c.needs(1, "s.a") and not c.needs(2, "s.b")
     out = pull(c, b'{"batch":1}')
-    c.ack(ack_tokens(out), b"", 0)
+    ack(c, ack_tokens(out), b"", 0)
     assert not c.needs(1, "s.a")
 
 
@@ -254,3 +264,87 @@ def test_paused_consumer_holds_until_deadline() -> None:
     assert deliveries(pull(c, b'{"batch":1}')) == []
     assert c.next_deadline(0) == 5 * S
     assert deliveries(c.pump(5 * S)) == [(1, 1)]
+
+
+def test_pump_delivers_a_slice_then_asks_to_run_again() -> None:
+    """A pump stops after SLICE messages, so the owner writes them before reading on."""
+    c = make(store_with(*["s.a"] * (SLICE + 3)), deliver_subject="d")
+    c.set_active(True, 0)
+    first = c.pump(0)
+    assert [(type(o), len(o.msgs)) for o in first] == [(Deliveries, SLICE)]  # type: ignore[union-attr]
+    assert c.next_deadline(0) == 0
+    assert deliveries(c.pump(0)) == [(SLICE + i, 1) for i in (1, 2, 3)]
+    assert c.next_deadline(0) is None
+
+
+def test_paused_after_a_slice_waits_for_the_pause() -> None:
+    c = make(store_with(*["s.a"] * (SLICE + 1)), deliver_subject="d")
+    c.set_active(True, 0)
+    c.pump(0)
+    c.update_config(dataclasses.replace(c.cfg, pause_until=5 * S))
+    assert c.pump(S) == []
+    assert c.next_deadline(S) == 5 * S
+
+
+def test_a_status_between_deliveries_splits_the_run_in_order() -> None:
+    store = MemoryStore(name="S")
+    for _ in range(4):
+        store.append([NewMsg("s.a", None, b"x" * 600_000, S)])
+    c = make(store, deliver_subject="d", flow_control=True, idle_heartbeat=S)
+    c.set_active(True, 0)
+    out = c.pump(0)
+    assert [type(o) for o in out] == [Deliveries, Status, Deliveries]
+    assert [len(o.msgs) for o in out if isinstance(o, Deliveries)] == [2, 2]
+    assert statuses(out) == ["NATS/1.0 100 FlowControl Request"]
+
+
+def test_ack_floor_over_gaps_wider_than_the_probe() -> None:
+    store = store_with("s.a", *["s.b"] * 10, "s.a", "s.a")
+    c = make(store, ack_policy="explicit", filter_subject="s.a")
+    out = pull(c, b'{"batch":3}')
+    assert deliveries(out) == [(1, 1), (12, 1), (13, 1)]
+    ack(c, ack_tokens(out, 1), b"", 0)
+    assert (c.adflr, c.asflr) == (0, 0)  # seq 1 still pending: the floor stays
+    ack(c, ack_tokens(out, 0), b"", 0)
+    assert (c.adflr, c.asflr) == (2, 12)  # over seq 12, acked earlier, up to 13
+    ack(c, ack_tokens(out, 2), b"", 0)
+    assert (c.adflr, c.asflr, c.finished) == (3, 13, [12, 1, 13])
+
+
+def test_ack_floor_stops_at_the_next_pending_past_a_gap() -> None:
+    store = store_with("s.a", *["s.b"] * 10, "s.a")
+    c = make(store, ack_policy="explicit", filter_subject="s.a")
+    out = pull(c, b'{"batch":2}')
+    ack(c, ack_tokens(out, 0), b"", 0)
+    assert (c.adflr, c.asflr) == (1, 11)  # the reference's floor: just below seq 12
+
+
+class ReadCountingStore(MemoryStore):
+    """Records how the consumer reads: a slice of the log, or seqs one by one."""
+
+    def __init__(self, *subjects: str) -> None:
+        super().__init__(name="S")
+        self.append(
+            [NewMsg(s, None, f"m{i}".encode(), (i + 1) * S) for i, s in enumerate(subjects)]
+        )
+        self.reads: list[str] = []
+
+    def load_run(self, start_seq: int, upto: int, limit: int) -> list[StoredMsg]:
+        self.reads.append("run")
+        return super().load_run(start_seq, upto, limit)
+
+    def load_many(self, seqs: Sequence[int]) -> list[StoredMsg]:
+        self.reads.append("many")
+        return super().load_many(seqs)
+
+
+def test_filtered_read_ahead_takes_a_slice_when_every_seq_matches() -> None:
+    store = ReadCountingStore(*["s.a"] * 5)
+    c = make(store, filter_subject="s.a")
+    assert deliveries(pull(c, b'{"batch":1}')) == [(1, 1)]  # the matching seqs are listed
+    store.remove(3)  # after the list was read: the slice must skip it
+    got = deliveries(pull(c, b'{"batch":5,"no_wait":true}'))
+    assert (got, store.reads) == ([(2, 1), (4, 1), (5, 1)], ["run", "run"])  # one batch
+    sparse = ReadCountingStore("s.a", "s.b", "s.a")
+    assert deliveries(pull(make(sparse, filter_subject="s.a"), b'{"batch":2}')) == [(1, 1), (3, 1)]
+    assert sparse.reads == ["many"]

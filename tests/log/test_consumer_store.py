@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from array import array
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from log.consumer_store import (
     ACKED,
@@ -12,6 +17,7 @@ from log.consumer_store import (
     LOG_FILE,
     POSITION,
     ConsumerStore,
+    Syncer,
     consumers_dir,
     load_all,
     replay,
@@ -67,3 +73,51 @@ def test_replaying_a_log_the_snapshot_already_contains_changes_nothing(tmp_path:
     once = replay(BASE, log)
     assert once["pending"] == [[4, 2, 11]] and once["lps"] == []
     assert replay(once, log) == once
+
+
+class _GatedStore(ConsumerStore):
+    """Records which store synced, on which thread; waits for the gate first."""
+
+    def __init__(self, folder: Path, gate: threading.Event, log: list[tuple[str, str]]) -> None:
+        super().__init__(folder, fsync=True)
+        self._gate, self._synced = gate, log
+
+    def sync(self) -> None:
+        self._gate.wait(5)
+        self._synced.append((self.folder.name, threading.current_thread().name))
+
+
+def _wait_for(ready: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 5
+    while not ready():
+        assert time.monotonic() < deadline, what
+
+
+def test_syncer_queues_a_store_once_and_syncs_off_the_caller(tmp_path: Path) -> None:
+    gate, synced = threading.Event(), []
+    busy, a, last = (_GatedStore(tmp_path / n, gate, synced) for n in ("busy", "a", "last"))
+    syncer = Syncer()
+    syncer.request(busy)
+    _wait_for(lambda: not busy.sync_queued, "the sync thread never took the first store")
+    syncer.request(a)
+    syncer.request(a)  # still queued: not again
+    syncer.request(last)
+    gate.set()
+    _wait_for(lambda: len(synced) >= 3, f"syncs stopped at {synced}")
+    assert synced == [("busy", "consumer-sync"), ("a", "consumer-sync"), ("last", "consumer-sync")]
+
+
+class _BrokenStore(ConsumerStore):
+    def sync(self) -> None:
+        raise RuntimeError("boom")
+
+
+def test_syncer_outlives_a_failing_sync(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    gate, synced = threading.Event(), []
+    gate.set()
+    syncer = Syncer()
+    syncer.request(_BrokenStore(tmp_path / "broken", fsync=True))
+    syncer.request(_GatedStore(tmp_path / "fine", gate, synced))
+    _wait_for(lambda: bool(synced), "the sync thread died with the failing store")
+    assert synced == [("fine", "consumer-sync")]
+    assert "consumer state sync failed" in caplog.text

@@ -79,6 +79,23 @@ def test_dead_end_entry_respects_literal_children() -> None:
     assert sorted(sl.match(b"$JS.ACK.S.C.1.7.7.0.0").plain) == ["acks", "new"]
 
 
+def test_dead_ends_of_many_prefix_lengths() -> None:
+    """Past a few distinct prefix lengths the lookup walks the dots; the answers agree."""
+    sl: Sublist[str] = Sublist()
+    names = ["c" * n for n in range(1, 13)]
+    for name in names:
+        sl.insert(f"$JS.ACK.S.{name}.>", None, name)
+    for name in names:  # fills one dead end per name
+        assert sl.match(f"$JS.ACK.S.{name}.1.2.3.0.0".encode()).plain == [name]
+    hits = sl.cache_hits
+    for name in names:  # fresh subjects: only the dead ends can answer
+        assert sl.match(f"$JS.ACK.S.{name}.1.9.9.0.0".encode()).plain == [name]
+        assert sl.match(f"$JS.ACK.S.{name}.1..9".encode()).plain == []
+        assert sl.match(f"$JS.ACK.S.{name}.1.9.".encode()).plain == []
+    assert sl.cache_hits == hits + len(names)
+    assert sl.match(b".$JS.ACK.S.c.1").plain == []
+
+
 TOKENS = st.sampled_from(["a", "b", "c"])
 PATTERN_TOKENS = st.sampled_from(["a", "b", "c", "*"])
 

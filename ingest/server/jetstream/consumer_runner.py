@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from log.consumer import Consumer
-from log.consumer_store import POSITION, ConsumerStore
-from log.consumer_wire import ACK_PREFIX, FC_PREFIX, Advisory, Delivery, Output, Status
+from log.consumer_store import POSITION, SYNCER, ConsumerStore
+from log.consumer_wire import (
+    ACK_PREFIX,
+    FC_PREFIX,
+    AckResult,
+    Advisory,
+    Deliveries,
+    Output,
+    Status,
+)
 from log.timefmt import now_ns
 
 if TYPE_CHECKING:
@@ -51,10 +58,10 @@ class Runner:
         self._timer_at = 0
         self._scheduled = False
         self._save_scheduled = False
-        self._syncing: asyncio.Future[None] | None = None
-        self._sync_again = False
         self._sync_timer: asyncio.TimerHandle | None = None
         self._inactive_since = now_ns()
+        ack_prefix = f"{ACK_PREFIX}.{consumer.stream}.{consumer.name}."
+        self._ack_cut = len(ack_prefix.encode("utf-8", "surrogateescape"))
         self.closed = False
 
     @property
@@ -67,10 +74,10 @@ class Runner:
         """Subscribe and start delivering; a durable first compacts its state (after restore)."""
         c, subscribe = self.consumer, self._messaging.subscribe
         if self.store is not None:
-            c.journal = array("q")
+            c.journal = []
             self.store.save_state(c.snapshot())
         base = f"{c.stream}.{c.name}"
-        self._subs = [subscribe(f"{ACK_PREFIX}.{base}.>", self._on_ack)]
+        self._subs = [self._messaging.subscribe_raw(f"{ACK_PREFIX}.{base}.>", self._on_ack)]
         if c.cfg.is_push:
             if c.cfg.flow_control:
                 self._subs.append(subscribe(f"{FC_PREFIX}.{base}.*", self._on_flow_control))
@@ -109,7 +116,7 @@ class Runner:
         if store is None or not c.dirty:
             return
         c.dirty = False
-        records, c.journal = c.journal or array("q"), array("q")
+        records, c.journal = c.journal or [], []
         records.extend((POSITION, c.dseq, c.sseq, c.adflr, c.asflr))
         records.extend((c.last_delivered, c.last_acked))
         if store.append(records):
@@ -122,24 +129,9 @@ class Runner:
             self._sync_timer = loop.call_later(SYNC_WINDOW, self._sync_soon)
 
     def _sync_soon(self) -> None:
-        """fsync off the loop, one at a time: writes made meanwhile ride the next one."""
         self._sync_timer = None
-        if self._syncing is not None:
-            self._sync_again = True
-            return
         assert self.store is not None
-        self._syncing = asyncio.ensure_future(asyncio.to_thread(self.store.sync))
-        self._syncing.add_done_callback(self._synced)
-
-    def _synced(self, task: asyncio.Future[None]) -> None:
-        self._syncing = None
-        if not task.cancelled() and task.exception() is not None:
-            asyncio.get_running_loop().call_exception_handler(
-                {"message": "consumer state sync failed", "exception": task.exception()}
-            )
-        if self._sync_again and not self.closed:
-            self._sync_again = False
-            self._sync_soon()
+        SYNCER.request(self.store)
 
     # -- events ---------------------------------------------------------------------
 
@@ -174,25 +166,34 @@ class Runner:
         self._publish(self.consumer.pull(reply, data, now_ns()))
         self.schedule()
 
-    def _on_ack(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
-        tokens = subject.split(".")
-        if len(tokens) < 9 or self.closed:
+    def _on_ack(self, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> None:
+        # The subscription guarantees the `$JS.ACK.<stream>.<consumer>.` prefix; after it
+        # come <delivered>.<sseq>.<dseq>.<ts>.<pending> (and possibly more tokens). Bytes,
+        # as routed: one ack per message makes every conversion count.
+        seqs = subject[self._ack_cut :].split(b".", 4)
+        if len(seqs) < 5 or self.closed:
             return
-        now = now_ns()
+        c, now = self.consumer, now_ns()
         try:
-            result = self.consumer.ack(tokens, data, now)
+            result = c.ack(int(seqs[0]), int(seqs[1]), int(seqs[2]), data, now)
         except ValueError:
             return
-        if result.done:
-            self._on_done(self, result.done)
-        if result.request is not None and reply:
+        if c.finished:
+            self._hand_over()
+        if reply:
+            self._answer(reply.decode("utf-8", "surrogateescape"), result, now)
+        if not self._scheduled:  # most acks of a read find the pump already scheduled
+            self.schedule()
+
+    def _answer(self, reply: str, result: AckResult, now: int) -> None:
+        """An ack with a reply subject: serve the pull request riding on it, or confirm it."""
+        if result.request is not None:
             self._publish(self.consumer.pull(reply, result.request, now))
-        if result.confirm and reply:
+        if result.confirm:
             self.save()  # a confirmed ack is durable before the client hears of it
             if self.store is not None and self.store.fsync:
                 self.store.sync()
             self._messaging.publish(reply, None, None, b"")
-        self.schedule()
 
     def _on_flow_control(
         self, subject: str, reply: str | None, hdr: bytes | None, data: bytes
@@ -213,16 +214,18 @@ class Runner:
         if self.closed:
             return
         now = now_ns()
-        out = self.consumer.pump(now)
-        self._publish(out)
-        if self.consumer.cfg.ack_policy == "none":
-            done = [o.msg.seq for o in out if isinstance(o, Delivery)]
-            if done:
-                self._on_done(self, done)
+        self._publish(self.consumer.pump(now))
+        if self.consumer.finished:
+            self._hand_over()
         if self.consumer.dirty and self.store is not None and not self._save_scheduled:
             self._save_scheduled = True
             asyncio.get_running_loop().call_soon(self.save)
         self._arm(now)
+
+    def _hand_over(self) -> None:
+        """Tell the owner which messages this consumer is done with (retention)."""
+        done, self.consumer.finished = self.consumer.finished, []
+        self._on_done(self, done)
 
     def _arm(self, now: int) -> None:
         if self.closed:
@@ -267,10 +270,10 @@ class Runner:
     # -- output ---------------------------------------------------------------------
 
     def _publish(self, out: list[Output]) -> None:
-        publish, deliver = self._messaging.publish, self._messaging.deliver
+        publish = self._messaging.publish
         for item in out:
-            if isinstance(item, Delivery):
-                deliver(item.subject, item.msg.subject, item.reply, item.hdr or None, item.data)
+            if isinstance(item, Deliveries):
+                self._messaging.deliver(item.subject, item.msgs)
             elif isinstance(item, Status):
                 publish(item.subject, item.reply or None, item.hdr, b"")
             elif isinstance(item, Advisory):

@@ -8,10 +8,11 @@ wired the same way).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 InternalCallback = Callable[[str, str | None, bytes | None, bytes], None]
+RawCallback = Callable[[bytes, bytes, bytes | None, bytes], None]
 
 
 class Messaging(Protocol):
@@ -20,15 +21,21 @@ class Messaging(Protocol):
     ) -> object:
         """Returns a token; callback(subject, reply, hdr, data) runs on the loop, in order."""
 
+    def subscribe_raw(self, subject: str, callback: RawCallback) -> object:
+        """Like `subscribe`, but the callback gets the subject and reply (b"" if none) as bytes."""
+
     def unsubscribe(self, token: object) -> None: ...
 
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         """Route to subscribers like a client publish."""
 
     def deliver(
-        self, target: str, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+        self, target: str, msgs: Sequence[tuple[bytes, bytes, bytes | None, bytes]]
     ) -> None:
-        """Route on `target` but show subscribers `subject` (a stored message to an inbox)."""
+        """Route each (subject, reply, hdr, data) on `target`, showing subscribers its subject.
+
+        Stored messages to an inbox, in order; a run is one call so the route is looked up once.
+        """
 
     def has_interest(self, subject: str) -> bool:
         """Whether any subscription (client or internal) would receive `subject`."""
