@@ -17,6 +17,7 @@ import sys
 from ingest.server.logs import setup_logging
 from ingest.server.options import ConfigError, FlagError, Options, parse_serve_args
 from ingest.server.server import JETLAKE_VERSION, VERSION, Server
+from ingest.server.system import SystemServices
 
 log = logging.getLogger("jetlake")
 
@@ -60,6 +61,7 @@ async def _serve(opts: Options) -> int:
         )
     # The client port first: tools poll /varz and connect as soon as it answers.
     await server.start()
+    SystemServices(server).start()
     if monitor is not None:
         await monitor.start()
     if server.jetstream is not None:

@@ -88,6 +88,9 @@ class Server:
         self.total_connections = 0
         self.lame_duck = False
         self.jetstream: Any = None  # set by the composition root when -js is on
+        # The client whose message is being routed (None: the server's own), for system
+        # services that answer about the requester.
+        self.sender: Client | None = None
         self.closed_clients: list[dict[str, Any]] = []
         self._next_cid = 0
         self._dirty: list[Client] = []
@@ -228,6 +231,7 @@ class Server:
         """
         self.in_msgs += 1
         self.in_bytes += size
+        self.sender = sender
         match = self.sublist.match(subject)
         if shown is not None:
             subject = shown

@@ -9,6 +9,7 @@ and stays connected). Exact texts observed on nats-server 2.15.1.
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from nats.errors import AuthorizationError
@@ -152,3 +153,25 @@ async def test_subscribe_deny_filters_wildcard_delivery(
         await publisher.publish(subject, b"1")
     await barrier(publisher, a)
     assert [m.subject for m in await drain_pending(everything)] == ["foo.y", "secret.z"]
+
+
+async def test_user_info_names_the_requester(
+    make_server: MakeServer, connect: Connect, server_kind: str
+) -> None:
+    """`$SYS.REQ.USER.INFO` (what `nats account info` asks) answers about the connection
+    that sent it: its user, the global account, and the permissions that restrict it."""
+    config = USERS_CONFIG.replace('allow: ["foo.>"]', 'allow: ["foo.>", "$SYS.REQ.USER.INFO"]')
+    answers, envelopes = [], []
+    for kind in (server_kind, "nats-server"):
+        server = make_server(config=config, kind=kind)
+        for credentials in ({}, {"user": "a", "password": "b"}):
+            nc = await connect(server, **credentials)
+            reply = await nc.request("$SYS.REQ.USER.INFO", b"", timeout=5)
+            doc = json.loads(reply.data)
+            answers.append(doc["data"])
+            envelopes.append({k: type(v).__name__ for k, v in doc["server"].items()})
+    mine, ref = answers[:2], answers[2:]
+    assert mine == ref
+    assert envelopes[0].items() <= envelopes[2].items()  # the reference adds feature_flags
+    assert ref[0] == {"user": "pub", "account": "$G", "account_name": "$G"}
+    assert ref[1]["permissions"]["subscribe"] == {"deny": ["secret"]}

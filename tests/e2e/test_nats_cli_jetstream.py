@@ -65,6 +65,7 @@ def session(blob: Path, got: Path) -> list[tuple[str, ...]]:
         ("object", "put", "FILES", str(blob), "--name", "blob"),
         ("object", "get", "FILES", "blob", "-O", str(got)),
         ("object", "ls", "FILES"),
+        ("account", "info"),
         ("server", "check", "jetstream"),
         ("stream", "purge", "ORDERS", "-f"),
         ("stream", "rm", "ORDERS", "-f"),

@@ -1,0 +1,77 @@
+"""`$SYS.REQ.USER.INFO`: who the requesting connection is, as the reference tells it.
+
+Every account of nats-server imports this service, so any client may ask which
+user and account it is bound to and what it may publish and subscribe to;
+`nats account info` prints the answer. jetlake has one account, the reference's
+global `$G`. The answer is about the connection that sent the request, which the
+router names while it routes (`Server.sender`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ingest.server.auth import GLOBAL_ACCOUNT, Grant
+from ingest.server.server import VERSION
+from log.timefmt import now_ns, rfc3339
+
+if TYPE_CHECKING:
+    from ingest.server.server import Server
+
+USER_INFO = "$SYS.REQ.USER.INFO"
+_JETSTREAM_ENABLED = 1  # the reference's capability flag bit
+
+
+class SystemServices:
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._seq = 0
+
+    def start(self) -> None:
+        self._server.subscribe(USER_INFO, self._user_info)
+
+    def _user_info(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        if not reply:
+            return
+        sender = self._server.sender
+        grant = sender.grant if sender is not None else Grant()
+        info: dict[str, Any] = {
+            "user": grant.user,
+            "account": GLOBAL_ACCOUNT,
+            "account_name": GLOBAL_ACCOUNT,
+        }
+        permissions = _permissions(grant)
+        if permissions:
+            info["permissions"] = permissions
+        body = {"server": self._envelope(), "data": info}
+        self._server.publish(reply, None, None, json.dumps(body, separators=(",", ":")).encode())
+
+    def _envelope(self) -> dict[str, Any]:
+        """The server block every system message carries (sequence and time of this one)."""
+        server = self._server
+        self._seq += 1
+        js = server.jetstream is not None
+        return {
+            "name": server.server_name,
+            "host": server.opts.host,
+            "id": server.server_id,
+            "ver": VERSION,
+            "jetstream": js,
+            "flags": _JETSTREAM_ENABLED if js else 0,
+            "seq": self._seq,
+            "time": rfc3339(now_ns()),
+        }
+
+
+def _permissions(grant: Grant) -> dict[str, dict[str, list[str]]]:
+    """Only the directions and lists that restrict anything, as the reference omits the rest."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for direction, allow, deny in (
+        ("publish", grant.pub_allow, grant.pub_deny),
+        ("subscribe", grant.sub_allow, grant.sub_deny),
+    ):
+        lists = {k: list(v) for k, v in (("allow", allow), ("deny", deny)) if v}
+        if lists:
+            out[direction] = lists
+    return out
