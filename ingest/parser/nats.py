@@ -242,20 +242,25 @@ class ServerCodec:
 
 
 def encode_msg(subject: bytes, sid: bytes, reply: bytes, payload: bytes) -> bytes:
+    """One format per message: each extra concatenation copies the payload again."""
     if reply:
-        head = b"MSG %b %b %b %d\r\n" % (subject, sid, reply, len(payload))
-    else:
-        head = b"MSG %b %b %d\r\n" % (subject, sid, len(payload))
-    return head + payload + CRLF
+        return b"MSG %b %b %b %d\r\n%b\r\n" % (subject, sid, reply, len(payload), payload)
+    return b"MSG %b %b %d\r\n%b\r\n" % (subject, sid, len(payload), payload)
 
 
 def encode_hmsg(subject: bytes, sid: bytes, reply: bytes, hdr: bytes, payload: bytes) -> bytes:
     total = len(hdr) + len(payload)
     if reply:
-        head = b"HMSG %b %b %b %d %d\r\n" % (subject, sid, reply, len(hdr), total)
-    else:
-        head = b"HMSG %b %b %d %d\r\n" % (subject, sid, len(hdr), total)
-    return head + hdr + payload + CRLF
+        return b"HMSG %b %b %b %d %d\r\n%b%b\r\n" % (
+            subject,
+            sid,
+            reply,
+            len(hdr),
+            total,
+            hdr,
+            payload,
+        )
+    return b"HMSG %b %b %d %d\r\n%b%b\r\n" % (subject, sid, len(hdr), total, hdr, payload)
 
 
 def encode_info(info: dict[str, object]) -> bytes:
