@@ -34,7 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lake", help="lake dir (default: <store>/lake)")
     p.add_argument("--spark_master", help="Spark master (default: JETLAKE_SPARK_MASTER, local[*])")
     p.add_argument("--follow", action="store_true", help="compact: a pass per interval")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between passes (--follow)")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        help="--follow: seconds between passes at most (a seal or a delete starts one at once)",
+    )
     p.add_argument("--optimize_interval", type=float, default=0.0, help="seconds; 0: never")
     p.add_argument("--parent", type=int, help="exit when this process (the server) is gone")
     p.add_argument("--max_rows", type=int, default=MAX_ROWS, help="rows per Delta append")

@@ -2,17 +2,20 @@
 
 Why this is exact (no gap, no duplicate, zero lag): the live segments are read
 first, into memory, and L from the Delta log after. Rows with seq <= L come
-from Delta only, rows with seq > L from that snapshot only. Anything the server
-reclaimed before the snapshot has seq <= its pin <= L, so Delta has it; a
-compaction committed in between only raises L, and the snapshot still holds
-those rows. The tail keeps rows retired by limits (the lake will keep them
-too) and leaves out explicit deletes unless the stream keeps them, so the
-view is what the lake will hold once compaction catches up. Explicit deletes
-logged but not yet carried into Delta are filtered out of the Delta part.
+from Delta only (the table version L was read from, see `sql.lake_snapshot`),
+rows with seq > L from that snapshot only. Anything the server reclaimed
+before the snapshot has seq <= its pin <= L, so Delta has it; a compaction
+committed in between only raises L, and the snapshot still holds those rows.
+The tail keeps rows retired by limits (the lake will keep them too) and
+leaves out explicit deletes unless the stream keeps them, so the view is what
+the lake will hold once compaction catches up. Explicit deletes logged but
+not yet carried into Delta (past the offset of a pin read before the table
+version: the compactor moves the pin after its DELETE commits) are filtered
+out of the Delta part.
 
-Views are snapshots of the tail taken at registration: call
-`register_views` again to see newer messages. Other view families plug in
-as more `ViewBuilder`s; the KV and object store views (`sql.bucket_views`)
+Views are snapshots (of the tail and of the table) taken at registration:
+call `register_views` again to see newer messages. Other view families plug
+in as more `ViewBuilder`s; the KV and object store views (`sql.bucket_views`)
 are derived from the stream views, so they come after them.
 """
 
@@ -32,7 +35,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from log.compactor.compact import lake_progress
 from log.compactor.layout import LakeError, StreamRef, read_pin, streams
 from log.compactor.rows import SPARK_DDL, drop_runs, to_lake
 from log.compactor.spark import resolve_master
@@ -40,6 +42,7 @@ from log.segments import read_table
 from log.segments.filestore import EXPLICIT
 from log.segments.tombstones import replay_explicit
 from sql.bucket_views import bucket_views
+from sql.lake_snapshot import lake_frame, lake_snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,7 +56,7 @@ def stream_frame(spark: SparkSession, stream: StreamRef, lake_dir: Path) -> Data
     """The union read of one stream (see the module doc for why it is exact)."""
     keep_deletes = not stream.deletes_reach_lake
     # The pin never runs ahead of the Delta log, so segments it covers are in the
-    # lake whatever `done` turns out to be: they need not be read at all.
+    # lake whatever L turns out to be: they need not be read at all.
     pin = read_pin(stream) if stream.lake_on else None
     live = read_table(
         stream.dir,
@@ -61,47 +64,52 @@ def stream_frame(spark: SparkSession, stream: StreamRef, lake_dir: Path) -> Data
         skip_corrupt=True,
         after_seq=pin.seq if pin else 0,
     )
-    table = stream.table_path(lake_dir)
-    done = lake_progress(table, stream.app_id) if stream.lake_on else 0
+    # Again, and before L: the deletes carried up to this pin's offset are in the version
+    # read next (the pin follows the Delta commit); those logged after it are hidden below.
+    pin = read_pin(stream) if stream.lake_on else None
+    lake = lake_snapshot(stream.table_path(lake_dir), stream.app_id) if stream.lake_on else None
+    done = lake.done if lake else 0
     live = live.filter(pc.greater(live.column("seq"), done))
     all_runs, _ = ([], 0) if keep_deletes else replay_explicit(stream.dir / EXPLICIT)
-    tail = to_lake(stream.name, drop_runs(live, all_runs) if stream.lake_on else live)
-    frame = _tail_frame(spark, stream.name, tail)
-    if not done:
-        return frame
-    pin = read_pin(stream)  # again: it may have moved while the tail was read
+    rows = to_lake(stream.name, drop_runs(live, all_runs) if stream.lake_on else live)
+    tail = _tail_frame(spark, stream.name, rows)
+    if lake is None or not done:
+        return tail if tail is not None else spark.createDataFrame([], SPARK_DDL)
     pending, _ = (
         ([], 0)
         if keep_deletes
         else replay_explicit(stream.dir / EXPLICIT, pin.deletes_offset if pin else 0)
     )
-    cond = f"seq <= {done}"
+    frame = lake_frame(spark, lake)
     hidden = [(a, b) for a, b in pending if a <= done]
     if hidden:
-        cond += " AND NOT (" + " OR ".join(f"seq BETWEEN {a} AND {b}" for a, b in hidden) + ")"
-    lake = spark.read.format("delta").load(str(table)).where(cond)
-    return lake.unionByName(frame)
+        frame = frame.where(" AND ".join(f"seq NOT BETWEEN {a} AND {b}" for a, b in hidden))
+    return frame if tail is None else frame.unionByName(tail)
 
 
-def _tail_frame(spark: SparkSession, name: str, tail: pa.Table) -> DataFrame:
-    """The tail as a DataFrame through a Parquet file, which Spark reads vectorised.
+def _tail_frame(spark: SparkSession, name: str, tail: pa.Table) -> DataFrame | None:
+    """The tail as a DataFrame through a Parquet file, which Spark reads vectorised (None: empty).
 
     Converting a large tail (a stream whose lake is off, or far behind) with
     `createDataFrame` takes the driver minutes; Parquet takes it a second. The
     file lives in this process's temp folder until the view is refreshed or the
     process exits; a cluster master gets the rows through `createDataFrame`,
-    as its executors cannot see a local temp file.
+    as its executors cannot see a local temp file. An empty tail, the common
+    case once the lake has caught up, costs neither a file nor a union.
     """
-    if not resolve_master(spark.sparkContext.master).startswith("local"):
-        return spark.createDataFrame(tail) if len(tail) else spark.createDataFrame([], SPARK_DDL)
-    folder = _staging_dir()
     old = _STAGED.pop(name, None)
-    path = folder / f"{name}-{uuid.uuid4().hex}.parquet"
-    pq.write_table(tail, path)
-    _STAGED[name] = path
-    if old is not None:
-        old.unlink(missing_ok=True)
-    return spark.read.parquet(str(path))
+    try:
+        if not len(tail):
+            return None
+        if not resolve_master(spark.sparkContext.master).startswith("local"):
+            return spark.createDataFrame(tail)
+        path = _staging_dir() / f"{name}-{uuid.uuid4().hex}.parquet"
+        pq.write_table(tail, path)
+        _STAGED[name] = path
+        return spark.read.schema(SPARK_DDL).parquet(str(path))
+    finally:
+        if old is not None:
+            old.unlink(missing_ok=True)
 
 
 _STAGED: dict[str, Path] = {}

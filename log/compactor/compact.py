@@ -25,6 +25,7 @@ server sealing the active segment every `seal_interval` instead.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,18 +37,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from log.compactor.layout import LakeError, Pin, StreamRef, read_pin, streams, write_pin
-from log.compactor.rows import drop_runs, to_lake
+from log.compactor.rows import SPARK_DDL, drop_runs, to_lake
 from log.segments import CorruptSegmentError, SegmentInfo, list_segments, read_segment
 from log.segments.filestore import EXPLICIT
 from log.segments.tombstones import replay_explicit
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("jetlake.lake")
 
 MAX_ROWS = 1_000_000  # rows in one Delta append: bounds the driver's memory
 STAGING = "_staging"  # under the lake dir: Parquet handed to Spark, removed after each append
+SLICE_ROWS = 100_000  # an append is staged as one file per core, each of at least this many rows
 
 
 @dataclass(slots=True)
@@ -146,6 +148,7 @@ class Compactor:
         self.lake_dir = Path(lake_dir)
         self.max_rows = max_rows
         self._progress = progress or log.info
+        self._committed: dict[Path, StreamRef] = {}  # tables committed to since warm()
 
     def run_once(self) -> Summary:
         total = Summary()
@@ -195,6 +198,7 @@ class Compactor:
                 names = ", ".join(s.path.name for s in group)
                 raise LakeError(f"{exc} (segments {names})") from exc
             done = last
+            self._committed[table] = stream
             pin = Pin(stream.app_id, str(table), done, pin.deletes_offset)
             write_pin(stream, pin)
             out.segments += len(group)
@@ -217,18 +221,33 @@ class Compactor:
     def _append(self, stream: StreamRef, table: Path, rows: pa.Table, version: int) -> None:
         """One idempotent Delta transaction (an empty one still records the version).
 
-        The rows reach Spark as a Parquet file staged under the lake dir, not
-        through `createDataFrame`: Spark's vectorised Parquet reader makes the
-        append about six times faster than converting rows in the driver, and
-        the lake dir is where a cluster's executors can read too.
+        The rows reach Spark as Parquet staged under the lake dir, not through
+        `createDataFrame`: Spark's vectorised Parquet reader makes the append
+        about six times faster than converting rows in the driver, and the lake
+        dir is where a cluster's executors can read too. A large append is
+        staged as one file per core (contiguous seqs each), so Spark writes it
+        with every core and a query reads the table with every core; the schema
+        is given, so Spark runs no job to infer it.
         """
-        staging = self.lake_dir / STAGING / f"{stream.name}-{version}.parquet"
-        staging.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(rows, staging)
+        staging = self.lake_dir / STAGING / f"{stream.name}-{version}"
+        shutil.rmtree(staging, ignore_errors=True)  # a crashed pass's leftovers
+        staging.mkdir(parents=True)
+        cores = self.spark.sparkContext.defaultParallelism
+        slices = max(1, min(cores, len(rows) // SLICE_ROWS))
+        step = -(-len(rows) // slices)
+        try:
+            for k in range(slices):
+                pq.write_table(rows.slice(k * step, step), staging / f"part-{k}.parquet")
+            frame = self.spark.read.schema(SPARK_DDL).parquet(str(staging))
+            self._write(frame, stream, table, version)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _write(self, frame: DataFrame, stream: StreamRef, table: Path, version: int) -> None:
+        """An append with Delta's idempotent-write options: skipped if the version is recorded."""
         try:
             (
-                self.spark.read.parquet(str(staging))
-                .write.format("delta")
+                frame.write.format("delta")
                 .mode("append")
                 .partitionBy("date")
                 .option("txnAppId", stream.app_id)
@@ -237,8 +256,24 @@ class Compactor:
             )
         except Exception as exc:  # py4j and Spark raise many kinds; name the stream and table
             raise LakeError(f"stream {stream.name}: append to {table} failed: {exc}") from exc
-        finally:
-            staging.unlink(missing_ok=True)
+
+    def warm(self) -> None:
+        """Between passes, have Delta replay the log of each table committed to since the last call.
+
+        Every append first asks Delta for the table's transaction versions,
+        which it computes by replaying the whole log (three Spark jobs, most of
+        the time of a small append). An empty write with version 0 makes Delta
+        do that replay now and then skip the write (the table has a higher
+        version), so the next append finds it done unless someone else commits
+        meanwhile. Version 0 claims no row: even a table lost in between would
+        only get an empty commit saying the lake holds nothing.
+        """
+        committed, self._committed = self._committed, {}
+        for table, stream in committed.items():
+            try:
+                self._write(self.spark.createDataFrame([], SPARK_DDL), stream, table, 0)
+            except LakeError as exc:
+                log.error("warm: %s", exc)
 
     def _carry_deletes(
         self, stream: StreamRef, table: Path, pin: Pin, known: int, before: int
@@ -266,5 +301,6 @@ class Compactor:
                 DeltaTable.forPath(self.spark, str(table)).delete(cond)
             except Exception as exc:
                 raise LakeError(f"stream {stream.name}: delete in {table} failed: {exc}") from exc
+            self._committed[table] = stream
         write_pin(stream, Pin(pin.app_id, pin.table, pin.seq, offset))
         return sum(b - a + 1 for a, b in in_lake)

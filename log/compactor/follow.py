@@ -1,10 +1,18 @@
-"""The compactor beside a server: one long-lived SparkSession, a pass every `interval`.
+"""The compactor beside a server: one long-lived SparkSession, a pass as soon as there is work.
 
 The server starts this process only when a sealed segment is waiting for the
 lake, so a short-lived server never pays for a JVM; once started it stays (a
 JVM start costs seconds, a pass on a warm session a fraction) and exits as
 soon as its parent server is gone or it is asked to stop (SIGTERM). Killing it
 at any moment is safe: every append is an idempotent Delta transaction.
+
+Freshness: between passes the follower looks at the store every `LOOK`
+seconds, from the files alone (no Spark, no Delta log): a seal creates a new
+newest segment file, an explicit delete grows `explicit.log`. Either starts a
+pass at once; otherwise a pass runs every `interval` anyway (configuration
+changes, retries after an error). While it waits, Delta replays the log of the
+tables just appended to (`Compactor.warm`), which the next append would
+otherwise do first.
 """
 
 from __future__ import annotations
@@ -14,14 +22,39 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 from log.compactor.compact import Compactor
-from log.compactor.layout import LakeError
+from log.compactor.layout import LakeError, stream_dirs
 from log.compactor.maintain import current_tables, optimize
+from log.segments.filestore import EXPLICIT
+from log.segments.segment import discover
 
 log = logging.getLogger("jetlake.lake")
 
 RECENT = "date >= date_sub(current_date(), 1)"  # what the schedule optimizes: today, yesterday
+LOOK = 0.1  # seconds between looks at the store for a seal or a delete
+
+
+def store_state(store_dir: Path) -> tuple[tuple[str, tuple[int, int] | None, int], ...]:
+    """Per stream folder: its newest segment and the size of its explicit-delete log.
+
+    What a pass would do changes only if one of these did: merges and reclaims
+    rewrite older segments and appends grow the active one, none of which is
+    work for the lake. A folder listing and a stat per stream.
+    """
+    out = []
+    for folder in stream_dirs(store_dir):
+        try:
+            newest = discover(folder, clean=False)[-1:]
+        except FileNotFoundError:  # the stream was deleted while we looked
+            continue
+        try:
+            logged = (folder / EXPLICIT).stat().st_size
+        except FileNotFoundError:
+            logged = 0
+        out.append((folder.name, newest[0] if newest else None, logged))
+    return tuple(out)
 
 
 def follow(
@@ -38,6 +71,7 @@ def follow(
         if parent_pid is not None and os.getppid() != parent_pid:
             log.info("compactor: server %d is gone; exiting", parent_pid)
             return
+        seen = store_state(compactor.store_dir)  # before the pass: a seal during it counts
         summary = compactor.run_once()
         if summary.rows or summary.deletes:
             log.info("compactor: %s", summary.line())
@@ -48,4 +82,13 @@ def follow(
                     optimize(compactor.spark, name, table, where=RECENT)
                 except LakeError as exc:
                     log.error("%s", exc)
-        stop.wait(interval)
+        compactor.warm()
+        _wait(stop, compactor.store_dir, seen, interval)
+
+
+def _wait(stop: threading.Event, store_dir: Path, seen: object, interval: float) -> None:
+    """Until the store differs from `seen`, `interval` has passed, or we are asked to stop."""
+    end = time.monotonic() + interval
+    while not stop.wait(max(min(LOOK, end - time.monotonic()), 0.0)):
+        if time.monotonic() >= end or store_state(store_dir) != seen:
+            return

@@ -36,6 +36,9 @@ _CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Parquet's standard timestamp (INT96 is deprecated) for the files the lake gets from now on;
+    # tables written before keep their INT96 files, and every reader reads both.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 
 

@@ -9,6 +9,7 @@ tests that are about the compactor process start it themselves.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -18,9 +19,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from log.compactor.compact import Compactor, Summary
-from log.compactor.layout import STREAMS
+from log.compactor.layout import META_FILE, STREAMS, StreamRef
 from log.compactor.spark import build_session
-from log.segments import list_segments
+from log.segments import FileStore, NewMsg, list_segments
+from log.timefmt import rfc3339
 from sql.session import refresh
 from tests.support.servers import ServerError, ServerProcess, start_server
 
@@ -89,6 +91,34 @@ class Lake:
                     server.stop(expect_code=None)
                 except ServerError:
                     server.kill()
+
+
+class Folder:
+    """A stream folder as the server leaves it, written through the segment store (no server)."""
+
+    def __init__(self, store: Path, name: str) -> None:
+        self.dir = store / STREAMS / name
+        self.segments = FileStore(self.dir, name=name)
+        doc = {"config": {"name": name, "subjects": ["s.>"], "storage": "file"}}
+        doc["created"] = rfc3339(time.time_ns())
+        (self.dir / META_FILE).write_text(json.dumps(doc))
+        self.ref = StreamRef.load(self.dir)
+
+    def publish(self, count: int, *, seal: bool = True) -> None:
+        """`count` messages on four subjects; sealed (so the lake may take them) unless told."""
+        now = time.time_ns()
+        self.segments.append([NewMsg(f"s.{i % 4}", None, b"%d" % i, now) for i in range(count)])
+        if seal:
+            self.segments.seal(older_than_ns=time.time_ns())
+        self.segments.sync()
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Iterator[Folder]:
+    """A stream `S` in `tmp_path / "store"`."""
+    made = Folder(tmp_path / "store", "S")
+    yield made
+    made.segments.close()
 
 
 @pytest.fixture

@@ -9,12 +9,15 @@ from __future__ import annotations
 import csv
 import io
 import os
+import signal
 import subprocess
 import sys
 import time
 
+from log.compactor.compact import lake_progress
+from log.compactor.layout import default_lake_dir
 from tests.conftest import Connect
-from tests.lake.conftest import Lake, poll
+from tests.lake.conftest import Folder, Lake, poll
 from tests.support.http import get_json, http_get
 
 SERVE_CONF = 'lake { seal_interval: "1s", compact_interval: "500ms" }\n'
@@ -93,3 +96,22 @@ async def test_jetlake_sql_command(lake: Lake, connect: Connect) -> None:
     assert out.returncode == 0, out.stderr
     rows = list(csv.reader(io.StringIO(out.stdout)))
     assert rows == [["subject", "n"], ["cli.0", "11"], ["cli.1", "10"], ["cli.2", "10"]]
+
+
+async def test_follower_takes_a_seal_at_once_not_at_its_interval(folder: Folder) -> None:
+    store = folder.dir.parents[3]
+    table = folder.ref.table_path(default_lake_dir(store))
+    argv = [sys.executable, "-m", "jobs.cli", "job", "compact", "--store", str(store)]
+    proc = subprocess.Popen(
+        [*argv, "--follow", "--interval", "300", "--spark_master", "local[1]"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        folder.publish(5)
+        await poll(lambda: lake_progress(table, folder.ref.app_id) == 5, "the first pass", 120)
+        folder.publish(5)  # sealed while the follower waits out its 300 s
+        await poll(lambda: lake_progress(table, folder.ref.app_id) == 10, "a pass on the seal", 30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
