@@ -99,6 +99,7 @@ class Client(asyncio.Protocol):
         # Deadlines: TLS handshake, authentication, next keepalive PING.
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self.tls: TLSLayer | None = None
+        self._written = 0  # bytes handed to the transport, for the write deadline
 
     # ---- asyncio Protocol -------------------------------------------------------------
 
@@ -108,8 +109,7 @@ class Client(asyncio.Protocol):
         self.host, self.port = str(peer[0]), int(peer[1])
         server = self.server
         if not server.register(self):
-            transport.write(server.info_for(self))
-            transport.write(nats.encode_err("maximum connections exceeded"))
+            self._write(server.info_for(self) + nats.encode_err("maximum connections exceeded"))
             self._close("Max Connections Exceeded", flush=True)
             return
         loop = asyncio.get_running_loop()
@@ -119,7 +119,7 @@ class Client(asyncio.Protocol):
             timeout = server.opts.tls.timeout
             self._timers["tls"] = loop.call_later(timeout, self._tls_timeout)
         if ctx is None or not server.opts.tls.handshake_first:
-            transport.write(server.info_for(self))  # plain INFO, then the client starts TLS
+            self._write(server.info_for(self))  # plain INFO, then the client starts TLS
         if not self.authenticated:
             self._timers["auth"] = loop.call_later(server.opts.auth_timeout, self._auth_timeout)
         self._timers["ping"] = loop.call_later(server.opts.ping_interval, self._ping)
@@ -137,13 +137,12 @@ class Client(asyncio.Protocol):
                 self.cid,
                 exc.reason or exc,
             )
-            assert self.transport is not None
-            self.transport.write(tls.outgoing())
+            self._write(tls.outgoing())
             self._close("TLS Handshake Error")
             return None
         pending = tls.outgoing()
-        if pending and self.transport is not None:
-            self.transport.write(pending)
+        if pending:
+            self._write(pending)
         if tls.peer_closed:
             self._close("Client Closed", flush=True)
             return plain or None
@@ -189,19 +188,36 @@ class Client(asyncio.Protocol):
                 self._on_violation(op)  # type: ignore[arg-type]
 
     def pause_writing(self) -> None:
-        """The socket stopped draining: the client gets write_deadline to catch up."""
+        """The socket stopped draining: the client gets write_deadline to take some bytes.
+
+        A deadline passes only when the client took nothing at all in it, as a
+        blocked write does on the reference. A reader that keeps reading, only
+        slower than it is sent to (a busy machine, a pause of this process),
+        is left to `max_pending`, which bounds what it may hold up.
+        """
+        self._arm_write_deadline()
+
+    def _arm_write_deadline(self) -> None:
         loop = asyncio.get_running_loop()
         self._timers["write"] = loop.call_later(
-            self.server.opts.write_deadline, self._write_deadline_passed
+            self.server.opts.write_deadline, self._write_deadline_passed, self._sent()
         )
+
+    def _sent(self) -> int:
+        """Bytes the socket has taken so far."""
+        assert self.transport is not None
+        return self._written - self.transport.get_write_buffer_size()
 
     def resume_writing(self) -> None:
         timer = self._timers.pop("write", None)
         if timer is not None:
             timer.cancel()
 
-    def _write_deadline_passed(self) -> None:
+    def _write_deadline_passed(self, sent: int) -> None:
         if self.closed:
+            return
+        if self._sent() > sent:
+            self._arm_write_deadline()
             return
         self.server.slow_consumers += 1
         deadline = go_duration(round(self.server.opts.write_deadline * 1e9))
@@ -389,7 +405,7 @@ class Client(asyncio.Protocol):
         data = out[0] if len(out) == 1 else b"".join(out)
         self._out = []
         self._out_size = 0
-        transport.write(data if self.tls is None else self.tls.encrypt(data))
+        self._write(data if self.tls is None else self.tls.encrypt(data))
         if transport.get_write_buffer_size() > self.server.opts.max_pending:
             self.server.slow_consumers += 1
             log.info(
@@ -400,6 +416,11 @@ class Client(asyncio.Protocol):
                 self.server.opts.max_pending,
             )
             self._close("Slow Consumer (Pending Bytes)", abort=True)
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self._written += len(data)
+            self.transport.write(data)
 
     def close_with(self, reason: str, *, flush: bool = True) -> None:
         self._close(reason, flush=flush)
