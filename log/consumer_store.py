@@ -14,30 +14,27 @@ and CRC, so a torn tail (power loss mid-append) ends the replay instead of
 corrupting it. Replaying a log over a snapshot that already contains it (a
 crash between the snapshot's rename and the log's truncation) yields the same
 state, because every record sets or removes a value rather than adjusting one.
-Whether writes are also fsynced follows the stream's `sync_interval`: with
-`always` they are (`sync`, which the `Syncer` thread runs off the event loop, and inline
-before a confirmed ack is answered), so acks survive a power cut too; with a
-deferred interval the page cache carries them, which a process crash cannot lose.
+The background thread fsyncs the log within `sync_interval`
+(`log.durability`); with `always` a confirmed ack is also synced inline
+before it is answered, so it survives a power cut too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import shutil
 import struct
-import threading
 import zlib
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from queue import SimpleQueue
 from typing import Any
 
-log = logging.getLogger("jetlake.jetstream")
+from log.durability import sync_delay
+from log.segments.tombstones import fsync_dir
 
 OBS_DIR = "obs"
 META_FILE = "meta.json"
@@ -64,9 +61,10 @@ class Saved:
 
 
 class ConsumerStore:
-    def __init__(self, folder: Path, *, fsync: bool) -> None:
+    def __init__(self, folder: Path, *, sync_interval_ns: int | None) -> None:
         self.folder = folder
-        self.fsync = fsync
+        self.sync_delay = sync_delay(sync_interval_ns)  # for the background thread
+        self.fsync_confirmed = sync_interval_ns is None  # `always`: before a confirmation
         self.sync_queued = False  # waiting for the Syncer's thread
         self._fd: int | None = None
         self._log_bytes = 0
@@ -96,11 +94,13 @@ class ConsumerStore:
             with contextlib.suppress(OSError):  # closed meanwhile: close synced it
                 os.fdatasync(fd)
 
+    def __str__(self) -> str:
+        return f"consumer state {self.folder}"
+
     def close(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
-            if self.fsync:
-                os.fdatasync(fd)
+            os.fdatasync(fd)
             os.close(fd)
 
     def delete(self) -> None:
@@ -122,51 +122,10 @@ class ConsumerStore:
         tmp = self.folder / (name + ".tmp")
         with open(tmp, "wb") as f:
             f.write(json.dumps(doc, separators=(",", ":")).encode())
-            if self.fsync:
-                f.flush()
-                os.fsync(f.fileno())
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, self.folder / name)
-        if self.fsync:
-            dir_fd = os.open(self.folder, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-
-
-class Syncer:
-    """One thread that syncs consumer logs off the event loop, in the order asked.
-
-    An executor round trip per fsync (a future, a wake-up, a callback back on the
-    loop) cost tens of µs of CPU, up to 100 times a second per busy consumer; a
-    queue drained by one blocked thread costs a fraction. A store waits in the
-    queue at most once: what is written while its sync runs is left for the next.
-    """
-
-    def __init__(self) -> None:
-        self._queue: SimpleQueue[ConsumerStore] = SimpleQueue()
-        self._thread: threading.Thread | None = None
-
-    def request(self, store: ConsumerStore) -> None:
-        if store.sync_queued:
-            return
-        store.sync_queued = True
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="consumer-sync", daemon=True)
-            self._thread.start()
-        self._queue.put(store)
-
-    def _run(self) -> None:
-        while True:
-            store = self._queue.get()
-            store.sync_queued = False  # before the sync: later writes queue it again
-            try:
-                store.sync()
-            except Exception:  # a bug must not silently end syncing for every consumer
-                log.exception("consumer state sync failed: %s", store.folder)
-
-
-SYNCER = Syncer()  # one per process: consumers of every stream share its thread
+        fsync_dir(self.folder)
 
 
 def consumers_dir(stream_folder: Path) -> Path:

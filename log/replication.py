@@ -2,10 +2,12 @@
 
 A stream never writes its store directly on publish: it proposes entries to
 its ReplicationGroup and is told when they are committed. `SingleNodeGroup`,
-a group of one, is also where group commit lives: while one fsync runs in a
-worker thread, new proposals queue up and go out together as the next batch
-(one `apply` + one `sync`), so the number of fsyncs tracks the disk, not the
-publish rate. This is the only asyncio module under `log/`.
+a group of one, is also where group commit lives: entries proposed while a
+batch is being written (and, with `sync_interval: always`, fsynced in a
+worker thread) go out together as the next batch, so the number of writes
+and fsyncs tracks the disk, not the publish rate. When a batch counts as
+committed follows `log.durability`. This is the only asyncio module under
+`log/`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
+
+from log.durability import SYNCER, sync_delay
 
 E = TypeVar("E")
 
@@ -44,12 +48,13 @@ class GroupClosedError(RuntimeError):
 
 
 class SingleNodeGroup(Generic[E]):
-    """A replication group of one: commit = written (and fsynced unless deferred).
+    """A replication group of one: commit = written, and fsynced under `always`.
 
     `apply` writes a batch into the state machine (the store) on the event loop;
-    `sync` makes everything applied durable and runs in a worker thread. With
-    `sync_interval_ns` None every batch is fsynced before its futures resolve;
-    otherwise futures resolve once applied and a timer fsyncs on that interval.
+    `sync` makes everything applied durable and runs off the loop. With
+    `sync_interval_ns` None (`always`) each batch is fsynced before its
+    proposers hear of the commit; otherwise they hear of it once it is applied,
+    and the background thread fsyncs it within the interval.
     """
 
     def __init__(
@@ -58,17 +63,20 @@ class SingleNodeGroup(Generic[E]):
         sync: Callable[[], None],
         *,
         sync_interval_ns: int | None = None,
+        name: str = "",
     ) -> None:
         self._apply = apply
         self._sync = sync
-        self._interval = None if sync_interval_ns is None else sync_interval_ns / 1e9
+        self._name = name
+        self._always = sync_interval_ns is None
+        self._delay = sync_delay(sync_interval_ns)
+        self.sync_queued = False  # with the background thread (`Syncable`)
         self._queue: list[E] = []
         self._waiters: list[OnCommit] = []
         self._proposed = 0
         self.committed = 0
         self._worker: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._dirty = False
+        self._dirty = False  # applied since the last fsync this group ran itself
         self._closed = False
         self._error: BaseException | None = None
 
@@ -102,11 +110,11 @@ class SingleNodeGroup(Generic[E]):
             try:
                 if batch:
                     self._apply(batch)
-                    if self._interval is None:
+                    if self._always:
                         await asyncio.to_thread(self._sync)
                     else:
                         self._dirty = True
-                        self._arm_timer()
+                        SYNCER.request(self, self._delay)
             except Exception as exc:  # delivered to every waiter; the group stays failed
                 self._fail(exc, waiters)
                 return
@@ -119,17 +127,13 @@ class SingleNodeGroup(Generic[E]):
         pending, self._waiters, self._queue = waiters + self._waiters, [], []
         _notify(pending, exc)
 
-    def _arm_timer(self) -> None:
-        if self._timer is None and self._interval is not None:
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self._interval, self._on_timer)
+    def sync(self) -> None:
+        """The background thread's call; a closed group was synced by `close`."""
+        if not self._closed:
+            self._sync()
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        if self._dirty and not self._closed:
-            self._dirty = False
-            task = asyncio.get_running_loop().create_task(asyncio.to_thread(self._sync))
-            task.add_done_callback(_report_sync_error)
+    def __str__(self) -> str:
+        return self._name or "replication group"
 
     async def flush(self) -> None:
         while self._worker is not None and not self._worker.done():
@@ -141,9 +145,6 @@ class SingleNodeGroup(Generic[E]):
     async def close(self) -> None:
         self._closed = True
         await self.flush()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
 
 def _notify(waiters: list[OnCommit], error: BaseException | None) -> None:
@@ -164,12 +165,3 @@ def _settle(future: asyncio.Future[int], index: int, error: BaseException | None
         future.set_result(index)
     else:
         future.set_exception(error)
-
-
-def _report_sync_error(task: asyncio.Task[None]) -> None:
-    """A deferred fsync has no publisher to tell; surface it to the loop's handler."""
-    if not task.cancelled() and task.exception() is not None:
-        loop = asyncio.get_running_loop()
-        loop.call_exception_handler(
-            {"message": "deferred sync failed", "exception": task.exception()}
-        )

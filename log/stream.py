@@ -74,7 +74,10 @@ class Stream:
         self._read_headers = read_headers
         if group is None:
             self._group: ReplicationGroup[Entry] = SingleNodeGroup(
-                self._apply, store.sync, sync_interval_ns=sync_interval_ns
+                self._apply,
+                store.sync,
+                sync_interval_ns=sync_interval_ns,
+                name=f"stream {config.name}",
             )
         else:
             self._group = group(self._apply, store.sync)

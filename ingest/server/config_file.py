@@ -24,6 +24,7 @@ from ingest.server.settings import (
     parse_duration,
     storage_size,
 )
+from log.durability import DEFAULT_SYNC_INTERVAL_NS
 
 # -- typed access to a table ------------------------------------------------
 
@@ -301,7 +302,8 @@ def _jetstream_key(section: _Section, name: str, out: dict[str, Any]) -> dict[st
     if lowered in ("sync", "sync_interval"):
         if isinstance(value, str) and value.lower() == "always":
             return {"sync_interval_ns": None}
-        return {"sync_interval_ns": round(section.duration(name) * 1e9)}
+        interval = round(section.duration(name) * 1e9)  # 0, as on the reference: the default
+        return {"sync_interval_ns": interval or DEFAULT_SYNC_INTERVAL_NS}
     if lowered in ("max_memory_store", "max_mem_store", "max_mem", "max_file_store", "max_file"):
         label = "max_file_store" if "file" in lowered else "max_mem_store"
         field_name = "max_file_store" if "file" in lowered else "max_memory_store"

@@ -378,6 +378,8 @@ class FileStore(BatchStore):
 
     def sync(self) -> None:
         with self._lock:
+            if not self._segments:  # closed (and synced) while a background sync was queued
+                return
             owned = list(self._segments[-1].fds())
             if self._tomb_dirty:
                 owned.append(self._tomb.fileno())
@@ -399,11 +401,12 @@ class FileStore(BatchStore):
 
     def close(self) -> None:
         self.sync()
-        for seg in self._segments:
-            seg.close()
-        self._tomb.close()
-        self._explicit.close()
-        self._segments = []
+        with self._lock:  # a background sync sees the store open or closed, never half
+            segments, self._segments = self._segments, []
+            for seg in segments:
+                seg.close()
+            self._tomb.close()
+            self._explicit.close()
         self._held.clear()
         self._cache.clear()
 

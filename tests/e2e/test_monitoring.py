@@ -193,3 +193,31 @@ async def test_metrics_prometheus(jetlake_monitored: ServerProcess, connect: Con
     assert "# TYPE" in text
     for ln in samples:
         float(ln.rsplit(" ", 1)[-1])  # every sample ends in a number
+
+
+TWO_MINUTES_NS = 120_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("sync", "expected"),
+    [
+        ("sync_interval: always", {"sync_interval": TWO_MINUTES_NS, "sync_always": True}),
+        ('sync_interval: "10s"', {"sync_interval": 10_000_000_000}),
+        ("", None),  # the defaults differ: the reference's 2m, jetlake's 10ms
+    ],
+    ids=["always", "10s", "default"],
+)
+async def test_jsz_reports_sync_as_the_reference(
+    make_server: MakeServer,
+    server_kind: str,
+    tmp_path: Path,
+    sync: str,
+    expected: dict[str, Any] | None,
+) -> None:
+    if expected is None:
+        ours = server_kind != "nats-server"
+        expected = {"sync_interval": 10_000_000 if ours else TWO_MINUTES_NS}
+    store = tmp_path / "js"
+    server = make_server("-m", "-1", config=f'jetstream {{ store_dir: "{store}"\n{sync}\n}}\n')
+    config = (await get_json(server.http_url + "/jsz"))["config"]
+    assert {k: v for k, v in config.items() if k.startswith("sync")} == expected

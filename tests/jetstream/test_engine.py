@@ -198,4 +198,4 @@ async def test_update_resubscribes_and_jsz_counts(node: tuple[JetStream, FakeMes
     assert (await m.request("a", b"x"))[0] == b"NATS/1.0 503\r\n\r\n"
     assert (await m.api("b", b"x"))["seq"] == 1
     jsz = js.info()
-    assert (jsz["streams"], jsz["messages"], jsz["config"]["sync_interval"]) == (1, 1, "always")
+    assert (jsz["streams"], jsz["messages"], jsz["config"]["sync_always"]) == (1, 1, True)

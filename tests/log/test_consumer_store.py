@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from array import array
-from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from log.consumer_store import (
     ACKED,
@@ -17,7 +12,6 @@ from log.consumer_store import (
     LOG_FILE,
     POSITION,
     ConsumerStore,
-    Syncer,
     consumers_dir,
     load_all,
     replay,
@@ -45,7 +39,7 @@ def _turn(*records: tuple[int, ...]) -> array:
 
 
 def test_log_frames_replay_over_the_snapshot_and_a_torn_tail_is_ignored(tmp_path: Path) -> None:
-    store = ConsumerStore(consumers_dir(tmp_path) / "d", fsync=False)
+    store = ConsumerStore(consumers_dir(tmp_path) / "d", sync_interval_ns=10**7)
     store.save_meta({"durable_name": "d"}, "2024-01-01T00:00:00Z")
     store.save_state(BASE)
     store.append(
@@ -66,58 +60,10 @@ def test_log_frames_replay_over_the_snapshot_and_a_torn_tail_is_ignored(tmp_path
 
 def test_replaying_a_log_the_snapshot_already_contains_changes_nothing(tmp_path: Path) -> None:
     """A crash between a compaction's rename and the log's truncation replays old frames."""
-    store = ConsumerStore(tmp_path, fsync=False)
+    store = ConsumerStore(tmp_path, sync_interval_ns=10**7)
     store.append(_turn((DELIVERED, 4, 2, 1, 11), (ACKED, 1), (POSITION, 3, 5, 1, 1, 11, 11)))
     store.close()
     log = (tmp_path / LOG_FILE).read_bytes()
     once = replay(BASE, log)
     assert once["pending"] == [[4, 2, 11]] and once["lps"] == []
     assert replay(once, log) == once
-
-
-class _GatedStore(ConsumerStore):
-    """Records which store synced, on which thread; waits for the gate first."""
-
-    def __init__(self, folder: Path, gate: threading.Event, log: list[tuple[str, str]]) -> None:
-        super().__init__(folder, fsync=True)
-        self._gate, self._synced = gate, log
-
-    def sync(self) -> None:
-        self._gate.wait(5)
-        self._synced.append((self.folder.name, threading.current_thread().name))
-
-
-def _wait_for(ready: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 5
-    while not ready():
-        assert time.monotonic() < deadline, what
-
-
-def test_syncer_queues_a_store_once_and_syncs_off_the_caller(tmp_path: Path) -> None:
-    gate, synced = threading.Event(), []
-    busy, a, last = (_GatedStore(tmp_path / n, gate, synced) for n in ("busy", "a", "last"))
-    syncer = Syncer()
-    syncer.request(busy)
-    _wait_for(lambda: not busy.sync_queued, "the sync thread never took the first store")
-    syncer.request(a)
-    syncer.request(a)  # still queued: not again
-    syncer.request(last)
-    gate.set()
-    _wait_for(lambda: len(synced) >= 3, f"syncs stopped at {synced}")
-    assert synced == [("busy", "consumer-sync"), ("a", "consumer-sync"), ("last", "consumer-sync")]
-
-
-class _BrokenStore(ConsumerStore):
-    def sync(self) -> None:
-        raise RuntimeError("boom")
-
-
-def test_syncer_outlives_a_failing_sync(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    gate, synced = threading.Event(), []
-    gate.set()
-    syncer = Syncer()
-    syncer.request(_BrokenStore(tmp_path / "broken", fsync=True))
-    syncer.request(_GatedStore(tmp_path / "fine", gate, synced))
-    _wait_for(lambda: bool(synced), "the sync thread died with the failing store")
-    assert synced == [("fine", "consumer-sync")]
-    assert "consumer state sync failed" in caplog.text

@@ -97,6 +97,25 @@ async def test_with_a_sync_interval_acks_follow_the_write_and_flush_syncs() -> N
     assert store.syncs == 1
 
 
+async def test_with_a_short_interval_the_background_thread_syncs_unasked() -> None:
+    """The ack does not wait for the fsync, which follows within the interval."""
+    store, acks = FakeLog(), Acks()
+    group = SingleNodeGroup(store.apply, store.sync, sync_interval_ns=10**6)
+    group.propose([1, 2], acks.on(1))
+    assert await group.barrier() == 2
+    assert acks.calls == [(1, None)] and store.synced_upto == 0
+    assert await asyncio.to_thread(store.in_sync.wait, 5), "no background sync"
+    group.propose([3], acks.on(3))  # applied and acked while the first sync still runs
+    assert await group.barrier() == 3
+    assert acks.calls == [(1, None), (3, None)]
+    store.release.set()
+    deadline = asyncio.get_running_loop().time() + 5
+    while store.synced_upto < 3:  # the write during the first sync queued a second one
+        assert asyncio.get_running_loop().time() < deadline, store.synced_upto
+        await asyncio.sleep(0.001)
+    await group.close()
+
+
 async def test_a_failed_write_fails_its_batch_and_everything_after() -> None:
     def broken(batch: list[int]) -> None:
         raise OSError("disk gone")

@@ -47,7 +47,7 @@ def test_defaults_match_the_reference() -> None:
     assert (opts.lame_duck_duration, opts.lame_duck_grace_period) == (120.0, 10.0)
     assert opts.auth_timeout == 2.0 and opts.tls is None
     assert opts.jetstream == JetStreamConfig(
-        enabled=False, max_memory_store=-1, max_file_store=-1, sync_interval_ns=None
+        enabled=False, max_memory_store=-1, max_file_store=-1, sync_interval_ns=10_000_000
     )
 
 
@@ -270,6 +270,16 @@ def test_keys_are_case_insensitive_and_aliases_work(tmp_path: Path) -> None:
     opts = load_config(write(tmp_path, text))
     assert (opts.port, opts.host, opts.http_port) == (5, "10.0.0.1", 9)
     assert (opts.logfile, opts.pid_file, opts.max_connections) == ("a", "b", 7)
+
+
+@pytest.mark.parametrize(
+    ("value", "ns"),
+    [("always", None), ('"2m"', 120 * 10**9), ("0", 10**7), ('"0s"', 10**7), ('"1ms"', 10**6)],
+)
+def test_sync_interval(tmp_path: Path, value: str, ns: int | None) -> None:
+    """0, as on the reference, means the server's default (jetlake's: 10 ms)."""
+    opts = load_config(write(tmp_path, f"jetstream {{ sync_interval: {value} }}"))
+    assert opts.jetstream.sync_interval_ns == ns
 
 
 def test_empty_config_is_a_warning(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from log.consumer import Consumer
-from log.consumer_store import POSITION, SYNCER, ConsumerStore
+from log.consumer_store import POSITION, ConsumerStore
 from log.consumer_wire import (
     ACK_PREFIX,
     FC_PREFIX,
@@ -24,6 +24,7 @@ from log.consumer_wire import (
     Output,
     Status,
 )
+from log.durability import SYNCER
 from log.timefmt import now_ns
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from log.stream import Stream
 
 NEXT_PREFIX = "$JS.API.CONSUMER.MSG.NEXT."
-SYNC_WINDOW = 0.01  # seconds an unconfirmed ack's fsync may wait to share one with others
 DoneSink = Callable[["Runner", list[int]], None]
 IdleSink = Callable[["Runner"], None]
 
@@ -58,7 +58,6 @@ class Runner:
         self._timer_at = 0
         self._scheduled = False
         self._save_scheduled = False
-        self._sync_timer: asyncio.TimerHandle | None = None
         self._inactive_since = now_ns()
         ack_prefix = f"{ACK_PREFIX}.{consumer.stream}.{consumer.name}."
         self._ack_cut = len(ack_prefix.encode("utf-8", "surrogateescape"))
@@ -103,9 +102,6 @@ class Runner:
         if reason:
             self._publish(self.consumer.drop_requests(reason))
         self.save()
-        if self._sync_timer is not None:  # close() syncs the store itself
-            self._sync_timer.cancel()
-            self._sync_timer = None
         if self.store is not None:
             self.store.close()
 
@@ -121,17 +117,9 @@ class Runner:
         records.extend((c.last_delivered, c.last_acked))
         if store.append(records):
             store.save_state(c.snapshot())
-        if store.fsync and self._sync_timer is None:
-            # Unconfirmed acks are already written (a kill -9 keeps them); their
-            # fsync waits a short window so one serves many turns, as the
-            # reference's 10 ms consumer flush does. Confirmed acks sync at once.
-            loop = asyncio.get_running_loop()
-            self._sync_timer = loop.call_later(SYNC_WINDOW, self._sync_soon)
-
-    def _sync_soon(self) -> None:
-        self._sync_timer = None
-        assert self.store is not None
-        SYNCER.request(self.store)
+        # Written now (a kill -9 keeps it); fsynced by the background thread within
+        # sync_interval, one fsync serving many turns. Confirmed acks sync at once.
+        SYNCER.request(store, store.sync_delay)
 
     # -- events ---------------------------------------------------------------------
 
@@ -191,7 +179,7 @@ class Runner:
             self._publish(self.consumer.pull(reply, result.request, now))
         if result.confirm:
             self.save()  # a confirmed ack is durable before the client hears of it
-            if self.store is not None and self.store.fsync:
+            if self.store is not None and self.store.fsync_confirmed:
                 self.store.sync()
             self._messaging.publish(reply, None, None, b"")
 

@@ -107,7 +107,7 @@ class Consumers:
         store = None
         if cfg.is_durable and stream.config.storage == "file" and not cfg.mem_storage:
             folder = consumers_dir(self._js.stream_folder(stream.name)) / name
-            store = ConsumerStore(folder, fsync=self._js.config.sync_interval_ns is None)
+            store = ConsumerStore(folder, sync_interval_ns=self._js.config.sync_interval_ns)
             store.save_meta(ccfg.to_state_json(cfg), rfc3339(created))
         runner = Runner(
             consumer,

@@ -35,6 +35,7 @@ ACCOUNT = "$G"
 META_FILE = "stream.json"
 DIRECT_PREFIX = "$JS.API.DIRECT.GET."
 SERVER_VERSION = "2.11.0"  # the nats-server level jetlake reports in `_nats.ver`
+REFERENCE_SYNC_INTERVAL_NS = 120_000_000_000  # what the reference reports beside sync_always
 StoreOpener = Callable[[StreamConfig, Path], MsgStore]
 
 
@@ -362,7 +363,6 @@ class JetStream:
             state = stream.store.state()
             messages += state.msgs
             total_bytes += state.bytes
-        sync = self.config.sync_interval_ns
         return {
             "server_id": self.server_id,
             "now": rfc3339(now_ns()),
@@ -370,7 +370,7 @@ class JetStream:
                 "max_memory": self.config.max_memory_store,
                 "max_storage": self.config.max_file_store,
                 "store_dir": str(self.store_dir.parent),
-                "sync_interval": sync if sync is not None else "always",
+                **_sync_fields(self.config.sync_interval_ns),
             },
             **self.usage(),
             "reserved_memory": 0,
@@ -383,3 +383,10 @@ class JetStream:
             "messages": messages,
             "bytes": total_bytes,
         }
+
+
+def _sync_fields(sync_interval_ns: int | None) -> dict[str, Any]:
+    """As the reference reports them: `sync_always` beside its default interval."""
+    if sync_interval_ns is None:
+        return {"sync_interval": REFERENCE_SYNC_INTERVAL_NS, "sync_always": True}
+    return {"sync_interval": sync_interval_ns}
