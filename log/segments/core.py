@@ -15,6 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from array import array
 from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from itertools import chain
 
@@ -56,6 +57,10 @@ _FANOUT = 64
 # (a KV put retires the key's oldest revision) delete one message at a time, and
 # a dozen Arrow kernel calls over the whole batch cost far more than that.
 _FEW_ROWS = 8
+# Batches whose per-row byte counts are kept from their append: the newest, where
+# per-subject limits (a KV put retiring the key's previous revision) delete.
+_COUNTED_BATCHES = 4096
+_NONE_COUNTED = array("Q")
 
 
 class BatchRef:
@@ -86,6 +91,8 @@ class BatchStore(ABC):
         self._refs: list[BatchRef] = []
         self._firsts: list[int] = []
         self._subjects = SubjectIndex()
+        # ref -> (its first seq then, bytes of each seq from it): a seq's size never changes
+        self._counted: OrderedDict[BatchRef, tuple[int, array]] = OrderedDict()
         self._deleted = SeqList()
         self._first = 1
         self._last = 0
@@ -123,18 +130,21 @@ class BatchStore(ABC):
         first = self._last + 1
         if not msgs:
             return first
-        batch, size = build_batch(first, msgs, self.overhead)
+        batch, counted = build_batch(first, msgs, self.overhead)
         last = first + len(msgs) - 1
         # In Python: a compute call costs more than a group commit's few timestamps.
         stamps = [m.ts for m in msgs]
         ref = self._write(batch, first, last, min(stamps), max(stamps))
+        self._counted[ref] = (first, counted)
+        if len(self._counted) > _COUNTED_BATCHES:
+            self._counted.popitem(last=False)
         self._refs.append(ref)
         self._firsts.append(first)
         self._subjects.add([m.subject for m in msgs], first)
         self._last = last
         self._last_ts = msgs[-1].ts
         self._msgs += len(msgs)
-        self._bytes += size
+        self._bytes += sum(counted)
         return first
 
     def remove(self, seq: int, *, explicit: bool = False) -> bool:
@@ -445,11 +455,15 @@ class BatchStore(ABC):
         while i < len(victims):
             ref = self._locate(victims[i])
             j = bisect_right(victims, ref.last, i)
-            batch = self._fetch(ref)
-            if j - i <= _FEW_ROWS:
+            base, counted = self._counted.get(ref, (0, _NONE_COUNTED))
+            if base <= victims[i] and victims[j - 1] < base + len(counted):
+                self._bytes -= sum(counted[seq - base] for seq in victims[i:j])
+            elif j - i <= _FEW_ROWS:
+                batch = self._fetch(ref)
                 rows = (row_of(batch, seq, ref.dense_first) for seq in victims[i:j])
                 self._bytes -= sum(row_size(batch, r, self.overhead) for r in rows if r is not None)
             else:
+                batch = self._fetch(ref)
                 mask = pc.is_in(batch.column(SEQ), value_set=u64(victims[i:j]))
                 self._bytes -= pc.sum(pc.filter(sizes(batch, self.overhead), mask)).as_py()
             ref.live -= j - i

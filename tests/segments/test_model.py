@@ -69,6 +69,14 @@ class Model(RuleBasedStateMachine):
         for s in matched:
             del self.msgs[s]
 
+    @rule(picks=st.sets(st.sampled_from(SUBJECTS), min_size=1), keep=st.integers(1, 3))
+    def trim(self, picks: set[str], keep: int) -> None:
+        """Per-subject limits: each picked subject keeps its newest `keep` (bytes too)."""
+        gone = [s for subject in picks for s in self.live(subject)[:-keep]]
+        assert self.store.trim_subjects(picks, keep) == len(gone)
+        for s in gone:
+            del self.msgs[s]
+
     @rule(back=st.integers(0, 100))
     def expire(self, back: int) -> None:
         cutoff = self.ts - back
