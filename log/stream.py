@@ -92,9 +92,9 @@ class Stream:
         self._ttls: list[tuple[int, int]] = []  # heap of (expires_ns, seq)
         self._never: list[int] = []  # seqs with `Nats-TTL: never`, ascending: max_age spares them
         self._commit_listeners: list[CommitListener] = []
-        self._recover_window(state.last_seq, state.first_seq)
+        self._recover_window(state.last_seq)
         if config.allow_msg_ttl:
-            self._recover_ttls(state.first_seq)
+            self._recover_ttls()
 
     @property
     def name(self) -> str:
@@ -102,37 +102,28 @@ class Stream:
 
     # -- recovery ------------------------------------------------------------
 
-    def _recover_window(self, last_seq: int, first_seq: int) -> None:
+    def _recover_window(self, last_seq: int) -> None:
         """Reload the dedup window (and last msg id) from the newest messages only."""
         horizon = now_ns() - self._dedup.window_ns
-        found: list[tuple[str, int, int]] = []
-        for seq in range(last_seq, max(first_seq, 1) - 1, -1):
-            msg = self.store.load(seq)
-            if msg is None:
-                continue
-            if msg.ts < horizon:
-                break
+        for msg in self.store.with_header(publish.MSG_ID, since_ts=horizon):
             msg_id = self._header(msg, publish.MSG_ID)
-            if seq == last_seq:
-                self._last_msg_id = msg_id
             if msg_id:
-                found.append((msg_id, seq, msg.ts))
-        for msg_id, seq, ts in reversed(found):
-            self._dedup.add(msg_id, seq, ts)
+                self._dedup.add(msg_id, msg.seq, msg.ts)
+            if msg.seq == last_seq:
+                self._last_msg_id = msg_id
 
-    def _recover_ttls(self, first_seq: int) -> None:
-        for seq in self.store.seqs_for(">", first_seq):
-            msg = self.store.load(seq)
-            text = self._header(msg, publish.TTL) if msg else ""
-            if msg is not None and text:
+    def _recover_ttls(self) -> None:
+        for msg in self.store.with_header(publish.TTL):
+            text = self._header(msg, publish.TTL)
+            if text:
                 try:
                     ttl = publish.parse_ttl(text)
                 except ApiError:
                     continue
                 if ttl == publish.NEVER:
-                    self._never.append(seq)
+                    self._never.append(msg.seq)
                 elif ttl > 0:
-                    heapq.heappush(self._ttls, (msg.ts + ttl * _NS, seq))
+                    heapq.heappush(self._ttls, (msg.ts + ttl * _NS, msg.seq))
 
     def _is_marker(self, msg: StoredMsg) -> bool:
         return bool(msg.hdr) and publish.is_marker(self._read_headers(msg.hdr))

@@ -117,6 +117,10 @@ class MsgStore(Protocol):
     def load_next(self, start_seq: int, subject_filter: str = ">") -> StoredMsg | None:
         """The first live message with seq >= start_seq whose subject matches the filter."""
 
+    def with_header(self, name: str, *, since_ts: int = 0) -> list[StoredMsg]:
+        """Live messages not older than since_ts whose header block mentions `name`
+        (any case; callers parse the headers to be sure), in seq order."""
+
     def load_last(self, subject_filter: str = ">") -> StoredMsg | None:
         """The live message with the highest seq whose subject matches the filter."""
 

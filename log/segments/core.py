@@ -33,6 +33,7 @@ from log.segments.api import (
 )
 from log.segments.index import SeqList, SubjectIndex
 from log.segments.schema import (
+    HDR,
     SCHEMA,
     SEQ,
     SUBJECT,
@@ -300,6 +301,28 @@ class BatchStore(ABC):
             return self._scan(start, subject_filter, forward=True)
         found = [s for n in names if (s := self._list(n).first_ge(start)) is not None]
         return self.load(min(found)) if found else None
+
+    def with_header(self, name: str, *, since_ts: int = 0) -> list[StoredMsg]:
+        """Filtered a batch at a time in Arrow: what a restart reads (dedup ids, TTLs)
+        would cost a load per message, seconds for a million."""
+        out: list[list[StoredMsg]] = []
+        for ref in reversed(self._refs):
+            if ref.max_ts < since_ts:
+                break  # timestamps grow with seqs: every older batch is older still
+            if not ref.live:
+                continue
+            batch = self._fetch(ref)
+            mask = pc.and_(
+                self._live_mask(batch, ref.first, ref.last),
+                pc.and_(
+                    pc.greater_equal(batch.column(TS), pa.scalar(since_ts, TS_TYPE)),
+                    pc.match_substring(batch.column(HDR), name, ignore_case=True),
+                ),
+            )
+            hits = batch.filter(pc.fill_null(mask, False))
+            if len(hits):
+                out.append(rows_between(hits, seq_view(hits), 0, len(hits)))
+        return [msg for part in reversed(out) for msg in part]
 
     def load_last(self, subject_filter: str = ">") -> StoredMsg | None:
         if not self._msgs:

@@ -60,6 +60,20 @@ async def test_dedup_window_and_last_msg_id_survive_reopening_the_store() -> Non
     assert (await pub(again, Nats_Expected_Last_Msg_Id="a"))["seq"] == 2
 
 
+async def test_reopening_restores_the_ids_of_live_messages_only() -> None:
+    first = make()
+    for msg_id in ("a", "b", "c"):
+        await pub(first, Nats_Msg_Id=msg_id)
+        await pub(first, Trace="no id")
+    assert first.store.remove(3)  # b's message
+    again = make(store=first.store)
+    assert [(await pub(again, Nats_Msg_Id=i)).get("duplicate", False) for i in "abc"] == [
+        True,
+        False,
+        True,
+    ]
+
+
 @pytest.mark.parametrize(
     ("headers", "err_code", "description"),
     [
