@@ -52,6 +52,7 @@ async def _serve(opts: Options) -> int:
     if opts.jetstream.enabled:
         from ingest.server.jetstream import JetStream
 
+        _arrow_memory_pool()
         server.jetstream = JetStream(
             opts.jetstream,
             server,
@@ -166,3 +167,19 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         log.critical("%s", exc)
         return 1
+
+
+def _arrow_memory_pool() -> None:
+    """jemalloc for Arrow's buffers unless the user chose (ARROW_DEFAULT_MEMORY_POOL).
+
+    pyarrow's default, mimalloc, gave freed memory back to the OS and took it
+    again zeroed: with 128 KiB Object Store chunks, half the server's CPU went
+    to the kernel clearing pages and a 32 MiB put ran at 100-200 MB/s from run
+    to run; with jemalloc, 175-190.
+    """
+    import pyarrow as pa
+
+    if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL") and "jemalloc" in (
+        pa.supported_memory_backends()
+    ):
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
