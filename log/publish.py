@@ -167,15 +167,18 @@ def _check_discard_new(
     """Discard-new refusals; at a per-subject limit the new message replaces an old one."""
     if cfg.discard != "new":
         return
+    per_subject = cfg.discard_new_per_subject
+    over_msgs = 0 < cfg.max_msgs <= state.msgs
+    over_bytes = cfg.max_bytes > 0 and state.bytes + size > cfg.max_bytes
+    # The subject's count only matters when it can refuse or excuse: a KV put skips it.
     per = cfg.max_msgs_per_subject
-    at_subject_limit = per > 0 and state.subject_msgs(subject) >= per
-    if at_subject_limit and cfg.discard_new_per_subject and not rollup:
-        raise errors.store_failed("maximum messages per subject exceeded")
-    if at_subject_limit:
+    if (per_subject or over_msgs or over_bytes) and per > 0 and state.subject_msgs(subject) >= per:
+        if per_subject and not rollup:
+            raise errors.store_failed("maximum messages per subject exceeded")
         return
-    if 0 < cfg.max_msgs <= state.msgs:
+    if over_msgs:
         raise errors.store_failed("maximum messages exceeded")
-    if cfg.max_bytes > 0 and state.bytes + size > cfg.max_bytes:
+    if over_bytes:
         raise errors.store_failed("maximum bytes exceeded")
 
 

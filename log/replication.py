@@ -75,7 +75,8 @@ class SingleNodeGroup(Generic[E]):
         self._waiters: list[OnCommit] = []
         self._proposed = 0
         self.committed = 0
-        self._worker: asyncio.Task[None] | None = None
+        self._worker: asyncio.Task[None] | None = None  # `always`: the commit loop
+        self._scheduled = False  # otherwise: a commit callback is on its way
         self._dirty = False  # applied since the last fsync this group ran itself
         self._closed = False
         self._error: BaseException | None = None
@@ -89,8 +90,12 @@ class SingleNodeGroup(Generic[E]):
         self._proposed += len(entries)
         if on_commit is not None:
             self._waiters.append(on_commit)
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.get_running_loop().create_task(self._run())
+        if not self._always:
+            if not self._scheduled:  # a plain callback: no task (and its coroutine) per batch
+                self._scheduled = True
+                asyncio.get_running_loop().call_soon(self._commit_queued)
+        elif self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._run_synced())
 
     def barrier(self) -> asyncio.Future[int]:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -101,25 +106,48 @@ class SingleNodeGroup(Generic[E]):
             self.propose((), lambda error: _settle(future, index, error))
         return future
 
-    async def _run(self) -> None:
-        """Drain the queue batch by batch; one batch's fsync overlaps the next's arrival."""
-        while self._queue or self._waiters:
-            batch, self._queue = self._queue, []
-            waiters, self._waiters = self._waiters, []
-            upto = self._proposed  # every queued entry is in this batch
-            try:
-                if batch:
-                    self._apply(batch)
-                    if self._always:
-                        await asyncio.to_thread(self._sync)
-                    else:
-                        self._dirty = True
-                        SYNCER.request(self, self._delay)
-            except Exception as exc:  # delivered to every waiter; the group stays failed
-                self._fail(exc, waiters)
-                return
+    def _commit_queued(self) -> None:
+        """Apply what is queued and commit it; the background thread fsyncs it later."""
+        self._scheduled = False
+        batch, waiters, upto = self._take()
+        if self._applied(batch, waiters):
+            if batch:
+                self._dirty = True
+                SYNCER.request(self, self._delay)
             self.committed = upto
             _notify(waiters, None)
+
+    async def _run_synced(self) -> None:
+        """`always`: batch by batch, each fsynced before its commit; one fsync overlaps
+        the next batch's arrival."""
+        while self._queue or self._waiters:
+            batch, waiters, upto = self._take()
+            if not self._applied(batch, waiters):
+                return
+            if batch:
+                try:
+                    await asyncio.to_thread(self._sync)
+                except Exception as exc:
+                    self._fail(exc, waiters)
+                    return
+            self.committed = upto
+            _notify(waiters, None)
+
+    def _take(self) -> tuple[list[E], list[OnCommit], int]:
+        """Everything queued, its proposers, and the index it commits up to."""
+        batch, self._queue = self._queue, []
+        waiters, self._waiters = self._waiters, []
+        return batch, waiters, self._proposed
+
+    def _applied(self, batch: list[E], waiters: list[OnCommit]) -> bool:
+        """Write a batch; on failure every waiter hears of it and the group stays failed."""
+        try:
+            if batch:
+                self._apply(batch)
+        except Exception as exc:
+            self._fail(exc, waiters)
+            return False
+        return True
 
     def _fail(self, exc: BaseException, waiters: list[OnCommit]) -> None:
         """A failed write poisons the group: nothing after it may be acknowledged."""
@@ -136,6 +164,8 @@ class SingleNodeGroup(Generic[E]):
         return self._name or "replication group"
 
     async def flush(self) -> None:
+        if (self._queue or self._waiters) and not self._always:
+            self._commit_queued()
         while self._worker is not None and not self._worker.done():
             await asyncio.shield(self._worker)
         if self._dirty:

@@ -32,9 +32,12 @@ class StoredMsg(NamedTuple):
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class NewMsg:
-    """A message proposed for the log; the store assigns its sequence."""
+class NewMsg(NamedTuple):
+    """A message proposed for the log; the store assigns its sequence.
+
+    A tuple, for the same reason as StoredMsg, and because a batch of them is
+    one Arrow conversion (`schema.build_batch`) with the fields in this order.
+    """
 
     subject: str
     hdr: bytes | None
