@@ -53,8 +53,12 @@ from log.segments.api import StoredMsg
 _NS = 1_000_000_000
 _PROBE = 8  # seqs after an acked one looked up before walking the pending dict
 # Deliveries per pump: the owner writes each slice before the next is read, so the client
-# works meanwhile (a whole flow-control window in one pump idled it for tens of ms).
+# works meanwhile (a whole flow-control window in one pump idled it for tens of ms). A pull
+# client waits for its whole batch, so its slices are smaller: the first messages reach it
+# while the rest are read (pull fetch + ack +4 %); a push consumer streams, and small
+# slices only cost it pumps (-13 % at 32).
 SLICE = 256
+PULL_SLICE = 32
 
 
 class Consumer:
@@ -346,7 +350,7 @@ class Consumer:
 
     def _deliver(self, now: int, out: list[Output]) -> None:
         timed, fc = self._timed, self._fc
-        for _ in range(SLICE):
+        for _ in range(SLICE if self._push else PULL_SLICE):
             if self._push:  # only to listeners, and within the flow-control window
                 if not self.active or (self.cfg.flow_control and fc.blocked):
                     return

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from log.config import StreamConfig
-from log.consumer import SLICE, Consumer
+from log.consumer import PULL_SLICE, SLICE, Consumer
 from log.consumer_config import ConsumerConfig, with_defaults
 from log.consumer_wire import AckResult, Advisory, Deliveries, Output, Status, WireMsg
 from log.segments.api import NewMsg, StoredMsg
@@ -275,6 +275,16 @@ def test_pump_delivers_a_slice_then_asks_to_run_again() -> None:
     assert c.next_deadline(0) == 0
     assert deliveries(c.pump(0)) == [(SLICE + i, 1) for i in (1, 2, 3)]
     assert c.next_deadline(0) is None
+
+
+def test_a_pull_batch_goes_out_in_smaller_slices() -> None:
+    """A pull client waits for its whole batch: its first messages go out early."""
+    c = make(store_with(*["s.a"] * (PULL_SLICE + 5)))
+    assert deliveries(pull(c, b'{"batch":%d}' % (PULL_SLICE + 5))) == [
+        (i, 1) for i in range(1, PULL_SLICE + 1)
+    ]
+    assert c.next_deadline(0) == 0
+    assert deliveries(c.pump(0)) == [(PULL_SLICE + i, 1) for i in range(1, 6)]
 
 
 def test_paused_after_a_slice_waits_for_the_pause() -> None:
