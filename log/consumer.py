@@ -409,11 +409,11 @@ class Consumer:
         return self._reader.peek(self.sseq, self.committed, self._run_size())
 
     def _run_size(self) -> int:
-        """How many messages to read at once: about what this pump can deliver, at most 256."""
+        """How many messages to read at once: about what this pump can deliver, a slice."""
         cfg = self.cfg
         if cfg.rate_limit_bps or self.sseq <= self._replay_end:
             return 1
-        n = 256 if self._push else min(self.waiting.outstanding(), 256)
+        n = SLICE if self._push else min(self.waiting.outstanding(), PULL_SLICE)
         if cfg.max_ack_pending > 0:
             n = min(n, cfg.max_ack_pending - len(self.pending))
         return max(n, 1)
