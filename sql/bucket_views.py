@@ -15,10 +15,9 @@ The derived views read the stream views by name, so they are built after
 `stream_views` in the same registration pass (the order of `DEFAULT_BUILDERS`)
 and always over the same snapshot of the tail.
 
-One gap, inherited from how purges reach the lake: a subject purge (nats-py's
-`purge_deletes`, or the rename in `update_meta`) deletes only the messages it
-found live, so a revision that limits retired earlier stays in the lake and
-would become a key's latest row again.
+A subject purge (nats-py's `purge_deletes`, or the rename in `update_meta`)
+erases every older row of the subject from the lake too, revisions the limits
+retired included, so no older revision can become a key's latest row again.
 """
 
 from __future__ import annotations

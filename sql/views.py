@@ -7,11 +7,11 @@ rows with seq > L from that snapshot only. Anything the server reclaimed
 before the snapshot has seq <= its pin <= L, so Delta has it; a compaction
 committed in between only raises L, and the snapshot still holds those rows.
 The tail keeps rows retired by limits (the lake will keep them too) and
-leaves out explicit deletes unless the stream keeps them, so the view is what
-the lake will hold once compaction catches up. Explicit deletes logged but
-not yet carried into Delta (past the offset of a pin read before the table
-version: the compactor moves the pin after its DELETE commits) are filtered
-out of the Delta part.
+leaves out what clients erased (deletes, purges) unless the stream keeps
+it, so the view is what the lake will hold once compaction catches up.
+Erasures logged but not yet carried into Delta (past the offset of a pin read
+before the table version: the compactor moves the pin after its DELETE
+commits) are filtered out of the Delta part.
 
 Views are snapshots (of the tail and of the table) taken at registration:
 call `register_views` again to see newer messages. Other view families plug
@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from log.compactor.layout import LakeError, StreamRef, read_pin, streams
-from log.compactor.rows import SPARK_DDL, drop_runs, to_lake
+from log.compactor.rows import SPARK_DDL, drop_erased, erased, to_lake
 from log.compactor.spark import resolve_master
 from log.segments import read_table
 from log.segments.filestore import EXPLICIT
@@ -70,8 +70,8 @@ def stream_frame(spark: SparkSession, stream: StreamRef, lake_dir: Path) -> Data
     lake = lake_snapshot(stream.table_path(lake_dir), stream.app_id) if stream.lake_on else None
     done = lake.done if lake else 0
     live = live.filter(pc.greater(live.column("seq"), done))
-    all_runs, _ = ([], 0) if keep_deletes else replay_explicit(stream.dir / EXPLICIT)
-    rows = to_lake(stream.name, drop_runs(live, all_runs) if stream.lake_on else live)
+    erasures, _ = ([], 0) if keep_deletes else replay_explicit(stream.dir / EXPLICIT)
+    rows = to_lake(stream.name, drop_erased(live, erasures) if stream.lake_on else live)
     tail = _tail_frame(spark, stream.name, rows)
     if lake is None or not done:
         return tail if tail is not None else spark.createDataFrame([], SPARK_DDL)
@@ -81,9 +81,9 @@ def stream_frame(spark: SparkSession, stream: StreamRef, lake_dir: Path) -> Data
         else replay_explicit(stream.dir / EXPLICIT, pin.deletes_offset if pin else 0)
     )
     frame = lake_frame(spark, lake)
-    hidden = [(a, b) for a, b in pending if a <= done]
+    hidden = [e for e in pending if e.first <= done]
     if hidden:
-        frame = frame.where(" AND ".join(f"seq NOT BETWEEN {a} AND {b}" for a, b in hidden))
+        frame = frame.where(~erased(hidden))
     return frame if tail is None else frame.unionByName(tail)
 
 

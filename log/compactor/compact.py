@@ -8,13 +8,14 @@ One pass per stream:
    `txnVersion` = the group's last seq. Delta skips an append whose version it
    has already recorded, so a compactor killed anywhere (before, during or
    after the commit) and restarted re-sends at worst a group Delta ignores.
-   Rows explicitly deleted before they were appended are left out (unless the
-   stream keeps deletes); rows retired by limits are appended: the lake keeps
+   Rows erased before they were appended are left out (unless the stream
+   keeps deletes); rows retired by limits are appended: the lake keeps
    history past the stream's limits.
 3. Write the pin (`lake.json`) after the commit: the server's cache of L.
-4. Carry explicit deletes and purges into the table (a Delta DELETE of the seq
-   runs from `explicit.log` past the pin's offset). A DELETE is idempotent, so
-   a crash between it and the pin only repeats it.
+4. Carry explicit deletes and purges into the table (a Delta DELETE of the
+   erasures, seq ranges with a subject filter, that `explicit.log` holds past
+   the pin's offset). A DELETE is idempotent, so a crash between it and the
+   pin only repeats it.
 
 Only sealed segments are taken: they were fsynced before their successor
 existed, so their seqs can never be reused after a crash, which an append from
@@ -28,7 +29,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from log.compactor.layout import LakeError, Pin, StreamRef, read_pin, streams, write_pin
-from log.compactor.rows import SPARK_DDL, drop_runs, to_lake
+from log.compactor.rows import SPARK_DDL, drop_erased, erased, to_lake
 from log.segments import CorruptSegmentError, SegmentInfo, list_segments, read_segment
 from log.segments.filestore import EXPLICIT
 from log.segments.tombstones import replay_explicit
@@ -173,12 +174,12 @@ class Compactor:
         return out
 
     def compact_stream(self, stream: StreamRef) -> Summary:
-        """Append what is sealed and not yet in the lake, then carry explicit deletes."""
+        """Append what is sealed and not yet in the lake, then carry erasures."""
         out = Summary(streams=1)
         table = stream.table_path(self.lake_dir)
         done = lake_progress(table, stream.app_id)
         keep = not stream.deletes_reach_lake
-        runs, known = ([], 0) if keep else replay_explicit(stream.dir / EXPLICIT)
+        erasures, known = ([], 0) if keep else replay_explicit(stream.dir / EXPLICIT)
         before = done  # rows above it are appended below, without the `known` deletes
         pin = read_pin(stream)
         if pin is None or pin.seq != done:  # none, behind (a crash), or the table was lost
@@ -193,7 +194,7 @@ class Compactor:
             )
             rows = self._read(stream, group, done)
             try:
-                self._append(stream, table, drop_runs(rows, runs), last)
+                self._append(stream, table, drop_erased(rows, erasures), last)
             except LakeError as exc:
                 names = ", ".join(s.path.name for s in group)
                 raise LakeError(f"{exc} (segments {names})") from exc
@@ -278,9 +279,9 @@ class Compactor:
     def _carry_deletes(
         self, stream: StreamRef, table: Path, pin: Pin, known: int, before: int
     ) -> int:
-        """Delete from the table the explicit deletes logged since the pin's offset.
+        """Erase from the table what was logged since the pin's offset; returns how many.
 
-        Deletes logged before this pass began (offset < known) were left out of
+        Erasures logged before this pass began (offset < known) were left out of
         this pass's appends, so only rows appended earlier (seq <= before) can
         hold them; later ones may be in anything appended (seq <= pin.seq).
         Skipping the rest spares a Delta DELETE job on the common path.
@@ -290,17 +291,16 @@ class Compactor:
         late, offset = replay_explicit(path, max(known, pin.deletes_offset))
         if offset == pin.deletes_offset:
             return 0
-        in_lake = [(a, min(b, before)) for a, b in early if a <= before]
-        in_lake += [(a, min(b, pin.seq)) for a, b in late if a <= pin.seq]
+        in_lake = [replace(e, last=min(e.last, before)) for e in early if e.first <= before]
+        in_lake += [replace(e, last=min(e.last, pin.seq)) for e in late if e.first <= pin.seq]
         if in_lake:
             from delta.tables import DeltaTable
 
-            cond = " OR ".join(f"(seq BETWEEN {a} AND {b})" for a, b in in_lake)
-            self._progress(f"compact {stream.name}: deleting {len(in_lake)} seq runs from {table}")
+            self._progress(f"compact {stream.name}: erasing {len(in_lake)} runs from {table}")
             try:
-                DeltaTable.forPath(self.spark, str(table)).delete(cond)
+                DeltaTable.forPath(self.spark, str(table)).delete(erased(in_lake))
             except Exception as exc:
                 raise LakeError(f"stream {stream.name}: delete in {table} failed: {exc}") from exc
             self._committed[table] = stream
         write_pin(stream, Pin(pin.app_id, pin.table, pin.seq, offset))
-        return sum(b - a + 1 for a, b in in_lake)
+        return len(in_lake)

@@ -10,11 +10,19 @@ does not parse becomes null headers rather than failing a whole segment.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.parser.headers import HeaderError, parse_headers
+from ingest.parser.subjects import is_literal
 from log.segments.schema import DATA, HDR, SEQ, SUBJECT, TS
+from log.segments.subjects import filter_regex, matches_all
+from log.segments.tombstones import Erasure
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 HEADERS_TYPE = pa.map_(pa.string(), pa.list_(pa.string()))
 LAKE_SCHEMA = pa.schema(
@@ -61,17 +69,43 @@ def to_lake(stream: str, table: pa.Table) -> pa.Table:
     )
 
 
-def drop_runs(table: pa.Table, runs: list[tuple[int, int]]) -> pa.Table:
-    """Rows whose seq is in none of the inclusive runs (explicit deletes)."""
-    if not runs or not len(table):
+def drop_erased(table: pa.Table, erasures: list[Erasure]) -> pa.Table:
+    """Rows no erasure covers (explicit deletes and purges), in either schema."""
+    if not erasures or not len(table):
         return table
-    seq = table.column("seq")  # the same name in both schemas
+    seq = table.column("seq")  # the same names in both schemas
     bounds = pc.min_max(seq)
     lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
-    keep = None
-    for first, last in runs:
-        if last < lo or first > hi:
+    gone = None
+    for e in erasures:
+        if e.last < lo or e.first > hi:
             continue
-        inside = pc.and_(pc.greater_equal(seq, first), pc.less_equal(seq, last))
-        keep = pc.invert(inside) if keep is None else pc.and_(keep, pc.invert(inside))
-    return table if keep is None else table.filter(keep)
+        hit = pc.and_(pc.greater_equal(seq, e.first), pc.less_equal(seq, e.last))
+        if not matches_all(e.subject_filter):
+            subject = table.column("subject")
+            if is_literal(e.subject_filter):
+                hit = pc.and_(hit, pc.equal(subject, e.subject_filter))
+            else:
+                hit = pc.and_(
+                    hit, pc.match_substring_regex(subject, filter_regex(e.subject_filter))
+                )
+        gone = hit if gone is None else pc.or_(gone, hit)
+    return table if gone is None else table.filter(pc.invert(gone))
+
+
+def erased(erasures: list[Erasure]) -> Column:
+    """The same rule as a Spark condition: true for the rows the erasures cover."""
+    from pyspark.sql import functions as F
+
+    cond: Column | None = None
+    for e in erasures:
+        hit = F.col("seq").between(e.first, e.last)
+        if not matches_all(e.subject_filter):
+            subject = F.col("subject")
+            if is_literal(e.subject_filter):
+                hit = hit & (subject == e.subject_filter)
+            else:  # the RE2 pattern is also a Java one: classes, `.+`, escaped literals
+                hit = hit & subject.rlike(filter_regex(e.subject_filter))
+        cond = hit if cond is None else cond | hit
+    assert cond is not None, "no erasures"
+    return cond

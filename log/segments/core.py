@@ -49,7 +49,7 @@ from log.segments.schema import (
     u64,
 )
 from log.segments.subjects import filter_regex, matches_all
-from log.segments.tombstones import seq_runs
+from log.segments.tombstones import Erasure
 
 # Above this many matching subjects a filtered lookup scans batches with a regex
 # in C instead of bisecting every subject's sequence list.
@@ -122,8 +122,8 @@ class BatchStore(ABC):
         """Give back the space of batches whose rows were just deleted, if worth it."""
 
     @abstractmethod
-    def _persist_explicit(self, runs: list[tuple[int, int]]) -> None:
-        """Record deletes a client asked for (as seq runs) for the lake to repeat."""
+    def _persist_explicit(self, erasures: list[Erasure]) -> None:
+        """Record what a client erased, for the lake to erase too."""
 
     # -- writes --------------------------------------------------------------
 
@@ -156,7 +156,7 @@ class BatchStore(ABC):
         row = row_of(batch, seq, ref.dense_first)
         self._subjects.remove(batch.column(SUBJECT)[row].as_py(), seq)
         if explicit:
-            self._persist_explicit([(seq, seq)])
+            self._persist_explicit([Erasure(seq, seq)])
         self._forget(array("Q", [seq]))
         return True
 
@@ -168,7 +168,12 @@ class BatchStore(ABC):
         keep: int = 0,
         explicit: bool = False,
     ) -> int:
-        """Victims match the filter, are not among the newest `keep` matches, and are < upto_seq."""
+        """Victims match the filter, are not among the newest `keep` matches, and are < upto_seq.
+
+        An explicit purge is logged for the lake as what it covers (every seq below
+        its bound the filter matches), not as the victims: the lake also holds rows
+        the limits retired from here, and they are purged too.
+        """
         bound = upto_seq if upto_seq else self._last + 1
         if matches_all(subject_filter):
             if keep:
@@ -178,10 +183,8 @@ class BatchStore(ABC):
                 for _ in range(keep):
                     newest = self._deleted.prev_absent(newest - 1)
                 bound = min(bound, newest)
-            if explicit:
-                runs = self._live_runs(self._first, min(bound, self._last + 1) - 1)
-                if runs:
-                    self._persist_explicit(runs)
+            if explicit and bound > 1:
+                self._persist_explicit([Erasure(1, min(bound - 1, self._last))])
             return self._advance_floor(bound)
         names = self._subjects.matching(subject_filter)
         if keep:
@@ -190,6 +193,8 @@ class BatchStore(ABC):
                 return 0
             newest = sorted(chain.from_iterable(self._list(n).since(0) for n in names))
             bound = min(bound, newest[len(newest) - keep])
+        if explicit and bound > 1:
+            self._persist_explicit([Erasure(1, min(bound - 1, self._last), subject_filter)])
         runs = []
         for name in names:
             below = self._list(name).below(bound)
@@ -198,8 +203,6 @@ class BatchStore(ABC):
                 self._subjects.drop_below(name, bound)
         victims = array("Q", sorted(chain.from_iterable(runs)))
         if victims:
-            if explicit:
-                self._persist_explicit(seq_runs(victims))
             self._forget(victims)
         return len(victims)
 
@@ -393,17 +396,6 @@ class BatchStore(ABC):
             lo = gap + 1
         out.extend(range(lo, hi + 1))
         return out
-
-    def _live_runs(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        """Live seqs in [lo, hi] as inclusive runs, from the gaps alone (no per-seq work)."""
-        runs = []
-        for gap in self._deleted.between(lo, hi):
-            if gap > lo:
-                runs.append((lo, gap - 1))
-            lo = gap + 1
-        if lo <= hi:
-            runs.append((lo, hi))
-        return runs
 
     def _live_mask(self, batch: pa.RecordBatch | pa.Table, lo: int, hi: int) -> pa.BooleanArray:
         """Rows of batch that are live and within [lo, hi]."""

@@ -60,7 +60,7 @@ from log.segments.api import CorruptSegmentError
 from log.segments.core import BatchRef, BatchStore
 from log.segments.schema import SEQ, TS
 from log.segments.segment import Segment, SegRef, discover, open_segment, write_segment
-from log.segments.tombstones import ExplicitDeletes, Tombstones
+from log.segments.tombstones import Erasure, ExplicitDeletes, Tombstones
 
 log = logging.getLogger("jetlake.segments")
 
@@ -257,9 +257,9 @@ class FileStore(BatchStore):
         if self._tomb.wants_rewrite(len(self._deleted)):
             self._rewrite_tombstones()
 
-    def _persist_explicit(self, runs: list[tuple[int, int]]) -> None:
+    def _persist_explicit(self, erasures: list[Erasure]) -> None:
         with self._lock:
-            self._explicit.append(runs)
+            self._explicit.append(erasures)
             self._explicit_dirty = True
 
     def _reclaim(self, refs: list[BatchRef]) -> None:

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from log.segments.api import MEMORY_OVERHEAD
 from log.segments.core import BatchRef, BatchStore
+from log.segments.tombstones import Erasure
 
 _MIN_ROWS_TO_COMPACT = 32
 
@@ -45,7 +46,7 @@ class MemoryStore(BatchStore):
     def _persist_deletes(self, seqs: array) -> None:
         """Nothing outlives the process."""
 
-    def _persist_explicit(self, runs: list[tuple[int, int]]) -> None:
+    def _persist_explicit(self, erasures: list[Erasure]) -> None:
         """Memory streams never reach the lake."""
 
     def _reclaim(self, refs: list[BatchRef]) -> None:

@@ -2,11 +2,13 @@
 
 Two logs, because the lake must know *why* a message went. `tombstones.log`
 holds every delete (the store's liveness) and is compacted to the live delete
-set. `explicit.log` holds only what a client deleted on purpose (message
-delete, purge), as seq runs, and is never compacted: the compactor replays it
-from a byte offset to carry those deletes into the Delta table, while deletes
-by limits, max_age and rollups (retention) stay out of it, so the lake keeps
-that history.
+set. `explicit.log` holds only what a client erased on purpose, as `Erasure`s,
+and is never compacted: the compactor replays it from a byte offset to carry
+them into the Delta table, while deletes by limits, max_age and rollups
+(retention) stay out of it, so the lake keeps that history. A message delete
+erases one seq; a purge erases every seq below its bound that its subject
+filter matches, history the limits retired included, so a purged subject (a
+KV key after `purge_deletes`) cannot come back in the lake from older rows.
 
 Segments are immutable once written, so deletes live beside them. Every
 record carries the whole small state (floor = first live seq, last seq, last
@@ -25,7 +27,8 @@ import os
 import struct
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("jetlake.segments")
@@ -74,30 +77,60 @@ def replay(path: Path) -> tuple[int, int, int, array, int]:
     return floor, last, last_ts, array("Q", sorted(s for s in seqs if s >= floor)), off
 
 
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """Rows a client erased: seqs first..last (inclusive) whose subject matches the filter."""
+
+    first: int
+    last: int
+    subject_filter: str = ">"
+
+
+# A record of runs: count | crc32 of the body, then `count` (first, last) pairs (any subject).
+# A filtered record: FILTERED | length of the filter, crc32, then first, last, the filter.
+_FILTERED = 0x8000_0000
+_RUN = struct.Struct("<QQ")
+
+
 def replay_explicit(
     path: Path, offset: int = 0, end: int | None = None
-) -> tuple[list[tuple[int, int]], int]:
-    """Runs (first, last seq, inclusive) of explicit deletes between byte offsets, and the
-    byte length read up to: the compactor keeps that length as its progress in this log."""
+) -> tuple[list[Erasure], int]:
+    """The erasures logged between byte offsets, and the byte length read up to: the
+    compactor keeps that length as its progress in this log. Stops at a torn record."""
     data = path.read_bytes()[offset:end] if path.exists() else b""
-    runs: list[tuple[int, int]] = []
+    out: list[Erasure] = []
     good = 0
-    for _fields, start, good in _frames(data, _RUNS_HEAD, 16):
-        flat = array("Q")
-        flat.frombytes(data[start:good])
-        runs.extend(zip(flat[0::2], flat[1::2], strict=True))
-    return runs, offset + good
-
-
-def seq_runs(seqs: Iterable[int]) -> list[tuple[int, int]]:
-    """Ascending seqs as inclusive (first, last) runs: a purge of a million is one run."""
-    runs: list[tuple[int, int]] = []
-    for seq in seqs:
-        if runs and runs[-1][1] + 1 == seq:
-            runs[-1] = (runs[-1][0], seq)
+    while good + _RUNS_HEAD.size <= len(data):
+        count, crc = _RUNS_HEAD.unpack_from(data, good)
+        start = good + _RUNS_HEAD.size
+        stop = start + (_RUN.size + count - _FILTERED if count & _FILTERED else _RUN.size * count)
+        if stop > len(data) or zlib.crc32(data[start:stop]) != crc:
+            break
+        if count & _FILTERED:
+            first, last = _RUN.unpack_from(data, start)
+            text = data[start + _RUN.size : stop].decode("utf-8", "surrogateescape")
+            out.append(Erasure(first, last, text))
         else:
-            runs.append((seq, seq))
-    return runs
+            flat = array("Q")
+            flat.frombytes(data[start:stop])
+            out.extend(Erasure(a, b) for a, b in zip(flat[0::2], flat[1::2], strict=True))
+        good = stop
+    return out, offset + good
+
+
+def _explicit_records(erasures: list[Erasure]) -> bytes:
+    """Runs over every subject share one record; each filtered erasure gets its own."""
+    runs = array("Q", [n for e in erasures if e.subject_filter == ">" for n in (e.first, e.last)])
+    out = []
+    if runs:
+        body = runs.tobytes()
+        out.append(_RUNS_HEAD.pack(len(runs) // 2, zlib.crc32(body)) + body)
+    for e in erasures:
+        if e.subject_filter != ">":
+            text = e.subject_filter.encode("utf-8", "surrogateescape")
+            body = _RUN.pack(e.first, e.last) + text
+            out.append(_RUNS_HEAD.pack(_FILTERED | len(text), zlib.crc32(body)) + body)
+    return b"".join(out)
 
 
 class Tombstones:
@@ -150,16 +183,14 @@ class ExplicitDeletes:
         self.path = path
         self._fd: int | None = None
 
-    def append(self, runs: list[tuple[int, int]]) -> None:
+    def append(self, erasures: list[Erasure]) -> None:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-            _runs, good = replay_explicit(self.path)
+            _logged, good = replay_explicit(self.path)
             if os.fstat(self._fd).st_size > good:
                 log.warning("%s: torn record at byte %d; cut the tail there", self.path, good)
                 os.ftruncate(self._fd, good)
-        flat = array("Q", [seq for run in runs for seq in run])
-        body = flat.tobytes()
-        os.write(self._fd, _RUNS_HEAD.pack(len(runs), zlib.crc32(body)) + body)
+        os.write(self._fd, _explicit_records(erasures))
 
     def fileno(self) -> int | None:
         return self._fd

@@ -11,11 +11,13 @@ from __future__ import annotations
 import base64
 from datetime import UTC, datetime
 
+from deltalake import DeltaTable
 from nats.js import api
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
+from log.compactor.layout import StreamRef
 from tests.conftest import Connect
 from tests.lake.conftest import Lake
 
@@ -76,6 +78,15 @@ async def test_kv_view_holds_the_live_keys_with_their_latest_values(
     assert kv_view(lake, "cfg") == expected  # lake plus tail
     await sealed_and_compacted(lake, js, "KV_cfg")
     assert kv_view(lake, "cfg") == expected
+    # purge_deletes purges each removed key's subject: its markers go, and with them every
+    # older revision the lake kept, so none of them can become the key's latest row again.
+    await kv.purge_deletes(olderthan=-1)
+    assert kv_view(lake, "cfg") == expected
+    await sealed_and_compacted(lake, js, "KV_cfg")
+    assert kv_view(lake, "cfg") == expected
+    table = StreamRef.load(lake.stream_dir("KV_cfg")).table_path(lake.lake_dir)
+    left = DeltaTable(str(table)).to_pyarrow_table(columns=["subject"]).column("subject")
+    assert set(left.to_pylist()) == {"$KV.cfg.b", "$KV.cfg.d", "$KV.cfg.x.y.z"}
 
 
 async def obj_expected(js: JetStreamContext, obs: ObjectStore, bucket: str) -> set[ObjRow]:

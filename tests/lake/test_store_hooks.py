@@ -7,7 +7,7 @@ from pathlib import Path
 
 from log.segments import FileStore, SegmentConfig, list_segments
 from log.segments.filestore import EXPLICIT
-from log.segments.tombstones import replay_explicit, seq_runs
+from log.segments.tombstones import Erasure, replay_explicit
 from tests.segments.conftest import msgs
 
 SMALL = SegmentConfig(max_msgs=10)
@@ -18,22 +18,37 @@ def test_only_explicit_deletes_are_logged_for_the_lake(tmp_path: Path) -> None:
     store.append(msgs(["a", "b"] * 25))
     store.remove(3)  # a limit (say max_bytes): retention
     store.remove(4, explicit=True)  # STREAM.MSG.DELETE
-    store.purge("a", upto_seq=11, explicit=True)  # odd seqs are "a": 1, 5, 7, 9 (3 is gone)
+    store.purge("a", upto_seq=11, explicit=True)  # covers "a" below 11, retired ones too
     store.purge("b", keep=20)  # per-subject limit: retention (2, 6, 8, 10)
-    store.purge(">", upto_seq=45, explicit=True)  # everything live below 45: one run
-    runs, end = replay_explicit(tmp_path / EXPLICIT)
-    assert runs == [(4, 4), (1, 1), (5, 5), (7, 7), (9, 9), (11, 44)]
+    store.purge(">", upto_seq=45, explicit=True)  # everything below 45
+    store.purge("a.*", explicit=True)  # nothing live matches: still logged for the lake
+    erasures, end = replay_explicit(tmp_path / EXPLICIT)
+    assert erasures == [
+        Erasure(4, 4),
+        Erasure(1, 10, "a"),
+        Erasure(1, 44),
+        Erasure(1, 50, "a.*"),
+    ]
     assert replay_explicit(tmp_path / EXPLICIT, end) == ([], end)
     store.close()
     reopened = FileStore(tmp_path, name="S", config=SMALL)
     reopened.remove(50, explicit=True)
-    assert replay_explicit(tmp_path / EXPLICIT, end)[0] == [(50, 50)]
+    assert replay_explicit(tmp_path / EXPLICIT, end)[0] == [Erasure(50, 50)]
     reopened.close()
 
 
-def test_seq_runs() -> None:
-    assert seq_runs([1, 2, 3, 7, 9, 10]) == [(1, 3), (7, 7), (9, 10)]
-    assert seq_runs([]) == []
+def test_a_torn_erasure_ends_the_replay(tmp_path: Path) -> None:
+    store = FileStore(tmp_path, name="S", config=SMALL)
+    store.append(msgs(["a.x", "b"] * 5))
+    store.purge("a.*", explicit=True)
+    store.remove(2, explicit=True)
+    store.close()
+    whole = (tmp_path / EXPLICIT).read_bytes()
+    for cut in range(1, len(whole)):
+        (tmp_path / EXPLICIT).write_bytes(whole[:cut])
+        erasures, end = replay_explicit(tmp_path / EXPLICIT)
+        first = len(whole) - 24  # the purge's record, then the delete's (8 + 16 bytes)
+        assert (erasures, end) == (([Erasure(1, 10, "a.*")], first) if cut >= first else ([], 0))
 
 
 def test_reclaim_waits_for_the_lake(tmp_path: Path) -> None:
