@@ -125,6 +125,12 @@ def store_failed(detail: str) -> ApiError:
     return ApiError(503, 10077, detail)
 
 
+def subject_not_utf8() -> ApiError:
+    """jetlake's own refusal: segments and the lake keep subjects as text (the reference
+    stores any bytes)."""
+    return ApiError(503, 10077, "subject is not valid UTF-8")
+
+
 def sealed() -> ApiError:
     return ApiError(400, 10109, "invalid operation on sealed stream")
 

@@ -180,7 +180,12 @@ class Stream:
         """Run the rules and propose; `ack` gets the PubAck (or error) once known."""
         if self.config.no_ack:
             ack = None
-        size = msg_size(subject, hdr, data, self._overhead)
+        try:
+            size = msg_size(subject, hdr, data, self._overhead)
+        except UnicodeEncodeError:  # bytes that are not UTF-8 reach us surrogate-escaped
+            if ack is not None:
+                ack(publish.error_ack(self.name, errors.subject_not_utf8()))
+            return
         try:
             decision = publish.check(self.config, self, subject, hdr, headers, data, size)
         except ApiError as err:

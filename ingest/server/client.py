@@ -44,7 +44,7 @@ class Subscription:
 
     def deliver(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
         conn = self.conn
-        if self.filtered and not conn.grant.can_receive(subject.decode()):
+        if self.filtered and not conn.grant.can_receive(subject.decode("utf-8", "surrogateescape")):
             return
         if hdr is not None and conn.headers:
             conn.queue(nats.encode_hmsg(subject, self.sid, reply, hdr, payload))
@@ -296,7 +296,9 @@ class Client(asyncio.Protocol):
         if self.pedantic and not is_valid_literal_subject(subject.decode("utf-8", "replace")):
             self.send_err("Invalid Publish Subject")
         if self.grant.restricted and not self.grant.can_publish(subject):
-            self.send_err(f'Permissions Violation for Publish to "{subject.decode()}"')
+            self.send_err(
+                f'Permissions Violation for Publish to "{subject.decode("utf-8", "replace")}"'
+            )
             return
         if self.verbose:
             self.queue(nats.OK)
