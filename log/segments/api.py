@@ -36,7 +36,7 @@ class NewMsg(NamedTuple):
     """A message proposed for the log; the store assigns its sequence.
 
     A tuple, for the same reason as StoredMsg, and because a batch of them is
-    one Arrow conversion (`schema.build_batch`) with the fields in this order.
+    one Arrow conversion (`ipc.arrow_batch`) with the fields in this order.
     """
 
     subject: str

@@ -30,8 +30,10 @@ from log.segments.api import (
     StoredMsg,
     StoreState,
     SubjectState,
+    msg_size,
 )
 from log.segments.index import SeqList, SubjectIndex
+from log.segments.ipc import encode_batch
 from log.segments.schema import (
     HDR,
     SCHEMA,
@@ -39,7 +41,6 @@ from log.segments.schema import (
     SUBJECT,
     TS,
     TS_TYPE,
-    build_batch,
     msg_at,
     row_of,
     row_size,
@@ -105,9 +106,9 @@ class BatchStore(ABC):
 
     @abstractmethod
     def _write(
-        self, batch: pa.RecordBatch, first: int, last: int, min_ts: int, max_ts: int
+        self, payload: bytes, first: int, last: int, rows: int, min_ts: int, max_ts: int
     ) -> BatchRef:
-        """Keep a new batch (buffered write for files) and return its reference."""
+        """Keep a new batch (its IPC message; buffered write for files) and return its reference."""
 
     @abstractmethod
     def _fetch(self, ref: BatchRef) -> pa.RecordBatch:
@@ -131,11 +132,12 @@ class BatchStore(ABC):
         first = self._last + 1
         if not msgs:
             return first
-        batch, counted = build_batch(first, msgs, self.overhead)
+        payload = encode_batch(first, msgs)
         last = first + len(msgs) - 1
-        # In Python: a compute call costs more than a group commit's few timestamps.
+        # In Python: compute calls cost more than a group commit's few rows.
         stamps = [m.ts for m in msgs]
-        ref = self._write(batch, first, last, min(stamps), max(stamps))
+        counted = array("Q", [msg_size(m.subject, m.hdr, m.data, self.overhead) for m in msgs])
+        ref = self._write(payload, first, last, len(msgs), min(stamps), max(stamps))
         self._counted[ref] = (first, counted)
         if len(self._counted) > _COUNTED_BATCHES:
             self._counted.popitem(last=False)

@@ -58,6 +58,7 @@ import pyarrow.compute as pc
 
 from log.segments.api import CorruptSegmentError
 from log.segments.core import BatchRef, BatchStore
+from log.segments.ipc import decode_batch
 from log.segments.schema import SEQ, TS
 from log.segments.segment import Segment, SegRef, discover, open_segment, write_segment
 from log.segments.tombstones import Erasure, ExplicitDeletes, Tombstones
@@ -230,14 +231,14 @@ class FileStore(BatchStore):
     # -- hooks ---------------------------------------------------------------
 
     def _write(
-        self, batch: pa.RecordBatch, first: int, last: int, min_ts: int, max_ts: int
+        self, payload: bytes, first: int, last: int, rows: int, min_ts: int, max_ts: int
     ) -> BatchRef:
         with self._lock:
             seg = self._segments[-1]
             if seg.refs and self._is_full(seg, min_ts):
                 seg = self._roll(first)
-            ref = seg.append(batch, first, last, min_ts, max_ts)
-        self._remember(ref, batch)
+            ref = seg.append(payload, first, last, rows, min_ts, max_ts)
+        self._remember(ref, decode_batch(payload))
         return ref
 
     def _fetch(self, ref: BatchRef) -> pa.RecordBatch:

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from log.segments.api import MEMORY_OVERHEAD
 from log.segments.core import BatchRef, BatchStore
+from log.segments.ipc import decode_batch
 from log.segments.tombstones import Erasure
 
 _MIN_ROWS_TO_COMPACT = 32
@@ -35,9 +36,9 @@ class MemoryStore(BatchStore):
         super().__init__(name)
 
     def _write(
-        self, batch: pa.RecordBatch, first: int, last: int, min_ts: int, max_ts: int
+        self, payload: bytes, first: int, last: int, rows: int, min_ts: int, max_ts: int
     ) -> BatchRef:
-        return _MemRef(batch, first, last, max_ts)
+        return _MemRef(decode_batch(payload), first, last, max_ts)
 
     def _fetch(self, ref: BatchRef) -> pa.RecordBatch:
         assert isinstance(ref, _MemRef)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from log.segments.api import NewMsg, Overhead, StoredMsg, msg_size
+from log.segments.api import Overhead, StoredMsg
 
 TS_TYPE = pa.timestamp("ns", tz="UTC")
 SCHEMA = pa.schema(
@@ -34,40 +33,12 @@ SEQ, TS, SUBJECT, HDR, DATA = range(5)
 def stream_header() -> bytes:
     """The IPC schema message a segment file starts with (no end-of-stream marker).
 
-    Batches serialised with `RecordBatch.serialize()` are appended after it, so a
-    file is a valid IPC stream after every whole batch.
+    Batches serialised as `RecordBatch.serialize()` does (`log.segments.ipc`) are
+    appended after it, so a file is a valid IPC stream after every whole batch.
     """
     sink = pa.BufferOutputStream()
     pa.ipc.new_stream(sink, SCHEMA).close()
     return sink.getvalue().to_pybytes()[:-8]
-
-
-# The columns a message brings, in NewMsg's field order: a batch of messages converts
-# in one call (each pyarrow conversion also reads an environment variable, which
-# costs more than converting a group commit's few rows).
-_NEW_MSG = pa.struct(
-    [
-        pa.field("subject", pa.string(), nullable=False),
-        pa.field("hdr", pa.binary()),
-        pa.field("data", pa.binary(), nullable=False),
-        pa.field("ts", pa.int64(), nullable=False),
-    ]
-)
-
-
-def build_batch(
-    first_seq: int, msgs: Sequence[NewMsg], overhead: Overhead
-) -> tuple[pa.RecordBatch, array]:
-    """One record batch for msgs numbered from first_seq, and each one's counted bytes."""
-    subject, hdr, data, ts = pa.array(msgs, _NEW_MSG).flatten()
-    seqs = array("Q", range(first_seq, first_seq + len(msgs)))
-    batch = pa.RecordBatch.from_arrays(
-        [u64(seqs), ts.view(TS_TYPE), subject, hdr, data], schema=SCHEMA
-    )
-    # Counted while the Python objects are at hand: far cheaper than Arrow compute
-    # calls for the small batches a group commit usually writes.
-    counted = array("Q", [msg_size(m.subject, m.hdr, m.data, overhead) for m in msgs])
-    return batch, counted
 
 
 def sizes(batch: pa.RecordBatch | pa.Table, overhead: Overhead) -> pa.Array | pa.ChunkedArray:

@@ -37,7 +37,8 @@ import pyarrow.compute as pc
 
 from log.segments.api import CorruptSegmentError
 from log.segments.core import BatchRef
-from log.segments.schema import SCHEMA, TS, seq_view, stream_header
+from log.segments.ipc import decode_batch
+from log.segments.schema import TS, seq_view, stream_header
 from log.segments.tombstones import fsync_dir
 
 log = logging.getLogger("jetlake.segments")
@@ -184,20 +185,20 @@ class Segment:
         return self._fd, self._idx_fd
 
     def append(
-        self, batch: pa.RecordBatch, first: int, last: int, min_ts: int, max_ts: int
+        self, payload: bytes, first: int, last: int, rows: int, min_ts: int, max_ts: int
     ) -> SegRef:
-        """Write the batch, then its entry: an entry never points past written bytes."""
-        payload = batch.serialize()
+        """Write a batch's IPC message, then its entry: an entry never points past written bytes."""
         crc = zlib.crc32(payload)
-        entry = _ENTRY.pack(self.size, payload.size, first, last, len(batch), min_ts, max_ts, crc)
+        size = len(payload)
+        entry = _ENTRY.pack(self.size, size, first, last, rows, min_ts, max_ts, crc)
         fd, idx_fd = self.fds()
         _write_all(fd, payload)
         _write_all(idx_fd, entry + zlib.crc32(entry).to_bytes(4, "little"))
-        ref = SegRef(self, self.size, payload.size, crc, first, last, len(batch), max_ts)
+        ref = SegRef(self, self.size, size, crc, first, last, rows, max_ts)
         if not self.refs:
             self.min_ts = min_ts
-        self.rows += len(batch)
-        self.size += payload.size
+        self.rows += rows
+        self.size += size
         self.refs.append(ref)
         return ref
 
@@ -212,7 +213,7 @@ class Segment:
                 os.close(fd)
         if zlib.crc32(data) != ref.crc:
             raise CorruptSegmentError(f"{self.path}: batch at byte {ref.offset} fails its checksum")
-        return pa.ipc.read_record_batch(pa.py_buffer(data), SCHEMA)
+        return decode_batch(data)
 
     def read_span(self, refs: Sequence[SegRef]) -> pa.Table:
         """Adjacent batches (ascending, no gap), verified, in one read and one decode.
@@ -296,7 +297,7 @@ def read_batches(arrows: Path, idx: Path) -> tuple[list[tuple], list[pa.RecordBa
         if zlib.crc32(body) != crc:
             return entries, batches, off, "batch checksum mismatch"
         try:
-            batch = pa.ipc.read_record_batch(body, SCHEMA)
+            batch = decode_batch(body)
         except (pa.ArrowInvalid, OSError):
             return entries, batches, off, "batch does not decode"
         seqs = seq_view(batch)
