@@ -185,8 +185,8 @@ class BatchStore(ABC):
                 for _ in range(keep):
                     newest = self._deleted.prev_absent(newest - 1)
                 bound = min(bound, newest)
-            if explicit and bound > 1:
-                self._persist_explicit([Erasure(1, min(bound - 1, self._last))])
+            if explicit:
+                self._log_purge(bound, ">")
             return self._advance_floor(bound)
         names = self._subjects.matching(subject_filter)
         if keep:
@@ -195,8 +195,8 @@ class BatchStore(ABC):
                 return 0
             newest = sorted(chain.from_iterable(self._list(n).since(0) for n in names))
             bound = min(bound, newest[len(newest) - keep])
-        if explicit and bound > 1:
-            self._persist_explicit([Erasure(1, min(bound - 1, self._last), subject_filter)])
+        if explicit:
+            self._log_purge(bound, subject_filter)
         runs = []
         for name in names:
             below = self._list(name).below(bound)
@@ -207,6 +207,11 @@ class BatchStore(ABC):
         if victims:
             self._forget(victims)
         return len(victims)
+
+    def _log_purge(self, bound: int, subject_filter: str) -> None:
+        """What a purge covers, for the lake: every seq below its bound the filter matches."""
+        if bound > 1:
+            self._persist_explicit([Erasure(1, min(bound - 1, self._last), subject_filter)])
 
     def trim_subjects(self, subjects: Iterable[str], keep: int) -> int:
         """Straight from the subject index, one delete-log record and reclaim for all.
