@@ -1,4 +1,4 @@
-"""Propose → commit → apply: the seam where Raft replication slots in later.
+"""Propose → commit → apply: the seam between a stream and its replication.
 
 A stream never writes its store directly on publish: it proposes entries to
 its ReplicationGroup and is told when they are committed. `SingleNodeGroup`,
@@ -6,8 +6,8 @@ a group of one, is also where group commit lives: entries proposed while a
 batch is being written (and, with `sync_interval: always`, fsynced in a
 worker thread) go out together as the next batch, so the number of writes
 and fsyncs tracks the disk, not the publish rate. When a batch counts as
-committed follows `log.durability`. This is the only asyncio module under
-`log/`.
+committed follows `consensus.durability`. `log.raft_group` is the same seam
+over a Raft group (`consensus.driver`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,10 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
-from log.durability import SYNCER, sync_delay
+from consensus.commits import OnCommit, notify, settle
+from consensus.durability import SYNCER, sync_delay
 
 E = TypeVar("E")
-
-# Called once the proposal's batch committed (None) or failed (the error). A plain
-# callback, not a Future: futures cost a loop callback each, per published message.
-OnCommit = Callable[[BaseException | None], None]
 
 
 class ReplicationGroup(Protocol[E]):
@@ -103,7 +100,7 @@ class SingleNodeGroup(Generic[E]):
         if index <= self.committed:
             future.set_result(index)
         else:
-            self.propose((), lambda error: _settle(future, index, error))
+            self.propose((), lambda error: settle(future, index, error))
         return future
 
     def _commit_queued(self) -> None:
@@ -115,7 +112,7 @@ class SingleNodeGroup(Generic[E]):
                 self._dirty = True
                 SYNCER.request(self, self._delay)
             self.committed = upto
-            _notify(waiters, None)
+            notify(waiters, None)
 
     async def _run_synced(self) -> None:
         """`always`: batch by batch, each fsynced before its commit; one fsync overlaps
@@ -131,7 +128,7 @@ class SingleNodeGroup(Generic[E]):
                     self._fail(exc, waiters)
                     return
             self.committed = upto
-            _notify(waiters, None)
+            notify(waiters, None)
 
     def _take(self) -> tuple[list[E], list[OnCommit], int]:
         """Everything queued, its proposers, and the index it commits up to."""
@@ -153,7 +150,7 @@ class SingleNodeGroup(Generic[E]):
         """A failed write poisons the group: nothing after it may be acknowledged."""
         self._error = exc
         pending, self._waiters, self._queue = waiters + self._waiters, [], []
-        _notify(pending, exc)
+        notify(pending, exc)
 
     def sync(self) -> None:
         """The background thread's call; a closed group was synced by `close`."""
@@ -175,23 +172,3 @@ class SingleNodeGroup(Generic[E]):
     async def close(self) -> None:
         self._closed = True
         await self.flush()
-
-
-def _notify(waiters: list[OnCommit], error: BaseException | None) -> None:
-    """Tell every proposer; one failing callback must not cost the others their acks."""
-    for on_commit in waiters:
-        try:
-            on_commit(error)
-        except Exception as exc:
-            asyncio.get_running_loop().call_exception_handler(
-                {"message": "commit callback failed", "exception": exc}
-            )
-
-
-def _settle(future: asyncio.Future[int], index: int, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(index)
-    else:
-        future.set_exception(error)

@@ -38,6 +38,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 _FAILED = pytest.StashKey[bool]()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Seeds of the Raft simulator (tests/consensus/test_sim*.py): replay one, or run more."""
+    group = parser.getgroup("raft simulator")
+    group.addoption("--raft-seed", type=int, default=None, help="run only this seed")
+    group.addoption("--raft-seeds", type=int, default=None, help="seeds per scenario")
+
+
 @pytest.fixture(params=enabled_kinds(), ids=lambda kind: KIND_IDS[kind])
 def server_kind(request: pytest.FixtureRequest) -> str:
     """Which server binary the test runs against."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from log.durability import WINDOW, Syncer, sync_delay
+from consensus.durability import WINDOW, Syncer, sync_delay
 
 
 def test_delay_of_sync_interval() -> None:

@@ -1,0 +1,460 @@
+"""`RaftNode`: the asyncio shell that gives a pure `RaftCore` a clock, a disk and a network.
+
+Everything that touches the core runs in one task, the Ready loop: ticks,
+incoming messages, proposals and reads are queued by whoever produces them
+and handed to the core between two Readies, so the core never sees a call
+while the caller is still carrying out its last Ready. Each Ready is done in
+the order the contract fixes: persist (snapshot, entries, hard state), then
+send, then apply, then serve reads. Group commit falls out of the loop:
+whatever is proposed while a Ready is being persisted is proposed as one
+batch next time round, so it becomes one append (and one fsync) on every node.
+
+Durability follows `consensus.durability`: under a sync window the entries are
+written before anyone hears of them (a kill -9 loses nothing acknowledged)
+and the background syncer fsyncs them within the window; under `always`
+(`sync_interval_ns=None`) a Ready's entries are fsynced in a worker thread
+before its messages leave. A term or vote change (`must_sync`) is fsynced
+either way: a vote forgotten in a crash can elect two leaders in one term.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from consensus.commits import OnCommit, notify
+from consensus.core import Config, RaftCore
+from consensus.durability import DEFAULT_SYNC_INTERVAL_NS, SYNCER, sync_delay
+from consensus.transport import Transport
+from consensus.types import (
+    Entry,
+    HardState,
+    Message,
+    NodeId,
+    RaftError,
+    Ready,
+    Restored,
+    Role,
+    Snapshot,
+    SnapshotMeta,
+)
+
+log = logging.getLogger("jetlake.raft")
+
+TICK_SECONDS = 0.1  # with Config's 10 election ticks: a dead leader is replaced in 1-2 s
+
+Apply = Callable[[list[Entry]], None]
+LeaderListener = Callable[[NodeId | None, int], None]
+
+
+class LogStorage(Protocol):
+    """What the driver needs of the durable log (`consensus.log_store.LogStore`).
+
+    `sync` is the one call that may run on another thread (the background
+    syncer's), also during or after `close`.
+    """
+
+    sync_queued: bool
+    held: bool  # a vote floor or a reboot is kept on disk until `release_hold`
+
+    def load_snapshot(self) -> Snapshot | None: ...
+
+    def release_hold(self) -> None: ...
+
+    def append(self, entries: Sequence[Entry]) -> None: ...
+
+    def set_hard_state(self, hard_state: HardState) -> None: ...
+
+    def save_snapshot(self, snapshot: Snapshot) -> None: ...
+
+    def sync(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NodeClosedError(RaftError):
+    """A proposal or read reached a node that is shutting down (or whose disk failed)."""
+
+
+class ProposalDroppedError(RaftError):
+    """A proposal's entry was replaced by another leader's: it never committed."""
+
+
+# A proposal awaiting apply: (index, seq, term, on_commit). A tuple, not a dataclass: heap
+# order compares it per proposal. `seq` breaks ties in call order (a barrier behind a
+# proposal); term 0 marks a barrier, satisfied by whatever entry is applied at `index`.
+_Pending = tuple[int, int, int, OnCommit]
+
+
+class RaftNode:
+    """One member of a Raft group: propose, read linearizably, and apply what commits.
+
+    `apply` receives every committed entry in log order (NOOP and CONFIG
+    entries too, so an application can track indexes); `snapshot` returns the
+    application's state as bytes and `restore` replaces it, both needed once
+    `snapshot_entries` is set (a snapshot every that many applied entries,
+    after which the log before it is dropped) or a leader sends one.
+    Give each node its own `config.seed`: nodes sharing one draw the same
+    election timeouts and keep splitting the vote.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        voters: Iterable[NodeId],
+        store: LogStorage,
+        restored: Restored,
+        transport: Transport,
+        *,
+        apply: Apply,
+        snapshot: Callable[[], bytes] | None = None,
+        restore: Callable[[bytes], None] | None = None,
+        sync_interval_ns: int | None = DEFAULT_SYNC_INTERVAL_NS,
+        tick_seconds: float = TICK_SECONDS,
+        snapshot_entries: int = 0,
+    ) -> None:
+        self._core = RaftCore(config, voters, restored)
+        self._store = store
+        self._transport = transport
+        self._apply = apply
+        self._snapshot = snapshot
+        self._restore = restore
+        self._always = sync_interval_ns is None
+        self._delay = sync_delay(sync_interval_ns)
+        self._tick_seconds = tick_seconds
+        self._snapshot_entries = snapshot_entries
+        meta = restored.snapshot
+        self._applied = meta.index if meta else 0
+        self._applied_term = meta.term if meta else 0
+        self._snapshot_index = self._applied
+        if meta is not None:
+            held = store.load_snapshot()
+            if held is None or held.meta != meta:
+                raise RaftError(f"raft node {config.id}: its log lost the snapshot at {meta}")
+            self._restore_app(held)
+            self._core.compact(held)  # so the core has the bytes to send to a laggard
+        self._inbox: list[Message] = []
+        self._ticks = 0
+        self._proposals: list[bytes] = []
+        self._proposal_waiters: list[tuple[int, OnCommit]] = []  # (entries before + own, cb)
+        self._pending: list[_Pending] = []  # heap by index: proposals awaiting apply
+        self._order = itertools.count()
+        self._last_proposed = 0
+        self._reads: dict[bytes, asyncio.Future[int]] = {}  # context -> awaiting its ReadState
+        self._read_queue: list[bytes] = []
+        self._read_applied: list[tuple[int, int, asyncio.Future[int]]] = []  # awaiting apply
+        self._transfers: list[NodeId | None] = []
+        self._listeners: list[LeaderListener] = []
+        self._leader: tuple[NodeId | None, int] = (None, 0)
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False  # refusing work: closing, or failed
+        self._shut = False  # close() ran: transport and store released
+        self._error: BaseException | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start ticking and listening; call on the event loop that will run the node."""
+        self._transport.set_handler(self._receive)
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run(), name=f"raft {self.id}")
+        self._timer = loop.call_later(self._tick_seconds, self._tick)
+        self._wake.set()  # a restored node may have committed entries to apply
+
+    async def close(self) -> None:
+        """Stop after the Ready in progress; what is pending fails with NodeClosedError."""
+        if self._shut:
+            return
+        self._shut = self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        self._fail_all(self._error or NodeClosedError(f"raft node {self.id} closed"))
+        await self._transport.close()
+        await asyncio.to_thread(self._store.close)  # it syncs first
+
+    def sync(self) -> None:
+        """Make everything written so far durable (blocks: call it off the loop)."""
+        self._store.sync()
+
+    # -- the application's calls -------------------------------------------------
+
+    def propose(self, data: Sequence[bytes], on_commit: OnCommit | None = None) -> None:
+        """Append `data` as entries; `on_commit` runs once they are applied here (None) or
+        can no longer commit (NotLeaderError naming the leader, ProposalDroppedError).
+
+        An empty `data` is a barrier: it commits once everything proposed before it did.
+        """
+        if self._closed:
+            if on_commit is not None:
+                on_commit(self._error or NodeClosedError(f"raft node {self.id} closed"))
+            return
+        self._proposals.extend(data)
+        if on_commit is not None:
+            self._proposal_waiters.append((len(self._proposals), on_commit))
+        self._wake.set()
+
+    async def read_index(self) -> int:
+        """A linearizable read point: returns once this node applied everything committed
+        when the read began (the leader confirmed its leadership with a quorum).
+
+        A read in flight when the leader changes is asked again of the new leader;
+        NotLeaderError only if no leader is known when the read starts.
+        """
+        if self._closed:
+            raise self._error or NodeClosedError(f"raft node {self.id} closed")
+        context = next(self._order).to_bytes(8, "big")
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._reads[context] = future
+        self._read_queue.append(context)
+        self._wake.set()
+        try:
+            return await future
+        finally:
+            self._reads.pop(context, None)
+
+    def transfer_leadership(self, to: NodeId | None = None) -> None:
+        """Ask the leader to hand over (to the most caught-up voter if `to` is None)."""
+        self._transfers.append(to)
+        self._wake.set()
+
+    def campaign(self) -> None:
+        """Start an election now instead of waiting for a timeout (bootstrap, tests)."""
+        self._transfers.append(_CAMPAIGN)
+        self._wake.set()
+
+    def on_leader_change(self, listener: LeaderListener) -> None:
+        """`listener(leader, term)` after every change of known leader or term."""
+        self._listeners.append(listener)
+
+    @property
+    def id(self) -> NodeId:
+        return self._core.id
+
+    @property
+    def role(self) -> Role:
+        return self._core.role
+
+    @property
+    def leader(self) -> NodeId | None:
+        return self._core.leader
+
+    @property
+    def term(self) -> int:
+        return self._core.term
+
+    @property
+    def applied(self) -> int:
+        return self._applied
+
+    def status(self) -> dict[str, object]:
+        return {**self._core.status(), "applied": self._applied, "pending": len(self._pending)}
+
+    def __str__(self) -> str:
+        return f"raft node {self.id}"
+
+    # -- the loop ----------------------------------------------------------------
+
+    def _receive(self, msg: Message) -> None:
+        if not self._closed:
+            self._inbox.append(msg)
+            self._wake.set()
+
+    def _tick(self) -> None:
+        self._ticks += 1
+        self._wake.set()
+        self._timer = asyncio.get_running_loop().call_later(self._tick_seconds, self._tick)
+
+    async def _run(self) -> None:
+        core = self._core
+        try:
+            while not self._closed:
+                await self._wake.wait()
+                self._wake.clear()
+                self._feed()
+                while core.has_ready() and not self._closed:
+                    ready = core.ready()
+                    await self._handle(ready)
+                    core.advance(ready)
+                    if self._store.held and not core.held_back:
+                        self._store.release_hold()  # refilled: a restart may vote again
+                    await self._maybe_snapshot()
+                    self._feed()
+                self._notice_leader()
+        except Exception as exc:  # a disk or application failure: this node stops here
+            log.exception("%s failed; it stops taking part in its group", self)
+            self._error = NodeClosedError(f"raft node {self.id} failed: {exc}")
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+            self._fail_all(self._error)
+
+    def _feed(self) -> None:
+        """Hand the core everything queued since the last Ready."""
+        core = self._core
+        for _ in range(self._ticks):
+            core.tick()
+        self._ticks = 0
+        inbox, self._inbox = self._inbox, []
+        for msg in inbox:
+            core.step(msg)
+        self._propose_queued()
+        reads, self._read_queue = self._read_queue, []
+        for context in reads:
+            future = self._reads.get(context)
+            if future is None or future.done():  # the reader gave up
+                continue
+            try:
+                core.read_index(context)
+            except RaftError as exc:
+                future.set_exception(exc)
+        transfers, self._transfers = self._transfers, []
+        for to in transfers:
+            try:
+                core.campaign() if to is _CAMPAIGN else core.transfer_leadership(to)
+            except RaftError as exc:
+                log.info("%s: %s", self, exc)
+
+    def _propose_queued(self) -> None:
+        data, self._proposals = self._proposals, []
+        waiters, self._proposal_waiters = self._proposal_waiters, []
+        if not data:
+            for _, on_commit in waiters:
+                self._await_apply(self._last_proposed, 0, on_commit)
+            return
+        try:
+            last = self._core.propose(data)
+        except RaftError as exc:
+            notify([on_commit for _, on_commit in waiters], exc)
+            return
+        first, term = last - len(data) + 1, self._core.term
+        self._last_proposed = last
+        for upto, on_commit in waiters:
+            if upto == 0:
+                self._await_apply(first - 1, 0, on_commit)
+            else:
+                self._await_apply(first + upto - 1, term, on_commit)
+
+    def _await_apply(self, index: int, term: int, on_commit: OnCommit) -> None:
+        if term == 0 and index <= self._applied:
+            notify([on_commit], None)
+        else:
+            heapq.heappush(self._pending, (index, next(self._order), term, on_commit))
+
+    async def _handle(self, ready: Ready) -> None:
+        store = self._store
+        if ready.snapshot is not None:
+            await asyncio.to_thread(store.save_snapshot, ready.snapshot)
+        if ready.entries:
+            store.append(ready.entries)
+        if ready.hard_state is not None:
+            store.set_hard_state(ready.hard_state)
+        # Under `always` the entries are fsynced before anyone hears of them. A hard state
+        # that only moved the commit index is not: a restarted node learns the commit index
+        # again from the leader, and waiting for it would add a third fsync to each commit.
+        if ready.must_sync or (self._always and ready.entries):
+            await asyncio.to_thread(store.sync)
+        elif ready.entries or ready.hard_state:  # a snapshot was fsynced as it was saved
+            SYNCER.request(store, self._delay)
+        send = self._transport.send
+        for msg in ready.messages:
+            send(msg)
+        if ready.snapshot is not None:
+            self._restore_app(ready.snapshot)
+        if ready.committed:
+            self._apply(ready.committed)
+            last = ready.committed[-1]
+            self._applied, self._applied_term = last.index, last.term
+        self._settle_proposals(ready.committed)
+        for state in ready.read_states:
+            future = self._reads.pop(state.context, None)
+            if future is not None and not future.done():
+                heapq.heappush(self._read_applied, (state.index, next(self._order), future))
+        while self._read_applied and self._read_applied[0][0] <= self._applied:
+            _, _, future = heapq.heappop(self._read_applied)
+            if not future.done():
+                future.set_result(self._applied)
+
+    def _restore_app(self, snapshot: Snapshot) -> None:
+        if self._restore is None:
+            raise RaftError(f"{self} got a snapshot but has no restore callback")
+        self._restore(snapshot.data)
+        self._applied = self._snapshot_index = snapshot.meta.index
+        self._applied_term = snapshot.meta.term
+
+    def _settle_proposals(self, committed: list[Entry]) -> None:
+        """Each proposal applied up to here: committed if its entry is the one applied."""
+        pending, applied = self._pending, self._applied
+        first = committed[0].index if committed else applied + 1  # entries are contiguous
+        done: list[OnCommit] = []
+        while pending and pending[0][0] <= applied:
+            index, _, term, on_commit = heapq.heappop(pending)
+            found = committed[index - first].term if index >= first else 0
+            if term == 0 or found == term:
+                done.append(on_commit)
+                continue
+            notify(done, None)  # keep the order in which proposers hear
+            done = []
+            why = "replaced by another leader's" if found else "covered by a snapshot"
+            lost = ProposalDroppedError(
+                f"{self}: the proposal at index {index} (term {term}) was {why}; "
+                f"outcome lost (leader: {self._core.leader or 'unknown'})"
+            )
+            notify([on_commit], lost)
+        notify(done, None)
+
+    async def _maybe_snapshot(self) -> None:
+        """Every `snapshot_entries` applied: snapshot the app, then drop the log before it.
+
+        Only when everything committed is applied, so the membership the core
+        reports is the membership as of the snapshot's index.
+        """
+        if (
+            not self._snapshot_entries
+            or self._snapshot is None
+            or self._applied - self._snapshot_index < self._snapshot_entries
+            or self._core.commit != self._applied
+        ):
+            return
+        meta = SnapshotMeta(self._applied, self._applied_term, self._core.conf)
+        snapshot = Snapshot(meta, self._snapshot())
+        await asyncio.to_thread(self._store.save_snapshot, snapshot)
+        self._core.compact(snapshot)
+        self._snapshot_index = self._applied
+
+    def _notice_leader(self) -> None:
+        now = (self._core.leader, self._core.term)
+        if now == self._leader:
+            return
+        if now[0] != self._leader[0] and now[0] is not None:
+            # a read forwarded to (or being confirmed by) the old leader is lost: ask the new
+            # one; should the old one answer after all, the first answer serves the read
+            self._read_queue += [c for c, f in self._reads.items() if not f.done()]
+            self._wake.set()
+        self._leader = now
+        for listener in self._listeners:
+            try:
+                listener(*now)
+            except Exception:
+                log.exception("%s: leader listener failed", self)
+
+    def _fail_all(self, error: BaseException) -> None:
+        pending, self._pending = self._pending, []
+        waiters, self._proposal_waiters = self._proposal_waiters, []
+        self._proposals = []
+        notify([p[3] for p in sorted(pending)] + [cb for _, cb in waiters], error)
+        waiting, self._read_applied = self._read_applied, []
+        for future in [*self._reads.values(), *(f for _, _, f in waiting)]:
+            if not future.done():
+                future.set_exception(error)
+
+
+_CAMPAIGN = "\0campaign"  # a transfer queue marker: not a valid node id in any cluster

@@ -1,0 +1,1 @@
+"""The deterministic Raft simulator: seeded network, disk model, cluster, invariants."""

@@ -1,0 +1,32 @@
+"""How a Raft node reaches its peers: fire-and-forget messages addressed by node id.
+
+Raft tolerates loss, duplication and reordering, and retries on its own
+(heartbeats, append retries, elections), so a transport never blocks, never
+buffers for a peer that is down and never reports failures: it drops. That
+keeps the driver's loop free of back-pressure and makes any carrier fit,
+the loopback TCP transport now and the cluster's route connections later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from consensus.types import Message, NodeId
+
+Handler = Callable[[Message], None]
+
+
+class Transport(Protocol):
+    @property
+    def id(self) -> NodeId:
+        """The node this transport sends for and receives for."""
+
+    def set_handler(self, handler: Handler) -> None:
+        """Every message that arrives for this node goes to `handler`, on the event loop."""
+
+    def send(self, msg: Message) -> None:
+        """Best effort, never blocks: dropped if `msg.dst` is unknown, down or too far behind."""
+
+    async def close(self) -> None:
+        """Stop sending and receiving; messages still queued may be lost."""

@@ -1,0 +1,133 @@
+"""A Raft group of real RaftNodes in this process: real logs on disk, real TCP between them.
+
+Each node applies into a `Journal` (the payloads it applied, in order), which
+is also what it snapshots and restores. Waiting is by polling with a
+deadline, never by sleeping a fixed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from consensus.core import Config
+from consensus.driver import Apply, RaftNode
+from consensus.log_store import LogStore
+from consensus.node_process import Journal
+from consensus.tcp import Address, TcpTransport
+from consensus.types import NodeId, Role
+
+DEADLINE = 10.0
+TICK = 0.02  # fast ticks: elections in 0.2-0.4 s keep the tests short
+
+
+async def until(check: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while not check():
+        assert loop.time() < end, f"not within {deadline} s: {what}"
+        await asyncio.sleep(0.005)
+
+
+class Cluster:
+    def __init__(
+        self,
+        root: Path,
+        ids: tuple[NodeId, ...] = ("n1", "n2", "n3"),
+        *,
+        sync_interval_ns: int | None = 10_000_000,
+        snapshot_entries: int = 0,
+    ) -> None:
+        self.root = root
+        self.ids = ids
+        self.sync_interval_ns = sync_interval_ns
+        self.snapshot_entries = snapshot_entries
+        self.addresses: dict[NodeId, Address] = {}
+        self.nodes: dict[NodeId, RaftNode] = {}
+        self.journals: dict[NodeId, Journal] = {}
+        self.transports: dict[NodeId, TcpTransport] = {}
+
+    async def start(self, *, node: Callable[[NodeId, Apply], RaftNode] | None = None) -> None:
+        for n in self.ids:
+            transport = TcpTransport(n)
+            self.addresses[n] = await transport.start()
+            self.transports[n] = transport
+        for n in self.ids:
+            for peer, address in self.addresses.items():
+                self.transports[n].add_peer(peer, address)
+            self.journals[n] = Journal()
+            if node is None:
+                self.nodes[n] = self.make_node(n, self.journals[n].apply)
+                self.nodes[n].start()
+            else:  # the caller (a RaftGroup) builds and starts it around its own apply
+                node(n, self.journals[n].apply)
+
+    def make_node(self, n: NodeId, apply: Apply) -> RaftNode:
+        """A node on the transport already bound for `n`, its log under root/n."""
+        store, restored = LogStore.open(self.root / n, name=n)
+        journal = self.journals[n]
+        node = RaftNode(
+            Config(n, seed=hash(n) & 0xFFFF),
+            self.ids,
+            store,
+            restored,
+            self.transports[n],
+            apply=apply,
+            snapshot=journal.snapshot,
+            restore=journal.restore,
+            sync_interval_ns=self.sync_interval_ns,
+            tick_seconds=TICK,
+            snapshot_entries=self.snapshot_entries,
+        )
+        self.nodes[n] = node
+        return node
+
+    async def leader(self, among: tuple[NodeId, ...] | None = None) -> RaftNode:
+        """The one leader every live node agrees on."""
+        live = [self.nodes[n] for n in (among or tuple(self.nodes))]
+        found: list[RaftNode] = []
+
+        def agreed() -> bool:
+            leaders = [n for n in live if n.role is Role.LEADER]
+            if len(leaders) != 1:
+                return False
+            found[:] = leaders
+            return all(n.leader == leaders[0].id for n in live)
+
+        await until(agreed, "one leader all live nodes know")
+        return found[0]
+
+    async def kill(self, n: NodeId) -> None:
+        """Stop a node (its transport closes with it): peers see it vanish."""
+        node = self.nodes.pop(n)
+        await node.close()
+
+    async def restart(self, n: NodeId) -> RaftNode:
+        """The node again, from its log on disk, listening where it did."""
+        transport = TcpTransport(n, port=self.addresses[n][1])
+        await transport.start()
+        for peer, address in self.addresses.items():
+            transport.add_peer(peer, address)
+        self.transports[n] = transport
+        self.journals[n] = Journal()
+        node = self.make_node(n, self.journals[n].apply)
+        node.start()
+        return node
+
+    async def propose(self, node: RaftNode, data: bytes) -> None:
+        """Propose and wait for the commit callback; raise what it reports."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def on_commit(error: BaseException | None) -> None:
+            if error is None:
+                done.set_result(None)
+            else:
+                done.set_exception(error)
+
+        node.propose([data], on_commit)
+        await asyncio.wait_for(done, DEADLINE)
+
+    async def close(self) -> None:
+        for n in list(self.nodes):
+            await self.kill(n)

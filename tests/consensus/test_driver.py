@@ -1,0 +1,204 @@
+"""Three RaftNodes in one process over real loopback TCP, with their real logs on disk."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from consensus.driver import NodeClosedError
+from consensus.log_store import LogStore
+from consensus.types import Entry, NotLeaderError, Role
+from tests.consensus.cluster import DEADLINE, Cluster, until
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    group = Cluster(tmp_path)
+    await group.start()
+    try:
+        yield group
+    finally:
+        await group.close()
+
+
+def payloads(prefix: str, count: int) -> list[bytes]:
+    return [f"{prefix}-{i}".encode() for i in range(count)]
+
+
+async def propose_all(cluster: Cluster, leader_id: str, data: list[bytes]) -> None:
+    """All in flight at once, as a stream's publishers do; every one must commit."""
+    await asyncio.gather(*(cluster.propose(cluster.nodes[leader_id], d) for d in data))
+
+
+async def test_elect_then_commit_and_apply_in_order_on_all(cluster: Cluster) -> None:
+    leader = await cluster.leader()
+    data = payloads("a", 200)
+    await propose_all(cluster, leader.id, data)
+    assert cluster.journals[leader.id].items == data  # acked means applied on the leader
+    for n in cluster.ids:
+        await until(lambda n=n: len(cluster.journals[n].items) == 200, f"{n} applied all")
+        assert cluster.journals[n].items == data
+        indexes = cluster.journals[n].indexes
+        assert indexes == list(range(1, len(indexes) + 1))  # no gap, no repeat
+
+
+async def test_a_follower_refuses_naming_the_leader(cluster: Cluster) -> None:
+    leader = await cluster.leader()
+    follower = next(cluster.nodes[n] for n in cluster.ids if n != leader.id)
+    with pytest.raises(NotLeaderError, match=f"leader: {leader.id}") as caught:
+        await cluster.propose(follower, b"x")
+    assert caught.value.leader == leader.id
+
+
+async def test_leader_killed_a_new_one_takes_over_and_nothing_acked_is_lost(
+    cluster: Cluster,
+) -> None:
+    first = await cluster.leader()
+    before = payloads("before", 50)
+    await propose_all(cluster, first.id, before)
+    await cluster.kill(first.id)
+    survivors = tuple(n for n in cluster.ids if n != first.id)
+    second = await cluster.leader(survivors)
+    assert second.term > first.term
+    after = payloads("after", 50)
+    await propose_all(cluster, second.id, after)
+    for n in survivors:
+        await until(lambda n=n: len(cluster.journals[n].items) == 100, f"{n} applied all")
+        assert cluster.journals[n].items == before + after
+
+
+async def test_a_restarted_node_catches_up_from_its_disk_and_the_leader(
+    cluster: Cluster,
+) -> None:
+    leader = await cluster.leader()
+    lagging = next(n for n in cluster.ids if n != leader.id)
+    first = payloads("one", 30)
+    await propose_all(cluster, leader.id, first)
+    await until(lambda: len(cluster.journals[lagging].items) == 30, "follower applied")
+    await cluster.kill(lagging)
+    second = payloads("two", 30)
+    await propose_all(cluster, leader.id, second)
+    restarted = await cluster.restart(lagging)
+    await until(lambda: len(cluster.journals[lagging].items) == 60, "caught up")
+    assert cluster.journals[lagging].items == first + second
+    assert restarted.term == leader.term and restarted.leader == leader.id
+
+
+async def test_read_index_after_failover_is_never_stale(cluster: Cluster) -> None:
+    first = await cluster.leader()
+    await propose_all(cluster, first.id, payloads("w", 20))
+    await cluster.kill(first.id)
+    survivors = tuple(n for n in cluster.ids if n != first.id)
+    await cluster.leader(survivors)
+    for n in survivors:  # on the new leader and on a follower (forwarded) alike
+        node, journal = cluster.nodes[n], cluster.journals[n]
+        applied = await asyncio.wait_for(node.read_index(), DEADLINE)
+        assert applied >= 21  # the 20 acked entries and the first leader's no-op at least
+        assert journal.items[:20] == payloads("w", 20)  # visible the moment the read returns
+
+
+async def test_a_snapshot_compacts_the_log_and_a_late_node_installs_it(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, snapshot_entries=10)
+    await cluster.start()
+    try:
+        leader = await cluster.leader()
+        lagging = next(n for n in cluster.ids if n != leader.id)
+        await cluster.kill(lagging)
+        data = payloads("s", 45)
+        for chunk in range(0, 45, 5):  # several Readies, so snapshots are taken between them
+            await propose_all(cluster, leader.id, data[chunk : chunk + 5])
+        assert leader.status()["applied"] == cluster.nodes[leader.id].applied
+        await cluster.restart(lagging)
+        await until(lambda: len(cluster.journals[lagging].items) == 45, "caught up")
+        assert cluster.journals[lagging].items == data
+        assert 20 not in cluster.journals[lagging].indexes  # a snapshot covered it, no replay
+        await cluster.kill(leader.id)  # and a node restarts from its own snapshot
+        again = await cluster.restart(leader.id)
+        await until(lambda: cluster.journals[leader.id].items == data, "restored + replayed")
+        assert again.applied >= 46
+    finally:
+        await cluster.close()
+
+
+async def test_sync_always_commits_and_a_closed_node_refuses(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, sync_interval_ns=None)
+    await cluster.start()
+    try:
+        leader = await cluster.leader()
+        data = payloads("f", 100)
+        await propose_all(cluster, leader.id, data)
+        assert cluster.journals[leader.id].items == data
+        await cluster.kill(leader.id)
+        with pytest.raises(NodeClosedError, match=leader.id):
+            await cluster.propose(leader, b"late")
+    finally:
+        await cluster.close()
+
+
+async def test_leadership_moves_on_request_and_listeners_hear_of_it(cluster: Cluster) -> None:
+    heard: dict[str, list[tuple[str | None, int]]] = {n: [] for n in cluster.ids}
+    for n, node in cluster.nodes.items():
+        node.on_leader_change(lambda leader, term, n=n: heard[n].append((leader, term)))
+    first = await cluster.leader()
+    await propose_all(cluster, first.id, payloads("x", 10))
+    target = next(n for n in cluster.ids if n != first.id)
+    first_term = first.term
+    first.transfer_leadership(target)
+    await until(lambda: cluster.nodes[target].role is Role.LEADER, f"{target} leads")
+    second = await cluster.leader()
+    assert second.id == target
+    await propose_all(cluster, target, payloads("y", 10))
+    for n in cluster.ids:
+        await until(lambda n=n: heard[n][-1:] == [(target, second.term)], f"{n} heard")
+    assert second.term > first_term
+    assert any(leader == first.id for leader, _ in heard[target])  # it knew the old one first
+
+
+async def test_a_burst_of_proposals_is_one_append_and_one_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit under `always`: proposals that arrive together share a write and an
+    fsync on the leader instead of paying one each."""
+    calls: Counter[tuple[str, str]] = Counter()
+    append, sync = LogStore.append, LogStore.sync
+
+    def counted_append(store: LogStore, entries: Sequence[Entry]) -> None:
+        calls[store.name, "append"] += 1
+        append(store, entries)
+
+    def counted_sync(store: LogStore) -> None:
+        if threading.current_thread().name != "background-sync":  # the commit-index window's
+            calls[store.name, "sync"] += 1
+        sync(store)
+
+    monkeypatch.setattr(LogStore, "append", counted_append)
+    monkeypatch.setattr(LogStore, "sync", counted_sync)
+    cluster = Cluster(tmp_path, sync_interval_ns=None)
+    await cluster.start()
+    try:
+        leader = await cluster.leader()
+        await propose_all(cluster, leader.id, payloads("warm", 1))
+        before = calls.copy()
+        await propose_all(cluster, leader.id, payloads("g", 300))
+        appends = calls[leader.id, "append"] - before[leader.id, "append"]
+        syncs = calls[leader.id, "sync"] - before[leader.id, "sync"]
+        assert 1 <= appends <= 2 and 1 <= syncs <= 2, (appends, syncs)
+    finally:
+        await cluster.close()
+
+
+async def test_a_read_lost_with_the_old_leader_is_asked_of_the_new_one(cluster: Cluster) -> None:
+    first = await cluster.leader()
+    await propose_all(cluster, first.id, payloads("r", 10))
+    follower = next(cluster.nodes[n] for n in cluster.ids if n != first.id)
+    await cluster.transports[first.id].close()  # the forwarded read goes nowhere
+    read = asyncio.ensure_future(follower.read_index())
+    await cluster.kill(first.id)
+    applied = await asyncio.wait_for(read, DEADLINE)
+    assert applied >= 11
+    assert cluster.journals[follower.id].items[:10] == payloads("r", 10)

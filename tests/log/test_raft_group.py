@@ -1,0 +1,210 @@
+"""The ReplicationGroup contract, held by the group of one and by a 3-node RaftGroup alike.
+
+The Raft group is real: three RaftNodes with their logs on disk, over loopback
+TCP, each applying through its own RaftGroup; proposals go to the leader's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pickle
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from consensus.driver import Apply
+from consensus.types import NotLeaderError, Role
+from log.config import from_request
+from log.raft_group import RaftGroup
+from log.replication import GroupClosedError, ReplicationGroup, SingleNodeGroup
+from log.segments.memstore import MemoryStore
+from log.stream import Entry as StreamEntry
+from log.stream import Stream
+from tests.consensus.cluster import DEADLINE, Cluster, until
+
+OnCommitLog = list[tuple[int, BaseException | None]]
+
+
+@dataclass
+class Harness:
+    group: ReplicationGroup[int]
+    batches: list[list[int]] = field(default_factory=list)  # what the proposing member applied
+    broken: bool = False
+
+    def apply(self, batch: list[int]) -> None:
+        if self.broken:
+            raise OSError("disk gone")
+        self.batches.append(batch)
+
+
+def ints(apply: Callable[[list[int]], None], node: Callable[[Apply], object]) -> RaftGroup[int]:
+    return RaftGroup(
+        apply,
+        node,  # type: ignore[arg-type]
+        encode=lambda n: n.to_bytes(8, "big"),
+        decode=lambda b: int.from_bytes(b, "big"),
+    )
+
+
+@pytest.fixture(params=["single", "raft"])
+async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
+    if request.param == "single":
+        h = Harness(group=None)  # type: ignore[arg-type]
+        h.group = SingleNodeGroup(h.apply, lambda: None)
+        yield h
+        await h.group.close()
+        return
+    cluster = Cluster(tmp_path)
+    harnesses: dict[str, Harness] = {}
+
+    def member(n: str, _: Apply) -> object:
+        h = harnesses[n] = Harness(group=None)  # type: ignore[arg-type]
+        h.group = ints(h.apply, lambda apply: cluster.make_node(n, apply))
+        return h.group
+
+    await cluster.start(node=member)
+    try:
+        leader = await cluster.leader()
+        yield harnesses[leader.id]
+    finally:
+        for h in harnesses.values():
+            await h.group.close()
+
+
+def recorder(calls: OnCommitLog, n: int) -> Callable[[BaseException | None], None]:
+    return lambda error: calls.append((n, error))
+
+
+async def test_proposals_commit_in_order_each_proposer_hears_once(harness: Harness) -> None:
+    calls: OnCommitLog = []
+    for n in range(1, 101):
+        harness.group.propose([n], recorder(calls, n))
+    assert await harness.group.barrier() == 100
+    assert calls == [(n, None) for n in range(1, 101)]
+    assert [n for batch in harness.batches for n in batch] == list(range(1, 101))
+    assert harness.group.committed == 100
+
+
+async def test_barrier_waits_for_what_was_proposed_before_it(harness: Harness) -> None:
+    harness.group.propose([1, 2])
+    harness.group.propose([3])
+    barrier = harness.group.barrier()
+    assert not barrier.done()
+    assert await barrier == 3
+    assert harness.group.committed == 3
+    assert await harness.group.barrier() == 3  # nothing new: resolves at once
+
+
+async def test_after_close_proposals_are_refused(harness: Harness) -> None:
+    calls: OnCommitLog = []
+    harness.group.propose([1], recorder(calls, 1))
+    await harness.group.close()
+    harness.group.propose([2], recorder(calls, 2))
+    assert calls[0] == (1, None)
+    assert calls[1][0] == 2 and isinstance(calls[1][1], GroupClosedError)
+
+
+async def test_a_failed_apply_fails_its_proposal_and_everything_after(harness: Harness) -> None:
+    calls: OnCommitLog = []
+    harness.group.propose([1], recorder(calls, 1))
+    await harness.group.barrier()
+    harness.broken = True
+    harness.group.propose([2], recorder(calls, 2))
+    with pytest.raises(Exception, match="disk gone"):
+        await asyncio.wait_for(harness.group.barrier(), DEADLINE)
+    harness.group.propose([3], recorder(calls, 3))
+    assert [n for n, _ in calls] == [1, 2, 3]
+    assert calls[0][1] is None
+    assert all("disk gone" in str(error) for _, error in calls[1:])
+
+
+# -- Raft only ------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def members(tmp_path: Path) -> AsyncIterator[tuple[Cluster, dict[str, Harness]]]:
+    cluster = Cluster(tmp_path)
+    harnesses: dict[str, Harness] = {}
+
+    def member(n: str, _: Apply) -> object:
+        h = harnesses[n] = Harness(group=None)  # type: ignore[arg-type]
+        h.group = ints(h.apply, lambda apply: cluster.make_node(n, apply))
+        return h.group
+
+    await cluster.start(node=member)
+    try:
+        yield cluster, harnesses
+    finally:
+        for h in harnesses.values():
+            await h.group.close()
+
+
+async def test_every_member_applies_the_same_batches_and_followers_name_the_leader(
+    members: tuple[Cluster, dict[str, Harness]],
+) -> None:
+    cluster, harnesses = members
+    leader = await cluster.leader()
+    for n in range(1, 51):
+        harnesses[leader.id].group.propose([n])
+    await harnesses[leader.id].group.barrier()
+    for name, h in harnesses.items():
+        await until(lambda h=h: h.group.committed == 50, f"{name} applied all")
+        assert [n for batch in h.batches for n in batch] == list(range(1, 51))
+    follower = next(h for name, h in harnesses.items() if name != leader.id)
+    calls: OnCommitLog = []
+    follower.group.propose([99], recorder(calls, 99))
+    error = calls[0][1]
+    assert isinstance(error, NotLeaderError) and error.leader == leader.id
+    assert f"leader: {leader.id}" in str(error)
+
+
+async def test_a_stream_publishes_through_a_raft_group(tmp_path: Path) -> None:
+    """n1's stream proposes through its RaftGroup; the PubAck follows the quorum commit
+    and the other members' stores hold the same messages."""
+    cluster = Cluster(tmp_path)
+    stores = {n: MemoryStore(name=n) for n in cluster.ids}
+    groups: dict[str, RaftGroup[StreamEntry]] = {}
+    streams: list[Stream] = []
+
+    def group(n: str, apply: Callable[[list[StreamEntry]], None]) -> RaftGroup[StreamEntry]:
+        groups[n] = RaftGroup(
+            apply, lambda a: cluster.make_node(n, a), encode=pickle.dumps, decode=pickle.loads
+        )
+        return groups[n]
+
+    def member(n: str, _: Apply) -> object:
+        if n != "n1":
+            return group(n, lambda entries: stores[n].append([e.msg for e in entries]))
+        stream = Stream(
+            from_request({"name": "s", "subjects": ["s.>"]}),
+            stores[n],
+            created_ns=0,
+            read_headers=lambda _: {},
+            group=lambda apply, _: group(n, apply),
+        )
+        streams.append(stream)
+        return stream
+
+    await cluster.start(node=member)
+    try:
+        leader = await cluster.leader()
+        if leader.id != "n1":
+            leader.transfer_leadership("n1")
+            await until(lambda: cluster.nodes["n1"].role is Role.LEADER, "n1 leads")
+        await cluster.leader()
+        acks: list[bytes] = []
+        for i in range(20):
+            streams[0].publish(f"s.{i % 3}", None, b"m%d" % i, {}, acks.append)
+        await asyncio.wait_for(streams[0].flush(), DEADLINE)
+        assert [json.loads(a)["seq"] for a in acks] == list(range(1, 21))
+        assert streams[0].committed_seq == 20
+        for n in cluster.ids:
+            await until(lambda n=n: stores[n].state().msgs == 20, f"{n} holds all")
+            held = stores[n].load_run(1, 20, 20)
+            assert [m.data for m in held] == [b"m%d" % i for i in range(20)]
+    finally:
+        for g in groups.values():
+            await g.close()
