@@ -19,7 +19,7 @@ from tests.jetstream.test_streams_e2e import api
 from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess
 
-COUNT = 300  # more than one pump delivers at once (log.consumer.SLICE)
+COUNT = 300  # more than one pump delivers at once (log.consumers.consumer.SLICE)
 
 
 @pytest.fixture

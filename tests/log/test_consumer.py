@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from log.config import StreamConfig
-from log.consumer import PULL_SLICE, SLICE, Consumer
-from log.consumer_config import ConsumerConfig, with_defaults
-from log.consumer_wire import AckResult, Advisory, Deliveries, Output, Status, WireMsg
+from log.consumers.config import ConsumerConfig, with_defaults
+from log.consumers.consumer import PULL_SLICE, SLICE, Consumer
+from log.consumers.wire import AckResult, Advisory, Deliveries, Output, Status, WireMsg
 from log.segments.api import NewMsg, StoredMsg
 from log.segments.memstore import MemoryStore
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from log.config import StreamConfig
-from log.consumer_config import check, check_update, from_request, with_defaults
+from log.consumers.config import check, check_update, from_request, with_defaults
 from log.errors import ApiError
 
 STREAM = StreamConfig(name="S", subjects=("s.>",))

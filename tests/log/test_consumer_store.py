@@ -5,7 +5,7 @@ from __future__ import annotations
 from array import array
 from pathlib import Path
 
-from log.consumer_store import (
+from log.consumers.store import (
     ACKED,
     DELIVERED,
     GAVE_UP,

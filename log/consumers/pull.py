@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ingest.parser.headers import encode_headers
-from log.consumer_config import ConsumerConfig
-from log.consumer_wire import Output, Status
+from log.consumers.config import ConsumerConfig
+from log.consumers.wire import Output, Status
 
 PENDING_MSGS = "Nats-Pending-Messages"
 PENDING_BYTES = "Nats-Pending-Bytes"

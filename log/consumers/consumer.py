@@ -8,7 +8,7 @@ max_deliver, max_ack_pending and the pull-request statuses are tested with a
 fake clock in microseconds, not with sleeps.
 
 Reading follows the filter through the store's per-subject index
-(`consumer_start.ReadAhead`), so a consumer of one subject among millions costs
+(`start.ReadAhead`), so a consumer of one subject among millions costs
 what it delivers. Sequences above the stream's commit index are never read:
 a message is not revealed before its publisher could have been acknowledged.
 """
@@ -20,8 +20,8 @@ from itertools import takewhile
 from typing import Any
 
 from ingest.parser.subjects import subject_matches
-from log.consumer_config import ConsumerConfig
-from log.consumer_pull import (
+from log.consumers.config import ConsumerConfig
+from log.consumers.pull import (
     CONSUMER_STALLED,
     LAST_CONSUMER,
     LAST_STREAM,
@@ -31,10 +31,10 @@ from log.consumer_pull import (
     refusal,
     status,
 )
-from log.consumer_push import FlowControl
-from log.consumer_start import ReadAhead, count_from, start_position
-from log.consumer_store import ACKED, DELIVERED, GAVE_UP
-from log.consumer_wire import (
+from log.consumers.push import FlowControl
+from log.consumers.start import ReadAhead, count_from, start_position
+from log.consumers.store import ACKED, DELIVERED, GAVE_UP
+from log.consumers.wire import (
     ACK_PREFIX,
     CONFIRMED,
     IGNORED,
@@ -81,7 +81,7 @@ class Consumer:
         self.committed = committed
         self.active = not cfg.is_push  # push: someone listens on the deliver subject
         self.dirty = False  # state changed since the owner last persisted it
-        # Durable only: changes since the owner last persisted, as consumer_store's int64
+        # Durable only: changes since the owner last persisted, as `store`'s int64
         # records (a list: extending an array converts each int, five times the cost).
         self.journal: list[int] | None = None
         # Stream seqs this consumer is done with since the owner last took them (retention).

@@ -8,7 +8,7 @@ the consumer, which the idle heartbeat then reports (`Nats-Consumer-Stalled`).
 
 from __future__ import annotations
 
-from log.consumer_wire import FC_PREFIX, random_token
+from log.consumers.wire import FC_PREFIX, random_token
 
 FLOW_CONTROL_LIMIT = 32 * 1024 * 1024  # the most unconfirmed bytes a flow-controlled push may have
 _START = FLOW_CONTROL_LIMIT // 16

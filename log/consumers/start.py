@@ -11,8 +11,8 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import chain
 
-from log.consumer_config import ConsumerConfig
-from log.consumer_wire import StoreReader
+from log.consumers.config import ConsumerConfig
+from log.consumers.wire import StoreReader
 from log.segments.api import StoredMsg
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.parser.subjects import is_literal, is_subset, is_valid_subject, subjects_overlap
-from log import consumer_errors as cerr
 from log import errors
 from log.config import (
     MAX_DESCRIPTION_LEN,
@@ -25,6 +24,7 @@ from log.config import (
     StreamConfig,
     is_valid_name,
 )
+from log.consumers import errors as cerr
 from log.errors import ApiError
 from log.request_fields import Fields
 from log.timefmt import ZERO_TIME, parse_rfc3339, rfc3339

@@ -15,7 +15,7 @@ corrupting it. Replaying a log over a snapshot that already contains it (a
 crash between the snapshot's rename and the log's truncation) yields the same
 state, because every record sets or removes a value rather than adjusting one.
 The background thread fsyncs the log within `sync_interval`
-(`log.durability`); with `always` a confirmed ack is also synced inline
+(`consensus.durability`); with `always` a confirmed ack is also synced inline
 before it is answered, so it survives a power cut too.
 """
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from log.durability import sync_delay
+from consensus.durability import sync_delay
 from log.segments.tombstones import fsync_dir
 
 OBS_DIR = "obs"

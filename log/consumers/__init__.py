@@ -1,0 +1,1 @@
+"""A JetStream consumer's rules: its config, start position, delivery, acks and state."""
