@@ -11,10 +11,21 @@ the rest are not the codec's business (subject rules, permissions).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-CRLF = b"\r\n"
+from ingest.parser.framing import (
+    CRLF,
+    OK,
+    PING,
+    PONG,
+    encode_err,
+    encode_info,
+    json_object,
+    payload_sizes,
+)
+
+__all__ = ["CRLF", "OK", "PING", "PONG", "encode_err", "encode_info"]  # shared, re-exported
+
 MAX_CONTROL_LINE = 4096
 MAX_PAYLOAD = 1024 * 1024
 
@@ -73,13 +84,6 @@ Op = Connect | Pub | Sub | Unsub | Ping | Pong | Violation
 
 _PING = Ping()
 _PONG = Pong()
-
-
-def _size(token: bytes) -> int:
-    """A declared size: ASCII digits only (the reference refuses signs and spaces)."""
-    if not token.isdigit():
-        raise ValueError(token)
-    return int(token)
 
 
 class ServerCodec:
@@ -184,11 +188,8 @@ class ServerCodec:
         if len(args) not in (want, want + 1):
             return Violation(None)
         try:
-            total = _size(args[-1])
-            hlen = _size(args[-2]) if headers else -1
+            hlen, total = payload_sizes(args, headers=headers)
         except ValueError:
-            return Violation(None)
-        if hlen > total:
             return Violation(None)
         if total > self.max_payload:
             return Violation(ERR_MAX_PAYLOAD)
@@ -229,10 +230,8 @@ class ServerCodec:
         if name.upper() != b"CONNECT":
             return Violation(ERR_UNKNOWN_OP)
         try:
-            options = json.loads(rest)
-        except (ValueError, UnicodeDecodeError):
-            return Violation(None)
-        if not isinstance(options, dict):
+            options = json_object(rest)
+        except ValueError:
             return Violation(None)
         # Negotiated here, not by the caller: an HPUB may follow in the same read.
         self.headers = bool(options.get("headers", False))
@@ -261,16 +260,3 @@ def encode_hmsg(subject: bytes, sid: bytes, reply: bytes, hdr: bytes, payload: b
             payload,
         )
     return b"HMSG %b %b %d %d\r\n%b%b\r\n" % (subject, sid, len(hdr), total, hdr, payload)
-
-
-def encode_info(info: dict[str, object]) -> bytes:
-    return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + CRLF
-
-
-def encode_err(message: str) -> bytes:
-    return b"-ERR '" + message.encode() + b"'\r\n"
-
-
-PING = b"PING\r\n"
-PONG = b"PONG\r\n"
-OK = b"+OK\r\n"

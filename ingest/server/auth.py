@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ingest.parser.subjects import is_subset, subject_matches, subjects_overlap
+from ingest.server.accounts.settings import GLOBAL_ACCOUNT
 
 AUTH_VIOLATION = "Authorization Violation"
-GLOBAL_ACCOUNT = "$G"  # jetlake has one account: the reference's global one
+STANDARD = "STANDARD"  # connection types a user's `allowed_connection_types` names
+MQTT = "MQTT"
 
 
 class AuthError(Exception):
@@ -34,6 +36,12 @@ class _User(Protocol):
     user: str
     password: str
     permissions: _Permissions | None
+    allowed_connection_types: frozenset[str]
+
+
+class _AccountConfig(Protocol):
+    name: str
+    users: tuple[_User, ...]
 
 
 class _AuthOptions(Protocol):
@@ -42,6 +50,7 @@ class _AuthOptions(Protocol):
     password: str | None
     users: tuple[_User, ...]
     no_auth_user: str | None
+    accounts: tuple[_AccountConfig, ...]
 
 
 _CACHE_LIMIT = 1024
@@ -52,6 +61,7 @@ class Grant:
     """Permissions of one authenticated connection."""
 
     user: str = ""
+    account: str = GLOBAL_ACCOUNT
     pub_allow: tuple[str, ...] = ()
     pub_deny: tuple[str, ...] = ()
     sub_allow: tuple[str, ...] = ()
@@ -96,13 +106,20 @@ def _same(given: object, expected: str) -> bool:
     return isinstance(given, str) and hmac.compare_digest(given.encode(), expected.encode())
 
 
-def _grant_for(user: _User) -> Grant:
+def _admits(user: _User, connection_type: str) -> bool:
+    """A user restricted to some kinds of connection is refused on the others."""
+    allowed = user.allowed_connection_types
+    return not allowed or connection_type in allowed
+
+
+def _grant_for(user: _User, account: str) -> Grant:
     perms = user.permissions
     if perms is None:
-        return Grant(user=user.user)
+        return Grant(user=user.user, account=account)
     pub, sub = perms.publish, perms.subscribe
     return Grant(
         user=user.user,
+        account=account,
         pub_allow=pub.allow if pub else (),
         pub_deny=pub.deny if pub else (),
         sub_allow=sub.allow if sub else (),
@@ -115,7 +132,12 @@ class Authenticator:
 
     def __init__(self, opts: _AuthOptions) -> None:
         self._token = opts.auth_token
-        self._users: dict[str, _User] = {u.user: u for u in opts.users}
+        # Each user name is bound to one account (the config refuses duplicates).
+        self._users: dict[str, tuple[_User, str]] = {
+            u.user: (u, GLOBAL_ACCOUNT) for u in opts.users
+        }
+        for account in opts.accounts:
+            self._users.update((u.user, (u, account.name)) for u in account.users)
         self._single = (opts.username, opts.password) if opts.username else None
         self._no_auth_user = opts.no_auth_user
 
@@ -123,7 +145,8 @@ class Authenticator:
     def required(self) -> bool:
         return bool(self._token or self._users or self._single)
 
-    def authenticate(self, connect: dict[str, object]) -> Grant:
+    def authenticate(self, connect: dict[str, object], connection_type: str = STANDARD) -> Grant:
+        """The grant for a CONNECT's credentials arriving over `connection_type`."""
         if not self.required:
             return Grant()
         if self._token is not None:
@@ -132,15 +155,15 @@ class Authenticator:
             raise AuthError(AUTH_VIOLATION)
         name = connect.get("user")
         if not name and self._no_auth_user and not connect.get("pass"):
-            user = self._users.get(self._no_auth_user)
-            if user is not None:
-                return _grant_for(user)
+            bound = self._users.get(self._no_auth_user)
+            if bound is not None and _admits(bound[0], connection_type):
+                return _grant_for(*bound)
         if self._single is not None:
             user_name, password = self._single
             if _same(name, user_name) and _same(connect.get("pass"), password or ""):
                 return Grant(user=user_name)
         if isinstance(name, str) and name in self._users:
-            user = self._users[name]
-            if _same(connect.get("pass"), user.password):
-                return _grant_for(user)
+            user, account = self._users[name]
+            if _same(connect.get("pass"), user.password or "") and _admits(user, connection_type):
+                return _grant_for(user, account)
         raise AuthError(AUTH_VIOLATION)

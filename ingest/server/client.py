@@ -70,6 +70,7 @@ class Client(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.subs: dict[bytes, Subscription] = {}
         self.grant = Grant()
+        self.account = server.accounts.global_account  # until CONNECT names another
         self.authenticated = not server.auth.required
         self.verbose = True  # the reference's defaults until CONNECT says otherwise
         self.pedantic = True
@@ -280,6 +281,7 @@ class Client(asyncio.Protocol):
                 self.send_err(AUTH_VIOLATION)
                 self._close("Authentication Failure", flush=True)
                 return
+            self.account = self.server.accounts[self.grant.account]
             self.authenticated = True
         if self.verbose:
             self.queue(nats.OK)
@@ -309,7 +311,7 @@ class Client(asyncio.Protocol):
     def _no_responders(self, subject: bytes, reply: bytes) -> None:
         """The 503 goes straight to the requester's own inbox subscription."""
         hdr = b"NATS/1.0 503\r\nNats-Subject: " + subject + b"\r\n\r\n"
-        for sub in self.server.sublist.match(reply).plain:
+        for sub in self.account.sublist.match(reply).plain:
             if sub.conn is self:
                 sub.deliver(reply, b"", hdr, b"")
                 return
@@ -335,7 +337,9 @@ class Client(asyncio.Protocol):
             sub = Subscription(self, op.subject, op.queue, op.sid)
             sub.filtered = grant.restricted and grant.filters_delivery(op.subject)
             self.subs[op.sid] = sub
-            self.server.sublist.insert(op.subject, op.queue, sub)
+            self.account.sublist.insert(op.subject, op.queue, sub)
+            if self.server.cluster is not None:
+                self.server.cluster.local_added(op.subject, op.queue, self.account.name)
         if self.verbose:
             self.queue(nats.OK)
 
@@ -361,7 +365,9 @@ class Client(asyncio.Protocol):
 
     def drop_sub(self, sub: Subscription) -> None:
         if self.subs.pop(sub.sid, None) is not None:
-            self.server.sublist.remove(sub.subject, sub.queue, sub)
+            self.account.sublist.remove(sub.subject, sub.queue, sub)
+            if self.server.cluster is not None:
+                self.server.cluster.local_removed(sub.subject, sub.queue, self.account.name)
 
     # ---- timers -----------------------------------------------------------------------
 

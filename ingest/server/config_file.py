@@ -10,13 +10,18 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
 from ingest.parser.conf import ConfigError, Table
 from ingest.parser.subjects import is_valid_subject
+from ingest.server.accounts.config_section import read_accounts
+from ingest.server.cluster.config_section import read_cluster, single_user_authorization
+from ingest.server.mappings import read_mappings
 from ingest.server.settings import (
+    CONNECTION_TYPES,
     DEFAULT_PORT,
-    EXTRA_SECTIONS,
     HANDSHAKE_FIRST_FALLBACK,
     MAX_INT32,
+    MQTTConfig,
     Permissions,
     SubjectPermission,
     TLSConfig,
@@ -24,7 +29,6 @@ from ingest.server.settings import (
     parse_duration,
     storage_size,
 )
-from log.durability import DEFAULT_SYNC_INTERVAL_NS
 
 # -- typed access to a table ------------------------------------------------
 
@@ -160,6 +164,23 @@ def _permissions(parent: _Section, key: str) -> Permissions:
     return Permissions(**found)
 
 
+def _connection_types(section: _Section, key: str) -> frozenset[str]:
+    """One name or a list of them, in any case; all must be known, as the reference checks."""
+    value = section.table[key]
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if not isinstance(item, str):
+            kind = "int64" if isinstance(item, int) else type(item).__name__
+            reason = f"error parsing allowed connection types: unsupported type {kind}"
+            raise section.error(key, reason)
+    names = [item.upper() for item in items]
+    unknown = [name for name in names if name not in CONNECTION_TYPES]
+    if unknown:
+        quoted = " ".join(f'"{name}"' for name in unknown)
+        raise section.error(key, f"invalid connection types [{quoted}]")
+    return frozenset(names)
+
+
 def _users(parent: _Section, key: str, defaults: Permissions | None) -> list[User]:
     entries = parent.typed(key, list, "an array of users")
     users: list[User] = []
@@ -176,6 +197,8 @@ def _users(parent: _Section, key: str, defaults: Permissions | None) -> list[Use
                 fields["password"] = section.string(name)
             elif lowered in ("permission", "permissions", "authorization"):
                 fields["permissions"] = _permissions(section, name)
+            elif lowered in ("allowed_connection_types", "connection_types", "clients"):
+                fields["allowed_connection_types"] = _connection_types(section, name)
             elif lowered == "nkey":
                 raise section.error(name, "nkey users are not supported by jetlake")
             else:
@@ -361,7 +384,59 @@ def _server_name(section: _Section, key: str) -> str:
     return name
 
 
+def _mqtt(top: _Section, key: str, out: dict[str, Any]) -> None:
+    """`mqtt { … }`: without a port there is no MQTT listener, as on the reference."""
+    section = top.section(key)
+    fields: dict[str, Any] = {}
+    port = 0
+    for name in section.table:
+        lowered = name.lower()
+        if lowered == "listen":
+            host, port = _hostport(section, name)
+            if host is not None:
+                fields["host"] = host
+        elif lowered == "port":
+            port = section.integer(name)
+        elif lowered in ("host", "net"):
+            fields["host"] = section.string(name)
+        elif lowered == "tls":
+            fields["tls"] = _tls(section, name)
+        elif lowered in ("authorization", "authentication"):
+            fields.update(single_user_authorization(section, name, token=True))
+        elif lowered == "no_auth_user":
+            fields["no_auth_user"] = section.string(name)
+        elif lowered in _MQTT_DURATIONS:
+            fields[_MQTT_DURATIONS[lowered]] = section.duration(name)
+        elif lowered in ("max_ack_pending", "max_pending", "max_inflight"):
+            value = section.integer(name)
+            if not 0 <= value <= 0xFFFF:
+                raise section.error(name, f"invalid value {value}, should in [0..65535] range")
+            fields["max_ack_pending"] = value
+        elif lowered == "stream_replicas":
+            fields["stream_replicas"] = section.integer(name)
+        elif lowered == "consumer_memory_storage":
+            fields["consumer_memory_storage"] = section.boolean(name)
+        else:
+            section.unknown(name)
+    out["mqtt"] = MQTTConfig(port=0 if port == -1 else port, **fields) if port else None
+
+
+_MQTT_DURATIONS = {
+    "ack_wait": "ack_wait",
+    "ackwait": "ack_wait",
+    "js_api_timeout": "js_api_timeout",
+    "api_timeout": "js_api_timeout",
+    "consumer_inactive_threshold": "consumer_inactive_threshold",
+    "consumer_auto_cleanup": "consumer_inactive_threshold",
+}
+
+
 _Handler = Callable[[_Section, str, dict[str, Any]], None]
+
+
+def _accounts(section: _Section, key: str, out: dict[str, Any]) -> None:
+    taken = {user.user for user in out.get("users", ())}
+    out["accounts"] = read_accounts(section, key, _users, taken)
 
 
 def _setter(target: str, read: Callable[[_Section, str], Any]) -> _Handler:
@@ -394,10 +469,6 @@ def _store_dir(section: _Section, key: str, out: dict[str, Any]) -> None:
 def _max_connections(section: _Section, key: str, out: dict[str, Any]) -> None:
     # The reference reads 0 as "no client may connect", stored as -1.
     out["max_connections"] = section.integer(key) or -1
-
-
-def _extra(section: _Section, key: str, out: dict[str, Any]) -> None:
-    out["extra"] = {**out["extra"], key.lower(): section.table[key]}
 
 
 def _lame_duck(minimum: float | None) -> _Handler:
@@ -440,6 +511,12 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "tls": lambda s, k, out: out.update(tls=_tls(s, k)),
     "jetstream": _jetstream,
     "lake": _lake,
+    "cluster": lambda s, k, out: out.update(cluster=read_cluster(s, k)),
+    "mappings": lambda s, k, out: out.update(mappings=read_mappings(s, k)),
+    "accounts": _accounts,
+    "system_account": _setter("system_account", _Section.string),
+    "system": _setter("system_account", _Section.string),
+    "mqtt": _mqtt,
     "store_dir": _store_dir,
     "storedir": _store_dir,
     "debug": _setter("debug", _Section.boolean),
@@ -450,12 +527,11 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "log_file": _setter("logfile", _Section.string),
     "pidfile": _setter("pid_file", _Section.string),
     "pid_file": _setter("pid_file", _Section.string),
-    **dict.fromkeys(EXTRA_SECTIONS, _extra),
 }
 
 
 def blank_fields() -> dict[str, Any]:
-    return {"jetstream": {}, "lake": {}, "extra": {}, "warnings": []}
+    return {"jetstream": {}, "lake": {}, "warnings": []}
 
 
 def apply_table(table: Table, file: str | None, out: dict[str, Any]) -> None:

@@ -56,6 +56,11 @@ _FLAG_SPECS: dict[str, tuple[str, type]] = {
     "tlscert": ("tlscert", str),
     "tlskey": ("tlskey", str),
     "tlscacert": ("tlscacert", str),
+    **dict.fromkeys(("cluster", "cluster_listen"), ("cluster", str)),
+    "routes": ("routes", str),
+    "cluster_name": ("cluster_name", str),
+    "no_advertise": ("no_advertise", bool),
+    "connect_retries": ("connect_retries", int),
 }
 _GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 
+from ingest.server.cluster.system_account import SystemAccount
 from ingest.server.logs import setup_logging
 from ingest.server.options import ConfigError, FlagError, Options, parse_serve_args
 from ingest.server.server import JETLAKE_VERSION, VERSION, Server
@@ -49,28 +50,62 @@ async def _serve(opts: Options) -> int:
         from ingest.server.monitor import Monitor
 
         monitor = Monitor(server, opts.http_host, opts.http_port, lake=lake)
+    account_js = None
     if opts.jetstream.enabled:
+        from ingest.server.accounts.jetstream import AccountJetStreams
         from ingest.server.jetstream import JetStream
 
         _arrow_memory_pool()
-        server.jetstream = JetStream(
-            opts.jetstream,
+        if server.accounts.global_account.jetstream_enabled:
+            server.jetstream = JetStream(
+                opts.jetstream,
+                server,
+                server_id=server.server_id,
+                server_name=server.server_name,
+                **({"store_opener": lake.open_store} if lake is not None else {}),
+            )
+        account_js = AccountJetStreams(
             server,
-            server_id=server.server_id,
-            server_name=server.server_name,
-            **({"store_opener": lake.open_store} if lake is not None else {}),
+            lambda account, messaging: JetStream(
+                opts.jetstream,
+                messaging,
+                server_id=server.server_id,
+                server_name=server.server_name,
+                account=account.name,
+            ),
         )
     # The client port first: tools poll /varz and connect as soon as it answers.
     await server.start()
-    SystemServices(server).start()
+    if opts.cluster is not None:
+        from ingest.server.cluster.mesh import Cluster
+
+        server.cluster = Cluster(server, opts.cluster)
+        await server.cluster.start()
+    system = SystemServices(server)
+    system.start()
     if monitor is not None:
         await monitor.start()
     if server.jetstream is not None:
         await server.jetstream.start()
         if lake is not None:
             lake.start(server.jetstream)
+    if account_js is not None:
+        await account_js.start()
+    SystemAccount(server, system, monitor, account_js).start()
+    mqtt = None
+    if opts.mqtt is not None:
+        from ingest.server.mqtt.listener import MQTTListener
+
+        server.mqtt = mqtt = MQTTListener(server, opts.mqtt)
+        await mqtt.start()
+
+    async def shutdown() -> None:
+        if mqtt is not None:  # first: sessions hand unacknowledged messages back to JetStream
+            mqtt.stop()
+        await server.shutdown()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: loop.create_task(server.shutdown()))
+        loop.add_signal_handler(sig, lambda: loop.create_task(shutdown()))
     loop.add_signal_handler(signal.SIGUSR2, lambda: loop.create_task(server.enter_lame_duck()))
     loop.add_signal_handler(signal.SIGHUP, lambda: log.info("Reload is not supported; ignored"))
     # Messages churn many short-lived objects; the default gen-0 threshold (700)
@@ -80,6 +115,10 @@ async def _serve(opts: Options) -> int:
     gc.set_threshold(50_000, 50, 100)
     log.info("Server is ready")
     await server.wait_closed()
+    if account_js is not None:
+        await account_js.stop()
+    if mqtt is not None:
+        mqtt.stop()
     if lake is not None:
         await lake.stop()
     if monitor is not None:
@@ -107,6 +146,14 @@ Logging Options:
     -D, --debug                      Enable debugging output
     -V, --trace                      Trace the raw protocol
     -DV                              Debug and trace
+
+Cluster Options:
+        --routes <rurl-1, rurl-2>    Routes to solicit and connect
+        --cluster <cluster-url>      Cluster URL for solicited routes
+        --cluster_listen <url>       Same as --cluster
+        --cluster_name <string>      Cluster name (default: generated)
+        --no_advertise <bool>        Do not advertise known cluster information to clients
+        --connect_retries <number>   For implicit routes, number of connect retries
 
 JetStream Options:
     -js, --jetstream                 Enable JetStream functionality

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ingest.server.auth import GLOBAL_ACCOUNT
+from ingest.server.cluster.monitoring import routez, varz_cluster
 from ingest.server.gofmt import NS, number, rtt, timestamp, uptime
 from ingest.server.httpd import (
     JSON,
@@ -35,6 +36,7 @@ from ingest.server.httpd import (
     bool_arg,
     int_arg,
 )
+from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.procstats import CpuMeter, rss
 from ingest.server.server import JETLAKE_VERSION, VERSION
 
@@ -124,7 +126,7 @@ _DESCENDING: dict[str, Callable[[_Conn, float], Any]] = {
 def _sub_detail(sub: Any, cid: int, *, account: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if account:
-        out["account"] = out["account_tag"] = GLOBAL_ACCOUNT
+        out["account"] = out["account_tag"] = sub.conn.account.name
     out["subject"] = sub.subject
     if sub.queue:
         out["qgroup"] = sub.queue
@@ -142,7 +144,7 @@ def _conn_info(conn: _Conn, now: float, subs: str, auth: bool) -> dict[str, Any]
     out: dict[str, Any] = {
         "cid": c.cid,
         "kind": "Client",
-        "type": "nats",
+        "type": "mqtt" if isinstance(c, MQTTConnection) else "nats",
         "ip": c.host,
         "port": c.port,
         "start": timestamp(c.start),
@@ -173,6 +175,8 @@ def _conn_info(conn: _Conn, now: float, subs: str, auth: bool) -> dict[str, Any]
             out["tls_cipher_suite"] = cipher[0]
     if auth and c.grant.user:
         out["authorized_user"] = c.grant.user
+    if isinstance(c, MQTTConnection):
+        out["mqtt_client"] = c.client_id
     if subs == "detail":
         out["subscriptions_list_detail"] = [
             _sub_detail(s, c.cid, account=False) for s in c.subs.values()
@@ -255,7 +259,7 @@ class Monitor:
             "/subscriptionsz": self._subsz,
             "/jsz": self._jsz,
             "/healthz": self._healthz,
-            "/routez": self._none,
+            "/routez": self._routez,
             "/leafz": self._none,
             "/gatewayz": self._none,
             "/metrics": self._metrics,
@@ -314,6 +318,13 @@ class Monitor:
     def _envelope(self) -> dict[str, Any]:
         return {"server_id": self.server.server_id, "now": timestamp(time.time())}
 
+    async def document(self, path: str, options: dict[str, Any]) -> Any:
+        """An endpoint's JSON document for the system account's `$SYS.REQ.SERVER.…` requests,
+        whose JSON options are the endpoint's query parameters."""
+        query = {k: [str(v).lower() if isinstance(v, bool) else str(v)] for k, v in options.items()}
+        response = await self._routes[path](Request("GET", path, query))
+        return json.loads(response.body)
+
     # ---- endpoints -----------------------------------------------------------------------
 
     async def _index(self, req: Request) -> Response:
@@ -324,7 +335,8 @@ class Monitor:
     async def _healthz(self, req: Request) -> Response:
         bool_arg(req, "js-enabled-only")
         bool_arg(req, "js-server-only")
-        if self.server.opts.jetstream.enabled and self.server.jetstream is None:
+        engines = [a.jetstream for a in self.server.accounts if a.jetstream is not None]
+        if self.server.opts.jetstream.enabled and self.server.jetstream is None and not engines:
             body = {"status": "unavailable", "status_code": 503, "error": "JetStream not enabled"}
             return _json(body, status=503, indent=None)
         return _json({"status": "ok"}, indent=None)
@@ -360,13 +372,14 @@ class Monitor:
             max_control_line=o.max_control_line,
             max_payload=o.max_payload,
             max_pending=o.max_pending,
-            cluster={},
+            cluster={} if s.cluster is None else varz_cluster(s.cluster),
             gateway={},
             leaf={},
-            mqtt={},
+            mqtt={} if s.mqtt is None else s.mqtt.varz(),
             websocket={},
             jetstream={} if js is None else js.varz(),
             tls_timeout=number(tls_timeout),
+            **({"connect_urls": s.client_urls()} if s.client_urls() else {}),
             write_deadline=int(o.write_deadline * NS),
             start=timestamp(s.start_time),
             now=timestamp(time.time()),
@@ -376,8 +389,8 @@ class Monitor:
             cpu=st["cpu"],
             connections=st["connections"],
             total_connections=st["total_connections"],
-            routes=0,
-            remotes=0,
+            routes=0 if s.cluster is None else len(s.cluster.routes),
+            remotes=0 if s.cluster is None else len(s.cluster.routes),
             leafnodes=0,
         )
         v.update({k: st[k] for k in ("in_msgs", "in_bytes", "out_msgs", "out_bytes")})
@@ -413,6 +426,8 @@ class Monitor:
         conns: list[_Conn] = []
         if state != "closed":
             conns.extend(_Conn(c) for c in list(s.clients.values()))
+            if s.mqtt is not None:
+                conns.extend(_Conn(c) for c in list(s.mqtt.connections.values()))
         if state != "open":
             for rec in list(s.closed_clients):
                 conns.append(_Conn(rec["client"], float(rec["stop"]), str(rec["reason"])))
@@ -485,6 +500,11 @@ class Monitor:
         if self.lake is not None:  # jetlake's own: the reference has no lake
             out["lake"] = self.lake.status()
         return _json(out)
+
+    async def _routez(self, req: Request) -> Response:
+        if self.server.cluster is None:
+            return await self._none(req)
+        return _json(routez(self.server.cluster, subs=bool_arg(req, "subs")))
 
     async def _none(self, req: Request) -> Response:
         """Routes, leaf nodes, gateways: jetlake has none; exporters still poll for them."""

@@ -5,8 +5,7 @@ means here what it means to nats-server: same aliases, same defaults, the same
 quirks where a file depends on them (a bare `2m` is two million, an integer
 duration counts seconds and earns a warning, `port: 0` is the default port and
 `-1` a free one). Keys the reference knows but jetlake does not implement are
-refused rather than silently ignored, except the sections later features read
-from `Options.extra`.
+refused rather than silently ignored.
 
 Pipeline: config file -> field dict -> explicit flags override -> defaults
 filled in -> frozen `Options`. Wording of errors follows the reference so that
@@ -21,9 +20,17 @@ import re
 from typing import Any
 
 from ingest.parser.conf import ConfigError, Loader, parse_file
+from ingest.server.accounts.settings import DEFAULT_SYSTEM_ACCOUNT
+from ingest.server.cluster.settings import (
+    ClusterConfig,
+    RouteURLError,
+    parse_route_list,
+    parse_route_url,
+)
 from ingest.server.config_file import apply_table, bind_port, blank_fields, monitor_port
 from ingest.server.flags import FlagError, parse_flags
 from ingest.server.gofmt import go_duration
+from ingest.server.mqtt.validate import check_mqtt_options
 from ingest.server.settings import (
     JetStreamConfig,
     LakeConfig,
@@ -93,6 +100,33 @@ def _apply_flags(flags: dict[str, Any], out: dict[str, Any]) -> None:
             key = "dir" if name == "lake_dir" else name
             out["lake"] = {**out["lake"], "enabled": True, key: value}
     _apply_tls_flags(flags, out)
+    _apply_cluster_flags(flags, out)
+
+
+def _apply_cluster_flags(flags: dict[str, Any], out: dict[str, Any]) -> None:
+    """`--cluster URL` opens the route listener; the other cluster flags amend it."""
+    names = ("cluster", "routes", "cluster_name", "no_advertise", "connect_retries")
+    if not any(name in flags for name in names):
+        return
+    fields: dict[str, Any] = {}
+    try:
+        if "cluster" in flags:
+            listen = parse_route_url(flags["cluster"], listen=True)
+            # As on the reference, the URL's credentials replace the file's, absent or not.
+            fields.update(host=listen.host, port=listen.port)
+            fields.update(username=listen.user, password=listen.password)
+        if "routes" in flags:
+            fields["routes"] = parse_route_list(flags["routes"])
+    except RouteURLError as exc:
+        raise ConfigError(str(exc)) from None
+    if "cluster_name" in flags:
+        fields["name"] = flags["cluster_name"]
+    fields.update({k: flags[k] for k in ("no_advertise", "connect_retries") if k in flags})
+    if out.get("cluster") is None and "cluster" not in flags:
+        if fields.get("routes"):
+            raise ConfigError("solicited routes require cluster capabilities, e.g. --cluster")
+        return
+    out["cluster"] = dataclasses.replace(out.get("cluster") or ClusterConfig(), **fields)
 
 
 def _apply_tls_flags(flags: dict[str, Any], out: dict[str, Any]) -> None:
@@ -158,6 +192,21 @@ def _go(seconds: float) -> str:
     return go_duration(round(seconds * 1e9))
 
 
+def _check_accounts(opts: Options) -> None:
+    """What the accounts section alone cannot see: users named in authorization after it,
+    and a system account no section defines."""
+    names = {user.user for user in opts.users}
+    for account in opts.accounts:
+        for user in account.users:
+            if user.user in names:
+                raise ConfigError(f'Duplicate user "{user.user}" detected')
+    system = opts.system_account
+    if system not in (None, DEFAULT_SYSTEM_ACCOUNT) and all(
+        account.name != system for account in opts.accounts
+    ):
+        raise ConfigError("error resolving system account: account missing")
+
+
 def validate_options(opts: Options) -> None:
     """What the reference refuses when the server is created or starts listening."""
     for label, host in (("host", opts.host), ("http host", opts.http_host)):
@@ -178,13 +227,16 @@ def validate_options(opts: Options) -> None:
         )
     if opts.server_name is not None and " " in opts.server_name:
         raise ConfigError("server name cannot contain spaces")
+    _check_accounts(opts)
     if opts.no_auth_user is not None:
-        if not opts.users:
+        users = opts.users + tuple(u for account in opts.accounts for u in account.users)
+        if not users:
             raise ConfigError(
                 f'no_auth_user: "{opts.no_auth_user}" present, but users/nkeys are not defined'
             )
-        if all(user.user != opts.no_auth_user for user in opts.users):
+        if all(user.user != opts.no_auth_user for user in users):
             raise ConfigError(
                 f'no_auth_user: "{opts.no_auth_user}" not present as user or nkey in '
                 "authorization block or account configuration"
             )
+    check_mqtt_options(opts)

@@ -16,12 +16,18 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ingest.parser import nats
-from ingest.server.auth import GLOBAL_ACCOUNT, Authenticator
+from ingest.server.accounts.registry import Account, Accounts
+from ingest.server.auth import Authenticator
 from ingest.server.client import Client, Subscription
+from ingest.server.cluster.settings import local_addresses
+from ingest.server.mappings import SubjectMapper
 from ingest.server.sublist import Sublist
+
+if TYPE_CHECKING:
+    from ingest.server.cluster.mesh import Cluster
 
 log = logging.getLogger("jetlake")
 
@@ -41,13 +47,18 @@ def new_server_id() -> str:
 class InternalSubscription:
     """A subscription whose messages go to a Python callback (JetStream, system services)."""
 
-    __slots__ = ("callback", "conn", "queue", "subject")
+    __slots__ = ("account", "announced", "callback", "conn", "queue", "subject")
 
-    def __init__(self, subject: str, queue: str | None, callback: InternalCallback) -> None:
+    def __init__(
+        self, subject: str, queue: str | None, callback: InternalCallback, account: Account
+    ) -> None:
         self.subject = subject
         self.queue = queue
         self.callback = callback
         self.conn = None
+        self.account = account
+        # Told to the cluster, so messages from peers reach it (system-account services).
+        self.announced = False
 
     def deliver(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
         self.callback(
@@ -64,13 +75,15 @@ class RawSubscription:
     For hot internal subscribers (consumer acks): no wrapper call, no decoding.
     """
 
-    __slots__ = ("conn", "deliver", "queue", "subject")
+    __slots__ = ("account", "announced", "conn", "deliver", "queue", "subject")
 
-    def __init__(self, subject: str, callback: RawCallback) -> None:
+    def __init__(self, subject: str, callback: RawCallback, account: Account) -> None:
         self.subject = subject
         self.queue = None
         self.deliver = callback
         self.conn = None
+        self.account = account
+        self.announced = False
 
 
 class Server:
@@ -79,7 +92,9 @@ class Server:
         self.server_id = new_server_id()
         self.server_name = opts.server_name or self.server_id
         self.auth = Authenticator(opts)
-        self.sublist: Sublist[Any] = Sublist()
+        self.sublist: Sublist[Any] = Sublist()  # the global account's
+        self.accounts = Accounts(opts, self.sublist, jetstream=opts.jetstream.enabled)
+        self.mapper = SubjectMapper(opts.mappings)
         self.clients: dict[int, Client] = {}
         self.tls_context: ssl.SSLContext | None = None
         self.start_time = time.time()
@@ -88,6 +103,9 @@ class Server:
         self.total_connections = 0
         self.lame_duck = False
         self.jetstream: Any = None  # set by the composition root when -js is on
+        self.cluster: Cluster | None = None  # set by the composition root with --cluster
+        self.mqtt: Any = None  # the MQTT listener, set by the composition root with mqtt {}
+        self._advertised: list[str] = []  # connect_urls the clients were last told
         # The client whose message is being routed (None: the server's own), for system
         # services that answer about the requester.
         self.sender: Client | None = None
@@ -124,8 +142,12 @@ class Server:
         log.info("Listening for client connections on %s", _hostport(opts.host, self.port))
 
     def _new_client(self) -> Client:
+        return Client(self, self.next_id())
+
+    def next_id(self) -> int:
+        """Clients and routes share one numbering (cid, rid), as on the reference."""
         self._next_cid += 1
-        return Client(self, self._next_cid)
+        return self._next_cid
 
     def register(self, client: Client) -> bool:
         if len(self.clients) >= self.opts.max_connections or self.lame_duck:
@@ -149,6 +171,8 @@ class Server:
         """Stop accepting, flush what is queued, close every client, stop JetStream."""
         for listener in self._listeners:
             listener.close()
+        if self.cluster is not None:  # first: peers need no RS- for each closing client
+            await self.cluster.stop()
         for client in list(self.clients.values()):
             client.close_with("Server Shutdown")
         if self.jetstream is not None:
@@ -165,6 +189,8 @@ class Server:
             listener.close()
         for client in list(self.clients.values()):
             client.queue(self.info_for(client, ldm=True))
+        if self.cluster is not None:
+            self.cluster.enter_lame_duck()
         self.flush_dirty()
         opts = self.opts
         await asyncio.sleep(opts.lame_duck_grace_period)  # a documented grace, not a sync
@@ -198,9 +224,9 @@ class Server:
         }
         if connect_info:
             info["connect_info"] = True
-            info["remote_account"] = GLOBAL_ACCOUNT
-        if self.jetstream is not None:
-            info["jetstream"] = True  # the reference omits false fields
+            info["remote_account"] = client.account.name
+        if self.jetstream is not None or self.opts.jetstream.enabled:
+            info["jetstream"] = True  # server-wide, whatever the account; false is omitted
         if self.auth.required:
             info["auth_required"] = True
         if self.tls_context is not None:
@@ -209,7 +235,47 @@ class Server:
                 info["tls_verify"] = True
         if ldm:
             info["ldm"] = True
+        cluster = self.cluster
+        if cluster is not None:
+            info["cluster"] = cluster.name
+            urls = self.client_urls()
+            if urls:
+                info["connect_urls"] = urls
         return nats.encode_info(info)
+
+    # ---- cluster: what clients are told about the other servers --------------------------
+
+    def own_client_urls(self) -> list[str]:
+        """host:port clients reach this server on (each address when listening on all)."""
+        host = self.opts.host
+        if host in ("0.0.0.0", "::", ""):
+            return [_hostport(address, self.port) for address in local_addresses()]
+        return [_hostport(host, self.port)]
+
+    def client_urls(self) -> list[str]:
+        """Every server of the cluster a client may reconnect to (INFO connect_urls); none
+        with no_advertise or while no peer advertises any, as on the reference."""
+        cluster = self.cluster
+        if cluster is None or cluster.config.no_advertise:
+            return []
+        peers = cluster.peer_client_urls()
+        if not peers:
+            return []
+        urls = [] if self.lame_duck else self.own_client_urls()
+        return urls + [u for u in peers if u not in urls]
+
+    def cluster_changed(self) -> None:
+        """A peer came, went or entered lame duck: clients taking async INFO hear of it."""
+        cluster = self.cluster
+        if cluster is None or cluster.config.no_advertise or self.lame_duck:
+            return
+        urls = self.client_urls()
+        if sorted(urls) == sorted(self._advertised):
+            return
+        self._advertised = urls
+        for client in list(self.clients.values()):
+            if client.protocol >= 1 and client.authenticated and not client.closed:
+                client.queue(self.info_for(client))
 
     # ---- routing ------------------------------------------------------------------------
 
@@ -223,6 +289,7 @@ class Server:
         size: int,
         *,
         shown: bytes | None = None,
+        account: Account | None = None,
     ) -> bool:
         """Deliver one message to every plain subscriber and one member of each queue group.
 
@@ -232,7 +299,17 @@ class Server:
         self.in_msgs += 1
         self.in_bytes += size
         self.sender = sender
-        match = self.sublist.match(subject)
+        if account is None:
+            account = sender.account if sender is not None else self.accounts.global_account
+        if self.mapper and shown is None and account is self.accounts.global_account:
+            subject = self.mapper.map_bytes(subject)
+        match = account.sublist.match(subject)
+        cluster = self.cluster
+        remote = (
+            cluster.forwarding(account.name, subject)
+            if cluster is not None and shown is None
+            else None
+        )
         if shown is not None:
             subject = shown
         delivered = 0
@@ -247,13 +324,53 @@ class Server:
                 members = [m for m in members if m.conn is not sender]
                 if not members:
                     continue
+            if remote is not None and remote.takes(members[0].queue, len(members)):
+                continue  # a member on a peer serves the group this time
             member = members[0] if len(members) == 1 else random.choice(members)
             member.deliver(subject, reply, hdr, payload)
             delivered += 1
+        if remote is not None:
+            assert cluster is not None
+            delivered += cluster.forward(remote, account.name, subject, reply, hdr, payload, size)
         if delivered:
             self.out_msgs += delivered
             self.out_bytes += delivered * size
         return delivered > 0
+
+    def route_from_peer(
+        self,
+        account: Account,
+        subject: bytes,
+        reply: bytes,
+        hdr: bytes | None,
+        payload: bytes,
+        queues: tuple[bytes, ...],
+    ) -> None:
+        """A message a peer routed here: to this server's clients only, and to the queue
+        groups the peer named (it decided which server serves each group).
+
+        Internal subscribers (JetStream's API) are left out unless announced: each
+        server's own clients reach its own services, while every server answers a
+        system-account request."""
+        size = len(payload) + (len(hdr) if hdr else 0)
+        self.in_msgs += 1
+        self.in_bytes += size
+        self.sender = None
+        match = account.sublist.match(subject)
+        delivered = 0
+        for sub in match.plain:
+            if sub.conn is not None or sub.announced:
+                sub.deliver(subject, reply, hdr, payload)
+                delivered += 1
+        if queues and match.queues:
+            wanted = {q.decode("utf-8", "surrogateescape") for q in queues}
+            for members in match.queues:
+                clients = [m for m in members if m.conn is not None and m.queue in wanted]
+                if clients:
+                    random.choice(clients).deliver(subject, reply, hdr, payload)
+                    delivered += 1
+        self.out_msgs += delivered
+        self.out_bytes += delivered * size
 
     def mark_dirty(self, client: Client) -> None:
         self._dirty.append(client)
@@ -270,24 +387,48 @@ class Server:
 
     # ---- internal clients (the Messaging port JetStream uses) --------------------------
 
+    # Each takes the account to act in; none means the global one (`AccountMessaging`
+    # binds another account for its JetStream).
+
     def subscribe(
-        self, subject: str, callback: InternalCallback, *, queue: str | None = None
+        self,
+        subject: str,
+        callback: InternalCallback,
+        *,
+        queue: str | None = None,
+        account: Account | None = None,
     ) -> InternalSubscription:
-        sub = InternalSubscription(subject, queue, callback)
-        self.sublist.insert(subject, queue, sub)
+        sub = InternalSubscription(
+            subject, queue, callback, account or self.accounts.global_account
+        )
+        sub.account.sublist.insert(subject, queue, sub)
         return sub
 
-    def subscribe_raw(self, subject: str, callback: RawCallback) -> RawSubscription:
-        sub = RawSubscription(subject, callback)
-        self.sublist.insert(subject, None, sub)
+    def subscribe_raw(
+        self, subject: str, callback: RawCallback, *, account: Account | None = None
+    ) -> RawSubscription:
+        sub = RawSubscription(subject, callback, account or self.accounts.global_account)
+        sub.account.sublist.insert(subject, None, sub)
         return sub
+
+    def announce(self, sub: InternalSubscription) -> None:
+        """Make an internal subscription cluster-wide: peers route its subject here."""
+        sub.announced = True
+        if self.cluster is not None:
+            self.cluster.local_added(sub.subject, sub.queue, sub.account.name)
 
     def unsubscribe(self, token: object) -> None:
         assert isinstance(token, InternalSubscription | RawSubscription)
-        self.sublist.remove(token.subject, token.queue, token)
+        token.account.sublist.remove(token.subject, token.queue, token)
+        if token.announced and self.cluster is not None:
+            self.cluster.local_removed(token.subject, token.queue, token.account.name)
 
     def deliver(
-        self, target: str, msgs: Sequence[tuple[bytes, bytes, bytes | None, bytes]]
+        self,
+        target: str,
+        msgs: Sequence[tuple[bytes, bytes, bytes | None, bytes]],
+        *,
+        account: Account | None = None,
     ) -> None:
         """Route a run of (subject, reply, hdr, data) on `target`, each shown under its subject.
 
@@ -297,12 +438,13 @@ class Server:
         handed straight to it; otherwise each message is routed like a publish.
         """
         routed = target.encode("utf-8", "surrogateescape")
-        match = self.sublist.match(routed)
+        account = account or self.accounts.global_account
+        match = account.sublist.match(routed)
         only = match.plain[0] if len(match.plain) == 1 and not match.queues else None
         if type(only) is not Subscription or only.max_msgs:
             for subject, reply, hdr, data in msgs:
                 size = len(data) + (len(hdr) if hdr else 0)
-                self.route(None, routed, reply, hdr, data, size, shown=subject)
+                self.route(None, routed, reply, hdr, data, size, shown=subject, account=account)
             return
         send, total = only.deliver, 0
         for subject, reply, hdr, data in msgs:
@@ -313,15 +455,26 @@ class Server:
         self.in_bytes += total
         self.out_bytes += total
 
-    def has_interest(self, subject: str) -> bool:
-        match = self.sublist.match(subject.encode("utf-8", "surrogateescape"))
+    def has_interest(self, subject: str, *, account: Account | None = None) -> bool:
+        sublist = (account or self.accounts.global_account).sublist
+        match = sublist.match(subject.encode("utf-8", "surrogateescape"))
         return bool(match.plain or match.queues)
 
-    def watch_interest(self, callback: Callable[[], None]) -> None:
+    def watch_interest(
+        self, callback: Callable[[], None], *, account: Account | None = None
+    ) -> None:
         """Call back after any subscription comes or goes (push consumers follow their audience)."""
-        self.sublist.on_change = callback
+        (account or self.accounts.global_account).sublist.on_change = callback
 
-    def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+    def publish(
+        self,
+        subject: str,
+        reply: str | None,
+        hdr: bytes | None,
+        data: bytes,
+        *,
+        account: Account | None = None,
+    ) -> None:
         """Route a message from inside the server (no sending client, so no echo rule)."""
         self.route(
             None,
@@ -330,6 +483,7 @@ class Server:
             hdr,
             data,
             len(data) + (len(hdr) if hdr else 0),
+            account=account,
         )
 
 

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
-from log.durability import DEFAULT_SYNC_INTERVAL_NS
+from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
+from ingest.server.accounts.settings import AccountConfig
+from ingest.server.cluster.settings import ClusterConfig
+from ingest.server.mappings import SubjectMapping
 
 DEFAULT_PORT = 4222
 DEFAULT_AUTH_TIMEOUT = 2.0
 DEFAULT_TLS_TIMEOUT = 2.0
 HANDSHAKE_FIRST_FALLBACK = 0.05
+# What a user's `allowed_connection_types` may name (upper-cased), as the reference.
+CONNECTION_TYPES = frozenset(
+    ("STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS")
+)
 MAX_INT32 = 2**31 - 1
-# Sections the reference does not know but jetlake features read themselves.
-EXTRA_SECTIONS = frozenset({"mqtt"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +44,7 @@ class User:
     user: str
     password: str | None = None
     permissions: Permissions | None = None
+    allowed_connection_types: frozenset[str] = frozenset()  # empty: any kind of connection
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +66,7 @@ class JetStreamConfig:
     max_memory_store: int = -1  # -1: sized from the machine, as the reference does
     max_file_store: int = -1
     # None: `always`, fsync before every PubAck; else writes are fsynced within this
-    # interval, 10 ms unless set (the reference: 2 minutes); see log.durability.
+    # interval, 10 ms unless set (the reference: 2 minutes); see consensus.durability.
     sync_interval_ns: int | None = DEFAULT_SYNC_INTERVAL_NS
 
 
@@ -82,6 +87,30 @@ class LakeConfig:
     seal_interval: float = 2.0
     compact_interval: float = 1.0
     optimize_interval: float = 3600.0  # 0: never
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MQTTConfig:
+    """`mqtt { … }` as the reference reads it; present only when it names a port.
+
+    Authorization here replaces the server's for MQTT clients when it sets a
+    username, token or no_auth_user (the reference's override rule).
+    """
+
+    host: str | None = None  # None: the server's host
+    port: int = 1883  # 0: a free port (the user wrote -1)
+    tls: TLSConfig | None = None
+    username: str | None = None
+    password: str | None = None
+    token: str | None = None
+    auth_timeout: float | None = None
+    no_auth_user: str | None = None
+    ack_wait: float = 0.0  # 0: 30 s (/varz shows only what was set, as the reference)
+    max_ack_pending: int = 0  # 0: 1024
+    stream_replicas: int = 0
+    consumer_memory_storage: bool = False
+    consumer_inactive_threshold: float = 0.0
+    js_api_timeout: float = 5.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,10 +136,14 @@ class Options:
     password: str | None = None
     users: tuple[User, ...] = ()
     no_auth_user: str | None = None
+    accounts: tuple[AccountConfig, ...] = ()
+    system_account: str | None = None  # None: $SYS, created when not configured
     auth_timeout: float = DEFAULT_AUTH_TIMEOUT
     tls: TLSConfig | None = None
     jetstream: JetStreamConfig = field(default_factory=JetStreamConfig)
     lake: LakeConfig = field(default_factory=LakeConfig)
+    mqtt: MQTTConfig | None = None
+    cluster: ClusterConfig | None = None  # None: no route listener, no routes
     debug: bool = False
     trace: bool = False
     logtime: bool = True
@@ -118,7 +151,7 @@ class Options:
     logfile: str | None = None
     pid_file: str | None = None
     config_file: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    mappings: tuple[SubjectMapping, ...] = ()  # the global account's `mappings {}`
     # Config warnings, already formatted; the reference prints them and goes on.
     warnings: tuple[str, ...] = ()
     check_config: bool = False

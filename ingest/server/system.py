@@ -2,9 +2,9 @@
 
 Every account of nats-server imports this service, so any client may ask which
 user and account it is bound to and what it may publish and subscribe to;
-`nats account info` prints the answer. jetlake has one account, the reference's
-global `$G`. The answer is about the connection that sent the request, which the
-router names while it routes (`Server.sender`).
+`nats account info` prints the answer. The answer is about the connection that
+sent the request, which the router names while it routes (`Server.sender`), and
+goes back in that connection's account.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ingest.server.auth import GLOBAL_ACCOUNT, Grant
+from ingest.server.auth import Grant
 from ingest.server.server import VERSION
 from log.timefmt import now_ns, rfc3339
 
@@ -29,7 +29,8 @@ class SystemServices:
         self._seq = 0
 
     def start(self) -> None:
-        self._server.subscribe(USER_INFO, self._user_info)
+        for account in self._server.accounts:
+            self._server.subscribe(USER_INFO, self._user_info, account=account)
 
     def _user_info(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         if not reply:
@@ -38,24 +39,28 @@ class SystemServices:
         grant = sender.grant if sender is not None else Grant()
         info: dict[str, Any] = {
             "user": grant.user,
-            "account": GLOBAL_ACCOUNT,
-            "account_name": GLOBAL_ACCOUNT,
+            "account": grant.account,
+            "account_name": grant.account,
         }
         permissions = _permissions(grant)
         if permissions:
             info["permissions"] = permissions
-        body = {"server": self._envelope(), "data": info}
-        self._server.publish(reply, None, None, json.dumps(body, separators=(",", ":")).encode())
+        body = {"server": self.envelope(), "data": info}
+        account = sender.account if sender is not None else None  # answered where asked
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self._server.publish(reply, None, None, data, account=account)
 
-    def _envelope(self) -> dict[str, Any]:
+    def envelope(self) -> dict[str, Any]:
         """The server block every system message carries (sequence and time of this one)."""
         server = self._server
         self._seq += 1
-        js = server.jetstream is not None
+        js = bool(server.opts.jetstream.enabled)
+        cluster = {"cluster": server.cluster.name} if server.cluster is not None else {}
         return {
             "name": server.server_name,
             "host": server.opts.host,
             "id": server.server_id,
+            **cluster,
             "ver": VERSION,
             "jetstream": js,
             "flags": _JETSTREAM_ENABLED if js else 0,

@@ -213,7 +213,6 @@ def test_full_config(tmp_path: Path) -> None:
         enabled=True, dir="/tmp/lake", spark_master="local[2]", seal_interval=0.5,
         compact_interval=3.0,
     )  # fmt: skip
-    assert opts.extra == {}
     assert opts.warnings == ()
     validate_options(opts)
 

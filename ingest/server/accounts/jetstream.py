@@ -1,0 +1,112 @@
+"""JetStream per account: an engine for each account with `jetstream: enabled`, and the
+reference's refusal for every other account while the server runs JetStream.
+
+The global account's engine stays `Server.jetstream` (the one monitoring and MQTT
+know); the others hang off their `Account`. Each engine keeps its streams under
+`<store_dir>/jetstream/<account>/streams/`, the reference's layout, so a global
+account's existing data is where it always was.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ingest.server.accounts.messaging import AccountMessaging
+from ingest.server.accounts.registry import Account
+
+if TYPE_CHECKING:
+    from ingest.server.jetstream import JetStream
+    from ingest.server.server import Server
+
+API_PREFIX = "$JS.API."
+_TYPE = "io.nats.jetstream.api.v1."
+NOT_ENABLED = {"code": 503, "err_code": 10039, "description": "JetStream not enabled for account"}
+# Two-token endpoints whose response type names three tokens, or another verb.
+_THREE_TOKEN = ("STREAM.MSG", "CONSUMER.DURABLE")
+_PAGE = {"total": 0, "offset": 0, "limit": 0}
+# What the reference adds to the error of these endpoints (its empty response fields).
+_EXTRA: dict[str, dict[str, Any]] = {
+    "STREAM.INFO": _PAGE,
+    "STREAM.NAMES": {**_PAGE, "streams": None},
+    "STREAM.LIST": {**_PAGE, "streams": []},
+    "CONSUMER.NAMES": {**_PAGE, "consumers": []},
+    "CONSUMER.LIST": {**_PAGE, "consumers": []},
+}
+
+EngineFactory = Callable[[Account, AccountMessaging], "JetStream"]
+
+
+class AccountJetStreams:
+    """Engines of the non-global accounts, and the responders of accounts without one."""
+
+    def __init__(self, server: Server, build: EngineFactory) -> None:
+        self._server = server
+        self._engines: list[JetStream] = []
+        self._refusals: list[object] = []
+        for account in server.accounts:
+            if not account.jetstream_enabled:
+                continue
+            if account is server.accounts.global_account:
+                account.jetstream = server.jetstream
+                continue
+            account.jetstream = build(account, AccountMessaging(server, account))
+            self._engines.append(account.jetstream)
+
+    async def start(self) -> None:
+        for engine in self._engines:
+            await engine.start()
+        system = self._server.accounts.system_account
+        for account in self._server.accounts:
+            if account.jetstream is None:
+                refuse = _refuser(self._server, account, system=account is system)
+                self._refusals.append(
+                    self._server.subscribe(API_PREFIX + ">", refuse, account=account)
+                )
+
+    async def stop(self) -> None:
+        for token in self._refusals:
+            self._server.unsubscribe(token)
+        self._refusals = []
+        for engine in self._engines:
+            await engine.stop()
+
+    def engines(self) -> list[JetStream]:
+        """Every running engine, the global account's first when it has one."""
+        return [a.jetstream for a in self._server.accounts if a.jetstream is not None]
+
+
+def _refuser(
+    server: Server, account: Account, *, system: bool
+) -> Callable[[str, str | None, Any, bytes], None]:
+    def refuse(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        if reply:
+            body = json.dumps(refusal(subject, system=system), separators=(",", ":")).encode()
+            server.publish(reply, None, None, body, account=account)
+
+    return refuse
+
+
+def refusal(subject: str, *, system: bool = False) -> dict[str, Any]:
+    """The reference's answer to an API request in an account without JetStream: the
+    endpoint's response type with the 10039 error (and empty paging for the lists); the
+    system account answers all but INFO as a `system_response`."""
+    tokens = subject[len(API_PREFIX) :].split(".")
+    head = ".".join(tokens[:2])
+    if tokens == ["INFO"]:
+        words = ["ACCOUNT", "INFO"]
+    elif system:
+        return {"type": _TYPE + "system_response", "error": NOT_ENABLED}
+    elif head in _THREE_TOKEN and len(tokens) > 2:
+        words = tokens[:3] if head == "STREAM.MSG" else [tokens[0], tokens[2]]
+    elif tokens[0] in ("STREAM", "CONSUMER"):
+        words = tokens[:2]
+    else:
+        words = tokens[:1]
+    doc: dict[str, Any] = {
+        "type": _TYPE + "_".join(w.lower() for w in words) + "_response",
+        "error": NOT_ENABLED,
+    }
+    doc.update(_EXTRA.get(head, {}))
+    return doc

@@ -1,0 +1,73 @@
+"""The accounts a running server knows: each one a subject space of its own.
+
+A publish is matched in its sender's account only, so two accounts never see
+each other's messages. The global account `$G` owns the server's original
+subject trie (`Server.sublist`), so a server without accounts routes exactly as
+before; the system account always exists, configured or not, as on the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from ingest.server.accounts.settings import (
+    DEFAULT_SYSTEM_ACCOUNT,
+    GLOBAL_ACCOUNT,
+    AccountConfig,
+)
+from ingest.server.sublist import Sublist
+
+
+class _Options(Protocol):
+    accounts: tuple[AccountConfig, ...]
+    system_account: str | None
+
+
+class Account:
+    """One subject space; `jetstream` is its engine once the composition root built one."""
+
+    __slots__ = ("jetstream", "jetstream_enabled", "name", "sublist")
+
+    def __init__(self, name: str, sublist: Sublist[Any], *, jetstream_enabled: bool) -> None:
+        self.name = name
+        self.sublist = sublist
+        self.jetstream_enabled = jetstream_enabled
+        self.jetstream: Any = None
+
+    def __repr__(self) -> str:
+        return f"Account({self.name!r})"
+
+
+class Accounts:
+    """Accounts by name. When the config names no account but the system account, `$G`
+    gets JetStream when the server has it; otherwise only the accounts that say
+    `jetstream: enabled` do (the reference's rule)."""
+
+    def __init__(self, opts: _Options, global_sublist: Sublist[Any], *, jetstream: bool) -> None:
+        configured = {account.name: account for account in opts.accounts}
+        system = opts.system_account or DEFAULT_SYSTEM_ACCOUNT
+        global_only = not set(configured) - {system}
+        self.global_account = Account(
+            GLOBAL_ACCOUNT, global_sublist, jetstream_enabled=jetstream and global_only
+        )
+        self._by_name: dict[str, Account] = {GLOBAL_ACCOUNT: self.global_account}
+        for name, config in configured.items():
+            self._by_name[name] = Account(
+                name, Sublist(), jetstream_enabled=jetstream and config.jetstream
+            )
+        if system not in self._by_name:
+            self._by_name[system] = Account(system, Sublist(), jetstream_enabled=False)
+        self.system_account = self._by_name[system]
+
+    def get(self, name: str) -> Account | None:
+        return self._by_name.get(name)
+
+    def __getitem__(self, name: str) -> Account:
+        return self._by_name[name]
+
+    def __iter__(self) -> Iterator[Account]:
+        return iter(self._by_name.values())
+
+    def __len__(self) -> int:
+        return len(self._by_name)

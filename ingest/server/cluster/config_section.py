@@ -1,0 +1,128 @@
+"""The `cluster { … }` section of a config file, read with the reference's keys.
+
+The config-file module hands over its section reader; this module only knows
+which keys a cluster has, so the connections' code stays out of option parsing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+from ingest.parser.conf import ConfigError, Table
+from ingest.server.cluster.settings import ClusterConfig, RouteURLError, parse_route_url
+
+
+class SectionReader(Protocol):
+    """What `config_file._Section` offers: typed reads that report the key's position."""
+
+    table: Table
+
+    def error(self, key: str, reason: str) -> ConfigError: ...
+    def unknown(self, key: str) -> None: ...
+    def typed(self, key: str, kind: type | tuple[type, ...], name: str) -> Any: ...
+    def integer(self, key: str) -> int: ...
+    def string(self, key: str) -> str: ...
+    def boolean(self, key: str) -> bool: ...
+    def section(self, key: str) -> SectionReader: ...
+    def timeout(self, key: str, context: str) -> float: ...
+
+
+def read_cluster(top: SectionReader, key: str) -> ClusterConfig | None:
+    """None without a port (`listen` or `port`): the reference then opens no route
+    listener and dials no route, whatever else the block says."""
+    section = top.section(key)
+    fields: dict[str, Any] = {}
+    for name in section.table:
+        lowered = name.lower()
+        if lowered == "listen":
+            fields.update(_listen(section, name))
+        elif lowered in ("host", "net"):
+            fields["host"] = section.string(name)
+        elif lowered == "port":
+            port = section.integer(name)
+            fields["port"] = 0 if port == -1 else port
+        elif lowered == "name":
+            fields["name"] = _name(section, name)
+        elif lowered == "routes":
+            fields["routes"] = _routes(section, name)
+        elif lowered in ("authorization", "authentication"):
+            fields.update(single_user_authorization(section, name, token=False, refused=_REFUSED))
+        elif lowered == "no_advertise":
+            fields["no_advertise"] = section.boolean(name)
+        elif lowered == "connect_retries":
+            fields["connect_retries"] = section.integer(name)
+        elif lowered == "pool_size":
+            fields["pool_size"] = section.integer(name)
+        elif lowered == "tls":
+            raise section.error(name, "cluster TLS is not supported by jetlake yet")
+        else:
+            section.unknown(name)
+    if "port" not in fields:
+        return None
+    return dataclasses.replace(ClusterConfig(), **fields)
+
+
+def _listen(section: SectionReader, key: str) -> dict[str, Any]:
+    value = section.typed(key, (int, str), "a port or host:port")
+    if isinstance(value, int):
+        return {"port": 0 if value == -1 else value}
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.lstrip("-").isdigit():
+        raise section.error(key, f'could not parse address string "{value}"')
+    fields: dict[str, Any] = {"port": 0 if int(port) == -1 else int(port)}
+    if host:
+        fields["host"] = host.strip("[]")
+    return fields
+
+
+def _name(section: SectionReader, key: str) -> str:
+    name = section.string(key)
+    if " " in name:
+        raise section.error(key, "cluster name cannot contain spaces")
+    return name
+
+
+def _routes(section: SectionReader, key: str) -> tuple[Any, ...]:
+    value = section.table[key]
+    items = value if isinstance(value, list) else [value]
+    urls = []
+    for item in items:
+        if not isinstance(item, str):
+            raise section.error(key, f'error parsing route url ["{item}"]')
+        try:
+            urls.append(parse_route_url(item))
+        except RouteURLError as exc:
+            raise section.error(key, str(exc)) from None
+    return tuple(urls)
+
+
+_REFUSED = {
+    "token": "Cluster authorization does not support tokens",
+    "users": "Cluster authorization does not allow multiple users",
+}
+
+
+def single_user_authorization(
+    parent: SectionReader, key: str, *, token: bool, refused: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The one-user `authorization {}` of `cluster {}` and `mqtt {}`: user/username,
+    pass/password, timeout, and a token where the block allows one. `refused` names
+    keys the reference rejects with a reason of their own instead of "unknown field"."""
+    section = parent.section(key)
+    fields: dict[str, Any] = {}
+    for name in section.table:
+        lowered = name.lower()
+        if lowered in ("user", "username"):
+            fields["username"] = section.string(name)
+        elif lowered in ("pass", "password"):
+            fields["password"] = section.string(name)
+        elif lowered == "timeout":
+            fields["auth_timeout"] = section.timeout(name, "authorization config")
+        elif lowered == "token" and token:
+            fields["token"] = section.string(name)
+        elif refused and lowered in refused:
+            raise parent.error(key, refused[lowered])
+        else:
+            section.unknown(name)
+    return fields

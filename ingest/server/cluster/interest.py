@@ -1,0 +1,169 @@
+"""Who in the cluster wants which subjects: the pure bookkeeping behind RS+/RS- and RMSG.
+
+Local interest is what this server's clients subscribed, counted per (subject,
+queue) so a peer hears one RS+ per subject however many clients share it, and
+a queue group's weight (its member count) as it changes. Remote interest is
+what each peer announced, kept in a subject trie of its own so the server's
+trie (and its hot path) stays exactly as it is without a cluster.
+
+`Forwarding` decides where one published message goes: every route with plain
+interest, and each queue group to one member in the whole cluster, here or on
+one peer; that peer is told which groups it is to serve, so each group gets
+the message once cluster-wide and a message never crosses a second route.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+from ingest.parser.routes import encode_rsub, encode_runsub
+from ingest.server.accounts.settings import GLOBAL_ACCOUNT
+from ingest.server.sublist import Sublist
+
+P = TypeVar("P", bound=Hashable)  # a peer: the route connection, opaque here
+
+
+class RemoteInterest(Generic[P]):
+    """One subject (and queue group) a peer's clients are subscribed to."""
+
+    __slots__ = ("peer", "queue", "subject", "weight")
+
+    def __init__(self, peer: P, subject: str, queue: str | None, weight: int) -> None:
+        self.peer = peer
+        self.subject = subject
+        self.queue = queue
+        self.weight = weight
+
+
+class LocalInterest:
+    """Counts of this server's client subscriptions, per account; answers with the lines
+    to broadcast (each names its account, so interest stays in it on every server)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str, str | None], int] = {}
+
+    def added(self, subject: str, queue: str | None, account: str = GLOBAL_ACCOUNT) -> bytes | None:
+        key = (account, subject, queue)
+        count = self._counts.get(key, 0) + 1
+        self._counts[key] = count
+        if queue is None and count > 1:
+            return None  # peers already route this subject here
+        return encode_rsub(account, subject, queue, count)
+
+    def removed(
+        self, subject: str, queue: str | None, account: str = GLOBAL_ACCOUNT
+    ) -> bytes | None:
+        key = (account, subject, queue)
+        count = self._counts.get(key, 0) - 1
+        if count < 0:
+            return None
+        if count == 0:
+            del self._counts[key]
+            return encode_runsub(account, subject, queue)
+        self._counts[key] = count
+        return None if queue is None else encode_rsub(account, subject, queue, count)
+
+    def snapshot(self) -> bytes:
+        """All current interest, for a route that just registered."""
+        return b"".join(
+            encode_rsub(account, subject, queue, count)
+            for (account, subject, queue), count in self._counts.items()
+        )
+
+
+class RemoteInterestMap(Generic[P]):
+    """What every peer announced, one trie per account, and the routing decision for one
+    message (made in the trie of the account it was published in)."""
+
+    def __init__(self) -> None:
+        self._tries: dict[str, Sublist[RemoteInterest[P]]] = {}
+        self._by_peer: dict[P, dict[tuple[str, str, str | None], RemoteInterest[P]]] = {}
+
+    def add(
+        self, peer: P, subject: str, queue: str | None, weight: int, account: str = GLOBAL_ACCOUNT
+    ) -> None:
+        """RS+; for a known queue group it only updates the weight."""
+        entries = self._by_peer.setdefault(peer, {})
+        entry = entries.get((account, subject, queue))
+        if entry is not None:
+            entry.weight = weight
+            return
+        entry = RemoteInterest(peer, subject, queue, weight)
+        entries[(account, subject, queue)] = entry
+        self._tries.setdefault(account, Sublist()).insert(subject, queue, entry)
+
+    def remove(
+        self, peer: P, subject: str, queue: str | None, account: str = GLOBAL_ACCOUNT
+    ) -> None:
+        entry = self._by_peer.get(peer, {}).pop((account, subject, queue), None)
+        if entry is not None:
+            self._tries[account].remove(subject, queue, entry)
+
+    def drop(self, peer: P) -> None:
+        """The peer is gone: everything it announced goes with it."""
+        for (account, subject, queue), entry in self._by_peer.pop(peer, {}).items():
+            self._tries[account].remove(subject, queue, entry)
+
+    def count(self, peer: P) -> int:
+        return len(self._by_peer.get(peer, ()))
+
+    def subjects(self, peer: P) -> list[str]:
+        return [subject for _, subject, _ in self._by_peer.get(peer, {})]
+
+    def forwarding(self, subject: bytes, account: str = GLOBAL_ACCOUNT) -> Forwarding[P] | None:
+        """The routing decision for one message on `subject`; None when no peer wants it."""
+        trie = self._tries.get(account)
+        if trie is None:
+            return None
+        match = trie.match(subject)
+        if not match.plain and not match.queues:
+            return None
+        return Forwarding(match.plain, match.queues)
+
+
+class Forwarding(Generic[P]):
+    """Where one message goes: every peer with plain interest, and each queue group to one
+    member in the whole cluster.
+
+    A group with members here and on peers is decided by `takes`, which draws among all
+    members alike (local ones count one each, a peer its group's weight): the reference
+    spreads a group over the cluster this way rather than keeping it local.
+    """
+
+    __slots__ = ("_assigned", "_groups", "_plain")
+
+    def __init__(
+        self, plain: list[RemoteInterest[P]], queues: list[list[RemoteInterest[P]]]
+    ) -> None:
+        self._plain = [entry.peer for entry in plain]
+        self._groups = {members[0].queue: members for members in queues}
+        self._assigned: dict[P, list[bytes]] = {}
+
+    def takes(self, queue: str | None, local_members: int) -> bool:
+        """Whether a peer, not one of the `local_members`, serves this group this time."""
+        remote = self._groups.pop(queue, None)
+        if remote is None:
+            return False
+        weights = [max(m.weight, 1) for m in remote]
+        if random.random() * (local_members + sum(weights)) < local_members:
+            return False
+        self._assign(remote, weights)
+        return True
+
+    def targets(self) -> dict[P, list[bytes]]:
+        """Routes to send the message to, each with the queue groups it is to serve."""
+        for remote in self._groups.values():  # groups with no member here
+            self._assign(remote, [max(m.weight, 1) for m in remote])
+        self._groups = {}
+        out: dict[P, list[bytes]] = {peer: [] for peer in self._plain}
+        for peer, queues in self._assigned.items():
+            out[peer] = queues
+        return out
+
+    def _assign(self, members: list[RemoteInterest[P]], weights: list[int]) -> None:
+        pick = members[0] if len(members) == 1 else random.choices(members, weights)[0]
+        if pick.queue is not None:
+            name = pick.queue.encode("utf-8", "surrogateescape")
+            self._assigned.setdefault(pick.peer, []).append(name)

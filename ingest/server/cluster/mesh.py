@@ -1,0 +1,328 @@
+"""The cluster as one server sees it: the route listener, dialling, the registry of peers.
+
+A full mesh forms from any seed: when a route registers, every other peer is
+told about the newcomer (an INFO naming it) and dials it, so a server given one
+seed route ends up routed to every member. Explicit routes are redialled
+forever; gossiped (implicit) ones get `connect_retries` more attempts, as on the
+reference. Two servers that dial each other at once end up with one route: both
+keep the connection dialled by the smaller (server id, port) — see
+`Route.solicitor_key`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from ingest.parser.routes import RMsg, encode_info, encode_rmsg
+from ingest.server.cluster.interest import Forwarding, LocalInterest, RemoteInterestMap
+from ingest.server.cluster.route import Route
+from ingest.server.cluster.settings import ClusterConfig, RouteURL, parse_route_url
+from ingest.server.server import VERSION
+
+if TYPE_CHECKING:
+    from ingest.server.server import Server
+
+log = logging.getLogger("jetlake")
+
+RECONNECT_DELAY = 1.0  # the reference's DEFAULT_ROUTE_RECONNECT
+
+
+class Cluster:
+    def __init__(self, server: Server, config: ClusterConfig) -> None:
+        self.server = server
+        self.config = config
+        self.dynamic_name = config.name is None
+        self.name = config.name or secrets.token_urlsafe(16)[:22]
+        self.port = config.port
+        self.routes: dict[str, Route] = {}  # registered, by the peer's server id
+        self.connections: set[Route] = set()  # every open route, registered or not
+        self.local = LocalInterest()
+        self.remote: RemoteInterestMap[Route] = RemoteInterestMap()
+        self.lame_duck = False
+        self._listener: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._dialling: set[str] = set()  # route URLs being dialled for gossip
+        self._self_urls: set[tuple[str, int]] = set()
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        log.info("Cluster name is %s", self.name)
+        if self.dynamic_name:
+            log.warning("Cluster name was dynamically generated, consider setting one")
+        self._listener = await loop.create_server(
+            lambda: Route(self, self.server.next_id(), dialled=None, configured=False),
+            host=self.config.host,
+            port=self.config.port,
+            reuse_address=True,
+        )
+        self.port = self._listener.sockets[0].getsockname()[1]
+        log.info("Listening for route connections on %s", _hostport(self.config.host, self.port))
+        for url in self.config.routes:
+            self._spawn(self._dial_forever(url))
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for route in list(self.connections):
+            route.close("Server Shutdown", flush=True)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def enter_lame_duck(self) -> None:
+        """Tell the peers, so they stop advertising this server to their clients."""
+        self.lame_duck = True
+        update = encode_info({**self.info(), "ldm": True})
+        for route in self.routes.values():
+            route.queue(update)
+
+    # ---- what this server tells its peers -----------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        server = self.server
+        info: dict[str, Any] = {
+            "server_id": server.server_id,
+            "name": server.server_name,
+            "version": VERSION,
+            "host": self.config.host,
+            "port": self.port,
+            "headers": True,
+            "max_payload": server.opts.max_payload,
+            "cluster": self.name,
+            "ip": f"nats-route://{_hostport(self.config.host, self.port)}/",
+        }
+        if self.dynamic_name:
+            info["cluster_dynamic"] = True
+        if self.config.username is not None:
+            info["auth_required"] = True
+        if not self.config.no_advertise:
+            info["connect_urls"] = server.own_client_urls()
+        if self.lame_duck:
+            info["ldm"] = True
+        return info
+
+    def connect_options(self, url: RouteURL | None) -> dict[str, Any]:
+        """CONNECT for a dialled route: credentials from its URL, else the cluster's own."""
+        options: dict[str, Any] = {
+            "echo": True,
+            "verbose": False,
+            "pedantic": False,
+            "tls_required": False,
+            "headers": True,
+            "name": self.server.server_id,
+            "cluster": self.name,
+            "dynamic": self.dynamic_name,
+        }
+        user = url.user if url is not None and url.user is not None else self.config.username
+        password = url.password if url is not None and url.user is not None else None
+        if user is not None:
+            options.update(user=user, **{"pass": password or self.config.password or ""})
+        return options
+
+    # ---- handshake decisions --------------------------------------------------------------
+
+    def accepts_cluster_name(self, theirs: str, *, dynamic: bool) -> bool:
+        """A dynamic name gives way to a configured one, as on the reference."""
+        if theirs == self.name:
+            return True
+        if self.dynamic_name and not dynamic:
+            self.name, self.dynamic_name = theirs, False
+            log.info("Cluster name updated to %s", theirs)
+            return True
+        return dynamic and not self.dynamic_name
+
+    def check_peer(self, route: Route) -> bool:
+        """The peer's first INFO: refuse ourselves, a twin name, a foreign cluster."""
+        server = self.server
+        if route.remote_id == server.server_id:
+            log.debug("%s - Detected route to self, ignoring %s", route.where, route.route_url())
+            if route.dialled is not None:
+                self._self_urls.add((route.dialled.host, route.dialled.port))
+            route.close("Duplicate Route")
+            return False
+        if route.remote_name == server.server_name:
+            name = route.remote_name
+            log.error('%s - Remote server has a duplicate name: "%s"', route.where, name)
+            route.close("Duplicate Server Name")
+            return False
+        theirs = route.remote_info.get("cluster")
+        if route.solicited and isinstance(theirs, str):
+            dynamic = bool(route.remote_info.get("cluster_dynamic"))
+            if not self.accepts_cluster_name(theirs, dynamic=dynamic):
+                return False  # the peer refuses us with an -ERR naming both clusters
+        return True
+
+    def register(self, route: Route) -> None:
+        """The route knows its peer: make it the peer's route unless a better one exists."""
+        if route.closed or route.registered:
+            return
+        existing = self.routes.get(route.remote_id)
+        if existing is not None:
+            if existing.solicitor_key <= route.solicitor_key:
+                log.debug("%s - Duplicate route to %s, closing", route.where, route.remote_name)
+                route.close("Duplicate Route")
+                return
+            existing.close("Duplicate Route")
+        route.registered = True
+        self.routes[route.remote_id] = route
+        log.debug("%s - Registering remote route %r", route.where, route.remote_id)
+        snapshot = self.local.snapshot()
+        if snapshot:
+            route.queue(snapshot)
+        log.debug("%s - Sent local subscriptions to route", route.where)
+        route.on_registered()
+        self._gossip(route)
+        self.server.cluster_changed()
+
+    def unregister(self, route: Route) -> None:
+        self.connections.discard(route)
+        if route.registered:
+            route.registered = False
+            if self.routes.get(route.remote_id) is route:
+                del self.routes[route.remote_id]
+            self.remote.drop(route)
+            self.server.cluster_changed()
+
+    def peer_updated(self, route: Route) -> None:
+        if route.registered:
+            self.server.cluster_changed()
+
+    # ---- gossip and dialling ---------------------------------------------------------------
+
+    def _gossip(self, newcomer: Route) -> None:
+        """Tell the other peers about the newcomer; they dial it (implicit routes)."""
+        url = newcomer.route_url()
+        if url is None:
+            return
+        about = {**newcomer.remote_info, "ip": url}
+        line = encode_info(about)
+        for peer_id, route in self.routes.items():
+            if peer_id != newcomer.remote_id:
+                route.queue(line)
+
+    def learn_peer(self, info: dict[str, Any]) -> None:
+        """A peer told us about a member: dial it unless we have it already."""
+        server_id = info.get("server_id")
+        url = info.get("ip")
+        if server_id == self.server.server_id or server_id in self.routes:
+            return
+        if not isinstance(url, str) or url in self._dialling:
+            return
+        try:
+            target = parse_route_url(url)
+        except ValueError:
+            log.error("Invalid route URL %r gossiped for %s", url, server_id)
+            return
+        self._dialling.add(url)
+        self._spawn(self._dial_implicit(url, target, str(server_id)))
+
+    async def _dial_implicit(self, url: str, target: RouteURL, server_id: str) -> None:
+        try:
+            for attempt in range(self.config.connect_retries + 1):
+                if server_id in self.routes:
+                    return
+                route = await self._dial(target, configured=False, attempt=attempt + 1)
+                if route is not None:
+                    return
+                await asyncio.sleep(RECONNECT_DELAY)  # the retry pace, not a synchronisation
+        finally:
+            self._dialling.discard(url)
+
+    async def _dial_forever(self, target: RouteURL) -> None:
+        """An explicit route: redialled whenever it is down, for as long as we run."""
+        attempt = 0
+        while True:
+            attempt += 1
+            route = await self._dial(target, configured=True, attempt=attempt)
+            if route is None:
+                await asyncio.sleep(RECONNECT_DELAY)  # the retry pace, not a synchronisation
+                continue
+            attempt = 0
+            await route.done
+            if (target.host, target.port) in self._self_urls:
+                return
+            twin = self.routes.get(route.remote_id)
+            if twin is not None:  # closed as a duplicate: the peer is reachable anyway
+                await twin.done
+            await asyncio.sleep(RECONNECT_DELAY)
+
+    async def _dial(self, target: RouteURL, *, configured: bool, attempt: int) -> Route | None:
+        loop = asyncio.get_running_loop()
+        log.debug("Trying to connect to route on %s", target.hostport)
+        try:
+            _, route = await loop.create_connection(
+                lambda: Route(self, self.server.next_id(), dialled=target, configured=configured),
+                host=target.host,
+                port=target.port,
+            )
+        except OSError as exc:
+            level = logging.ERROR if attempt == 1 or attempt % 60 == 0 else logging.DEBUG
+            log.log(level, "Error trying to connect to route (attempt %d): %s", attempt, exc)
+            return None
+        return route
+
+    # ---- interest and messages -------------------------------------------------------------
+
+    def local_added(self, subject: str, queue: str | None, account: str) -> None:
+        self._broadcast(self.local.added(subject, queue, account))
+
+    def local_removed(self, subject: str, queue: str | None, account: str) -> None:
+        self._broadcast(self.local.removed(subject, queue, account))
+
+    def _broadcast(self, line: bytes | None) -> None:
+        if line is not None:
+            for route in self.routes.values():
+                route.queue(line)
+
+    def forwarding(self, account: str, subject: bytes) -> Forwarding[Route] | None:
+        """Where a message published in `account` may go; None when no peer wants it."""
+        return self.remote.forwarding(subject, account) if self.routes else None
+
+    def forward(
+        self,
+        decision: Forwarding[Route],
+        account: str,
+        subject: bytes,
+        reply: bytes,
+        hdr: bytes | None,
+        payload: bytes,
+        size: int,
+    ) -> int:
+        """Send the message to the routes `decision` picked; how many got it."""
+        targets = decision.targets()
+        name = account.encode()
+        for route, queues in targets.items():
+            route.send_msg(encode_rmsg(name, subject, reply, queues, hdr, payload), size)
+        return len(targets)
+
+    def deliver_inbound(self, msg: RMsg) -> None:
+        """A message from a peer, delivered in its account; one this server does not know
+        has no subscriber here."""
+        account = self.server.accounts.get(msg.account)
+        if account is not None:
+            self.server.route_from_peer(
+                account, msg.subject, msg.reply, msg.hdr, msg.payload, msg.queues
+            )
+
+    # ---- what clients are told -------------------------------------------------------------
+
+    def peer_client_urls(self) -> list[str]:
+        """Client URLs of the peers that advertise and are not in lame-duck mode."""
+        urls: list[str] = []
+        for route in self.routes.values():
+            if not route.lame_duck:
+                urls += [u for u in route.client_urls() if u not in urls]
+        return urls
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

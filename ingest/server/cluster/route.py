@@ -1,0 +1,295 @@
+"""One route connection to a peer server: an asyncio Protocol around the route codec.
+
+Either side may have dialled. Both send their INFO at once; the dialler also
+sends CONNECT (credentials, cluster name). A route is handed to the mesh for
+registration once it knows who the peer is: on the dialler when the peer's
+INFO arrives, on the accepting side when CONNECT has passed the checks too.
+Output is queued and flushed once per loop turn, like a client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+from ingest.parser import routes as proto
+from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
+
+if TYPE_CHECKING:
+    from ingest.server.cluster.mesh import Cluster
+
+log = logging.getLogger("jetlake")
+
+AUTH_VIOLATION = "Authorization Violation"
+
+
+class Route(asyncio.Protocol):
+    def __init__(
+        self, cluster: Cluster, rid: int, *, dialled: RouteURL | None, configured: bool
+    ) -> None:
+        self.cluster = cluster
+        self.rid = rid
+        self.solicited = dialled is not None
+        self.dialled = dialled
+        self.configured = configured
+        self.codec = proto.RouteCodec(max_payload=cluster.server.opts.max_payload)
+        self.transport: asyncio.Transport | None = None
+        self.host, self.port = "", 0
+        self.local_port = 0
+        self.remote_id = ""
+        self.remote_name = ""
+        self.remote_info: dict[str, Any] = {}
+        self.connected = self.solicited  # an accepted route awaits its CONNECT
+        self.got_connect = False
+        self.registered = False
+        self.closed = False
+        self.close_reason = ""
+        self.lame_duck = False
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.start = self.last_activity = time.time()
+        self.rtt = 0.0
+        self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
+        self._rtt_start = 0.0
+        self._pings_out = 0
+        self._out: list[bytes] = []
+        self._dirty = False
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    # ---- identity ---------------------------------------------------------------------
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port} - rid:{self.rid}"
+
+    @property
+    def solicitor_key(self) -> tuple[str, int]:
+        """Names this TCP connection the same way on both ends: who dialled, from which port.
+
+        Two servers that dialled each other keep the connection with the smaller key,
+        so both drop the same one."""
+        if self.solicited:
+            return (self.cluster.server.server_id, self.local_port)
+        return (self.remote_id, self.port)
+
+    def route_url(self) -> str | None:
+        """Where other servers can dial this peer, from its INFO (`ip`)."""
+        url = self.remote_info.get("ip")
+        if not isinstance(url, str):
+            return None
+        try:
+            target = parse_route_url(url)
+        except RouteURLError:
+            return None
+        if target.host in ("0.0.0.0", "::"):  # the peer listens everywhere: use its address
+            where = f"[{self.host}]" if ":" in self.host else self.host
+            return f"nats-route://{where}:{target.port}/"
+        return url
+
+    def client_urls(self) -> list[str]:
+        urls = self.remote_info.get("connect_urls")
+        return [u for u in urls if isinstance(u, str)] if isinstance(urls, list) else []
+
+    # ---- connection ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        peer = self.transport.get_extra_info("peername") or ("", 0)
+        self.host, self.port = str(peer[0]), int(peer[1])
+        self.local_port = int((self.transport.get_extra_info("sockname") or ("", 0))[1])
+        log.info("%s - Route connection created", self.where)
+        cluster = self.cluster
+        cluster.connections.add(self)
+        if self.solicited:
+            self.queue(proto.encode_connect(cluster.connect_options(self.dialled)))
+            log.debug("%s - Route connect msg sent", self.where)
+        self.queue(proto.encode_info(cluster.info()))
+        loop = asyncio.get_running_loop()
+        if not self.solicited:
+            self._timers["auth"] = loop.call_later(cluster.config.auth_timeout, self._auth_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_activity = time.time()
+        try:
+            ops = self.codec.receive(data)
+        except proto.RouteProtocolError as exc:
+            log.error("%s - Route protocol error: %s", self.where, exc)
+            self.close("Protocol Violation")
+            return
+        for op in ops:
+            if self.closed:
+                return
+            self._dispatch(op)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close("Client Closed" if exc is None else "Read Error")
+
+    def _dispatch(self, op: proto.RouteOp) -> None:
+        cluster = self.cluster
+        if isinstance(op, proto.RMsg):
+            if self.registered:
+                self.in_msgs += 1
+                self.in_bytes += len(op.payload) + (len(op.hdr) if op.hdr else 0)
+                cluster.deliver_inbound(op)
+        elif isinstance(op, proto.RSub):
+            if self.registered:
+                cluster.remote.add(self, op.subject, op.queue, op.weight, op.account)
+        elif isinstance(op, proto.RUnsub):
+            if self.registered:
+                cluster.remote.remove(self, op.subject, op.queue, op.account)
+        elif isinstance(op, proto.Ping):
+            self.queue(proto.PONG)
+        elif isinstance(op, proto.Pong):
+            if self._pings_out:
+                self.rtt = time.monotonic() - self._rtt_start
+            self._pings_out = 0
+        elif isinstance(op, proto.Info):
+            self._on_info(op.info)
+        elif isinstance(op, proto.Connect):
+            self._on_connect(op.options)
+        elif isinstance(op, proto.Err):
+            log.error("%s - Route Error '%s'", self.where, op.message)
+            self.close(_reason_for(op.message))
+
+    def _on_connect(self, options: dict[str, Any]) -> None:
+        if self.got_connect or self.solicited:
+            return
+        self.got_connect = True
+        cluster = self.cluster
+        config = cluster.config
+        if config.username is not None and (
+            options.get("user") != config.username or options.get("pass") != config.password
+        ):
+            user = options.get("user")
+            who = f' - User "{user}"' if isinstance(user, str) and user else ""
+            log.error("%s - authentication error%s", self.where, who)
+            self.queue(proto.encode_err(AUTH_VIOLATION))
+            self.close("Authentication Failure", flush=True)
+            return
+        theirs = options.get("cluster")
+        if isinstance(theirs, str) and not cluster.accepts_cluster_name(
+            theirs, dynamic=bool(options.get("dynamic"))
+        ):
+            message = (
+                f'Rejecting connection, cluster name "{theirs}" does not match "{cluster.name}"'
+            )
+            log.error("%s - %s", self.where, message)
+            self.queue(proto.encode_err(message))
+            self.close("Cluster Name Conflict", flush=True)
+            log.error("%s - cluster name from remote server conflicts", self.where)
+            return
+        timer = self._timers.pop("auth", None)
+        if timer is not None:
+            timer.cancel()
+        self.connected = True
+        if self.remote_id:
+            self.cluster.register(self)
+
+    def _on_info(self, info: dict[str, Any]) -> None:
+        server_id = info.get("server_id")
+        if not isinstance(server_id, str):
+            return
+        if self.remote_id and server_id != self.remote_id:
+            self.cluster.learn_peer(info)  # gossip: another member of the cluster
+            return
+        if self.remote_id:
+            self.remote_info.update(info)  # the peer's own update (client URLs, lame duck)
+            self.lame_duck = bool(info.get("ldm"))
+            self.cluster.peer_updated(self)
+            return
+        self.remote_id = server_id
+        self.remote_name = str(info.get("name") or server_id)
+        self.remote_info = dict(info)
+        if not self.cluster.check_peer(self):
+            return
+        if self.connected:
+            self.cluster.register(self)
+
+    def on_registered(self) -> None:
+        """Measure the round trip now and keep the route alive from here on."""
+        self._send_ping()
+
+    # ---- output -------------------------------------------------------------------------
+
+    def queue(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._out.append(data)
+        if not self._dirty:
+            self._dirty = True
+            self.cluster.server.mark_dirty(self)
+
+    def send_msg(self, data: bytes, size: int) -> None:
+        self.out_msgs += 1
+        self.out_bytes += size
+        self.queue(data)
+
+    def flush(self) -> None:
+        self._dirty = False
+        if self.transport is None or self.closed or not self._out:
+            self._out.clear()
+            return
+        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        self._out = []
+        self.transport.write(data)
+        if self.transport.get_write_buffer_size() > self.cluster.server.opts.max_pending:
+            log.info("%s - Slow Consumer Detected: route", self.where)
+            self.close("Slow Consumer (Pending Bytes)", abort=True)
+
+    def pending(self) -> int:
+        if self.transport is None or self.closed:
+            return 0
+        return self.transport.get_write_buffer_size()
+
+    # ---- timers and closing ---------------------------------------------------------------
+
+    def _send_ping(self) -> None:
+        if self.closed:
+            return
+        opts = self.cluster.server.opts
+        if self._pings_out + 1 > opts.ping_max:
+            self.close("Stale Connection")
+            return
+        self._pings_out += 1
+        self._rtt_start = time.monotonic()
+        self.queue(proto.PING)
+        loop = asyncio.get_running_loop()
+        self._timers["ping"] = loop.call_later(opts.ping_interval, self._send_ping)
+
+    def _auth_timeout(self) -> None:
+        if not self.connected and not self.closed:
+            self.queue(proto.encode_err("Authentication Timeout"))
+            self.close("Authentication Timeout", flush=True)
+
+    def close(self, reason: str, *, flush: bool = False, abort: bool = False) -> None:
+        if self.closed:
+            return
+        if flush:
+            self.flush()
+        self.closed = True
+        self.close_reason = reason
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        remote = f" - Remote: {self.remote_name}" if self.registered else ""
+        self.cluster.unregister(self)
+        log.info("%s - Router connection closed: %s%s", self.where, reason, remote)
+        if self.transport is not None:
+            if abort:
+                self.transport.abort()
+            else:
+                self.transport.close()
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+def _reason_for(message: str) -> str:
+    """The close reason the reference logs for an -ERR from a peer."""
+    if "cluster name" in message:
+        return "Cluster Name Conflict"
+    if message == AUTH_VIOLATION:
+        return "Authentication Failure"
+    return "Parse Error"

@@ -1,0 +1,195 @@
+"""The system account's services: `$SYS.REQ.SERVER.PING…` and `$SYS.REQ.SERVER.<id>.…`.
+
+Operators run `nats server list`, `nats server report jetstream` and friends as a
+system-account user; the CLI publishes one request and gathers the answers of
+every server. So each server subscribes in the system account and *announces*
+those subscriptions to its routes: a PING published on any server reaches every
+server across the mesh (in the system account, as RMSG names it), and each one
+answers the requester's inbox, which its own route interest leads back.
+
+Each answer is `{"server": <envelope>, "<data key>": …}`, the envelope as
+`SystemServices` builds it; the documents are the monitoring endpoints' own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ingest.server.gofmt import timestamp
+
+if TYPE_CHECKING:
+    from ingest.server.accounts.jetstream import AccountJetStreams
+    from ingest.server.monitor import Monitor
+    from ingest.server.server import Server
+    from ingest.server.system import SystemServices
+
+log = logging.getLogger("jetlake")
+
+PING = "$SYS.REQ.SERVER.PING"
+_BY_ID = "$SYS.REQ.SERVER.{id}.{kind}"
+# Request kind -> (key of the answer's document, monitoring path or None for statsz).
+_KINDS: dict[str, tuple[str, str | None]] = {
+    "STATSZ": ("statsz", None),
+    "VARZ": ("data", "/varz"),
+    "CONNZ": ("data", "/connz"),
+    "SUBSZ": ("data", "/subsz"),
+    "ROUTEZ": ("data", "/routez"),
+    "HEALTHZ": ("data", "/healthz"),
+    "JSZ": ("data", None),
+}
+# Filters a PING may carry (the reference's event filter options) -> envelope field.
+_FILTERS = {"server_name": "name", "cluster": "cluster", "host": "host"}
+
+Answer = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+class SystemAccount:
+    def __init__(
+        self,
+        server: Server,
+        system: SystemServices,
+        monitor: Monitor | None,
+        jetstreams: AccountJetStreams | None,
+    ) -> None:
+        from ingest.server.monitor import Monitor
+
+        self._server = server
+        self._system = system
+        # Without an HTTP port the documents are still built, by a monitor never started.
+        self._monitor = monitor or Monitor(server, None, 0)
+        self._jetstreams = jetstreams
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        server = self._server
+        account = server.accounts.system_account
+        subjects = {PING: "STATSZ"}
+        for kind in _KINDS:
+            subjects[f"{PING}.{kind}"] = kind
+            subjects[_BY_ID.format(id=server.server_id, kind=kind)] = kind
+        for subject, kind in subjects.items():
+            sub = server.subscribe(subject, self._handler(kind), account=account)
+            server.announce(sub)
+
+    def _handler(self, kind: str) -> Callable[[str, str | None, bytes | None, bytes], None]:
+        def on_request(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+            if not reply:
+                return
+            try:
+                options = json.loads(data) if data.strip() else {}
+            except ValueError:
+                options = {}
+            if not isinstance(options, dict) or not self._selected(options):
+                return
+            task = asyncio.get_running_loop().create_task(self._answer(kind, reply, options))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        return on_request
+
+    def _selected(self, options: dict[str, Any]) -> bool:
+        """Whether this server answers a PING that names servers (substring unless exact)."""
+        envelope = {"name": self._server.server_name, "host": self._server.opts.host}
+        if self._server.cluster is not None:
+            envelope["cluster"] = self._server.cluster.name
+        exact = bool(options.get("exact_match"))
+        for option, field in _FILTERS.items():
+            wanted = options.get(option)
+            if isinstance(wanted, str) and wanted:
+                value = envelope.get(field, "")
+                if (value != wanted) if exact else (wanted not in value):
+                    return False
+        return True
+
+    async def _answer(self, kind: str, reply: str, options: dict[str, Any]) -> None:
+        key, path = _KINDS[kind]
+        if kind == "STATSZ":
+            document = self.statsz()
+        elif kind == "JSZ":
+            document = self.jsz()
+        else:
+            assert path is not None
+            document = await self._monitor.document(path, options)
+        body = {"server": self._system.envelope(), key: document}
+        self._server.publish(
+            reply,
+            None,
+            None,
+            json.dumps(body, separators=(",", ":")).encode(),
+            account=self._server.accounts.system_account,
+        )
+
+    # ---- documents ----------------------------------------------------------------------
+
+    def statsz(self) -> dict[str, Any]:
+        server = self._server
+        stats = self._monitor.stats()
+        out: dict[str, Any] = {
+            "start": timestamp(server.start_time),
+            "mem": stats["mem"],
+            "cores": os.cpu_count() or 1,
+            "cpu": stats["cpu"],
+            "connections": stats["connections"],
+            "total_connections": stats["total_connections"],
+            "active_accounts": sum(1 for a in server.accounts if a.sublist.count),
+            "subscriptions": sum(a.sublist.count for a in server.accounts),
+            "sent": {"msgs": server.out_msgs, "bytes": server.out_bytes},
+            "received": {"msgs": server.in_msgs, "bytes": server.in_bytes},
+            "slow_consumers": stats["slow_consumers"],
+        }
+        cluster = server.cluster
+        if cluster is not None:
+            out["routes"] = [
+                {
+                    "rid": route.rid,
+                    "name": route.remote_name,
+                    "sent": {"msgs": route.out_msgs, "bytes": route.out_bytes},
+                    "received": {"msgs": route.in_msgs, "bytes": route.in_bytes},
+                    "pending": route.pending(),
+                }
+                for route in sorted(cluster.routes.values(), key=lambda r: r.rid)
+            ]
+        out["active_servers"] = 1 + (len(cluster.routes) if cluster is not None else 0)
+        jsz = self.jsz()
+        if jsz is not None:
+            stat_keys = ("memory", "storage", "reserved_memory", "reserved_storage", "accounts")
+            stats_block = {k: jsz[k] for k in (*stat_keys, "ha_assets", "api")}
+            config = {k: v for k, v in jsz["config"].items() if k != "store_dir"}
+            out["jetstream"] = {"config": config, "stats": stats_block}
+        out["gomaxprocs"] = os.cpu_count() or 1
+        return out
+
+    def jsz(self) -> dict[str, Any] | None:
+        """/jsz over every account's engine (the reference's server-wide figures)."""
+        engines = self._jetstreams.engines() if self._jetstreams is not None else []
+        if not engines:
+            return None
+        docs = [engine.info() for engine in engines]
+        first = docs[0]
+        total = {
+            key: sum(int(doc.get(key, 0)) for doc in docs)
+            for key in ("memory", "storage", "reserved_memory", "reserved_storage")
+        }
+        out: dict[str, Any] = {
+            **total,
+            "accounts": len(docs),
+            "ha_assets": 0,
+            "api": {
+                "level": first["api"]["level"],
+                "total": sum(doc["api"]["total"] for doc in docs),
+                "errors": sum(doc["api"]["errors"] for doc in docs),
+            },
+            "server_id": self._server.server_id,
+            "now": timestamp(time.time()),
+            "config": first["config"],
+        }
+        for key in ("streams", "consumers", "messages", "bytes"):
+            out[key] = sum(int(doc.get(key, 0)) for doc in docs)
+        out["total"] = len(docs)
+        return out
