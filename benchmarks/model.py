@@ -21,14 +21,16 @@ class Profile(StrEnum):
     JS = "js"
     JS_SYNC_ALWAYS = "js-sync-always"
     OFFLINE = "offline"  # no server: the workload builds and reads store files itself
+    MQTT = "mqtt"  # JetStream plus an `mqtt {}` listener on a free port
 
 
 @dataclass(frozen=True, slots=True)
 class Params:
     """Sizes of one benchmark run, identical for both servers.
 
-    ``store`` is the one per-run field: the store dir of the server under test (or
-    of an offline workload), for workloads that read the files a server writes.
+    ``store`` and ``mqtt_port`` are the per-run fields: the store dir of the server
+    under test (or of an offline workload), for workloads that read the files a
+    server writes, and its MQTT port (0 without an `mqtt {}` block).
     """
 
     count: int
@@ -40,6 +42,7 @@ class Params:
     timeout: float
     history: int = 1_000_000
     store: Path | None = None
+    mqtt_port: int = 0
 
     @property
     def payload(self) -> bytes:

@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jetlake bench",
         description="Run the same workloads against nats-server and jetlake, print ratios.",
-        epilog=f"Workloads: {names}. Groups: core, js, lake.",
+        epilog=f"Workloads: {names}. Groups: core, js, lake, raft, mqtt.",
     )
     add = parser.add_argument
     add(
@@ -97,7 +97,8 @@ async def _measure(
             command, workload.profile, store_root=args.store_root, start_timeout=args.start_timeout
         ) as target:
             gc.collect()
-            task = asyncio.ensure_future(measure(target.url, replace(params, store=target.store)))
+            run_params = replace(params, store=target.store, mqtt_port=target.mqtt_port)
+            task = asyncio.ensure_future(measure(target.url, run_params))
             await asyncio.wait({task}, timeout=timeout)
             if not task.done():
                 task.cancel()
@@ -231,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     runner, loop_name = _runner()
     meta = {
         "started": strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "params": {k: getattr(params, k) for k in params.__slots__ if k != "store"},
+        "params": {
+            k: getattr(params, k) for k in params.__slots__ if k not in ("store", "mqtt_port")
+        },
         "runs": args.runs,
         "ref_cmd": args.ref_cmd,
         "jetlake_cmd": args.jetlake_cmd,

@@ -20,6 +20,7 @@ from typing import NamedTuple
 from benchmarks.model import Profile
 
 LISTENING = re.compile(rb"Listening for client connections on (\S+):(\d+)")
+MQTT_LISTENING = re.compile(rb"Listening for MQTT clients on mqtt://\S+:(\d+)")
 READY = b"Server is ready"
 STOP_GRACE_SECONDS = 10.0
 STORE = "store"  # under each run's fresh directory
@@ -29,6 +30,15 @@ jetstream {{
   sync_interval: always
 }}
 """
+MQTT_CONFIG = """\
+jetstream {{
+  store_dir: "{store}"
+}}
+mqtt {{
+  host: 127.0.0.1
+  port: -1
+}}
+"""
 
 
 class ServerError(Exception):
@@ -36,21 +46,23 @@ class ServerError(Exception):
 
 
 class Target(NamedTuple):
-    """What a workload runs against: the server's URL ("" offline) and its store dir."""
+    """What a workload runs against: the server's URL ("" offline), store dir, MQTT port."""
 
     url: str
     store: Path
+    mqtt_port: int = 0
 
 
 def profile_args(profile: Profile, workdir: Path) -> list[str]:
-    """Flags for a profile. `sync_interval` has no flag, hence the config file."""
+    """Flags for a profile. `sync_interval` and `mqtt {}` have no flag, hence config files."""
     store = workdir / STORE
     if profile in (Profile.CORE, Profile.OFFLINE):
         return []
     if profile is Profile.JS:
         return ["-js", "-sd", str(store)]
-    config = workdir / "sync-always.conf"
-    config.write_text(SYNC_ALWAYS_CONFIG.format(store=store))
+    config = workdir / f"{profile.value}.conf"
+    template = MQTT_CONFIG if profile is Profile.MQTT else SYNC_ALWAYS_CONFIG
+    config.write_text(template.format(store=store))
     return ["-c", str(config)]
 
 
@@ -58,8 +70,11 @@ def _log_tail(log: Path, lines: int = 8) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
-async def _wait_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> str:
-    """Poll the log file for the reference's start-up lines; return the client URL.
+async def _wait_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> tuple[str, int]:
+    """Poll the log file for the reference's start-up lines; the client URL, MQTT port.
+
+    Both servers log their listeners before "Server is ready"; the MQTT port is 0
+    when there is no `mqtt {}` block.
 
     The log goes to a file rather than a pipe so a chatty server can never block on
     a full pipe while the benchmark is busy measuring.
@@ -70,7 +85,8 @@ async def _wait_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) 
         found = LISTENING.search(text)
         if found and READY in text:
             host, port = found.group(1).decode(), found.group(2).decode()
-            return f"nats://{host}:{port}"
+            mqtt = MQTT_LISTENING.search(text)
+            return f"nats://{host}:{port}", int(mqtt.group(1)) if mqtt else 0
         if proc.poll() is not None:
             raise ServerError(f"exited with {proc.returncode}:\n{_log_tail(log)}")
         await asyncio.sleep(0.02)
@@ -116,6 +132,7 @@ async def running_server(
             except OSError as exc:
                 raise ServerError(f"cannot start {args[0]}: {exc}") from exc
             try:
-                yield Target(await _wait_ready(proc, log, start_timeout), store)
+                url, mqtt_port = await _wait_ready(proc, log, start_timeout)
+                yield Target(url, store, mqtt_port)
             finally:
                 _stop(proc)

@@ -6,12 +6,13 @@ request/reply p50 ≤ 1.5x the reference, durable JetStream publish ≥ 80 % of 
 reference's default (fsync every 2 minutes); consumers, KV and Object Store ≥ 80 %;
 the lake: PubAck to Delta p99 ≤ 10 s, counting by subject over the history ≥ 20x
 faster than replaying it from the reference. Lake freshness and compaction have no
-reference counterpart: jetlake-only rows, judged against an absolute bound or not at all.
+reference counterpart: jetlake-only rows, judged against an absolute bound or not at all;
+so are Raft's (a 3-node group beside a group of one, figures without a target).
 """
 
 from __future__ import annotations
 
-from benchmarks import consumers, core, jetstream, kv, lake
+from benchmarks import consumers, core, jetstream, kv, lake, mqtt, raft
 from benchmarks.model import Metric, Profile, Workload
 
 RATE = "msgs/s"
@@ -31,6 +32,19 @@ def _latencies(label: str, p50_target: float | None = None, text: str = "") -> t
     return (
         Metric("p50_us", f"{label} p50", MICROS, False, p50_target, text),
         Metric("p99_us", f"{label} p99", MICROS, False),
+    )
+
+
+def _raft_metrics(sync: str) -> tuple[Metric, ...]:
+    """Group of one and group of three side by side, for one sync setting."""
+    return tuple(
+        Metric(f"{group}_{key}", f"{label}, {size}, sync {sync}", unit, key == "eps")
+        for key, label, unit in (
+            ("eps", "commits, window in flight", "entries/s"),
+            ("p50_us", "commit one at a time p50", MICROS),
+            ("p99_us", "commit one at a time p99", MICROS),
+        )
+        for group, size in (("one", "1 node"), ("three", "3 nodes"))
     )
 
 
@@ -143,6 +157,22 @@ WORKLOADS: tuple[Workload, ...] = (
         "as object-store, both servers with jetstream { sync_interval: always }",
     ),
     Workload(
+        "mqtt",
+        Profile.MQTT,
+        mqtt.pub_sub,
+        tuple(
+            Metric(key, label, RATE, True, 0.80, "≥ 80% of ref")
+            for key, label in (
+                ("qos0_msgs_per_s", "MQTT QoS 0 publish→subscribe"),
+                ("qos1_msgs_per_s", "MQTT QoS 1 publish→subscribe"),
+                ("nats_msgs_per_s", "MQTT → NATS subscriber"),
+            )
+        ),
+        "aiomqtt: --count messages QoS 0 then QoS 1 (1000 in flight) publisher → subscriber, "
+        "then QoS 0 to a nats-py subscriber; both servers with the same mqtt {} block",
+        timeout=600.0,  # aiomqtt moves a few thousand messages a second: 3 phases of --count
+    ),
+    Workload(
         "lake-freshness",
         Profile.JS,
         lake.freshness,
@@ -192,7 +222,31 @@ WORKLOADS: tuple[Workload, ...] = (
         sides=("jetlake",),
         timeout=600.0,
     ),
+    Workload(
+        "raft",
+        Profile.OFFLINE,
+        raft.window,
+        _raft_metrics("window"),
+        "--count --size-byte entries, --window in flight, then --sync-count one at a time: a "
+        "3-node Raft group (3 processes, loopback TCP) vs SingleNodeGroup; default sync window",
+        sides=("jetlake",),
+        timeout=300.0,
+    ),
+    Workload(
+        "raft-always",
+        Profile.OFFLINE,
+        raft.always,
+        _raft_metrics("always"),
+        "as raft, every node with sync_interval: always",
+        sides=("jetlake",),
+        timeout=300.0,
+    ),
 )
+
+
+def _raft(workload: Workload) -> bool:
+    """Raft's rows start node processes and no server: a group of their own, kept out of "js"."""
+    return workload.name.split("-")[0] == "raft"
 
 
 def _lake(workload: Workload) -> bool:
@@ -201,7 +255,7 @@ def _lake(workload: Workload) -> bool:
 
 
 def select(names: list[str]) -> list[Workload]:
-    """Workloads by name or by group ("core", "js", "lake"); all when ``names`` is empty.
+    """Workloads by name or group ("core", "js", "lake", "raft", "mqtt"); all if ``names`` is empty.
 
     Raises ``KeyError`` naming the unknown entry, so the CLI can list the valid ones.
     """
@@ -210,9 +264,15 @@ def select(names: list[str]) -> list[Workload]:
     chosen: list[Workload] = []
     for name in names:
         if name == "js":
-            matches = [w for w in WORKLOADS if w.profile is not Profile.CORE and not _lake(w)]
+            matches = [
+                w
+                for w in WORKLOADS
+                if w.profile not in (Profile.CORE, Profile.MQTT) and not _lake(w) and not _raft(w)
+            ]
         elif name == "lake":
             matches = [w for w in WORKLOADS if _lake(w)]
+        elif name == "raft":
+            matches = [w for w in WORKLOADS if _raft(w)]
         else:
             matches = [w for w in WORKLOADS if name in (w.name, w.profile.value)]
         if not matches:

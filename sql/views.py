@@ -16,7 +16,8 @@ commits) are filtered out of the Delta part.
 Views are snapshots (of the tail and of the table) taken at registration:
 call `register_views` again to see newer messages. Other view families plug
 in as more `ViewBuilder`s; the KV and object store views (`sql.bucket_views`)
-are derived from the stream views, so they come after them.
+and MQTT's (`sql.mqtt_views`) are derived from the stream views, so they come
+after them.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from log.segments.filestore import EXPLICIT
 from log.segments.tombstones import replay_explicit
 from sql.bucket_views import bucket_views
 from sql.lake_snapshot import lake_frame, lake_snapshot
+from sql.mqtt_views import mqtt_views
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -136,7 +138,7 @@ def stream_views(spark: SparkSession, store_dir: Path, lake_dir: Path) -> dict[s
     return out
 
 
-DEFAULT_BUILDERS: tuple[ViewBuilder, ...] = (stream_views, bucket_views)
+DEFAULT_BUILDERS: tuple[ViewBuilder, ...] = (stream_views, bucket_views, mqtt_views)
 
 
 def register_views(
@@ -149,6 +151,7 @@ def register_views(
     names: list[str] = []
     for build in builders:
         for name, frame in build(spark, Path(store_dir), Path(lake_dir)).items():
-            frame.createOrReplaceTempView(name)
+            # Quoted: stream names such as MQTT's `$MQTT_msgs` are no bare identifiers.
+            frame.createOrReplaceTempView(f"`{name.replace('`', '``')}`")
             names.append(name)
     return names

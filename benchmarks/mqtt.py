@@ -1,0 +1,110 @@
+"""MQTT workloads (issue 12): aiomqtt publish→subscribe at QoS 0 and 1, MQTT → NATS.
+
+One workload, three figures, on one server started with the same `mqtt {}` block
+for both sides, so the session and stream set-up is paid once. Each phase uses
+its own topic and fresh clients; the clients share this process's event loop,
+as the core workloads do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from time import perf_counter
+
+import aiomqtt
+from nats.aio.msg import Msg
+
+from benchmarks.client import Counter, connect
+from benchmarks.model import Params, Skipped
+
+WINDOW = 1_000
+"""Publishes awaited together. aiomqtt completes a publish one loop turn after paho
+writes it (QoS 0) or at its PUBACK (QoS 1): awaited one by one, either would measure
+the client's latency rather than the server's throughput."""
+
+QUIET = logging.getLogger("benchmarks.mqtt.client")
+QUIET.setLevel(logging.ERROR)  # aiomqtt warns on every publish beyond 10 in flight
+
+
+@contextlib.asynccontextmanager
+async def _client(port: int, name: str, p: Params) -> AsyncIterator[aiomqtt.Client]:
+    """A clean-session client whose QoS 1 window matches what the publisher keeps in flight."""
+    client = aiomqtt.Client(
+        "127.0.0.1",
+        port,
+        identifier=name,
+        clean_session=True,
+        max_inflight_messages=WINDOW,
+        timeout=p.timeout,
+        logger=QUIET,
+    )
+    async with client:
+        yield client
+
+
+async def _count(client: aiomqtt.Client, counter: Counter) -> None:
+    async for _ in client.messages:
+        counter.hit()
+
+
+async def _publish(client: aiomqtt.Client, topic: str, qos: int, p: Params) -> None:
+    """In windows of ``WINDOW`` publishes (QoS 1: ``WINDOW`` PUBACKs awaited)."""
+    payload = p.payload
+    for start in range(0, p.count, WINDOW):
+        batch = min(WINDOW, p.count - start)
+        await asyncio.gather(*(client.publish(topic, payload, qos=qos) for _ in range(batch)))
+
+
+async def _pub_sub(port: int, qos: int, p: Params) -> float:
+    """Messages per second from one aiomqtt publisher to one subscriber at ``qos``."""
+    topic = f"bench/mqtt/qos{qos}"
+    async with (
+        _client(port, f"bench-sub-{qos}", p) as sub,
+        _client(port, f"bench-pub-{qos}", p) as pub,
+    ):
+        await sub.subscribe(topic, qos=qos)  # SUBACK: the subscription is in place
+        counter = Counter(p.count)
+        reader = asyncio.create_task(_count(sub, counter))
+        try:
+            start = perf_counter()
+            await _publish(pub, topic, qos, p)
+            await counter.wait()
+            elapsed = perf_counter() - start
+        finally:
+            reader.cancel()
+    return p.count / elapsed
+
+
+async def _mqtt_to_nats(url: str, port: int, p: Params) -> float:
+    """Messages per second from an aiomqtt QoS 0 publisher to a nats-py subscriber."""
+    nc = await connect(url, "bench-nats-sub")
+    try:
+        counter = Counter(p.count)
+
+        async def on_msg(_: Msg) -> None:
+            counter.hit()
+
+        await nc.subscribe("bench.mqtt.nats", cb=on_msg)
+        await nc.flush(timeout=p.timeout)
+        async with _client(port, "bench-pub-nats", p) as pub:
+            start = perf_counter()
+            await _publish(pub, "bench/mqtt/nats", 0, p)
+            await counter.wait()
+            elapsed = perf_counter() - start
+    finally:
+        await nc.close()
+    return p.count / elapsed
+
+
+async def pub_sub(url: str, p: Params) -> dict[str, float]:
+    """QoS 0 and QoS 1 MQTT → MQTT, then MQTT → NATS, on one server."""
+    if not p.mqtt_port:
+        raise Skipped("the server logged no MQTT port")
+    return {
+        "qos0_msgs_per_s": await _pub_sub(p.mqtt_port, 0, p),
+        "qos1_msgs_per_s": await _pub_sub(p.mqtt_port, 1, p),
+        "nats_msgs_per_s": await _mqtt_to_nats(url, p.mqtt_port, p),
+    }

@@ -1,0 +1,337 @@
+"""One MQTT client connection: an asyncio Protocol around the sans-IO MQTT codec.
+
+MQTT publishes are routed through the core server exactly like NATS
+publishes (mapped subject, `Nmqtt-Pub` header), so NATS subscribers, JetStream
+streams and MQTT subscribers all see them; MQTT subscriptions sit in the same
+subject trie as NATS ones. Output is queued and flushed once per loop turn,
+like a NATS client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ingest.parser import mqtt
+from ingest.parser.mqtt_topics import TopicError, to_subject
+from ingest.server.auth import AuthError, Grant
+from ingest.server.mqtt.subscriptions import SubscriptionSet
+
+if TYPE_CHECKING:
+    from ingest.server.mqtt.listener import MQTTListener
+    from ingest.server.mqtt.session import Session
+
+log = logging.getLogger("jetlake")
+
+# What the reference adds in front of a message an MQTT client publishes.
+HEADER_PREFIX = b"NATS/1.0\r\nNmqtt-Pub:"
+HEADER_SIZE = len(HEADER_PREFIX) + 5  # the QoS digit and two CRLFs
+
+
+def publish_header(qos: int) -> bytes:
+    return HEADER_PREFIX + b"%d\r\n\r\n" % qos
+
+
+QOS0_HEADER = publish_header(0)
+
+
+@dataclass(frozen=True, slots=True)
+class Inbox:
+    """A consumer's delivery subscription, shaped for /connz like a NATS subscription."""
+
+    subject: str
+    queue: None = None
+    delivered: int = 0
+    max_msgs: int = 0
+
+    @property
+    def sid(self) -> str:
+        return self.subject
+
+
+class MQTTConnection(asyncio.Protocol):
+    """State of one MQTT network connection (its session outlives it when persistent)."""
+
+    def __init__(self, listener: MQTTListener, cid: int) -> None:
+        self.listener = listener
+        self.server = listener.server
+        self.cid = cid
+        self.decoder = mqtt.Decoder(max_packet=self.server.opts.max_payload)
+        self.transport: asyncio.Transport | None = None
+        self.client_id = ""
+        self.grant = Grant()
+        self.session: Session | None = None
+        self.filters = SubscriptionSet(self)
+        self.will: mqtt.Will | None = None
+        self.keepalive = 0.0
+        self.host = ""
+        self.port = 0
+        self.start = time.time()
+        self.last_activity = self.start
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        # What /connz shows of a NATS client and an MQTT client has none of.
+        self.rtt = 0.0
+        self.name = self.lang = self.version = ""
+        self.closed = False
+        self.close_reason = ""
+        self._last_rx = time.monotonic()
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._out: list[bytes] = []
+        self._dirty = False
+        # Packets wait here while a CONNECT or SUBSCRIBE is still being set up in
+        # JetStream, so what follows it sees its effect (reading is paused meanwhile).
+        self._backlog: deque[mqtt.Packet] = deque()
+        self._busy = False
+
+    # ---- asyncio Protocol -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername") or ("", 0)
+        self.host, self.port = str(peer[0]), int(peer[1])
+        self.listener.register(self)
+        # A client that never sends CONNECT is dropped after the auth timeout.
+        loop = asyncio.get_running_loop()
+        self._timers["connect"] = loop.call_later(self.listener.auth_timeout, self._no_connect)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_activity = time.time()
+        self._last_rx = time.monotonic()
+        try:
+            self._backlog.extend(self.decoder.receive(data))
+        except mqtt.ProtocolError as exc:
+            self._protocol_error(str(exc))
+            return
+        self._drain()
+
+    def _drain(self) -> None:
+        backlog = self._backlog
+        while backlog and not self._busy and not self.closed:
+            try:
+                self._dispatch(backlog.popleft())
+            except mqtt.ProtocolError as exc:
+                self._protocol_error(str(exc))
+                return
+
+    def _run(self, work: Coroutine[Any, Any, None]) -> None:
+        """Set up state in JetStream before the next packet is looked at."""
+        self._busy = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+        async def step() -> None:
+            try:
+                await work
+            finally:
+                self._busy = False
+                if not self.closed and self.transport is not None:
+                    self.transport.resume_reading()
+                    asyncio.get_running_loop().call_soon(self._drain)
+
+        self.listener.sessions.spawn(step(), self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close("Client Closed", abnormal=True)
+
+    # ---- packets ------------------------------------------------------------------------
+
+    def _dispatch(self, packet: mqtt.Packet) -> None:
+        kind = type(packet)
+        if kind is mqtt.Publish:
+            self._on_publish(packet)  # type: ignore[arg-type]
+        elif kind is mqtt.PubAck:
+            self._session().on_puback(packet.packet_id)  # type: ignore[union-attr]
+        elif kind is mqtt.PingReq:
+            self.queue(b"\xd0\x00")
+        elif kind is mqtt.Subscribe:
+            self._on_subscribe(packet)  # type: ignore[arg-type]
+        elif kind is mqtt.Unsubscribe:
+            self._on_unsubscribe(packet)  # type: ignore[arg-type]
+        elif kind is mqtt.PubRec:
+            spawn = self.listener.sessions.spawn
+            spawn(self._session().on_pubrec(packet.packet_id), self)  # type: ignore[union-attr]
+        elif kind is mqtt.PubRel:
+            spawn = self.listener.sessions.spawn
+            spawn(self._session().on_pubrel(packet.packet_id), self)  # type: ignore[union-attr]
+        elif kind is mqtt.PubComp:
+            self._session().on_pubcomp(packet.packet_id)  # type: ignore[union-attr]
+        elif kind is mqtt.Connect:
+            self._on_connect(packet)  # type: ignore[arg-type]
+        elif kind is mqtt.ConnectRefused:
+            self._refuse(packet.code, packet.reason)  # type: ignore[union-attr]
+        elif kind is mqtt.Disconnect:
+            self.will = None  # [MQTT-3.1.2-8]: a clean DISCONNECT discards the Will
+            self.close("Client Closed")
+
+    @property
+    def subs(self) -> dict[str, Any]:
+        """Subscriptions as /connz lists them: the filters' subjects, then consumer inboxes."""
+        found: dict[str, Any] = {sub.subject: sub for sub in self.filters.all()}
+        if self.session is not None:
+            found.update((inbox, Inbox(inbox)) for inbox in self.session.inboxes())
+        return found
+
+    def _session(self) -> Session:
+        assert self.session is not None  # CONNECT comes first: the decoder enforces it
+        return self.session
+
+    def _on_connect(self, packet: mqtt.Connect) -> None:
+        self._cancel("connect")
+        listener = self.listener
+        try:
+            self.grant = listener.authenticate(packet)
+        except AuthError:
+            self._refuse(mqtt.NOT_AUTHORIZED, "authentication error")
+            return
+        if packet.will is not None:
+            try:
+                to_subject(packet.will.topic)
+            except TopicError as exc:
+                raise mqtt.ProtocolError(str(exc)) from None
+        self.client_id = packet.client_id or secrets.token_urlsafe(16).replace("-", "_")
+        self.will = packet.will
+        # The decoder bounded packets by max_payload until now; publishes are judged by
+        # their NATS size from here on, as on the reference.
+        self.decoder.max_packet = mqtt.MAX_REMAINING_LENGTH
+        if packet.keepalive:
+            # 1.5 x, cut to whole seconds as the reference computes it (1 s for 1).
+            self.keepalive = float(int(packet.keepalive * 1.5))
+            self._arm_keepalive(self.keepalive)
+        self._run(listener.sessions.connect(self, packet.clean, self._connected))
+
+    def _connected(self, session: Session, present: bool) -> None:
+        """The session is ready (restored or new): CONNACK, then what it owes the client."""
+        if self.closed:
+            return
+        self.session = session
+        self.queue(mqtt.encode(mqtt.ConnAck(present, mqtt.ACCEPTED)))
+        session.attach(self)
+
+    def _refuse(self, code: int, reason: str) -> None:
+        log.error("%s:%d - mid:%d - %s", self.host, self.port, self.cid, reason)
+        self.queue(mqtt.encode(mqtt.ConnAck(False, code)))
+        self.close(
+            "Authentication Failure" if code == mqtt.NOT_AUTHORIZED else "Protocol Violation"
+        )
+
+    def _on_publish(self, packet: mqtt.Publish) -> None:
+        try:
+            subject = to_subject(packet.topic)
+        except TopicError as exc:
+            raise mqtt.ProtocolError(str(exc)) from None
+        size = HEADER_SIZE + len(packet.payload)
+        if size > self.server.opts.max_payload:
+            log.error("%s:%d - mid:%d - Maximum Payload Violation", self.host, self.port, self.cid)
+            self.close("Maximum Payload Exceeded", abnormal=True)
+            return
+        self.in_msgs += 1
+        self.in_bytes += len(packet.payload)
+        allowed = not self.grant.restricted or self.grant.can_publish(subject)
+        text = subject.decode()
+        if packet.qos or packet.retain:
+            self.listener.sessions.spawn(self._session().publish(packet, text, allowed=allowed))
+        elif allowed:  # the common case, without a task: QoS 0 goes straight to the router
+            hdr = QOS0_HEADER
+            self.server.route(
+                None, subject, b"", hdr, packet.payload, len(hdr) + len(packet.payload)
+            )
+
+    def _on_subscribe(self, packet: mqtt.Subscribe) -> None:
+        codes = self.filters.add(packet.filters)
+        session = self._session()
+
+        async def setup() -> None:
+            await session.subscribe(packet.filters, codes)
+            self.queue(mqtt.encode(mqtt.SubAck(packet.packet_id, codes)))
+            retained = self.listener.sessions.retained
+            for (topic_filter, _), granted in zip(packet.filters, codes, strict=True):
+                if granted == mqtt.SUBACK_FAILURE:
+                    continue
+                for sub in self.filters.by_filter.get(topic_filter, ()):
+                    for msg in retained.matching(sub.subject, reserved=sub.reserved):
+                        session.send_retained(msg.topic, msg.payload, min(granted, msg.qos))
+
+        self._run(setup())
+
+    def _on_unsubscribe(self, packet: mqtt.Unsubscribe) -> None:
+        self.filters.remove(packet.filters)
+        session = self._session()
+
+        async def teardown() -> None:
+            await session.unsubscribe(packet.filters)
+            self.queue(mqtt.encode(mqtt.UnsubAck(packet.packet_id)))
+
+        self._run(teardown())
+
+    # ---- keepalive and deadlines ---------------------------------------------------------
+
+    def _arm_keepalive(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._timers["keepalive"] = loop.call_later(delay, self._keepalive_check)
+
+    def _keepalive_check(self) -> None:
+        idle = time.monotonic() - self._last_rx
+        if idle >= self.keepalive:
+            log.error("%s:%d - mid:%d - keepalive expired", self.host, self.port, self.cid)
+            self.close("Stale Connection", abnormal=True)
+        else:
+            self._arm_keepalive(self.keepalive - idle)
+
+    def _no_connect(self) -> None:
+        self.close("Authentication Timeout")
+
+    def _cancel(self, name: str) -> None:
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _protocol_error(self, reason: str) -> None:
+        log.error("%s:%d - mid:%d - %s", self.host, self.port, self.cid, reason)
+        self.close("Protocol Violation", abnormal=True)
+
+    # ---- output -------------------------------------------------------------------------
+
+    def queue(self, data: bytes) -> None:
+        self._out.append(data)
+        if not self._dirty:
+            self._dirty = True
+            self.server.mark_dirty(self)  # type: ignore[arg-type]  # flushed like a client
+
+    def deliver(self, data: bytes, size: int) -> None:
+        """One PUBLISH towards the client (`size`: its payload, for the counters)."""
+        self.out_msgs += 1
+        self.out_bytes += size
+        self.queue(data)
+
+    def flush(self) -> None:
+        self._dirty = False
+        out, self._out = self._out, []
+        if out and self.transport is not None and not self.closed:
+            self.transport.write(b"".join(out))
+
+    def close(self, reason: str, *, abnormal: bool = False) -> None:
+        """Close once; the Will goes out only when the close was not the client's choice."""
+        if self.closed:
+            return
+        self.flush()
+        self.closed = True
+        self.close_reason = reason
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self.filters.clear()
+        self.listener.unregister(self)
+        self.listener.sessions.closed(self)
+        if self.session is not None:
+            self.session.detach(self)
+        will, self.will = self.will, None
+        if abnormal and will is not None:
+            self.listener.publish_will(will, self.grant)
+        if self.transport is not None:
+            self.transport.close()

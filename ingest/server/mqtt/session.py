@@ -1,0 +1,318 @@
+"""One MQTT session: its subscriptions, its QoS ≥ 1 consumers and its packets in flight.
+
+A QoS ≥ 1 subscription is a durable consumer on `$MQTT_msgs` pushing to an
+internal `$MQTT.sub.<id>` subject; the session owns that subject only while a
+connection is attached, so a persistent session's consumer holds messages
+while the client is away. Every unacknowledged delivery is NAKed when the
+connection goes, so a reconnect gets it again at once, marked DUP (MQTT 3.1.1
+§4.4; the reference waits for `ack_wait`).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from ingest.parser import mqtt
+from ingest.parser.headers import encode_headers, header_value
+from ingest.parser.mqtt_topics import to_topic
+from ingest.server.mqtt.subscriptions import nats_subjects, published_qos
+
+if TYPE_CHECKING:
+    from ingest.server.mqtt.connection import MQTTConnection
+    from ingest.server.mqtt.sessions import SessionManager
+    from log.segments.api import MsgStore
+
+MSGS_STREAM = "$MQTT_msgs"
+MSGS_PREFIX = "$MQTT.msgs."
+SESS_PREFIX = "$MQTT.sess."
+QOS2_STREAM = "$MQTT_qos2in"
+QOS2_PREFIX = "$MQTT.qos2.in."
+DEFAULT_ACK_WAIT = 30.0
+DEFAULT_MAX_ACK_PENDING = 1024
+
+
+def filter_of(subject: str) -> bytes:
+    """The topic filter a stored NATS subject came from (`a.>` ↔ `a/#`)."""
+    levels = to_topic(subject.encode()).split(b"/")
+    return b"/".join({b"*": b"+", b">": b"#"}.get(level, level) for level in levels)
+
+
+class Session:
+    def __init__(
+        self, manager: SessionManager, client_id: str, id_hash: str, *, clean: bool
+    ) -> None:
+        self.manager = manager
+        self.client_id = client_id
+        self.id_hash = id_hash
+        self.clean = clean
+        self.conn: MQTTConnection | None = None
+        self.subs: dict[str, int] = {}  # NATS subject -> granted QoS (persisted)
+        self.cons: dict[str, dict[str, Any]] = {}  # NATS subject -> consumer config
+        self._delivery_subs: dict[str, object] = {}  # deliver subject -> token
+        self._pending: dict[int, str | None] = {}  # packet id -> JS ack subject
+        # A resend keeps its first packet id ([MQTT-4.3.2]): ids by (consumer, stream seq).
+        self._pid_of: dict[tuple[str, str], int] = {}
+        self._pubrel: set[int] = set()  # PUBREL sent, PUBCOMP awaited
+        self._qos2_in: dict[int, tuple[str, mqtt.Publish]] = {}  # until PUBREL
+        self._next_pid = 0
+
+    # ---- persistence ----------------------------------------------------------------------
+
+    def restore(self, doc: dict[str, Any]) -> None:
+        self.subs = {str(k): int(v) for k, v in doc.get("subs", {}).items()}
+        self.cons = dict(doc.get("cons", {}))
+        self._pubrel = {int(pid) for pid in doc.get("pubrel_pending", ())}
+
+    async def save(self) -> None:
+        if self.clean:
+            return
+        doc = {
+            "origin": self.manager.origin,
+            "id": self.client_id,
+            "subs": self.subs,
+            "cons": self.cons,
+        }
+        if self._pubrel:  # jetlake's: PUBRELs owed survive a restart without a consumer
+            doc["pubrel_pending"] = sorted(self._pubrel)
+        await self.manager.jsa.request(SESS_PREFIX + self.id_hash, json.dumps(doc).encode())
+
+    async def destroy(self) -> None:
+        """Forget the session: its consumers, its record, QoS 2 messages awaiting PUBREL."""
+        for subject in list(self.cons):
+            await self._drop_consumer(subject)
+        self.subs.clear()
+        self._qos2_in.clear()
+        purge = self.manager.jsa.request
+        await purge("$JS.API.STREAM.PURGE.$MQTT_sess", {"filter": SESS_PREFIX + self.id_hash})
+        await purge(
+            f"$JS.API.STREAM.PURGE.{QOS2_STREAM}", {"filter": f"{QOS2_PREFIX}{self.id_hash}.*"}
+        )
+
+    # ---- connection -----------------------------------------------------------------------
+
+    def attach(self, conn: MQTTConnection) -> None:
+        self.conn = conn
+        if self.subs:
+            filters = {filter_of(s): q for s, q in self.subs.items()}
+            conn.filters.add(tuple(filters.items()))
+        for cfg in self.cons.values():
+            self._listen(cfg["deliver_subject"])
+        for pid in sorted(self._pubrel):
+            conn.queue(mqtt.encode(mqtt.PubRel(pid)))
+
+    def detach(self, conn: MQTTConnection) -> None:
+        if conn is not self.conn:
+            return
+        self.conn = None
+        for token in self._delivery_subs.values():
+            self.manager.server.unsubscribe(token)
+        self._delivery_subs.clear()
+        for pid, ack in list(self._pending.items()):
+            if ack is None:  # a retained message: not resent
+                del self._pending[pid]
+            else:
+                self.manager.jsa.publish(ack, b"-NAK")
+        self.manager.detached(self)
+
+    # ---- publishes from the client ---------------------------------------------------------
+
+    async def publish(self, packet: mqtt.Publish, subject: str, *, allowed: bool) -> None:
+        conn = self.conn
+        if packet.qos == 2:
+            if packet.packet_id not in self._qos2_in:
+                self._qos2_in[packet.packet_id] = (subject, packet)
+                await self._hold(subject, packet)
+            if conn is not None:
+                conn.queue(mqtt.encode(mqtt.PubRec(packet.packet_id)))
+            return
+        await self.manager.publish(subject, packet, allowed=allowed)
+        if packet.qos == 1 and conn is not None:
+            conn.queue(mqtt.encode(mqtt.PubAck(packet.packet_id)))
+
+    async def on_pubrel(self, pid: int) -> None:
+        held = self._qos2_in.pop(pid, None)
+        if held is not None:
+            subject, packet = held
+            await self.manager.jsa.request(
+                f"$JS.API.STREAM.PURGE.{QOS2_STREAM}", {"filter": self._held_subject(pid)}
+            )
+            conn = self.conn
+            allowed = (
+                conn is None
+                or not conn.grant.restricted
+                or conn.grant.can_publish(subject.encode())
+            )
+            await self.manager.publish(subject, packet, allowed=allowed)
+        if self.conn is not None:
+            self.conn.queue(mqtt.encode(mqtt.PubComp(pid)))
+
+    def _held_subject(self, pid: int) -> str:
+        return f"{QOS2_PREFIX}{self.id_hash}.{pid}"
+
+    async def _hold(self, subject: str, packet: mqtt.Publish) -> None:
+        """Keep a QoS 2 message in `$MQTT_qos2in` until its PUBREL, across restarts."""
+        hdr = encode_headers(
+            {
+                "Nmqtt-Pub": "2",
+                "Nmqtt-Subject": subject,
+                "Nmqtt-Topic": packet.topic.decode(),
+                "Nmqtt-Retain": "1" if packet.retain else "0",
+            }
+        )
+        await self.manager.jsa.request(self._held_subject(packet.packet_id), packet.payload, hdr)
+
+    def restore_held(self, store: MsgStore) -> None:
+        """QoS 2 messages received before a restart whose PUBREL has not come yet."""
+        prefix = f"{QOS2_PREFIX}{self.id_hash}."
+        for name in store.subjects(prefix + "*"):
+            msg = store.load_last(name)
+            subject = header_value(msg.hdr, b"Nmqtt-Subject") if msg else None
+            topic = header_value(msg.hdr, b"Nmqtt-Topic") if msg else None
+            pid = name[len(prefix) :]
+            if msg is None or subject is None or topic is None or not pid.isdigit():
+                continue
+            retain = header_value(msg.hdr, b"Nmqtt-Retain") == b"1"
+            packet = mqtt.Publish(topic, msg.data, 2, retain, False, int(pid))
+            self._qos2_in[int(pid)] = (subject.decode(), packet)
+
+    # ---- subscriptions ---------------------------------------------------------------------
+
+    async def subscribe(
+        self, filters: tuple[tuple[bytes, int], ...], codes: tuple[int, ...]
+    ) -> None:
+        for (topic_filter, _), granted in zip(filters, codes, strict=True):
+            if granted == mqtt.SUBACK_FAILURE:
+                continue
+            for subject in nats_subjects(topic_filter) or ():
+                if granted and subject not in self.cons:
+                    await self._add_consumer(subject, granted)
+                elif granted:
+                    self.cons[subject]["_qos"] = granted
+                elif subject in self.cons:
+                    await self._drop_consumer(subject)
+            main = (nats_subjects(topic_filter) or ("",))[0]
+            self.subs[main] = granted
+        await self.save()
+
+    async def unsubscribe(self, filters: tuple[bytes, ...]) -> None:
+        for topic_filter in filters:
+            subjects = nats_subjects(topic_filter) or ()
+            for subject in subjects:
+                if subject in self.cons:
+                    await self._drop_consumer(subject)
+            if subjects:
+                self.subs.pop(subjects[0], None)
+        await self.save()
+
+    async def _add_consumer(self, subject: str, qos: int) -> None:
+        mopts = self.manager.config
+        nuid = secrets.token_urlsafe(16).replace("-", "A").replace("_", "B")
+        cfg: dict[str, Any] = {
+            "durable_name": f"{self.id_hash}_{nuid}",
+            "deliver_policy": "new",
+            "ack_policy": "explicit",
+            "ack_wait": round((mopts.ack_wait or DEFAULT_ACK_WAIT) * 1e9),
+            "filter_subject": MSGS_PREFIX + subject,
+            "replay_policy": "instant",
+            "max_ack_pending": mopts.max_ack_pending or DEFAULT_MAX_ACK_PENDING,
+            "deliver_subject": f"$MQTT.sub.{nuid}",
+        }
+        if mopts.consumer_memory_storage:
+            cfg["mem_storage"] = True
+        if mopts.consumer_inactive_threshold:
+            cfg["inactive_threshold"] = round(mopts.consumer_inactive_threshold * 1e9)
+        await self.manager.jsa.request(
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{MSGS_STREAM}.{cfg['durable_name']}",
+            {"stream_name": MSGS_STREAM, "config": cfg},
+        )
+        self.cons[subject] = {**cfg, "_qos": qos}
+        if self.conn is not None:
+            self._listen(cfg["deliver_subject"])
+
+    async def _drop_consumer(self, subject: str) -> None:
+        cfg = self.cons.pop(subject)
+        token = self._delivery_subs.pop(cfg["deliver_subject"], None)
+        if token is not None:
+            self.manager.server.unsubscribe(token)
+        await self.manager.jsa.request(
+            f"$JS.API.CONSUMER.DELETE.{MSGS_STREAM}.{cfg['durable_name']}"
+        )
+
+    def inboxes(self) -> list[str]:
+        """Subjects on which this session's consumers deliver to its connection."""
+        return list(self._delivery_subs)
+
+    def _listen(self, deliver_subject: str) -> None:
+        if deliver_subject not in self._delivery_subs:
+            self._delivery_subs[deliver_subject] = self.manager.server.subscribe(
+                deliver_subject, self._on_delivery
+            )
+
+    # ---- deliveries to the client ----------------------------------------------------------
+
+    def _on_delivery(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        """A stored QoS ≥ 1 message from a consumer: PUBLISH it with a packet id."""
+        conn = self.conn
+        if conn is None or not reply or not subject.startswith(MSGS_PREFIX):
+            return
+        tokens = reply.split(".")  # $JS.ACK.<stream>.<consumer>.<delivered>.…
+        sub_qos = self._granted(tokens[3] if len(tokens) > 3 else "")
+        qos = min(published_qos(hdr) or 1, sub_qos)
+        dup = len(tokens) > 4 and tokens[4] != "1"
+        key = (tokens[3], tokens[5]) if len(tokens) > 5 else None
+        pid = self._pid_of.get(key) if key else None
+        if pid is not None and pid in self._pending:
+            self._pending[pid] = reply
+        else:
+            pid = self._allocate(reply)
+            if key:
+                self._pid_of[key] = pid
+        topic = to_topic(subject[len(MSGS_PREFIX) :].encode())
+        conn.deliver(mqtt.encode_publish(topic, data, qos=qos, dup=dup, packet_id=pid), len(data))
+
+    def _granted(self, durable: str) -> int:
+        """The QoS granted to the subscription whose consumer is `durable`."""
+        for cfg in self.cons.values():
+            if cfg["durable_name"] == durable:
+                return int(cfg.get("_qos", 1))
+        return 1
+
+    def send_retained(self, topic: bytes, payload: bytes, qos: int) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        pid = self._allocate(None) if qos else 0
+        conn.deliver(
+            mqtt.encode_publish(topic, payload, qos=qos, retain=True, packet_id=pid), len(payload)
+        )
+
+    def _allocate(self, ack: str | None) -> int:
+        for _ in range(65535):
+            self._next_pid = self._next_pid % 65535 + 1
+            if self._next_pid not in self._pending and self._next_pid not in self._pubrel:
+                self._pending[self._next_pid] = ack
+                return self._next_pid
+        raise mqtt.ProtocolError("no free packet identifier: the client acknowledges nothing")
+
+    def on_puback(self, pid: int) -> None:
+        ack = self._pending.pop(pid, None)
+        if ack is not None:
+            self.manager.jsa.publish(ack, b"+ACK")
+            tokens = ack.split(".")
+            self._pid_of.pop((tokens[3], tokens[5]), None)
+
+    async def on_pubrec(self, pid: int) -> None:
+        """The stored message is delivered; the PUBREL owed is recorded before it is sent."""
+        self.on_puback(pid)
+        if pid not in self._pubrel:
+            self._pubrel.add(pid)
+            await self.save()
+        if self.conn is not None:
+            self.conn.queue(mqtt.encode(mqtt.PubRel(pid)))
+
+    def on_pubcomp(self, pid: int) -> None:
+        if pid in self._pubrel:
+            self._pubrel.discard(pid)
+            self.manager.spawn(self.save())

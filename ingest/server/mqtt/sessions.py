@@ -1,0 +1,161 @@
+"""The MQTT state of the server: its streams, the sessions by client id, the publish path.
+
+The five streams are the reference's (names, subjects, retention), created
+through the JetStream API when the listener starts, so a jetlake store and a
+reference store hold MQTT state the same way. A session is found again by
+the hash of its client id (`$MQTT.sess.<hash>`, the reference's hash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ingest.parser import mqtt
+from ingest.server.mqtt import retained
+from ingest.server.mqtt.connection import publish_header
+from ingest.server.mqtt.jsa import JetStreamError, JSAccess
+from ingest.server.mqtt.session import (
+    MSGS_PREFIX,
+    QOS2_PREFIX,
+    QOS2_STREAM,
+    SESS_PREFIX,
+    Session,
+)
+from ingest.server.settings import MQTTConfig
+
+if TYPE_CHECKING:
+    from ingest.server.mqtt.connection import MQTTConnection
+    from ingest.server.server import Server
+
+log = logging.getLogger("jetlake")
+
+_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def name_hash(name: str) -> str:
+    """8 characters from SHA-256, as the reference names sessions and server nodes."""
+    return "".join(_DIGITS[b % 62] for b in hashlib.sha256(name.encode()).digest()[:8])
+
+
+def _stream(name: str, subject: str, retention: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "subjects": [subject], "retention": retention, **extra}
+
+
+STREAMS = (
+    _stream("$MQTT_sess", SESS_PREFIX + ">", "limits", max_msgs_per_subject=1),
+    _stream("$MQTT_msgs", MSGS_PREFIX + ">", "interest"),
+    _stream(retained.STREAM, retained.PREFIX + ">", "limits", max_msgs_per_subject=1),
+    _stream(QOS2_STREAM, QOS2_PREFIX + ">", "limits", max_msgs_per_subject=1, discard="new"),
+    _stream("$MQTT_out", "$MQTT.out.>", "interest"),
+)
+
+
+class SessionManager:
+    def __init__(self, server: Server, config: MQTTConfig) -> None:
+        self.server = server
+        self.config = config
+        self.origin = name_hash(server.server_name)
+        self.jsa = JSAccess(server, self.origin, config.js_api_timeout)
+        self.retained = retained.RetainedStore(self.jsa, self.origin)
+        self.sessions: dict[str, Session] = {}  # persistent sessions known in this run
+        self.live: dict[str, MQTTConnection] = {}  # client id -> its connection
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        replicas = self.config.stream_replicas or 1
+        for doc in STREAMS:
+            try:
+                await self.jsa.request(
+                    "$JS.API.STREAM.CREATE." + doc["name"], {**doc, "num_replicas": replicas}
+                )
+            except JetStreamError as exc:
+                if "already in use" not in str(exc):
+                    raise
+        store = self.server.jetstream.stream(retained.STREAM).store
+        self.retained.load(store)
+
+    def stop(self) -> None:
+        self.jsa.close()
+
+    def spawn(self, work: Any, conn: MQTTConnection | None = None) -> None:
+        """Run MQTT state work; a failure closes the connection it was for."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("MQTT: %s", t.exception())
+                if conn is not None:
+                    conn.close("Protocol Violation", abnormal=True)
+
+        task.add_done_callback(done)
+
+    # ---- sessions -------------------------------------------------------------------------
+
+    async def connect(
+        self, conn: MQTTConnection, clean: bool, ready: Callable[[Session, bool], None]
+    ) -> None:
+        client_id = conn.client_id
+        old = self.live.get(client_id)
+        if old is not None and old is not conn:
+            old.close("Duplicate Client ID")  # takeover: no Will ([MQTT-3.1.4-2])
+        self.live[client_id] = conn
+        id_hash = name_hash(client_id)
+        session = self.sessions.pop(client_id, None) or self._load(client_id, id_hash)
+        present = session is not None and not clean
+        if clean and session is not None:
+            await session.destroy()
+        if session is None or clean:
+            session = Session(self, client_id, id_hash, clean=clean)
+            await session.save()
+        if not clean:
+            self.sessions[client_id] = session
+        ready(session, present)
+
+    def _load(self, client_id: str, id_hash: str) -> Session | None:
+        store = self.server.jetstream.stream("$MQTT_sess").store
+        msg = store.load_last(SESS_PREFIX + id_hash)
+        if msg is None or not msg.data:
+            return None
+        doc = json.loads(msg.data)
+        if doc.get("id") != client_id:
+            return None
+        session = Session(self, client_id, id_hash, clean=False)
+        session.restore(doc)
+        session.restore_held(self.server.jetstream.stream(QOS2_STREAM).store)
+        return session
+
+    def detached(self, session: Session) -> None:
+        if session.clean:
+            self.spawn(session.destroy())
+
+    def closed(self, conn: MQTTConnection) -> None:
+        if self.live.get(conn.client_id) is conn:
+            del self.live[conn.client_id]
+
+    # ---- publishing -----------------------------------------------------------------------
+
+    async def publish(self, subject: str, packet: mqtt.Publish, *, allowed: bool) -> None:
+        """Route to NATS and MQTT subscribers, store QoS ≥ 1 for consumers, retain."""
+        if not allowed:
+            return
+        hdr = publish_header(packet.qos)
+        payload = packet.payload
+        self.server.route(None, subject.encode(), b"", hdr, payload, len(hdr) + len(payload))
+        waits = []
+        if packet.qos:
+            waits.append(self.jsa.send(MSGS_PREFIX + subject, payload, hdr))
+        if packet.retain:
+            waits.append(self.retained.put(subject, packet.topic, payload, packet.qos))
+        if waits:
+            await asyncio.wait_for(asyncio.gather(*waits), self.config.js_api_timeout)
+
+    def publish_will(self, will: mqtt.Will, subject: str, *, allowed: bool) -> None:
+        packet = mqtt.Publish(will.topic, will.message, will.qos, will.retain)
+        self.spawn(self.publish(subject, packet, allowed=allowed))
