@@ -3,8 +3,8 @@
 A client compares the config it sent with the one the server echoes (nats.go
 does this on create-or-update), so defaults must be filled exactly like
 nats-server's `checkStreamCfg`, and refusals must carry the same codes and
-words. Features jetlake does not implement yet (mirrors, sources, republish,
-transforms) are refused rather than accepted and silently ignored.
+words. Features jetlake does not implement yet (mirrors) are refused rather
+than accepted and silently ignored.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest.parser import mapping
 from ingest.parser.headers import header_value
 from ingest.parser.subjects import is_subset, is_valid_subject, subjects_overlap
 from log import errors
 from log.request_fields import Fields
+from log.sources import StreamSource, check_sources, parse_sources
 
 _FIELDS = Fields("StreamConfigRequest")
 _type_error = _FIELDS.type_error
@@ -45,8 +47,14 @@ RETENTIONS = ("limits", "interest", "workqueue")
 DISCARDS = ("old", "new")
 STORAGES = ("file", "memory")
 COMPRESSIONS = ("none", "s2")
-_UNSUPPORTED = ("mirror", "sources", "republish", "subject_transform", "first_seq")
+_UNSUPPORTED = ("mirror",)
 _RESERVED = ("$JS.>", "$JSC.>", "$NRG.>")
+
+
+def segment_codec(compression: str) -> str | None:
+    """jetlake's reading of `compression: s2`: sealed segments in Arrow's own zstd, which
+    pyarrow and DuckDB decode (S2 is not an Arrow codec)."""
+    return "zstd" if compression == "s2" else None
 
 
 def above_api_level(hdr: bytes | None) -> bool:
@@ -59,6 +67,33 @@ def above_api_level(hdr: bytes | None) -> bool:
     if not value:
         return False
     return _GO_INT.fullmatch(value) is None or int(value) > API_LEVEL
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectTransformConfig:
+    """`subject_transform`: incoming subjects under src are stored as dest."""
+
+    src: str
+    dest: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"src": self.src, "dest": self.dest}
+
+
+@dataclass(frozen=True, slots=True)
+class RePublish:
+    """`republish`: committed messages under src are re-sent on dest (headers only if asked)."""
+
+    src: str
+    dest: str
+    headers_only: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"src": self.src} if self.src else {}
+        out["dest"] = self.dest
+        if self.headers_only:
+            out["headers_only"] = True
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +113,11 @@ class StreamConfig:
     num_replicas: int = 1
     no_ack: bool = False
     duplicate_window: int = DEFAULT_DUPLICATE_WINDOW  # nanoseconds
+    sources: tuple[StreamSource, ...] = ()
     compression: str = "none"
+    first_seq: int = 0
+    subject_transform: SubjectTransformConfig | None = None
+    republish: RePublish | None = None
     allow_direct: bool = False
     mirror_direct: bool = False
     discard_new_per_subject: bool = False
@@ -96,7 +135,8 @@ class StreamConfig:
         out: dict[str, Any] = {"name": self.name}
         if self.description:
             out["description"] = self.description
-        out["subjects"] = list(self.subjects)
+        if self.subjects:
+            out["subjects"] = list(self.subjects)
         for key in (
             "retention",
             "max_consumers",
@@ -113,7 +153,15 @@ class StreamConfig:
         if self.no_ack:
             out["no_ack"] = True
         out["duplicate_window"] = self.duplicate_window
+        if self.sources:
+            out["sources"] = [source.to_json() for source in self.sources]
         out["compression"] = self.compression
+        if self.first_seq:
+            out["first_seq"] = self.first_seq
+        if self.subject_transform is not None:
+            out["subject_transform"] = self.subject_transform.to_json()
+        if self.republish is not None:
+            out["republish"] = self.republish.to_json()
         out["allow_direct"] = self.allow_direct
         out["mirror_direct"] = self.mirror_direct
         if self.discard_new_per_subject:
@@ -162,8 +210,13 @@ def from_request(raw: Any) -> StreamConfig:
         num_replicas=_int(raw, "num_replicas"),
         no_ack=_bool(raw, "no_ack"),
         duplicate_window=_int(raw, "duplicate_window"),
+        sources=parse_sources(raw),
         compression=_enum(raw, "compression", COMPRESSIONS),
+        first_seq=_uint(raw, "first_seq"),
+        subject_transform=_transform(raw),
+        republish=_republish(raw),
         allow_direct=_bool(raw, "allow_direct"),
+        mirror_direct=_bool(raw, "mirror_direct"),
         discard_new_per_subject=_bool(raw, "discard_new_per_subject"),
         sealed=_bool(raw, "sealed"),
         deny_delete=_bool(raw, "deny_delete"),
@@ -175,6 +228,31 @@ def from_request(raw: Any) -> StreamConfig:
         metadata={str(k): str(v) for k, v in metadata.items()},
     )
     return _checked(cfg)
+
+
+def _uint(raw: Mapping[str, Any], key: str) -> int:
+    """A uint64 field: Go's decoder refuses a negative number before any other check."""
+    value = _int(raw, key)
+    if value < 0:
+        raise errors.invalid_json(
+            f"json: cannot unmarshal number {value} into Go struct field"
+            f" StreamConfigRequest.{key} of type uint64"
+        )
+    return value
+
+
+def _transform(raw: Mapping[str, Any]) -> SubjectTransformConfig | None:
+    if raw.get("subject_transform") is None:
+        return None
+    body = _dict(raw, "subject_transform")
+    return SubjectTransformConfig(_str(body, "src"), _str(body, "dest"))
+
+
+def _republish(raw: Mapping[str, Any]) -> RePublish | None:
+    if raw.get("republish") is None:
+        return None
+    body = _dict(raw, "republish")
+    return RePublish(_str(body, "src"), _str(body, "dest"), _bool(body, "headers_only"))
 
 
 def _checked(cfg: StreamConfig) -> StreamConfig:
@@ -224,8 +302,13 @@ def _checked(cfg: StreamConfig) -> StreamConfig:
         if max_per <= 0:
             raise errors.invalid_config("discard new per subject requires max msgs per subject > 0")
     cfg = _with_markers(cfg)
-    subject_list = cfg.subjects or (cfg.name,)
+    subject_list = cfg.subjects or (() if cfg.sources else (cfg.name,))
+    check_sources(cfg.sources)
     _check_subjects(subject_list, no_ack=cfg.no_ack, replicas=replicas)
+    if cfg.mirror_direct:  # mirrors are refused above, so no stream has one
+        raise errors.invalid_config("stream has no mirror but does have mirror direct")
+    _check_transform(cfg.subject_transform)
+    republish = _checked_republish(cfg.republish, cfg.subject_transform, subject_list)
     metadata = dict(cfg.metadata)
     metadata[REQUIRED_LEVEL_KEY] = "1" if cfg.allow_msg_ttl else "0"
     return dataclasses.replace(
@@ -238,8 +321,47 @@ def _checked(cfg: StreamConfig) -> StreamConfig:
         max_msg_size=_limit(cfg.max_msg_size),
         max_consumers=_limit(cfg.max_consumers),
         duplicate_window=window,
+        republish=republish,
         metadata=metadata,
     )
+
+
+def _check_transform(transform: SubjectTransformConfig | None) -> None:
+    if transform is None:
+        return
+    if transform.src and not is_valid_subject(transform.src):
+        raise errors.transform_invalid_source(f"invalid subject {transform.src}")
+    try:
+        mapping.validate_mapping(transform.src, transform.dest)
+    except mapping.MappingError as exc:
+        raise errors.transform_invalid_destination(str(exc)) from None
+
+
+def _checked_republish(
+    republish: RePublish | None,
+    transform: SubjectTransformConfig | None,
+    subject_list: tuple[str, ...],
+) -> RePublish | None:
+    """An empty source means all; `>` to `>` follows the transform when it names the subjects."""
+    if republish is None:
+        return None
+    src, dest = republish.src or ">", republish.dest
+    if (
+        src == dest == ">"
+        and transform is not None
+        and len(subject_list) == 1
+        and transform.src == subject_list[0]
+    ):
+        src = dest = transform.dest
+    if any(subjects_overlap(dest, subject) for subject in subject_list):
+        raise errors.invalid_config("stream configuration for republish destination forms a cycle")
+    try:
+        mapping.compile_transform(src, dest)
+    except mapping.MappingError:
+        raise errors.invalid_config(
+            f"stream configuration for republish with transform from '{src}' to '{dest}' not valid"
+        ) from None
+    return dataclasses.replace(republish, src=src, dest=dest)
 
 
 def _with_markers(cfg: StreamConfig) -> StreamConfig:

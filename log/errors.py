@@ -145,3 +145,15 @@ def ttl_invalid() -> ApiError:
 
 def ttl_disabled() -> ApiError:
     return ApiError(400, 10166, "per-message TTL is disabled")
+
+
+def transform_invalid_source(detail: str) -> ApiError:
+    return ApiError(400, 10155, f"stream transform source: {detail}")
+
+
+def transform_invalid_destination(detail: str) -> ApiError:
+    return ApiError(400, 10156, f"stream transform: {detail}")
+
+
+def source_invalid_name() -> ApiError:
+    return ApiError(400, 10141, "sourced stream name is invalid")

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from ingest.parser.mapping import Transform, compile_transform
 from log import errors, publish
-from log.config import StreamConfig
+from log.config import StreamConfig, segment_codec
 from log.dedup import DedupWindow
 from log.errors import ApiError
 from log.replication import ReplicationGroup, SingleNodeGroup
+from log.republish import Republisher
 from log.segments.api import (
     MsgStore,
     NewMsg,
@@ -36,6 +38,7 @@ from log.timefmt import now_ns, rfc3339
 HeaderReader = Callable[[bytes], Mapping[str, list[str]]]
 AckSink = Callable[[bytes], None]
 CommitListener = Callable[[int, str], None]
+CoreSink = Callable[[str, bytes, bytes], None]  # subject, header block, payload
 GroupFactory = Callable[
     [Callable[[list["Entry"]], None], Callable[[], None]], ReplicationGroup["Entry"]
 ]
@@ -63,10 +66,13 @@ class Stream:
         sync_interval_ns: int | None = None,
         group: GroupFactory | None = None,
         on_sooner_expiry: Callable[[], None] | None = None,
+        republish: CoreSink | None = None,
     ) -> None:
         """`on_sooner_expiry` runs when a committed TTL moves the next expiry earlier,
-        so whoever arms the expiry timer can re-arm it."""
+        so whoever arms the expiry timer can re-arm it; `republish` sends on core NATS."""
         self.config = config
+        self._send_core = republish
+        self._compile_rules(config)
         self._on_sooner_expiry = on_sooner_expiry
         self.store = store
         self.created_ns = created_ns
@@ -81,6 +87,8 @@ class Stream:
             )
         else:
             self._group = group(self._apply, store.sync)
+        if config.first_seq > store.state().first_seq:  # as the reference, at every open
+            store.compact(config.first_seq)
         state = store.state()
         self._last_seq = state.last_seq
         self._base_seq = state.last_seq  # the group's commit index 0
@@ -99,6 +107,14 @@ class Stream:
     @property
     def name(self) -> str:
         return self.config.name
+
+    def _compile_rules(self, config: StreamConfig) -> None:
+        """The subject transform and republish rule, compiled once per config (validated)."""
+        rule = config.subject_transform
+        self._transform: Transform | None = (
+            compile_transform(rule.src, rule.dest) if rule is not None else None
+        )
+        self._republisher = Republisher.of(config.republish) if self._send_core else None
 
     # -- recovery ------------------------------------------------------------
 
@@ -180,6 +196,8 @@ class Stream:
         """Run the rules and propose; `ack` gets the PubAck (or error) once known."""
         if self.config.no_ack:
             ack = None
+        if self._transform is not None:
+            subject = self._transform.match(subject) or subject
         try:
             size = msg_size(subject, hdr, data, self._overhead)
         except UnicodeEncodeError:  # bytes that are not UTF-8 reach us surrogate-escaped
@@ -201,6 +219,17 @@ class Stream:
             ttl, hdr = publish.floor_ttl(self.config, ttl, hdr)
             size = msg_size(subject, hdr, data, self._overhead)
         ts = now_ns()
+        echo = None
+        if self._republisher is not None:
+            echo = self._republisher.message(
+                stream=self.name,
+                subject=subject,
+                seq=self._last_seq + 1,
+                ts=ts,
+                last_seq=self.last_seq_for(subject),
+                hdr=hdr,
+                data=data,
+            )
         seq = self._last_seq + 1
         self._last_seq = seq
         self._last_msg_id = decision.msg_id
@@ -212,7 +241,7 @@ class Stream:
         self._pending_msgs += 1
         self._pending_bytes += size
         entry = Entry(NewMsg(subject, hdr, data, ts), seq, decision.rollup, ttl)
-        self._group.propose((entry,), partial(self._committed, seq, subject, ack))
+        self._group.propose((entry,), partial(self._committed, seq, subject, ack, echo))
 
     def add_commit_listener(self, listener: CommitListener) -> None:
         """Call listener(seq, subject) as each message commits (consumers wake on it)."""
@@ -222,13 +251,20 @@ class Stream:
         self._commit_listeners.remove(listener)
 
     def _committed(
-        self, seq: int, subject: str, ack: AckSink | None, error: BaseException | None
+        self,
+        seq: int,
+        subject: str,
+        ack: AckSink | None,
+        echo: tuple[str, bytes, bytes] | None,
+        error: BaseException | None,
     ) -> None:
-        """The message's batch is durable (or failed): answer the publisher, wake readers."""
+        """The message's batch is durable (or failed): republish, answer, wake readers."""
         if error is not None:
             if ack is not None:
                 ack(publish.error_ack(self.name, errors.store_failed(str(error) or "cancelled")))
             return
+        if echo is not None and self._send_core is not None:
+            self._send_core(*echo)
         if ack is not None:
             ack(publish.pub_ack(self.name, seq))
         for listener in self._commit_listeners:
@@ -373,6 +409,8 @@ class Stream:
     def update(self, config: StreamConfig) -> None:
         """Adopt an already-checked config; tighter limits take effect at once."""
         self.config = config
+        self._compile_rules(config)
+        self.store.set_compression(segment_codec(config.compression))
         self._dedup.window_ns = config.duplicate_window
         self._enforce_limits(None)
 

@@ -163,6 +163,14 @@ class MsgStore(Protocol):
     def expire_before(self, ts: int) -> int:
         """Delete every message older than ts (max_age); return how many went."""
 
+    def set_compression(self, codec: str | None) -> None:
+        """Arrow IPC codec ("zstd", "lz4") for segments sealed from now on; None: none.
+        A memory store keeps no segments and ignores it."""
+
+    def compact(self, first_seq: int) -> int:
+        """Start the log at first_seq: delete what is below it and, past the end, number the
+        next message first_seq (a stream's `first_seq`); return how many went."""
+
     def state(self, *, with_deleted: bool = False) -> StoreState:
         """Counts and bounds of the live messages; `deleted` is listed only when asked."""
 

@@ -229,6 +229,21 @@ class BatchStore(ABC):
             self._forget(array("Q", sorted(victims)))
         return len(victims)
 
+    @abstractmethod
+    def set_compression(self, codec: str | None) -> None:
+        """Codec for segments sealed from now on (see the MsgStore protocol)."""
+
+    def compact(self, first_seq: int) -> int:
+        """Past the end, the empty log's bounds move and are persisted like a purge's floor."""
+        if first_seq <= self._last + 1:
+            return self._advance_floor(first_seq)
+        removed = self._advance_floor(self._last + 1)
+        self._last = first_seq - 1
+        self._first = first_seq
+        self._deleted = SeqList()
+        self._persist_deletes(array("Q"))
+        return removed
+
     def expire_before(self, ts: int) -> int:
         """Stops at the first message not older than ts, as the reference does."""
         bound = self._first

@@ -40,6 +40,7 @@ so restoring a good copy of the file brings the messages back.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -84,6 +85,7 @@ class SegmentConfig:
     merge_min_segments: int = 16
     merge_max_segments: int = 256
     merge_max_batches: int = 8192
+    compression: str | None = None  # "zstd" or "lz4": sealed segments are rewritten compressed
 
 
 class _Piece(Protocol):
@@ -182,6 +184,7 @@ class FileStore(BatchStore):
         self._lake_mark: int | None = None  # rows above it are not in the lake yet
         self._held: dict[int, Segment] = {}  # reclaim deferred for the lake, by base
         self._segments: list[Segment] = []
+        self._to_compress: list[Segment] = []  # sealed, awaiting their compressed rewrite
         self._quarantined: list[int] = []  # bases of corrupt files: no merge spans one
         self._no_merge: set[int] = set()  # bases whose batches failed a merge's read
         self._merge_seen: tuple[int | None, int, int] | None = None  # state with nothing to merge
@@ -238,6 +241,7 @@ class FileStore(BatchStore):
             if seg.refs and self._is_full(seg, min_ts):
                 seg = self._roll(first)
             ref = seg.append(payload, first, last, rows, min_ts, max_ts)
+        self._compress_sealed()
         self._remember(ref, decode_batch(payload))
         return ref
 
@@ -279,6 +283,9 @@ class FileStore(BatchStore):
 
     # -- the lake's hooks ------------------------------------------------------
 
+    def set_compression(self, codec: str | None) -> None:
+        self.config = dataclasses.replace(self.config, compression=codec)
+
     def hold_for_lake(self, seq: int | None) -> None:
         """Keep rows with seqs above `seq` on disk (None: no lake, reclaim freely)."""
         self._lake_mark = seq
@@ -295,6 +302,7 @@ class FileStore(BatchStore):
             if not seg.refs or seg.min_ts > older_than_ns:
                 return False
             self._roll(seg.refs[-1].last + 1)
+        self._compress_sealed()
         return True
 
     def merge_small(self) -> int:
@@ -429,10 +437,24 @@ class FileStore(BatchStore):
         """Seal the active segment: durable before its successor exists (see segment.py)."""
         for fd in self._segments[-1].fds():
             os.fsync(fd)
-        self._segments[-1].release()
+        sealed = self._segments[-1]
+        sealed.release()
         seg = Segment.create(self.dir, first)
         self._segments.append(seg)
+        if self.config.compression:
+            self._to_compress.append(sealed)
         return seg
+
+    def _compress_sealed(self) -> None:
+        """Rewrite just-sealed segments compressed, outside the lock (a background sync
+        must not wait for it). A rewrite keeps live rows only, so a segment with rows
+        deleted here that the lake has not taken yet stays as it is."""
+        while self._to_compress:
+            seg = self._to_compress.pop()
+            whole = all(ref.live == ref.rows for ref in seg.refs)
+            lake_has_it = self._lake_mark is None or seg.refs[-1].last <= self._lake_mark
+            if seg in self._segments and (whole or lake_has_it):
+                self._rewrite([seg])
 
     def _remember(self, ref: BatchRef, batch: pa.RecordBatch) -> None:
         self._cache[ref] = batch
@@ -452,7 +474,13 @@ class FileStore(BatchStore):
         if live:
             base, gen = segs[0].base, max(s.gen for s in segs) + 1
             table = pa.concat_tables(live).combine_chunks()
-            write_segment(self.dir, base, gen, table.to_batches(self.config.rewrite_batch_rows))
+            write_segment(
+                self.dir,
+                base,
+                gen,
+                table.to_batches(self.config.rewrite_batch_rows),
+                compression=self.config.compression,
+            )
             fresh, _ = open_segment(self.dir, base, gen, active=False)
             fresh.release()
         self._replace(segs, fresh)

@@ -63,6 +63,9 @@ class MemoryStore(BatchStore):
                 ref.batch = pc.filter(ref.batch, mask)
                 ref.rows = ref.live
 
+    def set_compression(self, codec: str | None) -> None:
+        """Nothing is sealed in memory, so there is nothing to compress."""
+
     def sync(self) -> None:
         """Nothing to make durable."""
 

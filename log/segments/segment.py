@@ -350,15 +350,33 @@ def open_segment(
     return seg, batches
 
 
-def write_segment(directory: Path, base: int, gen: int, batches: Iterable[pa.RecordBatch]) -> None:
-    """Write a complete segment pair durably under its final names (used by reclaim)."""
+def _compressed(batch: pa.RecordBatch, codec: str) -> pa.Buffer:
+    """The batch's IPC message with its body compressed (Arrow's own LZ4/ZSTD buffers, which
+    every IPC reader decodes): what a stream writer emits between the schema and the end."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=codec)
+    with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
+        writer.write_batch(batch)
+    whole = sink.getvalue()
+    return whole.slice(len(HEADER), whole.size - len(HEADER) - 8)
+
+
+def write_segment(
+    directory: Path,
+    base: int,
+    gen: int,
+    batches: Iterable[pa.RecordBatch],
+    *,
+    compression: str | None = None,
+) -> None:
+    """Write a complete segment pair durably under its final names (reclaim, merge, seal)."""
     arrows, idx = segment_paths(directory, base, gen)
     tmp_arrows, tmp_idx = arrows.with_suffix(".tmp"), idx.with_suffix(".idx.tmp")
     with open(tmp_arrows, "wb") as fa, open(tmp_idx, "wb") as fi:
         fa.write(HEADER)
         off = len(HEADER)
         for batch in batches:
-            payload = batch.serialize()
+            payload = _compressed(batch, compression) if compression else batch.serialize()
             crc = zlib.crc32(payload)
             ts = batch.column(TS)
             seqs = seq_view(batch)

@@ -1,6 +1,6 @@
 """One live consumer on the event loop: its subscriptions, its timer, its store.
 
-The rules live in `log.consumer.Consumer`; this shell feeds it what happens
+The rules live in `log.consumers.consumer.Consumer`; this shell feeds it what happens
 (pull requests, acks, flow-control replies, commits, interest changes, its
 timer) and publishes what it returns. Work is coalesced per loop turn: many
 commits or acks in one read schedule one `pump` and one state write.
@@ -13,9 +13,10 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from log.consumer import Consumer
-from log.consumer_store import POSITION, ConsumerStore
-from log.consumer_wire import (
+from consensus.durability import SYNCER
+from log.consumers.consumer import Consumer
+from log.consumers.store import POSITION, ConsumerStore
+from log.consumers.wire import (
     ACK_PREFIX,
     FC_PREFIX,
     AckResult,
@@ -24,7 +25,6 @@ from log.consumer_wire import (
     Output,
     Status,
 )
-from log.durability import SYNCER
 from log.timefmt import now_ns
 
 if TYPE_CHECKING:

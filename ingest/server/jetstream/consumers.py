@@ -22,12 +22,12 @@ from ingest.parser.subjects import subjects_overlap
 from ingest.server.jetstream.api import LIST_LIMIT, NAMES_LIMIT, Response
 from ingest.server.jetstream.api import _optional_json as _json_object
 from ingest.server.jetstream.consumer_runner import Runner
-from log import consumer_config as ccfg
-from log import consumer_errors as cerr
 from log import errors
 from log.config import API_LEVEL, is_valid_name
-from log.consumer import Consumer
-from log.consumer_store import ConsumerStore, consumers_dir, load_all
+from log.consumers import config as ccfg
+from log.consumers import errors as cerr
+from log.consumers.consumer import Consumer
+from log.consumers.store import ConsumerStore, consumers_dir, load_all
 from log.stream import Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
 
@@ -140,15 +140,23 @@ class Consumers:
             stream.store.remove(seq)
 
     def _on_done(self, runner: Runner, seqs: list[int]) -> None:
-        """A consumer is finished with these messages: drop those nobody else needs."""
+        """A consumer is finished with these messages: drop those nobody else needs.
+
+        Only the other consumers are asked, and only they need a message's subject:
+        the common case (one consumer, e.g. each MQTT QoS 1 subscription) removes
+        without loading a message, and the rest load once per batch, not per message.
+        """
         stream = runner.stream
         if stream.config.retention == "limits":
             return
-        others = [r.consumer for r in self._by_stream.get(stream.name, {}).values()]
+        others = [
+            r.consumer for r in self._by_stream.get(stream.name, {}).values() if r is not runner
+        ]
+        if others:
+            msgs = stream.store.load_many(sorted(seqs))
+            seqs = [m.seq for m in msgs if not any(c.needs(m.seq, m.subject) for c in others)]
         for seq in seqs:
-            msg = stream.store.load(seq)
-            if msg is not None and not any(c.needs(seq, msg.subject) for c in others):
-                stream.store.remove(seq)
+            stream.store.remove(seq)
 
     def _sweep_interest(self, stream: Stream) -> None:
         """After a consumer left an interest stream: drop what no one still needs."""

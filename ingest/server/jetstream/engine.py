@@ -1,9 +1,10 @@
 """JetStream inside the server: the stream registry, its subscriptions, timers and storage layout.
 
-Layout on disk (the reference's): `<store_dir>/jetstream/$G/streams/<name>/`
-holds the stream's segment files and `stream.json` (its config and creation
-time), written atomically so a crash leaves the old or the new one. Memory
-streams are not persisted, as in the reference: they do not survive a restart.
+Layout on disk (the reference's): `<store_dir>/jetstream/<account>/streams/<name>/`
+(`$G` for the global account; one engine per account) holds the stream's
+segment files and `stream.json` (its config and creation time), written
+atomically so a crash leaves the old or the new one. Memory streams are not
+persisted, as in the reference: they do not survive a restart.
 """
 
 from __future__ import annotations
@@ -23,8 +24,16 @@ from ingest.parser.headers import HeaderError, parse_headers
 from ingest.parser.subjects import subjects_overlap
 from ingest.server.jetstream import direct
 from ingest.server.jetstream.port import Messaging
+from ingest.server.jetstream.sources import Sources
 from log import errors
-from log.config import API_LEVEL, StreamConfig, above_api_level, check_update, from_request
+from log.config import (
+    API_LEVEL,
+    StreamConfig,
+    above_api_level,
+    check_update,
+    from_request,
+    segment_codec,
+)
 from log.segments.api import MsgStore
 from log.stream import Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
@@ -61,9 +70,10 @@ def open_store(cfg: StreamConfig, path: Path) -> MsgStore:
         from log.segments.memstore import MemoryStore
 
         return MemoryStore(name=cfg.name)
-    from log.segments.filestore import FileStore
+    from log.segments.filestore import FileStore, SegmentConfig
 
-    return FileStore(path, name=cfg.name)
+    segments = SegmentConfig(compression=segment_codec(cfg.compression))
+    return FileStore(path, name=cfg.name, config=segments)
 
 
 def read_headers(block: bytes) -> Mapping[str, list[str]]:
@@ -83,6 +93,7 @@ class JetStream:
         server_id: str,
         server_name: str,
         store_opener: StoreOpener = open_store,
+        account: str = ACCOUNT,
     ) -> None:
         from ingest.server.jetstream.api import Api
         from ingest.server.jetstream.consumers import Consumers
@@ -93,12 +104,14 @@ class JetStream:
         self.server_name = server_name
         base = Path(config.store_dir or Path(tempfile.gettempdir()) / "nats")
         self.store_dir = base / "jetstream"
-        self._root = self.store_dir / ACCOUNT / "streams"
+        self.account = account
+        self._root = self.store_dir / account / "streams"
         self._open_store = store_opener
         self.streams: dict[str, Stream] = {}
         self._subs: dict[str, list[object]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self.consumers = Consumers(self, SERVER_VERSION)
+        self.sources = Sources(self.streams, read_headers)
         self.api = Api(self)
         self._api_subs: list[object] = []
 
@@ -116,7 +129,9 @@ class JetStream:
             cfg = from_request(doc["config"])
             stream = self._open(cfg, parse_rfc3339(doc["created"]))
             state = stream.store.state()
-            log.info("  Restored %d messages for stream '%s > %s'", state.msgs, ACCOUNT, cfg.name)
+            log.info(
+                "  Restored %d messages for stream '%s > %s'", state.msgs, self.account, cfg.name
+            )
         self._api_subs = self.api.subscribe(self.messaging.subscribe)
         log.info("JetStream started: %d streams, store %s", len(self.streams), self.store_dir)
 
@@ -148,6 +163,7 @@ class JetStream:
             if existing.config == cfg:
                 return existing
             raise errors.stream_name_exists()
+        self.sources.check_cycle(cfg)
         self._check_overlap(cfg)
         stream = self._open(cfg, now_ns())
         self._persist(stream)
@@ -156,6 +172,7 @@ class JetStream:
     def update_stream(self, cfg: StreamConfig) -> Stream:
         stream = self.stream(cfg.name)
         new = check_update(stream.config, cfg)
+        self.sources.check_cycle(new)
         self._check_overlap(new)
         self._detach(cfg.name)
         stream.update(new)
@@ -189,6 +206,7 @@ class JetStream:
             read_headers=read_headers,
             sync_interval_ns=self.config.sync_interval_ns,
             on_sooner_expiry=partial(self._rearm_expiry, cfg.name),
+            republish=lambda subject, hdr, data: self.messaging.publish(subject, None, hdr, data),
         )
         self.streams[cfg.name] = stream
         self._attach(stream)
@@ -226,9 +244,11 @@ class JetStream:
             prefix = DIRECT_PREFIX + stream.name
             tokens += [subscribe(prefix, on_get), subscribe(prefix + ".>", on_get)]
         self._subs[stream.name] = tokens
+        self.sources.open(stream)
         self._arm_expiry(stream)
 
     def _detach(self, name: str) -> None:
+        self.sources.close(name)
         for token in self._subs.pop(name, []):
             self.messaging.unsubscribe(token)
         timer = self._timers.pop(name, None)
@@ -346,6 +366,7 @@ class JetStream:
                 deleted_details=deleted_details,
                 subjects_filter=subjects_filter,
             ),
+            **({"sources": self.sources.state(stream.name)} if stream.config.sources else {}),
             "ts": rfc3339(now_ns()),
         }
 

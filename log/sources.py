@@ -1,0 +1,176 @@
+"""Stream sources: the `sources` config, its validation, and the header that carries progress.
+
+A sourcing stream copies messages from other streams. Each copy carries
+`Nats-Stream-Source: <name> <origin seq> <filters> <destinations> <origin subject>`,
+as the reference writes it; the copy and its progress are therefore one
+record, so after a crash the sourcing stream resumes after the last copy it
+holds — nothing copied twice, nothing skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.parser import mapping
+from ingest.parser.subjects import is_subset, is_valid_subject
+from log import errors
+from log.errors import ApiError
+from log.request_fields import Fields
+from log.timefmt import parse_rfc3339, rfc3339
+
+SOURCE_HEADER = "Nats-Stream-Source"
+_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_FIELDS = Fields("StreamConfigRequest")
+
+
+@dataclass(frozen=True, slots=True)
+class Transform:
+    src: str
+    dest: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSource:
+    name: str
+    opt_start_seq: int = 0
+    opt_start_time: int = 0  # ns since the epoch; 0: none
+    filter_subject: str = ""
+    subject_transforms: tuple[Transform, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.opt_start_seq:
+            out["opt_start_seq"] = self.opt_start_seq
+        if self.opt_start_time:
+            out["opt_start_time"] = rfc3339(self.opt_start_time)
+        if self.filter_subject:
+            out["filter_subject"] = self.filter_subject
+        if self.subject_transforms:
+            out["subject_transforms"] = [
+                {"src": t.src, "dest": t.dest} for t in self.subject_transforms
+            ]
+        return out
+
+    @property
+    def index_name(self) -> str:
+        """Name, filters and destinations: what tells two sources of one stream apart."""
+        if not self.subject_transforms:
+            return f"{self.name} {self.filter_subject or '>'} >"
+        srcs = "\f".join(t.src or ">" for t in self.subject_transforms)
+        dests = "\f".join(t.dest or ">" for t in self.subject_transforms)
+        return f"{self.name} {srcs} {dests}"
+
+    def header(self, seq: int, subject: str, ident: str) -> str:
+        name, srcs, dests = self.index_name.split(" ")
+        return f"{name} {seq} {srcs} {dests} {subject} {ident}"
+
+    def compile(self) -> list[tuple[str, mapping.Transform | None]]:
+        """(filter, transform) pairs; a subject is copied when it falls under a filter."""
+        if not self.subject_transforms:
+            return [(self.filter_subject or ">", None)]
+        return [
+            (t.src or ">", mapping.compile_transform(t.src, t.dest) if t.dest else None)
+            for t in self.subject_transforms
+        ]
+
+
+def stream_identity(created_ns: int) -> str:
+    """The reference's identity of an origin (a hash of its creation time): a recreated
+    origin has another, so a reader can tell its sequences started over."""
+    digest = hashlib.sha256(rfc3339(created_ns).encode()).digest()
+    return "".join(_DIGITS[b % 62] for b in digest[:8])
+
+
+def parse_source_header(value: str) -> tuple[str, int, str] | None:
+    """(index name, origin seq, origin identity) of a stored copy; None if not a copy."""
+    parts = value.split(" ")
+    if len(parts) < 5 or not parts[1].isdigit():
+        return None
+    return f"{parts[0]} {parts[2]} {parts[3]}", int(parts[1]), parts[5] if len(parts) > 5 else ""
+
+
+def parse_sources(raw: Mapping[str, Any]) -> tuple[StreamSource, ...]:
+    items = raw.get("sources")
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise _FIELDS.type_error("sources", items, "[]*server.StreamSource")
+    return tuple(_source(item) for item in items)
+
+
+def _source(item: Any) -> StreamSource:
+    if not isinstance(item, Mapping):
+        raise errors.source_invalid_name()
+    for key in ("external", "consumer"):
+        if item.get(key):
+            raise errors.invalid_config(f"jetlake does not support {key} sources yet")
+    start_time = _FIELDS.str(item, "opt_start_time")
+    transforms = item.get("subject_transforms") or []
+    if not isinstance(transforms, list):
+        raise _FIELDS.type_error(
+            "subject_transforms", transforms, "[]server.SubjectTransformConfig"
+        )
+    return StreamSource(
+        name=_FIELDS.str(item, "name"),
+        opt_start_seq=_FIELDS.int(item, "opt_start_seq"),
+        opt_start_time=_time(start_time) if start_time else 0,
+        filter_subject=_FIELDS.str(item, "filter_subject"),
+        subject_transforms=tuple(
+            Transform(_FIELDS.str(t, "src"), _FIELDS.str(t, "dest"))
+            for t in transforms
+            if isinstance(t, Mapping)
+        ),
+    )
+
+
+def _time(text: str) -> int:
+    try:
+        return parse_rfc3339(text)
+    except ValueError as exc:
+        raise errors.invalid_json(str(exc)) from None
+
+
+def check_sources(sources: tuple[StreamSource, ...]) -> None:
+    """The reference's refusals, in its order."""
+    seen: set[str] = set()
+    for src in sources:
+        if not src.name or any(ch in src.name for ch in " \t\r\n\f.*>\\/"):
+            raise errors.source_invalid_name()
+        if src.index_name in seen:
+            raise ApiError(400, 10140, "duplicate source configuration detected")
+        seen.add(src.index_name)
+        if src.filter_subject and src.subject_transforms:
+            raise ApiError(
+                400,
+                10144,
+                "source with multiple subject transforms cannot also have a single subject filter",
+            )
+        for t in src.subject_transforms:
+            if t.src and not is_valid_subject(t.src):
+                raise ApiError(400, 10145, f"source transform source: invalid subject {t.src}")
+            try:
+                mapping.validate_mapping(t.src, t.dest)
+            except mapping.MappingError as exc:
+                raise ApiError(400, 10146, f"source transform: {exc}") from None
+        for i, outer in enumerate(src.subject_transforms):
+            for j, inner in enumerate(src.subject_transforms):
+                if i != j and is_subset(outer.src or ">", inner.src or ">"):
+                    raise ApiError(400, 10147, "source filters can not overlap")
+
+
+def check_cycle(name: str, sources: tuple[StreamSource, ...], others: Mapping[str, Any]) -> None:
+    """Refuse a stream that would, through sources, read its own copies (they would
+    circulate for ever). `others` maps each other stream's name to its config."""
+    todo = [s.name for s in sources]
+    seen: set[str] = set()
+    while todo:
+        current = todo.pop()
+        if current == name:
+            raise errors.invalid_config("detected cycle")
+        if current in seen or current not in others:
+            continue
+        seen.add(current)
+        todo.extend(s.name for s in others[current].sources)
