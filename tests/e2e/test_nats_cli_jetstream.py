@@ -19,6 +19,7 @@ _VOLATILE = (
     (re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?Z?"), "TIME"),
     (re.compile(r"\b\d\d:\d\d:\d\d\b"), "CLOCK"),  # the CLI's log lines
     (re.compile(r"\b\d+(\.\d+)?(ns|µs|ms|s)\b"), "DUR"),
+    (re.compile(r"\b\d+(\.\d+)? ?[KMGT]?i?B/s\b"), "RATE"),  # the Object Store's put speed
     (re.compile(r"\b(N[A-Z0-9]{55}|[A-Za-z0-9]{22})\b"), "ID"),  # server ids, nuids
     (re.compile(r"127\.0\.0\.1:\d+"), "ADDR"),
     # jetlake reports the version and JetStream API level whose features it implements.
