@@ -137,6 +137,11 @@ class MsgStore(Protocol):
         the message from the live log, and the lake keeps it.
         """
 
+    def remove_many(self, seqs: Iterable[int]) -> int:
+        """Delete the live messages among seqs, with one write to the delete log (how a
+        consumer's acks on an interest or work-queue stream arrive: in runs); returns
+        how many were there. Never explicit: these retire, the lake keeps them."""
+
     def purge(
         self,
         subject_filter: str = ">",

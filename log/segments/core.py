@@ -151,15 +151,27 @@ class BatchStore(ABC):
         return first
 
     def remove(self, seq: int, *, explicit: bool = False) -> bool:
+        if not self._unindex(seq):
+            return False
+        if explicit:
+            self._persist_explicit([Erasure(seq, seq)])
+        self._forget(array("Q", [seq]))
+        return True
+
+    def remove_many(self, seqs: Iterable[int]) -> int:
+        victims = array("Q", (seq for seq in sorted(set(seqs)) if self._unindex(seq)))
+        if victims:
+            self._forget(victims)
+        return len(victims)
+
+    def _unindex(self, seq: int) -> bool:
+        """Take a live message out of the subject index (the first half of a delete)."""
         if not self._is_live(seq):
             return False
         ref = self._locate(seq)
         batch = self._fetch(ref)
         row = row_of(batch, seq, ref.dense_first)
         self._subjects.remove(batch.column(SUBJECT)[row].as_py(), seq)
-        if explicit:
-            self._persist_explicit([Erasure(seq, seq)])
-        self._forget(array("Q", [seq]))
         return True
 
     def purge(

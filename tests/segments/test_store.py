@@ -67,6 +67,25 @@ def test_remove_and_interior_gaps(stores: Stores) -> None:
         )
 
 
+def test_remove_many_is_remove_of_each_at_once(stores: Stores) -> None:
+    """What a run of acks on an interest stream does: the same end state as one remove
+    per seq, with gone, duplicate and unknown seqs skipped."""
+    written = fill(stores)
+    store = stores.store
+    assert store.remove(7)
+    assert store.remove_many([9, 1, 7, 2, 9, 999, 40]) == 4  # 7 gone, 9 twice, 999 unknown
+    for store in stores.now_and_after_restart():
+        st = store.state(with_deleted=True)
+        assert (st.msgs, st.first_seq, st.deleted) == (65, 3, [7, 9, 40])
+        assert store.load_many([1, 2, 3, 9, 40, 41]) == [written[2], written[40]]
+        assert store.subjects() == {
+            subject: sum(
+                1 for m in written if m.subject == subject and m.seq not in (1, 2, 7, 9, 40)
+            )
+            for subject in SUBJECTS
+        }
+
+
 def test_purge_filter_upto_keep(stores: Stores) -> None:
     written = fill(stores)
     store = stores.store

@@ -155,8 +155,7 @@ class Consumers:
         if others:
             msgs = stream.store.load_many(sorted(seqs))
             seqs = [m.seq for m in msgs if not any(c.needs(m.seq, m.subject) for c in others)]
-        for seq in seqs:
-            stream.store.remove(seq)
+        stream.store.remove_many(seqs)
 
     def _sweep_interest(self, stream: Stream) -> None:
         """After a consumer left an interest stream: drop what no one still needs."""
