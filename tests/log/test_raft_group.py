@@ -7,6 +7,7 @@ TCP, each applying through its own RaftGroup; proposals go to the leader's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import pickle
 from collections.abc import AsyncIterator, Callable
@@ -49,14 +50,9 @@ def ints(apply: Callable[[list[int]], None], node: Callable[[Apply], object]) ->
     )
 
 
-@pytest.fixture(params=["single", "raft"])
-async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
-    if request.param == "single":
-        h = Harness(group=None)  # type: ignore[arg-type]
-        h.group = SingleNodeGroup(h.apply, lambda: None)
-        yield h
-        await h.group.close()
-        return
+@contextlib.asynccontextmanager
+async def raft_members(tmp_path: Path) -> AsyncIterator[tuple[Cluster, dict[str, Harness]]]:
+    """Three members over real TCP, each a RaftGroup of ints; all closed afterwards."""
     cluster = Cluster(tmp_path)
     harnesses: dict[str, Harness] = {}
 
@@ -67,11 +63,23 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
 
     await cluster.start(node=member)
     try:
-        leader = await cluster.leader()
-        yield harnesses[leader.id]
+        yield cluster, harnesses
     finally:
         for h in harnesses.values():
             await h.group.close()
+
+
+@pytest.fixture(params=["single", "raft"])
+async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
+    if request.param == "single":
+        h = Harness(group=None)  # type: ignore[arg-type]
+        h.group = SingleNodeGroup(h.apply, lambda: None)
+        yield h
+        await h.group.close()
+        return
+    async with raft_members(tmp_path) as (cluster, harnesses):
+        leader = await cluster.leader()
+        yield harnesses[leader.id]
 
 
 def recorder(calls: OnCommitLog, n: int) -> Callable[[BaseException | None], None]:
@@ -126,20 +134,8 @@ async def test_a_failed_apply_fails_its_proposal_and_everything_after(harness: H
 
 @pytest.fixture
 async def members(tmp_path: Path) -> AsyncIterator[tuple[Cluster, dict[str, Harness]]]:
-    cluster = Cluster(tmp_path)
-    harnesses: dict[str, Harness] = {}
-
-    def member(n: str, _: Apply) -> object:
-        h = harnesses[n] = Harness(group=None)  # type: ignore[arg-type]
-        h.group = ints(h.apply, lambda apply: cluster.make_node(n, apply))
-        return h.group
-
-    await cluster.start(node=member)
-    try:
-        yield cluster, harnesses
-    finally:
-        for h in harnesses.values():
-            await h.group.close()
+    async with raft_members(tmp_path) as got:
+        yield got
 
 
 async def test_every_member_applies_the_same_batches_and_followers_name_the_leader(
