@@ -526,6 +526,25 @@ async def test_interest_retention(js_server: ServerProcess, connect: Connect) ->
     assert (state.messages, state.first_seq) == (0, 3)
 
 
+async def test_interest_retention_drops_what_a_deleted_consumer_alone_needed(
+    js_server: ServerProcess, connect: Connect
+) -> None:
+    nc = await connect(js_server)
+    js = nc.jetstream()
+    await js.add_stream(name="I", subjects=["i.>"], retention="interest")
+    await js.pull_subscribe("i.a", durable="a", stream="I")
+    await js.pull_subscribe("i.>", durable="all", stream="I")
+    for subject in ("i.a", "i.b", "i.a", "i.b"):
+        await js.publish(subject, b"x")
+    assert (await js.stream_info("I")).state.messages == 4
+    await js.delete_consumer("I", "all")  # i.b was needed by "all" alone
+    state = (await js.stream_info("I")).state
+    assert (state.messages, state.first_seq) == (2, 1)
+    assert [(await js.get_msg("I", seq)).subject for seq in (1, 3)] == ["i.a", "i.a"]
+    await js.delete_consumer("I", "a")
+    assert (await js.stream_info("I")).state.messages == 0
+
+
 async def test_workqueue_retention(js_server: ServerProcess, connect: Connect) -> None:
     nc = await connect(js_server)
     js = nc.jetstream()

@@ -152,19 +152,14 @@ class Consumers:
         others = [
             r.consumer for r in self._by_stream.get(stream.name, {}).values() if r is not runner
         ]
-        if others:
-            msgs = stream.store.load_many(sorted(seqs))
-            seqs = [m.seq for m in msgs if not any(c.needs(m.seq, m.subject) for c in others)]
-        stream.store.remove_many(seqs)
+        _drop_unneeded(stream, sorted(seqs), others)
 
     def _sweep_interest(self, stream: Stream) -> None:
         """After a consumer left an interest stream: drop what no one still needs."""
         others = [r.consumer for r in self._by_stream.get(stream.name, {}).values()]
-        state = stream.store.state()
-        for seq in list(stream.store.seqs_for(">", state.first_seq)):
-            msg = stream.store.load(seq)
-            if msg is not None and not any(c.needs(seq, msg.subject) for c in others):
-                stream.store.remove(seq)
+        seqs = list(stream.store.seqs_for(">", stream.store.state().first_seq))
+        for i in range(0, len(seqs), _SWEEP_RUN):  # a run at a time: never the whole stream loaded
+            _drop_unneeded(stream, seqs[i : i + _SWEEP_RUN], others)
 
     def _on_idle(self, runner: Runner) -> None:
         stream = self._js.streams.get(runner.consumer.stream)
@@ -362,3 +357,15 @@ class Consumers:
             out["pause_remaining"] = pause - now
         out["ts"] = rfc3339(now)
         return out
+
+
+_SWEEP_RUN = 4096
+
+
+def _drop_unneeded(stream: Stream, seqs: list[int], others: list[Consumer]) -> None:
+    """Remove the messages among ascending seqs that none of `others` still needs, as one
+    delete; with nobody to ask, no message is loaded."""
+    if others:
+        msgs = stream.store.load_many(seqs)
+        seqs = [m.seq for m in msgs if not any(c.needs(m.seq, m.subject) for c in others)]
+    stream.store.remove_many(seqs)
