@@ -7,12 +7,13 @@ reference's default (fsync every 2 minutes); consumers, KV and Object Store ≥ 
 the lake: PubAck to Delta p99 ≤ 10 s, counting by subject over the history ≥ 20x
 faster than replaying it from the reference. Lake freshness and compaction have no
 reference counterpart: jetlake-only rows, judged against an absolute bound or not at all;
-so are Raft's (a 3-node group beside a group of one, figures without a target).
+so are Raft's (a 3-node group beside a group of one, figures without a target). The
+cluster rows (three processes per side, an R3 stream) have no target yet.
 """
 
 from __future__ import annotations
 
-from benchmarks import consumers, core, jetstream, kv, lake, mqtt, raft
+from benchmarks import cluster, consumers, core, jetstream, kv, lake, mqtt, raft
 from benchmarks.model import Metric, Profile, Workload
 
 RATE = "msgs/s"
@@ -32,6 +33,21 @@ def _latencies(label: str, p50_target: float | None = None, text: str = "") -> t
     return (
         Metric("p50_us", f"{label} p50", MICROS, False, p50_target, text),
         Metric("p99_us", f"{label} p99", MICROS, False),
+    )
+
+
+def _cluster_row(
+    name: str, phase: cluster.Phase, metrics: tuple[Metric, ...], text: str
+) -> Workload:
+    """Three servers a side on loopback, an R3 file stream, then ``phase`` (benchmarks/cluster)."""
+    return Workload(
+        name,
+        Profile.OFFLINE,
+        cluster.measure(phase, "jetlake"),
+        metrics,
+        f"3 servers, R3 file stream: {text}",
+        ref_measure=cluster.measure(phase, "ref"),
+        timeout=300.0,
     )
 
 
@@ -241,6 +257,30 @@ WORKLOADS: tuple[Workload, ...] = (
         sides=("jetlake",),
         timeout=300.0,
     ),
+    _cluster_row(
+        "cluster-pub-async",
+        cluster.publish_async,
+        (_rate("R3 js publish_async"),),
+        "--count publish_async with --window acks in flight",
+    ),
+    _cluster_row(
+        "cluster-pub-sync",
+        cluster.publish_sync,
+        _latencies("R3 js publish sync"),
+        "--sync-count publishes one at a time",
+    ),
+    _cluster_row(
+        "cluster-pull",
+        cluster.pull_fetch_ack,
+        (_rate("R3 pull fetch + ack"),),
+        "a durable R3 pull consumer fetches and acks --count stored messages",
+    ),
+    _cluster_row(
+        "cluster-failover",
+        cluster.failover,
+        (Metric("failover_ms", "R3 leader failover (SIGKILL → next ack)", MILLIS, False),),
+        "SIGKILL of the stream leader, timed to the next publish acked via a survivor",
+    ),
 )
 
 
@@ -249,13 +289,19 @@ def _raft(workload: Workload) -> bool:
     return workload.name.split("-")[0] == "raft"
 
 
+def _cluster(workload: Workload) -> bool:
+    """The cluster rows start three servers a side themselves: a group of their own, not "js"."""
+    return workload.name.startswith("cluster-")
+
+
 def _lake(workload: Workload) -> bool:
     """The lake's rows take minutes and a JVM: a group of their own, kept out of "js"."""
     return workload.name.startswith("lake-")
 
 
 def select(names: list[str]) -> list[Workload]:
-    """Workloads by name or group ("core", "js", "lake", "raft", "mqtt"); all if ``names`` is empty.
+    """Workloads by name or group ("core", "js", "lake", "raft", "cluster", "mqtt"); all if
+    ``names`` is empty.
 
     Raises ``KeyError`` naming the unknown entry, so the CLI can list the valid ones.
     """
@@ -267,12 +313,15 @@ def select(names: list[str]) -> list[Workload]:
             matches = [
                 w
                 for w in WORKLOADS
-                if w.profile not in (Profile.CORE, Profile.MQTT) and not _lake(w) and not _raft(w)
+                if w.profile not in (Profile.CORE, Profile.MQTT)
+                and not (_lake(w) or _raft(w) or _cluster(w))
             ]
         elif name == "lake":
             matches = [w for w in WORKLOADS if _lake(w)]
         elif name == "raft":
             matches = [w for w in WORKLOADS if _raft(w)]
+        elif name == "cluster":
+            matches = [w for w in WORKLOADS if _cluster(w)]
         else:
             matches = [w for w in WORKLOADS if name in (w.name, w.profile.value)]
         if not matches:

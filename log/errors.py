@@ -80,6 +80,22 @@ def replicas_not_supported() -> ApiError:
     return ApiError(500, 10074, "replicas > 1 not supported in non-clustered mode")
 
 
+def max_replicas() -> ApiError:
+    return ApiError(500, 10052, "maximum replicas is 5")
+
+
+def no_suitable_peers() -> ApiError:
+    return ApiError(400, 10005, "no suitable peers for placement")
+
+
+def replicas_change_not_supported() -> ApiError:
+    return ApiError(500, 10069, "stream update failed: changing replicas is not supported yet")
+
+
+def peer_not_member() -> ApiError:
+    return ApiError(400, 10040, "peer not a member")
+
+
 def replicas_negative() -> ApiError:
     return ApiError(400, 10133, "replicas count cannot be negative")
 

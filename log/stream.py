@@ -2,57 +2,57 @@
 
 Publishes are checked against the *proposed* state (what will be true once
 everything accepted commits) and proposed to the group; the group applies
-committed batches here, which appends them to the store and enforces the
-limits that delete old messages (rollups, per-subject, max_msgs, max_bytes).
-Only apply mutates the log on the publish path, so a replicated group applying
-the same entries on every node yields the same store everywhere.
+committed entries here. Every change to the store is such an entry (publish,
+delete, purge, expiry, a consumer's removals, see `log.stream_entries`),
+applied in log order on every member of the group, so every member's store
+ends up the same. Apply therefore reads nothing that only the proposer has,
+and applying an entry twice (a restarted member replays its log over its
+store) changes nothing the first application did not.
+
+Only a leader that has applied everything of earlier terms proposes (it is
+`accepting`): its proposed state starts from its applied state.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 import json
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+import random
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
+from consensus.commits import OnCommit
+from consensus.types import RaftError
 from ingest.parser.mapping import Transform, compile_transform
 from log import errors, publish
 from log.config import StreamConfig, segment_codec
-from log.dedup import DedupWindow
 from log.errors import ApiError
 from log.replication import ReplicationGroup, SingleNodeGroup
 from log.republish import Republisher
-from log.segments.api import (
-    MsgStore,
-    NewMsg,
-    StoredMsg,
-    StoreError,
-    msg_size,
-)
+from log.segments.api import MsgStore, NewMsg, msg_size
+from log.stream_apply import Applier, ConsumerOps, HeaderReader
+from log.stream_entries import Barrier, ConsumerOp, Delete, Entry, Expire, Publish, Purge, Remove
 from log.timefmt import now_ns, rfc3339
 
-HeaderReader = Callable[[bytes], Mapping[str, list[str]]]
 AckSink = Callable[[bytes], None]
 CommitListener = Callable[[int, str], None]
 CoreSink = Callable[[str, bytes, bytes], None]  # subject, header block, payload
 GroupFactory = Callable[
-    [Callable[[list["Entry"]], None], Callable[[], None]], ReplicationGroup["Entry"]
+    [Callable[[list[Entry]], None], Callable[[], None]], ReplicationGroup[Entry]
 ]
-_NS = 1_000_000_000
+T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A replicated log entry: the message plus the decisions apply must repeat."""
+class StreamNotLeaderError(RuntimeError):
+    """An administrative call reached a member not taking this stream's proposals: a
+    follower, a leader still applying its predecessors' entries, or one that lost the
+    leadership before the call committed."""
 
-    msg: NewMsg
-    seq: int
-    rollup: str
-    ttl: int
+    def __init__(self, stream: str) -> None:
+        super().__init__(f"stream {stream}: this server is not its leader (or not caught up)")
+        self.stream = stream
 
 
 class Stream:
@@ -68,8 +68,13 @@ class Stream:
         on_sooner_expiry: Callable[[], None] | None = None,
         republish: CoreSink | None = None,
     ) -> None:
-        """`on_sooner_expiry` runs when a committed TTL moves the next expiry earlier,
-        so whoever arms the expiry timer can re-arm it; `republish` sends on core NATS."""
+        """`on_sooner_expiry` runs when the next expiry may have moved earlier (a TTL
+        committed, an expiry committed, the leadership arrived), so whoever arms the
+        expiry timer can re-arm it; `republish` sends on core NATS.
+
+        Without `group` the stream is a group of one, leader from the start; with one
+        it proposes nothing until `set_leader(True)` and its barrier commit.
+        """
         self.config = config
         self._send_core = republish
         self._compile_rules(config)
@@ -78,6 +83,28 @@ class Stream:
         self.created_ns = created_ns
         self._overhead = store.overhead
         self._read_headers = read_headers
+        if config.first_seq > store.state().first_seq:  # as the reference, at every open
+            store.compact(config.first_seq)
+        state = store.state()
+        # proposed state: what publishes are checked against (meaningful while accepting)
+        self._last_seq = state.last_seq
+        self._pending: dict[str, list[int]] = {}  # subject -> [uncommitted count, last seq]
+        self._pending_msgs = 0
+        self._pending_bytes = 0
+        self._proposed_ids: dict[str, int] = {}  # msg id -> seq, of publishes not applied yet
+        self._accepting = group is None
+        self._epoch = 0  # counts leadership changes: a stale barrier must not open the gate
+        self._expiring = False  # an expiry entry is in flight: do not propose another
+        self._requests = itertools.count(random.getrandbits(62))  # unlike another leader's
+        self._commit_listeners: list[CommitListener] = []
+        self._applier = Applier(
+            config,
+            store,
+            read_headers=read_headers,
+            applied=self._settle_published,
+            on_sooner_expiry=on_sooner_expiry,
+        )
+        self._last_msg_id = self._applier.last_msg_id
         if group is None:
             self._group: ReplicationGroup[Entry] = SingleNodeGroup(
                 self._apply,
@@ -87,26 +114,19 @@ class Stream:
             )
         else:
             self._group = group(self._apply, store.sync)
-        if config.first_seq > store.state().first_seq:  # as the reference, at every open
-            store.compact(config.first_seq)
-        state = store.state()
-        self._last_seq = state.last_seq
-        self._base_seq = state.last_seq  # the group's commit index 0
-        self._last_msg_id = ""
-        self._dedup = DedupWindow(config.duplicate_window)
-        self._pending: dict[str, list[int]] = {}  # subject -> [uncommitted count, last seq]
-        self._pending_msgs = 0
-        self._pending_bytes = 0
-        self._ttls: list[tuple[int, int]] = []  # heap of (expires_ns, seq)
-        self._never: list[int] = []  # seqs with `Nats-TTL: never`, ascending: max_age spares them
-        self._commit_listeners: list[CommitListener] = []
-        self._recover_window(state.last_seq)
-        if config.allow_msg_ttl:
-            self._recover_ttls()
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def consumer_ops(self) -> ConsumerOps | None:
+        """Where apply hands each ConsumerOp entry, on every member (None: dropped)."""
+        return self._applier.consumer_ops
+
+    @consumer_ops.setter
+    def consumer_ops(self, ops: ConsumerOps | None) -> None:
+        self._applier.consumer_ops = ops
 
     def _compile_rules(self, config: StreamConfig) -> None:
         """The subject transform and republish rule, compiled once per config (validated)."""
@@ -115,40 +135,6 @@ class Stream:
             compile_transform(rule.src, rule.dest) if rule is not None else None
         )
         self._republisher = Republisher.of(config.republish) if self._send_core else None
-
-    # -- recovery ------------------------------------------------------------
-
-    def _recover_window(self, last_seq: int) -> None:
-        """Reload the dedup window (and last msg id) from the newest messages only."""
-        horizon = now_ns() - self._dedup.window_ns
-        for msg in self.store.with_header(publish.MSG_ID, since_ts=horizon):
-            msg_id = self._header(msg, publish.MSG_ID)
-            if msg_id:
-                self._dedup.add(msg_id, msg.seq, msg.ts)
-            if msg.seq == last_seq:
-                self._last_msg_id = msg_id
-
-    def _recover_ttls(self) -> None:
-        for msg in self.store.with_header(publish.TTL):
-            text = self._header(msg, publish.TTL)
-            if text:
-                try:
-                    ttl = publish.parse_ttl(text)
-                except ApiError:
-                    continue
-                if ttl == publish.NEVER:
-                    self._never.append(msg.seq)
-                elif ttl > 0:
-                    heapq.heappush(self._ttls, (msg.ts + ttl * _NS, msg.seq))
-
-    def _is_marker(self, msg: StoredMsg) -> bool:
-        return bool(msg.hdr) and publish.is_marker(self._read_headers(msg.hdr))
-
-    def _header(self, msg: StoredMsg, name: str) -> str:
-        if not msg.hdr:
-            return ""
-        values = self._read_headers(msg.hdr).get(name)
-        return values[0] if values else ""
 
     # -- the proposed state the publish rules read ---------------------------
 
@@ -169,7 +155,8 @@ class Stream:
         return self.store.state().bytes + self._pending_bytes
 
     def dedup_seq(self, msg_id: str) -> int | None:
-        return self._dedup.lookup(msg_id, now_ns())
+        seq = self._proposed_ids.get(msg_id)
+        return seq if seq is not None else self._applier.dedup.lookup(msg_id, now_ns())
 
     def last_seq_for(self, subject: str) -> int:
         pending = self._pending.get(subject)
@@ -183,6 +170,47 @@ class Stream:
         state = self.store.subject_state(subject)
         return (state.msgs if state else 0) + (pending[0] if pending else 0)
 
+    # -- leadership ------------------------------------------------------------
+
+    @property
+    def accepting(self) -> bool:
+        """Whether this member proposes: the leader, once it applied every earlier entry."""
+        return self._accepting
+
+    def set_leader(self, leader: bool) -> None:
+        """Follow the group's leadership (call it from its leader-change listener).
+
+        A new leader proposes a barrier and starts accepting once it has applied it:
+        only then does its applied state hold every entry of earlier terms, and the
+        sequences it assigns continue the log with no gap or duplicate.
+        """
+        self._epoch += 1
+        self._accepting = False
+        if not leader:
+            self._reset_proposed()  # what is in flight fails or commits without us
+            return
+        self._group.propose((Barrier(),), partial(self._caught_up, self._epoch))
+
+    def _caught_up(self, epoch: int, error: BaseException | None) -> None:
+        if error is not None or epoch != self._epoch:
+            return  # the leadership went (or came again, with a barrier of its own)
+        self._reset_proposed()
+        self._accepting = True
+        if self._on_sooner_expiry is not None:
+            self._on_sooner_expiry()  # expiry is the leader's to propose: arm its timer
+
+    def _reset_proposed(self) -> None:
+        self._last_seq = self._applier.stored_last
+        self._last_msg_id = self._applier.last_msg_id
+        self._pending.clear()
+        self._pending_msgs = self._pending_bytes = 0
+        self._proposed_ids.clear()
+        self._expiring = False
+
+    def _require_accepting(self) -> None:
+        if not self._accepting:
+            raise StreamNotLeaderError(self.name)
+
     # -- publish: check, propose; apply on commit -----------------------------
 
     def publish(
@@ -193,7 +221,13 @@ class Stream:
         headers: Mapping[str, list[str]],
         ack: AckSink | None,
     ) -> None:
-        """Run the rules and propose; `ack` gets the PubAck (or error) once known."""
+        """Run the rules and propose; `ack` gets the PubAck (or error) once known.
+
+        A member that is not accepting stays silent, as the reference does: the
+        publisher times out and retries, by then against the leader.
+        """
+        if not self._accepting:
+            return
         if self.config.no_ack:
             ack = None
         if self._transform is not None:
@@ -232,19 +266,20 @@ class Stream:
             )
         seq = self._last_seq + 1
         self._last_seq = seq
-        self._last_msg_id = decision.msg_id
-        if decision.msg_id:
-            self._dedup.add(decision.msg_id, seq, ts)
+        msg_id = decision.msg_id
+        self._last_msg_id = msg_id
+        if msg_id:
+            self._proposed_ids[msg_id] = seq
         pending = self._pending.setdefault(subject, [0, 0])
         pending[0] += 1
         pending[1] = seq
         self._pending_msgs += 1
         self._pending_bytes += size
-        entry = Entry(NewMsg(subject, hdr, data, ts), seq, decision.rollup, ttl)
+        entry = Publish(NewMsg(subject, hdr, data, ts), seq, decision.rollup, ttl, msg_id)
         self._group.propose((entry,), partial(self._committed, seq, subject, ack, echo))
 
     def add_commit_listener(self, listener: CommitListener) -> None:
-        """Call listener(seq, subject) as each message commits (consumers wake on it)."""
+        """Call listener(seq, subject) as each message this member proposed commits."""
         self._commit_listeners.append(listener)
 
     def remove_commit_listener(self, listener: CommitListener) -> None:
@@ -258,9 +293,11 @@ class Stream:
         echo: tuple[str, bytes, bytes] | None,
         error: BaseException | None,
     ) -> None:
-        """The message's batch is durable (or failed): republish, answer, wake readers."""
+        """The message's batch is durable (or failed): republish, answer, wake readers.
+
+        A leadership lost on the way (a RaftError) gets no answer, as in the reference."""
         if error is not None:
-            if ack is not None:
+            if ack is not None and not isinstance(error, RaftError):
                 ack(publish.error_ack(self.name, errors.store_failed(str(error) or "cancelled")))
             return
         if echo is not None and self._send_core is not None:
@@ -270,164 +307,186 @@ class Stream:
         for listener in self._commit_listeners:
             listener(seq, subject)
 
+    def _apply(self, entries: list[Entry]) -> None:
+        self._applier.apply(entries, self._group.committed)
+
+    def _settle_published(self, run: list[Publish]) -> None:
+        """Publishes applied: those proposed here are no longer in flight; a follower's
+        proposed state follows what it applies."""
+        pending_all, proposed_ids = self._pending, self._proposed_ids
+        if pending_all:
+            for entry in run:
+                msg = entry.msg
+                pending = pending_all.get(msg.subject)
+                if pending is None:
+                    continue
+                pending[0] -= 1
+                if pending[0] == 0:
+                    del pending_all[msg.subject]
+                self._pending_msgs -= 1
+                self._pending_bytes -= msg_size(msg.subject, msg.hdr, msg.data, self._overhead)
+        if proposed_ids:
+            for entry in run:
+                if entry.msg_id and proposed_ids.get(entry.msg_id) == entry.seq:
+                    del proposed_ids[entry.msg_id]
+        if not self._accepting:
+            self._last_seq = max(self._last_seq, run[-1].seq)
+            self._last_msg_id = run[-1].msg_id
+
     @property
     def committed_seq(self) -> int:
         """The highest sequence a reader may see: committed (and acknowledged) messages only."""
-        return self._base_seq + self._group.committed
-
-    def _apply(self, entries: list[Entry]) -> None:
-        first = self.store.append([e.msg for e in entries])
-        if first != entries[0].seq:
-            raise StoreError(
-                f"stream {self.name}: store assigned seq {first}, log expected {entries[0].seq}"
-            )
-        for entry in entries:
-            subject = entry.msg.subject
-            pending = self._pending[subject]
-            pending[0] -= 1
-            if pending[0] == 0:
-                del self._pending[subject]
-            self._pending_msgs -= 1
-            self._pending_bytes -= msg_size(subject, entry.msg.hdr, entry.msg.data, self._overhead)
-            if entry.rollup == "sub":
-                self.store.purge(subject, upto_seq=entry.seq)
-            elif entry.rollup == "all":
-                self.store.purge(">", upto_seq=entry.seq)
-            if entry.ttl == publish.NEVER and self.config.allow_msg_ttl:
-                self._never.append(entry.seq)
-            elif entry.ttl > 0 and self.config.allow_msg_ttl:
-                deadline = entry.msg.ts + entry.ttl * _NS
-                sooner = not self._ttls or deadline < self._ttls[0][0]
-                heapq.heappush(self._ttls, (deadline, entry.seq))
-                if sooner and self._on_sooner_expiry is not None:
-                    self._on_sooner_expiry()
-        self._enforce_limits({e.msg.subject for e in entries})
-
-    def _enforce_limits(self, subjects: set[str] | None) -> None:
-        """Discard old: delete the oldest messages past each limit (subjects None = all)."""
-        cfg = self.config
-        per = cfg.max_msgs_per_subject
-        if per > 0:
-            self.store.trim_subjects(self.store.subjects() if subjects is None else subjects, per)
-        if cfg.discard != "old" or (cfg.max_msgs <= 0 and cfg.max_bytes <= 0):
-            return
-        state = self.store.state()
-        excess = state.msgs - cfg.max_msgs if cfg.max_msgs > 0 else 0
-        if excess > 0:
-            cut = next(
-                itertools.islice(self.store.seqs_for(">", state.first_seq), excess - 1, None)
-            )
-            self.store.purge(">", upto_seq=cut + 1)
-            state = self.store.state()
-        while cfg.max_bytes > 0 and state.bytes > cfg.max_bytes and state.msgs:
-            oldest = self.store.load_next(state.first_seq)
-            if oldest is None:
-                break
-            self.store.remove(oldest.seq)
-            state = self.store.state()
+        return self._applier.committed_seq(self._group.committed)
 
     def commit_barrier(self, seq: int) -> asyncio.Future[int] | None:
         """What to await before revealing message `seq` to a reader (None: already committed).
 
-        Each proposal is one entry, so the group's commit index maps to a sequence;
-        batches commit in order, so the newest proposal committing implies `seq` has.
+        Entries commit in order, so the newest proposal committing implies `seq` has.
         """
-        if seq <= self._base_seq + self._group.committed:
+        if seq <= self.committed_seq:
             return None
         return self._group.barrier()
 
-    # -- expiry ---------------------------------------------------------------
+    # -- expiry: decided by the leader's clock, applied as an entry --------------
 
-    def expire(self, now: int) -> int:
-        """Delete what max_age and per-message TTLs retire by `now`; return markers placed.
+    def expire(self, now: int) -> asyncio.Future[int]:
+        """Propose retiring what max_age and per-message TTLs retire by `now`.
 
-        With subject delete markers on, each subject this empties gets a marker,
-        proposed like a publish, so KV watchers learn that the key expired.
-        Markers expiring in turn leave none, or they would never stop.
+        The future gives the number of subject delete markers placed: with markers
+        on, each subject the expiry emptied gets one once it commits, proposed like
+        a publish, so KV watchers learn that the key expired (markers expiring in
+        turn leave none, or they would never stop). Only an accepting member
+        expires, one expiry at a time; its commit calls `on_sooner_expiry`.
         """
-        emptied: dict[str, None] | None = {} if self.config.subject_delete_marker_ttl else None
-        if self.config.max_age > 0:
-            self._expire_aged(now - self.config.max_age, emptied)
-        while self._ttls and self._ttls[0][0] <= now:
-            _, seq = heapq.heappop(self._ttls)
-            if emptied is not None:
-                msg = self.store.load(seq)
-                if msg is not None and not self._is_marker(msg):
-                    emptied[msg.subject] = None
-            self.store.remove(seq)
-        if not emptied:
-            return 0
-        hdr = publish.marker_header(self.config)
-        headers = self._read_headers(hdr)
-        placed = [subject for subject in emptied if self.subject_msgs(subject) == 0]
-        for subject in placed:
-            self.publish(subject, hdr, b"", headers, None)
-        return len(placed)
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if not self._accepting or self._expiring:
+            done.set_result(0)
+            return done
+        cutoff = now - self.config.max_age if self.config.max_age > 0 else 0
+        due = self._applier.due(now)
+        if not due and not (cutoff and self._applier.first_aged(cutoff) is not None):
+            done.set_result(0)
+            return done
+        req = next(self._requests)
+        self._applier.outcomes[req] = None
+        self._expiring = True
+        entry = Expire(cutoff, self._last_seq, due, req)
+        self._group.propose((entry,), partial(self._expired, req, done))
+        return done
 
-    def _expire_aged(self, cutoff: int, emptied: dict[str, None] | None) -> None:
-        """max_age retires the log's prefix older than cutoff, but passes over messages whose
-        TTL is never, as the reference does; without those the store cuts the prefix at once."""
-        never = self._live_never()
-        if not never:
-            if emptied is not None:
-                emptied.update(
-                    (m.subject, None) for m in self._older(cutoff) if not self._is_marker(m)
-                )
-            self.store.expire_before(cutoff)
-            return
-        for msg in list(self._older(cutoff)):
-            if msg.seq not in never:
-                if emptied is not None and not self._is_marker(msg):
-                    emptied[msg.subject] = None
-                self.store.remove(msg.seq)
-
-    def _older(self, cutoff: int) -> Iterator[StoredMsg]:
-        """Live messages from the first on, while older than cutoff."""
-        seq = 0
-        while (msg := self.store.load_next(seq)) is not None and msg.ts < cutoff:
-            yield msg
-            seq = msg.seq + 1
-
-    def _live_never(self) -> set[int]:
-        """The never-expiring seqs still stored (deletes and purges drop them lazily)."""
-        if self._never:
-            self._never = [seq for seq in self._never if self.store.load(seq) is not None]
-        return set(self._never)
+    def _expired(self, req: int, done: asyncio.Future[int], error: BaseException | None) -> None:
+        self._expiring = False
+        emptied: dict[str, None] | None = self._applier.outcomes.pop(req, None)
+        placed: list[str] = []
+        if error is None and emptied:
+            hdr = publish.marker_header(self.config)
+            headers = self._read_headers(hdr)
+            placed = [subject for subject in emptied if self.subject_msgs(subject) == 0]
+            for subject in placed:
+                self.publish(subject, hdr, b"", headers, None)
+        if not done.done():
+            done.set_result(len(placed))
+        if self._on_sooner_expiry is not None:
+            self._on_sooner_expiry()
 
     def next_expiry(self) -> int | None:
-        """When `expire` next has work, in nanoseconds since the epoch."""
-        deadlines = [self._ttls[0][0]] if self._ttls else []
+        """When `expire` next has work, in nanoseconds since the epoch (None: nothing to
+        wake for here, also while not accepting or while an expiry is in flight)."""
+        if not self._accepting or self._expiring:
+            return None
+        ttls = self._applier.ttls
+        deadlines = [ttls[0][0]] if ttls else []
         if self.config.max_age > 0:
-            never = self._live_never()
-            oldest = next((m for m in self._older(now_ns() + 1) if m.seq not in never), None)
+            oldest = self._applier.first_aged(now_ns() + 1)
             if oldest is not None:
                 deadlines.append(oldest.ts + self.config.max_age)
         return min(deadlines) if deadlines else None
 
-    # -- administrative operations (API) --------------------------------------
+    # -- administrative operations (API): complete on commit ---------------------
 
     def update(self, config: StreamConfig) -> None:
         """Adopt an already-checked config; tighter limits take effect at once."""
         self.config = config
         self._compile_rules(config)
         self.store.set_compression(segment_codec(config.compression))
-        self._dedup.window_ns = config.duplicate_window
-        self._enforce_limits(None)
+        self._applier.set_config(config)
+        self._applier.dedup.window_ns = config.duplicate_window
+        self._applier.enforce_limits(None)
 
-    def delete_msg(self, seq: int) -> None:
+    def delete_msg(self, seq: int) -> asyncio.Future[None]:
+        """Delete one message; the future fails with the API error if it was not there."""
         if self.config.sealed:
             raise errors.sealed()
         if self.config.deny_delete:
             raise errors.msg_delete_failed("message delete not permitted")
-        if not self.store.remove(seq, explicit=True):  # explicit: the lake deletes it too
-            raise errors.msg_delete_failed("no message found")
+        self._require_accepting()
+        return self._request(lambda req: Delete(seq, req), _deleted, errors.msg_delete_failed)
 
-    def purge(self, subject_filter: str = "", *, upto_seq: int = 0, keep: int = 0) -> int:
+    def purge(
+        self, subject_filter: str = "", *, upto_seq: int = 0, keep: int = 0
+    ) -> asyncio.Future[int]:
+        """Purge what is stored now (not what is published after); the future: how many."""
         if self.config.sealed:
             raise errors.sealed()
         if self.config.deny_purge:
             raise errors.purge_failed("stream purge not permitted")
-        return self.store.purge(subject_filter or ">", upto_seq=upto_seq, keep=keep, explicit=True)
+        self._require_accepting()
+        last = self._last_seq
+        return self._request(
+            lambda req: Purge(subject_filter, upto_seq, keep, last, req), int, errors.purge_failed
+        )
+
+    def _request(
+        self,
+        make: Callable[[int], Entry],
+        finish: Callable[[Any], T],
+        failed: Callable[[str], ApiError],
+    ) -> asyncio.Future[T]:
+        """Propose an entry whose apply finds an outcome; the future gets `finish(outcome)`.
+
+        A leadership lost on the way fails it with StreamNotLeaderError; another
+        failure of the group with the endpoint's API error (`failed`).
+        """
+        req = next(self._requests)
+        self._applier.outcomes[req] = None
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        def done(error: BaseException | None) -> None:
+            outcome = self._applier.outcomes.pop(req, None)
+            if future.done():
+                return
+            if isinstance(error, RaftError):
+                future.set_exception(StreamNotLeaderError(self.name))
+            elif error is not None:
+                future.set_exception(failed(str(error) or "cancelled"))
+            else:
+                try:
+                    future.set_result(finish(outcome))
+                except ApiError as err:
+                    future.set_exception(err)
+
+        self._group.propose((make(req),), done)
+        return future
+
+    def remove(self, seqs: Sequence[int], on_commit: OnCommit | None = None) -> None:
+        """Retire messages no consumer needs (interest and work-queue retention), as an
+        entry; absent ones are skipped. Not accepting: `on_commit` gets the error."""
+        if not self._accepting:
+            if on_commit is not None:
+                on_commit(StreamNotLeaderError(self.name))
+            return
+        if not seqs:
+            if on_commit is not None:
+                on_commit(None)
+            return
+        self._group.propose((Remove(tuple(seqs)),), on_commit)
+
+    def propose_consumer_op(
+        self, consumer: str, op: bytes, on_commit: OnCommit | None = None
+    ) -> None:
+        """Put a consumer's state change in the stream's log; every member's apply hands it
+        to `consumer_ops`, in log order. The group refuses it off the leader."""
+        self._group.propose((ConsumerOp(consumer, op),), on_commit)
 
     async def flush(self) -> None:
         """Wait until every accepted publish is committed (and acknowledged)."""
@@ -481,3 +540,8 @@ class Stream:
         """What the engine persists next to the store to recreate this stream at start."""
         body = {"config": self.config.to_json(), "created": rfc3339(self.created_ns)}
         return json.dumps(body, indent=1).encode()
+
+
+def _deleted(found: object) -> None:
+    if not found:
+        raise errors.msg_delete_failed("no message found")

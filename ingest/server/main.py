@@ -56,10 +56,13 @@ async def _serve(opts: Options) -> int:
         from ingest.server.jetstream import JetStream
 
         _arrow_memory_pool()
+        clustered = opts.cluster is not None
+        if clustered:
+            from ingest.server.jetstream.cluster.messaging import Announced
         if server.accounts.global_account.jetstream_enabled:
             server.jetstream = JetStream(
                 opts.jetstream,
-                server,
+                Announced(server, server.announce) if clustered else server,
                 server_id=server.server_id,
                 server_name=server.server_name,
                 **({"store_opener": lake.open_store} if lake is not None else {}),
@@ -68,7 +71,7 @@ async def _serve(opts: Options) -> int:
             server,
             lambda account, messaging: JetStream(
                 opts.jetstream,
-                messaging,
+                Announced(messaging, server.announce) if clustered else messaging,
                 server_id=server.server_id,
                 server_name=server.server_name,
                 account=account.name,
@@ -81,6 +84,15 @@ async def _serve(opts: Options) -> int:
 
         server.cluster = Cluster(server, opts.cluster)
         await server.cluster.start()
+    if account_js is not None and server.cluster is not None:
+        from ingest.server.jetstream.cluster.controller import cluster_engines
+
+        if not server.cluster.config.routes:
+            raise ValueError(
+                "Can't start JetStream: JetStream cluster requires configured routes "
+                "or solicited leafnode for the system account"
+            )
+        server.jetstream_cluster = cluster_engines(server, account_js.engines())
     system = SystemServices(server)
     system.start()
     if monitor is not None:
@@ -91,6 +103,8 @@ async def _serve(opts: Options) -> int:
             lake.start(server.jetstream)
     if account_js is not None:
         await account_js.start()
+        if server.jetstream_cluster is not None:
+            await server.jetstream_cluster.start()
     SystemAccount(server, system, monitor, account_js).start()
     mqtt = None
     if opts.mqtt is not None:
@@ -102,6 +116,8 @@ async def _serve(opts: Options) -> int:
     async def shutdown() -> None:
         if mqtt is not None:  # first: sessions hand unacknowledged messages back to JetStream
             mqtt.stop()
+        if server.jetstream_cluster is not None:
+            await server.jetstream_cluster.stop()
         await server.shutdown()
 
     for sig in (signal.SIGTERM, signal.SIGINT):

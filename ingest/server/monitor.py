@@ -221,7 +221,7 @@ async def _jetstream(server: Server) -> _JetStream | None:
     js = server.jetstream
     if js is None or not hasattr(js, "info"):
         return None
-    info = js.info()
+    info = js.monitor_info() if hasattr(js, "monitor_info") else js.info()
     if inspect.isawaitable(info):
         info = await info
     if not isinstance(info, dict):
@@ -260,6 +260,7 @@ class Monitor:
             "/jsz": self._jsz,
             "/healthz": self._healthz,
             "/routez": self._routez,
+            "/raftz": self._raftz,
             "/leafz": self._none,
             "/gatewayz": self._none,
             "/metrics": self._metrics,
@@ -491,6 +492,8 @@ class Monitor:
         if js.limits is not None:
             out["limits"] = js.limits
         out.update(js.totals())
+        if self.server.jetstream_cluster is not None:
+            out["meta_cluster"] = self.server.jetstream_cluster.meta_info()
         if bool_arg(req, "streams") or bool_arg(req, "accounts"):
             detail = {"name": GLOBAL_ACCOUNT, "id": GLOBAL_ACCOUNT, **js.stats}
             if bool_arg(req, "streams"):
@@ -505,6 +508,11 @@ class Monitor:
         if self.server.cluster is None:
             return await self._none(req)
         return _json(routez(self.server.cluster, subs=bool_arg(req, "subs")))
+
+    async def _raftz(self, req: Request) -> Response:
+        """Every Raft group on this server, by account (jetlake's are all `$SYS`'s)."""
+        cluster = self.server.jetstream_cluster
+        return _json(cluster.raftz() if cluster is not None else {})
 
     async def _none(self, req: Request) -> Response:
         """Routes, leaf nodes, gateways: jetlake has none; exporters still poll for them."""

@@ -227,6 +227,11 @@ def validate_options(opts: Options) -> None:
         )
     if opts.server_name is not None and " " in opts.server_name:
         raise ConfigError("server name cannot contain spaces")
+    if opts.jetstream.enabled and opts.cluster is not None:
+        if not opts.server_name:
+            raise ConfigError("jetstream cluster requires `server_name` to be set")
+        if not opts.cluster.name:
+            raise ConfigError("jetstream cluster requires `cluster.name` to be set")
     _check_accounts(opts)
     if opts.no_auth_user is not None:
         users = opts.users + tuple(u for account in opts.accounts for u in account.users)

@@ -103,6 +103,8 @@ class Server:
         self.total_connections = 0
         self.lame_duck = False
         self.jetstream: Any = None  # set by the composition root when -js is on
+        self.cluster_listeners: list[Callable[[], None]] = []  # peers came or went
+        self.jetstream_cluster: Any = None  # the meta group's controller, when clustered
         self.cluster: Cluster | None = None  # set by the composition root with --cluster
         self.mqtt: Any = None  # the MQTT listener, set by the composition root with mqtt {}
         self._advertised: list[str] = []  # connect_urls the clients were last told
@@ -266,6 +268,8 @@ class Server:
 
     def cluster_changed(self) -> None:
         """A peer came, went or entered lame duck: clients taking async INFO hear of it."""
+        for listener in self.cluster_listeners:
+            listener()
         cluster = self.cluster
         if cluster is None or cluster.config.no_advertise or self.lame_duck:
             return
@@ -305,11 +309,8 @@ class Server:
             subject = self.mapper.map_bytes(subject)
         match = account.sublist.match(subject)
         cluster = self.cluster
-        remote = (
-            cluster.forwarding(account.name, subject)
-            if cluster is not None and shown is None
-            else None
-        )
+        remote = cluster.forwarding(account.name, subject) if cluster is not None else None
+        routed = subject
         if shown is not None:
             subject = shown
         delivered = 0
@@ -331,7 +332,9 @@ class Server:
             delivered += 1
         if remote is not None:
             assert cluster is not None
-            delivered += cluster.forward(remote, account.name, subject, reply, hdr, payload, size)
+            delivered += cluster.forward(
+                remote, account.name, routed, reply, hdr, payload, size, shown=shown
+            )
         if delivered:
             self.out_msgs += delivered
             self.out_bytes += delivered * size
@@ -411,8 +414,9 @@ class Server:
         sub.account.sublist.insert(subject, None, sub)
         return sub
 
-    def announce(self, sub: InternalSubscription) -> None:
+    def announce(self, sub: object) -> None:
         """Make an internal subscription cluster-wide: peers route its subject here."""
+        assert isinstance(sub, InternalSubscription | RawSubscription)
         sub.announced = True
         if self.cluster is not None:
             self.cluster.local_added(sub.subject, sub.queue, sub.account.name)
@@ -456,9 +460,13 @@ class Server:
         self.out_bytes += total
 
     def has_interest(self, subject: str, *, account: Account | None = None) -> bool:
-        sublist = (account or self.accounts.global_account).sublist
-        match = sublist.match(subject.encode("utf-8", "surrogateescape"))
-        return bool(match.plain or match.queues)
+        account = account or self.accounts.global_account
+        routed = subject.encode("utf-8", "surrogateescape")
+        match = account.sublist.match(routed)
+        if match.plain or match.queues:
+            return True
+        cluster = self.cluster
+        return cluster is not None and cluster.forwarding(account.name, routed) is not None
 
     def watch_interest(
         self, callback: Callable[[], None], *, account: Account | None = None

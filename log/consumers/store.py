@@ -17,6 +17,11 @@ state, because every record sets or removes a value rather than adjusting one.
 The background thread fsyncs the log within `sync_interval`
 (`consensus.durability`); with `always` a confirmed ack is also synced inline
 before it is answered, so it survives a power cut too.
+
+On a replicated stream the same files are written on every member by
+`log.consumers.replicated.ConsumerFiles` as the stream's log commits the
+leader's ops; the runner then drives a `ReplicatedStore` (a `StateStore`
+like this one) that proposes instead of writing.
 """
 
 from __future__ import annotations
@@ -28,12 +33,13 @@ import shutil
 import struct
 import zlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from consensus.durability import sync_delay
+from consensus.commits import OnCommit
+from consensus.durability import SYNCER, sync_delay
 from log.segments.tombstones import fsync_dir
 
 OBS_DIR = "obs"
@@ -47,7 +53,7 @@ DELIVERED = 1  # sseq, dseq, delivery count, ts: pending now (again), redelivere
 ACKED = 2  # sseq: no longer pending, nor counted as redelivered
 GAVE_UP = 3  # sseq: no longer pending (max_deliver reached); still counted as redelivered
 POSITION = 4  # dseq, sseq, adflr, asflr, last_delivered, last_acked
-_WIDTH = {DELIVERED: 5, ACKED: 2, GAVE_UP: 2, POSITION: 7}
+WIDTH = {DELIVERED: 5, ACKED: 2, GAVE_UP: 2, POSITION: 7}
 _POSITION_KEYS = ("dseq", "sseq", "adflr", "asflr", "last_delivered", "last_acked")
 _FRAME = struct.Struct("<II")  # payload length, crc32 of the payload
 
@@ -58,6 +64,25 @@ class Saved:
     config: dict[str, Any]
     created: str
     state: dict[str, Any] | None
+
+
+class StateStore(Protocol):
+    """Where a running consumer's durable state goes: files here, or its stream's log
+    (`log.consumers.replicated`); the runner drives both the same way."""
+
+    def save_meta(self, config: dict[str, Any], created: str) -> None: ...
+
+    def save_state(self, state: dict[str, Any]) -> None: ...
+
+    def record(self, records: Sequence[int], snapshot: Callable[[], dict[str, Any]]) -> None:
+        """One loop turn's records; `snapshot` is asked for the whole state to compact."""
+
+    def confirm(self, done: OnCommit) -> None:
+        """`done` once every record so far is as durable as a confirmed ack promises."""
+
+    def close(self) -> None: ...
+
+    def delete(self) -> None: ...
 
 
 class ConsumerStore:
@@ -79,9 +104,30 @@ class ConsumerStore:
         os.ftruncate(fd, 0)
         self._log_bytes = 0
 
+    def record(self, records: Sequence[int], snapshot: Callable[[], dict[str, Any]]) -> None:
+        """Append one turn's frame, compacting when the log is long.
+
+        Written now (a kill -9 keeps it); fsynced by the background thread within
+        sync_interval, one fsync serving many turns. Confirmed acks sync at once."""
+        self.record_payload(array("q", records).tobytes(), snapshot)
+
+    def record_payload(self, payload: bytes, snapshot: Callable[[], dict[str, Any]]) -> None:
+        """`record` of a turn already packed (a replicated RECORDS op's payload)."""
+        if self.append_payload(payload):
+            self.save_state(snapshot())
+        SYNCER.request(self, self.sync_delay)
+
+    def confirm(self, done: OnCommit) -> None:
+        if self.fsync_confirmed:
+            self.sync()
+        done(None)
+
     def append(self, records: Sequence[int]) -> bool:
         """One frame of records (int64, see the tags); True once it is time to compact."""
-        payload = array("q", records).tobytes()
+        return self.append_payload(array("q", records).tobytes())
+
+    def append_payload(self, payload: bytes) -> bool:
+        """`append` of records already packed as native int64."""
         frame = _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
         os.write(self._log(), frame)
         self._log_bytes += len(frame)
@@ -139,17 +185,27 @@ def load_all(stream_folder: Path) -> list[Saved]:
         return []
     found: list[Saved] = []
     for folder in sorted(root.iterdir()):
-        meta = folder / META_FILE
-        if not meta.is_file():
+        doc = read_meta(folder)
+        if doc is None:
             continue
-        doc = json.loads(meta.read_bytes())
-        state_file = folder / STATE_FILE
-        state = json.loads(state_file.read_bytes()) if state_file.is_file() else None
-        log_file = folder / LOG_FILE
-        if state is not None and log_file.is_file():
-            state = replay(state, log_file.read_bytes())
-        found.append(Saved(folder.name, doc["config"], doc["created"], state))
+        found.append(Saved(folder.name, doc["config"], doc["created"], load_state(folder)))
     return found
+
+
+def read_meta(folder: Path) -> dict[str, Any] | None:
+    """{"config", "created"} of a consumer folder; None without meta (torn create)."""
+    meta = folder / META_FILE
+    return json.loads(meta.read_bytes()) if meta.is_file() else None
+
+
+def load_state(folder: Path) -> dict[str, Any] | None:
+    """A consumer's snapshot with its log replayed over it (None: no snapshot yet)."""
+    state_file = folder / STATE_FILE
+    if not state_file.is_file():
+        return None
+    state = json.loads(state_file.read_bytes())
+    log_file = folder / LOG_FILE
+    return replay(state, log_file.read_bytes()) if log_file.is_file() else state
 
 
 def replay(state: dict[str, Any], log: bytes) -> dict[str, Any]:
@@ -181,7 +237,7 @@ def replay(state: dict[str, Any], log: bytes) -> dict[str, Any]:
                 pending.pop(seq, None)
             else:
                 out.update(zip(_POSITION_KEYS, records[i + 1 : i + 7], strict=True))
-            i += _WIDTH[tag]
+            i += WIDTH[tag]
     out["pending"] = [[s, d, ts] for s, (d, ts) in sorted(pending.items())]
     out["redelivered"] = [[s, n] for s, n in redelivered.items()]
     out["lps"] = [s for s in state.get("lps", []) if s >= out["sseq"]]

@@ -52,13 +52,13 @@ async def test_expiry_that_empties_a_subject_leaves_one_marker() -> None:
     await pub(s, "s.b")  # keeps s.b alive: no marker for it
     deadline = s.next_expiry()
     assert deadline is not None
-    assert s.expire(deadline + NS // 10) == 1  # both TTLs, published microseconds apart
+    assert await s.expire(deadline + NS // 10) == 1  # both TTLs, published microseconds apart
     await s.flush()
     assert live(s) == [3, 4]
     assert headers(s, 4)["Nats-Marker-Reason"] == ["MaxAge"]
     marker_deadline = s.next_expiry()
     assert marker_deadline is not None
-    assert s.expire(marker_deadline) == 0  # a marker expiring leaves none
+    assert await s.expire(marker_deadline) == 0  # a marker expiring leaves none
     assert live(s) == [3]
 
 
@@ -69,6 +69,6 @@ async def test_max_age_markers_and_purge_markers() -> None:
     await pub(s, "s.p", KV_Operation="PURGE", Nats_Rollup="sub")
     newest = s.store.load(3)
     assert newest is not None
-    assert s.expire(newest.ts + NS + 1) == 1  # s.a once, not per message; the PURGE none
+    assert await s.expire(newest.ts + NS + 1) == 1  # s.a once, not per message; the PURGE none
     await s.flush()
     assert [m.subject for m in map(s.store.load, live(s)) if m] == ["s.a"]

@@ -7,9 +7,6 @@ TCP, each applying through its own RaftGroup; proposals go to the leader's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import pickle
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,14 +14,11 @@ from pathlib import Path
 import pytest
 
 from consensus.driver import Apply
-from consensus.types import NotLeaderError, Role
-from log.config import from_request
+from consensus.types import NotLeaderError
 from log.raft_group import RaftGroup
 from log.replication import GroupClosedError, ReplicationGroup, SingleNodeGroup
-from log.segments.memstore import MemoryStore
-from log.stream import Entry as StreamEntry
-from log.stream import Stream
 from tests.consensus.cluster import DEADLINE, Cluster, until
+from tests.log.raft_members import NodeFactory, raft_members
 
 OnCommitLog = list[tuple[int, BaseException | None]]
 
@@ -40,6 +34,9 @@ class Harness:
             raise OSError("disk gone")
         self.batches.append(batch)
 
+    async def close(self) -> None:
+        await self.group.close()
+
 
 def ints(apply: Callable[[list[int]], None], node: Callable[[Apply], object]) -> RaftGroup[int]:
     return RaftGroup(
@@ -50,23 +47,10 @@ def ints(apply: Callable[[list[int]], None], node: Callable[[Apply], object]) ->
     )
 
 
-@contextlib.asynccontextmanager
-async def raft_members(tmp_path: Path) -> AsyncIterator[tuple[Cluster, dict[str, Harness]]]:
-    """Three members over real TCP, each a RaftGroup of ints; all closed afterwards."""
-    cluster = Cluster(tmp_path)
-    harnesses: dict[str, Harness] = {}
-
-    def member(n: str, _: Apply) -> object:
-        h = harnesses[n] = Harness(group=None)  # type: ignore[arg-type]
-        h.group = ints(h.apply, lambda apply: cluster.make_node(n, apply))
-        return h.group
-
-    await cluster.start(node=member)
-    try:
-        yield cluster, harnesses
-    finally:
-        for h in harnesses.values():
-            await h.group.close()
+def int_member(_: str, node: NodeFactory) -> Harness:
+    h = Harness(group=None)  # type: ignore[arg-type]
+    h.group = ints(h.apply, node)
+    return h
 
 
 @pytest.fixture(params=["single", "raft"])
@@ -77,7 +61,7 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         yield h
         await h.group.close()
         return
-    async with raft_members(tmp_path) as (cluster, harnesses):
+    async with raft_members(tmp_path, int_member) as (cluster, harnesses):
         leader = await cluster.leader()
         yield harnesses[leader.id]
 
@@ -134,7 +118,7 @@ async def test_a_failed_apply_fails_its_proposal_and_everything_after(harness: H
 
 @pytest.fixture
 async def members(tmp_path: Path) -> AsyncIterator[tuple[Cluster, dict[str, Harness]]]:
-    async with raft_members(tmp_path) as got:
+    async with raft_members(tmp_path, int_member) as got:
         yield got
 
 
@@ -155,52 +139,3 @@ async def test_every_member_applies_the_same_batches_and_followers_name_the_lead
     error = calls[0][1]
     assert isinstance(error, NotLeaderError) and error.leader == leader.id
     assert f"leader: {leader.id}" in str(error)
-
-
-async def test_a_stream_publishes_through_a_raft_group(tmp_path: Path) -> None:
-    """n1's stream proposes through its RaftGroup; the PubAck follows the quorum commit
-    and the other members' stores hold the same messages."""
-    cluster = Cluster(tmp_path)
-    stores = {n: MemoryStore(name=n) for n in cluster.ids}
-    groups: dict[str, RaftGroup[StreamEntry]] = {}
-    streams: list[Stream] = []
-
-    def group(n: str, apply: Callable[[list[StreamEntry]], None]) -> RaftGroup[StreamEntry]:
-        groups[n] = RaftGroup(
-            apply, lambda a: cluster.make_node(n, a), encode=pickle.dumps, decode=pickle.loads
-        )
-        return groups[n]
-
-    def member(n: str, _: Apply) -> object:
-        if n != "n1":
-            return group(n, lambda entries: stores[n].append([e.msg for e in entries]))
-        stream = Stream(
-            from_request({"name": "s", "subjects": ["s.>"]}),
-            stores[n],
-            created_ns=0,
-            read_headers=lambda _: {},
-            group=lambda apply, _: group(n, apply),
-        )
-        streams.append(stream)
-        return stream
-
-    await cluster.start(node=member)
-    try:
-        leader = await cluster.leader()
-        if leader.id != "n1":
-            leader.transfer_leadership("n1")
-            await until(lambda: cluster.nodes["n1"].role is Role.LEADER, "n1 leads")
-        await cluster.leader()
-        acks: list[bytes] = []
-        for i in range(20):
-            streams[0].publish(f"s.{i % 3}", None, b"m%d" % i, {}, acks.append)
-        await asyncio.wait_for(streams[0].flush(), DEADLINE)
-        assert [json.loads(a)["seq"] for a in acks] == list(range(1, 21))
-        assert streams[0].committed_seq == 20
-        for n in cluster.ids:
-            await until(lambda n=n: stores[n].state().msgs == 20, f"{n} holds all")
-            held = stores[n].load_run(1, 20, 20)
-            assert [m.data for m in held] == [b"m%d" % i for i in range(20)]
-    finally:
-        for g in groups.values():
-            await g.close()

@@ -11,6 +11,7 @@ import pytest
 
 from ingest.parser.headers import encode_headers
 from log.config import from_request
+from log.errors import ApiError
 from log.segments.api import MEMORY_OVERHEAD, msg_size
 from log.segments.memstore import MemoryStore
 from log.stream import Stream
@@ -30,11 +31,16 @@ def make(store: MemoryStore | None = None, **cfg: Any) -> Stream:
     return Stream(config, store or MemoryStore(name="s"), created_ns=0, read_headers=read_headers)
 
 
+def pub_headers(headers: dict[str, str]) -> tuple[bytes | None, dict[str, list[str]]]:
+    """Header block and parsed headers from keyword names (`Nats_Msg_Id` is Nats-Msg-Id)."""
+    hdrs = {k.replace("_", "-"): [v] for k, v in headers.items()}
+    return (encode_headers({k: v[0] for k, v in hdrs.items()}) if hdrs else None), hdrs
+
+
 async def pub(stream: Stream, subject: str = "s.a", data: bytes = b"x", **headers: str) -> Any:
     """Publish and return the decoded PubAck once it is sent."""
     acks: list[bytes] = []
-    hdrs = {k.replace("_", "-"): [v] for k, v in headers.items()}
-    block = encode_headers({k: v[0] for k, v in hdrs.items()}) if hdrs else None
+    block, hdrs = pub_headers(headers)
     stream.publish(subject, block, data, hdrs, acks.append)
     await stream.flush()
     return json.loads(acks[0])
@@ -207,15 +213,15 @@ async def test_ttls_and_max_age_expire_on_the_clock_given() -> None:
     assert (await pub(s, Nats_TTL="bogus"))["error"]["err_code"] == 10165
     deadline = s.next_expiry()
     assert deadline is not None
-    s.expire(deadline - 1)
+    await s.expire(deadline - 1)
     assert live(s) == [1, 2]
-    s.expire(deadline)
+    await s.expire(deadline)
     assert live(s) == [2]
     aged = make(max_age=NS)
     await pub(aged)
     s_deadline = aged.next_expiry()
     assert s_deadline is not None and s_deadline <= now_ns() + NS
-    aged.expire(s_deadline + 1)
+    await aged.expire(s_deadline + 1)
     assert live(aged) == []
 
 
@@ -227,19 +233,19 @@ async def test_max_age_passes_over_messages_whose_ttl_is_never() -> None:
     await pub(s, "s.d")
     deadline = s.next_expiry()
     assert deadline is not None  # s.b's, the oldest that can age out
-    s.expire(deadline + 1)
+    await s.expire(deadline + 1)
     assert live(s) == [1, 3, 4]
-    s.expire(now_ns() + NS)
+    await s.expire(now_ns() + NS)
     assert live(s) == [1, 3]
     assert s.next_expiry() is None  # only never-expiring messages left: nothing to wake for
     await pub(s, "s.e")
     later = s.next_expiry()
     assert later is not None and later > deadline
     again = make(store=s.store, max_age=NS, allow_msg_ttl=True)  # a restart recovers them
-    again.expire(later + 1)
+    await again.expire(later + 1)
     assert live(again) == [1, 3]
-    again.delete_msg(1)
-    again.expire(later + 2)
+    await again.delete_msg(1)
+    await again.expire(later + 2)
     assert live(again) == [3]
 
 
@@ -266,3 +272,30 @@ async def test_readers_wait_for_the_commit_of_what_they_would_see() -> None:
     await barrier
     assert s.commit_barrier(1) is None
     assert acks
+
+
+async def test_a_purge_covers_what_was_accepted_before_it_not_after() -> None:
+    s = make()
+    for _ in range(3):
+        s.publish("s.a", None, b"x", {}, None)  # accepted, not yet committed
+    purged = s.purge()
+    s.publish("s.a", None, b"y", {}, None)
+    assert await purged == 3
+    await s.flush()
+    assert live(s) == [4]
+    assert await s.purge("s.a", keep=1) == 0
+
+
+async def test_deletes_and_removals_complete_on_commit() -> None:
+    s = make()
+    for _ in range(4):
+        await pub(s)
+    deleted = s.delete_msg(2)
+    assert not deleted.done() and live(s) == [1, 2, 3, 4]
+    await deleted
+    with pytest.raises(ApiError, match="no message found"):
+        await s.delete_msg(2)
+    done: list[BaseException | None] = []
+    s.remove([1, 2, 3], done.append)  # 2 is gone already: skipped
+    await s.flush()
+    assert done == [None] and live(s) == [4]

@@ -55,9 +55,11 @@ class ServerProcess:
         *,
         config_path: Path | None,
         log_path: Path,
+        wrapper: Sequence[str] = (),
     ) -> None:
         self.kind = kind
         self.args = list(args)
+        self.wrapper = list(wrapper)  # e.g. `ip netns exec NS`: must exec, not fork
         self.config_path = config_path
         self.log_path = log_path
         self.host = "127.0.0.1"
@@ -74,7 +76,7 @@ class ServerProcess:
 
     def start(self, *, port: int | None = None) -> ServerProcess:
         """Start and block until the server says it is ready (or fail with its log)."""
-        argv = server_command(self.kind) + self._argv(port)
+        argv = self.wrapper + server_command(self.kind) + self._argv(port)
         with self._cond:
             self._lines = []
             self._eof = False
@@ -297,17 +299,23 @@ def start_server(
     config: str | None = None,
     tmp_path: Path,
     name: str | None = None,
+    wrapper: Sequence[str] = (),
 ) -> ServerProcess:
     """Start ``kind`` on a free loopback port; ``args`` are extra nats-server flags.
 
     ``-a 127.0.0.1 -p -1`` come first so a test may still override them.
+    ``wrapper`` prefixes the command (a network namespace, see tests/support/netns.py).
     """
     label = name or kind
     tmp_path.mkdir(parents=True, exist_ok=True)
     config_path = write_config(tmp_path, config, f"{label}.conf") if config is not None else None
     argv = ["-a", "127.0.0.1", "-p", "-1", *args]
     server = ServerProcess(
-        kind, argv, config_path=config_path, log_path=tmp_path / f"{label}.stderr.log"
+        kind,
+        argv,
+        config_path=config_path,
+        log_path=tmp_path / f"{label}.stderr.log",
+        wrapper=wrapper,
     )
     return server.start()
 

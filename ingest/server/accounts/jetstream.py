@@ -80,8 +80,11 @@ class AccountJetStreams:
 def _refuser(
     server: Server, account: Account, *, system: bool
 ) -> Callable[[str, str | None, Any, bytes], None]:
+    # Clustered, the system account's META and SERVER requests are the meta leader's.
+    served = ("$JS.API.META.", "$JS.API.SERVER.") if system and server.cluster else ()
+
     def refuse(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
-        if reply:
+        if reply and not subject.startswith(served):
             body = json.dumps(refusal(subject, system=system), separators=(",", ":")).encode()
             server.publish(reply, None, None, body, account=account)
 

@@ -102,6 +102,8 @@ class Cluster:
         }
         if self.dynamic_name:
             info["cluster_dynamic"] = True
+        if server.opts.jetstream.enabled:
+            info["jetstream"] = True  # peers count this server into their meta group
         if self.config.username is not None:
             info["auth_required"] = True
         if not self.config.no_advertise:
@@ -296,10 +298,17 @@ class Cluster:
         hdr: bytes | None,
         payload: bytes,
         size: int,
+        *,
+        shown: bytes | None = None,
     ) -> int:
-        """Send the message to the routes `decision` picked; how many got it."""
+        """Send the message to the routes `decision` picked; how many got it.
+
+        A JetStream delivery is routed on its inbox but shown under the stored message's
+        subject: the peer learns that subject from a header only jetlake routes carry."""
         targets = decision.targets()
         name = account.encode()
+        if shown is not None:
+            hdr = shown_header(shown, hdr)
         for route, queues in targets.items():
             route.send_msg(encode_rmsg(name, subject, reply, queues, hdr, payload), size)
         return len(targets)
@@ -308,10 +317,17 @@ class Cluster:
         """A message from a peer, delivered in its account; one this server does not know
         has no subscriber here."""
         account = self.server.accounts.get(msg.account)
-        if account is not None:
-            self.server.route_from_peer(
-                account, msg.subject, msg.reply, msg.hdr, msg.payload, msg.queues
-            )
+        if account is None:
+            return
+        hdr = msg.hdr
+        if hdr is not None and hdr.startswith(SHOWN_PREFIX):
+            shown, hdr = split_shown(hdr)
+            self.server.route(
+                None, msg.subject, msg.reply, hdr, msg.payload,
+                len(msg.payload) + (len(hdr) if hdr else 0), shown=shown, account=account,
+            )  # fmt: skip
+            return
+        self.server.route_from_peer(account, msg.subject, msg.reply, hdr, msg.payload, msg.queues)
 
     # ---- what clients are told -------------------------------------------------------------
 
@@ -322,6 +338,21 @@ class Cluster:
             if not route.lame_duck:
                 urls += [u for u in route.client_urls() if u not in urls]
         return urls
+
+
+SHOWN_PREFIX = b"NATS/1.0\r\nJetlake-Shown: "
+
+
+def shown_header(shown: bytes, hdr: bytes | None) -> bytes:
+    """A header block naming the subject to show, the message's own block (if any) after
+    it whole, status line included: only the receiving jetlake reads this block."""
+    return SHOWN_PREFIX + shown + b"\r\n" + (hdr or b"")
+
+
+def split_shown(hdr: bytes) -> tuple[bytes, bytes | None]:
+    """Inverse of `shown_header`: the subject, and the message's own block or None."""
+    end = hdr.index(b"\r\n", len(SHOWN_PREFIX))
+    return hdr[len(SHOWN_PREFIX) : end], hdr[end + 2 :] or None
 
 
 def _hostport(host: str, port: int) -> str:

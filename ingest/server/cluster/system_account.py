@@ -191,5 +191,7 @@ class SystemAccount:
         }
         for key in ("streams", "consumers", "messages", "bytes"):
             out[key] = sum(int(doc.get(key, 0)) for doc in docs)
+        if self._server.jetstream_cluster is not None:
+            out["meta_cluster"] = self._server.jetstream_cluster.meta_info()
         out["total"] = len(docs)
         return out

@@ -14,6 +14,7 @@ import base64
 import inspect
 import json
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,7 @@ LIST_LIMIT = 256
 SUBJECT_DETAILS_LIMIT = 100_000
 
 Response = dict[str, Any]
-Handler = Callable[[list[str], bytes], "Response | Awaitable[Response]"]
+Handler = Callable[[list[str], bytes], "Response | Awaitable[Response] | None"]
 
 
 def encode(doc: Response) -> bytes:
@@ -53,6 +54,9 @@ class Api:
         self.total = 0
         self.errors = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        # Clustered, whether this server answers (it has the role the request needs).
+        self.gate: Callable[[str, list[str]], bool] | None = None
+        self.current_reply = ""  # the inbox of the request being handled, for handlers
         consumers = engine.consumers
         self.routes: dict[str, tuple[str, Handler]] = {
             "INFO": ("account_info_response", self._account_info),
@@ -98,7 +102,10 @@ class Api:
         hdr: bytes | None,
         data: bytes,
     ) -> None:
+        if self.gate is not None and not self.gate(kind, tokens):
+            return
         self.total += 1
+        self.current_reply = reply
         try:
             if streamconfig.above_api_level(hdr):
                 raise errors.required_api_level()
@@ -110,7 +117,7 @@ class Api:
             task = asyncio.get_running_loop().create_task(self._finish(kind, result, reply))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        else:
+        elif result is not None:  # None: another server answers (clustered creates)
             self._send(reply, {"type": TYPE + kind, **result})
 
     async def _finish(self, kind: str, result: Awaitable[Response], reply: str) -> None:
@@ -134,6 +141,33 @@ class Api:
 
     def _send(self, reply: str, doc: Response) -> None:
         self._js.messaging.publish(reply, None, None, encode(doc))
+
+    def created(self, stream: Stream, reply: str) -> None:
+        """A clustered create's answer, sent by the new stream's first leader."""
+        doc = {**self._js.describe(stream, dynamic=True), "did_create": True}
+        self._send(reply, {"type": TYPE + "stream_create_response", **doc})
+
+    async def ask(self, subject: str, data: bytes, timeout: float) -> Response | None:
+        """Request an API document as a client would (wherever the answering server is);
+        None when nobody answers in time."""
+        messaging = self._js.messaging
+        inbox = f"$JSC.R.{secrets.token_hex(8)}"
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+        def on_reply(subject: str, reply: str | None, hdr: bytes | None, body: bytes) -> None:
+            if not future.done():
+                future.set_result(body)
+
+        token = messaging.subscribe(inbox, on_reply)
+        try:
+            messaging.publish(subject, inbox, None, data)
+            body = await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            return None
+        finally:
+            messaging.unsubscribe(token)
+        doc = json.loads(body)
+        return doc if isinstance(doc, dict) else None
 
     # -- account -------------------------------------------------------------
 
@@ -162,7 +196,7 @@ class Api:
     # -- streams -------------------------------------------------------------
 
     def _stream_create(self, tokens: list[str], data: bytes) -> Response:
-        raw = _optional_json(data)
+        raw = optional_json(data)
         if raw.get("name") != tokens[-1]:
             raise errors.stream_name_mismatch()
         stream = self._js.create_stream(streamconfig.from_request(raw))
@@ -170,7 +204,7 @@ class Api:
 
     def _stream_update(self, tokens: list[str], data: bytes) -> Response:
         """The reference validates an update before it compares names, unlike a create."""
-        raw = _optional_json(data)
+        raw = optional_json(data)
         cfg = streamconfig.from_request(raw)
         if cfg.name != tokens[-1]:
             raise errors.stream_name_mismatch()
@@ -178,7 +212,7 @@ class Api:
         return self._js.describe(stream, dynamic=True)
 
     def _stream_info(self, tokens: list[str], data: bytes) -> Response:
-        req = _optional_json(data)
+        req = optional_json(data)
         stream = self._js.stream(tokens[-1])
         subjects_filter = str(req.get("subjects_filter") or "")
         offset = max(int(req.get("offset") or 0), 0)
@@ -196,24 +230,26 @@ class Api:
             window = names[start : start + SUBJECT_DETAILS_LIMIT]
             info["state"]["subjects"] = {name: subjects[name] for name in window}
             paging = {"total": len(names), "offset": offset, "limit": SUBJECT_DETAILS_LIMIT}
-        return {**paging, **info, "cluster": {"leader": self._js.server_name}, "ts": info["ts"]}
+        cluster = info.pop("cluster", None) or {"leader": self._js.server_name}
+        ts = info.pop("ts")
+        return {**paging, **info, "cluster": cluster, "ts": ts}
 
     async def _stream_delete(self, tokens: list[str], data: bytes) -> Response:
-        _require_empty(data)
+        require_empty(data)
         await self._js.delete_stream(tokens[-1])
         return {"success": True}
 
-    def _stream_purge(self, tokens: list[str], data: bytes) -> Response:
-        req = _optional_json(data)
+    async def _stream_purge(self, tokens: list[str], data: bytes) -> Response:
+        req = optional_json(data)
         stream = self._js.stream(tokens[-1])
         seq, keep = int(req.get("seq") or 0), int(req.get("keep") or 0)
         if seq and keep:
             raise errors.bad_request()
-        purged = stream.purge(str(req.get("filter") or ""), upto_seq=seq, keep=keep)
+        purged = await stream.purge(str(req.get("filter") or ""), upto_seq=seq, keep=keep)
         return {"success": True, "purged": purged}
 
     def _matching_streams(self, data: bytes) -> tuple[list[str], int]:
-        req = _optional_json(data)
+        req = optional_json(data)
         subject = str(req.get("subject") or "")
         names = sorted(
             name
@@ -247,7 +283,7 @@ class Api:
     def _msg_get(self, tokens: list[str], data: bytes) -> Response | Awaitable[Response]:
         """Answered at once when the message is committed (a KV get, nearly always)."""
         stream = self._js.stream(tokens[-1])
-        req = _optional_json(data)
+        req = optional_json(data)
         seq, last, nxt = int(req.get("seq") or 0), req.get("last_by_subj"), req.get("next_by_subj")
         if (seq and last) or (last and nxt) or not (seq or last or nxt):
             raise errors.bad_request()
@@ -273,17 +309,17 @@ class Api:
         await self._js.visible(stream, seq)
         return doc
 
-    def _msg_delete(self, tokens: list[str], data: bytes) -> Response:
+    async def _msg_delete(self, tokens: list[str], data: bytes) -> Response:
         stream = self._js.stream(tokens[-1])
         req = streamconfig.parse_json(data) if data.strip() else {}
         seq = int(req.get("seq") or 0) if isinstance(req, dict) else 0
         if seq > stream.last_seq or seq == 0:
             raise ApiError(400, 10043, f"sequence {seq} not found")
-        stream.delete_msg(seq)
+        await stream.delete_msg(seq)  # answered once the delete commits
         return {"success": True}
 
 
-def _optional_json(data: bytes) -> dict[str, Any]:
+def optional_json(data: bytes) -> dict[str, Any]:
     """Bodies that may be empty; a non-object body is ignored like the reference does."""
     if not data.strip():
         return {}
@@ -291,6 +327,6 @@ def _optional_json(data: bytes) -> dict[str, Any]:
     return req if isinstance(req, dict) else {}
 
 
-def _require_empty(data: bytes) -> None:
+def require_empty(data: bytes) -> None:
     if data.strip():
         raise errors.not_empty_request()

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
-from consensus.durability import SYNCER
 from log.consumers.consumer import Consumer
-from log.consumers.store import POSITION, ConsumerStore
+from log.consumers.store import POSITION, StateStore
 from log.consumers.wire import (
     ACK_PREFIX,
     FC_PREFIX,
@@ -43,7 +43,7 @@ class Runner:
         stream: Stream,
         messaging: Messaging,
         *,
-        store: ConsumerStore | None,
+        store: StateStore | None,
         on_done: DoneSink,
         on_idle: IdleSink,
     ) -> None:
@@ -115,11 +115,7 @@ class Runner:
         records, c.journal = c.journal or [], []
         records.extend((POSITION, c.dseq, c.sseq, c.adflr, c.asflr))
         records.extend((c.last_delivered, c.last_acked))
-        if store.append(records):
-            store.save_state(c.snapshot())
-        # Written now (a kill -9 keeps it); fsynced by the background thread within
-        # sync_interval, one fsync serving many turns. Confirmed acks sync at once.
-        SYNCER.request(store, store.sync_delay)
+        store.record(records, c.snapshot)
 
     # -- events ---------------------------------------------------------------------
 
@@ -179,8 +175,14 @@ class Runner:
             self._publish(self.consumer.pull(reply, result.request, now))
         if result.confirm:
             self.save()  # a confirmed ack is durable before the client hears of it
-            if self.store is not None and self.store.fsync_confirmed:
-                self.store.sync()
+            if self.store is None:
+                self._messaging.publish(reply, None, None, b"")
+            else:
+                self.store.confirm(partial(self._confirmed, reply))
+
+    def _confirmed(self, reply: str, error: BaseException | None) -> None:
+        """Unconfirmed (the stream lost its leader first): no answer, the client retries."""
+        if error is None:
             self._messaging.publish(reply, None, None, b"")
 
     def _on_flow_control(

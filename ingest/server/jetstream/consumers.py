@@ -15,19 +15,23 @@ import dataclasses
 import logging
 import secrets
 import string
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from consensus.commits import settle
 from ingest.parser.subjects import subjects_overlap
 from ingest.server.jetstream.api import LIST_LIMIT, NAMES_LIMIT, Response
-from ingest.server.jetstream.api import _optional_json as _json_object
+from ingest.server.jetstream.api import optional_json as _json_object
 from ingest.server.jetstream.consumer_runner import Runner
 from log import errors
 from log.config import API_LEVEL, is_valid_name
 from log.consumers import config as ccfg
 from log.consumers import errors as cerr
 from log.consumers.consumer import Consumer
-from log.consumers.store import ConsumerStore, consumers_dir, load_all
+from log.consumers.replicated import ReplicatedStore
+from log.consumers.store import ConsumerStore, StateStore, consumers_dir, load_all
 from log.stream import Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
 
@@ -59,8 +63,32 @@ class Consumers:
 
         self._listeners[stream.name] = on_commit
         stream.add_commit_listener(on_commit)
-        if stream.config.storage != "file":
-            return
+        if stream.config.storage == "file" and not _replicated(stream):
+            self._recover(stream, folder)
+
+    def lead(self, stream: Stream) -> None:
+        """This member now leads a replicated stream: run its consumers from their files.
+
+        Call it (after `attach`) once the stream has applied every committed entry, so
+        the files (`log.consumers.replicated.ConsumerFiles`) hold everything agreed on.
+        """
+        runners = self._by_stream.setdefault(stream.name, {})
+        if not runners:  # not leading already
+            self._recover(stream, self._js.stream_folder(stream.name))
+
+    def follow(self, stream: Stream) -> None:
+        """Another member leads the stream now: stop its consumers here, keep their files.
+
+        Waiting pull requests hear `409 Leadership Change`, the status the reference's
+        new consumer leader sends them; here the old leader still knows them.
+        """
+        runners = self._by_stream.get(stream.name, {})
+        for runner in runners.values():
+            runner.stop(reason="Leadership Change")
+        runners.clear()
+
+    def _recover(self, stream: Stream, folder: Path) -> None:
+        """Start every consumer persisted in a stream's folder, where it left off."""
         for saved in load_all(folder):
             try:
                 cfg = ccfg.with_defaults(ccfg.from_request(saved.config), stream.config)
@@ -104,11 +132,14 @@ class Consumers:
             now=now,
             committed=stream.committed_seq,
         )
-        store = None
+        store: StateStore | None = None
         if cfg.is_durable and stream.config.storage == "file" and not cfg.mem_storage:
-            folder = consumers_dir(self._js.stream_folder(stream.name)) / name
-            store = ConsumerStore(folder, sync_interval_ns=self._js.config.sync_interval_ns)
-            store.save_meta(ccfg.to_state_json(cfg), rfc3339(created))
+            if _replicated(stream):  # files are written as ops commit (create proposes one)
+                store = ReplicatedStore(name, stream)
+            else:
+                folder = consumers_dir(self._js.stream_folder(stream.name)) / name
+                store = ConsumerStore(folder, sync_interval_ns=self._js.config.sync_interval_ns)
+                store.save_meta(ccfg.to_state_json(cfg), rfc3339(created))
         runner = Runner(
             consumer,
             stream,
@@ -137,7 +168,7 @@ class Consumers:
         if stream.config.retention == "interest" and not any(
             r.consumer.matches(subject) for r in runners.values()
         ):
-            stream.store.remove(seq)
+            stream.remove((seq,))
 
     def _on_done(self, runner: Runner, seqs: list[int]) -> None:
         """A consumer is finished with these messages: drop those nobody else needs.
@@ -179,7 +210,7 @@ class Consumers:
 
     # -- API ------------------------------------------------------------------------
 
-    def create(self, tokens: list[str], data: bytes) -> Response:
+    def create(self, tokens: list[str], data: bytes) -> Response | Awaitable[Response]:
         req = _json_object(data)
         raw_cfg = req.get("config")
         cfg = ccfg.from_request(raw_cfg if raw_cfg is not None else {})
@@ -209,9 +240,11 @@ class Consumers:
             raise cerr.multiple_filters_in_subject()
         if subject_filter and cfg.filter_subject != subject_filter:
             raise cerr.filter_mismatch()
-        if cfg.num_replicas > 1:
+        if cfg.num_replicas > 1 and not _replicated(self._js.streams.get(stream_name)):
             raise errors.replicas_not_supported()
         stream = self._js.stream(stream_name)
+        if cfg.num_replicas > stream.config.num_replicas:
+            raise cerr.replicas_exceed_stream()
         existing_name = cfg.durable_name or cfg.name
         existing = self._by_stream[stream.name].get(existing_name) if existing_name else None
         if existing is not None:
@@ -228,12 +261,53 @@ class Consumers:
         if not is_valid_name(name):
             raise cerr.bad_durable_name()
         runner = self._open(stream, name, cfg, now_ns())
+        if isinstance(runner.store, ReplicatedStore):  # it starts once its create commits
+            c = runner.consumer
+            runner.store.create(ccfg.to_state_json(cfg), rfc3339(c.created), c.snapshot())
+            return self._after_commit(
+                runner.store,
+                partial(self._start, stream, runner),
+                undo=partial(self._forget, stream, runner),
+            )
+        return self._start(stream, runner)
+
+    def _start(self, stream: Stream, runner: Runner) -> Response:
         runner.start()
         return self.describe(stream, runner, dynamic=True)
 
+    def _forget(self, stream: Stream, runner: Runner) -> None:
+        """A create that did not commit: the runner never started, no file was written."""
+        if self._by_stream.get(stream.name, {}).get(runner.name) is runner:
+            del self._by_stream[stream.name][runner.name]
+
+    def _answer(
+        self, runner: Runner, answer: Callable[[], Response]
+    ) -> Response | Awaitable[Response]:
+        """The response, once what the request changed has committed (replicated streams)."""
+        if isinstance(runner.store, ReplicatedStore):
+            return self._after_commit(runner.store, answer)
+        return answer()
+
+    async def _after_commit(
+        self,
+        store: ReplicatedStore,
+        answer: Callable[[], Response],
+        undo: Callable[[], None] | None = None,
+    ) -> Response:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        store.confirm(partial(settle, future, 0))
+        try:
+            await future
+        except Exception as err:
+            if undo is not None:
+                undo()
+            log.warning("%s: not committed: %s", store, err)
+            raise _not_committed() from err
+        return answer()
+
     def _update(
         self, stream: Stream, runner: Runner, cfg: ccfg.ConsumerConfig, action: str
-    ) -> Response:
+    ) -> Response | Awaitable[Response]:
         old = runner.consumer.cfg
         if action == "create" and cfg != old:
             raise cerr.already_exists()
@@ -247,7 +321,7 @@ class Consumers:
                 runner.store.save_meta(ccfg.to_state_json(cfg), rfc3339(runner.consumer.created))
             runner.check_interest()
             runner.schedule()
-        return self.describe(stream, runner, dynamic=True)
+        return self._answer(runner, partial(self.describe, stream, runner, dynamic=True))
 
     def _check_new(self, stream: Stream, cfg: ccfg.ConsumerConfig) -> None:
         scfg = stream.config
@@ -283,12 +357,12 @@ class Consumers:
         runner = self._consumer(tokens[2], tokens[3])
         return self.describe(runner.stream, runner, dynamic=True)
 
-    def delete(self, tokens: list[str], data: bytes) -> Response:
+    def delete(self, tokens: list[str], data: bytes) -> Response | Awaitable[Response]:
         runner = self._consumer(tokens[2], tokens[3])
         self._remove(runner.stream, runner)
-        return {"success": True}
+        return self._answer(runner, lambda: {"success": True})
 
-    def pause(self, tokens: list[str], data: bytes) -> Response:
+    def pause(self, tokens: list[str], data: bytes) -> Response | Awaitable[Response]:
         req = _json_object(data)
         runner = self._consumer(tokens[2], tokens[3])
         until_text = req.get("pause_until")
@@ -304,7 +378,7 @@ class Consumers:
         out: Response = {"paused": until > now, "pause_until": rfc3339(until)}
         if until > now:
             out["pause_remaining"] = until - now
-        return out
+        return self._answer(runner, lambda: out)
 
     def names(self, tokens: list[str], data: bytes) -> Response:
         self._js.stream(tokens[2])
@@ -355,11 +429,23 @@ class Consumers:
         if pause is not None and pause > now:
             out["paused"] = True
             out["pause_remaining"] = pause - now
+        if self._js.cluster is not None:  # led with its stream: the same group and leader
+            out["cluster"] = self._js.cluster.stream_info(self._js.account, stream.name)
         out["ts"] = rfc3339(now)
         return out
 
 
 _SWEEP_RUN = 4096
+
+
+def _replicated(stream: Stream | None) -> bool:
+    """Its consumers' state travels in the stream's Raft log (`log.consumers.replicated`)."""
+    return stream is not None and stream.config.num_replicas > 1
+
+
+def _not_committed() -> errors.ApiError:
+    """The reference's JSClusterNotAvailErr: the change may not have reached a quorum."""
+    return errors.ApiError(503, 10008, "JetStream system temporarily unavailable")
 
 
 def _drop_unneeded(stream: Stream, seqs: list[int], others: list[Consumer]) -> None:
@@ -368,4 +454,4 @@ def _drop_unneeded(stream: Stream, seqs: list[int], others: list[Consumer]) -> N
     if others:
         msgs = stream.store.load_many(seqs)
         seqs = [m.seq for m in msgs if not any(c.needs(m.seq, m.subject) for c in others)]
-    stream.store.remove_many(seqs)
+    stream.remove(seqs)

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ingest.parser.headers import HeaderError, parse_headers
 from ingest.parser.subjects import subjects_overlap
@@ -34,9 +34,13 @@ from log.config import (
     from_request,
     segment_codec,
 )
+from log.consumers.replicated import ConsumerFiles
 from log.segments.api import MsgStore
-from log.stream import Stream
+from log.stream import GroupFactory, Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
+
+if TYPE_CHECKING:
+    from ingest.server.jetstream.cluster.controller import JetStreamCluster
 
 log = logging.getLogger("jetlake.jetstream")
 
@@ -114,13 +118,15 @@ class JetStream:
         self.sources = Sources(self.streams, read_headers)
         self.api = Api(self)
         self._api_subs: list[object] = []
+        self.cluster: JetStreamCluster | None = None  # set before start when clustered
 
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
         """Recover persisted streams, then start answering the API."""
         self._root.mkdir(parents=True, exist_ok=True)
-        for folder in sorted(self._root.iterdir()):
+        # Clustered, the meta log says which streams exist here: replaying it opens them.
+        for folder in [] if self.cluster is not None else sorted(self._root.iterdir()):
             meta = folder / META_FILE
             if not meta.is_file():
                 log.warning("JetStream: %s has no %s; stream not recovered", folder, META_FILE)
@@ -145,6 +151,8 @@ class JetStream:
             self._detach(name)
         streams, self.streams = list(self.streams.values()), {}
         await asyncio.gather(*(stream.close() for stream in streams))
+        for stream in streams:
+            _close_consumer_files(stream)
 
     # -- stream registry (the API calls these) ---------------------------------
 
@@ -195,7 +203,42 @@ class JetStream:
             ):
                 raise errors.subjects_overlap()
 
-    def _open(self, cfg: StreamConfig, created_ns: int) -> Stream:
+    def adopt(self, cfg: StreamConfig, created_ns: int, group: GroupFactory) -> Stream:
+        """Open a replicated stream the meta group assigned here; it follows until its
+        group elects this server (`set_stream_leader`)."""
+        stream = self._open(cfg, created_ns, group)
+        self.set_stream_leader(stream, False)
+        return stream
+
+    def set_stream_leader(self, stream: Stream, leader: bool) -> None:
+        """Leadership of a replicated stream came or went; `led` follows once it accepts."""
+        stream.set_leader(leader)
+        if not leader:
+            self.consumers.follow(stream)
+
+    def led(self, stream: Stream) -> None:
+        """The stream's new leader caught up: its consumers run here from their files."""
+        if self.streams.get(stream.name) is stream and stream.accepting:
+            self.consumers.lead(stream)
+
+    async def drop(self, name: str, *, delete: bool) -> None:
+        """Close a replicated stream the meta group moved away or deleted."""
+        stream = self.streams.pop(name, None)
+        if stream is None:
+            return
+        self.consumers.detach(stream, reason="Consumer Deleted" if delete else "")
+        self._detach(name)
+        if delete:
+            await stream.delete()
+        else:
+            await stream.close()
+        _close_consumer_files(stream)
+        if delete:
+            shutil.rmtree(self._root / name, ignore_errors=True)
+
+    def _open(
+        self, cfg: StreamConfig, created_ns: int, group: GroupFactory | None = None
+    ) -> Stream:
         folder = self._root / cfg.name
         if cfg.storage == "file":
             folder.mkdir(parents=True, exist_ok=True)
@@ -205,9 +248,14 @@ class JetStream:
             created_ns=created_ns,
             read_headers=read_headers,
             sync_interval_ns=self.config.sync_interval_ns,
+            group=group,
             on_sooner_expiry=partial(self._rearm_expiry, cfg.name),
             republish=lambda subject, hdr, data: self.messaging.publish(subject, None, hdr, data),
         )
+        if group is not None:  # before the group applies anything: consumer ops included
+            stream.consumer_ops = ConsumerFiles(
+                cfg.name, folder, sync_interval_ns=self.config.sync_interval_ns
+            )
         self.streams[cfg.name] = stream
         self._attach(stream)
         self.consumers.attach(stream, folder)
@@ -342,8 +390,8 @@ class JetStream:
         stream = self.streams.get(name)
         if stream is None:
             return
-        placed = stream.expire(now_ns())  # markers' TTLs count once they commit: look again
-        if placed or stream.next_expiry() is not None:
+        stream.expire(now_ns())  # its commit re-arms the timer (`on_sooner_expiry`)
+        if stream.next_expiry() is not None:
             self._arm_expiry(stream)
 
     # -- reporting -----------------------------------------------------------
@@ -367,8 +415,13 @@ class JetStream:
                 subjects_filter=subjects_filter,
             ),
             **({"sources": self.sources.state(stream.name)} if stream.config.sources else {}),
+            **({"cluster": self._cluster_block(stream)} if self.cluster is not None else {}),
             "ts": rfc3339(now_ns()),
         }
+
+    def _cluster_block(self, stream: Stream) -> dict[str, Any]:
+        assert self.cluster is not None
+        return self.cluster.stream_info(self.account, stream.name)
 
     def usage(self) -> dict[str, int]:
         used = {"memory": 0, "storage": 0}
@@ -404,6 +457,26 @@ class JetStream:
             "messages": messages,
             "bytes": total_bytes,
         }
+
+    def monitor_info(self) -> dict[str, Any]:
+        """What the monitor reads: `/jsz` figures and each stream's detail."""
+        doc = self.info()
+        stats = {k: doc[k] for k in ("memory", "storage", "reserved_memory", "reserved_storage")}
+        stats.update(accounts=doc["accounts"], ha_assets=doc["ha_assets"], api=doc["api"])
+        streams = []
+        for stream in self.streams.values():
+            detail: dict[str, Any] = {"name": stream.name, "created": rfc3339(stream.created_ns)}
+            if self.cluster is not None:
+                detail["cluster"] = self._cluster_block(stream)
+            detail["state"] = stream.state_json(consumers=self.consumers.count(stream.name))
+            streams.append(detail)
+        return {"config": doc["config"], "stats": stats, "streams": streams}
+
+
+def _close_consumer_files(stream: Stream) -> None:
+    """A replicated stream's consumer logs stay open between ops: close them with it."""
+    if isinstance(stream.consumer_ops, ConsumerFiles):
+        stream.consumer_ops.close()
 
 
 def _sync_fields(sync_interval_ns: int | None) -> dict[str, Any]:

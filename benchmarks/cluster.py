@@ -1,0 +1,203 @@
+"""Cluster rows (issue 11): an R3 file stream on three processes of each server.
+
+Three servers on loopback, routed to each other, JetStream on, one R3 stream.
+Each row starts its own three, so a server that fails one (jetlake while its
+clustering grows) still shows its figures in the others:
+``cluster-pub-async``: ``publish_async`` msgs/s with ``--window`` acks in flight;
+``cluster-pub-sync``: sync publish p50/p99 over ``--sync-count``;
+``cluster-pull``: a durable (R3) pull consumer fetching and acking ``--count``
+messages; ``cluster-failover``: SIGKILL the stream's leader, then time until a
+publish through a surviving node is acknowledged again. The publish and pull
+loops are those of the single-server rows, so the figures compare with
+``js-pub-async``, ``js-pub-sync`` and ``js-pull`` as well as across the columns.
+
+The rows run as ``Profile.OFFLINE`` (the harness starts no server and hands
+over a fresh store dir) because they start their own three. They are the
+binaries beside this interpreter, like the harness's defaults; ``--ref-cmd`` and
+``--jetlake-cmd`` do not reach these rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from time import perf_counter
+
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import StorageType, StreamConfig
+from nats.js.client import JetStreamContext
+from nats.js.errors import APIError, NoStreamResponseError
+
+from benchmarks.client import connect, latency_metrics
+from benchmarks.consumers import FETCH_BATCH
+from benchmarks.jetstream import STREAM, SUBJECT, WARMUP_PUBLISHES, check_stored, publish_all
+from benchmarks.model import Incomplete, Measure, Params
+from benchmarks.servers import _stop, _wait_ready
+
+NODES = 3
+START_SECONDS = 20.0
+STREAM_SECONDS = 30.0  # the meta group elects a leader before any stream can be created
+FAILOVER_LIMIT = 60.0
+RETRY = 0.01
+META_NOT_READY = 10008  # "JetStream system temporarily unavailable": retry, not a result
+_BIN = Path(sys.executable).parent
+COMMANDS = {"ref": [str(_BIN / "nats-server")], "jetlake": [str(_BIN / "jetlake"), "serve"]}
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    url: str
+    proc: subprocess.Popen[bytes]
+
+
+Phase = Callable[[JetStreamContext, list[Node], Params], Awaitable[dict[str, float]]]
+
+
+def measure(phase: Phase, side: str) -> Measure:
+    """The harness's measure of one row on one side: three fresh servers, a stream, ``phase``."""
+    return partial(_measure, phase=phase, command=COMMANDS[side])
+
+
+async def _measure(_url: str, p: Params, *, phase: Phase, command: list[str]) -> dict[str, float]:
+    assert p.store is not None, "the harness sets the store of every run"
+    async with _cluster(command, p.store) as nodes:
+        nc = await connect(nodes[0].url, "bench-cluster")
+        try:
+            await _create_stream(nc.jetstream(timeout=2.0))
+            js = nc.jetstream(timeout=p.timeout, publish_async_max_pending=p.window)
+            return await phase(js, nodes, p)
+        finally:
+            await nc.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@asynccontextmanager
+async def _cluster(command: list[str], root: Path) -> AsyncIterator[list[Node]]:
+    """Three servers, each with routes to the other two; all stopped on the way out."""
+    routes = [f"nats://127.0.0.1:{_free_port()}" for _ in range(NODES)]
+    procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+    try:
+        for i in range(NODES):
+            name, log = f"N{i}", root / f"N{i}.log"
+            args = [
+                *command, "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", str(root / name),
+                "-n", name, "--cluster_name", "BENCH", "--cluster", routes[i],
+                "--routes", ",".join(r for j, r in enumerate(routes) if j != i),
+            ]  # fmt: skip
+            with log.open("wb") as sink:
+                proc = subprocess.Popen(
+                    args, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
+                )
+            procs.append((name, proc, log))
+        ready = [_wait_ready(proc, log, START_SECONDS) for _, proc, log in procs]
+        urls = [url for url, _ in await asyncio.gather(*ready)]
+        yield [Node(name, url, proc) for (name, proc, _), url in zip(procs, urls, strict=True)]
+    finally:
+        for _, proc, _ in procs:
+            _stop(proc)
+
+
+async def _create_stream(js: JetStreamContext) -> None:
+    """Retry while the meta group has no leader; any other refusal is the row's result."""
+    config = StreamConfig(
+        name=STREAM, subjects=[SUBJECT], storage=StorageType.FILE, num_replicas=NODES
+    )
+    deadline = perf_counter() + STREAM_SECONDS
+    while True:
+        try:
+            await js.add_stream(config)
+            return
+        except (NatsTimeoutError, NoStreamResponseError, APIError) as exc:
+            if isinstance(exc, APIError) and exc.err_code != META_NOT_READY:
+                raise
+            if perf_counter() > deadline:
+                raise Incomplete(f"no R{NODES} stream in {STREAM_SECONDS:g} s: {exc!r}") from exc
+            await asyncio.sleep(0.1)
+
+
+async def publish_async(js: JetStreamContext, _nodes: list[Node], p: Params) -> dict[str, float]:
+    start = perf_counter()
+    await publish_all(js, p, p.count)
+    elapsed = perf_counter() - start
+    await check_stored(js, p.count)
+    return {"msgs_per_s": p.count / elapsed}
+
+
+async def publish_sync(js: JetStreamContext, _nodes: list[Node], p: Params) -> dict[str, float]:
+    payload = p.payload
+    for _ in range(WARMUP_PUBLISHES):
+        await js.publish(SUBJECT, payload)
+    samples = []
+    for _ in range(p.sync_count):
+        start = perf_counter()
+        await js.publish(SUBJECT, payload)
+        samples.append(perf_counter() - start)
+    return latency_metrics(samples)
+
+
+async def pull_fetch_ack(js: JetStreamContext, _nodes: list[Node], p: Params) -> dict[str, float]:
+    """``count`` stored messages through a durable pull consumer (R3, like its stream)."""
+    await publish_all(js, p, p.count)
+    sub = await js.pull_subscribe(SUBJECT, durable="bench-pull")
+    received = 0
+    start = perf_counter()
+    while received < p.count:
+        msgs = await sub.fetch(min(FETCH_BATCH, p.count - received), timeout=p.timeout)
+        received += len(msgs)
+        for msg in msgs[:-1]:
+            await msg.ack()
+        if received < p.count:
+            await msgs[-1].ack()
+        else:
+            await msgs[-1].ack_sync(timeout=p.timeout)
+    elapsed = perf_counter() - start
+    info = await sub.consumer_info()
+    floor = info.ack_floor.stream_seq if info.ack_floor else 0
+    if floor != p.count:
+        raise Incomplete(f"acks not applied: ack floor {floor}, expected {p.count}")
+    return {"msgs_per_s": p.count / elapsed}
+
+
+async def failover(js: JetStreamContext, nodes: list[Node], p: Params) -> dict[str, float]:
+    """Milliseconds from SIGKILL of the stream leader to the next acknowledged publish.
+
+    The publisher is connected to a surviving node, so the figure is the
+    cluster's recovery, not a client's reconnect.
+    """
+    info = await js.stream_info(STREAM)
+    leader = info.cluster.leader if info.cluster else None
+    victim = next((n for n in nodes if n.name == leader), None)
+    if victim is None:
+        raise Incomplete(f"stream leader {leader!r} is none of {[n.name for n in nodes]}")
+    survivor = next(n for n in nodes if n is not victim)
+    nc = await connect(survivor.url, "bench-cluster-failover")
+    try:
+        probe = nc.jetstream(timeout=0.5)
+        await probe.publish(SUBJECT, p.payload)
+        victim.proc.kill()
+        start = perf_counter()
+        while True:
+            try:
+                await probe.publish(SUBJECT, p.payload)
+                return {"failover_ms": (perf_counter() - start) * 1e3}
+            except (NatsTimeoutError, NoStreamResponseError, APIError) as exc:
+                if perf_counter() - start > FAILOVER_LIMIT:
+                    raise Incomplete(
+                        f"no publish acked {FAILOVER_LIMIT:g} s after the kill"
+                    ) from exc
+                await asyncio.sleep(RETRY)
+    finally:
+        await nc.close()

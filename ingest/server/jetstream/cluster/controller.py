@@ -1,0 +1,382 @@
+"""JetStream in a cluster: the meta group, and the stream groups it assigns to this server.
+
+The meta group (every JetStream server of the cluster) orders stream
+creations, updates and deletions; each server applies them and opens, updates
+or closes the streams it is a peer of, each over its own Raft group. Which
+server answers an API request follows from those roles (`cluster.requests`).
+
+The meta group forms once this server sees as many JetStream servers as its
+`routes` name (itself included), and writes the members down, so a restart
+does not wait for the mesh again. All servers list the same routes, so all
+of them form the group with the same members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from consensus.driver import RaftNode
+from consensus.types import Entry, EntryKind, RaftError, Role
+from ingest.server.cluster.raft_transport import RaftRoutes
+from ingest.server.jetstream.api import TYPE, encode
+from ingest.server.jetstream.cluster import info, meta
+from ingest.server.jetstream.cluster.groups import META_GROUP, group_dir, open_node
+from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
+from log import stream_entries
+from log.config import from_request
+from log.raft_group import RaftGroup
+from log.timefmt import parse_rfc3339
+
+if TYPE_CHECKING:
+    from ingest.server.jetstream.engine import JetStream
+    from ingest.server.server import Server
+    from log.stream import Stream
+
+log = logging.getLogger("jetlake.jetstream")
+
+PEERS_FILE = "peers.json"
+STEPDOWN = "$JS.API.META.LEADER.STEPDOWN"
+
+
+@dataclass
+class Hosted:
+    """A stream this server is a peer of: its Raft group and who leads it."""
+
+    assignment: StreamAssignment
+    stream: Stream
+    group: RaftGroup[Any]
+    leader_since: int = 0
+    reply: str = ""  # a creation's inbox, answered by the stream's first leader here
+    answered: set[str] = field(default_factory=set)
+
+
+class JetStreamCluster:
+    def __init__(
+        self,
+        server: Server,
+        engines: Callable[[str], JetStream | None],
+        *,
+        js_dir: Path,
+        sync_interval_ns: int | None,
+        expected_size: int,
+    ) -> None:
+        self.server = server
+        self._engines = engines
+        self.js_dir = js_dir
+        self._sync = sync_interval_ns
+        self.expected_size = max(expected_size, 1)
+        self.routes = RaftRoutes(server)
+        self.state = MetaState()
+        self.meta: RaftNode | None = None
+        self.meta_leader_since = 0
+        self.hosted: dict[tuple[str, str], Hosted] = {}
+        self._formed = asyncio.Event()
+
+    @property
+    def me(self) -> str:
+        return self.server.server_name
+
+    @property
+    def name(self) -> str:
+        cluster = self.server.cluster
+        return cluster.name if cluster is not None else ""
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        log.info("Starting JetStream cluster")
+        self.routes.start()
+        server = self.server
+        system = server.accounts.system_account
+        server.announce(server.subscribe(STEPDOWN, self._meta_stepdown, account=system))
+        voters = self._saved_voters()
+        if voters is None:
+            log.info("JetStream cluster bootstrapping")
+            self.server.cluster_listeners.append(self._try_form)
+            self._try_form()
+        else:
+            log.info("JetStream cluster recovering state")
+            self._open_meta(voters)
+
+    async def stop(self) -> None:
+        """Stop taking meta decisions; the engines close the streams (and their groups)."""
+        self.hosted = {}
+        if self.meta is not None:
+            await self.meta.close()
+
+    def online_peers(self) -> set[str]:
+        """JetStream servers this one reaches now (itself included)."""
+        peers = {self.me}
+        cluster = self.server.cluster
+        if cluster is not None:
+            peers |= {
+                r.remote_name
+                for r in cluster.routes.values()
+                if r.remote_info.get("jetstream") and r.remote_name
+            }
+        return peers
+
+    def members(self) -> set[str]:
+        """The meta group's voters: every JetStream server of the cluster."""
+        if self.meta is None:
+            return self.online_peers()
+        return set(self.meta.status()["voters"])  # type: ignore[call-overload]
+
+    def _saved_voters(self) -> list[str] | None:
+        path = group_dir(self.js_dir, META_GROUP) / PEERS_FILE
+        if not path.is_file():
+            return None
+        return [str(p) for p in json.loads(path.read_bytes())]
+
+    def _try_form(self) -> None:
+        if self.meta is not None:
+            return
+        peers = self.online_peers()
+        if len(peers) < self.expected_size:
+            return
+        voters = sorted(peers)
+        folder = group_dir(self.js_dir, META_GROUP)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / (PEERS_FILE + ".tmp")
+        tmp.write_text(json.dumps(voters))
+        os.replace(tmp, folder / PEERS_FILE)
+        self._open_meta(voters)
+
+    def _open_meta(self, voters: list[str]) -> None:
+        self.meta = open_node(
+            self.routes,
+            self.js_dir,
+            META_GROUP,
+            voters,
+            self._apply_meta,
+            sync_interval_ns=self._sync,
+        )
+        self.meta.on_leader_change(self._meta_leader_changed)
+        self.meta.start()
+        self._formed.set()
+
+    def _meta_leader_changed(self, leader: str | None, term: int) -> None:
+        if leader is None:
+            return
+        if leader == self.me:
+            self.meta_leader_since = _now()
+            log.info("Self is new JetStream cluster metadata leader")
+        else:
+            log.info("JetStream cluster new metadata leader: %s/%s", leader, self.name)
+
+    def _meta_stepdown(self, subject: str, reply: str | None, hdr: bytes | None, _: bytes) -> None:
+        """`$JS.API.META.LEADER.STEPDOWN` (system account): the meta leader hands over."""
+        if not reply or self.meta is None or not self.is_meta_leader:
+            return
+        self.meta.transfer_leadership()
+        doc = {"type": TYPE + "meta_leader_stepdown_response", "success": True}
+        system = self.server.accounts.system_account
+        self.server.publish(reply, None, None, encode(doc), account=system)
+
+    @property
+    def is_meta_leader(self) -> bool:
+        return self.meta is not None and self.meta.role is Role.LEADER
+
+    # -- the meta log ------------------------------------------------------------------
+
+    def propose_meta(self, op: bytes) -> asyncio.Future[None]:
+        """Commit one meta operation (the caller is the meta leader)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        if self.meta is None:
+            done(RaftError("JetStream cluster not formed yet"))
+        else:
+            self.meta.propose([op], done)
+        return future
+
+    def _apply_meta(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            if entry.kind is not EntryKind.NORMAL:
+                continue
+            try:
+                change = self.state.apply(meta.decode(entry.data))
+            except meta.MetaOpError as exc:
+                log.error("JetStream meta log entry %d skipped: %s", entry.index, exc)
+                continue
+            if change is not None:
+                self._enact(change)
+
+    def _enact(self, change: meta.Change) -> None:
+        sa = change.assignment
+        engine = self._engines(sa.account)
+        hosted = self.hosted.get(sa.key)
+        if change.kind == "removed" or (change.kind == "added" and hosted is not None):
+            if hosted is not None:
+                self._drop(hosted, delete=True)
+            if change.kind == "removed":
+                return
+        if engine is None:
+            log.warning(
+                "JetStream: stream '%s > %s' assigned to an account without JetStream here",
+                sa.account,
+                sa.name,
+            )
+            return
+        if self.me not in sa.peers:
+            return
+        if change.kind == "updated" and hosted is not None:
+            hosted.assignment = sa
+            engine.update_stream(from_request(sa.config))
+            return
+        self._host(engine, sa)
+
+    def _host(self, engine: JetStream, sa: StreamAssignment) -> None:
+        cfg = from_request(sa.config)
+        fresh = not engine.stream_folder(cfg.name).exists()
+        holder: list[RaftGroup[Any]] = []
+
+        def group(apply: Callable[[list[Any]], None], _sync: Callable[[], None]) -> RaftGroup[Any]:
+            raft = RaftGroup(
+                apply,
+                lambda app: open_node(
+                    self.routes, self.js_dir, sa.group, sa.peers, app, sync_interval_ns=self._sync
+                ),
+                encode=stream_entries.encode,
+                decode=stream_entries.decode,
+                name=f"stream '{sa.account} > {sa.name}'",
+            )
+            holder.append(raft)
+            return raft
+
+        stream = engine.adopt(cfg, parse_rfc3339(sa.created), group)
+        hosted = Hosted(sa, stream, holder[0], reply=sa.reply if fresh else "")
+        self.hosted[sa.key] = hosted
+        hosted.group.node.on_leader_change(
+            lambda leader, term: self._stream_leader_changed(engine, hosted, leader)
+        )
+
+    def _stream_leader_changed(self, engine: JetStream, hosted: Hosted, leader: str | None) -> None:
+        if self.hosted.get(hosted.assignment.key) is not hosted:
+            return
+        sa = hosted.assignment
+        mine = leader == self.me
+        if mine:
+            hosted.leader_since = _now()
+            log.info("JetStream cluster new stream leader for '%s > %s'", sa.account, sa.name)
+        engine.set_stream_leader(hosted.stream, mine)
+        if mine:
+            reply, hosted.reply = hosted.reply, ""
+            # Behind the barrier the stream proposed on taking the lead: it accepts by then.
+            hosted.group.barrier().add_done_callback(
+                lambda f: self._caught_up(engine, hosted, reply, f)
+            )
+
+    def _caught_up(
+        self, engine: JetStream, hosted: Hosted, reply: str, done: asyncio.Future[int]
+    ) -> None:
+        if done.cancelled() or done.exception() is not None or not hosted.stream.accepting:
+            return  # leadership moved on meanwhile
+        engine.led(hosted.stream)
+        if reply:
+            engine.api.created(hosted.stream, reply)
+
+    def _drop(self, hosted: Hosted, *, delete: bool) -> None:
+        del self.hosted[hosted.assignment.key]
+        engine = self._engines(hosted.assignment.account)
+        if engine is not None:
+            task = asyncio.get_running_loop().create_task(
+                engine.drop(hosted.stream.name, delete=delete)
+            )
+            task.add_done_callback(
+                lambda _: (
+                    shutil.rmtree(
+                        group_dir(self.js_dir, hosted.assignment.group), ignore_errors=True
+                    )
+                    if delete
+                    else None
+                )
+            )
+
+    # -- what the API and monitoring read ---------------------------------------------
+
+    def assignment(self, account: str, name: str) -> StreamAssignment | None:
+        return self.state.streams.get((account, name))
+
+    def hosted_stream(self, account: str, name: str) -> Hosted | None:
+        return self.hosted.get((account, name))
+
+    def stream_info(self, account: str, name: str) -> dict[str, Any]:
+        hosted = self.hosted.get((account, name))
+        if hosted is None:
+            return {"name": self.name}
+        return info.group_block(
+            hosted.group.node,
+            cluster=self.name,
+            group=hosted.assignment.group,
+            leader_since=hosted.leader_since,
+            heard=self.routes.heard,
+        )
+
+    def meta_info(self) -> dict[str, Any]:
+        """`/jsz` `meta_cluster` (before the group forms: just the cluster's name)."""
+        if self.meta is None:
+            return {"name": self.name, "cluster_size": self.expected_size}
+        return info.meta_block(self.meta, cluster=self.name, heard=self.routes.heard)
+
+    def raftz(self) -> dict[str, Any]:
+        groups: dict[str, Any] = {}
+        if self.meta is not None:
+            groups[META_GROUP] = info.raftz_entry(self.meta, leader_since=self.meta_leader_since)
+        for hosted in self.hosted.values():
+            groups[hosted.assignment.group] = info.raftz_entry(
+                hosted.group.node, leader_since=hosted.leader_since
+            )
+        return {"$SYS": groups} if groups else {}
+
+
+def cluster_engines(server: Server, engines: list[JetStream]) -> JetStreamCluster:
+    """Cluster the engines before they start: their API answers by role; `start` then
+    brings up the meta group."""
+    from ingest.server.jetstream.cluster.requests import ClusterRequests
+
+    by_account = {engine.account: engine for engine in engines}
+    js_dir = engines[0].store_dir if engines else Path("jetstream")
+    sync = engines[0].config.sync_interval_ns if engines else None
+    cluster = JetStreamCluster(
+        server,
+        by_account.get,
+        js_dir=js_dir,
+        sync_interval_ns=sync,
+        expected_size=expected_size(server),
+    )
+    for engine in engines:
+        engine.cluster = cluster
+        ClusterRequests(cluster, engine).install(engine.api)
+    return cluster
+
+
+def expected_size(server: Server) -> int:
+    """How many servers the configured routes name, this one included."""
+    cluster = server.cluster
+    if cluster is None:
+        return 1
+    me = {(cluster.config.host, cluster.port), ("127.0.0.1", cluster.port)}
+    me.add(("localhost", cluster.port))
+    others = {(r.host, r.port) for r in cluster.config.routes} - me
+    return len(others) + 1
+
+
+def _now() -> int:
+    return time.time_ns()

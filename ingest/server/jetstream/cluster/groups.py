@@ -1,0 +1,49 @@
+"""Opening the Raft node of a group (the meta group, a stream's) on this server.
+
+Every group's log lives under `<store_dir>/jetstream/$SYS/_js_/<group>/`, the
+reference's place for it, apart from the stream's segments: the segments are
+the state machine, the log is how members agree on it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from consensus.core import Config
+from consensus.driver import Apply, RaftNode
+from consensus.log_store import LogStore
+from ingest.server.cluster.raft_transport import RaftRoutes
+
+RAFT_DIR = Path("$SYS") / "_js_"
+META_GROUP = "_meta_"
+
+
+def group_dir(js_dir: Path, group: str) -> Path:
+    return js_dir / RAFT_DIR / group
+
+
+def open_node(
+    routes: RaftRoutes,
+    js_dir: Path,
+    group: str,
+    voters: Iterable[str],
+    apply: Apply,
+    *,
+    sync_interval_ns: int | None,
+) -> RaftNode:
+    """A node over the routes with its log recovered from disk; not started yet."""
+    folder = group_dir(js_dir, group)
+    folder.mkdir(parents=True, exist_ok=True)
+    store, restored = LogStore.open(folder, name=f"{group} on {routes.me}")
+    seed = int.from_bytes(os.urandom(4), "big")  # distinct per node: no split votes in lockstep
+    return RaftNode(
+        Config(routes.me, seed=seed),
+        voters,
+        store,
+        restored,
+        routes.transport(group),
+        apply=apply,
+        sync_interval_ns=sync_interval_ns,
+    )

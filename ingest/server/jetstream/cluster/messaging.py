@@ -1,0 +1,48 @@
+"""The Messaging port of a clustered JetStream: every subscription is cluster-wide.
+
+A stream's leader may be any server, so its subjects, its API and its
+consumers' acks must reach it from a client on any server; announcing each
+internal subscription to the routes does exactly that, and a server that is
+not the leader simply does not answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ingest.server.jetstream.port import InternalCallback, Messaging, RawCallback
+
+
+class Announced:
+    def __init__(self, inner: Messaging, announce: Callable[[object], None]) -> None:
+        self._inner = inner
+        self._announce = announce
+
+    def subscribe(
+        self, subject: str, callback: InternalCallback, *, queue: str | None = None
+    ) -> object:
+        token = self._inner.subscribe(subject, callback, queue=queue)
+        self._announce(token)
+        return token
+
+    def subscribe_raw(self, subject: str, callback: RawCallback) -> object:
+        token = self._inner.subscribe_raw(subject, callback)
+        self._announce(token)
+        return token
+
+    def unsubscribe(self, token: object) -> None:
+        self._inner.unsubscribe(token)
+
+    def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        self._inner.publish(subject, reply, hdr, data)
+
+    def deliver(
+        self, target: str, msgs: Sequence[tuple[bytes, bytes, bytes | None, bytes]]
+    ) -> None:
+        self._inner.deliver(target, msgs)
+
+    def has_interest(self, subject: str) -> bool:
+        return self._inner.has_interest(subject)
+
+    def watch_interest(self, callback: Callable[[], None]) -> None:
+        self._inner.watch_interest(callback)

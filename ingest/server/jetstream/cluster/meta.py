@@ -1,0 +1,143 @@
+"""The meta group's state machine: which streams exist, and on which servers.
+
+Every JetStream server of a cluster applies the same operations in the same
+order (they are the meta group's Raft log), so every server knows every
+assignment and opens the streams it is a peer of. Operations are JSON: the
+meta log is small and an operator may want to read it. Applying is
+idempotent, since a restarted server replays the meta log from its start.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+class MetaOpError(ValueError):
+    """A meta log entry that is not an operation this version knows."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAssignment:
+    """Where one stream lives. `reply` is the creating client's inbox: the stream's
+    first leader answers it, since only a peer can describe the new stream."""
+
+    account: str
+    config: dict[str, Any]
+    peers: tuple[str, ...]
+    group: str
+    created: str
+    reply: str = ""
+
+    @property
+    def name(self) -> str:
+        return str(self.config["name"])
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.account, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What one applied operation did: `kind` is added, updated or removed."""
+
+    kind: str
+    assignment: StreamAssignment
+    previous: StreamAssignment | None = None
+
+
+@dataclass
+class MetaState:
+    streams: dict[tuple[str, str], StreamAssignment] = field(default_factory=dict)
+
+    def apply(self, op: dict[str, Any]) -> Change | None:
+        """Apply one decoded operation; None when it changes nothing (a replay)."""
+        kind = op.get("op")
+        if kind == "add_stream":
+            new = _assignment(op)
+            old = self.streams.get(new.key)
+            if old is not None and old.group == new.group:
+                return None
+            self.streams[new.key] = new
+            return Change("added", new, old)
+        if kind == "update_stream":
+            key = (str(op["account"]), str(op["config"]["name"]))
+            old = self.streams.get(key)
+            if old is None:
+                return None
+            peers = tuple(op.get("peers", old.peers))
+            new = replace(old, config=dict(op["config"]), peers=peers, reply="")
+            if new == replace(old, reply=""):
+                return None
+            self.streams[key] = new
+            return Change("updated", new, old)
+        if kind == "remove_stream":
+            gone = self.streams.pop((str(op["account"]), str(op["name"])), None)
+            return Change("removed", gone) if gone is not None else None
+        raise MetaOpError(f"unknown meta operation {kind!r}")
+
+    def in_account(self, account: str) -> Iterator[StreamAssignment]:
+        for (acc, _), sa in sorted(self.streams.items()):
+            if acc == account:
+                yield sa
+
+    def load(self) -> dict[str, int]:
+        """Streams per server, the placement's measure of load."""
+        count: dict[str, int] = {}
+        for sa in self.streams.values():
+            for peer in sa.peers:
+                count[peer] = count.get(peer, 0) + 1
+        return count
+
+
+def _assignment(op: dict[str, Any]) -> StreamAssignment:
+    try:
+        return StreamAssignment(
+            account=str(op["account"]),
+            config=dict(op["config"]),
+            peers=tuple(str(p) for p in op["peers"]),
+            group=str(op["group"]),
+            created=str(op["created"]),
+            reply=str(op.get("reply") or ""),
+        )
+    except (KeyError, TypeError) as exc:
+        raise MetaOpError(f"add_stream operation lacks {exc}") from None
+
+
+def add_stream(sa: StreamAssignment) -> bytes:
+    return encode(
+        {
+            "op": "add_stream",
+            "account": sa.account,
+            "config": sa.config,
+            "peers": list(sa.peers),
+            "group": sa.group,
+            "created": sa.created,
+            "reply": sa.reply,
+        }
+    )
+
+
+def update_stream(account: str, config: dict[str, Any], peers: tuple[str, ...]) -> bytes:
+    return encode({"op": "update_stream", "account": account, "config": config, "peers": peers})
+
+
+def remove_stream(account: str, name: str) -> bytes:
+    return encode({"op": "remove_stream", "account": account, "name": name})
+
+
+def encode(op: dict[str, Any]) -> bytes:
+    return json.dumps(op, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> dict[str, Any]:
+    try:
+        op = json.loads(data)
+    except ValueError as exc:
+        raise MetaOpError(f"meta log entry is not JSON: {exc}") from None
+    if not isinstance(op, dict):
+        raise MetaOpError("meta log entry is not a JSON object")
+    return op

@@ -1,0 +1,242 @@
+"""Which server answers a JetStream API request in a cluster, and the meta leader's answers.
+
+Every JetStream server announces the API subjects, so every server receives
+every request and exactly one answers, as in the reference: the meta leader
+for the account-wide requests (create, update, delete, names, list, account
+info) and the stream's leader for everything about one stream and its
+consumers. A stream no server has heard of is the meta leader's to refuse.
+While a role is vacant (an election), nobody answers and the client times out,
+which is what the reference's clients see too: never an answer from a server
+that may be behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from ingest.parser.subjects import subjects_overlap
+from ingest.server.jetstream.api import (
+    LIST_LIMIT,
+    NAMES_LIMIT,
+    PREFIX,
+    Response,
+    optional_json,
+    require_empty,
+)
+from ingest.server.jetstream.cluster import meta
+from ingest.server.jetstream.cluster.meta import StreamAssignment
+from ingest.server.jetstream.cluster.placement import check_replicas, choose_peers, group_name
+from log import config as streamconfig
+from log import errors
+from log.timefmt import now_ns, rfc3339
+
+if TYPE_CHECKING:
+    from ingest.server.jetstream.api import Api
+    from ingest.server.jetstream.cluster.controller import JetStreamCluster
+    from ingest.server.jetstream.engine import JetStream
+
+META_KINDS = frozenset(
+    {
+        "account_info_response",
+        "stream_create_response",
+        "stream_update_response",
+        "stream_delete_response",
+        "stream_names_response",
+        "stream_list_response",
+    }
+)
+_TWO_WORD_VERBS = frozenset(
+    {"STREAM.MSG", "CONSUMER.DURABLE", "STREAM.LEADER", "CONSUMER.LEADER", "STREAM.PEER"}
+)
+ASK_TIMEOUT = 2.0  # how long the meta leader waits for a stream leader's info in a list
+
+
+def stream_token(tokens: list[str]) -> str:
+    """The stream a request names: the fourth token after a two-word verb
+    (`STREAM.MSG.GET.<s>`, `CONSUMER.LEADER.STEPDOWN.<s>.<c>`), otherwise the third."""
+    index = 3 if ".".join(tokens[:2]) in _TWO_WORD_VERBS else 2
+    return tokens[index] if len(tokens) > index else ""
+
+
+class ClusterRequests:
+    """One account's API in a cluster: the role rule, and the meta leader's handlers."""
+
+    def __init__(self, cluster: JetStreamCluster, engine: JetStream) -> None:
+        self._cluster = cluster
+        self._js = engine
+        self._account = engine.account
+
+    def install(self, api: Api) -> None:
+        api.gate = self.answers
+        api.routes.update(
+            {
+                "STREAM.CREATE.*": ("stream_create_response", self._create),
+                "STREAM.UPDATE.*": ("stream_update_response", self._update),
+                "STREAM.DELETE.*": ("stream_delete_response", self._delete),
+                "STREAM.NAMES": ("stream_names_response", self._names),
+                "STREAM.LIST": ("stream_list_response", self._list),
+                "STREAM.LEADER.STEPDOWN.*": ("stream_leader_stepdown_response", self._stepdown),
+                "CONSUMER.LEADER.STEPDOWN.*.*": (
+                    "consumer_leader_stepdown_response",
+                    self._stepdown,
+                ),
+                # The system account's alone; asked elsewhere it goes unanswered (a timeout).
+                "META.LEADER.STEPDOWN": ("meta_leader_stepdown_response", _ignored),
+            }
+        )
+
+    def answers(self, kind: str, tokens: list[str]) -> bool:
+        cluster = self._cluster
+        if kind in META_KINDS:
+            return cluster.is_meta_leader
+        name = stream_token(tokens)
+        stream = self._js.streams.get(name)
+        if stream is not None:
+            return stream.accepting
+        return cluster.is_meta_leader and cluster.assignment(self._account, name) is None
+
+    # -- the meta leader's ------------------------------------------------------------
+
+    def _create(self, tokens: list[str], data: bytes) -> Response | None:
+        raw = optional_json(data)
+        if raw.get("name") != tokens[-1]:
+            raise errors.stream_name_mismatch()
+        cfg = streamconfig.from_request(raw)
+        replicas = max(cfg.num_replicas, 1)
+        check_replicas(replicas)
+        existing = self._cluster.assignment(self._account, cfg.name)
+        if existing is not None:
+            if streamconfig.from_request(existing.config) != cfg:
+                raise errors.stream_name_exists()
+            return None  # the stream's leader answers the same request with its info
+        self._check_overlap(cfg.subjects, cfg.name)
+        cluster = self._cluster
+        peers = choose_peers(
+            cfg.name,
+            replicas,
+            cluster.members(),
+            cluster.state.load(),
+            online=cluster.online_peers(),
+            cluster=cluster.name,
+            wanted_cluster=_placement_cluster(raw),
+        )
+        sa = StreamAssignment(
+            account=self._account,
+            config=cfg.to_json(),
+            peers=peers,
+            group=group_name(cfg.name, replicas, cfg.storage, secrets.token_bytes(8)),
+            created=rfc3339(now_ns()),
+            reply=self._reply,
+        )
+        cluster.propose_meta(meta.add_stream(sa))
+        return None
+
+    def _update(self, tokens: list[str], data: bytes) -> Response | None:
+        raw = optional_json(data)
+        cfg = streamconfig.from_request(raw)
+        if cfg.name != tokens[-1]:
+            raise errors.stream_name_mismatch()
+        sa = self._cluster.assignment(self._account, cfg.name)
+        if sa is None:
+            raise errors.stream_not_found()
+        new = streamconfig.check_update(streamconfig.from_request(sa.config), cfg)
+        if max(new.num_replicas, 1) != len(sa.peers):
+            raise errors.replicas_change_not_supported()
+        self._check_overlap(new.subjects, new.name)
+        self._cluster.propose_meta(meta.update_stream(self._account, new.to_json(), sa.peers))
+        return self._after_commit(new.name)
+
+    async def _after_commit(self, name: str) -> Response:
+        """The update's answer, from the leader's stream once it has applied it: asked
+        like a client would, so it holds wherever the leader is."""
+        doc = await self._ask(f"{PREFIX}STREAM.INFO.{name}", b"")
+        if doc is None:
+            raise errors.stream_not_found()
+        for key in ("type", "total", "offset", "limit"):
+            doc.pop(key, None)
+        return doc
+
+    async def _delete(self, tokens: list[str], data: bytes) -> Response:
+        require_empty(data)
+        name = tokens[-1]
+        if self._cluster.assignment(self._account, name) is None:
+            raise errors.stream_not_found()
+        await self._cluster.propose_meta(meta.remove_stream(self._account, name))
+        return {"success": True}
+
+    def _check_overlap(self, subjects: tuple[str, ...] | list[str], name: str) -> None:
+        for sa in self._cluster.state.in_account(self._account):
+            if sa.name != name and any(
+                subjects_overlap(a, b) for a in subjects for b in sa.config.get("subjects") or []
+            ):
+                raise errors.subjects_overlap()
+
+    def _matching(self, data: bytes) -> tuple[list[StreamAssignment], int]:
+        req = optional_json(data)
+        subject = str(req.get("subject") or "")
+        found = [
+            sa
+            for sa in self._cluster.state.in_account(self._account)
+            if not subject
+            or any(subjects_overlap(subject, s) for s in sa.config.get("subjects") or [])
+        ]
+        return found, max(int(req.get("offset") or 0), 0)
+
+    def _names(self, tokens: list[str], data: bytes) -> Response:
+        found, offset = self._matching(data)
+        page = [sa.name for sa in found[offset : offset + NAMES_LIMIT]]
+        return {
+            "total": len(found),
+            "offset": offset,
+            "limit": NAMES_LIMIT,
+            "streams": page or None,
+        }
+
+    async def _list(self, tokens: list[str], data: bytes) -> Response:
+        found, offset = self._matching(data)
+        page = found[offset : offset + LIST_LIMIT]
+        docs = await asyncio.gather(
+            *(self._ask(f"{PREFIX}STREAM.INFO.{sa.name}", b"") for sa in page)
+        )
+        streams = []
+        for doc in docs:
+            if doc is not None and "error" not in doc:
+                for key in ("type", "total", "offset", "limit"):
+                    doc.pop(key, None)
+                streams.append(doc)
+        missing = [sa.name for sa, doc in zip(page, docs, strict=True) if doc is None]
+        out: Response = {"total": len(found), "offset": offset, "limit": LIST_LIMIT}
+        out["streams"] = streams
+        if missing:
+            out["missing"] = missing
+        return out
+
+    # -- a stream leader's --------------------------------------------------------------
+
+    def _stepdown(self, tokens: list[str], data: bytes) -> Response:
+        hosted = self._cluster.hosted_stream(self._account, stream_token(tokens))
+        if hosted is None:
+            raise errors.stream_not_found()
+        if len(hosted.assignment.peers) > 1:  # a group of one keeps its leader, "successfully"
+            hosted.group.node.transfer_leadership()
+        return {"success": True}
+
+    # -- helpers ----------------------------------------------------------------------
+
+    @property
+    def _reply(self) -> str:
+        return self._js.api.current_reply
+
+    async def _ask(self, subject: str, data: bytes) -> dict[str, Any] | None:
+        return await self._js.api.ask(subject, data, ASK_TIMEOUT)
+
+
+def _placement_cluster(raw: dict[str, Any]) -> str:
+    placement = raw.get("placement")
+    return str(placement.get("cluster") or "") if isinstance(placement, dict) else ""
+
+
+def _ignored(tokens: list[str], data: bytes) -> None:
+    return None

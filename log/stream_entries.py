@@ -1,0 +1,242 @@
+"""The entries of a stream's replicated log, and their compact binary form.
+
+Every change to a stream's store travels as one of these, so each member of
+the stream's group applies the same changes in the same order. An entry
+carries every decision the proposer made (sequence, timestamp, the purge's
+bound, the exact messages an expiry retires) so that applying it needs no
+clock and no proposer-only state, and applying it twice changes nothing.
+
+The codec is a fixed struct header per kind followed by the variable fields,
+each length-prefixed; decoding checks every length and raises
+`EntryDecodeError` on anything that is not exactly one well-formed entry.
+Strings travel as UTF-8 with surrogate escapes, as the parser reads them.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from log.segments.api import NewMsg
+
+ROLLUPS = ("", "sub", "all")
+_NO_HDR = 0xFFFF_FFFF  # a header-block length meaning "no header block" (distinct from empty)
+
+
+class Publish(NamedTuple):
+    """A message, its sequence and the rules apply must repeat (rollup, TTL, dedup id).
+
+    A tuple, unlike the other kinds: one is built per published message, and a
+    frozen dataclass costs three times as much to construct.
+    """
+
+    msg: NewMsg
+    seq: int
+    rollup: str = ""  # "", "sub" or "all"
+    ttl: int = 0  # seconds; 0 none, publish.NEVER for "never"
+    msg_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """STREAM.MSG.DELETE: explicit, so the lake deletes the row too. `req` matches the
+    outcome (was it there?) to the proposer's request."""
+
+    seq: int
+    req: int
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    """Messages a consumer no longer needs (interest and work-queue retention)."""
+
+    seqs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    """STREAM.PURGE. Only seqs up to `last_seq` (the proposer's last when it proposed)
+    are considered, so a replay over a store holding later messages purges the same ones."""
+
+    subject_filter: str
+    upto_seq: int
+    keep: int
+    last_seq: int
+    req: int
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    """max_age retires messages older than `cutoff` (0: none) up to `last_seq`; `seqs` are
+    the messages whose own TTL ran out, decided by the proposer's clock."""
+
+    cutoff: int
+    last_seq: int
+    seqs: tuple[int, ...]
+    req: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOp:
+    """A consumer's state change riding the stream's log; `op` is the consumer layer's."""
+
+    consumer: str
+    op: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """Changes nothing: a new leader proposes one and waits for it to apply, which tells it
+    every entry of earlier terms has been applied here."""
+
+
+Entry = Publish | Delete | Remove | Purge | Expire | ConsumerOp | Barrier
+
+
+class EntryDecodeError(ValueError):
+    """Bytes that are not one well-formed stream entry (a corrupt or foreign log entry)."""
+
+
+_PUBLISH, _DELETE, _REMOVE, _PURGE, _EXPIRE, _CONSUMER_OP, _BARRIER = range(1, 8)
+
+# kind, seq, ts, ttl, rollup, then the lengths of subject, header block, data, msg id
+_PUB = struct.Struct(">BQqqBIIII")
+_DEL = struct.Struct(">BQQ")  # kind, seq, req
+_SEQS = struct.Struct(">BI")  # kind, count (Remove)
+_PURGE_HEAD = struct.Struct(">BQQQQI")  # kind, upto_seq, keep, last_seq, req, filter length
+_EXPIRE_HEAD = struct.Struct(">BqQQI")  # kind, cutoff, last_seq, req, count
+_OP = struct.Struct(">BII")  # kind, consumer length, op length
+_BARRIER_BYTES = bytes((_BARRIER,))
+
+
+def _text(value: str) -> bytes:
+    return value.encode("utf-8", "surrogateescape")
+
+
+def _seqs(seqs: tuple[int, ...]) -> bytes:
+    return struct.pack(f">{len(seqs)}Q", *seqs)
+
+
+def encode(entry: Entry) -> bytes:
+    """The entry's bytes for the Raft log (and the wire between members)."""
+    if type(entry) is Publish:
+        msg = entry.msg
+        subject = _text(msg.subject)
+        msg_id = _text(entry.msg_id)
+        hdr = msg.hdr
+        head = _PUB.pack(
+            _PUBLISH,
+            entry.seq,
+            msg.ts,
+            entry.ttl,
+            ROLLUPS.index(entry.rollup),
+            len(subject),
+            _NO_HDR if hdr is None else len(hdr),
+            len(msg.data),
+            len(msg_id),
+        )
+        return b"".join((head, subject, hdr or b"", msg.data, msg_id))
+    if isinstance(entry, Delete):
+        return _DEL.pack(_DELETE, entry.seq, entry.req)
+    if isinstance(entry, Remove):
+        return _SEQS.pack(_REMOVE, len(entry.seqs)) + _seqs(entry.seqs)
+    if isinstance(entry, Purge):
+        flt = _text(entry.subject_filter)
+        head = _PURGE_HEAD.pack(
+            _PURGE, entry.upto_seq, entry.keep, entry.last_seq, entry.req, len(flt)
+        )
+        return head + flt
+    if isinstance(entry, Expire):
+        head = _EXPIRE_HEAD.pack(_EXPIRE, entry.cutoff, entry.last_seq, entry.req, len(entry.seqs))
+        return head + _seqs(entry.seqs)
+    if isinstance(entry, ConsumerOp):
+        name = _text(entry.consumer)
+        return _OP.pack(_CONSUMER_OP, len(name), len(entry.op)) + name + entry.op
+    return _BARRIER_BYTES
+
+
+def decode(data: bytes) -> Entry:
+    """The entry `encode` made of these bytes; EntryDecodeError for anything else."""
+    if not data:
+        raise EntryDecodeError("empty stream entry")
+    try:
+        return _DECODERS[data[0]](data)
+    except KeyError:
+        raise EntryDecodeError(f"unknown stream entry kind {data[0]}") from None
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise EntryDecodeError(f"malformed stream entry (kind {data[0]}): {exc}") from None
+
+
+def _expect(data: bytes, size: int, kind: str) -> None:
+    if len(data) != size:
+        raise EntryDecodeError(f"{kind} entry of {len(data)} bytes, its fields say {size}")
+
+
+def _decode_publish(data: bytes) -> Publish:
+    _, seq, ts, ttl, rollup, n_subject, n_hdr, n_data, n_id = _PUB.unpack_from(data)
+    has_hdr = n_hdr != _NO_HDR
+    if not has_hdr:
+        n_hdr = 0
+    _expect(data, _PUB.size + n_subject + n_hdr + n_data + n_id, "publish")
+    if rollup >= len(ROLLUPS):
+        raise EntryDecodeError(f"publish entry with unknown rollup code {rollup}")
+    at = _PUB.size
+    subject = data[at : at + n_subject].decode("utf-8", "surrogateescape")
+    at += n_subject
+    hdr = data[at : at + n_hdr] if has_hdr else None
+    at += n_hdr
+    body = data[at : at + n_data]
+    msg_id = data[at + n_data :].decode("utf-8", "surrogateescape")
+    return Publish(NewMsg(subject, hdr, body, ts), seq, ROLLUPS[rollup], ttl, msg_id)
+
+
+def _decode_delete(data: bytes) -> Delete:
+    _expect(data, _DEL.size, "delete")
+    _, seq, req = _DEL.unpack(data)
+    return Delete(seq, req)
+
+
+def _unpack_seqs(data: bytes, at: int, count: int, kind: str) -> tuple[int, ...]:
+    _expect(data, at + 8 * count, kind)
+    return struct.unpack_from(f">{count}Q", data, at)
+
+
+def _decode_remove(data: bytes) -> Remove:
+    _, count = _SEQS.unpack_from(data)
+    return Remove(_unpack_seqs(data, _SEQS.size, count, "remove"))
+
+
+def _decode_purge(data: bytes) -> Purge:
+    _, upto_seq, keep, last_seq, req, n_filter = _PURGE_HEAD.unpack_from(data)
+    _expect(data, _PURGE_HEAD.size + n_filter, "purge")
+    flt = data[_PURGE_HEAD.size :].decode("utf-8", "surrogateescape")
+    return Purge(flt, upto_seq, keep, last_seq, req)
+
+
+def _decode_expire(data: bytes) -> Expire:
+    _, cutoff, last_seq, req, count = _EXPIRE_HEAD.unpack_from(data)
+    return Expire(cutoff, last_seq, _unpack_seqs(data, _EXPIRE_HEAD.size, count, "expire"), req)
+
+
+def _decode_consumer_op(data: bytes) -> ConsumerOp:
+    _, n_name, n_op = _OP.unpack_from(data)
+    _expect(data, _OP.size + n_name + n_op, "consumer op")
+    name = data[_OP.size : _OP.size + n_name].decode("utf-8", "surrogateescape")
+    return ConsumerOp(name, data[_OP.size + n_name :])
+
+
+def _decode_barrier(data: bytes) -> Barrier:
+    _expect(data, 1, "barrier")
+    return Barrier()
+
+
+_DECODERS = {
+    _PUBLISH: _decode_publish,
+    _DELETE: _decode_delete,
+    _REMOVE: _decode_remove,
+    _PURGE: _decode_purge,
+    _EXPIRE: _decode_expire,
+    _CONSUMER_OP: _decode_consumer_op,
+    _BARRIER: _decode_barrier,
+}

@@ -1,0 +1,108 @@
+"""Three-server JetStream clusters (reference or jetlake) for the clustering tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import nats
+from nats.aio.client import Client
+from nats.js.api import StreamInfo
+
+from tests.support.cluster import ONE_ROUTE_PER_PEER, cluster_args, free_port, wait_mesh
+from tests.support.http import _get
+from tests.support.servers import ServerError, ServerProcess, start_server
+
+T = TypeVar("T")
+ELECTION_DEADLINE = 20.0  # the reference's election timeout is 4-9 s: leave it room
+
+
+def start_js_cluster(
+    kind: str, tmp_path: Path, size: int = 3, *, extra: tuple[str, ...] = (), config: str = ""
+) -> list[ServerProcess]:
+    """`size` servers S0.. with JetStream, each naming every route (a JetStream cluster
+    needs configured routes on both kinds)."""
+    ports = [free_port() for _ in range(size)]
+    servers: list[ServerProcess] = []
+    try:
+        for i in range(size):
+            args = cluster_args(f"S{i}", ports[i], ports)
+            store = tmp_path / kind / f"S{i}"
+            flags = [*args, "-js", "-sd", str(store), *extra]
+            text = ONE_ROUTE_PER_PEER + config
+            servers.append(
+                start_server(kind, *flags, config=text, tmp_path=tmp_path / kind, name=f"S{i}")
+            )
+        wait_mesh(servers, [f"S{i}" for i in range(size)])
+    except BaseException:
+        stop(servers)
+        raise
+    return servers
+
+
+def stop(servers: list[ServerProcess]) -> None:
+    for server in servers:
+        if server.running:
+            server.kill()
+
+
+def urls(servers: list[ServerProcess]) -> list[str]:
+    return [s.url for s in servers if s.running]
+
+
+async def connect(servers: list[ServerProcess], **kwargs: Any) -> Client:
+    return await nats.connect(
+        servers=urls(servers), max_reconnect_attempts=-1, reconnect_time_wait=0.1, **kwargs
+    )
+
+
+async def eventually(
+    check: Callable[[], Awaitable[T | None]], what: str, timeout: float = ELECTION_DEADLINE
+) -> T:
+    """Await `check` until it returns something truthy (errors count as not yet)."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        try:
+            result = await check()
+            if result:
+                return result
+        except Exception as exc:  # a timeout or no-responders while roles move
+            last = exc
+        if time.monotonic() > deadline:
+            raise ServerError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+        await asyncio.sleep(0.1)
+
+
+async def request(nc: Client, subject: str, body: bytes = b"", timeout: float = 2.0) -> Any:
+    msg = await nc.request(subject, body, timeout=timeout)
+    return json.loads(msg.data)
+
+
+def jsz(server: ServerProcess, query: str = "") -> dict[str, Any]:
+    return dict(_get(f"{server.http_url}/jsz{query}").json())
+
+
+def stream_messages(server: ServerProcess, stream: str) -> int | None:
+    """What this server's own replica holds (None: it has no replica)."""
+    doc = jsz(server, "?streams=true")
+    for account in doc.get("account_details") or []:
+        for detail in account.get("stream_detail") or []:
+            if detail["name"] == stream:
+                return int(detail["state"]["messages"])
+    return None
+
+
+def leader_of(info: StreamInfo, servers: list[ServerProcess]) -> ServerProcess:
+    assert info.cluster is not None and info.cluster.leader
+    return next(s for s in servers if server_name(s) == info.cluster.leader)
+
+
+def server_name(server: ServerProcess) -> str:
+    """The `-n` a test started the server with."""
+    args = server.args
+    return str(args[args.index("-n") + 1])

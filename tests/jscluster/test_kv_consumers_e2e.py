@@ -1,0 +1,148 @@
+"""KV buckets, Object Stores and consumers on replicated streams, across a leader's death."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nats.errors
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.errors import NotFoundError
+
+from tests.jscluster.support import (
+    connect,
+    eventually,
+    leader_of,
+    request,
+    server_name,
+    start_js_cluster,
+    stop,
+)
+from tests.support.servers import enabled_kinds
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("kind", enabled_kinds())]
+
+
+async def test_kv_and_object_store_with_three_replicas_survive_the_leader(
+    kind: str, tmp_path: Path
+) -> None:
+    servers = start_js_cluster(kind, tmp_path)
+    try:
+        nc = await connect(servers)
+        js = nc.jetstream(timeout=2)
+        kv = await eventually(
+            lambda: js.create_key_value(bucket="cfg", replicas=3, history=3), "an R3 bucket"
+        )
+        for i in range(10):
+            await kv.put(f"k{i % 3}", str(i).encode())
+        leader = leader_of(await js.stream_info("KV_cfg"), servers)
+        leader.kill()
+        entry = await eventually(lambda: kv.get("k0"), "a KV get after failover")
+        assert entry.value == b"9" and entry.revision == 10
+        revision = await eventually(lambda: kv.put("k1", b"new"), "a KV put after failover")
+        assert revision == 11
+        with pytest.raises(NotFoundError):
+            await kv.get("missing")
+        history = await eventually(lambda: kv.history("k1"), "the history of a key")
+        assert [e.value for e in history] == [b"4", b"7", b"new"]
+        store = await eventually(
+            lambda: js.create_object_store("files", replicas=3), "an R3 object store"
+        )
+        blob = bytes(range(256)) * 1000
+        await eventually(lambda: store.put("blob", blob), "an object put")
+        got = await eventually(lambda: store.get("blob"), "an object get")
+        assert got.data == blob
+        await nc.close()
+    finally:
+        stop(servers)
+
+
+async def test_consumer_failover_redelivers_only_what_was_not_acknowledged(
+    kind: str, tmp_path: Path
+) -> None:
+    servers = start_js_cluster(kind, tmp_path)
+    try:
+        nc = await connect(servers)
+        js = nc.jetstream(timeout=2)
+        await eventually(
+            lambda: js.add_stream(StreamConfig(name="W", subjects=["w.>"], num_replicas=3)),
+            "the R3 stream created",
+        )
+        for i in range(30):
+            await js.publish("w.x", str(i).encode())
+        await js.add_consumer(
+            "W", ConsumerConfig(durable_name="d", ack_policy=AckPolicy.EXPLICIT, ack_wait=2)
+        )
+        sub = await js.pull_subscribe_bind("d", "W")
+        first = await sub.fetch(20, timeout=5)
+        acked = set()
+        for msg in first[:15]:
+            await msg.ack_sync()  # confirmed: committed on a quorum before the answer
+            acked.add(msg.metadata.sequence.stream)
+        info = await js.consumer_info("W", "d")
+        assert info.ack_floor.stream_seq == 15
+        leader = leader_of(await js.stream_info("W"), servers)
+        leader.kill()
+
+        async def rest() -> set[int]:
+            got: set[int] = set()
+            while len(got | acked) < 30:
+                for msg in await sub.fetch(30, timeout=2):
+                    got.add(msg.metadata.sequence.stream)
+                    await msg.ack_sync()
+            return got
+
+        seen = await eventually(rest, "the unacknowledged messages after failover", 40)
+        assert not seen & acked, f"acknowledged messages redelivered: {sorted(seen & acked)}"
+        assert seen | acked == set(range(1, 31))
+        info = await eventually(lambda: js.consumer_info("W", "d"), "consumer info")
+        assert info.ack_floor.stream_seq == 30 and info.num_ack_pending == 0
+        assert info.cluster is not None and info.cluster.leader != server_name(leader)
+        await nc.close()
+    finally:
+        stop(servers)
+
+
+ACCOUNTS = """
+accounts {
+  SYS { users [ { user: sys, password: pass } ] }
+  APP { users [ { user: app, password: pass } ], jetstream: enabled }
+}
+system_account: SYS
+"""
+
+
+async def test_meta_leader_stepdown_as_the_system_account(kind: str, tmp_path: Path) -> None:
+    servers = start_js_cluster(kind, tmp_path, config=ACCOUNTS)
+    try:
+        app = await connect(servers, user="app", password="pass")
+        js = app.jetstream(timeout=2)
+        await eventually(
+            lambda: js.add_stream(StreamConfig(name="A", subjects=["a"], num_replicas=3)),
+            "a stream in the APP account",
+        )
+        sys = await connect(servers, user="sys", password="pass")
+
+        async def meta_leader() -> str | None:
+            doc = await request(sys, "$SYS.REQ.SERVER.PING.JSZ")
+            return doc["data"].get("meta_cluster", {}).get("leader")
+
+        old = await eventually(meta_leader, "a meta leader")
+        answer = await request(sys, "$JS.API.META.LEADER.STEPDOWN")
+        assert answer == {"type": "io.nats.jetstream.api.v1.meta_leader_stepdown_response",
+                          "success": True}  # fmt: skip
+
+        async def moved() -> str | None:
+            now = await meta_leader()
+            return now if now not in (None, old) else None
+
+        await eventually(moved, "a new meta leader")
+        info = await eventually(lambda: js.add_stream(StreamConfig(name="B", subjects=["b"])),
+                                "a create through the new meta leader")  # fmt: skip
+        assert info.config.name == "B"
+        with pytest.raises(nats.errors.TimeoutError):  # not the system account: ignored
+            await request(app, "$JS.API.META.LEADER.STEPDOWN")
+        await app.close()
+        await sys.close()
+    finally:
+        stop(servers)
