@@ -227,11 +227,6 @@ def validate_options(opts: Options) -> None:
         )
     if opts.server_name is not None and " " in opts.server_name:
         raise ConfigError("server name cannot contain spaces")
-    if opts.jetstream.enabled and opts.cluster is not None:
-        if not opts.server_name:
-            raise ConfigError("jetstream cluster requires `server_name` to be set")
-        if not opts.cluster.name:
-            raise ConfigError("jetstream cluster requires `cluster.name` to be set")
     _check_accounts(opts)
     if opts.no_auth_user is not None:
         users = opts.users + tuple(u for account in opts.accounts for u in account.users)
@@ -245,3 +240,8 @@ def validate_options(opts: Options) -> None:
                 "authorization block or account configuration"
             )
     check_mqtt_options(opts)
+    if opts.jetstream.enabled and opts.cluster is not None:
+        if not opts.server_name:
+            raise ConfigError("jetstream cluster requires `server_name` to be set")
+        if not opts.cluster.name:
+            raise ConfigError("jetstream cluster requires `cluster.name` to be set")

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import nats
 from nats.aio.client import Client
-from nats.js.api import StreamInfo
+from nats.js import JetStreamContext
+from nats.js.api import StreamConfig, StreamInfo
 
 from tests.support.cluster import ONE_ROUTE_PER_PEER, cluster_args, free_port, wait_mesh
 from tests.support.http import _get
@@ -106,3 +109,34 @@ def server_name(server: ServerProcess) -> str:
     """The `-n` a test started the server with."""
     args = server.args
     return str(args[args.index("-n") + 1])
+
+
+@dataclass
+class Running:
+    servers: list[ServerProcess]
+    nc: Client
+    js: JetStreamContext
+
+    async def add_stream(self, name: str, subjects: list[str], replicas: int = 3) -> StreamInfo:
+        """Create a stream, retrying while the meta group has no leader yet."""
+        config = StreamConfig(name=name, subjects=subjects, num_replicas=replicas)
+        return await eventually(lambda: self.js.add_stream(config), f"stream {name} created")
+
+    async def leader(self, stream: str) -> ServerProcess:
+        return leader_of(await self.js.stream_info(stream), self.servers)
+
+
+@contextlib.asynccontextmanager
+async def js_cluster(
+    kind: str, tmp_path: Path, *, config: str = "", timeout: float = 2.0, **login: str
+) -> AsyncIterator[Running]:
+    """Three servers and a client connected to all of them; all stopped afterwards."""
+    servers = start_js_cluster(kind, tmp_path, config=config)
+    try:
+        nc = await connect(servers, **login)
+        try:
+            yield Running(servers, nc, nc.jetstream(timeout=timeout))
+        finally:
+            await nc.close()
+    finally:
+        stop(servers)

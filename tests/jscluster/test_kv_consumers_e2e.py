@@ -6,17 +6,15 @@ from pathlib import Path
 
 import nats.errors
 import pytest
-from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import NotFoundError
 
 from tests.jscluster.support import (
     connect,
     eventually,
-    leader_of,
+    js_cluster,
     request,
     server_name,
-    start_js_cluster,
-    stop,
 )
 from tests.support.servers import enabled_kinds
 
@@ -26,17 +24,14 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("kind", enabled_
 async def test_kv_and_object_store_with_three_replicas_survive_the_leader(
     kind: str, tmp_path: Path
 ) -> None:
-    servers = start_js_cluster(kind, tmp_path)
-    try:
-        nc = await connect(servers)
-        js = nc.jetstream(timeout=2)
+    async with js_cluster(kind, tmp_path) as c:
+        js = c.js
         kv = await eventually(
             lambda: js.create_key_value(bucket="cfg", replicas=3, history=3), "an R3 bucket"
         )
         for i in range(10):
             await kv.put(f"k{i % 3}", str(i).encode())
-        leader = leader_of(await js.stream_info("KV_cfg"), servers)
-        leader.kill()
+        (await c.leader("KV_cfg")).kill()
         entry = await eventually(lambda: kv.get("k0"), "a KV get after failover")
         assert entry.value == b"9" and entry.revision == 10
         revision = await eventually(lambda: kv.put("k1", b"new"), "a KV put after failover")
@@ -52,36 +47,27 @@ async def test_kv_and_object_store_with_three_replicas_survive_the_leader(
         await eventually(lambda: store.put("blob", blob), "an object put")
         got = await eventually(lambda: store.get("blob"), "an object get")
         assert got.data == blob
-        await nc.close()
-    finally:
-        stop(servers)
 
 
 async def test_consumer_failover_redelivers_only_what_was_not_acknowledged(
     kind: str, tmp_path: Path
 ) -> None:
-    servers = start_js_cluster(kind, tmp_path)
-    try:
-        nc = await connect(servers)
-        js = nc.jetstream(timeout=2)
-        await eventually(
-            lambda: js.add_stream(StreamConfig(name="W", subjects=["w.>"], num_replicas=3)),
-            "the R3 stream created",
-        )
+    async with js_cluster(kind, tmp_path) as c:
+        js = c.js
+        await c.add_stream("W", ["w.>"])
         for i in range(30):
             await js.publish("w.x", str(i).encode())
         await js.add_consumer(
             "W", ConsumerConfig(durable_name="d", ack_policy=AckPolicy.EXPLICIT, ack_wait=2)
         )
         sub = await js.pull_subscribe_bind("d", "W")
-        first = await sub.fetch(20, timeout=5)
         acked = set()
-        for msg in first[:15]:
+        for msg in (await sub.fetch(20, timeout=5))[:15]:
             await msg.ack_sync()  # confirmed: committed on a quorum before the answer
             acked.add(msg.metadata.sequence.stream)
         info = await js.consumer_info("W", "d")
         assert info.ack_floor.stream_seq == 15
-        leader = leader_of(await js.stream_info("W"), servers)
+        leader = await c.leader("W")
         leader.kill()
 
         async def rest() -> set[int]:
@@ -98,9 +84,6 @@ async def test_consumer_failover_redelivers_only_what_was_not_acknowledged(
         info = await eventually(lambda: js.consumer_info("W", "d"), "consumer info")
         assert info.ack_floor.stream_seq == 30 and info.num_ack_pending == 0
         assert info.cluster is not None and info.cluster.leader != server_name(leader)
-        await nc.close()
-    finally:
-        stop(servers)
 
 
 ACCOUNTS = """
@@ -113,15 +96,9 @@ system_account: SYS
 
 
 async def test_meta_leader_stepdown_as_the_system_account(kind: str, tmp_path: Path) -> None:
-    servers = start_js_cluster(kind, tmp_path, config=ACCOUNTS)
-    try:
-        app = await connect(servers, user="app", password="pass")
-        js = app.jetstream(timeout=2)
-        await eventually(
-            lambda: js.add_stream(StreamConfig(name="A", subjects=["a"], num_replicas=3)),
-            "a stream in the APP account",
-        )
-        sys = await connect(servers, user="sys", password="pass")
+    async with js_cluster(kind, tmp_path, config=ACCOUNTS, user="app", password="pass") as c:
+        await c.add_stream("A", ["a"])
+        sys = await connect(c.servers, user="sys", password="pass")
 
         async def meta_leader() -> str | None:
             doc = await request(sys, "$SYS.REQ.SERVER.PING.JSZ")
@@ -137,12 +114,8 @@ async def test_meta_leader_stepdown_as_the_system_account(kind: str, tmp_path: P
             return now if now not in (None, old) else None
 
         await eventually(moved, "a new meta leader")
-        info = await eventually(lambda: js.add_stream(StreamConfig(name="B", subjects=["b"])),
-                                "a create through the new meta leader")  # fmt: skip
+        info = await c.add_stream("B", ["b"], replicas=1)  # through the new meta leader
         assert info.config.name == "B"
         with pytest.raises(nats.errors.TimeoutError):  # not the system account: ignored
-            await request(app, "$JS.API.META.LEADER.STEPDOWN")
-        await app.close()
+            await request(c.nc, "$JS.API.META.LEADER.STEPDOWN")
         await sys.close()
-    finally:
-        stop(servers)

@@ -16,14 +16,11 @@ from nats.js.api import StreamConfig
 from nats.js.errors import APIError
 
 from tests.jscluster.support import (
-    connect,
     eventually,
+    js_cluster,
     jsz,
-    leader_of,
     request,
     server_name,
-    start_js_cluster,
-    stop,
     stream_messages,
 )
 from tests.support.servers import enabled_kinds
@@ -32,14 +29,8 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("kind", enabled_
 
 
 async def test_r3_stream_replicates_and_reports_its_cluster(kind: str, tmp_path: Path) -> None:
-    servers = start_js_cluster(kind, tmp_path)
-    try:
-        nc = await connect(servers)
-        js = nc.jetstream(timeout=5)
-        info = await eventually(
-            lambda: js.add_stream(StreamConfig(name="R3", subjects=["r3.>"], num_replicas=3)),
-            "the R3 stream created",
-        )
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        info = await c.add_stream("R3", ["r3.>"])
         assert info.config.num_replicas == 3
         cluster = info.cluster
         assert cluster is not None and cluster.name == "C"
@@ -48,60 +39,42 @@ async def test_r3_stream_replicates_and_reports_its_cluster(kind: str, tmp_path:
             {"S0", "S1", "S2"} - {cluster.leader}
         )
         for i in range(50):
-            ack = await js.publish(f"r3.{i % 5}", str(i).encode())
+            ack = await c.js.publish(f"r3.{i % 5}", str(i).encode())
             assert ack.seq == i + 1
-        for server in servers:  # every replica holds every acknowledged message
+        for server in c.servers:  # every replica holds every acknowledged message
             await eventually(
                 lambda s=server: asyncio.sleep(0, stream_messages(s, "R3") == 50),
                 f"{server_name(server)} holding 50 messages",
             )
-        meta = jsz(servers[0])["meta_cluster"]
+        meta = jsz(c.servers[0])["meta_cluster"]
         assert meta["cluster_size"] == 3 and meta["leader"] in {"S0", "S1", "S2"}
-        await nc.close()
-    finally:
-        stop(servers)
 
 
 async def test_placement_errors_match_the_reference(kind: str, tmp_path: Path) -> None:
-    servers = start_js_cluster(kind, tmp_path)
-    try:
-        nc = await connect(servers)
-        js = nc.jetstream(timeout=5)
-        await eventually(
-            lambda: js.add_stream(StreamConfig(name="OK", subjects=["ok"], num_replicas=1)),
-            "the meta leader",
-        )
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        await c.add_stream("OK", ["ok"], replicas=1)
         with pytest.raises(APIError) as four:
-            await js.add_stream(StreamConfig(name="R4", subjects=["r4"], num_replicas=4))
+            await c.js.add_stream(StreamConfig(name="R4", subjects=["r4"], num_replicas=4))
         assert (four.value.code, four.value.err_code) == (400, 10005)
         with pytest.raises(APIError) as six:
-            await js.add_stream(StreamConfig(name="R6", subjects=["r6"], num_replicas=6))
+            await c.js.add_stream(StreamConfig(name="R6", subjects=["r6"], num_replicas=6))
         assert (six.value.code, six.value.err_code) == (500, 10052)
         with pytest.raises(APIError) as missing:
-            await js.stream_info("NOPE")
+            await c.js.stream_info("NOPE")
         assert missing.value.err_code == 10059
-        names = await request(nc, "$JS.API.STREAM.NAMES")
+        names = await request(c.nc, "$JS.API.STREAM.NAMES")
         assert names["streams"] == ["OK"]
-        await nc.close()
-    finally:
-        stop(servers)
 
 
 async def test_leader_failover_keeps_every_acknowledged_message(kind: str, tmp_path: Path) -> None:
-    servers = start_js_cluster(kind, tmp_path)
-    try:
-        nc = await connect(servers)
-        js = nc.jetstream(timeout=2)
-        await eventually(
-            lambda: js.add_stream(StreamConfig(name="F", subjects=["f.>"], num_replicas=3)),
-            "the R3 stream created",
-        )
-        acked = [(await js.publish("f.x", str(i).encode())).seq for i in range(20)]
-        leader = leader_of(await js.stream_info("F"), servers)
+    async with js_cluster(kind, tmp_path) as c:
+        await c.add_stream("F", ["f.>"])
+        acked = [(await c.js.publish("f.x", str(i).encode())).seq for i in range(20)]
+        leader = await c.leader("F")
         leader.kill()
-        ack = await eventually(lambda: js.publish("f.x", b"after"), "a publish after failover")
+        ack = await eventually(lambda: c.js.publish("f.x", b"after"), "a publish after failover")
         acked.append(ack.seq)
-        new = await js.stream_info("F")
+        new = await c.js.stream_info("F")
         assert new.cluster is not None and new.cluster.leader != server_name(leader)
         assert new.state.messages == len(acked) and new.state.last_seq == acked[-1]
         leader.restart()
@@ -109,33 +82,21 @@ async def test_leader_failover_keeps_every_acknowledged_message(kind: str, tmp_p
             lambda: asyncio.sleep(0, stream_messages(leader, "F") == len(acked)),
             "the restarted server caught up",
         )
-        await nc.close()
-    finally:
-        stop(servers)
 
 
 async def test_stream_leader_stepdown(kind: str, tmp_path: Path) -> None:
-    servers = start_js_cluster(kind, tmp_path)
-    try:
-        nc = await connect(servers)
-        js = nc.jetstream(timeout=5)
-        await eventually(
-            lambda: js.add_stream(StreamConfig(name="D", subjects=["d"], num_replicas=3)),
-            "the R3 stream created",
-        )
-        before = (await js.stream_info("D")).cluster
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        await c.add_stream("D", ["d"])
+        before = (await c.js.stream_info("D")).cluster
         assert before is not None
-        answer = await request(nc, "$JS.API.STREAM.LEADER.STEPDOWN.D")
+        answer = await request(c.nc, "$JS.API.STREAM.LEADER.STEPDOWN.D")
         assert answer == {"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response",
                           "success": True}  # fmt: skip
 
         async def moved() -> bool:
-            now = (await js.stream_info("D")).cluster
+            now = (await c.js.stream_info("D")).cluster
             return now is not None and now.leader not in (None, before.leader)
 
         await eventually(moved, "a new stream leader")
-        ack = await eventually(lambda: js.publish("d", b"x"), "a publish to the new leader")
+        ack = await eventually(lambda: c.js.publish("d", b"x"), "a publish to the new leader")
         assert ack.seq == 1
-        await nc.close()
-    finally:
-        stop(servers)

@@ -326,8 +326,8 @@ class JetStream:
         publish = self.messaging.publish
 
         def on_get(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
-            if not reply:
-                return
+            if not reply or not stream.accepting:  # a follower's copy may be behind: the
+                return  # leader answers, after its barrier, so never from a stale copy
             if above_api_level(hdr):
                 publish(reply, None, direct.REQUIRED_API_LEVEL, b"")
                 return

@@ -21,9 +21,11 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from consensus.commits import settle
 from consensus.driver import RaftNode
 from consensus.types import Entry, EntryKind, RaftError, Role
 from ingest.server.cluster.raft_transport import RaftRoutes
@@ -188,18 +190,10 @@ class JetStreamCluster:
 
     # -- the meta log ------------------------------------------------------------------
 
-    def propose_meta(self, op: bytes) -> asyncio.Future[None]:
+    def propose_meta(self, op: bytes) -> asyncio.Future[int]:
         """Commit one meta operation (the caller is the meta leader)."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def done(error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
-
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        done = partial(settle, future, 0)
         if self.meta is None:
             done(RaftError("JetStream cluster not formed yet"))
         else:
