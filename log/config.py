@@ -408,11 +408,11 @@ def _check_subjects(subject_list: tuple[str, ...], *, no_ack: bool, replicas: in
                 raise errors.invalid_config(f'subject "{subj}" overlaps with "{other}"')
 
 
-def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
+def check_update(old: StreamConfig, new: StreamConfig, *, clustered: bool = False) -> StreamConfig:
     """What an update may change; the refusals the reference gives, in its order."""
     if new.name != old.name:
         raise errors.invalid_config("stream configuration name must match original")
-    if new.num_replicas > 1:
+    if new.num_replicas > 1 and not clustered:
         raise errors.replicas_not_supported()
     if new.storage != old.storage:
         raise errors.invalid_config("stream configuration update can not change storage type")

@@ -92,6 +92,11 @@ def replicas_change_not_supported() -> ApiError:
     return ApiError(500, 10069, "stream update failed: changing replicas is not supported yet")
 
 
+def cluster_unavailable() -> ApiError:
+    """The reference's JSClusterNotAvailErr: a change may not have reached a quorum."""
+    return ApiError(503, 10008, "JetStream system temporarily unavailable")
+
+
 def peer_not_member() -> ApiError:
     return ApiError(400, 10040, "peer not a member")
 

@@ -100,3 +100,27 @@ async def test_stream_leader_stepdown(kind: str, tmp_path: Path) -> None:
         await eventually(moved, "a new stream leader")
         ack = await eventually(lambda: c.js.publish("d", b"x"), "a publish to the new leader")
         assert ack.seq == 1
+
+
+async def test_update_purge_and_delete_go_through_the_leaders(kind: str, tmp_path: Path) -> None:
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        await c.add_stream("U", ["u.>"])
+        for i in range(10):
+            await c.js.publish(f"u.{i % 2}", b"x")
+        updated = await c.js.update_stream(
+            StreamConfig(name="U", subjects=["u.>"], num_replicas=3, max_msgs=8)
+        )
+        assert updated.config.max_msgs == 8 and updated.state.messages == 8
+        await c.js.delete_msg("U", 5)
+        await c.js.purge_stream("U", subject="u.1")
+        info = await c.js.stream_info("U")
+        assert (info.state.messages, info.state.first_seq, info.state.last_seq) == (3, 3, 10)
+        for server in c.servers:  # every replica applied the same changes
+            await eventually(
+                lambda s=server: asyncio.sleep(0, stream_messages(s, "U") == 3),
+                f"{server_name(server)} holding 3 messages",
+            )
+        await c.js.delete_stream("U")
+        with pytest.raises(APIError) as gone:
+            await c.js.stream_info("U")
+        assert gone.value.err_code == 10059

@@ -302,7 +302,7 @@ class Consumers:
             if undo is not None:
                 undo()
             log.warning("%s: not committed: %s", store, err)
-            raise _not_committed() from err
+            raise errors.cluster_unavailable() from err
         return answer()
 
     def _update(
@@ -441,11 +441,6 @@ _SWEEP_RUN = 4096
 def _replicated(stream: Stream | None) -> bool:
     """Its consumers' state travels in the stream's Raft log (`log.consumers.replicated`)."""
     return stream is not None and stream.config.num_replicas > 1
-
-
-def _not_committed() -> errors.ApiError:
-    """The reference's JSClusterNotAvailErr: the change may not have reached a quorum."""
-    return errors.ApiError(503, 10008, "JetStream system temporarily unavailable")
 
 
 def _drop_unneeded(stream: Stream, seqs: list[int], others: list[Consumer]) -> None:

@@ -179,7 +179,7 @@ class JetStream:
 
     def update_stream(self, cfg: StreamConfig) -> Stream:
         stream = self.stream(cfg.name)
-        new = check_update(stream.config, cfg)
+        new = check_update(stream.config, cfg, clustered=self.cluster is not None)
         self.sources.check_cycle(new)
         self._check_overlap(new)
         self._detach(cfg.name)

@@ -141,19 +141,28 @@ class ClusterRequests:
         sa = self._cluster.assignment(self._account, cfg.name)
         if sa is None:
             raise errors.stream_not_found()
-        new = streamconfig.check_update(streamconfig.from_request(sa.config), cfg)
+        old = streamconfig.from_request(sa.config)
+        new = streamconfig.check_update(old, cfg, clustered=True)
         if max(new.num_replicas, 1) != len(sa.peers):
             raise errors.replicas_change_not_supported()
         self._check_overlap(new.subjects, new.name)
-        self._cluster.propose_meta(meta.update_stream(self._account, new.to_json(), sa.peers))
-        return self._after_commit(new.name)
+        return self._after_commit(new, sa.peers)
 
-    async def _after_commit(self, name: str) -> Response:
-        """The update's answer, from the leader's stream once it has applied it: asked
-        like a client would, so it holds wherever the leader is."""
-        doc = await self._ask(f"{PREFIX}STREAM.INFO.{name}", b"")
-        if doc is None:
-            raise errors.stream_not_found()
+    async def _after_commit(
+        self, new: streamconfig.StreamConfig, peers: tuple[str, ...]
+    ) -> Response:
+        """The update's answer: the stream's info from its leader once the leader has
+        applied the update (it hears of the commit a moment after this server does)."""
+        await self._cluster.propose_meta(meta.update_stream(self._account, new.to_json(), peers))
+        wanted = _without_metadata(new.to_json())
+        deadline = asyncio.get_running_loop().time() + ASK_TIMEOUT
+        while True:
+            doc = await self._ask(f"{PREFIX}STREAM.INFO.{new.name}", b"")
+            if doc is not None and _without_metadata(doc.get("config") or {}) == wanted:
+                break
+            if asyncio.get_running_loop().time() > deadline:
+                raise errors.cluster_unavailable()
+            await asyncio.sleep(0.01)
         for key in ("type", "total", "offset", "limit"):
             doc.pop(key, None)
         return doc
@@ -240,3 +249,7 @@ def _placement_cluster(raw: dict[str, Any]) -> str:
 
 def _ignored(tokens: list[str], data: bytes) -> None:
     return None
+
+
+def _without_metadata(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k != "metadata"}
