@@ -497,7 +497,11 @@ class Monitor:
         if bool_arg(req, "streams") or bool_arg(req, "accounts"):
             detail = {"name": GLOBAL_ACCOUNT, "id": GLOBAL_ACCOUNT, **js.stats}
             if bool_arg(req, "streams"):
-                detail["stream_detail"] = js.streams
+                raft = bool_arg(req, "raft")
+                detail["stream_detail"] = [
+                    s if raft else {k: v for k, v in s.items() if k != "stream_raft_group"}
+                    for s in js.streams
+                ]
             out["account_details"] = [detail]
         out["total"] = int(js.stats.get("accounts", 1 if js.streams else 0))
         if self.lake is not None:  # jetlake's own: the reference has no lake

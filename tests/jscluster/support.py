@@ -86,8 +86,12 @@ async def request(nc: Client, subject: str, body: bytes = b"", timeout: float = 
     return json.loads(msg.data)
 
 
+def http_json(server: ServerProcess, path: str) -> dict[str, Any]:
+    return dict(_get(f"{server.http_url}{path}").json())
+
+
 def jsz(server: ServerProcess, query: str = "") -> dict[str, Any]:
-    return dict(_get(f"{server.http_url}/jsz{query}").json())
+    return http_json(server, "/jsz" + query)
 
 
 def stream_messages(server: ServerProcess, stream: str) -> int | None:

@@ -17,6 +17,7 @@ from nats.js.errors import APIError
 
 from tests.jscluster.support import (
     eventually,
+    http_json,
     js_cluster,
     jsz,
     request,
@@ -48,6 +49,16 @@ async def test_r3_stream_replicates_and_reports_its_cluster(kind: str, tmp_path:
             )
         meta = jsz(c.servers[0])["meta_cluster"]
         assert meta["cluster_size"] == 3 and meta["leader"] in {"S0", "S1", "S2"}
+        [detail] = jsz(c.servers[0], "?streams=true&raft=true")["account_details"][0][
+            "stream_detail"
+        ]
+        assert detail["stream_raft_group"] == cluster.raft_group
+        [plain] = jsz(c.servers[0], "?streams=true")["account_details"][0]["stream_detail"]
+        assert "stream_raft_group" not in plain
+        raftz = http_json(c.servers[0], "/raftz")
+        meta_group = raftz["$SYS"]["_meta_"]
+        assert meta_group["size"] == 3 and meta_group["quorum_needed"] == 2
+        assert meta_group["state"] in ("LEADER", "FOLLOWER")
 
 
 async def test_placement_errors_match_the_reference(kind: str, tmp_path: Path) -> None:

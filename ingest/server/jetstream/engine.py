@@ -468,6 +468,9 @@ class JetStream:
             detail: dict[str, Any] = {"name": stream.name, "created": rfc3339(stream.created_ns)}
             if self.cluster is not None:
                 detail["cluster"] = self._cluster_block(stream)
+                group = detail["cluster"].get("raft_group")
+                if group:
+                    detail["stream_raft_group"] = group  # shown with ?raft=1 only
             detail["state"] = stream.state_json(consumers=self.consumers.count(stream.name))
             streams.append(detail)
         return {"config": doc["config"], "stats": stats, "streams": streams}
