@@ -18,11 +18,26 @@ loop, once per tick:
   the server itself is killed, the compactor notices its parent is gone.
 Lag per stream (messages and seconds behind the lake) is what `/jsz` and
 `/metrics` show.
+
+In a cluster every server runs its own supervisor over its own replicas, and
+all of them share one lake dir (`lake { dir: … }` / `--lake_dir` naming the
+same object store or shared folder on every server; the per-server default
+would give a stream one table per server, so it draws a warning). The
+compactor follows the stream's leader: each tick, the supervisor writes a
+replicated stream's `replica.json` (its config, and whether this server leads
+it and has caught up: `Stream.accepting`), and a compactor takes only the
+streams its server leads. Every replica seals on its own timer and holds
+reclaim above the lake's pin (the higher of its own and the shared one in
+the table dir), so a follower still has every row the lake lacks when it is
+elected. A new leader's compactor starts from the seq the table records; the
+deposed leader's, if it still runs for a moment, loses its conditional append
+(`log.compactor.txn`) rather than duplicating a row.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import subprocess
@@ -32,7 +47,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from log.compactor.layout import STREAMS, StreamRef, default_lake_dir, lake_enabled, read_pin
+from log.compactor.layout import (
+    REPLICA_FILE,
+    STREAMS,
+    StreamRef,
+    default_lake_dir,
+    describe_replica,
+    lake_enabled,
+    lake_seq,
+)
 from log.config import StreamConfig
 from log.segments.api import MsgStore
 from log.segments.filestore import FileStore
@@ -76,6 +99,8 @@ class LakeSupervisor:
         self._task: asyncio.Task[None] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._failed_at = 0.0
+        self._clustered = False
+        self._described: dict[str, tuple[bytes, bool]] = {}  # per stream: replica.json's content
         self.lags: dict[str, Lag] = {}
 
     # -- the store opener JetStream calls ----------------------------------------------
@@ -94,12 +119,19 @@ class LakeSupervisor:
     def start(self, js: JetStream) -> None:
         """Begin ticking over js's streams; its store dir decides the default lake dir."""
         self._js = js
+        self._clustered = js.cluster is not None
         self.store_base = js.store_dir.parent
         self.lake_dir = (
             Path(self.config.dir) if self.config.dir else default_lake_dir(self.store_base)
         )
         self._task = asyncio.get_running_loop().create_task(self._run())
         log.info("Lake on: tables in %s, seal every %gs", self.lake_dir, self.config.seal_interval)
+        if self._clustered and not self.config.dir:
+            log.warning(
+                "Lake: clustered with the default lake dir %s; give every server the same "
+                "`lake { dir }` or each replica's leader writes its own table",
+                self.lake_dir,
+            )
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -136,21 +168,23 @@ class LakeSupervisor:
             if not isinstance(store, FileStore):
                 continue
             ref = self._ref(stream)
+            if self._clustered:
+                self._describe(stream, ref)
             if not ref.lake_on:
                 store.hold_for_lake(None)
                 continue
-            pin = read_pin(ref)
-            done = pin.seq if pin else 0
+            done = lake_seq(ref, self.lake_dir)
             store.hold_for_lake(done)
             store.seal(older_than_ns=bound)
             store.merge_small()
-            waiting |= store.sealed_last_seq > done
+            waiting |= ref.leads and store.sealed_last_seq > done
             lags[ref.name] = self._lag(ref, store, done, now)
         self.lags = lags
         if waiting:
             self._ensure_compactor()
 
     def _ref(self, stream: Stream) -> StreamRef:
+        """The stream as the compactor will see it; a replica leads once it accepts publishes."""
         cfg = stream.config
         return StreamRef(
             name=cfg.name,
@@ -158,7 +192,17 @@ class LakeSupervisor:
             created=rfc3339(stream.created_ns),
             metadata=dict(cfg.metadata),
             storage=cfg.storage,
+            leads=not self._clustered or stream.accepting,
         )
+
+    def _describe(self, stream: Stream, ref: StreamRef) -> None:
+        """Keep the replica's `replica.json` current (the compactor and `jetlake sql` read it)."""
+        snapshot = stream.snapshot_config()
+        known = (snapshot, ref.leads)
+        if self._described.get(ref.name) == known and (ref.dir / REPLICA_FILE).is_file():
+            return
+        describe_replica(ref.dir, json.loads(snapshot), leader=ref.leads)
+        self._described[ref.name] = known
 
     def _lag(self, ref: StreamRef, store: FileStore, done: int, now: int) -> Lag:
         last = store.state().last_seq

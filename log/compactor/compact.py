@@ -4,14 +4,19 @@ One pass per stream:
 1. Read the lake's progress L from the Delta log itself (the transaction
    version of the stream's app id, through `deltalake`, no Spark job).
 2. Take the sealed segments after L, in groups of up to `max_rows`; each group
-   is one Delta append with `txnAppId` = the stream incarnation's app id and
-   `txnVersion` = the group's last seq. Delta skips an append whose version it
-   has already recorded, so a compactor killed anywhere (before, during or
-   after the commit) and restarted re-sends at worst a group Delta ignores.
+   is one Delta append of the rows after L, recording the group's last seq as
+   the app id's transaction version, and committing only if the table still
+   records L (`log.compactor.txn`). A compactor killed anywhere (before,
+   during or after the commit) and restarted finds the group's version
+   recorded, or not; a second compactor on the same stream (a replicated
+   stream's deposed leader, finishing late) loses that condition instead of
+   appending rows twice, and starts over from the table. Groups are seq
+   ranges, never segment identities: replicas seal at different seqs.
    Rows erased before they were appended are left out (unless the stream
    keeps deletes); rows retired by limits are appended: the lake keeps
    history past the stream's limits.
-3. Write the pin (`lake.json`) after the commit: the server's cache of L.
+3. Write the pins after the commit: the server's cache of L (`lake.json`, and
+   the lake's in the table dir for every replica's server, `layout`).
 4. Carry explicit deletes and purges into the table (a Delta DELETE of the
    erasures, seq ranges with a subject filter, that `explicit.log` holds past
    the pin's offset). A DELETE is idempotent, so a crash between it and the
@@ -28,6 +33,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,8 +43,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from log.compactor.layout import LakeError, Pin, StreamRef, read_pin, streams, write_pin
+from log.compactor.layout import (
+    LakeError,
+    Pin,
+    StreamRef,
+    read_pin,
+    streams,
+    write_pin,
+    write_shared_pin,
+)
 from log.compactor.rows import SPARK_DDL, drop_erased, erased, to_lake
+from log.compactor.txn import LakeMoved, append_after, is_conflict
 from log.segments import CorruptSegmentError, SegmentInfo, list_segments, read_segment
 from log.segments.filestore import EXPLICIT
 from log.segments.tombstones import replay_explicit
@@ -50,6 +65,7 @@ log = logging.getLogger("jetlake.lake")
 
 MAX_ROWS = 1_000_000  # rows in one Delta append: bounds the driver's memory
 STAGING = "_staging"  # under the lake dir: Parquet handed to Spark, removed after each append
+STAGING_STALE = 3600.0  # seconds: a staging folder this old belongs to a crashed pass
 SLICE_ROWS = 100_000  # an append is staged as one file per core, each of at least this many rows
 
 
@@ -113,7 +129,7 @@ def waiting_streams(store_dir: Path, lake_dir: Path) -> list[str]:
     so a cron job with nothing to do exits without starting Spark."""
     out = []
     for stream in streams(store_dir):
-        if not stream.lake_on:
+        if not (stream.lake_on and stream.leads):
             continue
         done = lake_progress(stream.table_path(lake_dir), stream.app_id)
         pin = read_pin(stream)
@@ -150,6 +166,7 @@ class Compactor:
         self.max_rows = max_rows
         self._progress = progress or log.info
         self._committed: dict[Path, StreamRef] = {}  # tables committed to since warm()
+        self._token = uuid.uuid4().hex[:12]  # this compactor's staging, apart from another's
 
     def run_once(self) -> Summary:
         total = Summary()
@@ -167,7 +184,7 @@ class Compactor:
         out = []
         try:
             for stream in streams(self.store_dir):
-                if stream.lake_on:
+                if stream.lake_on and stream.leads:
                     out.append(stream)
         except LakeError as exc:
             log.error("%s", exc)
@@ -194,7 +211,10 @@ class Compactor:
             )
             rows = self._read(stream, group, done)
             try:
-                self._append(stream, table, drop_erased(rows, erasures), last)
+                self._append(stream, table, drop_erased(rows, erasures), done, last)
+            except LakeMoved as exc:
+                self._progress(f"compact {stream.name}: {exc}; starting over next pass")
+                break
             except LakeError as exc:
                 names = ", ".join(s.path.name for s in group)
                 raise LakeError(f"{exc} (segments {names})") from exc
@@ -202,6 +222,7 @@ class Compactor:
             self._committed[table] = stream
             pin = Pin(stream.app_id, str(table), done, pin.deletes_offset)
             write_pin(stream, pin)
+            write_shared_pin(stream, self.lake_dir, done)
             out.segments += len(group)
             out.rows += len(rows)
             out.bytes += sum(s.bytes for s in group)
@@ -219,8 +240,10 @@ class Compactor:
         rows = pa.concat_tables(parts)
         return to_lake(stream.name, rows.filter(pc.greater(rows.column("seq"), done)))
 
-    def _append(self, stream: StreamRef, table: Path, rows: pa.Table, version: int) -> None:
-        """One idempotent Delta transaction (an empty one still records the version).
+    def _append(
+        self, stream: StreamRef, table: Path, rows: pa.Table, after: int, version: int
+    ) -> None:
+        """One conditional Delta transaction (an empty one still records the version).
 
         The rows reach Spark as Parquet staged under the lake dir, not through
         `createDataFrame`: Spark's vectorised Parquet reader makes the append
@@ -230,8 +253,8 @@ class Compactor:
         with every core and a query reads the table with every core; the schema
         is given, so Spark runs no job to infer it.
         """
-        staging = self.lake_dir / STAGING / f"{stream.name}-{version}"
-        shutil.rmtree(staging, ignore_errors=True)  # a crashed pass's leftovers
+        self._sweep_staging(stream)
+        staging = self.lake_dir / STAGING / f"{stream.name}-{version}-{self._token}"
         staging.mkdir(parents=True)
         cores = self.spark.sparkContext.defaultParallelism
         slices = max(1, min(cores, len(rows) // SLICE_ROWS))
@@ -240,12 +263,42 @@ class Compactor:
             for k in range(slices):
                 pq.write_table(rows.slice(k * step, step), staging / f"part-{k}.parquet")
             frame = self.spark.read.schema(SPARK_DDL).parquet(str(staging))
-            self._write(frame, stream, table, version)
+            if not after:
+                self._create(stream, table)
+            append_after(
+                self.spark, frame, table, app_id=stream.app_id, after=after, version=version
+            )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
+    def _create(self, stream: StreamRef, table: Path) -> None:
+        """Before a stream's first append: create its table (empty, version 0, claiming no row)
+        unless it exists; another compactor creating it at the same moment is as good."""
+        try:
+            self._write(self.spark.createDataFrame([], SPARK_DDL), stream, table, 0)
+        except LakeError as exc:
+            if not is_conflict(exc):
+                raise
+
+    def _sweep_staging(self, stream: StreamRef) -> None:
+        """Remove this stream's staging folders that crashed passes left behind.
+
+        Another server's compactor of the stream may be staging at this moment
+        (a replicated stream changing leader), so each compactor stages under
+        its own token, and only folders older than any append takes are swept."""
+        root = self.lake_dir / STAGING
+        stale = time.time() - STAGING_STALE
+        for old in root.glob(f"{stream.name}-*") if root.is_dir() else ():
+            try:
+                if old.stat().st_mtime < stale:
+                    shutil.rmtree(old, ignore_errors=True)
+            except FileNotFoundError:
+                continue
+
     def _write(self, frame: DataFrame, stream: StreamRef, table: Path, version: int) -> None:
-        """An append with Delta's idempotent-write options: skipped if the version is recorded."""
+        """An append with Delta's idempotent-write options: skipped if the version is recorded.
+
+        Used only with version 0, which claims no row: to create the table and to warm it."""
         try:
             (
                 frame.write.format("delta")

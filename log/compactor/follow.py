@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from log.compactor.compact import Compactor
-from log.compactor.layout import LakeError, stream_dirs
+from log.compactor.layout import REPLICA_FILE, LakeError, stream_dirs
 from log.compactor.maintain import current_tables, optimize
 from log.segments.filestore import EXPLICIT
 from log.segments.segment import discover
@@ -36,12 +36,13 @@ RECENT = "date >= date_sub(current_date(), 1)"  # what the schedule optimizes: t
 LOOK = 0.1  # seconds between looks at the store for a seal or a delete
 
 
-def store_state(store_dir: Path) -> tuple[tuple[str, tuple[int, int] | None, int], ...]:
-    """Per stream folder: its newest segment and the size of its explicit-delete log.
+def store_state(store_dir: Path) -> tuple[tuple[str, tuple[int, int] | None, int, int], ...]:
+    """Per stream folder: its newest segment, the size of its explicit-delete log, and when
+    a replicated stream's `replica.json` last changed (this server took or lost the lead).
 
     What a pass would do changes only if one of these did: merges and reclaims
     rewrite older segments and appends grow the active one, none of which is
-    work for the lake. A folder listing and a stat per stream.
+    work for the lake. A folder listing and a few stats per stream.
     """
     out = []
     for folder in stream_dirs(store_dir):
@@ -49,12 +50,18 @@ def store_state(store_dir: Path) -> tuple[tuple[str, tuple[int, int] | None, int
             newest = discover(folder, clean=False)[-1:]
         except FileNotFoundError:  # the stream was deleted while we looked
             continue
-        try:
-            logged = (folder / EXPLICIT).stat().st_size
-        except FileNotFoundError:
-            logged = 0
-        out.append((folder.name, newest[0] if newest else None, logged))
+        logged = _stat(folder / EXPLICIT).st_size
+        led = _stat(folder / REPLICA_FILE).st_mtime_ns
+        out.append((folder.name, newest[0] if newest else None, logged, led))
     return tuple(out)
+
+
+def _stat(path: Path) -> os.stat_result:
+    """The file's stat, or zeros when it is not there."""
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return os.stat_result((0,) * 10)
 
 
 def follow(

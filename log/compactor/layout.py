@@ -14,6 +14,18 @@ Decisions kept here:
 - `lake.json` in the stream folder is a *pin*: the compactor writes it after
   each Delta commit, so it can lag the truth but never lead it. The server
   trusts it for reclaim (lagging only delays reclaim) and for lag figures.
+- A replicated stream (a cluster) has a replica folder on each of its servers
+  but no `stream.json` (the meta log is its truth there): that server's lake
+  supervisor describes it in `replica.json` instead, with whether this server
+  leads it. Only the leader's compactor takes a replicated stream; every
+  reader (views, reclaim) takes any replica.
+- All servers of a cluster share one lake dir (object storage, or a folder
+  they all see), so a stream has one table whichever server leads it. The
+  pin in the stream folder is that replica's; `_jetlake_pin.json` in the
+  table dir (hidden from Delta and its VACUUM by the leading underscore) is
+  the lake's, written by whichever compactor committed and read by every
+  replica's server to hold its reclaim. Either may lag the Delta log, neither
+  leads it: the servers take the higher of the two.
 - Stream metadata keys (set with any client in the stream config):
   `jetlake.lake: off` keeps a stream out of the lake; `jetlake.lake.table`
   sets the folder its tables go under instead of `<lake_dir>/<stream>`;
@@ -35,7 +47,9 @@ from log.timefmt import parse_rfc3339
 
 STREAMS = Path("jetstream") / "$G" / "streams"  # under a store dir, as the server lays it out
 META_FILE = "stream.json"
+REPLICA_FILE = "replica.json"
 PIN_FILE = "lake.json"
+SHARED_PIN_FILE = "_jetlake_pin.json"
 LAKE_OFF = "jetlake.lake"
 LAKE_TABLE = "jetlake.lake.table"
 LAKE_DELETES = "jetlake.lake.deletes"
@@ -63,11 +77,14 @@ class StreamRef:
     created: str
     metadata: dict[str, str]
     storage: str
+    leads: bool = True  # this server's compactor takes the stream (a replica's: if it leads)
 
     @classmethod
     def load(cls, stream_dir: Path) -> StreamRef:
+        replica = not (stream_dir / META_FILE).is_file()
+        file = REPLICA_FILE if replica else META_FILE
         try:
-            doc = json.loads((stream_dir / META_FILE).read_bytes())
+            doc = json.loads((stream_dir / file).read_bytes())
             config = doc["config"]
             return cls(
                 name=config["name"],
@@ -75,9 +92,10 @@ class StreamRef:
                 created=doc["created"],
                 metadata=dict(config.get("metadata") or {}),
                 storage=config.get("storage", "file"),
+                leads=bool(doc["leader"]) if replica else True,
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise LakeError(f"stream folder {stream_dir}: unreadable {META_FILE}: {exc}") from exc
+            raise LakeError(f"stream folder {stream_dir}: unreadable {file}: {exc}") from exc
 
     @property
     def lake_on(self) -> bool:
@@ -107,7 +125,9 @@ def stream_dirs(store_dir: str | os.PathLike[str]) -> list[Path]:
     root = Path(store_dir) / STREAMS
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if (p / META_FILE).is_file())
+    return sorted(
+        p for p in root.iterdir() if (p / META_FILE).is_file() or (p / REPLICA_FILE).is_file()
+    )
 
 
 def streams(store_dir: str | os.PathLike[str]) -> Iterator[StreamRef]:
@@ -138,9 +158,50 @@ def read_pin(stream: StreamRef) -> Pin | None:
 
 def write_pin(stream: StreamRef, pin: Pin) -> None:
     """Atomically replace the pin; the stream folder may be gone (stream deleted): no error."""
-    tmp = stream.dir / (PIN_FILE + ".tmp")
+    _replace(stream.dir / PIN_FILE, json.dumps(asdict(pin)).encode())
+
+
+def read_shared_pin(stream: StreamRef, lake_dir: str | os.PathLike[str]) -> Pin | None:
+    """The lake's pin in the table dir (None: no commit yet, unreadable, or another's)."""
     try:
-        tmp.write_text(json.dumps(asdict(pin)))
-        os.replace(tmp, stream.dir / PIN_FILE)
+        doc: dict[str, Any] = json.loads(
+            (stream.table_path(lake_dir) / SHARED_PIN_FILE).read_bytes()
+        )
+        pin = Pin(**doc)
+    except (OSError, ValueError, TypeError):
+        return None
+    return pin if pin.app_id == stream.app_id else None
+
+
+def write_shared_pin(stream: StreamRef, lake_dir: str | os.PathLike[str], seq: int) -> None:
+    """Raise the lake's pin to `seq` after a commit (a late writer does not lower it).
+
+    Read, compare and replace is not atomic: two writers at once may leave the
+    lower seq, which only makes the servers hold reclaim a little longer."""
+    known = read_shared_pin(stream, lake_dir)
+    if known is not None and known.seq >= seq:
+        return
+    table = stream.table_path(lake_dir)
+    pin = Pin(stream.app_id, str(table), seq)
+    _replace(table / SHARED_PIN_FILE, json.dumps(asdict(pin)).encode())
+
+
+def lake_seq(stream: StreamRef, lake_dir: str | os.PathLike[str]) -> int:
+    """The last seq the lake surely holds, as far as the pins tell (what reclaim waits for)."""
+    pins = (read_pin(stream), read_shared_pin(stream, lake_dir))
+    return max((pin.seq for pin in pins if pin is not None), default=0)
+
+
+def describe_replica(stream_dir: Path, snapshot: Mapping[str, Any], *, leader: bool) -> None:
+    """Write a replicated stream's `replica.json`: its config and created time as the engine
+    has them, and whether this server leads it (the folder may be gone: no error)."""
+    _replace(stream_dir / REPLICA_FILE, json.dumps({**snapshot, "leader": leader}).encode())
+
+
+def _replace(path: Path, body: bytes) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two writers never share one
+    try:
+        tmp.write_bytes(body)
+        os.replace(tmp, path)
     except FileNotFoundError:
         return

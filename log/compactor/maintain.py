@@ -34,11 +34,12 @@ def delta_tables(lake_dir: Path) -> list[Path]:
 
 
 def current_tables(store_dir: Path, lake_dir: Path) -> list[tuple[str, Path]]:
-    """(stream, table) of the streams that exist now and have a table."""
+    """(stream, table) of the streams that exist now, have a table, and are this server's to
+    maintain (a replicated stream's leader's: the servers of a cluster share the tables)."""
     out = []
     for stream in streams(store_dir):
         table = stream.table_path(lake_dir)
-        if stream.lake_on and (table / "_delta_log").is_dir():
+        if stream.lake_on and stream.leads and (table / "_delta_log").is_dir():
             out.append((stream.name, table))
     return out
 
