@@ -20,8 +20,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Protocol
 
 log = logging.getLogger("jetlake.jetstream")
@@ -87,3 +89,12 @@ class Syncer:
 
 
 SYNCER = Syncer()  # one per process: every stream and consumer shares its thread
+
+
+def fsync_dir(path: Path) -> None:
+    """Make creations, renames and unlinks in a directory durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -36,6 +36,7 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+from consensus.durability import fsync_dir
 from consensus.types import Entry, HardState, Restored, SnapshotMeta
 from consensus.wal_format import (
     SLOT_SIZE,
@@ -80,15 +81,6 @@ def numbered(directory: Path, suffix: str) -> list[tuple[int, Path]]:
         if p.name.endswith(suffix) and stem.isdigit():
             found.append((int(stem), p))
     return sorted(found)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make creations, renames and unlinks in a directory durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_all(fd: int, data: bytes) -> None:

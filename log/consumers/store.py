@@ -39,8 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from consensus.commits import OnCommit
-from consensus.durability import SYNCER, sync_delay
-from log.segments.tombstones import fsync_dir
+from consensus.durability import SYNCER, fsync_dir, sync_delay
 
 OBS_DIR = "obs"
 META_FILE = "meta.json"

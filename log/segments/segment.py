@@ -35,11 +35,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from consensus.durability import fsync_dir
 from log.segments.api import CorruptSegmentError
 from log.segments.core import BatchRef
 from log.segments.ipc import decode_batch
 from log.segments.schema import TS, seq_view, stream_header
-from log.segments.tombstones import fsync_dir
 
 log = logging.getLogger("jetlake.segments")
 

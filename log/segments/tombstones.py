@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from consensus.durability import fsync_dir
+
 log = logging.getLogger("jetlake.segments")
 
 # count of seqs, crc32 of everything after this field, floor, last seq, last ts
@@ -199,12 +201,3 @@ class ExplicitDeletes:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def fsync_dir(path: Path) -> None:
-    """Make creations and renames in a directory durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from consensus.durability import fsync_dir
 from ingest.parser.headers import HeaderError, parse_headers
 from ingest.parser.subjects import subjects_overlap
 from ingest.server.jetstream import direct
@@ -275,11 +276,7 @@ class JetStream:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, folder / META_FILE)
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(folder)
 
     # -- subscriptions -------------------------------------------------------
 

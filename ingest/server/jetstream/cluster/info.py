@@ -14,6 +14,8 @@ from consensus.types import Role
 from ingest.server.jetstream.cluster.groups import META_GROUP
 from log.timefmt import rfc3339
 
+OFFLINE_NS = 4_000_000_000  # two election timeouts without a word: the member is down
+
 
 def peer_id(name: str) -> str:
     """The reference's short peer id: a hash of the server name, eight characters."""
@@ -42,8 +44,8 @@ def replicas(
         else:
             entry["current"] = last is not None and name == node.leader
             entry["active"] = now - last if last is not None else 0
-        if last is None:
-            entry["offline"] = True
+        if node.role is Role.LEADER and (last is None or now - last > OFFLINE_NS):
+            entry["offline"] = True  # only a leader hears from every member
         entry["peer"] = peer_id(name)
         out.append(entry)
     return out
