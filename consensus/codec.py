@@ -9,7 +9,7 @@ the decoder refuses further input, because the byte stream has lost its
 framing and the connection must be dropped.
 
 Layout (big-endian): a frame is a u32 payload length, then the payload:
-  u8 version, u8 type, u8 flags (bit 0: reject, bit 1: has snapshot),
+  u8 version, u8 type, u8 flags (bit 0: reject, bit 1: has snapshot, bit 2: held),
   u64 term, log_term, index, commit, reject_hint,
   str src, str dst, blob context,
   u32 entry count, then per entry: u64 term, u64 index, u8 kind, blob data;
@@ -44,6 +44,7 @@ _REJECT = 1
 _KINDS = {kind.value: kind for kind in EntryKind}
 _TYPES = {kind.value: kind for kind in MessageType}
 _HAS_SNAPSHOT = 2
+_HELD = 4
 
 
 class CodecError(ValueError):
@@ -59,7 +60,11 @@ def encode(msg: Message) -> bytes:
 
 
 def _payload(msg: Message) -> bytes:
-    flags = (_REJECT if msg.reject else 0) | (_HAS_SNAPSHOT if msg.snapshot else 0)
+    flags = (
+        (_REJECT if msg.reject else 0)
+        | (_HAS_SNAPSHOT if msg.snapshot else 0)
+        | (_HELD if msg.held else 0)
+    )
     try:
         parts = [
             _HEAD.pack(
@@ -196,7 +201,7 @@ class _Reader:
         version, kind, flags, term, log_term, index, commit, hint = self._unpack(_HEAD)
         if version != VERSION:
             raise CodecError(f"frame version {version}, this node speaks {VERSION}")
-        if flags & ~(_REJECT | _HAS_SNAPSHOT):
+        if flags & ~(_REJECT | _HAS_SNAPSHOT | _HELD):
             raise CodecError(f"unknown flags {flags:#x}")
         src, dst, context = self._str(), self._str(), self._blob()
         (count,) = self._unpack(_LEN)
@@ -220,6 +225,7 @@ class _Reader:
             reject_hint=hint,
             context=context,
             snapshot=snapshot,
+            held=bool(flags & _HELD),
         )
 
     def _entries(self, count: int) -> tuple[Entry, ...]:

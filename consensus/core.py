@@ -12,9 +12,11 @@ lease, vote floor), `_append_matches` (log matching on a follower),
 `_commit_term_ok` (only entries of the current term commit by counting),
 `_quorum_index` (the index a quorum of voters holds), `_has_quorum` (majority of
 voters), `_follower_commit_index` (how far a follower may move its commit),
-`_in_lease` (check-quorum stickiness), `_can_campaign` (voter and vote floor).
-All are methods of `RaftCore` (the commit rule's two are inherited from
-`consensus.leader`), so `monkeypatch.setattr(RaftCore, name, ...)` breaks one.
+`_in_lease` (check-quorum stickiness), `_can_campaign` (voter and vote floor),
+`_held_since_reboot` (a power loss's hold), `_held_election_won` (the held path).
+All are methods of `RaftCore` (the commit rule's two inherited from
+`consensus.leader`, the election's from `consensus.election`), so
+`monkeypatch.setattr(RaftCore, name, ...)` breaks one.
 
 Membership changes take effect when their entry commits (a node also counts as
 committed every change that another change follows in its log: see
@@ -22,6 +24,9 @@ committed every change that another change follows in its log: see
 because Readies are carried out in order and a `Ready`'s entries are persisted
 before its messages leave and before anything is applied: a commit index that
 counted an unpersisted entry of the leader's is never seen outside before it is.
+
+Elections (votes, campaigns, and the holds that keep a node that may have lost
+acknowledged entries out of them) live in `consensus.election`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from consensus.election import TRANSFER_CONTEXT, ElectionRole
 from consensus.leader import LeaderRole
 from consensus.membership import Membership, check_change, decode_change
 from consensus.progress import Progress
@@ -59,9 +65,6 @@ from consensus.types import (
 from consensus.wellformed import well_formed
 
 T = MessageType
-# The context of a VOTE sent by a campaign that TIMEOUT_NOW started: voters grant
-# it even inside a leader lease, since the current leader asked for it.
-TRANSFER_CONTEXT = b"transfer"
 FRESH = Restored()  # a node that never ran: nothing on disk
 
 
@@ -77,7 +80,7 @@ class Config:
     seed: int = 0  # seeds the core's own random.Random (deterministic runs)
 
 
-class RaftCore(LeaderRole):
+class RaftCore(ElectionRole, LeaderRole):
     def __init__(
         self, config: Config, voters: Iterable[NodeId], restored: Restored = FRESH
     ) -> None:
@@ -100,6 +103,7 @@ class RaftCore(LeaderRole):
         self._commit = snap_index
         self._applied = snap_index
         self._vote_floor = restored.vote_floor
+        self._reboot_term = restored.reboot_term
         self._snapshot: Snapshot | None = None  # the newest one, to send to laggards
         self._pending_snapshot: Snapshot | None = None  # received, not yet persisted/applied
         self._msgs: list[Message] = []
@@ -109,7 +113,7 @@ class RaftCore(LeaderRole):
         self._role = Role.FOLLOWER
         self._leader: NodeId | None = None
         self._progress: dict[NodeId, Progress] = {}
-        self._votes: dict[NodeId, bool] = {}
+        self._votes: dict[NodeId, tuple[bool, bool]] = {}  # voter -> (granted, held)
         self._reads = ReadQueue()
         self._reads_waiting: list[PendingRead] = []  # before an entry of the term committed
         self._transferee: NodeId | None = None
@@ -167,6 +171,7 @@ class RaftCore(LeaderRole):
             "applied": self._applied,
             "last_index": self._log.last_index,
             "snapshot_index": self._log.snap_index,
+            "held": self.held_back,
             "voters": sorted(self.conf.voters),
             "learners": sorted(self.conf.learners),
         }
@@ -185,19 +190,6 @@ class RaftCore(LeaderRole):
 
     # ----------------------------------------------------------------- safety rules
 
-    def _log_up_to_date(self, last_term: int, last_index: int) -> bool:
-        """The election restriction: a candidate's log holds every committed entry."""
-        my_term = self._log.last_term
-        return last_term > my_term or (last_term == my_term and last_index >= self._log.last_index)
-
-    def _can_grant_vote(self, msg: Message) -> bool:
-        if self._below_vote_floor():
-            return False
-        free = self._vote == msg.src or (self._vote is None and self._leader is None)
-        if msg.type == T.PRE_VOTE and msg.term > self._term:
-            free = True  # a pre-vote binds nothing
-        return free and self._log_up_to_date(msg.log_term, msg.index)
-
     def _append_matches(self, index: int, term: int) -> bool:
         return self._log.term_at(index) == term
 
@@ -215,25 +207,6 @@ class RaftCore(LeaderRole):
             and self._leader is not None
             and self._election_elapsed < self._cfg.election_ticks
         )
-
-    def _can_campaign(self) -> bool:
-        return self._id in self.conf.voters and not self._below_vote_floor()
-
-    @property
-    def held_back(self) -> bool:
-        """Neither voting nor campaigning until a leader refills what recovery lost (the
-        caller keeps this on disk, so a second restart does not forget it)."""
-        return self._below_vote_floor()
-
-    def _below_vote_floor(self) -> bool:
-        """Recovery cut entries this node may have acknowledged (`Restored.vote_floor`):
-        its vote could elect a log without them. A lone voter's log is the group's:
-        there is nothing to wait for."""
-        if self.conf.voters == {self._id}:
-            return False
-        if self._vote_floor and self._log.last_index >= self._vote_floor:
-            self._vote_floor = 0  # a leader filled the log up to it: the gap is closed
-        return self._vote_floor > 0
 
     # ----------------------------------------------------------------- inputs
 
@@ -424,55 +397,6 @@ class RaftCore(LeaderRole):
         self._role = Role.FOLLOWER
         self._leader = leader
 
-    def _hup(self, forced: bool) -> None:
-        if self._role == Role.LEADER or not self._can_campaign():
-            return
-        self._start_election(pre=self._cfg.pre_vote and not forced, forced=forced)
-
-    def _start_election(self, pre: bool, forced: bool) -> None:
-        if pre:
-            self._reset(self._term)
-            self._role = Role.PRE_CANDIDATE
-            kind, term = T.PRE_VOTE, self._term + 1
-        else:
-            self._reset(self._term + 1)
-            self._role = Role.CANDIDATE
-            self._vote = self._id
-            kind, term = T.VOTE, self._term
-        self._poll(self._id, granted=True)
-        if self._role not in (Role.PRE_CANDIDATE, Role.CANDIDATE):
-            return  # a lone voter wins at once
-        context = TRANSFER_CONTEXT if forced else b""
-        for voter in sorted(self.conf.voters - {self._id}):
-            self._msgs.append(
-                Message(
-                    kind,
-                    self._id,
-                    voter,
-                    term,
-                    log_term=self._log.last_term,
-                    index=self._log.last_index,
-                    context=context,
-                )
-            )
-
-    def _poll(self, voter: NodeId, granted: bool) -> None:
-        if voter not in self.conf.voters:
-            return
-        self._votes.setdefault(voter, granted)
-        if self._has_quorum(v for v, g in self._votes.items() if g):
-            if self._role == Role.PRE_CANDIDATE:
-                self._start_election(pre=False, forced=False)
-            else:
-                self._become_leader()
-        elif self._has_quorum_against():
-            self._become_follower(self._term, None)
-
-    def _has_quorum_against(self) -> bool:
-        voters = self.conf.voters
-        rejected = sum(1 for v, g in self._votes.items() if not g)
-        return rejected >= len(voters) - len(voters) // 2
-
     # ----------------------------------------------------------------- message handling
 
     def _answer_stale(self, msg: Message) -> None:
@@ -484,16 +408,6 @@ class RaftCore(LeaderRole):
                 self._send(T.APPEND_RESP, msg.src)
         elif msg.type == T.PRE_VOTE:
             self._send(T.PRE_VOTE_RESP, msg.src, reject=True)
-
-    def _answer_vote(self, msg: Message) -> None:
-        kind = T.VOTE_RESP if msg.type == T.VOTE else T.PRE_VOTE_RESP
-        if self._can_grant_vote(msg):
-            self._msgs.append(Message(kind, self._id, msg.src, msg.term))
-            if msg.type == T.VOTE:
-                self._vote = msg.src
-                self._election_elapsed = 0
-        else:
-            self._send(kind, msg.src, reject=True)
 
     def _step_follower(self, msg: Message) -> None:
         if msg.type in (T.APPEND, T.HEARTBEAT, T.SNAPSHOT):
@@ -511,9 +425,9 @@ class RaftCore(LeaderRole):
             self._receive_from_leader(msg)
         elif msg.type == T.PRE_VOTE_RESP and self._role == Role.PRE_CANDIDATE:
             if msg.term == self._term + 1 or msg.reject:
-                self._poll(msg.src, granted=not msg.reject)
+                self._poll(msg.src, granted=not msg.reject, held=msg.held)
         elif msg.type == T.VOTE_RESP and self._role == Role.CANDIDATE:
-            self._poll(msg.src, granted=not msg.reject)
+            self._poll(msg.src, granted=not msg.reject, held=msg.held)
 
     def _receive_from_leader(self, msg: Message) -> None:
         if msg.type == T.APPEND:
@@ -613,6 +527,7 @@ class RaftCore(LeaderRole):
         reject_hint: int = 0,
         log_term: int = 0,
         context: bytes = b"",
+        held: bool = False,
     ) -> None:
         self._msgs.append(
             Message(
@@ -625,5 +540,6 @@ class RaftCore(LeaderRole):
                 reject=reject,
                 reject_hint=reject_hint,
                 context=context,
+                held=held,
             )
         )

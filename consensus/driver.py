@@ -15,6 +15,9 @@ and the background syncer fsyncs them within the window; under `always`
 (`sync_interval_ns=None`) a Ready's entries are fsynced in a worker thread
 before its messages leave. A term or vote change (`must_sync`) is fsynced
 either way: a vote forgotten in a crash can elect two leaders in one term.
+A power loss under the window may take entries this node acknowledged; the log
+store notices the reboot (`consensus.power_loss`) and the core holds the node
+back until it is safe again, when the loop tells the store (`release_hold`).
 """
 
 from __future__ import annotations

@@ -4,8 +4,19 @@ Layout of the group's directory:
     <first index, 20 digits>.wal   entry frames (wal_format), rolled at `max_file_bytes`
     hardstate                       two checksummed slots, written alternately
     <index, 20 digits>.snap         snapshots: the newest, and the one before it
-    hold                            the vote floor while recovery's hold on voting
-                                    lasts, so a second restart keeps it
+    hold                            the vote floor and reboot term while recovery's
+                                    hold on voting lasts, so a second restart keeps it
+    running                         the boot id while the log is open (gone after a
+                                    clean close), and whether acknowledgements
+                                    run ahead of fsync (a sync window)
+
+A leftover `running` from another boot means the machine went down under the
+open log (consensus.power_loss): under a sync window it may have acknowledged
+entries that did not survive, and a clean truncation leaves no trace of them,
+so recovery hands out `Restored.reboot_term` (the highest term the log knew)
+and the node is held until its log holds an entry of a later term. A leftover
+record of this boot is a kill -9: the page cache kept every write, nothing is
+held. A clean close syncs everything first, so it leaves no record.
 
 This WAL is separate from the stream's Arrow segments: a replicated message is
 written twice, here and (once committed) into its segment. The lead chose two
@@ -55,6 +66,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from consensus.power_loss import SyncRecorder, boot_id
 from consensus.types import Entry, HardState, Restored, Snapshot
 from consensus.wal_format import (
     FRAME_OVERHEAD,
@@ -85,6 +97,7 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
 HOLD = "hold"
+RUNNING = "running"
 
 
 class LogStore:
@@ -114,12 +127,23 @@ class LogStore:
         self._epoch = 0  # bumped by a truncation: a sync begun before it covers nothing after
         self._closed = False
         self._failed: LogStoreError | None = None  # an fsync failed: nothing is trusted after
+        self._recorder = SyncRecorder.from_env()  # tests' power-loss stand-in (power_loss)
 
     @classmethod
     def open(
-        cls, path: Path, *, name: str, max_file_bytes: int = MAX_FILE_BYTES
+        cls,
+        path: Path,
+        *,
+        name: str,
+        max_file_bytes: int = MAX_FILE_BYTES,
+        acks_unsynced: bool = True,
     ) -> tuple[LogStore, Restored]:
-        """Recover the group's log (repairing a torn or damaged tail, see wal_recovery)."""
+        """Recover the group's log (repairing a torn or damaged tail, see wal_recovery).
+
+        `acks_unsynced`: this run acknowledges entries before they are fsynced (a sync
+        window); False under `always`, where a power loss cannot take an acknowledged
+        entry, so a reboot under this run's log will not hold the node back.
+        """
         got = recover(Path(path), name)
         store = cls(Path(path), name, max_file_bytes, got.files)
         store._hs_seq = got.hs_seq
@@ -141,7 +165,12 @@ class LogStore:
                 os.close(fd)
         os.fdatasync(store._hs_fd)
         store._hs_dirty = False
-        return store, store._hold(got.restored)
+        store._record_synced(hard_state=True)
+        restored = store._hold(got.restored, store._lost_power())
+        # "-": no boot id to read, so no later open can tell a kill -9 from a power loss
+        record = f"{boot_id() or '-'} {int(acks_unsynced)}\n"
+        replace_durably(store.dir / RUNNING, record.encode())
+        return store, restored
 
     # -- what the driver reads -------------------------------------------------------
 
@@ -208,25 +237,46 @@ class LogStore:
         self._write_slot(hs)
         if (hs.term, hs.vote) != (self._hs.term, self._hs.vote):
             os.fdatasync(self._hs_fd)
+            self._record_synced(hard_state=True)
             self._write_slot(hs)
         self._hs = hs
 
-    def _hold(self, restored: Restored) -> Restored:
-        """Merge the floor a previous run left with this recovery's, and keep it on disk:
-        the scan past damage that found it cannot find it again once the log was cut."""
+    def _lost_power(self) -> bool:
+        """The previous run's log was open, under a sync window, when its machine went
+        down (its `running` record names another boot)."""
+        path = self.dir / RUNNING
+        if not path.exists():
+            return False  # a clean close, or a log that never ran
+        words = path.read_bytes().split()
+        if len(words) != 2 or words[1] not in (b"0", b"1"):
+            return True  # replace_durably never leaves a torn one: a flipped one
+        return words[1] == b"1" and words[0].decode(errors="replace") != boot_id()
+
+    def _hold(self, restored: Restored, lost_power: bool) -> Restored:
+        """Merge the hold a previous run left with this recovery's, and keep it on disk:
+        the scan past damage that found a floor cannot find it again once the log was
+        cut, and nothing at all shows what a power loss took."""
         path = self.dir / HOLD
-        floor = restored.vote_floor
+        floor, reboot_term = restored.vote_floor, 0
+        if lost_power:
+            entries = restored.entries
+            last_term = entries[-1].term if entries else 0
+            snap_term = restored.snapshot.term if restored.snapshot else 0
+            reboot_term = max(restored.hard_state.term, last_term, snap_term)
         if path.exists():
             try:
-                floor = max(floor, int(path.read_text()))
+                old_floor, old_term = (int(word) for word in path.read_text().split())
+                floor, reboot_term = max(floor, old_floor), max(reboot_term, old_term)
             except ValueError:  # replace_durably never leaves a torn one: a flipped one
                 floor = max(floor, self._last + 1)
-        self.held = floor > self._last  # else it holds all it ever acknowledged
+                reboot_term = max(reboot_term, restored.hard_state.term)
+        # A floor the log already reaches holds nothing: it has all it ever acknowledged.
+        self.held = floor > self._last or reboot_term > 0
         if self.held:
-            replace_durably(path, f"{floor}\n".encode())
+            replace_durably(path, f"{floor} {reboot_term}\n".encode())
         elif path.exists():
             path.unlink()
-        return replace(restored, vote_floor=floor)
+        return replace(restored, vote_floor=floor, reboot_term=reboot_term)
 
     def release_hold(self) -> None:
         """The core caught up (`RaftCore.held_back` is False): a restart may vote again."""
@@ -286,10 +336,11 @@ class LogStore:
             fds, self._unsynced = self._unsynced, []
             if self._fd is not None:
                 fds.append(os.dup(self._fd))
-            if self._hs_dirty:
+            hs_dirty, self._hs_dirty = self._hs_dirty, False
+            if hs_dirty:
                 fds.append(os.dup(self._hs_fd))
-                self._hs_dirty = False
             dir_dirty, self._dir_dirty = self._dir_dirty, False
+            record = self._synced_view(hs_dirty) if self._recorder else None
         try:
             for fd in fds:
                 os.fdatasync(fd)
@@ -306,17 +357,22 @@ class LogStore:
         with self._lock:
             if epoch == self._epoch:
                 self._synced = max(self._synced, written)
+        if self._recorder is not None and record is not None:
+            self._recorder.record(self.dir, *record)
 
     def __str__(self) -> str:
         return f"raft log {self.name} ({self.dir})"
 
     def close(self) -> None:
-        """Sync and release the files; a second call does nothing."""
+        """Sync and release the files; a second call does nothing. After a clean sync
+        the `running` record goes: the next open knows nothing unsynced was lost."""
         if self._closed:
             return
         try:
             if self._failed is None:
                 self.sync()
+                (self.dir / RUNNING).unlink(missing_ok=True)
+                fsync_dir(self.dir)
         finally:
             with self._lock:  # a queued background sync sees the store open or closed, never half
                 self._closed = True
@@ -329,6 +385,19 @@ class LogStore:
                 os.close(self._hs_fd)
 
     # -- internals ---------------------------------------------------------------------
+
+    def _synced_view(self, hard_state: bool) -> tuple[dict[str, int], bytes | None]:
+        """For JETLAKE_SYNC_RECORD (under `_lock`, before the fsync): every WAL file's
+        length, which covers at least what the sync covers, and the hard-state bytes."""
+        wal = {f.path.name: f.size for f in self._files}
+        hs = os.pread(self._hs_fd, 2 * SLOT_SIZE, 0) if hard_state else None
+        return wal, hs
+
+    def _record_synced(self, hard_state: bool) -> None:
+        if self._recorder is not None:
+            with self._lock:
+                view = self._synced_view(hard_state)
+            self._recorder.record(self.dir, *view)
 
     def _check_open(self) -> None:
         if self._failed is not None:

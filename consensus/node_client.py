@@ -7,9 +7,10 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from consensus.types import NodeId
@@ -22,12 +23,22 @@ class NodeProcessError(RuntimeError):
 
 
 class NodeProcess:
-    """One child running `python -m consensus.node_process`; its stderr goes to `log`."""
+    """One child running `python -m consensus.node_process`; its stderr goes to `log`.
 
-    def __init__(self, node_id: NodeId, directory: Path, args: Sequence[str]) -> None:
+    `env`: variables set for it on top of this process's (a crash test's power-loss
+    stand-ins, see `consensus.power_loss`)."""
+
+    def __init__(
+        self,
+        node_id: NodeId,
+        directory: Path,
+        args: Sequence[str],
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.id = node_id
         self.dir = directory
         self.args = list(args)
+        self.env = dict(env or {})
         self.log = directory.with_name(directory.name + ".log")
         self.proc: asyncio.subprocess.Process | None = None
         self.raft_port = 0
@@ -55,6 +66,7 @@ class NodeProcess:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=sink,
+                env={**os.environ, **self.env} if self.env else None,
             )
         assert self.proc.stdout is not None
         try:
@@ -98,13 +110,15 @@ async def start_group(
     args: Sequence[str],
     *,
     local: tuple[NodeId, int] | None = None,
+    env: Mapping[NodeId, Mapping[str, str]] | None = None,
 ) -> list[NodeProcess]:
     """Start a process per id (its log under root/id) and connect them to each other.
 
     `local`: a node of the group that runs in the caller (its id and Raft port).
+    `env`: extra environment variables per node id.
     """
     voters = [*ids, *([local[0]] if local else [])]
-    nodes = [NodeProcess(n, root / n, args) for n in ids]
+    nodes = [NodeProcess(n, root / n, args, (env or {}).get(n)) for n in ids]
     for node in nodes:
         await node.start(voters)
     addresses = {n.id: ("127.0.0.1", n.raft_port) for n in nodes}

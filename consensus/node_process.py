@@ -14,6 +14,8 @@ mapping every node id to [host, port], and starts. Clients send lines
   s         status, as JSON
   t <id>    hand leadership to node <id> (answered at once; watch `s` for the outcome)
 Answers to proposals come in commit order; others as they complete.
+A crash test may simulate a power loss of the process with the environment
+variables `consensus.power_loss` describes (JETLAKE_BOOT_ID_FILE, JETLAKE_SYNC_RECORD).
 """
 
 from __future__ import annotations
@@ -65,7 +67,10 @@ def parse_sync(text: str) -> int | None:
 
 def build_node(args: argparse.Namespace, transport: TcpTransport, journal: Journal) -> RaftNode:
     """The node as the arguments describe it, its log opened (and recovered) from --dir."""
-    store, restored = LogStore.open(Path(args.dir), name=args.id)
+    sync_interval_ns = parse_sync(args.sync)
+    store, restored = LogStore.open(
+        Path(args.dir), name=args.id, acks_unsynced=sync_interval_ns is not None
+    )
     return RaftNode(
         Config(args.id, seed=args.seed),
         args.voters.split(","),
@@ -75,7 +80,7 @@ def build_node(args: argparse.Namespace, transport: TcpTransport, journal: Journ
         apply=journal.apply,
         snapshot=journal.snapshot,
         restore=journal.restore,
-        sync_interval_ns=parse_sync(args.sync),
+        sync_interval_ns=sync_interval_ns,
         tick_seconds=args.tick,
         snapshot_entries=args.snapshot_entries,
     )

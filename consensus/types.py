@@ -118,6 +118,10 @@ class Message:
     reject_hint: int = 0
     context: bytes = b""
     snapshot: Snapshot | None = None
+    # The sender is held back (`Restored`): on a vote response, `reject` then answers
+    # the held election (see `RaftCore._held_election_won`), never an ordinary one; on
+    # a VOTE it says the candidate campaigns as a held node.
+    held: bool = False
 
 
 class Role(IntEnum):
@@ -175,10 +179,18 @@ class Restored:
     snapshot: SnapshotMeta | None = None
     entries: tuple[Entry, ...] = ()  # after the snapshot, contiguous
     # Recovery cut a damaged entry: the node may have acknowledged entries up to
-    # here that it no longer holds, so it neither votes nor campaigns until a
-    # leader has filled its log up to this index (a bit flip on a minority can
-    # then never combine with a crash elsewhere into a lost write). 0: nothing cut.
+    # here that it no longer holds, so it is held (no ordinary vote or election,
+    # see `consensus.core`) until a leader has filled its log up to this index (a
+    # bit flip on a minority can then never combine with a crash elsewhere into a
+    # lost write). 0: nothing cut.
     vote_floor: int = 0
+    # The node lost power (a reboot) while its log held writes not yet fsynced, under a
+    # sync window: it may have acknowledged entries it no longer holds, and a clean
+    # truncation does not say how many. It is held until its log holds an entry of a
+    # term above this one (the highest term it knew at the restart): then its log is a
+    # prefix of a leader's elected without it, which holds everything committed before.
+    # 0: no reboot to account for.
+    reboot_term: int = 0
 
 
 class RaftError(Exception):

@@ -66,6 +66,7 @@ def well_formed(msg: object) -> bool:
         and _count(msg.commit)
         and _count(msg.reject_hint)
         and type(msg.reject) is bool
+        and type(msg.held) is bool
         and type(msg.context) is bytes
         and isinstance(msg.type, MessageType)
         and type(msg.entries) is tuple

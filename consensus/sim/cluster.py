@@ -31,6 +31,9 @@ class Faults:
 
     crash: float = 0.004  # kill -9 of a live node (sometimes mid-Ready)
     power_loss: float = 0.002  # of a live node; its unsynced writes may vanish
+    # Power losses only while the nodes still held by earlier ones stay a minority:
+    # the promise under a window, where such a run must lose nothing acknowledged.
+    minority_power_loss: bool = False
     torn: float = 0.5  # a power loss tears the last surviving write
     all_power_loss: float = 0.0  # every node at once
     flip: float = 0.001  # a bit flips in a stored entry of some node
@@ -39,6 +42,7 @@ class Faults:
     one_way: float = 0.002
     heal: float = 0.02
     leader_crash: float = 0.0  # kill -9 of the leader: leader churn exposes commit rules
+    leader_power_loss: float = 0.0  # the leader's unsynced acknowledged tail goes with it
     isolate_leader: float = 0.0  # partition the leader from everyone
     max_down: int | None = None  # default: a minority, so the run keeps making progress
 
@@ -178,16 +182,26 @@ class Cluster:
             if rng.random() < f.crash:
                 self.kill(rng.choice(live), mid_ready=rng.random() < 0.5)
             elif rng.random() < f.power_loss:
-                self.power_off(rng.choice(live))
+                node = rng.choice(live)
+                if not f.minority_power_loss or self._floor_budget(node):
+                    self.power_off(node)
         leader = self.leader()
         if leader and len(down) < max_down and rng.random() < f.leader_crash:
             self.kill(leader, mid_ready=rng.random() < 0.5)
+        elif (
+            leader
+            and len(down) < max_down
+            and rng.random() < f.leader_power_loss
+            and (not f.minority_power_loss or self._floor_budget(leader))
+        ):
+            self.power_off(leader)
         if leader and rng.random() < f.isolate_leader:
             self.net.partition({leader.id}, {n.id for n in members})
             self.events["leader isolated"] += 1
         if rng.random() < f.all_power_loss:
             for node in members:
-                self.power_off(node, torn=False)
+                self.power_off(node, torn=False, count=False)
+            self._count_power_losses()
         if down and rng.random() < f.restart:
             self.restart(rng.choice(down))
         if rng.random() < f.flip:
@@ -212,20 +226,40 @@ class Cluster:
         else:
             node.stop()
 
-    def power_off(self, node: SimNode, torn: bool | None = None) -> None:
+    def power_off(self, node: SimNode, torn: bool | None = None, count: bool = True) -> None:
+        """Cut its power: the process dies and the disk keeps what it keeps. `count`
+        False: more nodes go down in the same instant; the caller counts them after."""
         node.stop()
         if torn is None:
             torn = self.rng.random() < self.scenario.faults.torn and self._floor_budget(node)
         self.events["power loss, torn" if torn else "power loss"] += 1
         node.damaged = node.damaged or torn
-        lost = node.disk.power_loss(self.rng, torn)
-        if self.scenario.sync_window:
-            self.checker.lost_unsynced.update((e.index, e.term) for e in lost)
+        node.disk.power_loss(self.rng, torn)
+        if count:
+            self._count_power_losses()
+
+    def _count_power_losses(self) -> None:
+        """A power loss that leaves a majority held back: count it, and excuse what they
+        lost (`Checker.lost_by_majority`)."""
+        if self._excuse_majority():
+            self.events["majority held back at once"] += 1
+
+    def _excuse_majority(self) -> bool:
+        """If the held-back nodes are a majority, what they lost may be lost."""
+        held = self._held_back()
+        if len(held) <= len(self.members()) // 2:
+            return False
+        for n in held:
+            self.checker.lost_by_majority.update(n.disk.lost)
+        return True
 
     def restart(self, node: SimNode) -> None:
         node.start(self.bootstrap)
+        self._excuse_majority()  # recovery found what damage took
         if node.floor:
             self.events["restart below a vote floor"] += 1
+        if node.disk.power_held:
+            self.events["restart held after a power loss"] += 1
 
     def _flip(self, members: list[SimNode]) -> None:
         """Damage one node's disk, if that cannot leave a majority unable to vote."""
@@ -236,9 +270,15 @@ class Cluster:
             node.damaged = node.damaged or index is not None
 
     def _floor_budget(self, node: SimNode) -> bool:
-        """Nodes below a vote floor cannot vote: keep them a minority, or nothing is elected."""
-        floored = {n.id for n in self.members() if n.floor or n.damaged} | {node.id}
-        return len(floored) <= (len(self.members()) - 1) // 2
+        """Held nodes (a vote floor, a damaged disk, a power loss) give no ordinary vote:
+        with `node` among them they must stay a minority, the faults the promise covers
+        together (else nothing is elected but by the held path, which may lose)."""
+        held = {n.id for n in self._held_back()} | {node.id}
+        return len(held) <= (len(self.members()) - 1) // 2
+
+    def _held_back(self) -> list[SimNode]:
+        """Members that may have lost entries they acknowledged and are not whole again."""
+        return [n for n in self.members() if n.floor or n.damaged or n.disk.power_held]
 
     # -- clients -----------------------------------------------------------------
 

@@ -20,6 +20,14 @@ the file says the node had written, because the node may have acknowledged
 entries it no longer holds; so it does when the hard state's commit index is
 past the log's end (as `consensus.wal_recovery` does). The floor stays on disk
 until the log reaches it, so a second restart does not forget it.
+
+Under a sync window a power loss also leaves a reboot hold (as
+`consensus.log_store` does when the boot id changed under an open log): the
+node may have acknowledged entries a clean truncation took without a trace, so
+recovery hands out `Restored.reboot_term`, kept until the node says the core
+let go of it (`release_hold`, as the driver does). The entries each power loss
+or damage took are kept until then, so the simulator can tell which losses a
+majority held back at once explains.
 """
 
 from __future__ import annotations
@@ -97,6 +105,9 @@ class SimDisk:
         # The vote floor is kept (durably, beside the hard state) until the log reaches
         # it: a second restart before that must not forget what the first one found.
         self._floor = 0
+        self._rebooted = False  # lost power under a window; recovery turns it into a hold
+        self._reboot_term = 0
+        self.lost: set[tuple[int, int]] = set()  # (index, term) lost since last whole
         self.view = _LogView()
 
     # -- the Ready contract ------------------------------------------------------
@@ -195,7 +206,20 @@ class SimDisk:
             self._records[-1].damaged = True
         self._hard_state = self._hard_state_synced
         self._damaged_copy = None
+        if self.sync_window:  # under `always` nothing acknowledged was unsynced
+            self._rebooted = True
+            self.lost.update((e.index, e.term) for e in lost)
         return lost
+
+    @property
+    def power_held(self) -> bool:
+        """Lost power under a window, and the core has not let go of the hold since."""
+        return self._rebooted or self._reboot_term > 0
+
+    def release_hold(self) -> None:
+        """The node is held back no more (its log is whole again)."""
+        self._reboot_term = 0
+        self.lost.clear()
 
     def flip(self, rng: random.Random) -> int | None:
         """Damage one stored entry (returns its index), or one hard-state copy."""
@@ -213,6 +237,9 @@ class SimDisk:
         for pos, record in enumerate(self._records):
             if record.damaged:
                 self._floor = max(self._floor, self._records[-1].index)
+                self.lost.update(
+                    (r.entry.index, r.entry.term) for r in self._records[pos:] if r.entry
+                )
                 del self._records[pos:]
                 self._synced = min(self._synced, pos)
                 break
@@ -222,10 +249,15 @@ class SimDisk:
         if hs.commit > self.last_index:  # committed entries were lost: so says the real log
             self._floor = max(self._floor, hs.commit)
             hs = replace(hs, commit=self.last_index)
+        if self._rebooted:
+            last_term = self.term_at(self.last_index) or 0
+            self._reboot_term = max(self._reboot_term, hs.term, last_term)
+            self._rebooted = False
         restored = Restored(
             hard_state=hs,
             snapshot=view.snapshot.meta if view.snapshot else None,
             entries=tuple(view.entries or ()),
             vote_floor=self._floor,
+            reboot_term=self._reboot_term,
         )
         return restored, view.snapshot

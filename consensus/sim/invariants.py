@@ -19,8 +19,10 @@ class Violation(AssertionError):
 
 
 class WindowLoss(Exception):
-    """An acknowledged entry was lost, as a sync window allows: a node that held it
-    unsynced lost power. The run's history has forked, so it ends here."""
+    """An acknowledged entry was lost where the promise allows it: a majority of the
+    voters were held back at once (lost power under a sync window, or found a damaged
+    disk, and had not caught up since), and the entry was among what they lost. The
+    run's history has forked, so it ends here."""
 
 
 @dataclass(slots=True)
@@ -42,14 +44,16 @@ class Checker:
     applied: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # index -> term, digest
     acked: dict[bytes, Ack] = field(default_factory=dict)
     reads_checked: int = 0
-    # Under a sync window: entries (index, term) a power loss took from a node's
-    # unsynced tail. Losing one of those is what the window allows; nothing else is.
-    lost_unsynced: set[tuple[int, int]] = field(default_factory=set)
+    # Entries (index, term) that power losses (under a sync window) or damage took
+    # from nodes that were, at some moment, a majority held back at once. Losing one
+    # of those is allowed; nothing else is (held nodes that stay a minority, however
+    # many in a row, lose nothing).
+    lost_by_majority: set[tuple[int, int]] = field(default_factory=set)
     _complete: set[int] = field(default_factory=set)  # terms whose leader was checked
 
     def fail(self, what: str, lost: list[tuple[int, int]] | None = None) -> None:
-        """Raise a Violation, or WindowLoss if every entry `lost` is one the window allows."""
-        if lost and all(key in self.lost_unsynced for key in lost):
+        """Raise a Violation, or WindowLoss if every entry `lost` is one the promise allows."""
+        if lost and all(key in self.lost_by_majority for key in lost):
             raise WindowLoss(f"tick {self.now}: {what}")
         raise Violation(f"tick {self.now}: {what}")
 
@@ -86,10 +90,12 @@ class Checker:
                     f"{node} acknowledged entries up to {msg.index} to {msg.dst} with only "
                     f"{durable} persisted"
                 )
-        if floor and (granted or msg.type is MessageType.VOTE) and disk.last_index < floor:
+        ballot = granted or msg.type is MessageType.VOTE
+        if floor and ballot and not msg.held and disk.last_index < floor:
             self.fail(
                 f"{node} voted or campaigned ({msg.type.name} to {msg.dst}, term {msg.term}) "
-                f"below its vote floor {floor} (its log ends at {disk.last_index})"
+                f"below its vote floor {floor} (its log ends at {disk.last_index}) "
+                "without saying it is held"
             )
 
     def on_apply(self, node: NodeId, index: int, term: int, digest: bytes) -> None:

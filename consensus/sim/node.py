@@ -181,6 +181,9 @@ class SimNode:
             self.checker.fail(f"{self.id}: the core still has a Ready after {READY_LIMIT} in a row")
         if self.floor and self.core is not None and self.core.last_index >= self.floor:
             self.floor = 0
+        whole = self.core is not None and not self.core.held_back
+        if whole and (self.disk.power_held or self.disk.lost):
+            self.disk.release_hold()  # as the driver does: a restart may vote again
 
     def _persist(self, rd: Ready) -> None:
         checker = self.checker

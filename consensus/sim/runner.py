@@ -4,11 +4,15 @@ The promise, per sync mode (what the README states):
 - kill -9 of any number of nodes loses nothing, in either mode;
 - under `always`, power loss of any number of nodes (all at once included)
   loses nothing;
-- under a window of W ticks, a power loss may lose entries acknowledged in the
-  last window, if the nodes that had them synced cannot elect a leader without
-  the node that lost them (the simplest case: the leader itself loses power).
-  The checker allows exactly that: a broken property whose entries are all ones
-  a power loss took from some node's unsynced tail ends the run as a WindowLoss.
+- under a window of W ticks, power losses of any minority of the voters lose
+  nothing acknowledged, however many follow one another: a node that lost
+  power is held (no ordinary vote) until its log holds an entry of a later
+  term, as a node whose disk was damaged is until it is refilled;
+- a majority held back at once (power losses under a window, or damaged
+  disks, before the first of them caught up) may lose what they lost; the
+  group still elects a leader. The checker allows exactly that: a broken
+  property whose entries are all ones such a majority lost ends the run as a
+  WindowLoss; anything else is a Violation.
 """
 
 from __future__ import annotations

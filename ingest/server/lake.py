@@ -105,11 +105,11 @@ class LakeSupervisor:
 
     # -- the store opener JetStream calls ----------------------------------------------
 
-    def open_store(self, cfg: StreamConfig, path: Path) -> MsgStore:
+    def open_store(self, cfg: StreamConfig, path: Path, *, replicated: bool = False) -> MsgStore:
         """The engine's store, holding reclaim at once when the stream goes to the lake."""
         from ingest.server.jetstream.engine import open_store
 
-        store = open_store(cfg, path)
+        store = open_store(cfg, path, replicated=replicated)
         if isinstance(store, FileStore) and lake_enabled(cfg.storage, cfg.metadata):
             store.hold_for_lake(0)  # the first tick raises it to the pin
         return store

@@ -86,6 +86,11 @@ class SegmentConfig:
     merge_max_segments: int = 256
     merge_max_batches: int = 8192
     compression: str | None = None  # "zstd" or "lz4": sealed segments are rewritten compressed
+    # A replicated stream's store: its Raft log, not this store, is the record of what
+    # was acknowledged, and applying the log again refills whatever a crash cut. So a
+    # cut tail's seqs are numbered again instead of staying unused, which would leave
+    # the replica holes where the log has messages.
+    refill_from_log: bool = False
 
 
 class _Piece(Protocol):
@@ -214,12 +219,17 @@ class FileStore(BatchStore):
         # and full purges that left no segment: numbering resumes after all of it.
         data_last = refs[-1].last if refs else 0
         cut_last = self._segments[-1].cut_last if self._segments else 0
-        self._last = max(data_last, tomb.last, cut_last, found[-1][0] - 1 if found else 0)
+        if self.config.refill_from_log:
+            cut_last = 0  # the log applies those seqs again (see SegmentConfig)
+            numbered = max(data_last, found[-1][0] - 1 if found else 0)
+        else:
+            numbered = max(data_last, tomb.last)
+        self._last = max(numbered, cut_last, found[-1][0] - 1 if found else 0)
         self._last_ts = tomb.last_ts
         if batches and data_last == self._last:
             self._last_ts = batches[-1].column(TS)[-1].value
         self._install(refs, batches, tomb.seqs, tomb.floor)
-        if cut_last > max(data_last, tomb.last):
+        if cut_last > numbered:
             log.warning(
                 "stream %s: seqs %d..%d were cut with a damaged tail; they stay unused",
                 self.name,

@@ -65,7 +65,9 @@ class Cluster:
 
     def make_node(self, n: NodeId, apply: Apply) -> RaftNode:
         """A node on the transport already bound for `n`, its log under root/n."""
-        store, restored = LogStore.open(self.root / n, name=n)
+        store, restored = LogStore.open(
+            self.root / n, name=n, acks_unsynced=self.sync_interval_ns is not None
+        )
         journal = self.journals[n]
         node = RaftNode(
             Config(n, seed=hash(n) & 0xFFFF),

@@ -44,6 +44,7 @@ messages = st.builds(
     reject_hint=U64,
     context=st.binary(max_size=16),
     snapshot=st.none() | snapshots,
+    held=st.booleans(),
 )
 
 

@@ -145,14 +145,18 @@ def test_vote_floor_blocks_voting_and_campaigning_until_caught_up() -> None:
     c = net.nodes["c"]
     c.campaign()
     net.process("c")
-    assert c.role == Role.FOLLOWER and not net.queue  # no campaign below the floor
+    # below the floor only a held pre-vote, which only other held nodes could grant
+    assert {(m.type, m.held) for m in net.queue} == {(T.PRE_VOTE, True)}
+    net.stabilize()
     net.tick("c", 50)
-    assert c.role == Role.FOLLOWER
-    # a vote request reaching c is refused while it is below the floor
+    net.stabilize()
+    assert c.role != Role.LEADER and c.term == 1 and net.nodes["a"].role == Role.LEADER
+    # a vote request reaching c gets only a held answer while it is below the floor
     net.isolate("a")
     net.tick("b", 60)
     net.stabilize()
-    assert any(m.type == T.PRE_VOTE_RESP and m.reject and m.src == "c" for m in net.sent)
+    answers = [m for m in net.sent if m.type == T.PRE_VOTE_RESP and m.src + m.dst == "cb"]
+    assert answers and all(m.held for m in answers)
     assert net.nodes["b"].role != Role.LEADER  # c could not help b win
     # once a leader refills c past the floor, c votes and campaigns again
     net.heal()

@@ -63,6 +63,16 @@ def _minority_quorum(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(RaftCore, "_quorum_index", mutated)
 
 
+def _mixed_quorum(mp: pytest.MonkeyPatch) -> None:
+    """A candidate wins on held and ordinary grants together: a held node's vote then
+    helps elect a log without what it lost, with only a minority held."""
+
+    def mutated(self: RaftCore, held: list[str]) -> bool:
+        return self._has_quorum([*held, *self._grants(held=False)])
+
+    mp.setattr(RaftCore, "_held_election_won", mutated)
+
+
 MUTATIONS = [
     Mutation(
         "vote without the up-to-date check",
@@ -72,7 +82,7 @@ MUTATIONS = [
     Mutation(
         "commit entries of old terms by counting",
         lambda mp: mp.setattr(RaftCore, "_commit_term_ok", _const(True)),
-        ("3-leader-churn", "3-transfers-under-load", "5-leader-churn-small-batches"),
+        ("3-transfers-under-load", "3-leader-churn", "5-leader-churn-small-batches"),
     ),
     Mutation(
         "follower accepts entries without the log matching check",
@@ -115,14 +125,24 @@ MUTATIONS = [
         ("3-leader-churn", "3-window-crashes", "3-always-crashes", "5-always-crashes"),
     ),
     Mutation(
+        "reboot hold ignored (a node that lost unsynced entries to a power loss votes)",
+        lambda mp: mp.setattr(RaftCore, "_held_since_reboot", _const(False)),
+        ("3-window-minority-power-loss",),
+    ),
+    Mutation(
+        "held grants count towards an ordinary election",
+        _mixed_quorum,
+        ("3-window-minority-power-loss",),
+    ),
+    Mutation(
         "check-quorum ignored (a cut-off leader never steps down)",
         lambda mp: mp.setattr(RaftCore, "_check_quorum_lost", _const(False)),
-        ("5-partitions", "3-partitions"),
+        ("3-partitions", "5-partitions"),
     ),
     Mutation(
         "leader lease ignored (followers grant votes while hearing a leader)",
         lambda mp: mp.setattr(RaftCore, "_in_lease", _const(False)),
-        ("3-partitions", "5-partitions", "3-leader-churn"),
+        ("3-leader-churn", "3-partitions", "5-partitions"),
     ),
 ]
 

@@ -154,3 +154,22 @@ def test_torn_delete_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> No
     assert "tombstones.log" in caplog.text
     assert store.load(4) is None and store.load(7) is not None
     store.close()
+
+
+def test_a_replicated_store_numbers_a_cut_tail_again(tmp_path: Path) -> None:
+    """Behind a Raft log the cut seqs are applied again, so they must not stay unused:
+    the replica would hold holes where the log (and every other replica) has messages."""
+    build(tmp_path, 3)
+    ents = entries(tmp_path)
+    with open(active(tmp_path), "r+b") as f:
+        f.truncate(ents[-1][0] + 3)  # tear the last batch
+    refill = SegmentConfig(refill_from_log=True)
+    store = FileStore(tmp_path, name="S", config=refill)
+    kept = 2 * PER
+    st = store.state()
+    assert (st.msgs, st.last_seq, st.num_deleted) == (kept, kept, 0)
+    assert store.append(msgs(["again"] * PER)) == kept + 1  # the log's next entry
+    store.close()
+    store = FileStore(tmp_path, name="S", config=refill)
+    assert [store.load(s).subject for s in range(kept + 1, kept + PER + 1)] == ["again"] * PER
+    store.close()

@@ -50,7 +50,11 @@ META_FILE = "stream.json"
 DIRECT_PREFIX = "$JS.API.DIRECT.GET."
 SERVER_VERSION = "2.11.0"  # the nats-server level jetlake reports in `_nats.ver`
 REFERENCE_SYNC_INTERVAL_NS = 120_000_000_000  # what the reference reports beside sync_always
-StoreOpener = Callable[[StreamConfig, Path], MsgStore]
+
+
+class StoreOpener(Protocol):
+    def __call__(self, cfg: StreamConfig, path: Path, *, replicated: bool = False) -> MsgStore:
+        """`replicated`: a Raft log backs the store (it refills what a crash cut)."""
 
 
 class JetStreamOptions(Protocol):
@@ -69,7 +73,7 @@ class JetStreamOptions(Protocol):
     def sync_interval_ns(self) -> int | None: ...
 
 
-def open_store(cfg: StreamConfig, path: Path) -> MsgStore:
+def open_store(cfg: StreamConfig, path: Path, *, replicated: bool = False) -> MsgStore:
     """The default stores: Arrow segment files, or memory for `storage: memory`."""
     if cfg.storage == "memory":
         from log.segments.memstore import MemoryStore
@@ -77,7 +81,7 @@ def open_store(cfg: StreamConfig, path: Path) -> MsgStore:
         return MemoryStore(name=cfg.name)
     from log.segments.filestore import FileStore, SegmentConfig
 
-    segments = SegmentConfig(compression=segment_codec(cfg.compression))
+    segments = SegmentConfig(compression=segment_codec(cfg.compression), refill_from_log=replicated)
     return FileStore(path, name=cfg.name, config=segments)
 
 
@@ -245,7 +249,7 @@ class JetStream:
             folder.mkdir(parents=True, exist_ok=True)
         stream = Stream(
             cfg,
-            self._open_store(cfg, folder),
+            self._open_store(cfg, folder, replicated=group is not None),
             created_ns=created_ns,
             read_headers=read_headers,
             sync_interval_ns=self.config.sync_interval_ns,

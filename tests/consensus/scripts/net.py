@@ -43,8 +43,10 @@ class Disk:
     entries: list[Entry] = field(default_factory=list)
     syncs: int = 0  # Ready batches persisted with must_sync
 
-    def restored(self, vote_floor: int = 0) -> Restored:
-        return Restored(self.hard_state, self.snapshot, tuple(self.entries), vote_floor)
+    def restored(self, vote_floor: int = 0, reboot_term: int = 0) -> Restored:
+        return Restored(
+            self.hard_state, self.snapshot, tuple(self.entries), vote_floor, reboot_term
+        )
 
     def write(self, entries: list[Entry]) -> None:
         first = self.snapshot.index + 1 if self.snapshot else 1
@@ -102,13 +104,14 @@ class Net:
         node: NodeId,
         voters: Iterable[NodeId] = (),
         vote_floor: int = 0,
+        reboot_term: int = 0,
     ) -> None:
         """Crash `node` (losing nothing it persisted) and start it from its disk."""
         self.queue = [m for m in self.queue if node not in (m.src, m.dst)]
         disk = self.disks[node]
         machine = self.machines[node] = Machine()
         machine.restore(disk.snapshot_data)
-        self.add(node, voters or self.ids, disk.restored(vote_floor))
+        self.add(node, voters or self.ids, disk.restored(vote_floor, reboot_term))
         if disk.snapshot is not None:
             self.nodes[node].compact(Snapshot(disk.snapshot, disk.snapshot_data))
 

@@ -36,7 +36,9 @@ def open_node(
     """A node over the routes with its log recovered from disk; not started yet."""
     folder = group_dir(js_dir, group)
     folder.mkdir(parents=True, exist_ok=True)
-    store, restored = LogStore.open(folder, name=f"{group} on {routes.me}")
+    store, restored = LogStore.open(
+        folder, name=f"{group} on {routes.me}", acks_unsynced=sync_interval_ns is not None
+    )
     seed = int.from_bytes(os.urandom(4), "big")  # distinct per node: no split votes in lockstep
     return RaftNode(
         Config(routes.me, seed=seed),
