@@ -34,6 +34,7 @@ from consensus.core import Config, RaftCore
 from consensus.durability import DEFAULT_SYNC_INTERVAL_NS, SYNCER, sync_delay
 from consensus.transport import Transport
 from consensus.types import (
+    ConfChange,
     Entry,
     HardState,
     Message,
@@ -151,6 +152,7 @@ class RaftNode:
         self._read_queue: list[bytes] = []
         self._read_applied: list[tuple[int, int, asyncio.Future[int]]] = []  # awaiting apply
         self._transfers: list[NodeId | None] = []
+        self._changes: list[tuple[ConfChange, OnCommit | None]] = []
         self._listeners: list[LeaderListener] = []
         self._leader: tuple[NodeId | None, int] = (None, 0)
         self._wake = asyncio.Event()
@@ -223,6 +225,17 @@ class RaftNode:
             return await future
         finally:
             self._reads.pop(context, None)
+
+    def change_membership(self, change: ConfChange, on_commit: OnCommit | None = None) -> None:
+        """Propose one membership change (the leader only, one at a time); `on_commit` runs
+        once it is applied here, or with the core's refusal (`ChangeInProgressError`,
+        `NotCaughtUpError` for a learner promoted too early, `NotLeaderError`)."""
+        if self._closed:
+            if on_commit is not None:
+                on_commit(self._error or NodeClosedError(f"raft node {self.id} closed"))
+            return
+        self._changes.append((change, on_commit))
+        self._wake.set()
 
     def transfer_leadership(self, to: NodeId | None = None) -> None:
         """Ask the leader to hand over (to the most caught-up voter if `to` is None)."""
@@ -310,6 +323,7 @@ class RaftNode:
         for msg in inbox:
             core.step(msg)
         self._propose_queued()
+        self._propose_changes()
         reads, self._read_queue = self._read_queue, []
         for context in reads:
             future = self._reads.get(context)
@@ -325,6 +339,19 @@ class RaftNode:
                 core.campaign() if to is _CAMPAIGN else core.transfer_leadership(to)
             except RaftError as exc:
                 log.info("%s: %s", self, exc)
+
+    def _propose_changes(self) -> None:
+        changes, self._changes = self._changes, []
+        for change, on_commit in changes:
+            try:
+                index = self._core.propose_conf_change(change)
+            except RaftError as exc:
+                if on_commit is not None:
+                    notify([on_commit], exc)
+                continue
+            self._last_proposed = index
+            if on_commit is not None:
+                self._await_apply(index, self._core.term, on_commit)
 
     def _propose_queued(self) -> None:
         data, self._proposals = self._proposals, []
@@ -452,8 +479,10 @@ class RaftNode:
     def _fail_all(self, error: BaseException) -> None:
         pending, self._pending = self._pending, []
         waiters, self._proposal_waiters = self._proposal_waiters, []
+        changes, self._changes = self._changes, []
         self._proposals = []
-        notify([p[3] for p in sorted(pending)] + [cb for _, cb in waiters], error)
+        callbacks = [p[3] for p in sorted(pending)] + [cb for _, cb in waiters]
+        notify(callbacks + [cb for _, cb in changes if cb is not None], error)
         waiting, self._read_applied = self._read_applied, []
         for future in [*self._reads.values(), *(f for _, _, f in waiting)]:
             if not future.done():

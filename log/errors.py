@@ -97,6 +97,14 @@ def cluster_unavailable() -> ApiError:
     return ApiError(503, 10008, "JetStream system temporarily unavailable")
 
 
+def peer_remap_failed() -> ApiError:
+    return ApiError(503, 10075, "peer remap failed")
+
+
+def server_not_member() -> ApiError:
+    return ApiError(400, 10044, "server is not a member of the cluster")
+
+
 def peer_not_member() -> ApiError:
     return ApiError(400, 10040, "peer not a member")
 

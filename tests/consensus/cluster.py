@@ -107,10 +107,20 @@ class Cluster:
 
     async def restart(self, n: NodeId) -> RaftNode:
         """The node again, from its log on disk, listening where it did."""
-        transport = TcpTransport(n, port=self.addresses[n][1])
-        await transport.start()
+        return await self._spawn(n, self.addresses[n][1])
+
+    async def join(self, n: NodeId) -> RaftNode:
+        """A new server for the group: empty log, the group's original voters (it learns
+        the changes since from the log), reachable by every member."""
+        return await self._spawn(n, 0)
+
+    async def _spawn(self, n: NodeId, port: int) -> RaftNode:
+        transport = TcpTransport(n, port=port)
+        self.addresses[n] = await transport.start()
         for peer, address in self.addresses.items():
             transport.add_peer(peer, address)
+            if peer in self.transports:
+                self.transports[peer].add_peer(n, self.addresses[n])
         self.transports[n] = transport
         self.journals[n] = Journal()
         node = self.make_node(n, self.journals[n].apply)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from consensus.driver import NodeClosedError
+from consensus.driver import NodeClosedError, RaftNode
 from consensus.log_store import LogStore
-from consensus.types import Entry, NotLeaderError, Role
+from consensus.types import ConfChange, ConfOp, Entry, NotLeaderError, Role
 from tests.consensus.cluster import DEADLINE, Cluster, until
 
 
@@ -202,3 +202,28 @@ async def test_a_read_lost_with_the_old_leader_is_asked_of_the_new_one(cluster: 
     applied = await asyncio.wait_for(read, DEADLINE)
     assert applied >= 11
     assert cluster.journals[follower.id].items[:10] == payloads("r", 10)
+
+
+async def test_a_member_is_replaced_one_change_at_a_time(cluster: Cluster) -> None:
+    """Remove a voter, add a learner that catches up from the log, promote it: what a
+    stream's peer removal does. The newcomer starts from the group's original voters,
+    as a joining server must, and learns every change from the log."""
+    leader = await cluster.leader()
+    await propose_all(cluster, leader.id, payloads("before", 50))
+    gone = next(n for n in cluster.ids if n != leader.id)
+    await cluster.kill(gone)
+    await change(leader, ConfChange(ConfOp.REMOVE, gone))
+    newcomer = await cluster.join("n4")
+    await change(leader, ConfChange(ConfOp.ADD_LEARNER, "n4"))
+    await until(lambda: len(cluster.journals["n4"].items) == 50, "the learner caught up")
+    await change(leader, ConfChange(ConfOp.PROMOTE, "n4"))
+    assert leader.status()["voters"] == sorted({*cluster.ids, "n4"} - {gone})
+    await propose_all(cluster, leader.id, payloads("after", 20))
+    await until(lambda: len(cluster.journals["n4"].items) == 70, "the new voter applied all")
+    assert newcomer.status()["voters"] == leader.status()["voters"]
+
+
+async def change(node: RaftNode, change: ConfChange) -> None:
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    node.change_membership(change, lambda e: done.set_exception(e) if e else done.set_result(None))
+    await done

@@ -132,10 +132,16 @@ class Running:
 
 @contextlib.asynccontextmanager
 async def js_cluster(
-    kind: str, tmp_path: Path, *, config: str = "", timeout: float = 2.0, **login: str
+    kind: str,
+    tmp_path: Path,
+    *,
+    size: int = 3,
+    config: str = "",
+    timeout: float = 2.0,
+    **login: str,
 ) -> AsyncIterator[Running]:
-    """Three servers and a client connected to all of them; all stopped afterwards."""
-    servers = start_js_cluster(kind, tmp_path, config=config)
+    """`size` servers and a client connected to all of them; all stopped afterwards."""
+    servers = start_js_cluster(kind, tmp_path, size, config=config)
     try:
         nc = await connect(servers, **login)
         try:

@@ -119,3 +119,33 @@ async def test_meta_leader_stepdown_as_the_system_account(kind: str, tmp_path: P
         with pytest.raises(nats.errors.TimeoutError):  # not the system account: ignored
             await request(c.nc, "$JS.API.META.LEADER.STEPDOWN")
         await sys.close()
+
+
+async def test_server_remove_as_the_system_account(kind: str, tmp_path: Path) -> None:
+    async with js_cluster(
+        kind, tmp_path, size=4, config=ACCOUNTS, user="app", password="pass"
+    ) as c:
+        info = await c.add_stream("A", ["a"])
+        assert info.cluster is not None and info.cluster.replicas
+        sys = await connect(c.servers, user="sys", password="pass")
+        jsz = await request(sys, "$SYS.REQ.SERVER.PING.JSZ")
+        meta_leader = jsz["data"]["meta_cluster"]["leader"]  # keep it: it answers
+        victim = next(r.name for r in info.cluster.replicas if r.name != meta_leader)
+        kind_doc = "io.nats.jetstream.api.v1.meta_server_remove_response"
+        nope = await request(sys, "$JS.API.SERVER.REMOVE", b'{"peer": "NOPE"}')
+        assert nope == {"type": kind_doc, "error": {
+            "code": 400, "err_code": 10044, "description": "server is not a member of the cluster"
+        }}  # fmt: skip
+        empty = await request(sys, "$JS.API.SERVER.REMOVE", b"")
+        assert empty["error"]["err_code"] == 10003
+        next(s for s in c.servers if server_name(s) == victim).kill()
+        body = b'{"peer": "%s"}' % victim.encode()
+        done = await request(sys, "$JS.API.SERVER.REMOVE", body, timeout=10)
+        assert done == {"type": kind_doc, "success": True}
+
+        async def shrunk() -> bool:
+            doc = await request(sys, "$SYS.REQ.SERVER.PING.JSZ")
+            return doc["data"].get("meta_cluster", {}).get("cluster_size") == 3
+
+        await eventually(shrunk, "a meta group of three")
+        await sys.close()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from consensus.codec import CodecError
-from consensus.types import Entry, EntryKind, Message, MessageType
+from consensus.types import ConfChange, ConfOp, Entry, EntryKind, Message, MessageType
 from ingest.server.cluster.raft_transport import frame, inbox, unframe
 from ingest.server.jetstream.cluster import meta
+from ingest.server.jetstream.cluster.controller import membership_step
 from ingest.server.jetstream.cluster.meta import MetaOpError, MetaState, StreamAssignment
 from ingest.server.jetstream.cluster.placement import choose_peers, group_name
 from ingest.server.jetstream.cluster.requests import stream_token
@@ -122,3 +123,16 @@ def test_inboxes_are_one_token_per_server_name() -> None:
 )
 def test_the_stream_a_request_names(subject: str, stream: str) -> None:
     assert stream_token(subject.split(".")) == stream
+
+
+def test_membership_moves_one_change_at_a_time_toward_the_assignment() -> None:
+    status = {"voters": ["A", "B", "C"], "learners": [], "commit": 9, "peers": {}}
+    assert membership_step(status, ("A", "B", "C")) is None
+    assert membership_step(status, ("A", "B", "D")) == ConfChange(ConfOp.REMOVE, "C")
+    status["voters"] = ["A", "B"]
+    assert membership_step(status, ("A", "B", "D")) == ConfChange(ConfOp.ADD_LEARNER, "D")
+    status["learners"] = ["D"]
+    status["peers"] = {"D": {"match": 4}}
+    assert membership_step(status, ("A", "B", "D")) is True  # still catching up
+    status["peers"] = {"D": {"match": 9}}
+    assert membership_step(status, ("A", "B", "D")) == ConfChange(ConfOp.PROMOTE, "D")

@@ -135,3 +135,50 @@ async def test_update_purge_and_delete_go_through_the_leaders(kind: str, tmp_pat
         with pytest.raises(APIError) as gone:
             await c.js.stream_info("U")
         assert gone.value.err_code == 10059
+
+
+async def test_peer_remove_moves_a_replica_to_a_spare_server(kind: str, tmp_path: Path) -> None:
+    async with js_cluster(kind, tmp_path, size=4, timeout=5) as c:
+        info = await c.add_stream("P", ["p"])
+        for _ in range(5):
+            await c.js.publish("p", b"x")
+        assert info.cluster is not None and info.cluster.leader
+        peers = {info.cluster.leader, *(r.name for r in info.cluster.replicas or [])}
+        victim = sorted(peers - {info.cluster.leader})[0]
+        answer = await request(
+            c.nc, "$JS.API.STREAM.PEER.REMOVE.P", b'{"peer": "%s"}' % victim.encode()
+        )
+        assert answer == {"type": "io.nats.jetstream.api.v1.stream_remove_peer_response",
+                          "success": True}  # fmt: skip
+        spare = ({f"S{i}" for i in range(4)} - peers).pop()
+
+        async def moved() -> bool:
+            now = (await c.js.stream_info("P")).cluster
+            names = {r.name: r.current for r in now.replicas or []} if now else {}
+            return now is not None and spare in {now.leader, *names} and victim not in names
+
+        await eventually(moved, f"the replica moved from {victim} to {spare}")
+        host = next(s for s in c.servers if server_name(s) == spare)
+        await eventually(
+            lambda: asyncio.sleep(0, stream_messages(host, "P") == 5), f"{spare} caught up"
+        )
+        assert (await c.js.publish("p", b"y")).seq == 6
+        again = await request(c.nc, "$JS.API.STREAM.PEER.REMOVE.P", b'{"peer": "NOPE"}')
+        assert again["error"]["err_code"] == 10040
+        empty = await request(c.nc, "$JS.API.STREAM.PEER.REMOVE.P", b"")
+        assert empty["error"]["err_code"] == 10003
+
+
+async def test_peer_remove_without_a_spare_server_fails(kind: str, tmp_path: Path) -> None:
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        info = await c.add_stream("P", ["p"])
+        assert info.cluster is not None and info.cluster.replicas
+        victim = info.cluster.replicas[0].name
+        answer = await request(
+            c.nc, "$JS.API.STREAM.PEER.REMOVE.P", b'{"peer": "%s"}' % victim.encode()
+        )
+        assert answer["error"] == {
+            "code": 503,
+            "err_code": 10075,
+            "description": "peer remap failed",
+        }

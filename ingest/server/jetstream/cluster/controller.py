@@ -20,19 +20,19 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from consensus.commits import settle
 from consensus.driver import RaftNode
-from consensus.types import Entry, EntryKind, RaftError, Role
+from consensus.types import ConfChange, ConfOp, Entry, EntryKind, RaftError, Role
 from ingest.server.cluster.raft_transport import RaftRoutes
-from ingest.server.jetstream.api import TYPE, encode
 from ingest.server.jetstream.cluster import info, meta
 from ingest.server.jetstream.cluster.groups import META_GROUP, group_dir, open_node
 from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
+from ingest.server.jetstream.cluster.system_requests import SystemRequests
 from log import stream_entries
 from log.config import from_request
 from log.raft_group import RaftGroup
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake.jetstream")
 
 PEERS_FILE = "peers.json"
-STEPDOWN = "$JS.API.META.LEADER.STEPDOWN"
+RECONCILE_POLL = 0.1  # seconds between looks at a learner catching up
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Hosted:
     group: RaftGroup[Any]
     leader_since: int = 0
     reply: str = ""  # a creation's inbox, answered by the stream's first leader here
-    answered: set[str] = field(default_factory=set)
+    reconciling: bool = False  # the leader is moving the group's membership
 
 
 class JetStreamCluster:
@@ -81,6 +81,7 @@ class JetStreamCluster:
         self.meta: RaftNode | None = None
         self.meta_leader_since = 0
         self.hosted: dict[tuple[str, str], Hosted] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self._formed = asyncio.Event()
 
     @property
@@ -97,9 +98,7 @@ class JetStreamCluster:
     async def start(self) -> None:
         log.info("Starting JetStream cluster")
         self.routes.start()
-        server = self.server
-        system = server.accounts.system_account
-        server.announce(server.subscribe(STEPDOWN, self._meta_stepdown, account=system))
+        SystemRequests(self).start()
         voters = self._saved_voters()
         if voters is None:
             log.info("JetStream cluster bootstrapping")
@@ -175,15 +174,6 @@ class JetStreamCluster:
         else:
             log.info("JetStream cluster new metadata leader: %s/%s", leader, self.name)
 
-    def _meta_stepdown(self, subject: str, reply: str | None, hdr: bytes | None, _: bytes) -> None:
-        """`$JS.API.META.LEADER.STEPDOWN` (system account): the meta leader hands over."""
-        if not reply or self.meta is None or not self.is_meta_leader:
-            return
-        self.meta.transfer_leadership()
-        doc = {"type": TYPE + "meta_leader_stepdown_response", "success": True}
-        system = self.server.accounts.system_account
-        self.server.publish(reply, None, None, encode(doc), account=system)
-
     @property
     def is_meta_leader(self) -> bool:
         return self.meta is not None and self.meta.role is Role.LEADER
@@ -214,13 +204,14 @@ class JetStreamCluster:
 
     def _enact(self, change: meta.Change) -> None:
         sa = change.assignment
-        engine = self._engines(sa.account)
         hosted = self.hosted.get(sa.key)
-        if change.kind == "removed" or (change.kind == "added" and hosted is not None):
-            if hosted is not None:
-                self._drop(hosted, delete=True)
-            if change.kind == "removed":
-                return
+        here = self.me in sa.peers and change.kind != "removed"
+        if hosted is not None and (change.kind == "added" or not here):
+            self._drop(hosted, delete=True)  # deleted, created anew, or moved off this server
+            hosted = None
+        if not here:
+            return
+        engine = self._engines(sa.account)
         if engine is None:
             log.warning(
                 "JetStream: stream '%s > %s' assigned to an account without JetStream here",
@@ -228,13 +219,48 @@ class JetStreamCluster:
                 sa.name,
             )
             return
-        if self.me not in sa.peers:
+        if hosted is None:
+            self._host(engine, sa)
             return
-        if change.kind == "updated" and hosted is not None:
-            hosted.assignment = sa
+        old, hosted.assignment = hosted.assignment, sa
+        if old.config != sa.config:
             engine.update_stream(from_request(sa.config))
+        if old.peers != sa.peers:
+            self._reconcile(hosted)
+
+    def _reconcile(self, hosted: Hosted) -> None:
+        """The leader moves the group's Raft membership to the assignment's peers."""
+        if hosted.reconciling or hosted.group.node.role is not Role.LEADER:
             return
-        self._host(engine, sa)
+        hosted.reconciling = True
+        task = asyncio.get_running_loop().create_task(self._reconcile_steps(hosted))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reconcile_steps(self, hosted: Hosted) -> None:
+        """One change at a time: drop members that left, add newcomers as learners, promote
+        each once it holds everything committed (it catches up from the log first)."""
+        node = hosted.group.node
+        try:
+            while self.hosted.get(hosted.assignment.key) is hosted and node.role is Role.LEADER:
+                step = membership_step(node.status(), hosted.assignment.peers)
+                if step is None:
+                    return
+                if isinstance(step, ConfChange):
+                    try:
+                        await self._change(node, step)
+                        continue
+                    except RaftError as exc:
+                        log.info("stream %s: %s: %s", hosted.assignment.name, step, exc)
+                await asyncio.sleep(RECONCILE_POLL)
+        finally:
+            hosted.reconciling = False
+
+    @staticmethod
+    def _change(node: RaftNode, change: ConfChange) -> asyncio.Future[int]:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        node.change_membership(change, partial(settle, future, 0))
+        return future
 
     def _host(self, engine: JetStream, sa: StreamAssignment) -> None:
         cfg = from_request(sa.config)
@@ -245,7 +271,12 @@ class JetStreamCluster:
             raft = RaftGroup(
                 apply,
                 lambda app: open_node(
-                    self.routes, self.js_dir, sa.group, sa.peers, app, sync_interval_ns=self._sync
+                    self.routes,
+                    self.js_dir,
+                    sa.group,
+                    sa.bootstrap,
+                    app,
+                    sync_interval_ns=self._sync,
                 ),
                 encode=stream_entries.encode,
                 decode=stream_entries.decode,
@@ -283,6 +314,7 @@ class JetStreamCluster:
         if done.cancelled() or done.exception() is not None or not hosted.stream.accepting:
             return  # leadership moved on meanwhile
         engine.led(hosted.stream)
+        self._reconcile(hosted)  # a membership change a deposed leader left half done
         if reply:
             engine.api.created(hosted.stream, reply)
 
@@ -374,3 +406,21 @@ def expected_size(server: Server) -> int:
 
 def _now() -> int:
     return time.time_ns()
+
+
+def membership_step(status: dict[str, Any], peers: tuple[str, ...]) -> ConfChange | bool | None:
+    """The next change toward `peers`: a ConfChange, True to wait (a learner is still
+    catching up), None when the membership is the assignment's."""
+    voters, learners = set(status["voters"]), set(status["learners"])
+    wanted = set(peers)
+    gone = sorted((voters | learners) - wanted)
+    if gone:
+        return ConfChange(ConfOp.REMOVE, gone[0])
+    new = sorted(wanted - voters - learners)
+    if new:
+        return ConfChange(ConfOp.ADD_LEARNER, new[0])
+    if not learners:
+        return None
+    learner = min(learners)
+    match = int(status.get("peers", {}).get(learner, {}).get("match", 0))
+    return True if match < int(status["commit"]) else ConfChange(ConfOp.PROMOTE, learner)

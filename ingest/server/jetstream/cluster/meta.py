@@ -30,6 +30,11 @@ class StreamAssignment:
     group: str
     created: str
     reply: str = ""
+    origin: tuple[str, ...] = ()  # the group's first voters: a newcomer replays from them
+
+    @property
+    def bootstrap(self) -> tuple[str, ...]:
+        return self.origin or self.peers
 
     @property
     def name(self) -> str:
@@ -102,6 +107,7 @@ def _assignment(op: dict[str, Any]) -> StreamAssignment:
             group=str(op["group"]),
             created=str(op["created"]),
             reply=str(op.get("reply") or ""),
+            origin=tuple(str(p) for p in op.get("origin") or op["peers"]),
         )
     except (KeyError, TypeError) as exc:
         raise MetaOpError(f"add_stream operation lacks {exc}") from None
@@ -117,6 +123,7 @@ def add_stream(sa: StreamAssignment) -> bytes:
             "group": sa.group,
             "created": sa.created,
             "reply": sa.reply,
+            "origin": list(sa.bootstrap),
         }
     )
 

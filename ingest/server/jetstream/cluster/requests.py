@@ -45,6 +45,7 @@ META_KINDS = frozenset(
         "stream_delete_response",
         "stream_names_response",
         "stream_list_response",
+        "stream_remove_peer_response",
     }
 )
 _TWO_WORD_VERBS = frozenset(
@@ -78,6 +79,7 @@ class ClusterRequests:
                 "STREAM.NAMES": ("stream_names_response", self._names),
                 "STREAM.LIST": ("stream_list_response", self._list),
                 "STREAM.LEADER.STEPDOWN.*": ("stream_leader_stepdown_response", self._stepdown),
+                "STREAM.PEER.REMOVE.*": ("stream_remove_peer_response", self._remove_peer),
                 "CONSUMER.LEADER.STEPDOWN.*.*": (
                     "consumer_leader_stepdown_response",
                     self._stepdown,
@@ -173,6 +175,30 @@ class ClusterRequests:
         if self._cluster.assignment(self._account, name) is None:
             raise errors.stream_not_found()
         await self._cluster.propose_meta(meta.remove_stream(self._account, name))
+        return {"success": True}
+
+    async def _remove_peer(self, tokens: list[str], data: bytes) -> Response:
+        """Move a stream off one server: another takes its place, caught up from the log
+        before it votes (the stream's leader carries the change out, `_reconcile`)."""
+        req = optional_json(data)
+        peer = req.get("peer")
+        if not isinstance(peer, str) or not peer:
+            raise errors.bad_request()
+        sa = self._cluster.assignment(self._account, tokens[-1])
+        if sa is None:
+            raise errors.stream_not_found()
+        if peer not in sa.peers:
+            raise errors.peer_not_member()
+        cluster = self._cluster
+        spare = cluster.members() - set(sa.peers)
+        if not spare:
+            raise errors.peer_remap_failed()
+        [replacement] = choose_peers(
+            sa.name, 1, spare, cluster.state.load(), online=cluster.online_peers(),
+            cluster=cluster.name,
+        )  # fmt: skip
+        peers = tuple(replacement if p == peer else p for p in sa.peers)
+        await cluster.propose_meta(meta.update_stream(self._account, sa.config, peers))
         return {"success": True}
 
     def _check_overlap(self, subjects: tuple[str, ...] | list[str], name: str) -> None:
