@@ -25,6 +25,7 @@ from log.config import (
     is_valid_name,
 )
 from log.consumers import errors as cerr
+from log.consumers import priority
 from log.errors import ApiError
 from log.request_fields import Fields
 from log.timefmt import ZERO_TIME, parse_rfc3339, rfc3339
@@ -53,7 +54,7 @@ DEFAULT_MAX_WAITING = 512
 DEFAULT_INACTIVE_THRESHOLD = 5_000_000_000
 MIN_HEARTBEAT = 100_000_000
 _MS = 1_000_000
-_UNSUPPORTED = ("priority_groups", "priority_policy", "priority_timeout", "direct", "sample_freq")
+_UNSUPPORTED = ("direct", "sample_freq")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,9 @@ class ConsumerConfig:
     mem_storage: bool = False
     metadata: Mapping[str, str] = field(default_factory=dict)
     pause_until: int | None = None  # ns since the epoch
+    priority_groups: tuple[str, ...] = ()
+    priority_policy: str = "none"
+    priority_timeout: int = 0  # ns a pinned client may stay silent before it loses its pin
 
     @property
     def is_push(self) -> bool:
@@ -142,12 +146,19 @@ class ConsumerConfig:
         out["num_replicas"] = self.num_replicas
         if self.mem_storage:
             out["mem_storage"] = True
-        level = "1" if self.pause_until is not None else "0"
+        uses_priority = self.priority_policy != "none" or self.priority_groups
+        level = "1" if self.pause_until is not None or uses_priority else "0"
         out["metadata"] = dict(
             sorted({**self.metadata, REQUIRED_LEVEL_KEY: level, **(dynamic or {})}.items())
         )
         if self.pause_until is not None:
             out["pause_until"] = rfc3339(self.pause_until)
+        if self.priority_groups:
+            out["priority_groups"] = list(self.priority_groups)
+        if self.priority_policy != "none":
+            out["priority_policy"] = self.priority_policy
+        if self.priority_timeout:
+            out["priority_timeout"] = self.priority_timeout
         return out
 
 
@@ -193,6 +204,9 @@ def from_request(raw: Any) -> ConsumerConfig:
         mem_storage=_bool(raw, "mem_storage"),
         metadata={str(k): str(v) for k, v in metadata.items() if not str(k).startswith("_nats.")},
         pause_until=_time(pause),
+        priority_groups=tuple(_str_list(raw, "priority_groups")),
+        priority_policy=priority.parse_policy(raw.get("priority_policy")),
+        priority_timeout=_int(raw, "priority_timeout"),
     )
 
 
@@ -228,6 +242,7 @@ def with_defaults(cfg: ConsumerConfig, stream: StreamConfig) -> ConsumerConfig:
         max_bytes=max(cfg.max_bytes, 0),
         idle_heartbeat=max(cfg.idle_heartbeat, 0),
         inactive_threshold=inactive,
+        priority_timeout=priority.default_ttl(cfg.priority_policy, cfg.priority_timeout),
     )
 
 
@@ -269,6 +284,9 @@ def check(cfg: ConsumerConfig, stream: StreamConfig) -> None:
         )
     if sum(len(k) + len(v) for k, v in cfg.metadata.items()) > MAX_METADATA_LEN:
         raise ApiError(400, 10135, "consumer metadata exceeds maximum size of 128KB")
+    priority.check_config(
+        cfg.priority_groups, cfg.priority_policy, cfg.priority_timeout, push=cfg.is_push
+    )
     if len(cfg.name) > MAX_NAME_LEN:
         raise ApiError(400, 10102, f"consumer name is too long, maximum allowed is {MAX_NAME_LEN}")
 

@@ -20,12 +20,15 @@ from itertools import takewhile
 from typing import Any
 
 from ingest.parser.subjects import subject_matches
+from log.consumers.acks import moved_floor
 from log.consumers.config import ConsumerConfig
+from log.consumers.priority import Priority, Verdict, with_pin
 from log.consumers.pull import (
     CONSUMER_STALLED,
     LAST_CONSUMER,
     LAST_STREAM,
     BadPullRequest,
+    PullRequest,
     WaitQueue,
     parse_request,
     refusal,
@@ -51,7 +54,6 @@ from log.consumers.wire import (
 from log.segments.api import StoredMsg
 
 _NS = 1_000_000_000
-_PROBE = 8  # seqs after an acked one looked up before walking the pending dict
 # Deliveries per pump: the owner writes each slice before the next is read, so the client
 # works meanwhile (a whole flow-control window in one pump idled it for tens of ms). A pull
 # client waits for its whole batch, so its slices are smaller: the first messages reach it
@@ -97,6 +99,8 @@ class Consumer:
         self._rdq: deque[int] = deque()
         self._rdq_set: set[int] = set()
         self.waiting = WaitQueue(cfg.max_waiting)
+        self.priority = Priority(stream, name, cfg)
+        self.waiting.ranked = self.priority.ranked
         self.last_delivered = 0  # ns
         self.last_acked = 0  # ns
         self.last_request = now
@@ -109,6 +113,7 @@ class Consumer:
         self._next_hb = now + cfg.idle_heartbeat if cfg.idle_heartbeat else 0
         self._next_check = 0  # earliest ack deadline among pending, 0 = none
         self._sliced = False  # the last pump stopped at SLICE deliveries, not for want of work
+        self._stalled = False  # this pump has a message no waiting request may take
         self._advisories: list[Output] = []
         self.sseq, self._lps = start_position(store, cfg, committed)
         self._lps_resume = committed if cfg.deliver_policy == "last_per_subject" else 0
@@ -163,6 +168,8 @@ class Consumer:
         self._adopt(cfg)
         self._reader.refilter(cfg.filters)
         self.waiting.limit = cfg.max_waiting
+        self.priority.adopt(cfg)
+        self.waiting.ranked = self.priority.ranked
 
     def _adopt(self, cfg: ConsumerConfig) -> None:
         """Keep per-message branches off the config's properties."""
@@ -182,6 +189,9 @@ class Consumer:
         refused = refusal(cfg, req, now)
         if refused:
             return [Status(reply, status(409, refused))]
+        denied = self.priority.refusal(req.pg, now)
+        if denied is not None:
+            return [Status(reply, status(*denied))]
         self.last_request = now
         out: list[Output] = []
         if self.waiting.full:
@@ -270,32 +280,9 @@ class Consumer:
         return CONFIRMED
 
     def _move_floor(self, dseq: int, sseq: int) -> None:
-        """The reference's moveAckFloor: advance only from the floor itself, up to the next gap.
-
-        The next seqs are probed first: the dict's front holds a hole per in-order ack.
-        """
-        pending = self.pending
-        if not pending:
-            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
-            return
-        if dseq != self.adflr + 1:
-            return
-        nxt = pending.get(sseq + 1)
-        if nxt is not None:  # in-order acks of a contiguous run: no loop
-            self.adflr, self.asflr = nxt[0] - 1, sseq
-            return
-        self.adflr, self.asflr = dseq, sseq
-        probe_end = min(sseq + 1 + _PROBE, self.sseq)  # nothing from self.sseq on was sent
-        for seq in range(sseq + 2, probe_end):
-            p = pending.get(seq)
-            if p is not None:
-                self.adflr, self.asflr = p[0] - 1, seq - 1
-                return
-        if probe_end < self.sseq:
-            for seq, (pending_dseq, _) in pending.items():
-                if seq > sseq:
-                    self.adflr, self.asflr = pending_dseq - 1, seq - 1
-                    return
+        moved = moved_floor(self.pending, self.adflr, dseq, sseq, self.dseq, self.sseq)
+        if moved is not None:
+            self.adflr, self.asflr = moved
 
     def _nak(self, sseq: int, dseq: int, arg: bytes, now: int) -> None:
         p = self.pending.get(sseq)
@@ -329,7 +316,8 @@ class Consumer:
         if self.pending and self._next_check and now >= self._next_check:
             self._check_pending(now)
         cfg = self.cfg
-        self._sliced = False
+        self._sliced = self._stalled = False
+        self.priority.expire(now)
         if cfg.pause_until is None or now >= cfg.pause_until:
             sent = self.dseq
             self._deliver(now, out)
@@ -344,8 +332,8 @@ class Consumer:
             out.append(Status(cfg.deliver_subject, self._heartbeat()))
             self._next_hb = now + cfg.idle_heartbeat
         self._reader.clear()  # a run serves one pump: the store may change before the next
-        out += self._advisories
-        self._advisories = []
+        out += self._advisories + self.priority.advisories
+        self._advisories, self.priority.advisories = [], []
         return out
 
     def _deliver(self, now: int, out: list[Output]) -> None:
@@ -362,7 +350,9 @@ class Consumer:
             if timed and not self._ready(item[0], now):
                 self._held = item
                 return
-            self._send(item[0], item[1], now, out)
+            if not self._send(item[0], item[1], now, out):
+                self._stalled = True
+                return
         self._sliced = True
 
     def _take(self) -> tuple[StoredMsg, int] | None:
@@ -433,7 +423,8 @@ class Consumer:
             return False
         return True
 
-    def _send(self, msg: StoredMsg, dc: int, now: int, out: list[Output]) -> None:
+    def _send(self, msg: StoredMsg, dc: int, now: int, out: list[Output]) -> bool:
+        """Deliver msg; False when no waiting request may take it (it is held back)."""
         cfg = self.cfg
         dseq = self.dseq
         seq = msg.seq
@@ -447,11 +438,15 @@ class Consumer:
         if self._push:
             target = cfg.deliver_subject
         else:
-            target = self.waiting.claim(size, now, out)
-            if target is None:  # no request could take it: put it back
-                self._held = (msg, dc)
-                self._hold_until = 0
-                return
+            gate = self._gate if self.priority.gated else None
+            req = self.waiting.claim(size, now, out, gate)
+            if req is None:  # no request could take it: put it back
+                self._put_back(msg, dc)
+                return False
+            target = req.reply
+            if self.priority.pinning:
+                self.priority.served(req.pg, now)
+                hdr = with_pin(hdr, self.priority.pin)
         self.dseq = dseq + 1
         if cfg.ack_policy == "none":
             self.adflr, self.asflr = dseq, seq
@@ -475,6 +470,23 @@ class Consumer:
             self._rate_next = max(self._rate_next, now) + size * 8 * _NS // cfg.rate_limit_bps
         if self._push and cfg.flow_control and (ask := self._fc.sent(size)):
             out.append(Status(cfg.deliver_subject, status(100, "FlowControl Request"), ask))
+        return True
+
+    def _put_back(self, msg: StoredMsg, dc: int) -> None:
+        """Undo taking msg, as the reference rewinds, so INFO does not count it delivered."""
+        if dc > 1:
+            self._rdq.appendleft(msg.seq)
+            self._rdq_set.add(msg.seq)
+        elif not self._lps and msg.seq == self.sseq - 1:
+            self._reader.run.appendleft(msg)
+            self.sseq = msg.seq
+            self.npc += 1
+        else:
+            self._held = (msg, dc)
+            self._hold_until = 0
+
+    def _gate(self, req: PullRequest) -> Verdict:
+        return self.priority.verdict(req.pg, self.npc + 1, len(self.pending))
 
     def _heartbeat(self) -> bytes:
         headers = {LAST_CONSUMER: str(self.dseq - 1), LAST_STREAM: str(self.sseq - 1)}
@@ -484,23 +496,12 @@ class Consumer:
 
     def _expire_requests(self, now: int, *, eos: bool) -> list[Output]:
         """Answer requests that expired (408) or, at the end of the stream, no_wait ones (404)."""
-        out: list[Output] = []
-        for req in self.waiting:
-            if req.expires and now >= req.expires:
-                self.waiting.remove(req)
-                out.append(Status(req.reply, status(408, "Request Timeout", req.remaining())))
-            elif (
-                req.no_wait and (not req.expires or req.delivered > 0) and eos and self._exhausted()
-            ):
-                self.waiting.remove(req)
-                out.append(Status(req.reply, status(404, "No Messages")))
-            elif req.heartbeat and now >= req.next_heartbeat:
-                out.append(Status(req.reply, self._heartbeat()))
-                req.next_heartbeat = now + req.heartbeat
-        return out
+        return self.waiting.sweep(now, self._heartbeat, self._exhausted if eos else None)
 
     def _exhausted(self) -> bool:
         """Nothing can go out now; asked only for a no_wait request (it may read ahead)."""
+        if self._stalled:  # the reference's end of stream: nothing more goes out now
+            return True
         if self._rdq or self._held is not None:
             return False
         full = 0 < self.cfg.max_ack_pending <= len(self.pending)
@@ -565,6 +566,8 @@ class Consumer:
             if self.cfg.idle_heartbeat and self.active:
                 times.append(self._next_hb)
         else:
+            if (pin_deadline := self.priority.deadline()) is not None:
+                times.append(pin_deadline)
             for req in self.waiting:
                 if req.expires:
                     times.append(req.expires)

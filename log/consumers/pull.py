@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ingest.parser.headers import encode_headers
 from log.consumers.config import ConsumerConfig
+from log.consumers.priority import UNRANKED, PriorityRequest, Verdict
+from log.consumers.priority import parse_request as parse_priority
 from log.consumers.wire import Output, Status
 
 PENDING_MSGS = "Nats-Pending-Messages"
@@ -40,6 +42,11 @@ class PullRequest:
     heartbeat: int = 0  # ns between idle heartbeats; 0 = none
     next_heartbeat: int = 0
     delivered: int = 0
+    pg: PriorityRequest | None = None  # set whenever the body was JSON, as the reference
+
+    @property
+    def rank(self) -> int:
+        return self.pg.priority if self.pg is not None else UNRANKED
 
     def remaining(self) -> dict[str, str]:
         return {PENDING_MSGS: str(self.batch), PENDING_BYTES: str(self.max_bytes)}
@@ -65,6 +72,10 @@ def parse_request(reply: str, body: bytes, now: int) -> PullRequest:
     heartbeat, max_bytes = _num(doc, "idle_heartbeat"), _num(doc, "max_bytes")
     if heartbeat > 0 and heartbeat * 2 > expires:
         raise BadPullRequest("heartbeat value too large")
+    try:
+        pg = parse_priority(doc)
+    except ValueError as exc:
+        raise BadPullRequest(str(exc)) from None
     return PullRequest(
         reply,
         batch,
@@ -73,6 +84,7 @@ def parse_request(reply: str, body: bytes, now: int) -> PullRequest:
         expires=now + expires if expires > 0 else 0,
         heartbeat=heartbeat if heartbeat > 0 else 0,
         next_heartbeat=now + heartbeat if heartbeat > 0 else 0,
+        pg=pg,
     )
 
 
@@ -96,11 +108,19 @@ def _num(doc: dict[str, object], key: str) -> int:
     return int(value)
 
 
+Gate = Callable[[PullRequest], Verdict]
+
+
 class WaitQueue:
-    """Waiting pull requests, served round-robin; bounded by max_waiting."""
+    """Waiting pull requests, served round-robin; bounded by max_waiting.
+
+    Ranked (the `prioritized` policy), requests are kept ordered by priority and one
+    that wants more goes back behind the last of its rank, not to the very back.
+    """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
+        self.ranked = False
         self._queue: deque[PullRequest] = deque()
 
     def __len__(self) -> int:
@@ -114,20 +134,44 @@ class WaitQueue:
         return len(self._queue) >= self.limit
 
     def add(self, req: PullRequest) -> None:
-        self._queue.append(req)
+        queue = self._queue
+        if self.ranked:
+            rank = req.rank
+            at = next((i for i, other in enumerate(queue) if other.rank > rank), len(queue))
+            queue.insert(at, req)
+        else:
+            queue.append(req)
 
     def remove(self, req: PullRequest) -> None:
         self._queue.remove(req)
 
-    def claim(self, size: int, now: int, out: list[Output]) -> str | None:
-        """The reply subject the next message of `size` bytes goes to, round-robin.
+    def claim(
+        self, size: int, now: int, out: list[Output], gate: Gate | None = None
+    ) -> PullRequest | None:
+        """The request the next message of `size` bytes goes to, round-robin.
 
         The head request is charged one message and goes to the back while it wants
         more. Requests whose max_bytes it exceeds are answered (409) and dropped on
         the way; a request whose byte budget it exhausts is told its batch completed.
+        A priority `gate` may pass a request over (to the back) or drop it (423); when
+        it passes over every one, the message waits.
         """
         queue = self._queue
+        skipped = 0
         while queue:
+            if gate is not None:
+                verdict = gate(queue[0])
+                if verdict is Verdict.SKIP:
+                    queue.rotate(-1)
+                    skipped += 1
+                    if skipped >= len(queue):
+                        return None
+                    continue
+                if verdict is Verdict.WRONG_PIN:
+                    req = queue.popleft()
+                    hdr = status(423, "Nats-Wrong-Pin-Id", req.remaining())
+                    out.append(Status(req.reply, hdr))
+                    continue
             req = queue.popleft()
             if req.max_bytes > 0:
                 if size > req.max_bytes:
@@ -140,13 +184,37 @@ class WaitQueue:
             req.batch -= 1
             req.delivered += 1
             if req.batch > 0:
-                queue.append(req)
+                self.add(req)
             if req.heartbeat:
                 req.next_heartbeat = now + req.heartbeat
             if req.batch <= 0 and req.max_bytes > 0:
                 out.append(Status(req.reply, status(409, "Batch Completed", req.remaining())))
-            return req.reply
+            return req
         return None
+
+    def sweep(
+        self, now: int, heartbeat: Callable[[], bytes], exhausted: Callable[[], bool] | None
+    ) -> list[Output]:
+        """Answer requests that expired (408), no_wait ones once nothing can go out now
+        (404; `exhausted` is asked only for those, as it may read ahead; None: not at the
+        end of the stream), and send heartbeats that are due."""
+        out: list[Output] = []
+        for req in list(self._queue):
+            if req.expires and now >= req.expires:
+                self._queue.remove(req)
+                out.append(Status(req.reply, status(408, "Request Timeout", req.remaining())))
+            elif (
+                req.no_wait
+                and (not req.expires or req.delivered > 0)
+                and exhausted is not None
+                and exhausted()
+            ):
+                self._queue.remove(req)
+                out.append(Status(req.reply, status(404, "No Messages")))
+            elif req.heartbeat and now >= req.next_heartbeat:
+                out.append(Status(req.reply, heartbeat()))
+                req.next_heartbeat = now + req.heartbeat
+        return out
 
     def drain(self) -> list[PullRequest]:
         out = list(self._queue)

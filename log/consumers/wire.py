@@ -102,6 +102,19 @@ def terminated(
     return Advisory(f"{ADVISORY}.MSG_TERMINATED.{stream}.{consumer}", body)
 
 
+def group_pinned(stream: str, consumer: str, group: str, pin: str, now: int) -> Advisory:
+    body = _advisory("consumer_group_pinned", stream, consumer, now)
+    body |= {"group": group, "pinned_id": pin}
+    return Advisory(f"{ADVISORY}.PINNED.{stream}.{consumer}", body)
+
+
+def group_unpinned(stream: str, consumer: str, group: str, reason: str, now: int) -> Advisory:
+    """`reason` is the reference's: "admin" (CONSUMER.UNPIN) or "timeout" (the TTL ran out)."""
+    body = _advisory("consumer_group_unpinned", stream, consumer, now)
+    body |= {"group": group, "reason": reason}
+    return Advisory(f"{ADVISORY}.UNPINNED.{stream}.{consumer}", body)
+
+
 def _advisory(kind: str, stream: str, consumer: str, now: int) -> dict[str, Any]:
     return {
         "type": f"io.nats.jetstream.advisory.v1.{kind}",

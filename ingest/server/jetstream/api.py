@@ -75,6 +75,7 @@ class Api:
             "CONSUMER.INFO.*.*": ("consumer_info_response", consumers.info),
             "CONSUMER.DELETE.*.*": ("consumer_delete_response", consumers.delete),
             "CONSUMER.PAUSE.*.*": ("consumer_pause_response", consumers.pause),
+            "CONSUMER.UNPIN.*.*": ("consumer_unpin_response", consumers.unpin),
             "CONSUMER.NAMES.*": ("consumer_names_response", consumers.names),
             "CONSUMER.LIST.*": ("consumer_list_response", consumers.list),
         }

@@ -26,12 +26,14 @@ from ingest.server.jetstream.api import LIST_LIMIT, NAMES_LIMIT, Response
 from ingest.server.jetstream.api import optional_json as _json_object
 from ingest.server.jetstream.consumer_runner import Runner
 from log import errors
-from log.config import API_LEVEL, is_valid_name
+from log.config import API_LEVEL, is_valid_name, parse_json
 from log.consumers import config as ccfg
 from log.consumers import errors as cerr
 from log.consumers.consumer import Consumer
+from log.consumers.priority import invalid_group_name, unknown_group, valid_group_name
 from log.consumers.replicated import ReplicatedStore
 from log.consumers.store import ConsumerStore, StateStore, consumers_dir, load_all
+from log.request_fields import Fields
 from log.stream import Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
 
@@ -380,6 +382,23 @@ class Consumers:
             out["pause_remaining"] = until - now
         return self._answer(runner, lambda: out)
 
+    def unpin(self, tokens: list[str], data: bytes) -> Response:
+        """`CONSUMER.UNPIN`: release a group's pin; the next waiting request gets a new one."""
+        if not data.strip():
+            raise errors.invalid_json("unexpected end of JSON input")
+        req = parse_json(data)
+        group = _UNPIN_FIELDS.str(req, "group") if isinstance(req, dict) else ""
+        if not group:
+            raise errors.invalid_json("consumer group not specified")
+        if not valid_group_name(group):
+            raise invalid_group_name()
+        runner = self._consumer(tokens[2], tokens[3])
+        if group not in runner.consumer.cfg.priority_groups:
+            raise unknown_group()
+        runner.consumer.priority.unpin(group, "admin", now_ns())
+        runner.schedule()
+        return {}
+
     def names(self, tokens: list[str], data: bytes) -> Response:
         self._js.stream(tokens[2])
         offset = max(int(_json_object(data).get("offset") or 0), 0)
@@ -432,10 +451,13 @@ class Consumers:
         if self._js.cluster is not None:  # led with its stream: the same group and leader
             out["cluster"] = self._js.cluster.stream_info(self._js.account, stream.name)
         out["ts"] = rfc3339(now)
+        if groups := c.priority.states():
+            out["priority_groups"] = groups
         return out
 
 
 _SWEEP_RUN = 4096
+_UNPIN_FIELDS = Fields("JSApiConsumerUnpinRequest")
 
 
 def _replicated(stream: Stream | None) -> bool:
