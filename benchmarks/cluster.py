@@ -36,7 +36,7 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError
 
 from benchmarks.client import connect, latency_metrics
-from benchmarks.consumers import FETCH_BATCH
+from benchmarks.consumers import drain_acking
 from benchmarks.jetstream import STREAM, SUBJECT, WARMUP_PUBLISHES, check_stored, publish_all
 from benchmarks.model import Incomplete, Measure, Params
 from benchmarks.servers import _stop, _wait_ready
@@ -151,24 +151,7 @@ async def publish_sync(js: JetStreamContext, _nodes: list[Node], p: Params) -> d
 async def pull_fetch_ack(js: JetStreamContext, _nodes: list[Node], p: Params) -> dict[str, float]:
     """``count`` stored messages through a durable pull consumer (R3, like its stream)."""
     await publish_all(js, p, p.count)
-    sub = await js.pull_subscribe(SUBJECT, durable="bench-pull")
-    received = 0
-    start = perf_counter()
-    while received < p.count:
-        msgs = await sub.fetch(min(FETCH_BATCH, p.count - received), timeout=p.timeout)
-        received += len(msgs)
-        for msg in msgs[:-1]:
-            await msg.ack()
-        if received < p.count:
-            await msgs[-1].ack()
-        else:
-            await msgs[-1].ack_sync(timeout=p.timeout)
-    elapsed = perf_counter() - start
-    info = await sub.consumer_info()
-    floor = info.ack_floor.stream_seq if info.ack_floor else 0
-    if floor != p.count:
-        raise Incomplete(f"acks not applied: ack floor {floor}, expected {p.count}")
-    return {"msgs_per_s": p.count / elapsed}
+    return await drain_acking(js, p)
 
 
 async def failover(js: JetStreamContext, nodes: list[Node], p: Params) -> dict[str, float]:

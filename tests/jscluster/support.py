@@ -81,7 +81,7 @@ async def eventually(
         await asyncio.sleep(0.1)
 
 
-async def request(nc: Client, subject: str, body: bytes = b"", timeout: float = 2.0) -> Any:
+async def request(nc: Client, subject: str, body: bytes = b"", timeout: float = 5.0) -> Any:
     msg = await nc.request(subject, body, timeout=timeout)
     return json.loads(msg.data)
 

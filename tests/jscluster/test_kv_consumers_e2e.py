@@ -117,7 +117,7 @@ async def test_meta_leader_stepdown_as_the_system_account(kind: str, tmp_path: P
         info = await c.add_stream("B", ["b"], replicas=1)  # through the new meta leader
         assert info.config.name == "B"
         with pytest.raises(nats.errors.TimeoutError):  # not the system account: ignored
-            await request(c.nc, "$JS.API.META.LEADER.STEPDOWN")
+            await request(c.nc, "$JS.API.META.LEADER.STEPDOWN", timeout=1)
         await sys.close()
 
 

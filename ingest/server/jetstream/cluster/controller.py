@@ -32,6 +32,7 @@ from ingest.server.cluster.raft_transport import RaftRoutes
 from ingest.server.jetstream.cluster import info, meta
 from ingest.server.jetstream.cluster.groups import META_GROUP, group_dir, open_node
 from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
+from ingest.server.jetstream.cluster.placement import choose_peers
 from ingest.server.jetstream.cluster.system_requests import SystemRequests
 from log import stream_entries
 from log.config import from_request
@@ -131,6 +132,16 @@ class JetStreamCluster:
         if self.meta is None:
             return self.online_peers()
         return set(self.meta.status()["voters"])  # type: ignore[call-overload]
+
+    def remapped(self, sa: StreamAssignment, peer: str) -> tuple[str, ...] | None:
+        """The stream's peers with `peer` replaced by a spare server; None: no spare."""
+        spare = self.members() - set(sa.peers)
+        if not spare:
+            return None
+        load = self.state.load()
+        online = self.online_peers()
+        [new] = choose_peers(sa.name, 1, spare, load, online=online, cluster=self.name)
+        return tuple(new if p == peer else p for p in sa.peers)
 
     def _saved_voters(self) -> list[str] | None:
         path = group_dir(self.js_dir, META_GROUP) / PEERS_FILE

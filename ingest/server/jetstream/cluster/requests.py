@@ -190,14 +190,9 @@ class ClusterRequests:
         if peer not in sa.peers:
             raise errors.peer_not_member()
         cluster = self._cluster
-        spare = cluster.members() - set(sa.peers)
-        if not spare:
+        peers = cluster.remapped(sa, peer)
+        if peers is None:
             raise errors.peer_remap_failed()
-        [replacement] = choose_peers(
-            sa.name, 1, spare, cluster.state.load(), online=cluster.online_peers(),
-            cluster=cluster.name,
-        )  # fmt: skip
-        peers = tuple(replacement if p == peer else p for p in sa.peers)
         await cluster.propose_meta(meta.update_stream(self._account, sa.config, peers))
         return {"success": True}
 

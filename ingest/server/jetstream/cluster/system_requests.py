@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from consensus.types import ConfChange, ConfOp, RaftError
 from ingest.server.jetstream.api import TYPE, encode
 from ingest.server.jetstream.cluster import meta
-from ingest.server.jetstream.cluster.placement import choose_peers
 from log import errors
 from log.errors import ApiError
 
@@ -82,16 +81,11 @@ class SystemRequests:
             log.warning("JetStream: removing server %s failed: %s", peer, exc)
             return
         for sa in [sa for sa in cluster.state.streams.values() if peer in sa.peers]:
-            spare = cluster.members() - set(sa.peers)
-            if not spare:
+            peers = cluster.remapped(sa, peer)
+            if peers is None:
                 log.warning("JetStream: stream '%s > %s' keeps %s: no spare server",
                             sa.account, sa.name, peer)  # fmt: skip
                 continue
-            [new] = choose_peers(
-                sa.name, 1, spare, cluster.state.load(), online=cluster.online_peers(),
-                cluster=cluster.name,
-            )  # fmt: skip
-            peers = tuple(new if p == peer else p for p in sa.peers)
             await cluster.propose_meta(meta.update_stream(sa.account, sa.config, peers))
         self._answer(reply, kind, {"success": True})
 
