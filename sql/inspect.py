@@ -51,6 +51,7 @@ from log.segments import CorruptSegmentError, list_segments, read_table
 from log.segments.segment import SUFFIX, discover, read_batches
 
 META_FILE = "stream.json"  # written by the JetStream engine beside the segments
+REPLICA_FILE = "replica.json"  # a replicated stream's, written by the lake supervisor
 SEGMENT_COLUMNS = ["stream", "file", "first_seq", "last_seq", "rows", "bytes", "sealed"]
 _CELL_WIDTH = 80
 _DUCKDB_CONFIG = {
@@ -99,12 +100,16 @@ def find_stream_dirs(store_dir: str | os.PathLike[str]) -> dict[str, Path]:
 
 
 def _stream_name(folder: Path) -> str:
-    """The configured name: a folder name may be sanitised, the config is not."""
-    try:
-        name = json.loads((folder / META_FILE).read_bytes())["config"]["name"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return folder.name
-    return name if isinstance(name, str) and name else folder.name
+    """The configured name: a folder name may be sanitised, the config is not. A
+    replicated stream's config is in the lake's `replica.json` (it has no stream.json)."""
+    for file in (META_FILE, REPLICA_FILE):
+        try:
+            name = json.loads((folder / file).read_bytes())["config"]["name"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(name, str) and name:
+            return name
+    return folder.name
 
 
 def select_streams(streams: dict[str, Path], only: str | None, store: str) -> dict[str, Path]:
