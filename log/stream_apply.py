@@ -124,7 +124,8 @@ class Applier:
     # -- apply ----------------------------------------------------------------
 
     def apply(self, entries: list[Entry], committed: int) -> None:
-        """Apply committed entries: consecutive publishes are appended as one batch.
+        """Apply committed entries: consecutive publishes are appended as one batch, and
+        consecutive removes (interest retention proposes one per ack) are one store call.
 
         Limits are enforced at the end of each run of publishes; a run ends before any
         other entry and before a rollup, so the result is the same however the group
@@ -133,16 +134,28 @@ class Applier:
         """
         self.committed_seq(committed)  # settle what committed since: marks stay few
         start = 0
+        removes: list[int] = []  # consecutive Removes (one per ack): one store call
         for i, entry in enumerate(entries):
             if type(entry) is Publish:
+                if removes:
+                    self.store.remove_many(removes)
+                    removes = []
                 if i > start and (entry.rollup or self._limit_each):
                     self._apply_publishes(entries[start:i])  # type: ignore[arg-type]
                     start = i
                 continue
             if i > start:
                 self._apply_publishes(entries[start:i])  # type: ignore[arg-type]
-            self._apply_other(entry)
             start = i + 1
+            if isinstance(entry, Remove):
+                removes.extend(entry.seqs)
+                continue
+            if removes:
+                self.store.remove_many(removes)
+                removes = []
+            self._apply_other(entry)
+        if removes:
+            self.store.remove_many(removes)
         if start < len(entries):
             self._apply_publishes(entries[start:] if start else entries)  # type: ignore[arg-type]
         self._entries += len(entries)
@@ -190,9 +203,7 @@ class Applier:
                 self._on_sooner_expiry()
 
     def _apply_other(self, entry: Entry) -> None:
-        if isinstance(entry, Remove):
-            self.store.remove_many(entry.seqs)
-        elif isinstance(entry, Delete):
+        if isinstance(entry, Delete):
             self._found(entry.req, self.store.remove(entry.seq, explicit=True))
         elif isinstance(entry, Purge):
             self._found(entry.req, self._apply_purge(entry))

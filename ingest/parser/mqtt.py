@@ -192,7 +192,12 @@ _EMPTY = {PINGREQ: PingReq(), PINGRESP: PingResp(), DISCONNECT: Disconnect()}
 # -- variable-length integers -------------------------------------------------------
 
 
+_SHORT = tuple(bytes((value,)) for value in range(0x80))
+
+
 def encode_varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _SHORT[value]  # acks and small packets: one byte, no loop
     if not 0 <= value <= MAX_REMAINING_LENGTH:
         raise ValueError(f"remaining length {value} out of range")
     out = bytearray()
@@ -480,6 +485,11 @@ def encode_publish(
     return bytes((first,)) + encode_varint(len(head) + len(payload)) + head + payload
 
 
+def encode_ack(kind: int, packet_id: int) -> bytes:
+    """PUBACK, PUBREC, PUBREL or PUBCOMP without building the packet: one per QoS 1 message."""
+    return bytes(((kind << 4) | _FLAGS.get(kind, 0), 2)) + _U16.pack(packet_id)
+
+
 def _encode_connect(p: Connect) -> bytes:
     flags = (2 if p.clean else 0) | (0x80 if p.username is not None else 0)
     flags |= 0x40 if p.password is not None else 0
@@ -510,7 +520,7 @@ def encode(packet: Packet) -> bytes:
         )
     if isinstance(packet, PubAck | PubRec | PubRel | PubComp):
         code = {PubAck: PUBACK, PubRec: PUBREC, PubRel: PUBREL, PubComp: PUBCOMP}[type(packet)]
-        return bytes(((code << 4) | _FLAGS.get(code, 0), 2)) + _U16.pack(packet.packet_id)
+        return encode_ack(code, packet.packet_id)
     if isinstance(packet, ConnAck):
         return bytes((0x20, 2, int(packet.session_present), packet.code))
     if isinstance(packet, ConnectRefused):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.parser import mqtt
 from ingest.parser.mqtt_topics import TopicError, to_subject
 from ingest.server.auth import AuthError, Grant
-from ingest.server.mqtt.subscriptions import SubscriptionSet
+from ingest.server.mqtt.subscriptions import SubscriptionSet, subject_of
 
 if TYPE_CHECKING:
     from ingest.server.mqtt.listener import MQTTListener
@@ -34,11 +34,8 @@ HEADER_PREFIX = b"NATS/1.0\r\nNmqtt-Pub:"
 HEADER_SIZE = len(HEADER_PREFIX) + 5  # the QoS digit and two CRLFs
 
 
-def publish_header(qos: int) -> bytes:
-    return HEADER_PREFIX + b"%d\r\n\r\n" % qos
-
-
-QOS0_HEADER = publish_header(0)
+PUBLISH_HEADERS = tuple(HEADER_PREFIX + b"%d\r\n\r\n" % qos for qos in range(3))
+"""By QoS: the same few bytes on every publish, built once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +219,7 @@ class MQTTConnection(asyncio.Protocol):
 
     def _on_publish(self, packet: mqtt.Publish) -> None:
         try:
-            subject = to_subject(packet.topic)
+            subject = subject_of(packet.topic)
         except TopicError as exc:
             raise mqtt.ProtocolError(str(exc)) from None
         size = HEADER_SIZE + len(packet.payload)
@@ -233,11 +230,13 @@ class MQTTConnection(asyncio.Protocol):
         self.in_msgs += 1
         self.in_bytes += len(packet.payload)
         allowed = not self.grant.restricted or self.grant.can_publish(subject)
-        text = subject.decode()
-        if packet.qos or packet.retain:
+        if packet.qos == 1 and not packet.retain:  # the common cases go without a task
+            self._session().publish_at_least_once(packet, subject, allowed=allowed)
+        elif packet.qos or packet.retain:
+            text = subject.decode()
             self.listener.sessions.spawn(self._session().publish(packet, text, allowed=allowed))
-        elif allowed:  # the common case, without a task: QoS 0 goes straight to the router
-            hdr = QOS0_HEADER
+        elif allowed:  # QoS 0 goes straight to the router
+            hdr = PUBLISH_HEADERS[0]
             self.server.route(
                 None, subject, b"", hdr, packet.payload, len(hdr) + len(packet.payload)
             )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.parser import mqtt
 from ingest.parser.headers import encode_headers, header_value
 from ingest.parser.mqtt_topics import to_topic
-from ingest.server.mqtt.subscriptions import nats_subjects, published_qos
+from ingest.server.mqtt.subscriptions import nats_subjects, published_qos, topic_of
 
 if TYPE_CHECKING:
     from ingest.server.mqtt.connection import MQTTConnection
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 MSGS_STREAM = "$MQTT_msgs"
 MSGS_PREFIX = "$MQTT.msgs."
+MSGS_PREFIX_BYTES = MSGS_PREFIX.encode()
 SESS_PREFIX = "$MQTT.sess."
 QOS2_STREAM = "$MQTT_qos2in"
 QOS2_PREFIX = "$MQTT.qos2.in."
@@ -51,9 +52,9 @@ class Session:
         self.subs: dict[str, int] = {}  # NATS subject -> granted QoS (persisted)
         self.cons: dict[str, dict[str, Any]] = {}  # NATS subject -> consumer config
         self._delivery_subs: dict[str, object] = {}  # deliver subject -> token
-        self._pending: dict[int, str | None] = {}  # packet id -> JS ack subject
+        self._pending: dict[int, bytes | None] = {}  # packet id -> JS ack subject
         # A resend keeps its first packet id ([MQTT-4.3.2]): ids by (consumer, stream seq).
-        self._pid_of: dict[tuple[str, str], int] = {}
+        self._pid_of: dict[tuple[bytes, bytes], int] = {}
         self._pubrel: set[int] = set()  # PUBREL sent, PUBCOMP awaited
         self._qos2_in: dict[int, tuple[str, mqtt.Publish]] = {}  # until PUBREL
         self._next_pid = 0
@@ -129,7 +130,25 @@ class Session:
             return
         await self.manager.publish(subject, packet, allowed=allowed)
         if packet.qos == 1 and conn is not None:
-            conn.queue(mqtt.encode(mqtt.PubAck(packet.packet_id)))
+            conn.queue(mqtt.encode_ack(mqtt.PUBACK, packet.packet_id))
+
+    def publish_at_least_once(self, packet: mqtt.Publish, subject: bytes, *, allowed: bool) -> None:
+        """QoS 1 without retain, the common case: PUBACK once JetStream holds the message.
+
+        `publish` does the same as a task; here nothing is awaited, so nothing is
+        scheduled per message (JetStream answers in publish order: PUBACKs keep it).
+        """
+        conn = self.conn
+        puback = mqtt.encode_ack(mqtt.PUBACK, packet.packet_id)
+
+        def stored(_: bytes) -> None:
+            if conn is not None:
+                conn.queue(puback)
+
+        if allowed:
+            self.manager.store(subject, packet, stored)
+        else:
+            stored(b"")
 
     async def on_pubrel(self, pid: int) -> None:
         held = self._qos2_in.pop(pid, None)
@@ -246,21 +265,21 @@ class Session:
 
     def _listen(self, deliver_subject: str) -> None:
         if deliver_subject not in self._delivery_subs:
-            self._delivery_subs[deliver_subject] = self.manager.server.subscribe(
+            self._delivery_subs[deliver_subject] = self.manager.server.subscribe_raw(
                 deliver_subject, self._on_delivery
             )
 
     # ---- deliveries to the client ----------------------------------------------------------
 
-    def _on_delivery(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+    def _on_delivery(self, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> None:
         """A stored QoS ≥ 1 message from a consumer: PUBLISH it with a packet id."""
         conn = self.conn
-        if conn is None or not reply or not subject.startswith(MSGS_PREFIX):
+        if conn is None or not reply or not subject.startswith(MSGS_PREFIX_BYTES):
             return
-        tokens = reply.split(".")  # $JS.ACK.<stream>.<consumer>.<delivered>.…
-        sub_qos = self._granted(tokens[3] if len(tokens) > 3 else "")
+        tokens = reply.split(b".", 6)  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.…
+        sub_qos = self._granted(tokens[3].decode() if len(tokens) > 3 else "")
         qos = min(published_qos(hdr) or 1, sub_qos)
-        dup = len(tokens) > 4 and tokens[4] != "1"
+        dup = len(tokens) > 4 and tokens[4] != b"1"
         key = (tokens[3], tokens[5]) if len(tokens) > 5 else None
         pid = self._pid_of.get(key) if key else None
         if pid is not None and pid in self._pending:
@@ -269,7 +288,7 @@ class Session:
             pid = self._allocate(reply)
             if key:
                 self._pid_of[key] = pid
-        topic = to_topic(subject[len(MSGS_PREFIX) :].encode())
+        topic = topic_of(subject[len(MSGS_PREFIX_BYTES) :])
         conn.deliver(mqtt.encode_publish(topic, data, qos=qos, dup=dup, packet_id=pid), len(data))
 
     def _granted(self, durable: str) -> int:
@@ -288,7 +307,7 @@ class Session:
             mqtt.encode_publish(topic, payload, qos=qos, retain=True, packet_id=pid), len(payload)
         )
 
-    def _allocate(self, ack: str | None) -> int:
+    def _allocate(self, ack: bytes | None) -> int:
         for _ in range(65535):
             self._next_pid = self._next_pid % 65535 + 1
             if self._next_pid not in self._pending and self._next_pid not in self._pubrel:
@@ -300,7 +319,7 @@ class Session:
         ack = self._pending.pop(pid, None)
         if ack is not None:
             self.manager.jsa.publish(ack, b"+ACK")
-            tokens = ack.split(".")
+            tokens = ack.split(b".", 6)
             self._pid_of.pop((tokens[3], tokens[5]), None)
 
     async def on_pubrec(self, pid: int) -> None:

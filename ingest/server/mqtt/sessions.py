@@ -12,15 +12,16 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser import mqtt
 from ingest.server.mqtt import retained
-from ingest.server.mqtt.connection import publish_header
+from ingest.server.mqtt.connection import PUBLISH_HEADERS
 from ingest.server.mqtt.jsa import JetStreamError, JSAccess
 from ingest.server.mqtt.session import (
     MSGS_PREFIX,
+    MSGS_PREFIX_BYTES,
     QOS2_PREFIX,
     QOS2_STREAM,
     SESS_PREFIX,
@@ -53,6 +54,12 @@ STREAMS = (
     _stream(QOS2_STREAM, QOS2_PREFIX + ">", "limits", max_msgs_per_subject=1, discard="new"),
     _stream("$MQTT_out", "$MQTT.out.>", "interest"),
 )
+
+
+def _lost(exc: JetStreamError | None) -> None:
+    """A QoS 1 message JetStream did not confirm: no PUBACK, so the client sends it again."""
+    if exc is not None:
+        log.error("MQTT: %s", exc)
 
 
 class SessionManager:
@@ -141,20 +148,35 @@ class SessionManager:
 
     # ---- publishing -----------------------------------------------------------------------
 
+    def _route(self, subject: bytes, packet: mqtt.Publish) -> bytes:
+        """To NATS and MQTT subscribers; the header block, which is stored with it too."""
+        hdr = PUBLISH_HEADERS[packet.qos]
+        self.server.route(None, subject, b"", hdr, packet.payload, len(hdr) + len(packet.payload))
+        return hdr
+
+    def store(self, subject: bytes, packet: mqtt.Publish, stored: Callable[[bytes], None]) -> None:
+        """Route a QoS ≥ 1 message and keep it for consumers; `stored` gets JetStream's
+        answer once it holds the message (a failure is logged, `stored` not called).
+
+        Callbacks rather than a task: this is the path of every QoS 1 publish.
+        """
+        hdr = self._route(subject, packet)
+        self.jsa.send(MSGS_PREFIX_BYTES + subject, packet.payload, hdr, stored, _lost)
+
     async def publish(self, subject: str, packet: mqtt.Publish, *, allowed: bool) -> None:
-        """Route to NATS and MQTT subscribers, store QoS ≥ 1 for consumers, retain."""
+        """Route, store QoS ≥ 1 and retain, awaited (QoS 2 releases, Wills, retained)."""
         if not allowed:
             return
-        hdr = publish_header(packet.qos)
+        raw = subject.encode()
+        hdr = self._route(raw, packet)
         payload = packet.payload
-        self.server.route(None, subject.encode(), b"", hdr, payload, len(hdr) + len(payload))
-        waits = []
+        waits: list[Awaitable[Any]] = []
         if packet.qos:
-            waits.append(self.jsa.send(MSGS_PREFIX + subject, payload, hdr))
+            waits.append(self.jsa.answer(MSGS_PREFIX_BYTES + raw, payload, hdr))
         if packet.retain:
             waits.append(self.retained.put(subject, packet.topic, payload, packet.qos))
         if waits:
-            await asyncio.wait_for(asyncio.gather(*waits), self.config.js_api_timeout)
+            await asyncio.gather(*waits)
 
     def publish_will(self, will: mqtt.Will, subject: str, *, allowed: bool) -> None:
         packet = mqtt.Publish(will.topic, will.message, will.qos, will.retain)

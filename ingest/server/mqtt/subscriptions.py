@@ -9,6 +9,7 @@ instead, so here it is skipped (it would otherwise arrive twice).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ingest.parser import mqtt
@@ -17,6 +18,7 @@ from ingest.parser.mqtt_topics import (
     filter_subjects,
     is_valid_filter,
     skips_reserved,
+    to_subject,
     to_topic,
 )
 from ingest.parser.subjects import is_valid_subject
@@ -26,6 +28,33 @@ if TYPE_CHECKING:
 
 RESERVED_PREFIX = "$MQTT."
 _QOS_MARK = b"\r\nNmqtt-Pub:"
+MEMO_SIZE = 4096
+MEMO_LONGEST = 256
+
+
+def _memo(convert: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
+    """`convert`, remembered for short names: devices publish to a few topics over and over,
+    and converting costs more than a lookup. Long names are not kept, so memory stays small;
+    an error is not kept either (it is raised again)."""
+    memo: dict[bytes, bytes] = {}
+
+    def converted(name: bytes) -> bytes:
+        value = memo.get(name)
+        if value is None:
+            value = convert(name)
+            if len(name) <= MEMO_LONGEST:
+                if len(memo) >= MEMO_SIZE:
+                    memo.clear()
+                memo[name] = value
+        return value
+
+    return converted
+
+
+subject_of = _memo(to_subject)
+"""The NATS subject of a PUBLISH's topic (a `TopicError` when it has none)."""
+topic_of = _memo(to_topic)
+"""The MQTT topic of a NATS subject."""
 
 
 def published_qos(hdr: bytes | None) -> int:
@@ -64,7 +93,7 @@ class MQTTSubscription:
         if self.qos and published_qos(hdr):
             return  # the session's consumer delivers it, at the right QoS
         self.delivered += 1
-        self.conn.deliver(mqtt.encode_publish(to_topic(subject), payload), len(payload))
+        self.conn.deliver(mqtt.encode_publish(topic_of(subject), payload), len(payload))
 
 
 def nats_subjects(topic_filter: bytes) -> tuple[str, ...] | None:
