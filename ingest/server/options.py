@@ -245,3 +245,5 @@ def validate_options(opts: Options) -> None:
             raise ConfigError("jetstream cluster requires `server_name` to be set")
         if not opts.cluster.name:
             raise ConfigError("jetstream cluster requires `cluster.name` to be set")
+        if opts.mqtt is not None:  # its sessions and retained messages are per server yet
+            raise ConfigError("mqtt on a JetStream cluster is not supported by jetlake yet")

@@ -22,13 +22,30 @@ from tests.support.servers import ServerError, ServerProcess, start_server
 
 T = TypeVar("T")
 ELECTION_DEADLINE = 20.0  # the reference's election timeout is 4-9 s: leave it room
+PORT_ATTEMPTS = 3
 
 
 def start_js_cluster(
     kind: str, tmp_path: Path, size: int = 3, *, extra: tuple[str, ...] = (), config: str = ""
 ) -> list[ServerProcess]:
     """`size` servers S0.. with JetStream, each naming every route (a JetStream cluster
-    needs configured routes on both kinds)."""
+    needs configured routes on both kinds).
+
+    Route ports are picked before any server binds them; another process on the
+    machine may take one meanwhile, so a start that lost its port is tried again with
+    fresh ones (in a fresh folder), a bounded number of times."""
+    for attempt in range(PORT_ATTEMPTS - 1):
+        try:
+            return _start(kind, tmp_path / f"try{attempt}", size, extra, config)
+        except ServerError as exc:
+            if "address already in use" not in str(exc):
+                raise
+    return _start(kind, tmp_path / "last", size, extra, config)
+
+
+def _start(
+    kind: str, tmp_path: Path, size: int, extra: tuple[str, ...], config: str
+) -> list[ServerProcess]:
     ports = [free_port() for _ in range(size)]
     servers: list[ServerProcess] = []
     try:
