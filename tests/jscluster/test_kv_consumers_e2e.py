@@ -140,8 +140,17 @@ async def test_server_remove_as_the_system_account(kind: str, tmp_path: Path) ->
         assert empty["error"]["err_code"] == 10003
         next(s for s in c.servers if server_name(s) == victim).kill()
         body = b'{"peer": "%s"}' % victim.encode()
-        done = await request(sys, "$JS.API.SERVER.REMOVE", body, timeout=10)
-        assert done == {"type": kind_doc, "success": True}
+        tries = [0]
+
+        async def remove() -> dict[str, object]:
+            tries[0] += 1  # a timed-out try may still have removed it
+            return await request(sys, "$JS.API.SERVER.REMOVE", body)
+
+        done = await eventually(remove, f"{victim} removed")
+        if tries[0] == 1:
+            assert done == {"type": kind_doc, "success": True}
+        else:
+            assert done.get("success") or done["error"]["err_code"] == 10044  # type: ignore[index]
 
         async def shrunk() -> bool:
             doc = await request(sys, "$SYS.REQ.SERVER.PING.JSZ")
