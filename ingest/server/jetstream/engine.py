@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -20,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from consensus.durability import fsync_dir
+from consensus.wal_recovery import replace_durably
 from ingest.parser.headers import HeaderError, parse_headers
 from ingest.parser.subjects import subjects_overlap
 from ingest.server.jetstream import direct
@@ -270,17 +269,9 @@ class JetStream:
         return self._root / name
 
     def _persist(self, stream: Stream) -> None:
-        """Write stream.json atomically: temp file, fsync, rename, fsync the folder."""
-        if stream.config.storage != "file":
-            return
-        folder = self._root / stream.name
-        tmp = folder / (META_FILE + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(stream.snapshot_config())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, folder / META_FILE)
-        fsync_dir(folder)
+        """Write stream.json atomically: a crash leaves the old file or the new one."""
+        if stream.config.storage == "file":
+            replace_durably(self._root / stream.name / META_FILE, stream.snapshot_config())
 
     # -- subscriptions -------------------------------------------------------
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from consensus.commits import settle
 from consensus.driver import RaftNode
 from consensus.types import ConfChange, ConfOp, Entry, EntryKind, RaftError, Role
+from consensus.wal_recovery import replace_durably
 from ingest.server.cluster.raft_transport import RaftRoutes
 from ingest.server.jetstream.cluster import info, meta
 from ingest.server.jetstream.cluster.groups import META_GROUP, group_dir, open_node
@@ -83,7 +83,6 @@ class JetStreamCluster:
         self.meta_leader_since = 0
         self.hosted: dict[tuple[str, str], Hosted] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._formed = asyncio.Event()
 
     @property
     def me(self) -> str:
@@ -158,9 +157,7 @@ class JetStreamCluster:
         voters = sorted(peers)
         folder = group_dir(self.js_dir, META_GROUP)
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / (PEERS_FILE + ".tmp")
-        tmp.write_text(json.dumps(voters))
-        os.replace(tmp, folder / PEERS_FILE)
+        replace_durably(folder / PEERS_FILE, json.dumps(voters).encode())
         self._open_meta(voters)
 
     def _open_meta(self, voters: list[str]) -> None:
@@ -174,7 +171,6 @@ class JetStreamCluster:
         )
         self.meta.on_leader_change(self._meta_leader_changed)
         self.meta.start()
-        self._formed.set()
 
     def _meta_leader_changed(self, leader: str | None, term: int) -> None:
         if leader is None:
