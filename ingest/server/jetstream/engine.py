@@ -193,11 +193,13 @@ class JetStream:
         return stream
 
     async def delete_stream(self, name: str) -> None:
+        """The API's delete, and the meta group's (a stream deleted or moved off here)."""
         stream = self.stream(name)
         self.consumers.detach(stream, reason="Consumer Deleted")
         self._detach(name)
         del self.streams[name]
         await stream.delete()
+        _close_consumer_files(stream)
         shutil.rmtree(self._root / name, ignore_errors=True)
 
     def _check_overlap(self, cfg: StreamConfig) -> None:
@@ -224,21 +226,6 @@ class JetStream:
         """The stream's new leader caught up: its consumers run here from their files."""
         if self.streams.get(stream.name) is stream and stream.accepting:
             self.consumers.lead(stream)
-
-    async def drop(self, name: str, *, delete: bool) -> None:
-        """Close a replicated stream the meta group moved away or deleted."""
-        stream = self.streams.pop(name, None)
-        if stream is None:
-            return
-        self.consumers.detach(stream, reason="Consumer Deleted" if delete else "")
-        self._detach(name)
-        if delete:
-            await stream.delete()
-        else:
-            await stream.close()
-        _close_consumer_files(stream)
-        if delete:
-            shutil.rmtree(self._root / name, ignore_errors=True)
 
     def _open(
         self, cfg: StreamConfig, created_ns: int, group: GroupFactory | None = None

@@ -214,7 +214,7 @@ class JetStreamCluster:
         hosted = self.hosted.get(sa.key)
         here = self.me in sa.peers and change.kind != "removed"
         if hosted is not None and (change.kind == "added" or not here):
-            self._drop(hosted, delete=True)  # deleted, created anew, or moved off this server
+            self._drop(hosted)  # deleted, created anew, or moved off this server
             hosted = None
         if not here:
             return
@@ -325,22 +325,14 @@ class JetStreamCluster:
         if reply:
             engine.api.created(hosted.stream, reply)
 
-    def _drop(self, hosted: Hosted, *, delete: bool) -> None:
+    def _drop(self, hosted: Hosted) -> None:
+        """Delete this server's replica: its segments, consumer state and Raft log."""
         del self.hosted[hosted.assignment.key]
         engine = self._engines(hosted.assignment.account)
-        if engine is not None:
-            task = asyncio.get_running_loop().create_task(
-                engine.drop(hosted.stream.name, delete=delete)
-            )
-            task.add_done_callback(
-                lambda _: (
-                    shutil.rmtree(
-                        group_dir(self.js_dir, hosted.assignment.group), ignore_errors=True
-                    )
-                    if delete
-                    else None
-                )
-            )
+        if engine is not None and hosted.stream.name in engine.streams:
+            task = asyncio.get_running_loop().create_task(engine.delete_stream(hosted.stream.name))
+            raft_dir = group_dir(self.js_dir, hosted.assignment.group)
+            task.add_done_callback(lambda _: shutil.rmtree(raft_dir, ignore_errors=True))
 
     # -- what the API and monitoring read ---------------------------------------------
 
