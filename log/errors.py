@@ -84,8 +84,9 @@ def max_replicas() -> ApiError:
     return ApiError(500, 10052, "maximum replicas is 5")
 
 
-def no_suitable_peers() -> ApiError:
-    return ApiError(400, 10005, "no suitable peers for placement")
+def no_suitable_peers(tags: list[str] | None = None) -> ApiError:
+    unmatched = f", tags not matched {tags!r}" if tags else ""
+    return ApiError(400, 10005, f"no suitable peers for placement{unmatched}")
 
 
 def replicas_change_not_supported() -> ApiError:

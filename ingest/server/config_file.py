@@ -377,6 +377,15 @@ def _int32(section: _Section, key: str) -> int:
     return value
 
 
+def _server_tags(section: _Section, key: str) -> tuple[str, ...]:
+    """A list of strings, or one string (one tag, as the reference takes it); lower-cased."""
+    value = section.table[key]
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(t, str) for t in items):
+        raise section.error(key, f'expected strings for "{key}", got {_describe(value)}')
+    return tuple(t.lower() for t in items if t)
+
+
 def _server_name(section: _Section, key: str) -> str:
     name = section.string(key)
     if " " in name:
@@ -496,6 +505,7 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "http_port": lambda s, k, out: out.update(http_port=monitor_port(s.integer(k))),
     "monitor_port": lambda s, k, out: out.update(http_port=monitor_port(s.integer(k))),
     "server_name": _setter("server_name", _server_name),
+    "server_tags": _setter("server_tags", _server_tags),
     "max_payload": _setter("max_payload", _int32),
     "max_control_line": _setter("max_control_line", _int32),
     "max_pending": _setter("max_pending", _Section.integer),

@@ -356,6 +356,8 @@ class Monitor:
             "host": o.host,
             "port": s.port,
         }
+        if o.server_tags:
+            v["tags"] = list(o.server_tags)
         if s.auth.required:
             v["auth_required"] = True
         if s.tls_context is not None and o.tls is not None:

@@ -122,6 +122,7 @@ class Options:
     http_host: str | None = None  # None: same as host
     http_port: int | None = None  # None: monitoring off; 0: a free port
     server_name: str | None = None  # None: the server ID will name it
+    server_tags: tuple[str, ...] = ()  # lower-cased, as the reference matches them
     max_payload: int = 1024 * 1024
     max_connections: int = 64 * 1024  # negative: every client is refused
     max_control_line: int = 4096

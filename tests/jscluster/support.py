@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,25 +26,37 @@ PORT_ATTEMPTS = 3
 
 
 def start_js_cluster(
-    kind: str, tmp_path: Path, size: int = 3, *, extra: tuple[str, ...] = (), config: str = ""
+    kind: str,
+    tmp_path: Path,
+    size: int = 3,
+    *,
+    extra: tuple[str, ...] = (),
+    config: str = "",
+    own: Sequence[str] = (),
 ) -> list[ServerProcess]:
     """`size` servers S0.. with JetStream, each naming every route (a JetStream cluster
     needs configured routes on both kinds).
 
     Route ports are picked before any server binds them; another process on the
     machine may take one meanwhile, so a start that lost its port is tried again with
-    fresh ones (in a fresh folder), a bounded number of times."""
+    fresh ones (in a fresh folder), a bounded number of times. `own[i]` is more config
+    for server i alone."""
     for attempt in range(PORT_ATTEMPTS - 1):
         try:
-            return _start(kind, tmp_path / f"try{attempt}", size, extra, config)
+            return _start(kind, tmp_path / f"try{attempt}", size, extra, config, own)
         except ServerError as exc:
             if "address already in use" not in str(exc):
                 raise
-    return _start(kind, tmp_path / "last", size, extra, config)
+    return _start(kind, tmp_path / "last", size, extra, config, own)
 
 
 def _start(
-    kind: str, tmp_path: Path, size: int, extra: tuple[str, ...], config: str
+    kind: str,
+    tmp_path: Path,
+    size: int,
+    extra: tuple[str, ...],
+    config: str,
+    own: Sequence[str],
 ) -> list[ServerProcess]:
     ports = [free_port() for _ in range(size)]
     servers: list[ServerProcess] = []
@@ -53,7 +65,7 @@ def _start(
             args = cluster_args(f"S{i}", ports[i], ports)
             store = tmp_path / kind / f"S{i}"
             flags = [*args, "-js", "-sd", str(store), *extra]
-            text = ONE_ROUTE_PER_PEER + config
+            text = ONE_ROUTE_PER_PEER + config + (own[i] if i < len(own) else "")
             servers.append(
                 start_server(kind, *flags, config=text, tmp_path=tmp_path / kind, name=f"S{i}")
             )
@@ -154,11 +166,12 @@ async def js_cluster(
     *,
     size: int = 3,
     config: str = "",
+    own: Sequence[str] = (),
     timeout: float = 2.0,
     **login: str,
 ) -> AsyncIterator[Running]:
     """`size` servers and a client connected to all of them; all stopped afterwards."""
-    servers = start_js_cluster(kind, tmp_path, size, config=config)
+    servers = start_js_cluster(kind, tmp_path, size, config=config, own=own)
     try:
         nc = await connect(servers, **login)
         try:

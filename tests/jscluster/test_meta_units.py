@@ -78,6 +78,13 @@ def test_placement_prefers_the_least_loaded_and_refuses_what_cannot_be_placed() 
     with pytest.raises(ApiError) as over_max:
         choose_peers("S", 6, online, {}, cluster="C")
     assert over_max.value.err_code == 10052
+    tags = {"A": frozenset({"ssd", "az:1"}), "B": frozenset({"az:2"}), "C": frozenset({"ssd"})}
+    assert set(choose_peers("S", 2, online, {}, cluster="C", tags=tags, wanted_tags=["SSD"])) == {
+        "A",
+        "C",
+    }
+    with pytest.raises(ApiError, match=r"tags not matched \['az:2'\]"):
+        choose_peers("S", 2, online, {}, cluster="C", tags=tags, wanted_tags=["az:2"])
     with pytest.raises(ApiError) as elsewhere:
         choose_peers("S", 1, online, {}, cluster="C", wanted_cluster="OTHER")
     assert elsewhere.value.err_code == 10005

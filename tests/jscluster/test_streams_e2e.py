@@ -12,7 +12,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from nats.js.api import StreamConfig
+from nats.js.api import Placement, StreamConfig
 from nats.js.errors import APIError
 
 from tests.jscluster.support import (
@@ -182,3 +182,32 @@ async def test_peer_remove_without_a_spare_server_fails(kind: str, tmp_path: Pat
             "err_code": 10075,
             "description": "peer remap failed",
         }
+
+
+async def test_placement_by_server_tags(kind: str, tmp_path: Path) -> None:
+    own = [
+        'server_tags: ["az:1", "ssd"]\n',
+        'server_tags: ["az:2"]\n',
+        'server_tags: ["AZ:3", "ssd"]\n',
+    ]
+    async with js_cluster(kind, tmp_path, own=own, timeout=5) as c:
+        assert http_json(c.servers[0], "/varz")["tags"] == ["az:1", "ssd"]
+        await c.add_stream("X", ["x"], replicas=1)  # the meta group is up
+
+        async def placed(name: str, replicas: int, tags: list[str]) -> list[str]:
+            config = StreamConfig(
+                name=name, subjects=[name], num_replicas=replicas, placement=Placement(tags=tags)
+            )
+            info = await c.js.add_stream(config)
+            assert info.cluster is not None and info.cluster.leader
+            return sorted([info.cluster.leader, *(r.name for r in info.cluster.replicas or [])])
+
+        assert await placed("A", 2, ["ssd"]) == ["S0", "S2"]
+        assert await placed("B", 1, ["az:2"]) == ["S1"]
+        assert await placed("D", 1, ["az:3"]) == ["S2"]  # tags compare lower-cased
+        with pytest.raises(APIError) as unmatched:
+            await placed("C", 2, ["az:2"])
+        assert (unmatched.value.err_code, unmatched.value.description) == (
+            10005,
+            "no suitable peers for placement, tags not matched ['az:2']",
+        )

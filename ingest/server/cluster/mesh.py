@@ -104,6 +104,8 @@ class Cluster:
             info["cluster_dynamic"] = True
         if server.opts.jetstream.enabled:
             info["jetstream"] = True  # peers count this server into their meta group
+        if server.opts.server_tags:
+            info["tags"] = list(server.opts.server_tags)  # for JetStream placement
         if self.config.username is not None:
             info["auth_required"] = True
         if not self.config.no_advertise:

@@ -32,7 +32,7 @@ from ingest.server.cluster.raft_transport import RaftRoutes
 from ingest.server.jetstream.cluster import info, meta
 from ingest.server.jetstream.cluster.groups import META_GROUP, group_dir, open_node
 from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
-from ingest.server.jetstream.cluster.placement import choose_peers
+from ingest.server.jetstream.cluster.placement import choose_peers, placement_of
 from ingest.server.jetstream.cluster.system_requests import SystemRequests
 from log import stream_entries
 from log.config import from_request
@@ -83,6 +83,7 @@ class JetStreamCluster:
         self.meta_leader_since = 0
         self.hosted: dict[tuple[str, str], Hosted] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._tags: dict[str, frozenset[str]] = {}
 
     @property
     def me(self) -> str:
@@ -99,6 +100,7 @@ class JetStreamCluster:
         log.info("Starting JetStream cluster")
         self.routes.start()
         SystemRequests(self).start()
+        self.server.cluster_listeners.append(self._learn_tags)
         voters = self._saved_voters()
         if voters is None:
             log.info("JetStream cluster bootstrapping")
@@ -126,6 +128,21 @@ class JetStreamCluster:
             }
         return peers
 
+    def tags(self) -> dict[str, frozenset[str]]:
+        """Each server's `server_tags`, as its routes announced them."""
+        self._learn_tags()
+        return self._tags
+
+    def _learn_tags(self) -> None:
+        """Kept once seen (routes come and go), so a server that is down, or whose route
+        is being replaced, still places by its tags."""
+        self._tags[self.me] = frozenset(self.server.opts.server_tags)
+        cluster = self.server.cluster
+        if cluster is not None:
+            for route in cluster.routes.values():
+                if route.remote_name:
+                    self._tags[route.remote_name] = frozenset(route.remote_info.get("tags") or ())
+
     def members(self) -> set[str]:
         """The meta group's voters: every JetStream server of the cluster."""
         if self.meta is None:
@@ -139,7 +156,11 @@ class JetStreamCluster:
             return None
         load = self.state.load()
         online = self.online_peers()
-        [new] = choose_peers(sa.name, 1, spare, load, online=online, cluster=self.name)
+        wanted = placement_of(sa.config).get("tags") or ()
+        [new] = choose_peers(
+            sa.name, 1, spare, load, online=online, cluster=self.name,
+            tags=self.tags(), wanted_tags=wanted,
+        )  # fmt: skip
         return tuple(new if p == peer else p for p in sa.peers)
 
     def _saved_voters(self) -> list[str] | None:

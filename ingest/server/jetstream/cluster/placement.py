@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from log import errors
 
@@ -29,6 +30,8 @@ def choose_peers(
     online: Iterable[str] = (),
     cluster: str,
     wanted_cluster: str = "",
+    tags: Mapping[str, frozenset[str]] | None = None,
+    wanted_tags: Iterable[str] = (),
 ) -> tuple[str, ...]:
     """`replicas` distinct servers of the cluster: those up now first, then fewest
     streams; ties broken by a hash of the stream's name, so equal servers share new
@@ -37,9 +40,11 @@ def choose_peers(
     check_replicas(replicas)
     if wanted_cluster and wanted_cluster != cluster:
         raise errors.no_suitable_peers()
+    wanted = frozenset(t.lower() for t in wanted_tags)
+    eligible = {p for p in known if wanted <= (tags or {}).get(p, frozenset())}
     up = set(online)
     candidates = sorted(
-        set(known),
+        eligible,
         key=lambda peer: (
             peer not in up,
             load.get(peer, 0),
@@ -47,7 +52,7 @@ def choose_peers(
         ),
     )
     if replicas > len(candidates):
-        raise errors.no_suitable_peers()
+        raise errors.no_suitable_peers(sorted(wanted))
     return tuple(candidates[: max(replicas, 1)])
 
 
@@ -57,3 +62,9 @@ def group_name(stream: str, replicas: int, storage: str, nonce: bytes) -> str:
     digest = hashlib.sha256(stream.encode() + nonce).digest()
     tag = base64.b32encode(digest).decode()[:8]
     return f"S-R{replicas}{'M' if storage == 'memory' else 'F'}-{tag}"
+
+
+def placement_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """A stream request's (or assignment's) `placement { cluster, tags }`, or {}."""
+    placement = doc.get("placement")
+    return placement if isinstance(placement, dict) else {}

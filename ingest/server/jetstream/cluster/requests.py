@@ -27,7 +27,12 @@ from ingest.server.jetstream.api import (
 )
 from ingest.server.jetstream.cluster import meta
 from ingest.server.jetstream.cluster.meta import StreamAssignment
-from ingest.server.jetstream.cluster.placement import check_replicas, choose_peers, group_name
+from ingest.server.jetstream.cluster.placement import (
+    check_replicas,
+    choose_peers,
+    group_name,
+    placement_of,
+)
 from log import config as streamconfig
 from log import errors
 from log.timefmt import now_ns, rfc3339
@@ -115,6 +120,7 @@ class ClusterRequests:
             return None  # the stream's leader answers the same request with its info
         self._check_overlap(cfg.subjects, cfg.name)
         cluster = self._cluster
+        placement = placement_of(raw)
         peers = choose_peers(
             cfg.name,
             replicas,
@@ -122,11 +128,13 @@ class ClusterRequests:
             cluster.state.load(),
             online=cluster.online_peers(),
             cluster=cluster.name,
-            wanted_cluster=_placement_cluster(raw),
+            wanted_cluster=str(placement.get("cluster") or ""),
+            tags=cluster.tags(),
+            wanted_tags=[str(t) for t in placement.get("tags") or ()],
         )
         sa = StreamAssignment(
             account=self._account,
-            config=cfg.to_json(),
+            config=_placed(cfg.to_json(), placement),
             peers=peers,
             group=group_name(cfg.name, replicas, cfg.storage, secrets.token_bytes(8)),
             created=rfc3339(now_ns()),
@@ -148,14 +156,13 @@ class ClusterRequests:
         if max(new.num_replicas, 1) != len(sa.peers):
             raise errors.replicas_change_not_supported()
         self._check_overlap(new.subjects, new.name)
-        return self._after_commit(new, sa.peers)
+        return self._after_commit(new, sa)
 
-    async def _after_commit(
-        self, new: streamconfig.StreamConfig, peers: tuple[str, ...]
-    ) -> Response:
+    async def _after_commit(self, new: streamconfig.StreamConfig, sa: StreamAssignment) -> Response:
         """The update's answer: the stream's info from its leader once the leader has
         applied the update (it hears of the commit a moment after this server does)."""
-        await self._cluster.propose_meta(meta.update_stream(self._account, new.to_json(), peers))
+        config = _placed(new.to_json(), placement_of(sa.config))
+        await self._cluster.propose_meta(meta.update_stream(self._account, config, sa.peers))
         wanted = _without_metadata(new.to_json())
         deadline = asyncio.get_running_loop().time() + ASK_TIMEOUT
         while True:
@@ -263,9 +270,10 @@ class ClusterRequests:
         return await self._js.api.ask(subject, data, ASK_TIMEOUT)
 
 
-def _placement_cluster(raw: dict[str, Any]) -> str:
-    placement = raw.get("placement")
-    return str(placement.get("cluster") or "") if isinstance(placement, dict) else ""
+def _placed(config: dict[str, Any], placement: dict[str, Any]) -> dict[str, Any]:
+    """The assignment keeps the request's placement (the stream config drops it): a
+    later remap must honour the same tags."""
+    return {**config, "placement": placement} if placement else config
 
 
 def _ignored(tokens: list[str], data: bytes) -> None:
