@@ -76,6 +76,7 @@ class Config:
     pre_vote: bool = True
     check_quorum: bool = True
     max_append_entries: int = 256  # entries per APPEND message
+    max_append_bytes: int = 256 * 1024  # and their data's bytes (past one entry)
     max_inflight: int = 64  # unacknowledged APPENDs per follower
     seed: int = 0  # seeds the core's own random.Random (deterministic runs)
 

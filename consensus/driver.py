@@ -23,10 +23,12 @@ back until it is safe again, when the loop tells the store (`release_hold`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
+import inspect
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
 from consensus.commits import OnCommit, notify
@@ -52,6 +54,9 @@ log = logging.getLogger("jetlake.raft")
 TICK_SECONDS = 0.1  # with Config's 10 election ticks: a dead leader is replaced in 1-2 s
 
 Apply = Callable[[list[Entry]], None]
+# An application whose state lives partly elsewhere (a stream's messages, fetched from a
+# peer) restores asynchronously: the node does nothing else until it has.
+Restore = Callable[[bytes], Awaitable[None] | None]
 LeaderListener = Callable[[NodeId | None, int], None]
 
 
@@ -101,7 +106,7 @@ class RaftNode:
     entries too, so an application can track indexes); `snapshot` returns the
     application's state as bytes and `restore` replaces it, both needed once
     `snapshot_entries` is set (a snapshot every that many applied entries,
-    after which the log before it is dropped) or a leader sends one.
+    after which the log before the previous one is dropped) or a leader sends one.
     Give each node its own `config.seed`: nodes sharing one draw the same
     election timeouts and keep splitting the vote.
     """
@@ -116,7 +121,7 @@ class RaftNode:
         *,
         apply: Apply,
         snapshot: Callable[[], bytes] | None = None,
-        restore: Callable[[bytes], None] | None = None,
+        restore: Restore | None = None,
         sync_interval_ns: int | None = DEFAULT_SYNC_INTERVAL_NS,
         tick_seconds: float = TICK_SECONDS,
         snapshot_entries: int = 0,
@@ -135,12 +140,14 @@ class RaftNode:
         self._applied = meta.index if meta else 0
         self._applied_term = meta.term if meta else 0
         self._snapshot_index = self._applied
+        self._restoring: Snapshot | None = None  # the first thing the loop does
+        self._in_restore = False  # an application's restore is under way
         if meta is not None:
-            held = store.load_snapshot()
+            held = self._restoring = store.load_snapshot()
             if held is None or held.meta != meta:
                 raise RaftError(f"raft node {config.id}: its log lost the snapshot at {meta}")
-            self._restore_app(held)
             self._core.compact(held)  # so the core has the bytes to send to a laggard
+        self._trailing: Snapshot | None = None  # the latest own snapshot, not yet compacted to
         self._inbox: list[Message] = []
         self._ticks = 0
         self._proposals: list[bytes] = []
@@ -181,7 +188,10 @@ class RaftNode:
             self._timer.cancel()
         self._wake.set()
         if self._task is not None:
-            await self._task
+            if self._in_restore:  # it may wait on peers for long: what it did is redone
+                self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
         self._fail_all(self._error or NodeClosedError(f"raft node {self.id} closed"))
         await self._transport.close()
         await asyncio.to_thread(self._store.close)  # it syncs first
@@ -292,6 +302,9 @@ class RaftNode:
     async def _run(self) -> None:
         core = self._core
         try:
+            if self._restoring is not None:
+                await self._restore_app(self._restoring)
+                self._restoring = None
             while not self._closed:
                 await self._wake.wait()
                 self._wake.clear()
@@ -398,7 +411,8 @@ class RaftNode:
         for msg in ready.messages:
             send(msg)
         if ready.snapshot is not None:
-            self._restore_app(ready.snapshot)
+            await self._restore_app(ready.snapshot)
+            self._trailing = None  # older than what the leader sent
         if ready.committed:
             self._apply(ready.committed)
             last = ready.committed[-1]
@@ -413,10 +427,16 @@ class RaftNode:
             if not future.done():
                 future.set_result(self._applied)
 
-    def _restore_app(self, snapshot: Snapshot) -> None:
+    async def _restore_app(self, snapshot: Snapshot) -> None:
         if self._restore is None:
             raise RaftError(f"{self} got a snapshot but has no restore callback")
-        self._restore(snapshot.data)
+        pending = self._restore(snapshot.data)
+        if inspect.isawaitable(pending):
+            self._in_restore = True
+            try:
+                await pending
+            finally:
+                self._in_restore = False
         self._applied = self._snapshot_index = snapshot.meta.index
         self._applied_term = snapshot.meta.term
 
@@ -442,7 +462,9 @@ class RaftNode:
         notify(done, None)
 
     async def _maybe_snapshot(self) -> None:
-        """Every `snapshot_entries` applied: snapshot the app, then drop the log before it.
+        """Every `snapshot_entries` applied: snapshot the app, then drop the log before the
+        previous snapshot (as the store drops its files). A follower a little behind, as
+        one of three always is under load, still gets entries, not a whole snapshot.
 
         Only when everything committed is applied, so the membership the core
         reports is the membership as of the snapshot's index.
@@ -457,7 +479,9 @@ class RaftNode:
         meta = SnapshotMeta(self._applied, self._applied_term, self._core.conf)
         snapshot = Snapshot(meta, self._snapshot())
         await asyncio.to_thread(self._store.save_snapshot, snapshot)
-        self._core.compact(snapshot)
+        if self._trailing is not None:
+            self._core.compact(self._trailing)
+        self._trailing = snapshot
         self._snapshot_index = self._applied
 
     def _notice_leader(self) -> None:

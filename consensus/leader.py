@@ -219,7 +219,7 @@ class LeaderRole:
         if prev_term is None:
             return
         end = min(self._commit, pr.match + self._cfg.max_append_entries)
-        entries = tuple(self._log.slice(pr.match + 1, end + 1))
+        entries = tuple(self._log.slice_capped(pr.match + 1, end + 1, self._cfg.max_append_bytes))
         self._msgs.append(
             Message(
                 T.APPEND,
@@ -249,7 +249,10 @@ class LeaderRole:
         prev_term = self._log.term_at(prev)
         if prev_term is None:
             return self._send_snapshot(peer, pr)
-        entries = self._log.slice(pr.next, pr.next + self._cfg.max_append_entries)
+        cfg = self._cfg
+        entries = self._log.slice_capped(
+            pr.next, pr.next + cfg.max_append_entries, cfg.max_append_bytes
+        )
         if not entries and not allow_empty:
             return False
         self._msgs.append(

@@ -63,6 +63,17 @@ class RaftLog:
         stop = max(hi - self.snap_index - 1, 0)
         return self._entries[start:stop]
 
+    def slice_capped(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
+        """`slice`, cut after the entry that reaches max_bytes of data (one at least): an
+        APPEND has to fit the transport's largest message."""
+        entries = self.slice(lo, hi)
+        size = 0
+        for k, entry in enumerate(entries):
+            size += len(entry.data)
+            if size >= max_bytes:
+                return entries[: k + 1]
+        return entries
+
     def append(self, entries: Sequence[Entry]) -> None:
         """The leader's own append: entries follow the last index by construction."""
         self._entries.extend(entries)

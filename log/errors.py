@@ -89,6 +89,10 @@ def no_suitable_peers(tags: list[str] | None = None) -> ApiError:
     return ApiError(400, 10005, f"no suitable peers for placement{unmatched}")
 
 
+def insufficient_storage() -> ApiError:
+    return ApiError(400, 10005, "no suitable peers for placement, insufficient storage")
+
+
 def replicas_change_not_supported() -> ApiError:
     return ApiError(500, 10069, "stream update failed: changing replicas is not supported yet")
 

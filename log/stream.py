@@ -207,6 +207,11 @@ class Stream:
         self._proposed_ids.clear()
         self._expiring = False
 
+    def restored(self) -> None:
+        """A snapshot replaced the store's content (a follower caught up from a peer)."""
+        self._applier.reload()
+        self._reset_proposed()
+
     def _require_accepting(self) -> None:
         if not self._accepting:
             raise StreamNotLeaderError(self.name)

@@ -58,18 +58,23 @@ class Applier:
         self.consumer_ops: ConsumerOps | None = None
         self.outcomes: dict[int, Any] = {}
         self.set_config(config)
-        last = store.state().last_seq
-        self.stored_last = last  # the store's last seq: only appends move it
-        self.last_msg_id = ""
-        self._applied_seq = last
         self._entries = 0  # entries applied, counted as the group counts `committed`
         self._marks: deque[tuple[int, int]] = deque()  # (entries applied, applied seq)
-        self._committed_seq = last
-        self.dedup = DedupWindow(config.duplicate_window)
+        self.reload()
+
+    def reload(self) -> None:
+        """Take everything but the entry count from the store: at open, and after a
+        snapshot moved the store to another point of the log."""
+        last = self.store.state().last_seq
+        self.stored_last = last  # the store's last seq: only appends move it
+        self.last_msg_id = ""
+        self._applied_seq = self._committed_seq = last
+        self._marks.clear()
+        self.dedup = DedupWindow(self.config.duplicate_window)
         self.ttls: list[tuple[int, int]] = []  # heap of (expires_ns, seq)
         self._never: list[int] = []  # seqs with `Nats-TTL: never`, ascending: max_age spares them
         self._recover_window(last)
-        if config.allow_msg_ttl:
+        if self.config.allow_msg_ttl:
             self._recover_ttls()
 
     def set_config(self, config: StreamConfig) -> None:

@@ -38,7 +38,14 @@ from log.consumers.ops import (
     encode_meta,
     encode_records,
 )
-from log.consumers.store import ConsumerStore, consumers_dir, load_state, read_meta
+from log.consumers.store import (
+    ConsumerStore,
+    Saved,
+    consumers_dir,
+    load_all,
+    load_state,
+    read_meta,
+)
 
 
 class Proposer(Protocol):
@@ -131,6 +138,26 @@ class ConsumerFiles:
                 store.save_meta(op.config, op.created)
         elif isinstance(op, Delete):
             self._delete(name)
+
+    def saved(self) -> list[Saved]:
+        """Every consumer as its files hold it now: for a snapshot of the stream."""
+        return load_all(self._root.parent)
+
+    def restore(self, saved: Sequence[Saved]) -> None:
+        """Make the files a snapshot's: the consumers it lacks deleted, the rest rewritten
+        whole (ops after the snapshot's index are applied again over them)."""
+        keep = {s.name for s in saved}
+        if self._root.is_dir():
+            for folder in self._root.iterdir():
+                if folder.name not in keep:
+                    self._delete(folder.name)
+        for s in saved:
+            store = self._stores.get(s.name)
+            if store is None:
+                store = self._stores[s.name] = self._store(self._root / s.name)
+            if s.state is not None:
+                store.save_state(s.state)
+            store.save_meta(s.config, s.created)
 
     def close(self) -> None:
         """Close the logs (they are fsynced first); later ops reopen them."""

@@ -94,6 +94,7 @@ def msg_size(
 
 class MsgStore(Protocol):
     overhead: Overhead  # the reference store's byte counting this store follows
+    lake_mark: int | None  # rows above it are kept for the lake; None: no lake holds them
 
     def append(self, msgs: Sequence[NewMsg]) -> int:
         """Write msgs as one batch with consecutive sequences; return the first one.
@@ -116,6 +117,18 @@ class MsgStore(Protocol):
 
     def load_many(self, seqs: Sequence[int]) -> list[StoredMsg]:
         """The live messages among ascending seqs, in order (deleted ones left out)."""
+
+    def retained(self, start_seq: int, upto: int, max_bytes: int) -> tuple[list[StoredMsg], int]:
+        """Rows still kept in start_seq..upto, retired ones too, and the seq they cover to."""
+
+    def explicit_size(self) -> int:
+        """Bytes of the log of what clients erased (see `remove`'s `explicit`)."""
+
+    def explicit_log(self, start: int, end: int) -> bytes:
+        """That log's bytes start..end (the same on every replica)."""
+
+    def extend_explicit(self, data: bytes) -> None:
+        """Append another replica's log bytes beyond this one's."""
 
     def load_next(self, start_seq: int, subject_filter: str = ">") -> StoredMsg | None:
         """The first live message with seq >= start_seq whose subject matches the filter."""
@@ -175,6 +188,10 @@ class MsgStore(Protocol):
     def compact(self, first_seq: int) -> int:
         """Start the log at first_seq: delete what is below it and, past the end, number the
         next message first_seq (a stream's `first_seq`); return how many went."""
+
+    def skip(self, next_seq: int) -> None:
+        """Number the next message next_seq; the seqs passed over count as deleted (a
+        mirror keeps its origin's numbering, gaps included)."""
 
     def state(self, *, with_deleted: bool = False) -> StoreState:
         """Counts and bounds of the live messages; `deleted` is listed only when asked."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from itertools import chain
@@ -87,6 +87,7 @@ class BatchStore(ABC):
     """`MsgStore` over batches; subclasses say where the batches are kept."""
 
     overhead: Overhead = FILE_OVERHEAD  # how the reference's matching store counts bytes
+    lake_mark: int | None = None  # rows above it are kept for the lake (`hold_for_lake`)
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -256,6 +257,18 @@ class BatchStore(ABC):
         self._persist_deletes(array("Q"))
         return removed
 
+    def skip(self, next_seq: int) -> None:
+        """Only the new last seq is persisted: at open, seqs missing below a stored message
+        are gaps (deleted) anyway, and a skip is always followed by that message."""
+        if next_seq <= self._last + 1:
+            return
+        if not self._msgs:
+            self.compact(next_seq)
+            return
+        self._deleted.add_sorted(range(self._last + 1, next_seq))
+        self._last = next_seq - 1
+        self._persist_deletes(array("Q"))
+
     def expire_before(self, ts: int) -> int:
         """Stops at the first message not older than ts, as the reference does."""
         bound = self._first
@@ -325,6 +338,28 @@ class BatchStore(ABC):
                 out += rows_between(part, seq_view(part), 0, len(part))
             i = j
         return out
+
+    def retained(self, start_seq: int, upto: int, max_bytes: int) -> tuple[list[StoredMsg], int]:
+        """The rows still kept from start_seq to upto, retired ones too (the lake may yet
+        want them), up to about max_bytes, and the seq they account for up to: a replica
+        catching up copies them, so it can serve the lake as this store does."""
+        out: list[StoredMsg] = []
+        size, end = 0, min(upto, self._last)
+        i = max(bisect_right(self._firsts, start_seq) - 1, 0)
+        for ref in self._refs[i:]:
+            if ref.first > end:
+                break
+            if ref.last < start_seq:
+                continue
+            batch = self._fetch(ref)
+            view = seq_view(batch)
+            lo, hi = bisect_left(view, start_seq), bisect_right(view, end)
+            for msg in rows_between(batch, view, lo, hi):
+                out.append(msg)
+                size += len(msg.data) + len(msg.hdr or b"") + len(msg.subject)
+                if size >= max_bytes:
+                    return out, msg.seq
+        return out, end
 
     def load_next(self, start_seq: int, subject_filter: str = ">") -> StoredMsg | None:
         start = max(start_seq, self._first)

@@ -186,7 +186,7 @@ class FileStore(BatchStore):
         # rarely written and an fsync of a clean file still costs a journal check.
         self._tomb_dirty = False
         self._explicit_dirty = False
-        self._lake_mark: int | None = None  # rows above it are not in the lake yet
+        self.lake_mark: int | None = None  # rows above it are not in the lake yet
         self._held: dict[int, Segment] = {}  # reclaim deferred for the lake, by base
         self._segments: list[Segment] = []
         self._to_compress: list[Segment] = []  # sealed, awaiting their compressed rewrite
@@ -277,11 +277,29 @@ class FileStore(BatchStore):
             self._explicit.append(erasures)
             self._explicit_dirty = True
 
+    def explicit_size(self) -> int:
+        path = self.dir / EXPLICIT
+        return path.stat().st_size if path.exists() else 0
+
+    def explicit_log(self, start: int, end: int) -> bytes:
+        path = self.dir / EXPLICIT
+        if end <= start or not path.exists():
+            return b""
+        with open(path, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
+
+    def extend_explicit(self, data: bytes) -> None:
+        if data:
+            with self._lock:
+                self._explicit.append_raw(data)
+                self._explicit_dirty = True
+
     def _reclaim(self, refs: list[BatchRef]) -> None:
         active = self._segments[-1]
         segs = {id(r.seg): r.seg for r in refs if isinstance(r, SegRef) and r.seg is not active}
         for seg in segs.values():
-            if self._lake_mark is not None and seg.refs[-1].last > self._lake_mark:
+            if self.lake_mark is not None and seg.refs[-1].last > self.lake_mark:
                 self._held[seg.base] = seg
                 continue
             live = sum(r.live for r in seg.refs)
@@ -298,7 +316,7 @@ class FileStore(BatchStore):
 
     def hold_for_lake(self, seq: int | None) -> None:
         """Keep rows with seqs above `seq` on disk (None: no lake, reclaim freely)."""
-        self._lake_mark = seq
+        self.lake_mark = seq
         held = [s for s in self._held.values() if seq is None or s.refs[-1].last <= seq]
         for seg in held:
             del self._held[seg.base]
@@ -326,7 +344,7 @@ class FileStore(BatchStore):
         no lake (mark None) every sealed segment is fair game. A run never spans
         a corrupt file, which stays for an operator to restore.
         """
-        seen = (self._lake_mark, len(self._segments), self._segments[-1].base)
+        seen = (self.lake_mark, len(self._segments), self._segments[-1].base)
         if seen == self._merge_seen:
             return 0  # nothing sealed, merged or handed to the lake since the last look
         for stretch in self._merge_stretches():
@@ -353,7 +371,7 @@ class FileStore(BatchStore):
 
     def _merge_stretches(self) -> list[list[Segment]]:
         """Maximal lists of adjacent sealed segments the lake has, oldest first."""
-        mark, half = self._lake_mark, self.config.merge_target_bytes // 2
+        mark, half = self.lake_mark, self.config.merge_target_bytes // 2
         stretches: list[list[Segment]] = [[]]
         prev: Segment | None = None
         for seg in self._segments[:-1]:
@@ -462,7 +480,7 @@ class FileStore(BatchStore):
         while self._to_compress:
             seg = self._to_compress.pop()
             whole = all(ref.live == ref.rows for ref in seg.refs)
-            lake_has_it = self._lake_mark is None or seg.refs[-1].last <= self._lake_mark
+            lake_has_it = self.lake_mark is None or seg.refs[-1].last <= self.lake_mark
             if seg in self._segments and (whole or lake_has_it):
                 self._rewrite([seg])
 

@@ -50,6 +50,15 @@ class MemoryStore(BatchStore):
     def _persist_explicit(self, erasures: list[Erasure]) -> None:
         """Memory streams never reach the lake."""
 
+    def explicit_size(self) -> int:
+        return 0
+
+    def explicit_log(self, start: int, end: int) -> bytes:
+        return b""
+
+    def extend_explicit(self, data: bytes) -> None:
+        """Memory streams never reach the lake: there is no log to extend."""
+
     def _reclaim(self, refs: list[BatchRef]) -> None:
         for ref in refs:
             assert isinstance(ref, _MemRef)

@@ -186,13 +186,17 @@ class ExplicitDeletes:
         self._fd: int | None = None
 
     def append(self, erasures: list[Erasure]) -> None:
+        self.append_raw(_explicit_records(erasures))
+
+    def append_raw(self, records: bytes) -> None:
+        """Whole records, as `append` writes them (another replica's, copied)."""
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             _logged, good = replay_explicit(self.path)
             if os.fstat(self._fd).st_size > good:
                 log.warning("%s: torn record at byte %d; cut the tail there", self.path, good)
                 os.ftruncate(self._fd, good)
-        os.write(self._fd, _explicit_records(erasures))
+        os.write(self._fd, records)
 
     def fileno(self) -> int | None:
         return self._fd

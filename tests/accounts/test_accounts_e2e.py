@@ -174,3 +174,20 @@ async def test_system_requests_are_answered_in_the_system_account_only(
     a = await connect(url(server, "a"))
     with pytest.raises(NoRespondersError):
         await a.request("$SYS.REQ.SERVER.PING", b"", timeout=5)
+
+
+async def test_servers_send_statsz_events_with_their_jetstream(
+    make_server: MakeServer, connect: Connect, tmp_path: Path
+) -> None:
+    """Unasked, soon after start and then every few seconds: what watchers of
+    `$SYS.SERVER.*.STATSZ` read, and what the meta leader places streams by."""
+    config = ACCOUNTS + "jetstream { max_file_store: 64MB }\n"
+    server = make_server("-n", "ONE", "-js", "-sd", str(tmp_path / "js"), config=config)
+    sys_nc = await connect(url(server, "sys"))
+    sub = await sys_nc.subscribe("$SYS.SERVER.*.STATSZ")
+    event = json.loads((await sub.next_msg(timeout=15)).data)
+    server_id = sys_nc._server_info["server_id"]
+    assert (event["server"]["id"], event["server"]["name"]) == (server_id, "ONE")
+    js = event["statsz"]["jetstream"]
+    assert js["config"]["max_storage"] == 64 * 1024 * 1024
+    assert js["stats"]["storage"] == 0

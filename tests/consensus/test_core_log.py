@@ -308,3 +308,24 @@ def test_figure8_script_catches_a_broken_commit_rule(monkeypatch) -> None:  # ty
     net = Net("abcde", pre_vote=False, check_quorum=False, max_append_entries=1)
     _figure8(net)
     assert net.nodes["a"].commit == 2 and net.items("a") == [b"X"]  # unsafe: (d) erases it
+
+
+def test_an_append_is_capped_in_bytes_but_always_carries_an_entry() -> None:
+    """A transport has a largest message: a follower far behind gets the entries in
+    APPENDs of about `max_append_bytes`, and an entry larger than that alone."""
+    net = Net("abc", max_append_bytes=100)
+    net.elect("a")
+    net.isolate("c")
+    payloads = [bytes([65 + i]) * 60 for i in range(8)] + [b"z" * 250]
+    for data in payloads:
+        net.propose("a", data)
+    net.stabilize()
+    net.heal()
+    net.tick("a")
+    net.stabilize()
+    to_c = [m for m in net.sent if m.type == T.APPEND and m.dst == "c" and m.entries]
+    for msg in to_c:
+        sizes = [len(e.data) for e in msg.entries]
+        assert sum(sizes[:-1]) < 100, sizes  # cut once the bytes reach the cap
+    assert max(len(m.entries) for m in to_c) == 2
+    assert net.items("c") == payloads

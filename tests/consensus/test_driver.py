@@ -216,11 +216,20 @@ async def test_a_member_is_replaced_one_change_at_a_time(cluster: Cluster) -> No
     newcomer = await cluster.join("n4")
     await change(leader, ConfChange(ConfOp.ADD_LEARNER, "n4"))
     await until(lambda: len(cluster.journals["n4"].items) == 50, "the learner caught up")
+    await until(
+        lambda: learner_match(leader, "n4") >= int(leader.status()["commit"]),  # type: ignore[call-overload]
+        "the leader knowing it",
+    )
     await change(leader, ConfChange(ConfOp.PROMOTE, "n4"))
     assert leader.status()["voters"] == sorted({*cluster.ids, "n4"} - {gone})
     await propose_all(cluster, leader.id, payloads("after", 20))
     await until(lambda: len(cluster.journals["n4"].items) == 70, "the new voter applied all")
     assert newcomer.status()["voters"] == leader.status()["voters"]
+
+
+def learner_match(leader: RaftNode, node: str) -> int:
+    peers = leader.status().get("peers") or {}
+    return int(peers.get(node, {}).get("match", 0))  # type: ignore[union-attr]
 
 
 async def change(node: RaftNode, change: ConfChange) -> None:

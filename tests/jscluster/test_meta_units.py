@@ -90,6 +90,24 @@ def test_placement_prefers_the_least_loaded_and_refuses_what_cannot_be_placed() 
     assert elsewhere.value.err_code == 10005
 
 
+def test_placement_needs_room_for_max_bytes_and_prefers_room_among_equals() -> None:
+    servers = {"A", "B", "C"}
+    room = {"A": 10, "B": 100, "C": 30}
+    assert choose_peers("S", 1, servers, {}, cluster="C", available=room, need=50) == ("B",)
+    assert set(choose_peers("S", 2, servers, {}, cluster="C", available=room, need=20)) == {
+        "B",
+        "C",
+    }
+    assert choose_peers("S", 1, servers, {"B": 1}, cluster="C", available=room) == ("C",)
+    assert choose_peers("S", 1, servers, {}, cluster="C", available=room) == ("B",)
+    for replicas, need in ((1, 200), (3, 20)):
+        with pytest.raises(ApiError, match="insufficient storage") as full:
+            choose_peers("S", replicas, servers, {}, cluster="C", available=room, need=need)
+        assert full.value.err_code == 10005
+    unknown = choose_peers("S", 1, {"A", "D"}, {}, cluster="C", available=room, need=50)
+    assert unknown == ("D",)  # a server that never said its size is not ruled out
+
+
 def test_group_names_say_replicas_and_storage_and_never_repeat() -> None:
     a, b = group_name("S", 3, "file", b"1"), group_name("S", 3, "file", b"2")
     assert a.startswith("S-R3F-") and b.startswith("S-R3F-") and a != b

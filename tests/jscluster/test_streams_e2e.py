@@ -211,3 +211,48 @@ async def test_placement_by_server_tags(kind: str, tmp_path: Path) -> None:
             10005,
             "no suitable peers for placement, tags not matched ['az:2']",
         )
+
+
+async def test_placement_by_free_storage(kind: str, tmp_path: Path) -> None:
+    """A stream's `max_bytes` must fit what a server has free (its `max_file_store` less
+    what it stores, as its STATSZ events say)."""
+    sizes = ("10MB", "100MB", "30MB")
+    own = [f"jetstream {{ max_file_store: {size} }}\n" for size in sizes]
+    mb = 1024 * 1024
+    async with js_cluster(kind, tmp_path, own=own, timeout=5) as c:
+        await c.add_stream("X", ["x"], replicas=1)  # the meta group is up
+
+        async def placed(name: str, replicas: int, max_bytes: int) -> list[str]:
+            config = StreamConfig(
+                name=name, subjects=[name], num_replicas=replicas, max_bytes=max_bytes
+            )
+            info = await c.js.add_stream(config)
+            assert info.cluster is not None and info.cluster.leader
+            return sorted([info.cluster.leader, *(r.name for r in info.cluster.replicas or [])])
+
+        assert await placed("A", 1, 50 * mb) == ["S1"]  # only S1 has 50 MB
+        assert await placed("B", 2, 20 * mb) == ["S1", "S2"]  # S0 has 10 MB
+        for name, replicas, size in (("C", 1, 200 * mb), ("D", 3, 20 * mb)):
+            with pytest.raises(APIError) as full:
+                await placed(name, replicas, size)
+            assert (full.value.code, full.value.err_code, full.value.description) == (
+                400,
+                10005,
+                "no suitable peers for placement, insufficient storage",
+            )
+
+
+async def test_large_messages_replicate(kind: str, tmp_path: Path) -> None:
+    """A Raft APPEND of many 8 KB messages, or of one near `max_payload`, still crosses
+    the routes (capped in bytes, and routes take more than a client's payload)."""
+    async with js_cluster(kind, tmp_path, timeout=10) as c:
+        await c.add_stream("BIG", ["big"])
+        futures = [await c.js.publish_async("big", b"m" * 8000) for _ in range(300)]
+        futures += [await c.js.publish_async("big", b"L" * 1_000_000) for _ in range(3)]
+        acks = await asyncio.wait_for(asyncio.gather(*futures), 60)
+        assert [a.seq for a in acks] == list(range(1, 304))
+        for server in c.servers:
+            await eventually(
+                lambda s=server: asyncio.sleep(0, stream_messages(s, "BIG") == 303),
+                f"{server_name(server)} holding 303 messages",
+            )

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake")
 
 AUTH_VIOLATION = "Authorization Violation"
+# Routes carry more than clients' messages: Raft appends and snapshots of whole streams.
+# The reference puts no limit on a route's messages; this one only bounds a runaway peer.
+ROUTE_MAX_PAYLOAD = 64 * 1024 * 1024
 
 
 class Route(asyncio.Protocol):
@@ -34,7 +37,9 @@ class Route(asyncio.Protocol):
         self.solicited = dialled is not None
         self.dialled = dialled
         self.configured = configured
-        self.codec = proto.RouteCodec(max_payload=cluster.server.opts.max_payload)
+        self.codec = proto.RouteCodec(
+            max_payload=max(cluster.server.opts.max_payload, ROUTE_MAX_PAYLOAD)
+        )
         self.transport: asyncio.Transport | None = None
         self.host, self.port = "", 0
         self.local_port = 0

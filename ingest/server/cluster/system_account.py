@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake")
 
 PING = "$SYS.REQ.SERVER.PING"
+STATSZ_EVENT = "$SYS.SERVER.{id}.STATSZ"
+# As the reference: the first event soon after start, then ever less often, up to 10 s.
+STATSZ_FIRST, STATSZ_EVERY = 0.25, 10.0
 _BY_ID = "$SYS.REQ.SERVER.{id}.{kind}"
 # Request kind -> (key of the answer's document, monitoring path or None for statsz).
 _KINDS: dict[str, tuple[str, str | None]] = {
@@ -76,6 +79,20 @@ class SystemAccount:
         for subject, kind in subjects.items():
             sub = server.subscribe(subject, self._handler(kind), account=account)
             server.announce(sub)
+        task = asyncio.get_running_loop().create_task(self._statsz_events())
+        self._tasks.add(task)
+
+    async def _statsz_events(self) -> None:
+        """What `nats server` watchers and the JetStream meta leader (placement by free
+        storage) read of each server, unasked."""
+        server, delay = self._server, STATSZ_FIRST
+        subject = STATSZ_EVENT.format(id=server.server_id)
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, STATSZ_EVERY)
+            body = {"server": self._system.envelope(), "statsz": self.statsz()}
+            data = json.dumps(body, separators=(",", ":")).encode()
+            server.publish(subject, None, None, data, account=server.accounts.system_account)
 
     def _handler(self, kind: str) -> Callable[[str, str | None, bytes | None, bytes], None]:
         def on_request(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:

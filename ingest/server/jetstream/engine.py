@@ -23,6 +23,7 @@ from consensus.wal_recovery import replace_durably
 from ingest.parser.headers import HeaderError, parse_headers
 from ingest.parser.subjects import subjects_overlap
 from ingest.server.jetstream import direct
+from ingest.server.jetstream.cluster.placement import capacity
 from ingest.server.jetstream.port import Messaging
 from ingest.server.jetstream.sources import Sources
 from log import errors
@@ -420,8 +421,8 @@ class JetStream:
             "server_id": self.server_id,
             "now": rfc3339(now_ns()),
             "config": {
-                "max_memory": self.config.max_memory_store,
-                "max_storage": self.config.max_file_store,
+                "max_memory": capacity(self.config.max_memory_store, None),
+                "max_storage": capacity(self.config.max_file_store, self.store_dir),
                 "store_dir": str(self.store_dir.parent),
                 **_sync_fields(self.config.sync_interval_ns),
             },

@@ -14,8 +14,10 @@ of them form the group with the same members.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -30,13 +32,16 @@ from consensus.types import ConfChange, ConfOp, Entry, EntryKind, RaftError, Rol
 from consensus.wal_recovery import replace_durably
 from ingest.server.cluster.raft_transport import RaftRoutes
 from ingest.server.jetstream.cluster import info, meta
+from ingest.server.jetstream.cluster.catchup import CatchUp
 from ingest.server.jetstream.cluster.groups import META_GROUP, group_dir, open_node
 from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
-from ingest.server.jetstream.cluster.placement import choose_peers, placement_of
+from ingest.server.jetstream.cluster.placement import STORAGE_KEYS, choose_peers, placement_of
 from ingest.server.jetstream.cluster.system_requests import SystemRequests
 from log import stream_entries
 from log.config import from_request
 from log.raft_group import RaftGroup
+from log.segments.api import MsgStore
+from log.stream_snapshot import Snapshots
 from log.timefmt import parse_rfc3339
 
 if TYPE_CHECKING:
@@ -47,7 +52,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake.jetstream")
 
 PEERS_FILE = "peers.json"
+STATSZ_EVENTS = "$SYS.SERVER.*.STATSZ"
 RECONCILE_POLL = 0.1  # seconds between looks at a learner catching up
+# A stream's Raft log is snapshotted every so many entries (and kept from the snapshot
+# before): a restart replays at most twice that, a far-behind replica copies rows instead.
+SNAPSHOT_ENTRIES = int(os.environ.get("JETLAKE_RAFT_SNAPSHOT_ENTRIES", "16384"))
 
 
 @dataclass
@@ -78,12 +87,14 @@ class JetStreamCluster:
         self._sync = sync_interval_ns
         self.expected_size = max(expected_size, 1)
         self.routes = RaftRoutes(server)
+        self.catchup = CatchUp(server, self._store_of)
         self.state = MetaState()
         self.meta: RaftNode | None = None
         self.meta_leader_since = 0
         self.hosted: dict[tuple[str, str], Hosted] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._tags: dict[str, frozenset[str]] = {}
+        self._heard: dict[str, dict[str, Any]] = {}  # server -> its route INFO, last seen
+        self._stats: dict[str, dict[str, Any]] = {}  # server -> its STATSZ `jetstream` block
 
     @property
     def me(self) -> str:
@@ -99,8 +110,12 @@ class JetStreamCluster:
     async def start(self) -> None:
         log.info("Starting JetStream cluster")
         self.routes.start()
+        self.catchup.start()
+        system = self.server.accounts.system_account
+        events = self.server.subscribe(STATSZ_EVENTS, self._on_statsz, account=system)
+        self.server.announce(events)
         SystemRequests(self).start()
-        self.server.cluster_listeners.append(self._learn_tags)
+        self.server.cluster_listeners.append(self._learn)
         voters = self._saved_voters()
         if voters is None:
             log.info("JetStream cluster bootstrapping")
@@ -113,6 +128,7 @@ class JetStreamCluster:
     async def stop(self) -> None:
         """Stop taking meta decisions; the engines close the streams (and their groups)."""
         self.hosted = {}
+        self.catchup.stop()
         if self.meta is not None:
             await self.meta.close()
 
@@ -130,18 +146,36 @@ class JetStreamCluster:
 
     def tags(self) -> dict[str, frozenset[str]]:
         """Each server's `server_tags`, as its routes announced them."""
-        self._learn_tags()
-        return self._tags
+        self._learn()
+        return {name: frozenset(info.get("tags") or ()) for name, info in self._heard.items()}
 
-    def _learn_tags(self) -> None:
-        """Kept once seen (routes come and go), so a server that is down, or whose route
-        is being replaced, still places by its tags."""
-        self._tags[self.me] = frozenset(self.server.opts.server_tags)
+    def available(self, storage: str) -> dict[str, int]:
+        """Each server's free storage of that kind, as its latest STATSZ event said."""
+        size, used = STORAGE_KEYS[storage]
+        free: dict[str, int] = {}
+        for name, js in self._stats.items():
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                free[name] = int(js["config"][size]) - int(js["stats"][used])
+        return free
+
+    def _on_statsz(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        try:
+            doc = json.loads(data)
+            name, js = doc["server"]["name"], doc["statsz"].get("jetstream")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return  # not a server's event: nothing to learn
+        if isinstance(name, str) and isinstance(js, dict):
+            self._stats[name] = js
+
+    def _learn(self) -> None:
+        """What each server's route announced, kept once seen (routes come and go), so a
+        server that is down, or whose route is being replaced, still places by it."""
+        self._heard[self.me] = self.server.cluster.info() if self.server.cluster else {}
         cluster = self.server.cluster
         if cluster is not None:
             for route in cluster.routes.values():
                 if route.remote_name:
-                    self._tags[route.remote_name] = frozenset(route.remote_info.get("tags") or ())
+                    self._heard[route.remote_name] = route.remote_info
 
     def members(self) -> set[str]:
         """The meta group's voters: every JetStream server of the cluster."""
@@ -160,6 +194,8 @@ class JetStreamCluster:
         [new] = choose_peers(
             sa.name, 1, spare, load, online=online, cluster=self.name,
             tags=self.tags(), wanted_tags=wanted,
+            available=self.available(sa.config.get("storage", "file")),
+            need=int(sa.config.get("max_bytes") or 0),
         )  # fmt: skip
         return tuple(new if p == peer else p for p in sa.peers)
 
@@ -290,10 +326,26 @@ class JetStreamCluster:
         node.change_membership(change, partial(settle, future, 0))
         return future
 
+    def _store_of(self, group: str) -> MsgStore | None:
+        """The store of the stream whose Raft group this is, if this server hosts it."""
+        found = (h for h in self.hosted.values() if h.assignment.group == group)
+        hosted = next(found, None)
+        return hosted.stream.store if hosted is not None else None
+
     def _host(self, engine: JetStream, sa: StreamAssignment) -> None:
         cfg = from_request(sa.config)
         fresh = not engine.stream_folder(cfg.name).exists()
         holder: list[RaftGroup[Any]] = []
+
+        def peers() -> list[str]:
+            status = holder[0].node.status()
+            return [*status["voters"], *status["learners"]]  # type: ignore[misc]
+
+        snapshots = Snapshots(
+            self.catchup.fetcher(
+                sa.group, f"'{sa.account} > {sa.name}'", peers, lambda: holder[0].node.leader
+            )
+        )
 
         def group(apply: Callable[[list[Any]], None], _sync: Callable[[], None]) -> RaftGroup[Any]:
             raft = RaftGroup(
@@ -305,6 +357,9 @@ class JetStreamCluster:
                     sa.bootstrap,
                     app,
                     sync_interval_ns=self._sync,
+                    snapshot=snapshots.take,
+                    restore=snapshots.restore,
+                    snapshot_entries=SNAPSHOT_ENTRIES,
                 ),
                 encode=stream_entries.encode,
                 decode=stream_entries.decode,
@@ -314,6 +369,7 @@ class JetStreamCluster:
             return raft
 
         stream = engine.adopt(cfg, parse_rfc3339(sa.created), group)
+        snapshots.bind(stream)
         hosted = Hosted(sa, stream, holder[0], reply=sa.reply if fresh else "")
         self.hosted[sa.key] = hosted
         hosted.group.node.on_leader_change(

@@ -8,11 +8,11 @@ the state machine, the log is how members agree on it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from consensus.core import Config
-from consensus.driver import Apply, RaftNode
+from consensus.driver import Apply, RaftNode, Restore
 from consensus.log_store import LogStore
 from ingest.server.cluster.raft_transport import RaftRoutes
 
@@ -32,6 +32,9 @@ def open_node(
     apply: Apply,
     *,
     sync_interval_ns: int | None,
+    snapshot: Callable[[], bytes] | None = None,
+    restore: Restore | None = None,
+    snapshot_entries: int = 0,
 ) -> RaftNode:
     """A node over the routes with its log recovered from disk; not started yet."""
     folder = group_dir(js_dir, group)
@@ -48,4 +51,7 @@ def open_node(
         routes.transport(group),
         apply=apply,
         sync_interval_ns=sync_interval_ns,
+        snapshot=snapshot,
+        restore=restore,
+        snapshot_entries=snapshot_entries,
     )

@@ -131,6 +131,8 @@ class ClusterRequests:
             wanted_cluster=str(placement.get("cluster") or ""),
             tags=cluster.tags(),
             wanted_tags=[str(t) for t in placement.get("tags") or ()],
+            available=cluster.available(cfg.storage),
+            need=cfg.max_bytes,
         )
         sa = StreamAssignment(
             account=self._account,
