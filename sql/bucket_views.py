@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from log.compactor.layout import LakeError, streams
+from log.compactor.rows import LAKE_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -38,12 +39,12 @@ REMOVED_OPS = ("DEL", "PURGE")
 OBJECT_META = "name STRING, size BIGINT, chunks BIGINT, digest STRING, deleted BOOLEAN, nuid STRING"
 
 
-def _latest(stream_view: DataFrame, prefix: str) -> DataFrame:
+def _latest(stream_view: DataFrame, prefix: str, extra: tuple[str, ...] = ()) -> DataFrame:
     """The newest row of each subject under `prefix` (`max_by` needs no sort or window)."""
     from pyspark.sql import functions as F
 
     rows = stream_view.where(F.col("subject").startswith(prefix))
-    newest = F.max_by(F.struct("seq", "ts", "headers", "data"), "seq")
+    newest = F.max_by(F.struct("seq", "ts", "headers", "data", *extra), "seq")
     return rows.groupBy("subject").agg(newest.alias("m")).select("subject", "m.*")
 
 
@@ -55,17 +56,21 @@ def _header(name: str) -> Column:
 
 
 def kv_frame(stream_view: DataFrame, bucket: str) -> DataFrame:
-    """Live keys of a bucket: key, value, revision (its seq) and created (its timestamp)."""
+    """Live keys of a bucket: key, value, revision (its seq) and created (its timestamp), then
+    the value's typed columns when the bucket's stream declares a format (`jetlake.lake.format`:
+    the stream view has them, typed as the stream's table is)."""
     from pyspark.sql import functions as F
 
     prefix = f"$KV.{bucket}."
-    latest = _latest(stream_view, prefix)
+    typed = tuple(c for c in stream_view.columns if c not in LAKE_SCHEMA.names)
+    latest = _latest(stream_view, prefix, typed)
     removed = _header(KV_OPERATION).isin(*REMOVED_OPS) | _header(MARKER_REASON).isNotNull()
     return latest.where(~F.coalesce(removed, F.lit(False))).select(
         F.expr(f"substring(subject, {len(prefix) + 1})").alias("key"),
         F.col("data").alias("value"),
         F.col("seq").alias("revision"),
         F.col("ts").alias("created"),
+        *typed,
     )
 
 

@@ -3,10 +3,12 @@
     jetlake inspect --store DIR                       list segments
     jetlake inspect --store DIR "SELECT subject, count(*) FROM orders GROUP BY 1"
     jetlake inspect --store DIR --stream ORDERS --format json "SELECT * FROM orders"
+    jetlake inspect --store DIR --lake LAKE "SELECT count(*) FROM orders"
 
 It only reads (through `log.segments.list_segments` / `read_table`, which take
-no lock and repair nothing), so it is safe beside a running server; the active
-segment is seen up to its last whole, verified batch.
+no lock and repair nothing, and `deltalake`), so it is safe beside a running
+server and its compactor; the active segment is seen up to its last whole,
+verified batch.
 
 Decisions:
 - Streams are found by their segment files, anywhere below `--store`, not by
@@ -20,15 +22,27 @@ Decisions:
   name that is not a plain identifier is quoted (`"ORDERS-1"`). For the same
   reason two streams differing only in case cannot both be views: a query
   naming one of them is refused with a hint to use `--stream`.
-- Only the streams a query names are read (DuckDB tells which); if it cannot
-  tell, all are. Deleted messages are left out; columns are the segment
-  schema `seq, ts, subject, hdr, data`.
+- A view is the stream's whole history, as `jetlake sql`'s is: its Delta
+  table up to the last seq L of one table version, then the live segments
+  after L, cut by `sql.union` (the code Spark's views use), so both commands
+  answer a question over the same rows, with the same columns (the lake's:
+  `stream, seq, ts, subject, headers, data, date`; a typed stream's views
+  are typed as Spark's are, see `sql.duck_views`). The table is read as
+  `deltalake`'s Arrow dataset, which DuckDB scans with projection and filter
+  pushdown: no JVM and no DuckDB extension. The lake dir is `--lake`, else
+  `<store>/lake` of the store the stream folder is in (`jetstream/$G/streams/
+  <name>`), if there is one; without a lake dir, or for a stream with
+  `jetlake.lake: off` or no readable config, the view is the live segments
+  alone, with deleted messages left out.
+- Only the streams a query names are read (DuckDB tells which; a typed
+  stream's fan-out and rejects views name it too); if it cannot tell, all are.
 - DuckDB runs with file access and extension loading off: a query can neither
   write into the store nor fetch anything.
 - A corrupt sealed segment is named on stderr and skipped; the rest is
   answered and the exit code is 1, so a script sees the answer is partial.
 - Binary values: text when valid UTF-8, else `0x` + hex, in table and csv
-  (readable); base64 in json (exact). Table cells escape control characters
+  (readable); base64 in json (exact). Maps (`headers`), structs and lists
+  are JSON objects and arrays. Table cells escape control characters
   and are cut at 80 characters; csv and json are never cut or limited.
 """
 
@@ -46,12 +60,14 @@ from typing import Any, TextIO
 
 import duckdb
 import pyarrow as pa
+from deltalake.exceptions import DeltaError
 
+from log.compactor.layout import META_FILE, REPLICA_FILE, LakeError
 from log.segments import CorruptSegmentError, list_segments, read_table
 from log.segments.segment import SUFFIX, discover, read_batches
+from sql.duck_views import View, register, stream_views, view_names
 
-META_FILE = "stream.json"  # written by the JetStream engine beside the segments
-REPLICA_FILE = "replica.json"  # a replicated stream's, written by the lake supervisor
+DELTA_LOG = "_delta_log"
 SEGMENT_COLUMNS = ["stream", "file", "first_seq", "last_seq", "rows", "bytes", "sealed"]
 _CELL_WIDTH = 80
 _DUCKDB_CONFIG = {
@@ -90,6 +106,8 @@ def find_stream_dirs(store_dir: str | os.PathLike[str]) -> dict[str, Path]:
         if any(f.endswith(SUFFIX) for f in filenames) and discover(folder, clean=False):
             found.append((_stream_name(folder), folder))
             dirnames.clear()  # a stream folder holds no other stream
+        elif DELTA_LOG in dirnames:
+            dirnames.clear()  # a Delta table (the lake): thousands of files, no segment
     names = [name for name, _ in found]
     out: dict[str, Path] = {}
     for name, folder in found:
@@ -136,31 +154,54 @@ def segments(streams: dict[str, Path], store: str) -> Result:
     return Result(list(SEGMENT_COLUMNS), rows)
 
 
-def load_stream(name: str, folder: Path, warn: Callable[[str], None]) -> pa.Table:
+def load_stream(
+    name: str,
+    folder: Path,
+    warn: Callable[[str], None],
+    *,
+    include_deleted: bool = False,
+    after_seq: int = 0,
+) -> pa.Table:
     """The live messages of one stream; corrupt sealed segments are reported, then skipped.
 
     The fast path reads once; only when a segment is corrupt is every sealed
-    one verified again, so that each bad file is named, not just the first.
+    one (that the read takes) verified again, so that each bad file is named,
+    not just the first.
     """
+    kw = {"include_deleted": include_deleted, "after_seq": after_seq}
     try:
         try:
-            return read_table(folder)
+            return read_table(folder, **kw)
         except CorruptSegmentError:
             pass
         for seg in list_segments(folder):
-            if seg.sealed:
+            if seg.sealed and seg.last_seq > after_seq:
                 _entries, _batches, good, problem = read_batches(
                     seg.path, seg.path.with_suffix(".idx")
                 )
                 if problem:
                     where = f"{seg.path}: {problem} at byte {good}"
                     warn(f"stream {name}: corrupt segment {where}; skipped")
-        return read_table(folder, skip_corrupt=True)
+        return read_table(folder, skip_corrupt=True, **kw)
     except OSError as err:  # e.g. no permission, or the stream deleted while we read
         raise InspectError(f"stream {name}: cannot read {folder}: {err}") from err
 
 
-def query(sql: str, streams: dict[str, Path], warn: Callable[[str], None]) -> pa.Table | None:
+def _views(
+    name: str, folder: Path, lake: Path | None, warn: Callable[[str], None]
+) -> dict[str, View]:
+    def read(path: Path, **kw: Any) -> pa.Table:
+        return load_stream(name, path, warn, **kw)
+
+    try:
+        return stream_views(name, folder, lake, read)
+    except (OSError, LakeError, DeltaError) as err:
+        raise InspectError(f"stream {name}: cannot read its lake tables: {err}") from err
+
+
+def query(
+    sql: str, streams: dict[str, Path], warn: Callable[[str], None], lake: Path | None = None
+) -> pa.Table | None:
     """Run `sql` over one view per stream; None for a statement that returns nothing."""
     try:
         wanted = {t.casefold() for t in duckdb.get_table_names(sql)}
@@ -170,16 +211,21 @@ def query(sql: str, streams: dict[str, Path], warn: Callable[[str], None]) -> pa
     for name in streams:
         by_fold.setdefault(name.casefold(), []).append(name)
     con = duckdb.connect(config=_DUCKDB_CONFIG)
+    index = 0
     try:
-        for fold, names in sorted(by_fold.items()):
-            if wanted is not None and fold not in wanted:
+        for _fold, names in sorted(by_fold.items()):
+            if wanted is not None and not any(
+                v.casefold() in wanted for n in names for v in view_names(n, streams[n])
+            ):
                 continue
             if len(names) > 1:
                 raise InspectError(
                     f"streams {', '.join(sorted(names))} differ only in case, which DuckDB "
                     "does not tell apart; choose one with --stream"
                 )
-            con.register(names[0], load_stream(names[0], streams[names[0]], warn))
+            for view_name, view in _views(names[0], streams[names[0]], lake, warn).items():
+                register(con, index, view_name, view)
+                index += 1
         try:
             rel = con.sql(sql)
             return None if rel is None else rel.to_arrow_table()
@@ -197,7 +243,7 @@ def to_result(table: pa.Table) -> Result:
         if pa.types.is_timestamp(col.type):
             col = col.cast(pa.string())
         try:
-            columns.append(col.to_pylist())
+            columns.append(col.to_pylist(maps_as_pydicts="lossy"))
         except (ValueError, pa.ArrowException):  # e.g. ns timestamps nested in a struct
             columns.append(col.cast(pa.string()).to_pylist())
     return Result(table.column_names, [list(row) for row in zip(*columns, strict=True)])
@@ -217,6 +263,8 @@ def _text(value: Any, *, null: str) -> str:
             return "0x" + raw.hex()
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict | list):  # headers, or any nested value: as JSON, not Python
+        return json.dumps(value, default=_json_default, ensure_ascii=False)
     return str(value)
 
 
@@ -307,6 +355,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("sql", nargs="?", help="SQL over one view per stream; none lists segments")
     p.add_argument("--store", required=True, help="store dir (the server's -sd), or any dir below")
     p.add_argument("--stream", help="only this stream")
+    p.add_argument(
+        "--lake",
+        type=Path,
+        help="lake dir (default: <store>/lake if there is one; none: live segments only)",
+    )
     add_output_args(p)
     return p
 
@@ -327,7 +380,9 @@ def main(argv: list[str]) -> int:
         if args.sql is None:
             result: Result | None = segments(streams, args.store)
         else:
-            table = query(args.sql, streams, warn)
+            if args.lake is not None and not args.lake.is_dir():
+                raise InspectError(f"lake dir {args.lake} does not exist or is not a directory")
+            table = query(args.sql, streams, warn, args.lake)
             result = None if table is None else to_result(table)
     except InspectError as err:
         print(f"jetlake inspect: {err}", file=sys.stderr)

@@ -1,17 +1,8 @@
 """One Spark view per stream: the lake up to its last committed seq L, plus the live tail after L.
 
-Why this is exact (no gap, no duplicate, zero lag): the live segments are read
-first, into memory, and L from the Delta log after. Rows with seq <= L come
-from Delta only (the table version L was read from, see `sql.lake_snapshot`),
-rows with seq > L from that snapshot only. Anything the server reclaimed
-before the snapshot has seq <= its pin <= L, so Delta has it; a compaction
-committed in between only raises L, and the snapshot still holds those rows.
-The tail keeps rows retired by limits (the lake will keep them too) and
-leaves out what clients erased (deletes, purges) unless the stream keeps
-it, so the view is what the lake will hold once compaction catches up.
-Erasures logged but not yet carried into Delta (past the offset of a pin read
-before the table version: the compactor moves the pin after its DELETE
-commits) are filtered out of the Delta part.
+The cut between the two parts is `sql.union`'s, which `jetlake inspect`
+(DuckDB) takes too; its module doc says why it is exact (no gap, no
+duplicate, zero lag).
 
 Views are snapshots (of the tail and of the table) taken at registration:
 call `register_views` again to see newer messages. Other view families plug
@@ -33,18 +24,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from log.compactor.layout import LakeError, StreamRef, read_pin, streams
-from log.compactor.rows import SPARK_DDL, drop_erased, erased, to_lake
+from log.compactor.layout import LakeError, StreamRef, streams
+from log.compactor.rows import SPARK_DDL, erased, spark_schema
 from log.compactor.spark import resolve_master
-from log.segments import read_table
-from log.segments.filestore import EXPLICIT
-from log.segments.tombstones import replay_explicit
 from sql.bucket_views import bucket_views
-from sql.lake_snapshot import lake_frame, lake_snapshot
+from sql.lake_snapshot import lake_frame
 from sql.mqtt_views import mqtt_views
+from sql.typed_views import typed_frames
+from sql.union import union_parts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -54,39 +43,20 @@ log = logging.getLogger("jetlake.sql")
 ViewBuilder = Callable[["SparkSession", Path, Path], dict[str, "DataFrame"]]
 
 
-def stream_frame(spark: SparkSession, stream: StreamRef, lake_dir: Path) -> DataFrame:
-    """The union read of one stream (see the module doc for why it is exact)."""
-    keep_deletes = not stream.deletes_reach_lake
-    # The pin never runs ahead of the Delta log, so segments it covers are in the
-    # lake whatever L turns out to be: they need not be read at all.
-    pin = read_pin(stream) if stream.lake_on else None
-    live = read_table(
-        stream.dir,
-        include_deleted=stream.lake_on,
-        skip_corrupt=True,
-        after_seq=pin.seq if pin else 0,
-    )
-    # Again, and before L: the deletes carried up to this pin's offset are in the version
-    # read next (the pin follows the Delta commit); those logged after it are hidden below.
-    pin = read_pin(stream) if stream.lake_on else None
-    lake = lake_snapshot(stream.table_path(lake_dir), stream.app_id) if stream.lake_on else None
-    done = lake.done if lake else 0
-    live = live.filter(pc.greater(live.column("seq"), done))
-    erasures, _ = ([], 0) if keep_deletes else replay_explicit(stream.dir / EXPLICIT)
-    rows = to_lake(stream.name, drop_erased(live, erasures) if stream.lake_on else live)
-    tail = _tail_frame(spark, stream.name, rows)
-    if lake is None or not done:
-        return tail if tail is not None else spark.createDataFrame([], SPARK_DDL)
-    pending, _ = (
-        ([], 0)
-        if keep_deletes
-        else replay_explicit(stream.dir / EXPLICIT, pin.deletes_offset if pin else 0)
-    )
-    frame = lake_frame(spark, lake)
-    hidden = [e for e in pending if e.first <= done]
-    if hidden:
-        frame = frame.where(~erased(hidden))
-    return frame if tail is None else frame.unionByName(tail)
+def stream_frames(spark: SparkSession, stream: StreamRef, lake_dir: Path) -> dict[str, DataFrame]:
+    """The union read of one stream, cut where `sql.union` says (see there why it is exact):
+    one view, or a typed stream's several (`sql.typed_views`)."""
+    parts = union_parts(stream, lake_dir)
+    typed = typed_frames(spark, stream, lake_dir, parts, _tail_frame)
+    if typed is not None:
+        return typed
+    tail = _tail_frame(spark, stream.name, parts.tail)
+    if parts.lake is None:
+        return {stream.name: tail if tail is not None else spark.createDataFrame([], SPARK_DDL)}
+    frame = lake_frame(spark, parts.lake)
+    if parts.hidden:
+        frame = frame.where(~erased(parts.hidden))
+    return {stream.name: frame if tail is None else frame.unionByName(tail)}
 
 
 def _tail_frame(spark: SparkSession, name: str, tail: pa.Table) -> DataFrame | None:
@@ -108,7 +78,7 @@ def _tail_frame(spark: SparkSession, name: str, tail: pa.Table) -> DataFrame | N
         path = _staging_dir() / f"{name}-{uuid.uuid4().hex}.parquet"
         pq.write_table(tail, path)
         _STAGED[name] = path
-        return spark.read.schema(SPARK_DDL).parquet(str(path))
+        return spark.read.schema(spark_schema(tail.schema)).parquet(str(path))
     finally:
         if old is not None:
             old.unlink(missing_ok=True)
@@ -134,7 +104,7 @@ def stream_views(spark: SparkSession, store_dir: Path, lake_dir: Path) -> dict[s
         return out
     for stream in found:
         if stream.storage == "file":
-            out[stream.name] = stream_frame(spark, stream, lake_dir)
+            out.update(stream_frames(spark, stream, lake_dir))
     return out
 
 

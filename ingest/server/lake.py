@@ -50,12 +50,16 @@ from typing import TYPE_CHECKING, Any
 from log.compactor.layout import (
     REPLICA_FILE,
     STREAMS,
+    TYPING_FILE,
     StreamRef,
     default_lake_dir,
     describe_replica,
     lake_enabled,
     lake_seq,
+    read_typing,
 )
+from log.compactor.typed.registry import PREFIX as SCHEMAS_PREFIX
+from log.compactor.typed.registry import STREAM as SCHEMAS_STREAM
 from log.config import StreamConfig
 from log.segments.api import MsgStore
 from log.segments.filestore import FileStore
@@ -102,6 +106,9 @@ class LakeSupervisor:
         self._clustered = False
         self._described: dict[str, tuple[bytes, bool]] = {}  # per stream: replica.json's content
         self.lags: dict[str, Lag] = {}
+        self._refs: dict[str, StreamRef] = {}  # the lake streams of the last tick
+        self._typing_seen: dict[str, int] = {}  # per stream: mtime of the typing record read
+        self._inferred: dict[str, bytes] = {}  # per inferred table: the schema last published
 
     # -- the store opener JetStream calls ----------------------------------------------
 
@@ -162,6 +169,7 @@ class LakeSupervisor:
         now = now_ns()
         bound = now - int(self.config.seal_interval * 1e9)
         lags: dict[str, Lag] = {}
+        refs: dict[str, StreamRef] = {}
         waiting = False
         for stream in list(self._js.streams.values()):
             store = stream.store
@@ -179,7 +187,11 @@ class LakeSupervisor:
             store.merge_small()
             waiting |= ref.leads and store.sealed_last_seq > done
             lags[ref.name] = self._lag(ref, store, done, now)
+            refs[ref.name] = ref
+            if ref.leads:
+                self._publish_inferred(ref)
         self.lags = lags
+        self._refs = refs
         if waiting:
             self._ensure_compactor()
 
@@ -248,10 +260,44 @@ class LakeSupervisor:
         log.info("Started the lake compactor (pid %d)", self._proc.pid)
 
     def status(self) -> dict[str, Any]:
-        """The `lake` object of /jsz: the compactor and every lake stream's lag."""
+        """The `lake` object of /jsz: the compactor and every lake stream's lag; a typed
+        stream's also its reject count and its tables (columns, inferred conflicts, schema
+        revisions used), as the compactor last wrote them."""
         running = self._proc is not None and self._proc.poll() is None
+        streams = {}
+        for name, lag in sorted(self.lags.items()):
+            streams[name] = lag.json()
+            typing = self.typing(name)
+            if typing:
+                streams[name].update(rejects=typing.get("rejects", 0), tables=typing["tables"])
         return {
             "dir": str(self.lake_dir),
             "compactor": {"running": running, "pid": self._proc.pid if running else 0},
-            "streams": {name: lag.json() for name, lag in sorted(self.lags.items())},
+            "streams": streams,
         }
+
+    def _publish_inferred(self, ref: StreamRef) -> None:
+        """Put each inferred table's schema (JSON Schema) in the schemas bucket, key
+        `<table>.inferred`, when the compactor's record of it changes: a user sees it with
+        `nats kv get` and freezes it by putting it under a name the stream declares.
+
+        Published as any client would (the bucket's stream takes it, with no ack); nothing
+        while the bucket does not exist. A stat per typed stream per tick."""
+        assert self._js is not None
+        try:
+            changed = (ref.dir / TYPING_FILE).stat().st_mtime_ns
+        except FileNotFoundError:
+            return
+        if self._typing_seen.get(ref.name) == changed or SCHEMAS_STREAM not in self._js.streams:
+            return
+        self._typing_seen[ref.name] = changed
+        for table, info in read_typing(ref).get("tables", {}).items():
+            body = json.dumps(info.get("inferred"), sort_keys=True).encode()
+            if "inferred" in info and self._inferred.get(table) != body:
+                self._inferred[table] = body
+                self._js.messaging.publish(f"{SCHEMAS_PREFIX}{table}.inferred", None, None, body)
+
+    def typing(self, name: str) -> dict[str, Any]:
+        """What the compactor wrote about a typed stream's tables ({} for a raw stream)."""
+        ref = self._refs.get(name)
+        return read_typing(ref) if ref is not None else {}

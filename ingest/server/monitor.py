@@ -67,6 +67,7 @@ STATS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+_LAKE_REJECTS = "Records of a typed stream in its rejects tables (undecodable or invalid)"
 _LAKE_METRICS = (
     ("messages", "Sequences the stream has that its Delta table does not have yet"),
     ("seconds", "Age of the oldest message not yet in the stream's Delta table"),
@@ -557,6 +558,14 @@ class Monitor:
                     value = lag.messages if key == "messages" else lag.seconds
                     label = _label(lag.stream)
                     lines.append(f'{name}{{server_id="{sid}",stream="{label}"}} {_sample(value)}')
+            typed = {s: self.lake.typing(s) for s in self.lake.lags}
+            typed = {s: t for s, t in typed.items() if t}
+            if typed:
+                name = "jetlake_lake_rejects"
+                lines += [f"# HELP {name} {_LAKE_REJECTS}", f"# TYPE {name} gauge"]
+                for stream, typing in typed.items():
+                    value = int(typing.get("rejects", 0))
+                    lines.append(f'{name}{{server_id="{sid}",stream="{_label(stream)}"}} {value}')
         return Response(200, ("\n".join(lines) + "\n").encode(), PROMETHEUS)
 
 

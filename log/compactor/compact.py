@@ -43,7 +43,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from log.compactor import tables
 from log.compactor.layout import (
+    STREAMS,
     LakeError,
     Pin,
     StreamRef,
@@ -52,14 +54,25 @@ from log.compactor.layout import (
     write_pin,
     write_shared_pin,
 )
-from log.compactor.rows import SPARK_DDL, drop_erased, erased, to_lake
-from log.compactor.txn import LakeMoved, append_after, is_conflict
+from log.compactor.rows import LAKE_SCHEMA, SPARK_DDL, drop_erased, erased, spark_schema, to_lake
+from log.compactor.txn import LakeMoved, append_after, is_conflict, rewrite_after
+from log.compactor.typed import (
+    LakeSpec,
+    Registry,
+    SpecError,
+    lake_spec,
+    load_registry,
+    payload_of,
+    type_rows,
+)
+from log.compactor.typed.columns import retyped
 from log.segments import CorruptSegmentError, SegmentInfo, list_segments, read_segment
 from log.segments.filestore import EXPLICIT
 from log.segments.tombstones import replay_explicit
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("jetlake.lake")
 
@@ -167,8 +180,10 @@ class Compactor:
         self._progress = progress or log.info
         self._committed: dict[Path, StreamRef] = {}  # tables committed to since warm()
         self._token = uuid.uuid4().hex[:12]  # this compactor's staging, apart from another's
+        self._registry: Registry | None = None
 
     def run_once(self) -> Summary:
+        self._registry = None  # the schemas bucket, read again each pass
         total = Summary()
         start = time.monotonic()
         for folder_stream in self._lake_streams():
@@ -194,6 +209,10 @@ class Compactor:
         """Append what is sealed and not yet in the lake, then carry erasures."""
         out = Summary(streams=1)
         table = stream.table_path(self.lake_dir)
+        try:
+            spec = lake_spec(stream.name, stream.metadata)
+        except SpecError as exc:
+            raise LakeError(str(exc)) from exc
         done = lake_progress(table, stream.app_id)
         keep = not stream.deletes_reach_lake
         erasures, known = ([], 0) if keep else replay_explicit(stream.dir / EXPLICIT)
@@ -211,7 +230,10 @@ class Compactor:
             )
             rows = self._read(stream, group, done)
             try:
-                self._append(stream, table, drop_erased(rows, erasures), done, last)
+                if spec.typed:
+                    self._append_typed(stream, spec, drop_erased(rows, erasures), done, last)
+                else:
+                    self._append(stream, table, drop_erased(rows, erasures), done, last)
             except LakeMoved as exc:
                 self._progress(f"compact {stream.name}: {exc}; starting over next pass")
                 break
@@ -227,8 +249,35 @@ class Compactor:
             out.rows += len(rows)
             out.bytes += sum(s.bytes for s in group)
         if not keep and done:
-            out.deletes = self._carry_deletes(stream, table, pin, known, before)
+            names = [t.name for t in spec.tables] + [t.rejects for t in spec.tables]
+            paths = (
+                [stream.typed_table_path(self.lake_dir, n) for n in names]
+                if spec.typed
+                else [table]
+            )
+            out.deletes = self._carry_deletes(stream, paths, pin, known, before)
         return out
+
+    def _append_typed(
+        self, stream: StreamRef, spec: LakeSpec, rows: pa.Table, after: int, version: int
+    ) -> None:
+        """Type the group and append it to each of the stream's tables, the stream's own last
+        (`log.compactor.tables` says why that is exactly once)."""
+        if self._registry is None:
+            self._registry = load_registry(self.store_dir / STREAMS, self.lake_dir)
+        typed = type_rows(rows, spec, self._registry, tables.bases(stream, spec, self.lake_dir))
+        for path, part in tables.side_parts(stream, typed, self.lake_dir):
+            progress = lake_progress(path, stream.app_id)
+            part = part.filter(pc.greater(part.column("seq"), progress))
+            if len(part) and progress < version:
+                self._append(stream, path, part, progress, version)
+        self._append(
+            stream, stream.table_path(self.lake_dir), typed[stream.name].rows, after, version
+        )
+        rejected = sum(len(t.rejects) for t in typed.values())
+        total = tables.record(stream, spec, typed, self.lake_dir)
+        if rejected:
+            self._progress(f"compact {stream.name}: {rejected} rejects ({total} in all)")
 
     def _read(self, stream: StreamRef, group: list[SegmentInfo], done: int) -> pa.Table:
         parts = []
@@ -254,31 +303,85 @@ class Compactor:
         is given, so Spark runs no job to infer it.
         """
         self._sweep_staging(stream)
-        staging = self.lake_dir / STAGING / f"{stream.name}-{version}-{self._token}"
+        staging = self.lake_dir / STAGING / f"{stream.name}-{table.name}-{version}-{self._token}"
         staging.mkdir(parents=True)
-        cores = self.spark.sparkContext.defaultParallelism
-        slices = max(1, min(cores, len(rows) // SLICE_ROWS))
-        step = -(-len(rows) // slices)
+        struct = spark_schema(rows.schema)
+        typed = rows.schema.names != LAKE_SCHEMA.names
+        known = tables.table_schema(table) if typed else None
         try:
-            for k in range(slices):
-                pq.write_table(rows.slice(k * step, step), staging / f"part-{k}.parquet")
-            frame = self.spark.read.schema(SPARK_DDL).parquet(str(staging))
             if not after:
-                self._create(stream, table)
+                self._create(stream, table, struct)
+            if known is not None and retyped(payload_of(known), payload_of(rows.schema)):
+                self._progress(f"compact {stream.name}: rewriting {table}: a column changes type")
+
+                def everything(v: int) -> DataFrame:
+                    return self._stage(
+                        staging, pa.concat_tables([tables.refit(table, v, rows.schema), rows])
+                    )
+
+                rewrite_after(
+                    self.spark,
+                    everything,
+                    table,
+                    app_id=stream.app_id,
+                    after=after,
+                    version=version,
+                )
+                return
+            frame = self._stage(staging, rows)
+            if known is not None:
+                self._evolve(stream, table, known, rows.schema, struct)
             append_after(
                 self.spark, frame, table, app_id=stream.app_id, after=after, version=version
             )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def _create(self, stream: StreamRef, table: Path) -> None:
-        """Before a stream's first append: create its table (empty, version 0, claiming no row)
+    def _stage(self, staging: Path, rows: pa.Table) -> DataFrame:
+        """The rows as Parquet files Spark reads (see `_append`), one per core when large."""
+        cores = self.spark.sparkContext.defaultParallelism
+        slices = max(1, min(cores, len(rows) // SLICE_ROWS))
+        step = -(-len(rows) // slices)
+        for k in range(slices):
+            pq.write_table(rows.slice(k * step, step), staging / f"part-{k}.parquet")
+        return self.spark.read.schema(spark_schema(rows.schema)).parquet(str(staging))
+
+    def _create(self, stream: StreamRef, table: Path, struct: StructType) -> None:
+        """Before a table's first append: create it (empty, version 0, claiming no row)
         unless it exists; another compactor creating it at the same moment is as good."""
         try:
-            self._write(self.spark.createDataFrame([], SPARK_DDL), stream, table, 0)
+            self._write(self.spark.createDataFrame([], struct), stream, table, 0)
         except LakeError as exc:
             if not is_conflict(exc):
                 raise
+
+    def _evolve(
+        self,
+        stream: StreamRef,
+        table: Path,
+        known: pa.Schema,
+        schema: pa.Schema,
+        struct: StructType,
+    ) -> None:
+        """Add the columns a typed append brings (Delta's merge schema) in a commit of their own,
+        claiming no row, so the conditional append after it finds the schema it writes.
+
+        Adding nullable columns is idempotent; a concurrent writer's commit makes the
+        append after it lose (`LakeMoved`), never duplicate."""
+        if known.names == schema.names and payload_of(known) == payload_of(schema):
+            return
+        try:
+            (
+                self.spark.createDataFrame([], struct)
+                .write.format("delta")
+                .mode("append")
+                .option("mergeSchema", "true")
+                .save(str(table))
+            )
+        except Exception as exc:  # py4j; name the stream and the table
+            raise LakeError(
+                f"stream {stream.name}: schema change of {table} failed: {exc}"
+            ) from exc
 
     def _sweep_staging(self, stream: StreamRef) -> None:
         """Remove this stream's staging folders that crashed passes left behind.
@@ -330,7 +433,7 @@ class Compactor:
                 log.error("warm: %s", exc)
 
     def _carry_deletes(
-        self, stream: StreamRef, table: Path, pin: Pin, known: int, before: int
+        self, stream: StreamRef, paths: list[Path], pin: Pin, known: int, before: int
     ) -> int:
         """Erase from the table what was logged since the pin's offset; returns how many.
 
@@ -349,11 +452,16 @@ class Compactor:
         if in_lake:
             from delta.tables import DeltaTable
 
-            self._progress(f"compact {stream.name}: erasing {len(in_lake)} runs from {table}")
-            try:
-                DeltaTable.forPath(self.spark, str(table)).delete(erased(in_lake))
-            except Exception as exc:
-                raise LakeError(f"stream {stream.name}: delete in {table} failed: {exc}") from exc
-            self._committed[table] = stream
+            for table in paths:
+                if not (table / "_delta_log").is_dir():
+                    continue
+                self._progress(f"compact {stream.name}: erasing {len(in_lake)} runs from {table}")
+                try:
+                    DeltaTable.forPath(self.spark, str(table)).delete(erased(in_lake))
+                except Exception as exc:
+                    raise LakeError(
+                        f"stream {stream.name}: delete in {table} failed: {exc}"
+                    ) from exc
+                self._committed[table] = stream
         write_pin(stream, Pin(pin.app_id, pin.table, pin.seq, offset))
         return len(in_lake)

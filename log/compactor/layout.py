@@ -30,7 +30,10 @@ Decisions kept here:
   `jetlake.lake: off` keeps a stream out of the lake; `jetlake.lake.table`
   sets the folder its tables go under instead of `<lake_dir>/<stream>`;
   `jetlake.lake.deletes: keep` keeps explicitly deleted and purged messages in
-  the lake (by default message deletes and purges reach it).
+  the lake (by default message deletes and purges reach it). The typed-table
+  keys (`jetlake.lake.format`, `.schema`, `.keep_raw`, `.tables`) are read by
+  `log.compactor.typed.spec`; a typed stream's other tables sit beside its
+  own (`typed_table_path`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ STREAMS = Path("jetstream") / "$G" / "streams"  # under a store dir, as the serv
 META_FILE = "stream.json"
 REPLICA_FILE = "replica.json"
 PIN_FILE = "lake.json"
+TYPING_FILE = "lake_typing.json"  # typed tables: columns, conflicts, rejects (for /jsz)
 SHARED_PIN_FILE = "_jetlake_pin.json"
 LAKE_OFF = "jetlake.lake"
 LAKE_TABLE = "jetlake.lake.table"
@@ -119,6 +123,13 @@ class StreamRef:
         root = self.metadata.get(LAKE_TABLE)
         base = Path(root) if root else Path(lake_dir) / self.name
         return base / self.incarnation
+
+    def typed_table_path(self, lake_dir: str | os.PathLike[str], table: str) -> Path:
+        """A typed stream's table by name: the stream's own (named as the stream) is
+        `table_path`; fan-out and rejects tables sit beside it, `<created>.<table>`, at the
+        depth the maintenance jobs look for tables."""
+        main = self.table_path(lake_dir)
+        return main if table == self.name else main.with_name(f"{main.name}.{table}")
 
 
 def stream_dirs(store_dir: str | os.PathLike[str]) -> list[Path]:
@@ -196,6 +207,19 @@ def describe_replica(stream_dir: Path, snapshot: Mapping[str, Any], *, leader: b
     """Write a replicated stream's `replica.json`: its config and created time as the engine
     has them, and whether this server leads it (the folder may be gone: no error)."""
     _replace(stream_dir / REPLICA_FILE, json.dumps({**snapshot, "leader": leader}).encode())
+
+
+def read_typing(stream: StreamRef) -> dict[str, Any]:
+    """What the compactor last wrote about a typed stream's tables ({} when nothing)."""
+    try:
+        doc = json.loads((stream.dir / TYPING_FILE).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) and doc.get("app_id") == stream.app_id else {}
+
+
+def write_typing(stream: StreamRef, doc: Mapping[str, Any]) -> None:
+    _replace(stream.dir / TYPING_FILE, json.dumps({**doc, "app_id": stream.app_id}).encode())
 
 
 def _replace(path: Path, body: bytes) -> None:

@@ -23,6 +23,7 @@ from log.segments.tombstones import Erasure
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+    from pyspark.sql.types import StructType
 
 HEADERS_TYPE = pa.map_(pa.string(), pa.list_(pa.string()))
 LAKE_SCHEMA = pa.schema(
@@ -40,6 +41,14 @@ SPARK_DDL = (
     "stream STRING, seq BIGINT, ts TIMESTAMP, subject STRING, "
     "headers MAP<STRING, ARRAY<STRING>>, data BINARY, date DATE"
 )
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark schema of lake rows (typed ones too), every column nullable as in SPARK_DDL:
+    a NOT NULL column would make Delta add a constraint to the table."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(pa.schema([f.with_nullable(True) for f in schema]))
 
 
 def _headers(block: bytes | None) -> list[tuple[str, list[str]]] | None:
@@ -73,24 +82,27 @@ def drop_erased(table: pa.Table, erasures: list[Erasure]) -> pa.Table:
     """Rows no erasure covers (explicit deletes and purges), in either schema."""
     if not erasures or not len(table):
         return table
-    seq = table.column("seq")  # the same names in both schemas
-    bounds = pc.min_max(seq)
+    bounds = pc.min_max(table.column("seq"))  # the same names in both schemas
     lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
-    gone = None
+    near = [e for e in erasures if e.first <= hi and e.last >= lo]
+    return table.filter(pc.invert(erased_rows(near))) if near else table
+
+
+def erased_rows(erasures: list[Erasure]) -> pc.Expression:
+    """The rule as an Arrow expression, true for the rows the erasures cover: it filters a
+    table here and an Arrow dataset (the lake part of `jetlake inspect`) alike."""
+    seq, subject = pc.field("seq"), pc.field("subject")
+    cond: pc.Expression | None = None
     for e in erasures:
-        if e.last < lo or e.first > hi:
-            continue
-        hit = pc.and_(pc.greater_equal(seq, e.first), pc.less_equal(seq, e.last))
+        hit = (seq >= e.first) & (seq <= e.last)
         if not matches_all(e.subject_filter):
-            subject = table.column("subject")
             if is_literal(e.subject_filter):
-                hit = pc.and_(hit, pc.equal(subject, e.subject_filter))
+                hit = hit & (subject == e.subject_filter)
             else:
-                hit = pc.and_(
-                    hit, pc.match_substring_regex(subject, filter_regex(e.subject_filter))
-                )
-        gone = hit if gone is None else pc.or_(gone, hit)
-    return table if gone is None else table.filter(pc.invert(gone))
+                hit = hit & pc.match_substring_regex(subject, filter_regex(e.subject_filter))
+        cond = hit if cond is None else cond | hit
+    assert cond is not None, "no erasures"
+    return cond
 
 
 def erased(erasures: list[Erasure]) -> Column:

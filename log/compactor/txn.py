@@ -23,6 +23,7 @@ with a `SetTransaction`), the same steps its own DataFrame writer takes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,37 @@ def append_after(
     The table must exist (its schema and partitioning come from its metadata).
     Raises LakeMoved when another writer got there first, LakeError otherwise.
     """
+    _commit_after(spark, lambda _: frame, table, app_id=app_id, after=after, version=version)
+
+
+def rewrite_after(
+    spark: SparkSession,
+    build: Callable[[int], DataFrame],
+    table: Path,
+    *,
+    app_id: str,
+    after: int,
+    version: int,
+) -> None:
+    """Replace the whole table with `build(v)` (its rows at version v, retyped, plus the new
+    ones), taking the frame's schema, recording `version` for app_id, if the table records
+    `after` for it: how a column changes type (Delta widens none of ours in place).
+
+    The transaction reads every file of the table, so any concurrent commit makes it lose
+    (`LakeMoved`) rather than drop rows appended meanwhile."""
+    _commit_after(spark, build, table, app_id=app_id, after=after, version=version, replace=True)
+
+
+def _commit_after(
+    spark: SparkSession,
+    build: Callable[[int], DataFrame],
+    table: Path,
+    *,
+    app_id: str,
+    after: int,
+    version: int,
+    replace: bool = False,
+) -> None:
     jvm: Any = spark._jvm  # type: ignore[attr-defined]
     delta = jvm.org.apache.spark.sql.delta
     try:
@@ -78,12 +110,32 @@ def append_after(
         if found != after:
             raise LakeMoved(table, app_id, after, found)
         convert = jvm.scala.jdk.javaapi.CollectionConverters
-        actions = jvm.java.util.ArrayList(convert.asJava(txn.writeFiles(frame._jdf)))
+        frame = build(int(txn.readVersion()))
+        actions = jvm.java.util.ArrayList()
+        if replace:
+            m = txn.metadata()
+            schema = frame.schema.json()
+            txn.updateMetadata(
+                m.copy(
+                    m.id(),
+                    m.name(),
+                    m.description(),
+                    m.format(),
+                    schema,
+                    m.partitionColumns(),
+                    m.configuration(),
+                    m.createdTime(),
+                ),
+                False,  # ignoreDefaultProperties: keep the table's
+            )
+            for old in convert.asJava(txn.filterFiles()):
+                actions.add(old.remove())
+        actions.addAll(convert.asJava(txn.writeFiles(frame._jdf)))
         now = jvm.scala.Option.apply(int(time.time() * 1000))
         actions.add(delta.actions.SetTransaction(app_id, version, now))
         none = getattr(getattr(jvm.scala, "None$"), "MODULE$")
-        append = jvm.org.apache.spark.sql.SaveMode.Append
-        write = delta.DeltaOperations.Write(append, *[none] * 8)
+        mode = jvm.org.apache.spark.sql.SaveMode
+        write = delta.DeltaOperations.Write(mode.Overwrite if replace else mode.Append, *[none] * 8)
         txn.commit(convert.asScala(actions).toList(), write)
     except LakeError:
         raise

@@ -7,7 +7,9 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
@@ -21,18 +23,25 @@ SEGMENTS = 12
 KILLS = 3
 
 
-def build_store(store: Path) -> tuple[StreamRef, set[int]]:
+def build_store(
+    store: Path,
+    metadata: dict[str, str] | None = None,
+    payload: Callable[[int], bytes] = lambda i: b"%d" % i,
+) -> tuple[StreamRef, set[int]]:
     """A stream folder as the server leaves it: stream.json, sealed segments, explicit deletes."""
     folder = store / STREAMS / "CRASH"
     folder.mkdir(parents=True)
-    doc = {"config": {"name": "CRASH", "subjects": ["c.>"], "storage": "file"}}
+    config = {"name": "CRASH", "subjects": ["c.>"], "storage": "file", "metadata": metadata or {}}
+    doc: dict[str, Any] = {"config": config}
     doc["created"] = "2026-01-02T03:04:05.000000006Z"
     (folder / "stream.json").write_text(json.dumps(doc))
     fs = FileStore(folder, name="CRASH", config=SegmentConfig(max_msgs=ROWS_PER_SEGMENT))
     now = time.time_ns()
     for k in range(SEGMENTS + 1):  # the last one stays active
         base = k * ROWS_PER_SEGMENT
-        fs.append([NewMsg(f"c.{i % 5}", None, b"%d" % i, now + i) for i in range(base, base + 400)])
+        fs.append(
+            [NewMsg(f"c.{i % 5}", None, payload(i), now + i) for i in range(base, base + 400)]
+        )
     deleted = {7, 2000, 2001}
     for seq in deleted:
         fs.remove(seq, explicit=True)
@@ -62,10 +71,10 @@ def run_job(store: Path, *, kill_after: int | None, rng: random.Random) -> int:
     return proc.wait(timeout=120)
 
 
-def table_seqs(ref: StreamRef, lake: Path) -> tuple[list[int], int]:
+def table_seqs(ref: StreamRef, lake: Path, name: str = "CRASH") -> tuple[list[int], int]:
     """The table's seqs, sorted (duplicates kept), and the version its log records."""
     try:
-        table = DeltaTable(str(ref.table_path(lake)))
+        table = DeltaTable(str(ref.typed_table_path(lake, name)))
     except TableNotFoundError:  # killed before its first commit: a log folder, no commit
         return [], 0
     seqs = sorted(table.to_pyarrow_table(columns=["seq"]).column("seq").to_pylist())
@@ -106,3 +115,29 @@ def test_a_log_folder_without_commits_is_an_empty_table(tmp_path: Path) -> None:
     assert run_job(store, kill_after=None, rng=random.Random(0)) == 0
     seqs, done = table_seqs(ref, store / "lake")
     assert (seqs, done) == (sorted(expected), SEGMENTS * ROWS_PER_SEGMENT)
+
+
+def _order(i: int) -> bytes:
+    """A JSON order; every seventh payload is not JSON (a reject), from 2000 on `v` is text."""
+    if i % 7 == 3:
+        return b"{broken %d" % i
+    return b'{"id": %d, "v": %s}' % (i, b'"t"' if i >= 2000 else b"%d" % i)
+
+
+@pytest.mark.timeout(600)
+def test_sigkill_mid_typed_append_leaves_both_tables_exact(tmp_path: Path) -> None:
+    """A typed stream's group is two commits (rejects, then the stream's own table, one of
+    them a rewrite when `v` turns to text): killed anywhere, each table ends exact."""
+    store = tmp_path / "store"
+    ref, expected = build_store(store, {"jetlake.lake.format": "json"}, _order)
+    bad = {s for s in expected if (s - 1) % 7 == 3}  # seq = i + 1
+    rng = random.Random(11)
+    for _ in range(2):
+        assert run_job(store, kill_after=2, rng=rng) == -9
+    assert run_job(store, kill_after=None, rng=rng) == 0
+    good, done = table_seqs(ref, store / "lake")
+    rejects, _ = table_seqs(ref, store / "lake", "CRASH_rejects")
+    assert done == SEGMENTS * ROWS_PER_SEGMENT
+    assert good == sorted(expected - bad) and rejects == sorted(bad)
+    typed = DeltaTable(str(ref.table_path(store / "lake"))).to_pyarrow_table(columns=["id", "v"])
+    assert typed.schema.field("v").type == "string"  # retyped: numbers kept as their text

@@ -148,8 +148,9 @@ def test_json_is_exact(capsys: pytest.CaptureFixture[str], store: Store) -> None
     for row in rows:
         msg = live[row["seq"]]
         assert base64.b64decode(row["data"]) == msg.data
-        assert (row["hdr"] and base64.b64decode(row["hdr"])) == msg.hdr
-        assert row["ts"].startswith("2023-11-14 22:13:20.0000000")
+        assert row["headers"] == (msg.hdr and {"K": [str(row["seq"] - 1)]})
+        assert row["ts"] == "2023-11-14 22:13:20.000000+0000"  # the lake's µs
+        assert (row["stream"], row["date"]) == ("ORDERS", "2023-11-14")
 
 
 def test_csv_parses(capsys: pytest.CaptureFixture[str], store: Store) -> None:
@@ -165,12 +166,15 @@ def test_csv_parses(capsys: pytest.CaptureFixture[str], store: Store) -> None:
 
 
 def test_table_limit_text_hex_and_escapes(capsys: pytest.CaptureFixture[str], store: Store) -> None:
-    sql = "SELECT seq, hdr, data FROM orders WHERE seq IN (1, 5, 8) ORDER BY seq"
+    sql = (
+        "SELECT seq, headers, data, subject || chr(13) || chr(10) AS crlf "
+        "FROM orders WHERE seq IN (1, 5, 8) ORDER BY seq"
+    )
     code, out, _ = run(capsys, "--store", str(store.root), "--limit", "2", sql)
     lines = out.splitlines()
     assert code == 0
-    assert lines[2].split() == ["1", "NATS/1.0\\r\\nK:", "0\\r\\n\\r\\n", "0xfffe30"]
-    assert lines[3].split() == ["5", "NULL", "order", "4"]
+    assert lines[2].split() == ["1", '{"K":', '["0"]}', "0xfffe30", "orders.new\\r\\n"]
+    assert lines[3].split() == ["5", "NULL", "order", "4", "orders.paid\\r\\n"]
     assert lines[4:] == ["(1 more rows)"]
 
 
@@ -244,7 +248,8 @@ def test_case_collision_refused(capsys: pytest.CaptureFixture[str], store: Store
     code, _, err = run(capsys, "--store", str(store.root), "SELECT count(*) FROM orders")
     assert code == 1 and "ORDERS, orders" in err and "--stream" in err
     code, out, _ = run(capsys, "--store", str(store.root), "--stream", "orders", "FROM orders")
-    assert code == 0 and out.splitlines()[0].split() == ["seq", "ts", "subject", "hdr", "data"]
+    columns = ["stream", "seq", "ts", "subject", "headers", "data", "date"]  # the lake's
+    assert code == 0 and out.splitlines()[0].split() == columns
 
 
 def test_stream_names(store: Store, tmp_path: Path) -> None:
