@@ -6,10 +6,14 @@ STORE ?= ./data
 
 .PHONY: serve test lint bench
 
-$(STAMP): pyproject.toml scripts/lake-jars.pom.xml
+# The compiled codec (Rust, maturin, native/) is the server's fast path; the pure one its fallback.
+NATIVE := native/pyproject.toml native/Cargo.toml native/Cargo.lock native/src/lib.rs
+
+$(STAMP): pyproject.toml scripts/lake-jars.pom.xml $(NATIVE)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev,lake]'
+	$(VENV)/bin/pip install --quiet ./native
 	scripts/install-nats-cli $(VENV)/bin/nats
 	scripts/install-lake-jars $(VENV)/jars
 	touch $(STAMP)

@@ -14,6 +14,8 @@ import asyncio
 import functools
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -31,6 +33,8 @@ from log.compactor.layout import META_FILE, STREAMS, StreamRef, default_lake_dir
 from log.compactor.spark import build_session
 from log.segments import FileStore, NewMsg
 from log.timefmt import rfc3339
+from sql.inspect import find_stream_dirs
+from sql.inspect import query as inspect_query
 from sql.session import refresh
 
 if TYPE_CHECKING:
@@ -49,6 +53,9 @@ HISTORY_SUBJECTS = tuple(f"hist.{i}" for i in range(16))
 HISTORY_QUERY = f"SELECT subject, count(*) AS n FROM {HISTORY_STREAM} GROUP BY subject"
 QUERY_RUNS = 3  # timed queries after the warm-up ones; the median is reported
 WARM_QUERIES = 5  # untimed: the JVM's JIT needs several runs of a query before the session is warm
+# Every jetlake way to the history answer, each set against the one replay on the reference,
+# by key and the scale its unit takes from seconds (DuckDB's answers are milliseconds).
+HISTORY_UNITS = {"seconds": 1.0, "duckdb_ms": 1e3, "duckdb_cli_ms": 1e3}
 LAKE_CATCH_UP_SECONDS = 300.0
 
 COMPACT_BATCH = 10_000  # messages per store append while building segments
@@ -180,12 +187,15 @@ async def freshness(url: str, p: Params) -> dict[str, float]:
 
 
 async def history_sql(url: str, p: Params) -> dict[str, float]:
-    """Count by subject over ``history`` messages with Spark SQL over the lake (+ tail).
+    """Count by subject over ``history`` messages over the lake (+ tail): Spark and DuckDB.
 
     The stream is filled through the server and left until its compactor has
     put all of it in Delta; then ``WARM_QUERIES`` untimed queries warm the
     session and the median of ``QUERY_RUNS`` is reported, each including the
     view refresh (the live tail read), as `jetlake sql` and `refresh()` do.
+    DuckDB answers the same query as `jetlake inspect` does, in this process
+    (views built from the store and the Delta log on each query, one untimed
+    first) and as the command (a new Python process each time, imports and all).
     """
     spark = await asyncio.to_thread(_spark)
     async with js_context(url, p, "bench-history") as js:
@@ -207,7 +217,41 @@ async def history_sql(url: str, p: Params) -> dict[str, float]:
     runs = [await asyncio.to_thread(query) for _ in range(WARM_QUERIES + QUERY_RUNS)]
     timed = runs[WARM_QUERIES:]
     _check_counts(timed[0][1], p.history)
-    return {"seconds": sorted(t for t, _ in timed)[len(timed) // 2]}
+    duck = [await asyncio.to_thread(_duckdb_query, p.store) for _ in range(1 + QUERY_RUNS)][1:]
+    _check_counts(duck[0][1], p.history)
+    cli = [await asyncio.to_thread(_duckdb_command, p.store) for _ in range(QUERY_RUNS)]
+    _check_counts(cli[0][1], p.history)
+    return {
+        key: scale * sorted(t for t, _ in samples)[len(samples) // 2]
+        for (key, scale), samples in zip(HISTORY_UNITS.items(), (timed, duck, cli), strict=True)
+    }
+
+
+def _duckdb_query(store: Path | None) -> tuple[float, Counter[str]]:
+    assert store is not None, "the harness sets the store of every run"
+    start = perf_counter()
+    problems: list[str] = []
+    table = inspect_query(HISTORY_QUERY, find_stream_dirs(store), problems.append)
+    if table is None or problems:
+        raise Incomplete(f"jetlake inspect answered nothing: {problems}")
+    elapsed = perf_counter() - start
+    subjects, counts = table.column("subject").to_pylist(), table.column("n").to_pylist()
+    return elapsed, Counter(dict(zip(subjects, counts, strict=True)))
+
+
+def _duckdb_command(store: Path | None) -> tuple[float, Counter[str]]:
+    assert store is not None, "the harness sets the store of every run"
+    jetlake = Path(sys.executable).parent / "jetlake"
+    start = perf_counter()
+    done = subprocess.run(
+        [jetlake, "inspect", "--store", store, "--format", "json", HISTORY_QUERY],
+        capture_output=True,
+        check=False,
+    )
+    elapsed = perf_counter() - start
+    if done.returncode:
+        raise Incomplete(f"jetlake inspect failed: {done.stderr.decode(errors='replace')}")
+    return elapsed, Counter({r["subject"]: r["n"] for r in json.loads(done.stdout)})
 
 
 async def history_replay(url: str, p: Params) -> dict[str, float]:
@@ -229,7 +273,7 @@ async def history_replay(url: str, p: Params) -> dict[str, float]:
         elapsed = perf_counter() - start
         await sub.unsubscribe()
     _check_counts(counts, p.history)
-    return {"seconds": elapsed}
+    return {key: scale * elapsed for key, scale in HISTORY_UNITS.items()}
 
 
 def _check_counts(counts: Counter[str], total: int) -> None:
@@ -240,24 +284,36 @@ def _check_counts(counts: Counter[str], total: int) -> None:
         raise Incomplete(f"count by subject is wrong: {dict(counts)}")
 
 
-def _build_stream(store: Path, name: str, count: int, payload: bytes) -> None:
+def _build_stream(
+    store: Path,
+    name: str,
+    count: int,
+    payload: bytes | Callable[[int], bytes],
+    metadata: dict[str, str] | None = None,
+    subjects: list[str] | None = None,
+) -> None:
     """A stream folder as the server leaves it, written through the segment store directly
     (no server and no client, so building a million rows takes seconds), all sealed."""
     folder = store / STREAMS / name
     segments = FileStore(folder, name=name)
-    subjects = [f"{name.lower()}.{i}" for i in range(16)]
+    subjects = subjects or [f"{name.lower()}.{i}" for i in range(16)]
+    body = payload if callable(payload) else lambda _: payload
     try:
         for first in range(0, count, COMPACT_BATCH):
             now = time_ns()
             size = min(COMPACT_BATCH, count - first)
             segments.append(
-                [NewMsg(subjects[(first + i) % 16], None, payload, now) for i in range(size)]
+                [
+                    NewMsg(subjects[(first + i) % len(subjects)], None, body(first + i), now)
+                    for i in range(size)
+                ]
             )
         segments.seal(older_than_ns=time_ns())
         segments.sync()
     finally:
         segments.close()
     config = {"name": name, "subjects": [f"{name.lower()}.>"], "storage": "file"}
+    config["metadata"] = metadata or {}
     doc = {"config": config, "created": rfc3339(time_ns())}
     (folder / META_FILE).write_text(json.dumps(doc))
 
@@ -285,3 +341,126 @@ async def compaction(_url: str, p: Params) -> dict[str, float]:
         "mb_per_s_core": rate / cores,
         "rows_per_s": summary.rows / summary.seconds,
     }
+
+
+TYPED_SCHEMA = "bench"
+JSON_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "amount": {"type": "number"},
+        "customer": {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "tier": {"type": "string"}},
+        },
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["id", "amount"],
+}
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "amount", "type": "double"},
+        {
+            "name": "customer",
+            "type": {
+                "type": "record",
+                "name": "Customer",
+                "fields": [{"name": "id", "type": "long"}, {"name": "tier", "type": "string"}],
+            },
+        },
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+    ],
+}
+TYPED_FORMATS = (  # (stream, jetlake.lake.format, schema name or None, payload kind)
+    ("RAW", "raw", None, "json"),
+    ("JSONI", "json", None, "json"),
+    ("JSONS", "json", TYPED_SCHEMA, "json"),
+    ("AVRO", "avro", TYPED_SCHEMA, "avro"),
+)
+FILTER_RAW = (
+    "SELECT count(*) AS n FROM RAW WHERE from_json(CAST(data AS STRING), "
+    "'customer STRUCT<id: BIGINT>').customer.id = 7"
+)
+FILTER_TYPED = "SELECT count(*) AS n FROM JSONI WHERE customer.id = 7"
+
+
+def _order(i: int) -> dict[str, object]:
+    return {"id": i, "amount": i * 0.5, "customer": {"id": i % 1000, "tier": "gold"},
+            "tags": ["a", "b"]}  # fmt: skip
+
+
+def _avro_payload() -> Callable[[int], bytes]:
+    import io
+
+    import fastavro
+
+    parsed = fastavro.parse_schema(AVRO_SCHEMA)
+
+    def encode(i: int) -> bytes:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, _order(i))
+        return buf.getvalue()
+
+    return encode
+
+
+def _typed_store(store: Path, name: str, fmt: str, schema: str | None, kind: str, n: int) -> None:
+    """A store holding one stream of `n` orders, typed as `fmt` says, and the schemas bucket
+    (kept out of the lake, so the timed pass is the stream's alone)."""
+    doc = JSON_SCHEMA if fmt == "json" else AVRO_SCHEMA
+    _build_stream(
+        store,
+        "KV_jetlake_schemas",
+        1,
+        json.dumps(doc).encode(),
+        {"jetlake.lake": "off"},
+        [f"$KV.jetlake_schemas.{TYPED_SCHEMA}"],
+    )
+    meta = {"jetlake.lake.format": fmt} | ({"jetlake.lake.schema": schema} if schema else {})
+    body = _avro_payload() if kind == "avro" else (lambda i: json.dumps(_order(i)).encode())
+    _build_stream(store, name, n, body, meta)
+
+
+async def typed_compaction(_url: str, p: Params) -> dict[str, float]:
+    """Typed compaction against raw, and a filter on a typed field against `from_json`.
+
+    Offline: ``history`` orders (a JSON object of about 100 bytes, or its Avro
+    encoding) per format, each built as sealed segments in a store of its own,
+    one timed warm compact pass each (rows/s, MB/s of segments). Then the same
+    count by customer over the compacted raw table through `from_json` and
+    over the inferred JSON table's typed column (median of ``QUERY_RUNS`` after
+    warm-up runs, view refresh included).
+    """
+    assert p.store is not None, "the harness sets the store of every run"
+    spark = await asyncio.to_thread(_spark)
+    warm = p.store / "warm"
+    await asyncio.to_thread(_build_stream, warm, "WARM", WARM_ROWS, p.payload)
+    await asyncio.to_thread(Compactor(spark, warm, default_lake_dir(warm)).run_once)
+    out: dict[str, float] = {}
+    for name, fmt, schema, kind in TYPED_FORMATS:
+        store = p.store / name.lower()
+        await asyncio.to_thread(_typed_store, store, name, fmt, schema, kind, p.history)
+        compactor = Compactor(spark, store, default_lake_dir(store))
+        summary = await asyncio.to_thread(compactor.run_once)
+        if summary.errors or summary.rows != p.history:
+            raise Incomplete(f"{name}: compacted {summary.rows}/{p.history}: {summary.errors}")
+        out[f"{name.lower()}_rows_per_s"] = summary.rows / summary.seconds
+        out[f"{name.lower()}_mb_per_s"] = summary.bytes / MB / summary.seconds
+
+    def timed(query: str, store: Path) -> float:
+        times = []
+        for _ in range(WARM_QUERIES + QUERY_RUNS):
+            start = perf_counter()
+            refresh(spark, store_dir=store)
+            found = spark.sql(query).first()
+            times.append(perf_counter() - start)
+            if found is None or found.n != p.history // 1000 + (p.history % 1000 > 7):
+                raise Incomplete(f"{query}: {found}")
+        return sorted(times[WARM_QUERIES:])[QUERY_RUNS // 2]
+
+    out["from_json_query_s"] = await asyncio.to_thread(timed, FILTER_RAW, p.store / "raw")
+    out["typed_query_s"] = await asyncio.to_thread(timed, FILTER_TYPED, p.store / "jsoni")
+    return out

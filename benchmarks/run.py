@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from time import perf_counter, strftime
 
+from benchmarks import scale
 from benchmarks.model import Incomplete, Params, Skipped, Workload
 from benchmarks.report import JETLAKE_ONLY, NOT_RUN, Outcome, Row, figure, render, write_json
 from benchmarks.servers import ServerError, running_server
@@ -48,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jetlake bench",
         description="Run the same workloads against nats-server and jetlake, print ratios.",
-        epilog=f"Workloads: {names}. Groups: core, js, lake, raft, mqtt.",
+        epilog=f"Workloads: {names}. Groups: core, js, lake, raft, mqtt, cluster, natscli.",
     )
     add = parser.add_argument
     add(
@@ -72,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--store-root", type=Path, help="where JetStream store dirs go (default: temp dir)")
     add("--json", type=Path, metavar="FILE", help="also write results as JSON")
     add("--list", action="store_true", help="list workloads and exit")
+    scale.add_arguments(parser)
     return parser
 
 
@@ -210,11 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.list:
-        for w in WORKLOADS:
+        for w in (*WORKLOADS, *scale.workloads(scale.Sizes())):
             print(f"{w.name:<22} {w.profile.value:<15} {w.description}")
         return 0
+    names = [n for item in args.only for n in item.split(",") if n]
+    rest, scale_rows = scale.choose(names, args)
     try:
-        workloads = select([n for item in args.only for n in item.split(",") if n])
+        workloads = [*(select(rest) if rest or not names else []), *scale_rows]
     except KeyError as exc:
         parser.error(f"unknown workload {exc}; see --list")
     params = Params(

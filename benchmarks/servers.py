@@ -122,17 +122,30 @@ async def running_server(
             store.mkdir()
             yield Target("", store)
             return
-        log = workdir / "server.log"
         args = [*command, "-a", "127.0.0.1", "-p", "-1", *profile_args(profile, workdir)]
-        with log.open("wb") as sink:
-            try:
-                proc = subprocess.Popen(
-                    args, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
-                )
-            except OSError as exc:
-                raise ServerError(f"cannot start {args[0]}: {exc}") from exc
-            try:
-                url, mqtt_port = await _wait_ready(proc, log, start_timeout)
-                yield Target(url, store, mqtt_port)
-            finally:
-                _stop(proc)
+        async with server_process(args, workdir / "server.log", start_timeout) as (_, target):
+            yield target
+
+
+@asynccontextmanager
+async def server_process(
+    args: list[str], log: Path, start_timeout: float
+) -> AsyncIterator[tuple[subprocess.Popen[bytes], Target]]:
+    """Start ``args`` logging to ``log``, yield the process once it is ready; stop it after.
+
+    The target's store is ``STORE`` beside the log, where ``profile_args`` puts it.
+    Rows that need the process itself (its RSS) or restart a server on the store a
+    previous one left (start-up time) use this directly (benchmarks/scale.py).
+    """
+    with log.open("wb") as sink:
+        try:
+            proc = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
+            )
+        except OSError as exc:
+            raise ServerError(f"cannot start {args[0]}: {exc}") from exc
+        try:
+            url, mqtt_port = await _wait_ready(proc, log, start_timeout)
+            yield proc, Target(url, log.parent / STORE, mqtt_port)
+        finally:
+            _stop(proc)

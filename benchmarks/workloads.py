@@ -13,8 +13,8 @@ cluster rows (three processes per side, an R3 stream) have no target yet.
 
 from __future__ import annotations
 
-from benchmarks import cluster, consumers, core, jetstream, kv, lake, mqtt, raft
-from benchmarks.model import Metric, Profile, Workload
+from benchmarks import cluster, consumers, core, jetstream, kv, lake, mqtt, natscli, raft
+from benchmarks.model import Measure, Metric, Profile, Workload
 
 RATE = "msgs/s"
 OPS = "ops/s"
@@ -62,6 +62,77 @@ def _raft_metrics(sync: str) -> tuple[Metric, ...]:
         )
         for group, size in (("one", "1 node"), ("three", "3 nodes"))
     )
+
+
+def _natscli_row(
+    name: str, profile: Profile, measure: Measure, label: str, target: float, text: str
+) -> Workload:
+    """A `nats bench` (Go client) row: what a Go, Rust or Java client would see."""
+    return Workload(
+        f"natscli-{name}",
+        profile,
+        measure,
+        (_rate(f"{label} (nats bench)", target, f"≥ {target:.0%} of ref"),),
+        text,
+    )
+
+
+NATSCLI: tuple[Workload, ...] = (
+    _natscli_row(
+        "pub", Profile.CORE, natscli.publish, "core publish", 0.5, "nats bench pub, --count"
+    ),
+    _natscli_row(
+        "pub-sub",
+        Profile.CORE,
+        natscli.pub_sub,
+        "publish→subscribe",
+        0.8,
+        "nats bench sub receiving nats bench pub, --count; the subscriber's rate",
+    ),
+    _natscli_row(
+        "service",
+        Profile.CORE,
+        natscli.service,
+        "request/reply",
+        0.9,
+        "nats bench service request to service serve, --requests in turn",
+    ),
+    _natscli_row(
+        "js-pub-async",
+        Profile.JS,
+        natscli.js_pub_async,
+        "js publish async, default sync",
+        0.8,
+        "nats bench js pub async, --count, 500 in flight; each server's default sync",
+    ),
+    _natscli_row(
+        "js-pub-sync",
+        Profile.JS,
+        natscli.js_pub_sync,
+        "js publish sync, default sync",
+        0.7,
+        "nats bench js pub sync, --sync-count one at a time",
+    ),
+    _natscli_row(
+        "js-fetch",
+        Profile.JS,
+        natscli.js_fetch,
+        "pull fetch + ack",
+        0.8,
+        "nats bench js fetch drains --count messages stored by nats bench js pub async",
+    ),
+    _natscli_row(
+        "js-ordered",
+        Profile.JS,
+        natscli.js_ordered,
+        "ordered consumer",
+        0.8,
+        "nats bench js ordered reads --count messages stored by nats bench js pub async",
+    ),
+    _natscli_row(
+        "kv-put", Profile.JS, natscli.kv_put, "KV put", 0.8, "nats bench kv put, --sync-count"
+    ),
+)
 
 
 WORKLOADS: tuple[Workload, ...] = (
@@ -218,9 +289,24 @@ WORKLOADS: tuple[Workload, ...] = (
                 20.0,
                 "≥ 20x faster than replay",
             ),
+            Metric(
+                "duckdb_ms",
+                "count by subject: DuckDB (jetlake inspect) over lake vs replay",
+                MILLIS,
+                False,
+                100.0,
+                "≥ 100x faster than replay",
+            ),
+            Metric(
+                "duckdb_cli_ms",
+                "the same, as a `jetlake inspect` command (new process)",
+                MILLIS,
+                False,
+            ),
         ),
         "--count (default 1M) messages on 16 subjects; jetlake: Spark SQL, warm session, "
-        "once compacted; ref: an ordered nats-py consumer reads them back",
+        "once compacted, then DuckDB over the same lake + tail, in process and as the "
+        "command; ref: an ordered nats-py consumer reads them back",
         ref_measure=lake.history_replay,
         jetlake_args=LAKE_ARGS,
         timeout=600.0,
@@ -237,6 +323,29 @@ WORKLOADS: tuple[Workload, ...] = (
         "--count (default 1M) messages built as sealed segments, one warm compact pass",
         sides=("jetlake",),
         timeout=600.0,
+    ),
+    Workload(
+        "lake-typed",
+        Profile.OFFLINE,
+        lake.typed_compaction,
+        (
+            *(
+                Metric(f"{name}_{key}", f"compaction, {what}", unit, True)
+                for name, what in (
+                    ("raw", "raw"),
+                    ("jsoni", "JSON inferred"),
+                    ("jsons", "JSON + JSON Schema"),
+                    ("avro", "Avro"),
+                )
+                for key, unit in (("rows_per_s", RATE), ("mb_per_s", MBPS))
+            ),
+            Metric("from_json_query_s", "filter via from_json on raw", SECONDS, False),
+            Metric("typed_query_s", "filter on a typed column", SECONDS, False),
+        ),
+        "--count (default 1M) ~100-byte orders per format as sealed segments, one warm "
+        "compact pass each; then count by customer.id over the raw and the typed table",
+        sides=("jetlake",),
+        timeout=1800.0,
     ),
     Workload(
         "raft",
@@ -281,6 +390,7 @@ WORKLOADS: tuple[Workload, ...] = (
         (Metric("failover_ms", "R3 leader failover (SIGKILL → next ack)", MILLIS, False),),
         "SIGKILL of the stream leader, timed to the next publish acked via a survivor",
     ),
+    *NATSCLI,
 )
 
 
@@ -294,14 +404,19 @@ def _cluster(workload: Workload) -> bool:
     return workload.name.startswith("cluster-")
 
 
+def _natscli(workload: Workload) -> bool:
+    """The `nats bench` rows: a group of their own, so "core" and "js" stay nats-py's."""
+    return workload in NATSCLI
+
+
 def _lake(workload: Workload) -> bool:
     """The lake's rows take minutes and a JVM: a group of their own, kept out of "js"."""
     return workload.name.startswith("lake-")
 
 
 def select(names: list[str]) -> list[Workload]:
-    """Workloads by name or group ("core", "js", "lake", "raft", "cluster", "mqtt"); all if
-    ``names`` is empty.
+    """Workloads by name or group ("core", "js", "lake", "raft", "cluster", "mqtt",
+    "natscli"); all if ``names`` is empty.
 
     Raises ``KeyError`` naming the unknown entry, so the CLI can list the valid ones.
     """
@@ -314,14 +429,18 @@ def select(names: list[str]) -> list[Workload]:
                 w
                 for w in WORKLOADS
                 if w.profile not in (Profile.CORE, Profile.MQTT)
-                and not (_lake(w) or _raft(w) or _cluster(w))
+                and not (_lake(w) or _raft(w) or _cluster(w) or _natscli(w))
             ]
+        elif name == "natscli":
+            matches = list(NATSCLI)
         elif name == "lake":
             matches = [w for w in WORKLOADS if _lake(w)]
         elif name == "raft":
             matches = [w for w in WORKLOADS if _raft(w)]
         elif name == "cluster":
             matches = [w for w in WORKLOADS if _cluster(w)]
+        elif name == "core":
+            matches = [w for w in WORKLOADS if w.profile is Profile.CORE and not _natscli(w)]
         else:
             matches = [w for w in WORKLOADS if name in (w.name, w.profile.value)]
         if not matches:

@@ -15,7 +15,8 @@ import ssl
 import time
 from typing import TYPE_CHECKING
 
-from ingest.parser import nats
+from ingest.parser import fast, nats
+from ingest.parser.fast import encode_hmsg, encode_msg
 from ingest.parser.subjects import is_valid_literal_subject, is_valid_subject
 from ingest.server.auth import AUTH_VIOLATION, AuthError, Grant
 from ingest.server.gofmt import go_duration
@@ -47,9 +48,9 @@ class Subscription:
         if self.filtered and not conn.grant.can_receive(subject.decode("utf-8", "surrogateescape")):
             return
         if hdr is not None and conn.headers:
-            conn.queue(nats.encode_hmsg(subject, self.sid, reply, hdr, payload))
+            conn.queue(encode_hmsg(subject, self.sid, reply, hdr, payload))
         else:
-            conn.queue(nats.encode_msg(subject, self.sid, reply, payload))
+            conn.queue(encode_msg(subject, self.sid, reply, payload))
         conn.out_msgs += 1
         conn.out_bytes += len(payload)
         self.delivered += 1
@@ -64,7 +65,7 @@ class Client(asyncio.Protocol):
         self.server = server
         self.cid = cid
         opts = server.opts
-        self.codec = nats.ServerCodec(
+        self.codec = fast.server_codec(
             max_control_line=opts.max_control_line, max_payload=opts.max_payload
         )
         self.transport: asyncio.Transport | None = None
@@ -74,6 +75,7 @@ class Client(asyncio.Protocol):
         self.authenticated = not server.auth.required
         self.verbose = True  # the reference's defaults until CONNECT says otherwise
         self.pedantic = True
+        self._pub_checks = True  # verbose, pedantic or a restricted grant: see _pub_allowed
         self.echo = True
         self.headers = False
         self.no_responders = False
@@ -94,7 +96,6 @@ class Client(asyncio.Protocol):
         self.closed = False
         self.close_reason = ""
         self._out: list[bytes] = []
-        self._out_size = 0
         self._dirty = False
         self.trace = bool(server.opts.trace)  # -V: every control line, as the reference logs it
         # Deadlines: TLS handshake, authentication, next keepalive PING.
@@ -186,15 +187,16 @@ class Client(asyncio.Protocol):
         self._dispatch(ops)
 
     def _dispatch(self, ops: list[nats.Op]) -> None:
+        pub = nats.Pub  # looked up once per read, not per message
         for op in ops:
             if self.closed:
                 return
             if self.trace:
                 self._trace("<<-", f"[{_describe(op)}]")
-                if type(op) is nats.Pub:
+                if type(op) is pub:
                     self._trace("<<-", f"MSG_PAYLOAD: [{_quoted(op.payload)}]")
             kind = type(op)
-            if kind is nats.Pub:
+            if kind is pub:
                 self._on_pub(op)  # type: ignore[arg-type]
             elif kind is nats.Ping:
                 self._on_ping()
@@ -283,30 +285,41 @@ class Client(asyncio.Protocol):
                 return
             self.account = self.server.accounts[self.grant.account]
             self.authenticated = True
+        self._pub_checks = self.verbose or self.pedantic or self.grant.restricted
         if self.verbose:
             self.queue(nats.OK)
 
     def _on_pub(self, op: nats.Pub) -> None:
+        """The per-message path: what a connection without checks (the common case) skips
+        is decided once per CONNECT, in `_pub_checks`."""
         if not self.authenticated:
             self._auth_violation()
             return
         subject = op.subject
+        hdr = op.hdr
+        payload = op.payload
+        size = len(payload) if hdr is None else len(payload) + len(hdr)
         self.in_msgs += 1
-        size = len(op.payload) + (len(op.hdr) if op.hdr else 0)
         self.in_bytes += size
-        server = self.server
+        if self._pub_checks and not self._pub_allowed(subject):
+            return
+        reply = op.reply
+        delivered = self.server.route(self, subject, reply, hdr, payload, size)
+        if not delivered and reply and self.no_responders:
+            self._no_responders(subject, reply)
+
+    def _pub_allowed(self, subject: bytes) -> bool:
+        """Pedantic subject check, publish permission, verbose +OK; False when refused."""
         if self.pedantic and not is_valid_literal_subject(subject.decode("utf-8", "replace")):
             self.send_err("Invalid Publish Subject")
         if self.grant.restricted and not self.grant.can_publish(subject):
             self.send_err(
                 f'Permissions Violation for Publish to "{subject.decode("utf-8", "replace")}"'
             )
-            return
+            return False
         if self.verbose:
             self.queue(nats.OK)
-        delivered = server.route(self, subject, op.reply, op.hdr, op.payload, size)
-        if not delivered and op.reply and self.no_responders:
-            self._no_responders(subject, op.reply)
+        return True
 
     def _no_responders(self, subject: bytes, reply: bytes) -> None:
         """The 503 goes straight to the requester's own inbox subscription."""
@@ -419,7 +432,6 @@ class Client(asyncio.Protocol):
             if line.startswith((b"MSG ", b"HMSG ")):
                 self._trace("->>", f"MSG_PAYLOAD: [{_quoted(rest[:-2])}]")
         self._out.append(data)
-        self._out_size += len(data)
         if not self._dirty:
             self._dirty = True
             self.server.mark_dirty(self)
@@ -430,12 +442,10 @@ class Client(asyncio.Protocol):
         transport = self.transport
         if transport is None or self.closed or not self._out:
             self._out.clear()
-            self._out_size = 0
             return
         out = self._out
         data = out[0] if len(out) == 1 else b"".join(out)
         self._out = []
-        self._out_size = 0
         self._write(data if self.tls is None else self.tls.encrypt(data))
         if transport.get_write_buffer_size() > self.server.opts.max_pending:
             self.server.slow_consumers += 1

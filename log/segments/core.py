@@ -66,9 +66,13 @@ _NONE_COUNTED = array("Q")
 
 
 class BatchRef:
-    """Where one batch's sequences are; `live` counts its rows not yet deleted."""
+    """Where one batch's sequences are; `live` counts its rows not yet deleted.
 
-    __slots__ = ("first", "last", "live", "max_ts", "rows")
+    `headers` is False only for a batch known to hold no headers (seen at open),
+    so a restart's dedup and TTL scans skip it instead of reading it again.
+    """
+
+    __slots__ = ("first", "headers", "last", "live", "max_ts", "rows")
 
     def __init__(self, first: int, last: int, rows: int, max_ts: int) -> None:
         self.first = first
@@ -76,6 +80,7 @@ class BatchRef:
         self.rows = rows
         self.live = rows
         self.max_ts = max_ts
+        self.headers = True
 
     @property
     def dense_first(self) -> int | None:
@@ -235,9 +240,7 @@ class BatchStore(ABC):
         assert keep > 0, keep  # so no subject's list empties here
         victims = array("Q")
         for subject in subjects:
-            seqs = self._subjects.get(subject)
-            if seqs is not None and len(seqs) > keep:
-                victims += seqs.pop_front(len(seqs) - keep)
+            victims += self._subjects.trim(subject, keep)
         if victims:
             self._forget(array("Q", sorted(victims)))
         return len(victims)
@@ -381,15 +384,15 @@ class BatchStore(ABC):
         for ref in reversed(self._refs):
             if ref.max_ts < since_ts:
                 break  # timestamps grow with seqs: every older batch is older still
-            if not ref.live:
+            if not ref.live or not ref.headers:
                 continue
             batch = self._fetch(ref)
+            named = pc.match_substring(batch.column(HDR), name, ignore_case=True)
+            if not pc.any(named).as_py():
+                continue  # no message here carries the header (none at all without msg-ids)
             mask = pc.and_(
                 self._live_mask(batch, ref.first, ref.last),
-                pc.and_(
-                    pc.greater_equal(batch.column(TS), pa.scalar(since_ts, TS_TYPE)),
-                    pc.match_substring(batch.column(HDR), name, ignore_case=True),
-                ),
+                pc.and_(pc.greater_equal(batch.column(TS), pa.scalar(since_ts, TS_TYPE)), named),
             )
             hits = batch.filter(pc.fill_null(mask, False))
             if len(hits):
@@ -571,6 +574,9 @@ class BatchStore(ABC):
         """
         self._refs = refs
         self._firsts = [r.first for r in refs]
+        if len(batches) == len(refs):
+            for ref, batch in zip(refs, batches, strict=True):
+                ref.headers = bool(pc.max(pc.binary_length(batch.column(HDR))).as_py())
         # Contiguous key columns: kernels over thousands of small chunks cost more
         # per chunk than the copy does (data stays chunked: it may exceed 2 GiB).
         table = pa.Table.from_batches(batches, SCHEMA)

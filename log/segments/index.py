@@ -135,6 +135,10 @@ class SubjectIndex:
     it is kept current as subjects appear (an ordered dict, so a subject that
     empties and comes back is listed once), and names of subjects that emptied
     are pruned when next read.
+
+    A subject holding one message (most of them, in a stream keyed by id or
+    device) is stored as the bare sequence, an int, and gets a ``SeqList`` at its
+    second message: the list and its array cost ~150 bytes more per subject.
     """
 
     _CACHE_LIMIT = 256
@@ -142,18 +146,26 @@ class SubjectIndex:
     __slots__ = ("_lists", "_matching")
 
     def __init__(self) -> None:
-        self._lists: dict[str, SeqList] = {}
+        self._lists: dict[str, SeqList | int] = {}
         self._matching: dict[str, dict[str, None]] = {}
 
     def __len__(self) -> int:
         return len(self._lists)
 
     def get(self, subject: str) -> SeqList | None:
-        return self._lists.get(subject)
+        """The subject's sequences to read; change them only through this index.
+
+        A one-message subject gets a fresh list each call, so a change made to
+        the returned list would not reach the index.
+        """
+        seqs = self._lists.get(subject)
+        if isinstance(seqs, int):
+            return SeqList(array("Q", (seqs,)))
+        return seqs
 
     def load(self, subject: str, seqs: array) -> None:
         """Install a subject's sorted live sequences (rebuild at open)."""
-        self._lists[subject] = SeqList(seqs)
+        self._lists[subject] = seqs[0] if len(seqs) == 1 else SeqList(seqs)
         self._matching.clear()
 
     def add(self, subjects: list[str], first_seq: int) -> None:
@@ -161,30 +173,61 @@ class SubjectIndex:
         seq = first_seq
         for subject in subjects:
             seqs = lists.get(subject)
-            if seqs is None:
-                seqs = lists[subject] = SeqList()
+            if seqs.__class__ is SeqList:  # the hot path: a subject seen before
+                seqs.append(seq)
+            elif seqs is None:
+                lists[subject] = seq
                 for f, names in self._matching.items():
                     if subject_matches(f, subject):
                         names[subject] = None
-            seqs.append(seq)
+            else:
+                lists[subject] = SeqList(array("Q", (seqs, seq)))
             seq += 1
 
     def remove(self, subject: str, seq: int) -> bool:
         seqs = self._lists.get(subject)
-        if seqs is None or not seqs.remove(seq):
+        if seqs is None:
             return False
-        if not seqs:
+        if isinstance(seqs, int):
+            if seqs != seq:
+                return False
             del self._lists[subject]
+            return True
+        if not seqs.remove(seq):
+            return False
+        self._settle(subject, seqs)
         return True
 
     def drop_below(self, subject: str, seq: int) -> int:
         seqs = self._lists.get(subject)
         if seqs is None:
             return 0
-        n = seqs.remove_below(seq)
-        if not seqs:
+        if isinstance(seqs, int):
+            if seqs >= seq:
+                return 0
             del self._lists[subject]
+            return 1
+        n = seqs.remove_below(seq)
+        self._settle(subject, seqs)
         return n
+
+    def trim(self, subject: str, keep: int) -> array:
+        """Remove and return all but the subject's newest ``keep`` sequences (``keep`` > 0)."""
+        seqs = self._lists.get(subject)
+        if not isinstance(seqs, SeqList) or len(seqs) <= keep:
+            return array("Q")
+        out = seqs.pop_front(len(seqs) - keep)
+        self._settle(subject, seqs)
+        return out
+
+    def _settle(self, subject: str, seqs: SeqList) -> None:
+        """Back to the compact form once a list is down to one sequence, gone at none."""
+        if len(seqs) > 1:
+            return
+        if seqs:
+            self._lists[subject] = seqs.first()
+        else:
+            del self._lists[subject]
 
     def matching(self, subject_filter: str) -> list[str]:
         """Subjects with live messages that the filter matches."""

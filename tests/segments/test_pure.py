@@ -1,4 +1,4 @@
-"""The pure helpers: subject matching (and its regex twin), sequence lists."""
+"""The pure helpers: subject matching (and its regex twin), sequence lists, subject index."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 
 from log.segments import subject_matches
-from log.segments.index import SeqList
+from log.segments.index import SeqList, SubjectIndex
 from log.segments.subjects import filter_regex
 
 
@@ -61,3 +61,43 @@ def test_seq_list_skips_runs(members: set[int], probe: int, trim: int) -> None:
         prev -= 1
     assert seqs.prev_absent(probe) == prev
     assert (probe in seqs) == (probe in members)
+
+
+index_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "remove", "drop_below", "trim"]),
+        st.sampled_from(["a", "b", "c.d"]),
+        st.integers(1, 30),
+    ),
+    max_size=40,
+)
+
+
+@given(index_ops)
+def test_subject_index_agrees_with_a_dict_of_lists(ops: list[tuple[str, str, int]]) -> None:
+    """One-message subjects are stored compactly; reads and changes must not tell."""
+    index, model = SubjectIndex(), {}
+    seq = 1
+    for op, subject, n in ops:
+        live = model.setdefault(subject, [])
+        if op == "add":
+            index.add([subject] * (n % 3 + 1), seq)
+            live += range(seq, seq + n % 3 + 1)
+            seq += n % 3 + 1
+        elif op == "remove":
+            assert index.remove(subject, n) is (n in live)
+            live[:] = [s for s in live if s != n]
+        elif op == "drop_below":
+            assert index.drop_below(subject, n) == sum(s < n for s in live)
+            live[:] = [s for s in live if s >= n]
+        else:
+            keep = n % 3 + 1
+            assert list(index.trim(subject, keep)) == live[: max(0, len(live) - keep)]
+            live[:] = live[-keep:]
+        expected = {k: v for k, v in model.items() if v}
+        assert len(index) == len(expected)
+        assert sorted(index.matching(">")) == sorted(expected)
+        assert index.matching("c.*") == (["c.d"] if "c.d" in expected else [])
+        for name in ("a", "b", "c.d"):
+            got = index.get(name)
+            assert (list(got) if got is not None else []) == expected.get(name, [])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from log.segments import StoredMsg, msg_size
+from log.segments import NewMsg, StoredMsg, msg_size
 from tests.segments.conftest import Stores, msgs
 
 SUBJECTS = ["orders.eu.new", "orders.us.new", "orders.eu.paid", "audit"]
@@ -163,3 +163,20 @@ def test_many_subjects_wildcard_scan(stores: Stores) -> None:
 def test_empty_append_is_a_no_op(stores: Stores) -> None:
     assert stores.store.append([]) == 1
     assert stores.store.state().last_seq == 0
+
+
+def test_header_scans_after_restart_skip_only_batches_without_headers(stores: Stores) -> None:
+    """A restart notes which batches hold no headers; dedup and TTL recovery skip those."""
+
+    def plain(ts: int) -> list[NewMsg]:
+        return [NewMsg(subject="a", hdr=None, data=b"x", ts=ts + i) for i in range(5)]
+
+    stores.store.append(plain(1_000))
+    stores.store.append(msgs(["b", "b"], ts=2_000))  # the first carries `K: 0`
+    stores.store.append(plain(3_000))
+    for store in stores.now_and_after_restart():
+        assert [m.seq for m in store.with_header("K")] == [6]
+    tagged = NewMsg(subject="c", hdr=b"NATS/1.0\r\nK: 9\r\n\r\n", data=b"y", ts=4_000)
+    stores.store.append([tagged])
+    assert [m.seq for m in stores.store.with_header("K")] == [6, 13]
+    assert [m.seq for m in stores.store.with_header("K", since_ts=2_001)] == [13]
