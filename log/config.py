@@ -3,8 +3,8 @@
 A client compares the config it sent with the one the server echoes (nats.go
 does this on create-or-update), so defaults must be filled exactly like
 nats-server's `checkStreamCfg`, and refusals must carry the same codes and
-words. Features jetlake does not implement yet (mirrors) are refused rather
-than accepted and silently ignored.
+words. Features jetlake does not implement yet (consumer sources) are refused
+rather than accepted and silently ignored.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from typing import Any
 from ingest.parser import mapping
 from ingest.parser.headers import header_value
 from ingest.parser.subjects import is_subset, is_valid_subject, subjects_overlap
-from log import errors
-from log.request_fields import Fields
-from log.sources import StreamSource, check_sources, parse_sources
+from log import api_levels, errors
+from log.mirror import check_mirror, check_mirror_update, parse_mirror
+from log.request_fields import Fields, fields, refuse_unknown
+from log.sources import StreamSource, check_externals, check_sources, origins, parse_sources
 
 _FIELDS = Fields("StreamConfigRequest")
 _type_error = _FIELDS.type_error
@@ -37,8 +38,9 @@ MAX_DESCRIPTION_LEN = 4 * 1024
 MAX_METADATA_LEN = 128 * 1024
 DEFAULT_DUPLICATE_WINDOW = 120_000_000_000
 MIN_WINDOW = 100_000_000  # 100ms: the reference's floor for max_age and duplicate_window
-# Highest JetStream API level whose stream features jetlake implements (1 = per-message TTL).
-API_LEVEL = 1
+# Highest JetStream API level whose stream features jetlake implements (1: per-message TTLs;
+# 2: counters, atomic batches, schedules, async persistence; see `log.api_levels`).
+API_LEVEL = 2
 REQUIRED_LEVEL_KEY = "_nats.req.level"
 REQUIRED_LEVEL_HEADER = b"Nats-Required-Api-Level"
 _GO_INT = re.compile(rb"[+-]?\d+")
@@ -47,8 +49,28 @@ RETENTIONS = ("limits", "interest", "workqueue")
 DISCARDS = ("old", "new")
 STORAGES = ("file", "memory")
 COMPRESSIONS = ("none", "s2")
-_UNSUPPORTED = ("mirror",)
 _RESERVED = ("$JS.>", "$JSC.>", "$NRG.>")
+_TRANSFORM = fields("src dest")
+_SOURCE = fields(
+    "name opt_start_seq opt_start_time filter_subject",
+    subject_transforms=_TRANSFORM,
+    external=fields("api deliver"),
+)  # and `consumer` (API level 4, a durable sourcing consumer): refused until implemented
+# StreamConfigRequest's fields, at every depth: any other is refused
+_SCHEMA = fields(
+    "name description subjects retention max_consumers max_msgs max_bytes max_age"
+    " max_msgs_per_subject max_msg_size discard storage num_replicas no_ack duplicate_window"
+    " compression first_seq allow_direct mirror_direct discard_new_per_subject sealed"
+    " deny_delete deny_purge allow_rollup_hdrs allow_msg_ttl subject_delete_marker_ttl"
+    " allow_msg_counter allow_atomic allow_msg_schedules persist_mode allow_batched metadata"
+    " pedantic",
+    placement=fields("cluster tags preferred"),
+    mirror=_SOURCE,
+    sources=_SOURCE,
+    subject_transform=_TRANSFORM,
+    republish=fields("src dest headers_only"),
+    consumer_limits=fields("inactive_threshold max_ack_pending"),
+)
 
 
 def segment_codec(compression: str) -> str | None:
@@ -114,6 +136,7 @@ class StreamConfig:
     no_ack: bool = False
     duplicate_window: int = DEFAULT_DUPLICATE_WINDOW  # nanoseconds
     sources: tuple[StreamSource, ...] = ()
+    mirror: StreamSource | None = None
     compression: str = "none"
     first_seq: int = 0
     subject_transform: SubjectTransformConfig | None = None
@@ -128,6 +151,11 @@ class StreamConfig:
     consumer_limits: Mapping[str, Any] = field(default_factory=dict)
     allow_msg_ttl: bool = False
     subject_delete_marker_ttl: int = 0  # nanoseconds; 0: no markers
+    allow_msg_counter: bool = False
+    allow_atomic: bool = False
+    allow_msg_schedules: bool = False
+    persist_mode: str = "default"
+    allow_batched: bool = False
     metadata: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self, *, dynamic: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -152,7 +180,10 @@ class StreamConfig:
             out[key] = getattr(self, key)
         if self.no_ack:
             out["no_ack"] = True
-        out["duplicate_window"] = self.duplicate_window
+        if self.duplicate_window:  # a mirror or sourcing stream dedups only if asked
+            out["duplicate_window"] = self.duplicate_window
+        if self.mirror is not None:
+            out["mirror"] = self.mirror.to_json()
         if self.sources:
             out["sources"] = [source.to_json() for source in self.sources]
         out["compression"] = self.compression
@@ -172,6 +203,13 @@ class StreamConfig:
         out["allow_msg_ttl"] = self.allow_msg_ttl
         if self.subject_delete_marker_ttl:
             out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
+        for key in ("allow_msg_counter", "allow_atomic", "allow_msg_schedules"):
+            if getattr(self, key):
+                out[key] = True
+        if self.persist_mode != "default":
+            out["persist_mode"] = self.persist_mode
+        if self.allow_batched:
+            out["allow_batched"] = True
         metadata = {**self.metadata, **(dynamic or {})}
         if metadata:
             out["metadata"] = dict(sorted(metadata.items()))
@@ -190,9 +228,7 @@ def from_request(raw: Any) -> StreamConfig:
     """Build a validated config with the reference's defaults from a create/update body."""
     if not isinstance(raw, Mapping):
         raise errors.invalid_json("cannot unmarshal into Go value of type StreamConfigRequest")
-    for key in _UNSUPPORTED:
-        if raw.get(key):
-            raise errors.invalid_config(f"jetlake does not support {key} yet")
+    refuse_unknown(raw, _SCHEMA)
     metadata = _dict(raw, "metadata")
     cfg = StreamConfig(
         name=_str(raw, "name"),
@@ -211,6 +247,7 @@ def from_request(raw: Any) -> StreamConfig:
         no_ack=_bool(raw, "no_ack"),
         duplicate_window=_int(raw, "duplicate_window"),
         sources=parse_sources(raw),
+        mirror=parse_mirror(raw),
         compression=_enum(raw, "compression", COMPRESSIONS),
         first_seq=_uint(raw, "first_seq"),
         subject_transform=_transform(raw),
@@ -225,6 +262,11 @@ def from_request(raw: Any) -> StreamConfig:
         consumer_limits=_dict(raw, "consumer_limits"),
         allow_msg_ttl=_bool(raw, "allow_msg_ttl"),
         subject_delete_marker_ttl=_int(raw, "subject_delete_marker_ttl"),
+        allow_msg_counter=_bool(raw, "allow_msg_counter"),
+        allow_atomic=_bool(raw, "allow_atomic"),
+        allow_msg_schedules=_bool(raw, "allow_msg_schedules"),
+        persist_mode=api_levels.persist_mode(raw),
+        allow_batched=_bool(raw, "allow_batched"),
         metadata={str(k): str(v) for k, v in metadata.items()},
     )
     return _checked(cfg)
@@ -281,7 +323,7 @@ def _checked(cfg: StreamConfig) -> StreamConfig:
     if 0 < cfg.max_age < MIN_WINDOW:
         raise errors.invalid_config("max age needs to be >= 100ms")
     window = cfg.duplicate_window
-    if window == 0:
+    if window == 0 and cfg.mirror is None and not cfg.sources:
         window = (
             min(cfg.max_age, DEFAULT_DUPLICATE_WINDOW) if cfg.max_age else DEFAULT_DUPLICATE_WINDOW
         )
@@ -289,10 +331,11 @@ def _checked(cfg: StreamConfig) -> StreamConfig:
         raise errors.invalid_config("duplicates window can not be negative")
     if cfg.max_age and window > cfg.max_age:
         raise errors.invalid_config("duplicates window can not be larger then max age")
-    if window < MIN_WINDOW:
+    if 0 < window < MIN_WINDOW:
         raise errors.invalid_config("duplicates window needs to be >= 100ms")
     if cfg.deny_purge and cfg.allow_rollup_hdrs:
         raise errors.invalid_config("roll-ups require the purge permission")
+    api_levels.check_counter(cfg)
     max_per = _limit(cfg.max_msgs_per_subject)
     if cfg.discard_new_per_subject:
         if cfg.discard != "new":
@@ -301,16 +344,16 @@ def _checked(cfg: StreamConfig) -> StreamConfig:
             )
         if max_per <= 0:
             raise errors.invalid_config("discard new per subject requires max msgs per subject > 0")
-    cfg = _with_markers(cfg)
-    subject_list = cfg.subjects or (() if cfg.sources else (cfg.name,))
+    cfg = api_levels.with_schedules(_with_markers(cfg), replicas)
+    check_mirror(cfg.mirror, cfg)
+    subject_list = cfg.subjects or (() if cfg.sources or cfg.mirror else (cfg.name,))
     check_sources(cfg.sources)
+    check_externals(origins(cfg))
     _check_subjects(subject_list, no_ack=cfg.no_ack, replicas=replicas)
-    if cfg.mirror_direct:  # mirrors are refused above, so no stream has one
-        raise errors.invalid_config("stream has no mirror but does have mirror direct")
     _check_transform(cfg.subject_transform)
     republish = _checked_republish(cfg.republish, cfg.subject_transform, subject_list)
     metadata = dict(cfg.metadata)
-    metadata[REQUIRED_LEVEL_KEY] = "1" if cfg.allow_msg_ttl else "0"
+    metadata[REQUIRED_LEVEL_KEY] = str(api_levels.required_level(cfg))
     return dataclasses.replace(
         cfg,
         subjects=subject_list,
@@ -428,8 +471,10 @@ def check_update(old: StreamConfig, new: StreamConfig, *, clustered: bool = Fals
         )
     if old.deny_purge and not new.deny_purge:
         raise errors.invalid_config("stream configuration update can not cancel deny purge")
+    check_mirror_update(old.mirror, new.mirror)
     if old.allow_msg_ttl and not new.allow_msg_ttl:
         raise errors.invalid_config("message TTL status can not be disabled")
+    api_levels.check_update(old, new)
     if new.sealed:
         return dataclasses.replace(
             new,

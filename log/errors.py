@@ -191,3 +191,115 @@ def transform_invalid_destination(detail: str) -> ApiError:
 
 def source_invalid_name() -> ApiError:
     return ApiError(400, 10141, "sourced stream name is invalid")
+
+
+def wrong_last_sequence_constant() -> ApiError:
+    return ApiError(400, 10164, "wrong last sequence")
+
+
+def incr_disabled() -> ApiError:
+    return ApiError(400, 10168, "message counters is disabled")
+
+
+def incr_missing() -> ApiError:
+    return ApiError(400, 10169, "message counter increment is missing")
+
+
+def incr_payload() -> ApiError:
+    return ApiError(400, 10170, "message counter has payload")
+
+
+def incr_invalid() -> ApiError:
+    return ApiError(400, 10171, "message counter increment is invalid")
+
+
+def counter_broken() -> ApiError:
+    return ApiError(400, 10172, "message counter is broken")
+
+
+def atomic_disabled() -> ApiError:
+    return ApiError(400, 10174, "atomic publish is disabled")
+
+
+def atomic_missing_seq() -> ApiError:
+    return ApiError(400, 10175, "atomic publish sequence is missing")
+
+
+def atomic_incomplete() -> ApiError:
+    return ApiError(400, 10176, "atomic publish batch is incomplete")
+
+
+def atomic_unsupported_header(header: str) -> ApiError:
+    return ApiError(400, 10177, f"atomic publish unsupported header used: {header}")
+
+
+def atomic_invalid_id() -> ApiError:
+    return ApiError(400, 10179, "atomic publish batch ID is invalid")
+
+
+def atomic_too_large(limit: int) -> ApiError:
+    return ApiError(400, 10199, f"atomic publish batch is too large: {limit}")
+
+
+def atomic_invalid_commit() -> ApiError:
+    return ApiError(400, 10200, "atomic publish batch commit is invalid")
+
+
+def atomic_duplicate_msg_id() -> ApiError:
+    return ApiError(400, 10201, "atomic publish batch contains duplicate message id")
+
+
+def atomic_too_many_inflight() -> ApiError:
+    return ApiError(429, 10210, "atomic publish too many inflight")
+
+
+def schedules_source_with() -> ApiError:
+    return ApiError(400, 10187, "stream source can not also schedule messages")
+
+
+def schedules_disabled() -> ApiError:
+    return ApiError(400, 10188, "message schedules is disabled")
+
+
+def schedules_pattern_invalid() -> ApiError:
+    return ApiError(400, 10189, "message schedules pattern is invalid")
+
+
+def schedules_target_invalid() -> ApiError:
+    return ApiError(400, 10190, "message schedules target is invalid")
+
+
+def schedules_ttl_invalid() -> ApiError:
+    return ApiError(400, 10191, "message schedules invalid per-message TTL")
+
+
+def schedules_rollup_invalid() -> ApiError:
+    return ApiError(400, 10192, "message schedules invalid rollup")
+
+
+def schedules_source_invalid() -> ApiError:
+    return ApiError(400, 10203, "message schedules source is invalid")
+
+
+def schedules_scheduler_invalid() -> ApiError:
+    return ApiError(400, 10212, "message schedules invalid scheduler")
+
+
+def schedules_time_zone_invalid() -> ApiError:
+    return ApiError(400, 10223, "message schedules time zone is invalid")
+
+
+def mirror_with_counters() -> ApiError:
+    return ApiError(400, 10173, "stream mirrors can not also calculate counters")
+
+
+def mirror_with_schedules() -> ApiError:
+    return ApiError(400, 10186, "stream mirrors can not also schedule messages")
+
+
+def mirror_with_atomic() -> ApiError:
+    return ApiError(400, 10198, "stream mirrors can not also use atomic publishing")
+
+
+def mirror_with_batched() -> ApiError:
+    return ApiError(400, 10209, "stream mirrors can not also use batch publishing")

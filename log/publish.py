@@ -239,13 +239,13 @@ def _ttl_or_zero(text: str) -> int:
     """The reference's reading of Nats-TTL, with 0 for anything it cannot use."""
     if text.lower() == "never":
         return NEVER
-    ns = _go_duration_ns(text)
+    ns = go_duration_ns(text)
     if ns is not None:
         return ns // 1_000_000_000 if ns >= 1_000_000_000 else 0
     return int(text) if text.isdigit() else 0
 
 
-def _go_duration_ns(text: str) -> int | None:
+def go_duration_ns(text: str) -> int | None:
     """Parse Go's time.ParseDuration syntax (e.g. "1h30m", "1.5s"); None if it is not one."""
     body = text.lstrip("+-")
     if not body or _DURATION_RE.sub("", body) != "":
@@ -271,6 +271,21 @@ def _ack_prefix(stream: str) -> bytes:
 
 def pub_ack(stream: str, seq: int) -> bytes:
     return b"%s%d}" % (_ack_prefix(stream), seq)
+
+
+def counter_ack(stream: str, seq: int, value: str) -> bytes:
+    """A counter's PubAck carries its new total as a string (it may exceed 64 bits)."""
+    return b'%s%d,"val":"%s"}' % (_ack_prefix(stream), seq, value.encode())
+
+
+def batch_ack(stream: str, seq: int, batch_id: str, count: int) -> bytes:
+    """An atomic batch's PubAck: its last seq, its id and how many messages it stored."""
+    return b'%s%d,"batch":%s,"count":%d}' % (
+        _ack_prefix(stream),
+        seq,
+        json.dumps(batch_id).encode(),
+        count,
+    )
 
 
 def duplicate_ack(stream: str, seq: int) -> bytes:

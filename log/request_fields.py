@@ -17,6 +17,30 @@ from log.errors import ApiError
 
 _KINDS = {str: "string", bool: "bool", int: "number", float: "number", list: "array"}
 
+# A Go struct's JSON fields, each with the struct it holds (an object, or a list of
+# them) or None for anything else.
+Schema = Mapping[str, "Schema | None"]
+
+
+def fields(words: str, **nested: Schema) -> dict[str, Schema | None]:
+    """A schema from space-separated field names, `nested` naming the struct fields."""
+    return {**dict.fromkeys(words.split()), **nested}
+
+
+def refuse_unknown(raw: Any, schema: Schema) -> None:
+    """Refuse a field the Go structs lack, at any depth, as the reference's strict decoder
+    does (the first in document order), rather than ignore what the client asked for."""
+    items = raw if isinstance(raw, list) else [raw]
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue  # a type error, for the typed reads to name
+        for key, value in item.items():
+            if key not in schema:
+                raise errors.invalid_json(f'json: unknown field "{key}"')
+            inner = schema[key]
+            if inner is not None and value is not None:
+                refuse_unknown(value, inner)
+
 
 @dataclass(frozen=True, slots=True)
 class Fields:

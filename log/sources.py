@@ -10,18 +10,20 @@ holds — nothing copied twice, nothing skipped.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ingest.parser import mapping
-from ingest.parser.subjects import is_subset, is_valid_subject
+from ingest.parser.subjects import is_literal, is_subset, is_valid_subject, subjects_overlap
 from log import errors
 from log.errors import ApiError
 from log.request_fields import Fields
 from log.timefmt import parse_rfc3339, rfc3339
 
 SOURCE_HEADER = "Nats-Stream-Source"
+API_PREFIX = "$JS.API"
 _DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _FIELDS = Fields("StreamConfigRequest")
 
@@ -33,12 +35,24 @@ class Transform:
 
 
 @dataclass(frozen=True, slots=True)
+class External:
+    """An origin reached through another API prefix (another domain or account)."""
+
+    api: str
+    deliver: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"api": self.api, "deliver": self.deliver}
+
+
+@dataclass(frozen=True, slots=True)
 class StreamSource:
     name: str
     opt_start_seq: int = 0
     opt_start_time: int = 0  # ns since the epoch; 0: none
     filter_subject: str = ""
     subject_transforms: tuple[Transform, ...] = ()
+    external: External | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}
@@ -52,16 +66,22 @@ class StreamSource:
             out["subject_transforms"] = [
                 {"src": t.src, "dest": t.dest} for t in self.subject_transforms
             ]
+        if self.external is not None:
+            out["external"] = self.external.to_json()
         return out
 
     @property
     def index_name(self) -> str:
-        """Name, filters and destinations: what tells two sources of one stream apart."""
+        """Name, filters and destinations: what tells two sources of one stream apart (an
+        external origin's name carries a hash of its API prefix, as in the reference)."""
+        name = self.name
+        if self.external is not None:
+            name += ":" + name_hash(self.external.api)
         if not self.subject_transforms:
-            return f"{self.name} {self.filter_subject or '>'} >"
+            return f"{name} {self.filter_subject or '>'} >"
         srcs = "\f".join(t.src or ">" for t in self.subject_transforms)
         dests = "\f".join(t.dest or ">" for t in self.subject_transforms)
-        return f"{self.name} {srcs} {dests}"
+        return f"{name} {srcs} {dests}"
 
     def header(self, seq: int, subject: str, ident: str) -> str:
         name, srcs, dests = self.index_name.split(" ")
@@ -77,10 +97,20 @@ class StreamSource:
         ]
 
 
+def source_header_refused() -> ApiError:
+    """A client's publish may not carry the header that marks a sourced copy."""
+    return ApiError(400, 10227, "message stream source header is not allowed")
+
+
 def stream_identity(created_ns: int) -> str:
     """The reference's identity of an origin (a hash of its creation time): a recreated
     origin has another, so a reader can tell its sequences started over."""
-    digest = hashlib.sha256(rfc3339(created_ns).encode()).digest()
+    return name_hash(rfc3339(created_ns))
+
+
+def name_hash(text: str) -> str:
+    """The reference's 8-character hash of a name."""
+    digest = hashlib.sha256(text.encode()).digest()
     return "".join(_DIGITS[b % 62] for b in digest[:8])
 
 
@@ -98,15 +128,15 @@ def parse_sources(raw: Mapping[str, Any]) -> tuple[StreamSource, ...]:
         return ()
     if not isinstance(items, list):
         raise _FIELDS.type_error("sources", items, "[]*server.StreamSource")
-    return tuple(_source(item) for item in items)
+    return tuple(parse_source(item, errors.source_invalid_name()) for item in items)
 
 
-def _source(item: Any) -> StreamSource:
+def parse_source(item: Any, invalid_name: ApiError) -> StreamSource:
+    """One `sources` entry or the `mirror`: the same fields (`invalid_name` if not an object)."""
     if not isinstance(item, Mapping):
-        raise errors.source_invalid_name()
-    for key in ("external", "consumer"):
-        if item.get(key):
-            raise errors.invalid_config(f"jetlake does not support {key} sources yet")
+        raise invalid_name
+    if item.get("consumer"):
+        raise errors.invalid_config("jetlake does not support consumer sources yet")
     start_time = _FIELDS.str(item, "opt_start_time")
     transforms = item.get("subject_transforms") or []
     if not isinstance(transforms, list):
@@ -123,7 +153,16 @@ def _source(item: Any) -> StreamSource:
             for t in transforms
             if isinstance(t, Mapping)
         ),
+        external=_external(item.get("external")),
     )
+
+
+def _external(body: Any) -> External | None:
+    if not body:
+        return None
+    if not isinstance(body, Mapping):
+        raise _FIELDS.type_error("external", body, "server.ExternalStream")
+    return External(_FIELDS.str(body, "api"), _FIELDS.str(body, "deliver"))
 
 
 def _time(text: str) -> int:
@@ -149,22 +188,47 @@ def check_sources(sources: tuple[StreamSource, ...]) -> None:
                 "source with multiple subject transforms cannot also have a single subject filter",
             )
         for t in src.subject_transforms:
-            if t.src and not is_valid_subject(t.src):
-                raise ApiError(400, 10145, f"source transform source: invalid subject {t.src}")
-            try:
-                mapping.validate_mapping(t.src, t.dest)
-            except mapping.MappingError as exc:
-                raise ApiError(400, 10146, f"source transform: {exc}") from None
+            check_transform(t, "source", invalid=10145, unmappable=10146)
         for i, outer in enumerate(src.subject_transforms):
             for j, inner in enumerate(src.subject_transforms):
                 if i != j and is_subset(outer.src or ">", inner.src or ">"):
                     raise ApiError(400, 10147, "source filters can not overlap")
 
 
-def check_cycle(name: str, sources: tuple[StreamSource, ...], others: Mapping[str, Any]) -> None:
-    """Refuse a stream that would, through sources, read its own copies (they would
-    circulate for ever). `others` maps each other stream's name to its config."""
-    todo = [s.name for s in sources]
+def check_externals(links: Iterable[StreamSource]) -> None:
+    """The reference's refusals of external prefixes: delivery prefixes first, then API
+    prefixes (which must not be this account's own API)."""
+    externals = [link.external for link in links if link.external is not None]
+    for ext in externals:
+        if ext.deliver and not is_valid_publish_subject(ext.deliver):
+            raise ApiError(
+                400,
+                10024,
+                f"stream external delivery prefix {ext.deliver} must not contain wildcards",
+            )
+    for ext in externals:
+        if ext.api and not is_valid_publish_subject(ext.api):
+            raise errors.invalid_config(
+                f"stream external api prefix {json.dumps(ext.api)} must be a valid subject"
+                " without wildcards"
+            )
+        if ext.api and subjects_overlap(ext.api, API_PREFIX):
+            raise ApiError(
+                400,
+                10021,
+                f"stream external api prefix {ext.api} must not overlap with {API_PREFIX}",
+            )
+
+
+def is_valid_publish_subject(subject: str) -> bool:
+    return is_valid_subject(subject) and is_literal(subject)
+
+
+def check_cycle(name: str, links: tuple[StreamSource, ...], others: Mapping[str, Any]) -> None:
+    """Refuse a stream that would, through sources or mirrors, read its own copies (they
+    would circulate for ever). `links` are its sources and mirror; `others` maps each other
+    stream's name to its config. External origins are elsewhere and never close a cycle."""
+    todo = [s.name for s in links if s.external is None]
     seen: set[str] = set()
     while todo:
         current = todo.pop()
@@ -173,4 +237,20 @@ def check_cycle(name: str, sources: tuple[StreamSource, ...], others: Mapping[st
         if current in seen or current not in others:
             continue
         seen.add(current)
-        todo.extend(s.name for s in others[current].sources)
+        todo.extend(s.name for s in origins(others[current]) if s.external is None)
+
+
+def origins(cfg: Any) -> tuple[StreamSource, ...]:
+    """A stream config's sources and mirror: everything it copies from."""
+    return (*cfg.sources, cfg.mirror) if cfg.mirror is not None else tuple(cfg.sources)
+
+
+def check_transform(t: Transform, what: str, *, invalid: int, unmappable: int) -> None:
+    """One transform of a source or mirror: a valid source subject and a mapping the
+    engine accepts (the codes differ between the two, as the reference's do)."""
+    if t.src and not is_valid_subject(t.src):
+        raise ApiError(400, invalid, f"{what} transform source: invalid subject {t.src}")
+    try:
+        mapping.validate_mapping(t.src, t.dest)
+    except mapping.MappingError as exc:
+        raise ApiError(400, unmappable, f"{what} transform: {exc}") from None

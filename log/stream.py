@@ -25,15 +25,25 @@ from typing import Any, TypeVar
 
 from consensus.commits import OnCommit
 from consensus.types import RaftError
-from ingest.parser.mapping import Transform, compile_transform
-from log import errors, publish
-from log.config import StreamConfig, segment_codec
+from ingest.parser.headers import header_value, remove_header
+from log import batch, batch_commit, errors, fast_batch, publish, schedules
+from log.config import REQUIRED_LEVEL_HEADER, StreamConfig, above_api_level, segment_codec
 from log.errors import ApiError
+from log.proposed import Echo, Proposed
 from log.replication import ReplicationGroup, SingleNodeGroup
-from log.republish import Republisher
-from log.segments.api import MsgStore, NewMsg, msg_size
+from log.segments.api import MsgStore
 from log.stream_apply import Applier, ConsumerOps, HeaderReader
-from log.stream_entries import Barrier, ConsumerOp, Delete, Entry, Expire, Publish, Purge, Remove
+from log.stream_entries import (
+    Barrier,
+    Batch,
+    ConsumerOp,
+    Delete,
+    Entry,
+    Expire,
+    Publish,
+    Purge,
+    Remove,
+)
 from log.timefmt import now_ns, rfc3339
 
 AckSink = Callable[[bytes], None]
@@ -77,21 +87,14 @@ class Stream:
         """
         self.config = config
         self._send_core = republish
-        self._compile_rules(config)
         self._on_sooner_expiry = on_sooner_expiry
         self.store = store
         self.created_ns = created_ns
-        self._overhead = store.overhead
         self._read_headers = read_headers
         if config.first_seq > store.state().first_seq:  # as the reference, at every open
             store.compact(config.first_seq)
-        state = store.state()
-        # proposed state: what publishes are checked against (meaningful while accepting)
-        self._last_seq = state.last_seq
-        self._pending: dict[str, list[int]] = {}  # subject -> [uncommitted count, last seq]
-        self._pending_msgs = 0
-        self._pending_bytes = 0
-        self._proposed_ids: dict[str, int] = {}  # msg id -> seq, of publishes not applied yet
+        self._batches = batch.Stager()
+        self._fast = fast_batch.FastBatches(config.name)
         self._accepting = group is None
         self._epoch = 0  # counts leadership changes: a stale barrier must not open the gate
         self._expiring = False  # an expiry entry is in flight: do not propose another
@@ -104,7 +107,10 @@ class Stream:
             applied=self._settle_published,
             on_sooner_expiry=on_sooner_expiry,
         )
-        self._last_msg_id = self._applier.last_msg_id
+        # what publishes are checked against (meaningful while accepting)
+        self.proposed = Proposed(
+            config, store, self._applier, read_headers=read_headers, republishes=bool(republish)
+        )
         if group is None:
             self._group: ReplicationGroup[Entry] = SingleNodeGroup(
                 self._apply,
@@ -128,47 +134,10 @@ class Stream:
     def consumer_ops(self, ops: ConsumerOps | None) -> None:
         self._applier.consumer_ops = ops
 
-    def _compile_rules(self, config: StreamConfig) -> None:
-        """The subject transform and republish rule, compiled once per config (validated)."""
-        rule = config.subject_transform
-        self._transform: Transform | None = (
-            compile_transform(rule.src, rule.dest) if rule is not None else None
-        )
-        self._republisher = Republisher.of(config.republish) if self._send_core else None
-
-    # -- the proposed state the publish rules read ---------------------------
-
     @property
     def last_seq(self) -> int:
-        return self._last_seq
-
-    @property
-    def last_msg_id(self) -> str:
-        return self._last_msg_id
-
-    @property
-    def msgs(self) -> int:
-        return self.store.state().msgs + self._pending_msgs
-
-    @property
-    def bytes(self) -> int:
-        return self.store.state().bytes + self._pending_bytes
-
-    def dedup_seq(self, msg_id: str) -> int | None:
-        seq = self._proposed_ids.get(msg_id)
-        return seq if seq is not None else self._applier.dedup.lookup(msg_id, now_ns())
-
-    def last_seq_for(self, subject: str) -> int:
-        pending = self._pending.get(subject)
-        if pending:
-            return pending[1]
-        state = self.store.subject_state(subject)
-        return state.last_seq if state else 0
-
-    def subject_msgs(self, subject: str) -> int:
-        pending = self._pending.get(subject)
-        state = self.store.subject_state(subject)
-        return (state.msgs if state else 0) + (pending[0] if pending else 0)
+        """The last sequence proposed (while accepting) or applied."""
+        return self.proposed.last_seq
 
     # -- leadership ------------------------------------------------------------
 
@@ -186,6 +155,9 @@ class Stream:
         """
         self._epoch += 1
         self._accepting = False
+        self._batches.clear()
+        self._fast.clear()
+        self._applier.schedules.clear_inflight()
         if not leader:
             self._reset_proposed()  # what is in flight fails or commits without us
             return
@@ -200,11 +172,7 @@ class Stream:
             self._on_sooner_expiry()  # expiry is the leader's to propose: arm its timer
 
     def _reset_proposed(self) -> None:
-        self._last_seq = self._applier.stored_last
-        self._last_msg_id = self._applier.last_msg_id
-        self._pending.clear()
-        self._pending_msgs = self._pending_bytes = 0
-        self._proposed_ids.clear()
+        self.proposed.reset()
         self._expiring = False
 
     def restored(self) -> None:
@@ -225,8 +193,10 @@ class Stream:
         data: bytes,
         headers: Mapping[str, list[str]],
         ack: AckSink | None,
+        fast: fast_batch.FastRef | None = None,
     ) -> None:
-        """Run the rules and propose; `ack` gets the PubAck (or error) once known.
+        """Run the rules and propose; `ack` gets the PubAck (or error) once known, or,
+        for a message of a fast batch (`fast`, from its reply subject), the batch's flow.
 
         A member that is not accepting stays silent, as the reference does: the
         publisher times out and retries, by then against the leader.
@@ -235,53 +205,118 @@ class Stream:
             return
         if self.config.no_ack:
             ack = None
-        if self._transform is not None:
-            subject = self._transform.match(subject) or subject
-        try:
-            size = msg_size(subject, hdr, data, self._overhead)
-        except UnicodeEncodeError:  # bytes that are not UTF-8 reach us surrogate-escaped
-            if ack is not None:
-                ack(publish.error_ack(self.name, errors.subject_not_utf8()))
+        if fast is not None:
+            self._publish_fast(subject, hdr, data, headers, fast, ack or _ignore)
+            return
+        if headers and batch.BATCH_ID in headers:
+            batch_commit.stage(self, self._batches, batch.Staged(subject, hdr, data, headers), ack)
             return
         try:
-            decision = publish.check(self.config, self, subject, hdr, headers, data, size)
+            admitted = self.proposed.admit(subject, hdr, data, headers)
         except ApiError as err:
             if ack is not None:
                 ack(publish.error_ack(self.name, err))
             return
-        if isinstance(decision, publish.Duplicate):
+        if isinstance(admitted, publish.Duplicate):
             if ack is not None:
-                ack(publish.duplicate_ack(self.name, decision.seq))
+                ack(publish.duplicate_ack(self.name, admitted.seq))
             return
-        ttl = decision.ttl
-        if ttl > 0 and self.config.subject_delete_marker_ttl:
-            ttl, hdr = publish.floor_ttl(self.config, ttl, hdr)
-            size = msg_size(subject, hdr, data, self._overhead)
-        ts = now_ns()
-        echo = None
-        if self._republisher is not None:
-            echo = self._republisher.message(
-                stream=self.name,
-                subject=subject,
-                seq=self._last_seq + 1,
-                ts=ts,
-                last_seq=self.last_seq_for(subject),
-                hdr=hdr,
-                data=data,
-            )
-        seq = self._last_seq + 1
-        self._last_seq = seq
-        msg_id = decision.msg_id
-        self._last_msg_id = msg_id
-        if msg_id:
-            self._proposed_ids[msg_id] = seq
-        pending = self._pending.setdefault(subject, [0, 0])
-        pending[0] += 1
-        pending[1] = seq
-        self._pending_msgs += 1
-        self._pending_bytes += size
-        entry = Publish(NewMsg(subject, hdr, data, ts), seq, decision.rollup, ttl, msg_id)
-        self._group.propose((entry,), partial(self._committed, seq, subject, ack, echo))
+        self._propose(*admitted, ack)
+
+    def _publish_fast(
+        self,
+        subject: str,
+        hdr: bytes | None,
+        data: bytes,
+        headers: Mapping[str, list[str]],
+        fast: fast_batch.FastRef,
+        send: AckSink,
+    ) -> None:
+        """One message of a fast batch: the reference's refusals in its order, then the
+        batch's flow (`log.fast_batch`) around the usual rules and proposal."""
+        cfg = self.config
+        hdr_len = len(hdr) if hdr else 0
+        try:
+            if cfg.sealed:
+                raise errors.sealed()
+            if cfg.max_msg_size >= 0 and (
+                hdr_len > cfg.max_msg_size or len(data) > cfg.max_msg_size - hdr_len
+            ):
+                raise errors.message_too_big()
+            if not cfg.allow_batched:
+                raise fast_batch.disabled()
+            if not fast.valid:
+                raise fast_batch.invalid_pattern()
+            if len(fast.batch_id) > fast_batch.MAX_ID_LEN:
+                raise fast_batch.invalid_id()
+        except ApiError as err:
+            send(publish.error_ack(self.name, err))
+            return
+        above = above_api_level(hdr)
+        taken = self._fast.begin(fast, now_ns(), send, above_level=above)
+        if taken is None:
+            return
+        if hdr and header_value(hdr, REQUIRED_LEVEL_HEADER) is not None:
+            hdr = remove_header(hdr, REQUIRED_LEVEL_HEADER)  # checked: not stored
+        try:
+            admitted = self.proposed.admit(subject, hdr, data, headers)
+        except ApiError as err:
+            self._fast.refused(taken, fast, err, 0, send)
+            return
+        if isinstance(admitted, publish.Duplicate):
+            self._fast.refused(taken, fast, None, admitted.seq, send)
+            return
+        entry, echo, _ = admitted
+        self._fast.proposed(taken)
+
+        def done(error: BaseException | None) -> None:
+            self._committed(entry.seq, entry.msg.subject, None, echo, "", error)
+            if error is None:
+                self._fast.stored(fast, entry.seq, send)
+
+        self._group.propose((entry,), done)
+
+    def _propose(self, entry: Publish, echo: Echo, value: str, ack: AckSink | None) -> None:
+        done = partial(self._committed, entry.seq, entry.msg.subject, ack, echo, value)
+        self._group.propose((entry,), done)
+
+    # -- atomic batches (`log.batch_commit` checks them) -----------------------
+
+    def propose_batch(
+        self, entries: list[Publish], echoes: list[Echo], batch_id: str, ack: AckSink | None
+    ) -> None:
+        """Propose an admitted batch as one entry; its PubAck once it commits."""
+        done = partial(self._batch_committed, entries, echoes, batch_id, ack)
+        self._group.propose((Batch(tuple(entries)),), done)
+
+    def _batch_committed(
+        self,
+        entries: list[Publish],
+        echoes: list[Echo],
+        batch_id: str,
+        ack: AckSink | None,
+        error: BaseException | None,
+    ) -> None:
+        if error is not None:
+            if ack is not None and not isinstance(error, RaftError):
+                ack(publish.error_ack(self.name, errors.store_failed(str(error) or "cancelled")))
+            return
+        for echo in echoes:
+            if echo is not None and self._send_core is not None:
+                self._send_core(*echo)
+        if ack is not None:
+            ack(publish.batch_ack(self.name, entries[-1].seq, batch_id, len(entries)))
+        for listener in self._commit_listeners:
+            for entry in entries:
+                listener(entry.seq, entry.msg.subject)
+
+    def copy_mirrored(
+        self, seq: int, subject: str, hdr: bytes | None, data: bytes, ts: int
+    ) -> None:
+        """Store an origin's message as a mirror does (`Proposed.mirrored`)."""
+        copy = self.proposed.mirrored(seq, subject, hdr, data, ts) if self._accepting else None
+        if copy is not None:
+            self._propose(*copy, "", None)
 
     def add_commit_listener(self, listener: CommitListener) -> None:
         """Call listener(seq, subject) as each message this member proposed commits."""
@@ -295,7 +330,8 @@ class Stream:
         seq: int,
         subject: str,
         ack: AckSink | None,
-        echo: tuple[str, bytes, bytes] | None,
+        echo: Echo,
+        value: str,
         error: BaseException | None,
     ) -> None:
         """The message's batch is durable (or failed): republish, answer, wake readers.
@@ -308,7 +344,8 @@ class Stream:
         if echo is not None and self._send_core is not None:
             self._send_core(*echo)
         if ack is not None:
-            ack(publish.pub_ack(self.name, seq))
+            body = publish.counter_ack(self.name, seq, value) if value else None
+            ack(body or publish.pub_ack(self.name, seq))
         for listener in self._commit_listeners:
             listener(seq, subject)
 
@@ -316,27 +353,7 @@ class Stream:
         self._applier.apply(entries, self._group.committed)
 
     def _settle_published(self, run: list[Publish]) -> None:
-        """Publishes applied: those proposed here are no longer in flight; a follower's
-        proposed state follows what it applies."""
-        pending_all, proposed_ids = self._pending, self._proposed_ids
-        if pending_all:
-            for entry in run:
-                msg = entry.msg
-                pending = pending_all.get(msg.subject)
-                if pending is None:
-                    continue
-                pending[0] -= 1
-                if pending[0] == 0:
-                    del pending_all[msg.subject]
-                self._pending_msgs -= 1
-                self._pending_bytes -= msg_size(msg.subject, msg.hdr, msg.data, self._overhead)
-        if proposed_ids:
-            for entry in run:
-                if entry.msg_id and proposed_ids.get(entry.msg_id) == entry.seq:
-                    del proposed_ids[entry.msg_id]
-        if not self._accepting:
-            self._last_seq = max(self._last_seq, run[-1].seq)
-            self._last_msg_id = run[-1].msg_id
+        self.proposed.settle(run, following=not self._accepting)
 
     @property
     def committed_seq(self) -> int:
@@ -364,6 +381,8 @@ class Stream:
         expires, one expiry at a time; its commit calls `on_sooner_expiry`.
         """
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if self._accepting and self._applier.schedules:
+            schedules.fire_due(self._applier.schedules, self.store, now, self.publish_scheduled)
         if not self._accepting or self._expiring:
             done.set_result(0)
             return done
@@ -375,7 +394,7 @@ class Stream:
         req = next(self._requests)
         self._applier.outcomes[req] = None
         self._expiring = True
-        entry = Expire(cutoff, self._last_seq, due, req)
+        entry = Expire(cutoff, self.proposed.last_seq, due, req)
         self._group.propose((entry,), partial(self._expired, req, done))
         return done
 
@@ -386,13 +405,21 @@ class Stream:
         if error is None and emptied:
             hdr = publish.marker_header(self.config)
             headers = self._read_headers(hdr)
-            placed = [subject for subject in emptied if self.subject_msgs(subject) == 0]
+            placed = [subject for subject in emptied if self.proposed.subject_msgs(subject) == 0]
             for subject in placed:
                 self.publish(subject, hdr, b"", headers, None)
         if not done.done():
             done.set_result(len(placed))
         if self._on_sooner_expiry is not None:
             self._on_sooner_expiry()
+
+    def publish_scheduled(self, subject: str, hdr: bytes, data: bytes) -> None:
+        """A schedule's firing: the publish rules but not the schedule rules (the schedule
+        passed them); an ApiError says why it cannot be stored."""
+        headers = self._read_headers(hdr)
+        admitted = self.proposed.admit(subject, hdr, data, headers, trusted=True)
+        if not isinstance(admitted, publish.Duplicate):
+            self._propose(*admitted, None)
 
     def next_expiry(self) -> int | None:
         """When `expire` next has work, in nanoseconds since the epoch (None: nothing to
@@ -401,6 +428,9 @@ class Stream:
             return None
         ttls = self._applier.ttls
         deadlines = [ttls[0][0]] if ttls else []
+        scheduled = self._applier.schedules.next_deadline()
+        if scheduled is not None:
+            deadlines.append(scheduled)
         if self.config.max_age > 0:
             oldest = self._applier.first_aged(now_ns() + 1)
             if oldest is not None:
@@ -412,7 +442,11 @@ class Stream:
     def update(self, config: StreamConfig) -> None:
         """Adopt an already-checked config; tighter limits take effect at once."""
         self.config = config
-        self._compile_rules(config)
+        self.proposed.set_config(config)
+        if not config.allow_atomic:
+            self._batches.clear()  # what was being staged can no longer commit
+        if not config.allow_batched:
+            self._fast.clear()
         self.store.set_compression(segment_codec(config.compression))
         self._applier.set_config(config)
         self._applier.dedup.window_ns = config.duplicate_window
@@ -436,7 +470,7 @@ class Stream:
         if self.config.deny_purge:
             raise errors.purge_failed("stream purge not permitted")
         self._require_accepting()
-        last = self._last_seq
+        last = self.proposed.last_seq
         return self._request(
             lambda req: Purge(subject_filter, upto_seq, keep, last, req), int, errors.purge_failed
         )
@@ -550,3 +584,7 @@ class Stream:
 def _deleted(found: object) -> None:
     if not found:
         raise errors.msg_delete_failed("no message found")
+
+
+def _ignore(_: bytes) -> None:
+    """Where a fast batch's replies go when the stream sends none (`no_ack`)."""

@@ -7,7 +7,8 @@ proposer knows), and applying an entry again over a store that already
 reflects it (a restarted member replays its log) must change nothing: a
 publish the store holds is skipped, deleting an absent message is a no-op,
 and a purge or max_age expiry only considers the seqs its proposer saw.
-A gap (a publish beyond the store's next seq) is a bug and raises.
+A gap (a publish beyond the store's next seq) is a bug and raises, except in a
+mirror, whose copies keep their origin's seqs.
 
 Besides the store it keeps the state a member needs to become leader: the
 dedup window, the last msg id, and the TTLs pending.
@@ -21,12 +22,21 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from log import publish
+from log import publish, schedules
 from log.config import StreamConfig
 from log.dedup import DedupWindow
 from log.errors import ApiError
 from log.segments.api import MsgStore, StoredMsg, StoreError
-from log.stream_entries import ConsumerOp, Delete, Entry, Expire, Publish, Purge, Remove
+from log.stream_entries import (
+    Batch,
+    ConsumerOp,
+    Delete,
+    Entry,
+    Expire,
+    Publish,
+    Purge,
+    Remove,
+)
 from log.timefmt import now_ns
 
 HeaderReader = Callable[[bytes], Mapping[str, list[str]]]
@@ -76,6 +86,9 @@ class Applier:
         self._recover_window(last)
         if self.config.allow_msg_ttl:
             self._recover_ttls()
+        self.schedules = schedules.Book(self._read_headers)
+        if self.config.allow_msg_schedules:
+            self._recover_schedules()
 
     def set_config(self, config: StreamConfig) -> None:
         self.config = config
@@ -107,6 +120,18 @@ class Applier:
                     self._never.append(msg.seq)
                 elif ttl > 0:
                     heapq.heappush(self.ttls, (msg.ts + ttl * _NS, msg.seq))
+
+    def _recover_schedules(self) -> None:
+        """Schedules still standing (the newest message of their subject), and where
+        their firings moved them; a repeat missed while down fires once, soon."""
+        now = now_ns()
+        for msg in self.store.with_header(schedules.SCHEDULE):
+            headers = self._read_headers(msg.hdr) if msg.hdr else {}
+            if schedules.SCHEDULE in headers:
+                last = self.store.load_last(msg.subject)
+                if last is None or last.seq != msg.seq:
+                    continue
+            self.schedules.applied(msg.subject, msg.seq, msg.ts, headers, now)
 
     def is_marker(self, msg: StoredMsg) -> bool:
         return bool(msg.hdr) and publish.is_marker(self._read_headers(msg.hdr))
@@ -171,12 +196,10 @@ class Applier:
         stored = self.stored_last
         fresh = run if run[0].seq > stored else [e for e in run if e.seq > stored]
         if fresh:
-            first = self.store.append([e.msg for e in fresh])
-            if first != fresh[0].seq:
-                raise StoreError(
-                    f"stream {self.config.name}: store assigned seq {first}, "
-                    f"log expected {fresh[0].seq}"
-                )
+            if self.config.mirror is not None and fresh[-1].seq - stored != len(fresh):
+                self._append_with_gaps(fresh)
+            else:
+                self._append(fresh)
             self.stored_last = fresh[-1].seq
         dedup = self.dedup
         for entry in run:
@@ -184,6 +207,8 @@ class Applier:
                 dedup.add(entry.msg_id, entry.seq, entry.msg.ts)
             if (entry.rollup or entry.ttl) and entry.seq > stored:
                 self._apply_rules(entry)
+            if self.config.allow_msg_schedules and entry.seq > stored:
+                self._apply_schedule(entry)
         last = run[-1]
         self.last_msg_id = last.msg_id
         if last.seq > self._applied_seq:
@@ -191,6 +216,23 @@ class Applier:
         self._applied(run)
         if fresh:
             self.enforce_limits({e.msg.subject for e in fresh})
+
+    def _append(self, run: list[Publish]) -> None:
+        first = self.store.append([e.msg for e in run])
+        if first != run[0].seq:
+            raise StoreError(
+                f"stream {self.config.name}: store assigned seq {first}, log expected {run[0].seq}"
+            )
+
+    def _append_with_gaps(self, run: list[Publish]) -> None:
+        """A mirror's copies keep their origin's seqs: what the origin deleted (or the
+        mirror's filter passed over) is skipped, and counts as deleted here too."""
+        start = 0
+        for i in range(1, len(run) + 1):
+            if i == len(run) or run[i].seq != run[i - 1].seq + 1:
+                self.store.skip(run[start].seq)
+                self._append(run[start:i])
+                start = i
 
     def _apply_rules(self, entry: Publish) -> None:
         """A message's rollup and TTL, once it is stored."""
@@ -207,8 +249,25 @@ class Applier:
             if sooner and self._on_sooner_expiry is not None:
                 self._on_sooner_expiry()
 
+    def _apply_schedule(self, entry: Publish) -> None:
+        """Keep the schedule book; a one-off's firing retires its schedule (the purge is
+        bounded by the firing's seq, so a replay leaves a newer schedule alone). The clock
+        read here only dates the book's next firing, which no store state depends on:
+        members may disagree on it, and only the leader fires."""
+        msg = entry.msg
+        headers = self._read_headers(msg.hdr) if msg.hdr else {}
+        moved = self.schedules.applied(msg.subject, entry.seq, msg.ts, headers, now_ns())
+        if moved and self._on_sooner_expiry is not None:
+            self._on_sooner_expiry()
+        retired = self.schedules.purged_by(headers)
+        if retired:
+            self.store.purge(retired, upto_seq=entry.seq)
+
     def _apply_other(self, entry: Entry) -> None:
-        if isinstance(entry, Delete):
+        if isinstance(entry, Batch):
+            if entry.msgs:  # one append: on disk, the whole batch or none of it
+                self._apply_publishes(list(entry.msgs))
+        elif isinstance(entry, Delete):
             self._found(entry.req, self.store.remove(entry.seq, explicit=True))
         elif isinstance(entry, Purge):
             self._found(entry.req, self._apply_purge(entry))

@@ -86,19 +86,27 @@ class ConsumerOp:
 
 
 @dataclass(frozen=True, slots=True)
+class Batch:
+    """An atomic batch: its messages travel and apply as one entry, one append to the
+    store, so the log, the store and the lake hold all of them or none."""
+
+    msgs: tuple[Publish, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Barrier:
     """Changes nothing: a new leader proposes one and waits for it to apply, which tells it
     every entry of earlier terms has been applied here."""
 
 
-Entry = Publish | Delete | Remove | Purge | Expire | ConsumerOp | Barrier
+Entry = Publish | Delete | Remove | Purge | Expire | ConsumerOp | Barrier | Batch
 
 
 class EntryDecodeError(ValueError):
     """Bytes that are not one well-formed stream entry (a corrupt or foreign log entry)."""
 
 
-_PUBLISH, _DELETE, _REMOVE, _PURGE, _EXPIRE, _CONSUMER_OP, _BARRIER = range(1, 8)
+_PUBLISH, _DELETE, _REMOVE, _PURGE, _EXPIRE, _CONSUMER_OP, _BARRIER, _BATCH = range(1, 9)
 
 # kind, seq, ts, ttl, rollup, then the lengths of subject, header block, data, msg id
 _PUB = struct.Struct(">BQqqBIIII")
@@ -107,6 +115,8 @@ _SEQS = struct.Struct(">BI")  # kind, count (Remove)
 _PURGE_HEAD = struct.Struct(">BQQQQI")  # kind, upto_seq, keep, last_seq, req, filter length
 _EXPIRE_HEAD = struct.Struct(">BqQQI")  # kind, cutoff, last_seq, req, count
 _OP = struct.Struct(">BII")  # kind, consumer length, op length
+_BATCH_HEAD = struct.Struct(">BI")  # kind, count; then each publish's length and bytes
+_LEN = struct.Struct(">I")
 _BARRIER_BYTES = bytes((_BARRIER,))
 
 
@@ -150,6 +160,12 @@ def encode(entry: Entry) -> bytes:
     if isinstance(entry, Expire):
         head = _EXPIRE_HEAD.pack(_EXPIRE, entry.cutoff, entry.last_seq, entry.req, len(entry.seqs))
         return head + _seqs(entry.seqs)
+    if isinstance(entry, Batch):
+        parts = [_BATCH_HEAD.pack(_BATCH, len(entry.msgs))]
+        for msg in entry.msgs:
+            body = encode(msg)
+            parts += (_LEN.pack(len(body)), body)
+        return b"".join(parts)
     if isinstance(entry, ConsumerOp):
         name = _text(entry.consumer)
         return _OP.pack(_CONSUMER_OP, len(name), len(entry.op)) + name + entry.op
@@ -226,6 +242,20 @@ def _decode_consumer_op(data: bytes) -> ConsumerOp:
     return ConsumerOp(name, data[_OP.size + n_name :])
 
 
+def _decode_batch(data: bytes) -> Batch:
+    _, count = _BATCH_HEAD.unpack_from(data)
+    at, msgs = _BATCH_HEAD.size, []
+    for _ in range(count):
+        (size,) = _LEN.unpack_from(data, at)
+        at += _LEN.size
+        if at + size > len(data) or size == 0 or data[at] != _PUBLISH:
+            raise EntryDecodeError(f"batch entry with a malformed message at byte {at}")
+        msgs.append(_decode_publish(data[at : at + size]))
+        at += size
+    _expect(data, at, "batch")
+    return Batch(tuple(msgs))
+
+
 def _decode_barrier(data: bytes) -> Barrier:
     _expect(data, 1, "barrier")
     return Barrier()
@@ -239,4 +269,5 @@ _DECODERS = {
     _EXPIRE: _decode_expire,
     _CONSUMER_OP: _decode_consumer_op,
     _BARRIER: _decode_barrier,
+    _BATCH: _decode_batch,
 }

@@ -72,3 +72,26 @@ def header_value(block: bytes | None, name: bytes) -> bytes | None:
     start = i + len(key)
     end = block.find(b"\r\n", start)
     return block[start:end].strip()
+
+
+def set_header(block: bytes | None, name: bytes, value: bytes) -> bytes:
+    """The block with `name`'s first line holding `value`, or the line added at the end
+    (a block is made if there was none); the other lines keep their order."""
+    line = name + b": " + value
+    if not block:
+        return b"NATS/1.0\r\n" + line + b"\r\n\r\n"
+    key = b"\r\n" + name.lower() + b":"
+    i = block.lower().find(key)
+    if i < 0:
+        return block[:-2] + line + b"\r\n\r\n"
+    end = block.find(b"\r\n", i + len(key))
+    return block[: i + 2] + line + block[end:]
+
+
+def remove_header(block: bytes, name: bytes) -> bytes:
+    """The block without any line of `name`."""
+    key = name.lower() + b":"
+    lines = block.split(b"\r\n")
+    return b"\r\n".join(
+        ln for i, ln in enumerate(lines) if i == 0 or not ln.lower().startswith(key)
+    )

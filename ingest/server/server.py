@@ -94,7 +94,8 @@ class Server:
         self.auth = Authenticator(opts)
         self.sublist: Sublist[Any] = Sublist()  # the global account's
         self.accounts = Accounts(opts, self.sublist, jetstream=opts.jetstream.enabled)
-        self.mapper = SubjectMapper(opts.mappings)
+        # None without mappings: route() tests it for every message.
+        self.mapper = SubjectMapper(opts.mappings) if opts.mappings else None
         self.clients: dict[int, Client] = {}
         self.tls_context: ssl.SSLContext | None = None
         self.start_time = time.time()
@@ -305,10 +306,12 @@ class Server:
         self.sender = sender
         if account is None:
             account = sender.account if sender is not None else self.accounts.global_account
-        if self.mapper and shown is None and account is self.accounts.global_account:
+        if self.mapper is not None and shown is None and account is self.accounts.global_account:
             subject = self.mapper.map_bytes(subject)
         match = account.sublist.match(subject)
         cluster = self.cluster
+        if cluster is None and not match.plain and not match.queues:
+            return False  # no interest: the common case of a publish nobody listens to
         remote = cluster.forwarding(account.name, subject) if cluster is not None else None
         routed = subject
         if shown is not None:
@@ -467,6 +470,14 @@ class Server:
             return True
         cluster = self.cluster
         return cluster is not None and cluster.forwarding(account.name, routed) is not None
+
+    def has_subscriber(self, subject: str, *, account: Account | None = None) -> bool:
+        """A subscription on exactly this subject, not a wildcard covering it (a client's
+        request inbox covers every reply subject it makes up), as the reference's
+        interest notifications look for."""
+        account = account or self.accounts.global_account
+        match = account.sublist.match(subject.encode("utf-8", "surrogateescape"))
+        return any(getattr(sub, "subject", None) == subject for sub in match.plain)
 
     def watch_interest(
         self, callback: Callable[[], None], *, account: Account | None = None

@@ -27,7 +27,7 @@ from log.config import (
 from log.consumers import errors as cerr
 from log.consumers import priority
 from log.errors import ApiError
-from log.request_fields import Fields
+from log.request_fields import Fields, fields, refuse_unknown
 from log.timefmt import ZERO_TIME, parse_rfc3339, rfc3339
 
 DELIVER_POLICIES = (
@@ -46,15 +46,25 @@ _int = _FIELDS.int
 _bool = _FIELDS.bool
 _enum = _FIELDS.enum
 _str_list = _FIELDS.str_list
-ACK_POLICIES = ("none", "all", "explicit")
+ACK_POLICIES = ("none", "all", "explicit", "flow_control")
 REPLAY_POLICIES = ("instant", "original")
 DEFAULT_ACK_WAIT = 30_000_000_000
 DEFAULT_MAX_ACK_PENDING = 1000
 DEFAULT_MAX_WAITING = 512
 DEFAULT_INACTIVE_THRESHOLD = 5_000_000_000
 MIN_HEARTBEAT = 100_000_000
+FLOW_CONTROL_ACK_HEARTBEAT = 1_000_000_000  # the only one `ack_policy: flow_control` allows
 _MS = 1_000_000
-_UNSUPPORTED = ("direct", "sample_freq")
+_UNSUPPORTED = ("direct", "sample_freq", "sourcing")
+# ConsumerConfig's fields: any other is refused
+_SCHEMA = fields(
+    "durable_name name description deliver_policy opt_start_seq opt_start_time ack_policy"
+    " ack_wait max_deliver backoff filter_subject filter_subjects replay_policy rate_limit_bps"
+    " sample_freq max_waiting max_ack_pending flow_control headers_only max_batch max_expires"
+    " max_bytes deliver_subject deliver_group idle_heartbeat inactive_threshold num_replicas"
+    " mem_storage direct sourcing metadata pause_until priority_groups priority_policy"
+    " priority_timeout"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +158,8 @@ class ConsumerConfig:
             out["mem_storage"] = True
         uses_priority = self.priority_policy != "none" or self.priority_groups
         level = "1" if self.pause_until is not None or uses_priority else "0"
+        if self.ack_policy == "flow_control":
+            level = "4"
         out["metadata"] = dict(
             sorted({**self.metadata, REQUIRED_LEVEL_KEY: level, **(dynamic or {})}.items())
         )
@@ -166,6 +178,7 @@ def from_request(raw: Any) -> ConsumerConfig:
     """Parse the `config` object of a create request (no defaults, no checks yet)."""
     if not isinstance(raw, Mapping):
         raise errors.invalid_json("json: cannot unmarshal into Go value of type ConsumerConfig")
+    refuse_unknown(raw, _SCHEMA)
     for key in _UNSUPPORTED:
         if raw.get(key):
             raise cerr.create_failed(f"jetlake does not support {key} yet")
@@ -230,6 +243,8 @@ def with_defaults(cfg: ConsumerConfig, stream: StreamConfig) -> ConsumerConfig:
         inactive = DEFAULT_INACTIVE_THRESHOLD
     if max_ack_pending == 0 and cfg.ack_policy != "none":
         max_ack_pending = DEFAULT_MAX_ACK_PENDING
+    if cfg.ack_policy == "flow_control":  # acks ride on flow control, which needs heartbeats
+        cfg = dataclasses.replace(cfg, flow_control=True, idle_heartbeat=FLOW_CONTROL_ACK_HEARTBEAT)
     return dataclasses.replace(
         cfg,
         name=cfg.name or cfg.durable_name,
@@ -262,6 +277,8 @@ def check(cfg: ConsumerConfig, stream: StreamConfig) -> None:
         raise ApiError(400, 10184, "consumer backoff needs to be positive")
     if cfg.ack_wait < 0:
         raise ApiError(400, 10183, "consumer ack wait needs to be positive")
+    if cfg.ack_policy == "flow_control":
+        _check_ack_flow_control(cfg)
     if cfg.backoff and cfg.max_deliver != -1 and len(cfg.backoff) > cfg.max_deliver:
         raise cerr.max_deliver_backoff()
     if len(cfg.description) > MAX_DESCRIPTION_LEN:
@@ -289,6 +306,24 @@ def check(cfg: ConsumerConfig, stream: StreamConfig) -> None:
     )
     if len(cfg.name) > MAX_NAME_LEN:
         raise ApiError(400, 10102, f"consumer name is too long, maximum allowed is {MAX_NAME_LEN}")
+
+
+def _check_ack_flow_control(cfg: ConsumerConfig) -> None:
+    """`ack_policy: flow_control` (API level 4, how the reference sources durably): a push
+    consumer acknowledged only by the replies to its flow control, so nothing may time
+    out or be redelivered, and max_ack_pending is what makes it ask for a reply."""
+    if not cfg.is_push:
+        raise ApiError(400, 10218, "flow control ack policy requires a push based consumer")
+    if not cfg.flow_control:
+        raise ApiError(400, 10219, "flow control ack policy requires flow control")
+    if cfg.idle_heartbeat != FLOW_CONTROL_ACK_HEARTBEAT:
+        raise errors.invalid_config("flow control ack policy heartbeat needs to be 1s")
+    if cfg.max_ack_pending <= 0:
+        raise ApiError(400, 10220, "flow control ack policy requires max ack pending")
+    if cfg.ack_wait or cfg.backoff:
+        raise ApiError(400, 10221, "flow control ack policy requires unset ack wait")
+    if cfg.max_deliver > 0:
+        raise ApiError(400, 10222, "flow control ack policy requires unset max deliver")
 
 
 def _check_push(cfg: ConsumerConfig, stream: StreamConfig) -> None:

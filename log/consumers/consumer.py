@@ -19,6 +19,7 @@ from collections import deque
 from itertools import takewhile
 from typing import Any
 
+from ingest.parser.headers import header_value
 from ingest.parser.subjects import subject_matches
 from log.consumers.acks import moved_floor
 from log.consumers.config import ConsumerConfig
@@ -224,6 +225,8 @@ class Consumer:
 
         What the ack settles lands in `finished` for the owner's retention rules.
         """
+        if self.cfg.ack_policy == "flow_control":
+            return IGNORED  # acks ride on flow-control replies only
         kind = body.strip()
         if not kind or kind == b"+ACK" or kind == b"+OK":
             return self._ack(sseq, dseq, now)
@@ -261,7 +264,7 @@ class Consumer:
                 journal.extend((ACKED, sseq))
             if sseq in self._rdq_set:
                 self._unqueue(sseq)
-        elif policy == "all":
+        elif policy in ("all", "flow_control"):
             if dseq <= self.adflr or sseq <= self.asflr:
                 return CONFIRMED
             covered = list(takewhile(lambda seq: seq <= sseq, self.pending))
@@ -305,8 +308,13 @@ class Consumer:
             if self.cfg.idle_heartbeat:
                 self._next_hb = now + self.cfg.idle_heartbeat
 
-    def flow_control_reply(self, subject: str) -> None:
-        self._fc.confirmed(subject)
+    def flow_control_reply(self, subject: str, hdr: bytes | None, now: int) -> None:
+        """A flow-control reply; with `ack_policy: flow_control` its Nats-Last-Stream and
+        Nats-Last-Consumer headers acknowledge everything up to them (as an ack-all)."""
+        if self._fc.confirmed(subject) and hdr and self.cfg.ack_policy == "flow_control":
+            sseq = _header_int(hdr, LAST_STREAM)
+            if sseq > 0:
+                self._ack(sseq, max(_header_int(hdr, LAST_CONSUMER), 0), now)
 
     # -- delivery -------------------------------------------------------------
 
@@ -331,6 +339,9 @@ class Consumer:
         elif cfg.idle_heartbeat and self.active and now >= self._next_hb:
             out.append(Status(cfg.deliver_subject, self._heartbeat()))
             self._next_hb = now + cfg.idle_heartbeat
+            if cfg.ack_policy == "flow_control" and self.pending and not self._fc.reply:
+                ask = self._fc.ask()  # acks come only with confirmations: ask for one
+                out.append(Status(cfg.deliver_subject, status(100, "FlowControl Request"), ask))
         self._reader.clear()  # a run serves one pump: the store may change before the next
         out += self._advisories + self.priority.advisories
         self._advisories, self.priority.advisories = [], []
@@ -468,7 +479,8 @@ class Consumer:
             out.append(Deliveries(target, [wire]))
         if cfg.rate_limit_bps:
             self._rate_next = max(self._rate_next, now) + size * 8 * _NS // cfg.rate_limit_bps
-        if self._push and cfg.flow_control and (ask := self._fc.sent(size)):
+        full = cfg.ack_policy == "flow_control" and len(self.pending) >= cfg.max_ack_pending
+        if self._push and cfg.flow_control and (ask := self._fc.sent(size, full=full)):
             out.append(Status(cfg.deliver_subject, status(100, "FlowControl Request"), ask))
         return True
 
@@ -521,6 +533,9 @@ class Consumer:
 
     def _check_pending(self, now: int) -> None:
         """Queue every message whose ack wait ran out, in stream order."""
+        if self.cfg.ack_policy == "flow_control":  # no ack wait: nothing is redelivered
+            self._next_check = 0
+            return
         expired: list[int] = []
         nxt = 0
         for seq in self.pending:
@@ -605,3 +620,8 @@ class Consumer:
         self._reader.refilter(self.cfg.filters)
         self.npc = self.count_pending()
         self._next_check = min(map(self._deadline, self.pending), default=0)
+
+
+def _header_int(hdr: bytes, name: str) -> int:
+    value = header_value(hdr, name.encode())
+    return int(value) if value and value.isdigit() else 0

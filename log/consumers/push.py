@@ -30,19 +30,28 @@ class FlowControl:
     def blocked(self) -> bool:
         return self.pending_bytes > self.window
 
-    def sent(self, size: int) -> str:
-        """Count a delivery; the reply subject of a new confirmation request, or ""."""
+    def sent(self, size: int, *, full: bool = False) -> str:
+        """Count a delivery; the reply subject of a new confirmation request, or "".
+
+        `full`: acks ride on the confirmations (`ack_policy: flow_control`) and the
+        consumer reached max_ack_pending, so only a confirmation can let it go on."""
         self.pending_bytes += size
-        if self.reply or self.pending_bytes <= self.window // 2:
+        if self.reply or (self.pending_bytes <= self.window // 2 and not full):
             return ""
+        return self.ask()
+
+    def ask(self) -> str:
+        """A new confirmation request's reply subject (none may be outstanding)."""
         self.reply = self._prefix + random_token(4)
         self._asked_at = self.pending_bytes
         return self.reply
 
-    def confirmed(self, subject: str) -> None:
-        """The client answered a request: what was in flight then is settled; grow the window."""
+    def confirmed(self, subject: str) -> bool:
+        """The client answered a request (True; False for a stale or unknown one): what
+        was in flight then is settled; grow the window."""
         if subject != self.reply:
-            return
+            return False
         self.window = min(self.window * 2, FLOW_CONTROL_LIMIT)
         self.pending_bytes = max(self.pending_bytes - self._asked_at, 0)
         self.reply, self._asked_at = "", 0
+        return True

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from log.publish import _go_duration_ns
+from log.publish import go_duration_ns
 from log.segments.api import StoredMsg, StoreState, SubjectState
 from log.timefmt import rfc3339
 
@@ -139,7 +139,7 @@ def nak_delay(arg: bytes) -> int | None:
         except (ValueError, AttributeError):
             return None
         return int(delay) if isinstance(delay, int | float) and delay > 0 else None
-    delay = _go_duration_ns(arg.decode("utf-8", "replace"))
+    delay = go_duration_ns(arg.decode("utf-8", "replace"))
     return delay if delay and delay > 0 else None
 
 

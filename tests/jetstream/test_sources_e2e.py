@@ -15,12 +15,13 @@ from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixt
 from tests.support.servers import ServerProcess
 
 
-async def _until(nc: NATS, stream: str, messages: int) -> dict[str, Any]:
-    """Stream info once it holds `messages` (sourcing is asynchronous on the reference)."""
+async def _until(nc: NATS, stream: str, messages: int, key: str = "messages") -> dict[str, Any]:
+    """Stream info once its state's `key` reaches `messages` (sourcing and mirroring are
+    asynchronous)."""
     deadline = time.monotonic() + 10
     while True:
         info = await api(nc, f"$JS.API.STREAM.INFO.{stream}")
-        if info["state"]["messages"] >= messages or time.monotonic() > deadline:
+        if info["state"][key] >= messages or time.monotonic() > deadline:
             return info
         await asyncio.sleep(0.05)
 
@@ -158,3 +159,19 @@ async def test_source_cycles_are_refused(
         {"name": "CA", "subjects": ["ca"], "sources": [{"name": "CB"}]},
     )
     assert back["error"] == cycle
+
+
+async def test_a_client_may_not_write_the_source_header(
+    js_server: ServerProcess,  # noqa: F811
+    connect: Connect,
+) -> None:
+    nc = await connect(js_server)
+    js = nc.jetstream()
+    await js.add_stream(name="O", subjects=["o.>"])
+    refused = await nc.request("o.a", b"x", headers={"Nats-Stream-Source": "X 1 > > o.a i"})
+    assert refused.data == (
+        b'{"error":{"code":400,"err_code":10227,'
+        b'"description":"message stream source header is not allowed"},"stream":"O","seq":0}'
+    )
+    other_case = await nc.request("o.a", b"x", headers={"nats-stream-source": "anything"})
+    assert other_case.data == b'{"stream":"O","seq":1}'  # the reference matches it exactly

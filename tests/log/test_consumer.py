@@ -225,7 +225,7 @@ def test_push_needs_interest_and_sends_heartbeats_and_flow_control() -> None:
     out = c.pump(2 * S)
     fc = [o for o in out if isinstance(o, Status)]
     assert fc and fc[0].reply.startswith("$JS.FC.S.c.")
-    c.flow_control_reply(fc[0].reply)
+    c.flow_control_reply(fc[0].reply, None, 2 * S)
 
 
 def test_headers_only_and_replay_original() -> None:

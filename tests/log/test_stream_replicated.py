@@ -130,7 +130,7 @@ async def test_publishes_dedup_rollups_and_limits_are_the_same_everywhere(
     await converged(members, leader)
     assert live(leader) == [20]
     for stream in members.values():  # followers keep the dedup window for when they lead
-        assert stream.dedup_seq("one") == 1
+        assert stream.proposed.dedup_seq("one") == 1
 
 
 async def test_admin_ops_expiry_removals_and_consumer_ops_apply_everywhere(
@@ -366,7 +366,7 @@ async def test_a_new_leader_assigns_nothing_before_it_applied_what_came_before()
     group.apply([Publish(NewMsg("s.a", None, b"old term", now_ns()), 1, msg_id="x")])  # elsewhere's
     assert [type(e).__name__ for batch, _ in group.proposed for e in batch] == ["Barrier"]
     group.settle(commit=True)
-    assert stream.accepting and stream.last_seq == 1 and stream.dedup_seq("x") == 1
+    assert stream.accepting and stream.last_seq == 1 and stream.proposed.dedup_seq("x") == 1
     stream.publish("s.a", None, b"mine", {}, acks.append)
     stream.publish("s.a", None, b"mine too", {}, acks.append)
     stream.set_leader(False)  # lost before they commit: they never will

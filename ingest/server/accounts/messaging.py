@@ -45,5 +45,8 @@ class AccountMessaging:
     def has_interest(self, subject: str) -> bool:
         return self._server.has_interest(subject, account=self._account)
 
+    def has_subscriber(self, subject: str) -> bool:
+        return self._server.has_subscriber(subject, account=self._account)
+
     def watch_interest(self, callback: Callable[[], None]) -> None:
         self._server.watch_interest(callback, account=self._account)

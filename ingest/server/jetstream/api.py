@@ -19,9 +19,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.subjects import subjects_overlap
+from ingest.server.jetstream.backup import Backups
 from log import config as streamconfig
 from log import errors
 from log.errors import ApiError
+from log.mirror import check_create
 from log.timefmt import rfc3339
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ class Api:
         self.gate: Callable[[str, list[str]], bool] | None = None
         self.current_reply = ""  # the inbox of the request being handled, for handlers
         consumers = engine.consumers
+        self.backups = Backups(engine, encode)
         self.routes: dict[str, tuple[str, Handler]] = {
             "INFO": ("account_info_response", self._account_info),
             "STREAM.CREATE.*": ("stream_create_response", self._stream_create),
@@ -69,6 +72,8 @@ class Api:
             "STREAM.LIST": ("stream_list_response", self._stream_list),
             "STREAM.MSG.GET.*": ("stream_msg_get_response", self._msg_get),
             "STREAM.MSG.DELETE.*": ("stream_msg_delete_response", self._msg_delete),
+            "STREAM.SNAPSHOT.*": ("stream_snapshot_response", self.backups.snapshot),
+            "STREAM.RESTORE.*": ("stream_restore_response", self.backups.restore),
             "CONSUMER.CREATE.*": ("consumer_create_response", consumers.create),
             "CONSUMER.CREATE.*.>": ("consumer_create_response", consumers.create),
             "CONSUMER.DURABLE.CREATE.*.*": ("consumer_create_response", consumers.create),
@@ -136,6 +141,8 @@ class Api:
             doc.update(total=0, offset=0, limit=0)
         elif kind == "stream_purge_response":
             doc["purged"] = 0
+        elif kind == "stream_restore_response":
+            doc["deliver_subject"] = ""
         elif kind in ("consumer_names_response", "consumer_list_response"):
             doc.update(total=0, offset=0, limit=0, consumers=[])
         return doc
@@ -200,6 +207,7 @@ class Api:
         raw = optional_json(data)
         if raw.get("name") != tokens[-1]:
             raise errors.stream_name_mismatch()
+        check_create(raw)
         stream = self._js.create_stream(streamconfig.from_request(raw))
         return {**self._js.describe(stream, dynamic=True), "did_create": True}
 

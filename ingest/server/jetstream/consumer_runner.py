@@ -188,7 +188,10 @@ class Runner:
     def _on_flow_control(
         self, subject: str, reply: str | None, hdr: bytes | None, data: bytes
     ) -> None:
-        self.consumer.flow_control_reply(subject)
+        c = self.consumer
+        c.flow_control_reply(subject, hdr, now_ns())
+        if c.finished:  # acknowledged by the reply (`ack_policy: flow_control`)
+            self._hand_over()
         self.schedule()
 
     # -- the pump -------------------------------------------------------------------

@@ -33,7 +33,7 @@ from log.consumers.consumer import Consumer
 from log.consumers.priority import invalid_group_name, unknown_group, valid_group_name
 from log.consumers.replicated import ReplicatedStore
 from log.consumers.store import ConsumerStore, StateStore, consumers_dir, load_all
-from log.request_fields import Fields
+from log.request_fields import Fields, fields, refuse_unknown
 from log.stream import Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake.jetstream")
 
 _ALPHABET = string.ascii_letters + string.digits
+_CREATE_REQUEST = fields("stream_name config action pedantic")  # `config`: ccfg checks it
 
 
 class Consumers:
@@ -214,6 +215,7 @@ class Consumers:
 
     def create(self, tokens: list[str], data: bytes) -> Response | Awaitable[Response]:
         req = _json_object(data)
+        refuse_unknown(req, _CREATE_REQUEST)
         raw_cfg = req.get("config")
         cfg = ccfg.from_request(raw_cfg if raw_cfg is not None else {})
         durable_api = tokens[1] == "DURABLE"
@@ -331,7 +333,7 @@ class Consumers:
         if scfg.max_consumers > 0 and count >= scfg.max_consumers:
             raise cerr.max_consumers()
         if scfg.retention == "workqueue":
-            if cfg.ack_policy != "explicit":
+            if cfg.ack_policy not in ("explicit", "flow_control"):
                 raise cerr.wq_requires_explicit_ack()
             if cfg.deliver_policy != "all":
                 raise cerr.wq_not_deliver_all()

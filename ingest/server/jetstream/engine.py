@@ -26,7 +26,7 @@ from ingest.server.jetstream import direct
 from ingest.server.jetstream.cluster.placement import capacity
 from ingest.server.jetstream.port import Messaging
 from ingest.server.jetstream.sources import Sources
-from log import errors
+from log import api_levels, errors, fast_batch
 from log.config import (
     API_LEVEL,
     StreamConfig,
@@ -36,7 +36,9 @@ from log.config import (
     segment_codec,
 )
 from log.consumers.replicated import ConsumerFiles
+from log.publish import error_ack as pub_refusal
 from log.segments.api import MsgStore
+from log.sources import SOURCE_HEADER, source_header_refused
 from log.stream import GroupFactory, Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
 
@@ -48,6 +50,7 @@ log = logging.getLogger("jetlake.jetstream")
 ACCOUNT = "$G"
 META_FILE = "stream.json"
 DIRECT_PREFIX = "$JS.API.DIRECT.GET."
+DIRECT_GROUP = "_zz_"  # the reference's queue group for direct gets (origin and mirrors)
 SERVER_VERSION = "2.11.0"  # the nats-server level jetlake reports in `_nats.ver`
 REFERENCE_SYNC_INTERVAL_NS = 120_000_000_000  # what the reference reports beside sync_always
 
@@ -120,7 +123,7 @@ class JetStream:
         self._subs: dict[str, list[object]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self.consumers = Consumers(self, SERVER_VERSION)
-        self.sources = Sources(self.streams, read_headers)
+        self.sources = Sources(self.streams, read_headers, self._serve_origin_gets)
         self.api = Api(self)
         self._api_subs: list[object] = []
         self.cluster: JetStreamCluster | None = None  # set before start when clustered
@@ -130,6 +133,7 @@ class JetStream:
     async def start(self) -> None:
         """Recover persisted streams, then start answering the API."""
         self._root.mkdir(parents=True, exist_ok=True)
+        self.api.backups.discard_unfinished(self._root.parent)
         # Clustered, the meta log says which streams exist here: replaying it opens them.
         for folder in [] if self.cluster is not None else sorted(self._root.iterdir()):
             meta = folder / META_FILE
@@ -171,12 +175,12 @@ class JetStream:
         """Create, or return the existing stream when the config is identical."""
         if cfg.num_replicas > 1:
             raise errors.replicas_not_supported()
+        cfg = self.sources.checked(cfg)
         existing = self.streams.get(cfg.name)
         if existing is not None:
             if existing.config == cfg:
                 return existing
             raise errors.stream_name_exists()
-        self.sources.check_cycle(cfg)
         self._check_overlap(cfg)
         stream = self._open(cfg, now_ns())
         self._persist(stream)
@@ -185,7 +189,7 @@ class JetStream:
     def update_stream(self, cfg: StreamConfig) -> Stream:
         stream = self.stream(cfg.name)
         new = check_update(stream.config, cfg, clustered=self.cluster is not None)
-        self.sources.check_cycle(new)
+        new = self.sources.checked(new)
         self._check_overlap(new)
         self._detach(cfg.name)
         stream.update(new)
@@ -202,6 +206,18 @@ class JetStream:
         await stream.delete()
         _close_consumer_files(stream)
         shutil.rmtree(self._root / name, ignore_errors=True)
+
+    def check_overlap(self, cfg: StreamConfig) -> None:
+        """A restore's check before its stream moves in (a create's is `create_stream`'s)."""
+        self._check_overlap(cfg)
+
+    def new_store(self, cfg: StreamConfig, folder: Path) -> MsgStore:
+        """An empty store for a restore to fill before the stream exists."""
+        return self._open_store(cfg, folder)
+
+    def open_restored(self, cfg: StreamConfig, created_ns: int, store: MsgStore | None) -> Stream:
+        """A restored stream: its files already in its folder, or its filled memory store."""
+        return self._open(cfg, created_ns, store=store)
 
     def _check_overlap(self, cfg: StreamConfig) -> None:
         for other in self.streams.values():
@@ -229,17 +245,21 @@ class JetStream:
             self.consumers.lead(stream)
 
     def _open(
-        self, cfg: StreamConfig, created_ns: int, group: GroupFactory | None = None
+        self,
+        cfg: StreamConfig,
+        created_ns: int,
+        group: GroupFactory | None = None,
+        store: MsgStore | None = None,
     ) -> Stream:
         folder = self._root / cfg.name
         if cfg.storage == "file":
             folder.mkdir(parents=True, exist_ok=True)
         stream = Stream(
             cfg,
-            self._open_store(cfg, folder, replicated=group is not None),
+            store or self._open_store(cfg, folder, replicated=group is not None),
             created_ns=created_ns,
             read_headers=read_headers,
-            sync_interval_ns=self.config.sync_interval_ns,
+            sync_interval_ns=api_levels.sync_interval_ns(cfg, self.config.sync_interval_ns),
             group=group,
             on_sooner_expiry=partial(self._rearm_expiry, cfg.name),
             republish=lambda subject, hdr, data: self.messaging.publish(subject, None, hdr, data),
@@ -268,9 +288,7 @@ class JetStream:
         on_msg = self._publish_handler(stream)
         tokens = [subscribe(subject, on_msg) for subject in stream.config.subjects]
         if stream.config.allow_direct:
-            on_get = self._direct_handler(stream)
-            prefix = DIRECT_PREFIX + stream.name
-            tokens += [subscribe(prefix, on_get), subscribe(prefix + ".>", on_get)]
+            tokens += self._direct_subs(stream, stream.name)
         self._subs[stream.name] = tokens
         self.sources.open(stream)
         self._arm_expiry(stream)
@@ -288,6 +306,10 @@ class JetStream:
 
         def on_msg(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
             headers = read_headers(hdr) if hdr else {}
+            if SOURCE_HEADER in headers:  # a client's: only sourcing writes that header
+                if reply and stream.accepting and not stream.config.no_ack:
+                    publish(reply, None, None, pub_refusal(stream.name, source_header_refused()))
+                return
             ack = None
             if reply:
                 target = reply
@@ -295,14 +317,29 @@ class JetStream:
                 def ack(body: bytes) -> None:
                     publish(target, None, None, body)
 
-            stream.publish(subject, hdr, data, headers, ack)
+            stream.publish(subject, hdr, data, headers, ack, fast_batch.parse(reply))
             if stream.name not in self._timers:
                 self._arm_expiry(stream)
 
         return on_msg
 
-    def _direct_handler(self, stream: Stream) -> Callable[..., None]:
-        prefix = DIRECT_PREFIX + stream.name + "."
+    def _direct_subs(self, stream: Stream, name: str) -> list[object]:
+        """Answer direct gets for stream `name` from `stream` (itself, or its mirror), in
+        the reference's queue group, so one of them answers."""
+        on_get = self._direct_handler(stream, name)
+        prefix = DIRECT_PREFIX + name
+        subscribe = self.messaging.subscribe
+        return [subscribe(s, on_get, queue=DIRECT_GROUP) for s in (prefix, prefix + ".>")]
+
+    def _serve_origin_gets(self, stream: Stream) -> None:
+        """A mirror with `mirror_direct` caught up: it answers its origin's direct gets too
+        (until it goes or changes), never from a copy still catching up."""
+        mirror = stream.config.mirror
+        if stream.config.mirror_direct and mirror is not None and stream.name in self._subs:
+            self._subs[stream.name] += self._direct_subs(stream, mirror.name)
+
+    def _direct_handler(self, stream: Stream, name: str) -> Callable[..., None]:
+        prefix = DIRECT_PREFIX + name + "."
         publish = self.messaging.publish
 
         def on_get(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
@@ -345,7 +382,8 @@ class JetStream:
     def _arm_expiry(self, stream: Stream) -> None:
         """Schedule the next expiry; before anything is committed, check back after one period."""
         cfg = stream.config
-        if not (cfg.max_age or cfg.allow_msg_ttl) or stream.name in self._timers:
+        timed = cfg.max_age or cfg.allow_msg_ttl or cfg.allow_msg_schedules
+        if not timed or stream.name in self._timers:
             return
         deadline = stream.next_expiry()
         if deadline is None:
@@ -394,7 +432,7 @@ class JetStream:
                 deleted_details=deleted_details,
                 subjects_filter=subjects_filter,
             ),
-            **({"sources": self.sources.state(stream.name)} if stream.config.sources else {}),
+            **self.sources.state(stream.name),
             **({"cluster": self._cluster_block(stream)} if self.cluster is not None else {}),
             "ts": rfc3339(now_ns()),
         }
@@ -423,7 +461,7 @@ class JetStream:
             "config": {
                 "max_memory": capacity(self.config.max_memory_store, None),
                 "max_storage": capacity(self.config.max_file_store, self.store_dir),
-                "store_dir": str(self.store_dir.parent),
+                "store_dir": str(self.store_dir),
                 **_sync_fields(self.config.sync_interval_ns),
             },
             **self.usage(),

@@ -40,5 +40,8 @@ class Messaging(Protocol):
     def has_interest(self, subject: str) -> bool:
         """Whether any subscription (client or internal) would receive `subject`."""
 
+    def has_subscriber(self, subject: str) -> bool:
+        """Whether a subscription on exactly `subject` (no wildcard) exists."""
+
     def watch_interest(self, callback: Callable[[], None]) -> None:
         """Call back (synchronously) whenever a subscription is added or removed."""

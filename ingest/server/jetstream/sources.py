@@ -1,5 +1,5 @@
-"""Sourcing inside one server: committed messages of origin streams copied into the streams
-that name them in `sources`.
+"""Sourcing and mirroring inside one server: committed messages of origin streams copied
+into the streams that name them in `sources` or `mirror`.
 
 Origins are local streams (no `external`), so instead of the reference's
 internal consumer and flow control, a link listens to the origin's commits
@@ -7,21 +7,33 @@ and copies each message as it commits; on linking it first catches up from
 the sourcing stream's recorded progress (the `Nats-Stream-Source` header of
 its newest copy) or from the configured start. A link waits for an origin
 that does not exist yet and is dropped when either stream goes.
+
+A mirror's link is the same but for where a copy goes: `Stream.copy_mirrored`
+stores it at the origin's seq and timestamp with its headers as they were, so
+the mirror's own last seq is its progress. An origin behind an `external` API
+prefix lives in another account or domain, which jetlake does not reach yet:
+its link is reported (lag 0, active -1) but never attaches, which is also what
+the reference shows when that prefix answers nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from ingest.parser.headers import header_value
 from ingest.parser.subjects import subject_matches
 from log.config import StreamConfig
+from log.errors import ApiError
 from log.segments.api import StoredMsg
 from log.sources import (
     SOURCE_HEADER,
     StreamSource,
     check_cycle,
+    origins,
     parse_source_header,
     stream_identity,
 )
@@ -30,6 +42,7 @@ from log.timefmt import now_ns
 
 HeaderReader = Callable[[bytes], Mapping[str, list[str]]]
 _HEADER = SOURCE_HEADER.encode()
+_HEARTBEAT_NS = 1_000_000_000  # the reference's sourcing heartbeat
 
 
 class _Link:
@@ -38,8 +51,11 @@ class _Link:
     def __init__(self, target: Stream, source: StreamSource, read_headers: HeaderReader) -> None:
         self.target = target
         self.source = source
+        self.mirror = source is target.config.mirror
+        self.announced = False  # a mirror's first catch-up was reported (`Sources`)
         self.origin: Stream | None = None
-        self.copied = 0  # origin seq of the newest copy
+        self.copied = 0  # origin seq of the newest message looked at
+        self.seen = 0  # origin seq of the newest copy: `seq` in the source's info
         self.last_active = 0
         self._read_headers = read_headers
         self._rules = source.compile()
@@ -51,14 +67,20 @@ class _Link:
         Progress recorded against another identity came from an origin since deleted
         and recreated: its sequences started over, so copying does too."""
         self.origin = origin
+        self.last_active = now_ns()
         self._ident = stream_identity(origin.created_ns)
         self.copied = progress[0] if progress[1] in ("", self._ident) else 0
+        self.seen = self.copied
         start = self.copied + 1 if self.copied else self._start(origin)
         msg = origin.store.load_next(start)
+        taken: list[int] = []
         while msg is not None and msg.seq <= origin.committed_seq:
-            self._copy(msg)
+            if self._copy(msg):
+                taken.append(msg.seq)
             msg = origin.store.load_next(msg.seq + 1)
-        self.copied = max(self.copied, min(origin.committed_seq, origin.last_seq))
+        self._consume(taken)
+        # Seqs below the start are passed over: also those the origin has yet to reach.
+        self.copied = max(self.copied, start - 1, min(origin.committed_seq, origin.last_seq))
         origin.add_commit_listener(self._on_commit)
 
     def detach(self) -> None:
@@ -80,21 +102,33 @@ class _Link:
         if seq <= self.copied or self.origin is None:
             return
         msg = self.origin.store.load(seq)
-        if msg is not None:
-            self._copy(msg)
+        if msg is not None and self._copy(msg):
+            self._consume([seq])
         self.copied = seq
 
-    def _copy(self, msg: StoredMsg) -> None:
+    def _consume(self, seqs: list[int]) -> None:
+        """A work queue hands each message to one consumer, and the reference's link reads
+        through one that acks on delivery: what it copied leaves the queue."""
+        if seqs and self.origin is not None and self.origin.config.retention == "workqueue":
+            self.origin.remove(seqs)
+
+    def _copy(self, msg: StoredMsg) -> bool:
+        """Copy one origin message if the filters take it; whether they did."""
         subject = self._subject(msg.subject)
         self.copied = msg.seq
         self.last_active = now_ns()
         if subject is None:
-            return
+            return False
+        self.seen = msg.seq
+        if self.mirror:
+            self.target.copy_mirrored(msg.seq, subject, msg.hdr, msg.data, msg.ts)
+            return True
         value = self.source.header(msg.seq, msg.subject, self._ident)
         stamp = f"{SOURCE_HEADER}: {value}\r\n\r\n".encode()
         base = _copied_headers(msg.hdr) if msg.hdr else b"NATS/1.0\r\n\r\n"
         hdr = base[:-2] + stamp
         self.target.publish(subject, hdr, msg.data, self._read_headers(hdr), None)
+        return True
 
     def _subject(self, subject: str) -> str | None:
         for pattern, transform in self._rules:
@@ -107,11 +141,24 @@ class _Link:
                 return mapped
         return None
 
+    def _active(self) -> int:
+        """Nanoseconds since the origin was last heard from; -1: never. The reference hears
+        from a live origin at least every second (heartbeats), so while a link is attached
+        the figure restarts each second after the last copy, as the reference's does."""
+        if not self.last_active:
+            return -1
+        since = now_ns() - self.last_active
+        return since % _HEARTBEAT_NS if self.origin is not None else since
+
     def state(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.source.name}
+        if self.source.external is not None:
+            out["external"] = self.source.external.to_json()
         lag = (self.origin.last_seq - self.copied) if self.origin is not None else 0
         out["lag"] = max(lag, 0)
-        out["active"] = now_ns() - self.last_active if self.last_active else -1
+        if self.seen and not self.mirror:  # the reference's (2.15) last origin seq copied
+            out["seq"] = self.seen
+        out["active"] = self._active()
         if self.source.filter_subject:
             out["filter_subject"] = self.source.filter_subject
         if self.source.subject_transforms:
@@ -134,23 +181,49 @@ def _copied_headers(hdr: bytes) -> bytes:
 class Sources:
     """Every link of one JetStream engine, kept in step with its stream registry."""
 
-    def __init__(self, streams: Mapping[str, Stream], read_headers: HeaderReader) -> None:
+    def __init__(
+        self,
+        streams: Mapping[str, Stream],
+        read_headers: HeaderReader,
+        on_caught_up: Callable[[Stream], None] = lambda mirror: None,
+    ) -> None:
+        """`on_caught_up` hears of a mirror whose first catch-up committed (once per link):
+        only then may it answer its origin's direct gets, as in the reference."""
         self._streams = streams
         self._read_headers = read_headers
+        self._on_caught_up = on_caught_up
         self._links: dict[str, list[_Link]] = {}  # by sourcing stream
 
-    def check_cycle(self, config: StreamConfig) -> None:
+    def checked(self, config: StreamConfig) -> StreamConfig:
+        """What the reference checks against the origins it can see here, in its order:
+        message sizes, then cycles. A mirror of a stream seen here inherits its direct
+        gets (`mirror_direct` follows the origin's `allow_direct`)."""
+        for link in origins(config):
+            origin = self._streams.get(link.name) if link.external is None else None
+            if origin is None:
+                continue
+            theirs, ours = origin.config.max_msg_size, config.max_msg_size
+            if 0 < ours < theirs:
+                if link is config.mirror:
+                    raise ApiError(400, 10030, "stream mirror must have max message size >= source")
+                raise ApiError(400, 10046, "stream source must have max message size >= target")
+            if link is config.mirror:
+                config = dataclasses.replace(config, mirror_direct=origin.config.allow_direct)
         others = {n: s.config for n, s in self._streams.items() if n != config.name}
-        check_cycle(config.name, config.sources, others)
+        check_cycle(config.name, origins(config), others)
+        return config
 
     def open(self, target: Stream) -> None:
-        """(Re)link a stream's sources after it is opened or updated."""
+        """(Re)link a stream's sources or mirror after it is opened or updated."""
         self.close(target.name)
-        if target.config.sources:
+        links = origins(target.config)
+        if links:
             self._links[target.name] = [
-                _Link(target, source, self._read_headers) for source in target.config.sources
+                _Link(target, source, self._read_headers) for source in links
             ]
-        self.refresh()
+        # Linking waits for the loop's next turn, so the create or update answers first
+        # and shows the link as not yet active (-1), as the reference's does.
+        asyncio.get_running_loop().call_soon(self.refresh)
 
     def close(self, name: str) -> None:
         """A stream goes: its own links, and links that read from it."""
@@ -164,14 +237,28 @@ class Sources:
     def refresh(self) -> None:
         """Attach links whose origin exists now."""
         for name, links in self._links.items():
-            waiting = [link for link in links if link.origin is None]
+            waiting = [link for link in links if link.origin is None and not link.source.external]
             if not waiting:
                 continue
-            progress = self._progress(self._streams[name])
+            target = self._streams[name]
+            if waiting[0].mirror:  # a mirror's numbering is its origin's: its last seq
+                progress = {waiting[0].source.index_name: (target.last_seq, "")}
+            else:
+                progress = self._progress(target)
             for link in waiting:
                 origin = self._streams.get(link.source.name)
                 if origin is not None:
                     link.attach(origin, progress.get(link.source.index_name, (0, "")))
+                    if link.mirror and not link.announced:
+                        link.announced = True
+                        flushed = asyncio.ensure_future(target.flush())
+                        flushed.add_done_callback(partial(self._caught_up, link))
+
+    def _caught_up(self, link: _Link, flushed: asyncio.Future[None]) -> None:
+        if flushed.cancelled() or flushed.exception() is not None:
+            return  # the mirror closed meanwhile
+        if link in self._links.get(link.target.name, ()):  # not replaced or dropped since
+            self._on_caught_up(link.target)
 
     def _progress(self, target: Stream) -> dict[str, tuple[int, str]]:
         """(origin seq, origin identity) of the newest copy per source, from the copies."""
@@ -183,5 +270,9 @@ class Sources:
                 found[parsed[0]] = (parsed[1], parsed[2])
         return found
 
-    def state(self, name: str) -> list[dict[str, Any]]:
-        return [link.state() for link in self._links.get(name, [])]
+    def state(self, name: str) -> dict[str, Any]:
+        """The `sources` or `mirror` block of a stream's info (empty: neither)."""
+        links = self._links.get(name, [])
+        if links and links[0].mirror:
+            return {"mirror": links[0].state()}
+        return {"sources": [link.state() for link in links]} if links else {}

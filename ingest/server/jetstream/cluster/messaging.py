@@ -44,5 +44,8 @@ class Announced:
     def has_interest(self, subject: str) -> bool:
         return self._inner.has_interest(subject)
 
+    def has_subscriber(self, subject: str) -> bool:
+        return self._inner.has_subscriber(subject)
+
     def watch_interest(self, callback: Callable[[], None]) -> None:
         self._inner.watch_interest(callback)

@@ -35,6 +35,7 @@ from ingest.server.jetstream.cluster.placement import (
 )
 from log import config as streamconfig
 from log import errors
+from log.mirror import check_create
 from log.timefmt import now_ns, rfc3339
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class ClusterRequests:
         raw = optional_json(data)
         if raw.get("name") != tokens[-1]:
             raise errors.stream_name_mismatch()
+        check_create(raw)
         cfg = streamconfig.from_request(raw)
         replicas = max(cfg.num_replicas, 1)
         check_replicas(replicas)

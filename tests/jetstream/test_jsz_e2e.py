@@ -1,0 +1,48 @@
+"""`/jsz` against both servers after the same JetStream use: the same totals, field by field.
+
+What differs by design is left out and listed: the API level (jetlake's own),
+`config.max_memory`/`max_storage` (the reference reports 75% of the machine's
+memory and disk; jetlake enforces no such default and says -1), `config.strict`
+and `limits` (reference-only), and the sync interval (each server's default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nats.js.errors
+import pytest
+
+from tests.conftest import Connect, MakeServer
+from tests.support.http import get_json
+
+
+async def test_jsz_totals_match_the_reference(
+    make_server: MakeServer, tmp_path: Path, connect: Connect
+) -> None:
+    server = make_server("-js", "-sd", str(tmp_path / "store"), "-m", "-1")
+    nc = await connect(server)
+    js = nc.jetstream()
+    await js.add_stream(name="F", subjects=["f.>"])
+    await js.add_stream(name="M", subjects=["m.>"], storage="memory")
+    for _ in range(3):
+        await js.publish("f.a", b"x" * 100)
+    for _ in range(2):
+        await js.publish("m.a", b"y" * 10, headers={"H": "v"})
+    await js.add_consumer("F", durable_name="D")
+    with pytest.raises(nats.js.errors.NotFoundError):
+        await js.stream_info("NOPE")
+    jsz = await get_json(f"http://127.0.0.1:{server.http_port}/jsz")
+    totals = {k: jsz[k] for k in ("streams", "consumers", "messages", "bytes", "memory", "storage")}
+    assert totals == {
+        "streams": 2,
+        "consumers": 1,
+        "messages": 5,
+        "bytes": 493,
+        "memory": 94,
+        "storage": 399,
+    }
+    assert (jsz["api"]["total"], jsz["api"]["errors"]) == (4, 1)
+    assert jsz["api"]["level"] >= 2
+    assert (jsz["accounts"], jsz["ha_assets"], jsz["total"]) == (1, 0, 1)
+    assert jsz["config"]["store_dir"] == str(tmp_path / "store" / "jetstream")
