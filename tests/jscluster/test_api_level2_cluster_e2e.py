@@ -41,7 +41,10 @@ async def test_a_counter_batch_survives_its_leader(kind: str, tmp_path: Path) ->
             lambda: c.js.publish("cb.total", b"", headers={"Nats-Incr": "10"}),
             "an increment after failover",
         )
-        assert (ack.seq, json.loads((await c.js.get_msg("CB", ack.seq)).data)) == (
+        stored = await eventually(  # the reference's new leader may still be settling
+            lambda: c.js.get_msg("CB", ack.seq), "the increment read back"
+        )
+        assert (ack.seq, json.loads(stored.data)) == (
             4,
             {"val": "16"},
         )
