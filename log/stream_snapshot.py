@@ -196,9 +196,10 @@ def decode_rows(data: bytes, stream: str) -> Rows:
 
 def rows_for(store: MsgStore, ask: Ask, max_bytes: int) -> Rows:
     """What this replica can give towards `ask`."""
-    msgs, through = store.retained(ask.first, ask.last, max_bytes)
-    if ask.first > ask.last:
+    if ask.first > ask.last:  # only the erasure log is wanted
         msgs, through = [], ask.last
+    else:
+        msgs, through = store.retained(ask.first, ask.last, max_bytes)
     size = store.explicit_size()
     end = min(ask.log_to, size, ask.log_from + max_bytes)
     return Rows(msgs, through, store.explicit_log(ask.log_from, end))

@@ -93,7 +93,7 @@ class JetStreamCluster:
         self.meta_leader_since = 0
         self.hosted: dict[tuple[str, str], Hosted] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._heard: dict[str, dict[str, Any]] = {}  # server -> its route INFO, last seen
+        self._tags: dict[str, frozenset[str]] = {}
         self._stats: dict[str, dict[str, Any]] = {}  # server -> its STATSZ `jetstream` block
 
     @property
@@ -115,7 +115,7 @@ class JetStreamCluster:
         events = self.server.subscribe(STATSZ_EVENTS, self._on_statsz, account=system)
         self.server.announce(events)
         SystemRequests(self).start()
-        self.server.cluster_listeners.append(self._learn)
+        self.server.cluster_listeners.append(self._learn_tags)
         voters = self._saved_voters()
         if voters is None:
             log.info("JetStream cluster bootstrapping")
@@ -146,8 +146,8 @@ class JetStreamCluster:
 
     def tags(self) -> dict[str, frozenset[str]]:
         """Each server's `server_tags`, as its routes announced them."""
-        self._learn()
-        return {name: frozenset(info.get("tags") or ()) for name, info in self._heard.items()}
+        self._learn_tags()
+        return self._tags
 
     def available(self, storage: str) -> dict[str, int]:
         """Each server's free storage of that kind, as its latest STATSZ event said."""
@@ -167,15 +167,15 @@ class JetStreamCluster:
         if isinstance(name, str) and isinstance(js, dict):
             self._stats[name] = js
 
-    def _learn(self) -> None:
-        """What each server's route announced, kept once seen (routes come and go), so a
-        server that is down, or whose route is being replaced, still places by it."""
-        self._heard[self.me] = self.server.cluster.info() if self.server.cluster else {}
+    def _learn_tags(self) -> None:
+        """Kept once seen (routes come and go), so a server that is down, or whose route
+        is being replaced, still places by its tags."""
+        self._tags[self.me] = frozenset(self.server.opts.server_tags)
         cluster = self.server.cluster
         if cluster is not None:
             for route in cluster.routes.values():
                 if route.remote_name:
-                    self._heard[route.remote_name] = route.remote_info
+                    self._tags[route.remote_name] = frozenset(route.remote_info.get("tags") or ())
 
     def members(self) -> set[str]:
         """The meta group's voters: every JetStream server of the cluster."""
