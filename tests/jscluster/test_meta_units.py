@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from consensus.codec import CodecError
@@ -54,6 +56,33 @@ def test_a_stream_created_again_is_a_new_group() -> None:
     change = state.apply(meta.decode(meta.add_stream(again)))
     assert change is not None and change.kind == "added" and change.previous is not None
     assert state.load() == {"A": 1}
+
+
+def test_a_snapshot_restored_yields_the_changes_a_replay_would_have_made() -> None:
+    leader = MetaState()
+    for op in (
+        meta.add_stream(assignment("KEEP")),
+        meta.add_stream(assignment("MOVED")),
+        meta.add_stream(assignment("NEW", ("A",))),
+        meta.update_stream("$G", {"name": "MOVED", "subjects": ["m"]}, ("A", "B", "D")),
+    ):
+        leader.apply(meta.decode(op))
+    behind = MetaState()
+    for op in (
+        meta.add_stream(assignment("KEEP")),
+        meta.add_stream(assignment("MOVED")),
+        meta.add_stream(assignment("GONE")),
+        meta.add_stream(replace(assignment("NEW", ("A",)), group="NEW-old")),
+    ):
+        behind.apply(meta.decode(op))
+    changes = behind.restore(leader.snapshot())
+    kinds = {c.assignment.name: c.kind for c in changes}
+    assert kinds == {"GONE": "removed", "NEW": "added", "MOVED": "updated"}
+    assert behind.streams[("$G", "MOVED")].peers == ("A", "B", "D")
+    assert behind.streams == {k: replace(v, reply="") for k, v in leader.streams.items()}
+    assert behind.restore(leader.snapshot()) == []  # restoring the same state changes nothing
+    with pytest.raises(MetaOpError):
+        MetaState().restore(b'{"streams": 3}')
 
 
 @pytest.mark.parametrize(

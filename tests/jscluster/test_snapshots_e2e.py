@@ -16,8 +16,16 @@ from typing import Any
 
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.errors import NotFoundError
 
-from tests.jscluster.support import eventually, js_cluster, jsz, request, server_name
+from tests.jscluster.support import (
+    eventually,
+    js_cluster,
+    jsz,
+    request,
+    server_name,
+    stream_messages,
+)
 from tests.support.servers import ServerProcess, enabled_kinds
 
 pytestmark = [pytest.mark.timeout(150), pytest.mark.parametrize("kind", enabled_kinds())]
@@ -106,3 +114,59 @@ async def test_a_replica_far_behind_catches_up_and_leads(
             store = Path(behind.args[behind.args.index("-sd") + 1])
             snaps = store.glob(f"jetstream/$SYS/_js_/{info.cluster.raft_group}/*.snap")
             assert max(int(p.stem) for p in snaps) > 400  # its own, as it applied since
+
+
+async def test_a_server_down_while_streams_came_and_went_learns_them_from_a_meta_snapshot(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The meta group snapshots too: a server that missed more operations than the
+    leader keeps in its log drops the streams deleted meanwhile and takes the updates."""
+    monkeypatch.setenv("JETLAKE_RAFT_SNAPSHOT_ENTRIES", "8")
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        for name in ("KEEP", "GONE"):
+            await c.add_stream(name, [f"{name.lower()}.>"])
+        await c.js.publish("keep.a", b"before")
+        leader = await c.leader("KEEP")
+        behind = next(s for s in c.servers if s is not leader)
+        assert stream_messages(behind, "GONE") == 0
+        behind.kill()
+
+        async def gone() -> bool:
+            try:
+                return await c.js.delete_stream("GONE")
+            except NotFoundError:  # an earlier try deleted it, its answer was lost
+                return True
+
+        await eventually(gone, "GONE deleted with a server down")
+        for i in range(30):  # more meta operations than the log keeps past a snapshot
+            update = StreamConfig(
+                name="KEEP", subjects=["keep.>"], num_replicas=3, max_msgs=100 - i
+            )
+            await eventually(lambda u=update: c.js.update_stream(u), f"KEEP update {i}")
+
+        behind.restart()
+        await eventually(
+            lambda: asyncio.sleep(
+                0, stream_messages(behind, "KEEP") == 1 and stream_messages(behind, "GONE") is None
+            ),
+            f"{server_name(behind)} back with KEEP and without GONE",
+        )
+
+        async def led_by_it() -> bool:
+            info = await c.js.stream_info("KEEP")
+            if info.cluster is not None and info.cluster.leader == server_name(behind):
+                return True
+            await request(c.nc, "$JS.API.STREAM.LEADER.STEPDOWN.KEEP")
+            return False
+
+        await eventually(led_by_it, f"{server_name(behind)} leading KEEP", timeout=60)
+        info = await c.js.stream_info("KEEP")
+        assert info.config.max_msgs == 71  # the updates it missed, as it leads
+        names = await request(c.nc, "$JS.API.STREAM.NAMES")
+        assert sorted(names["streams"]) == ["KEEP"]
+        if kind == "jetlake":
+            store = Path(behind.args[behind.args.index("-sd") + 1])
+            assert any(store.glob("jetstream/$SYS/_js_/_meta_/*.snap"))
+            assert "JetStream meta: restored a snapshot of 1 streams (2 changed here)" in (
+                behind.log()
+            )

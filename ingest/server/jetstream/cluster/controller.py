@@ -54,8 +54,9 @@ log = logging.getLogger("jetlake.jetstream")
 PEERS_FILE = "peers.json"
 STATSZ_EVENTS = "$SYS.SERVER.*.STATSZ"
 RECONCILE_POLL = 0.1  # seconds between looks at a learner catching up
-# A stream's Raft log is snapshotted every so many entries (and kept from the snapshot
-# before): a restart replays at most twice that, a far-behind replica copies rows instead.
+# A Raft group's log (a stream's, the meta group's) is snapshotted every so many entries
+# (and kept from the snapshot before): a restart replays at most twice that, and a
+# far-behind member restores a snapshot (a stream's replica then copies rows) instead.
 SNAPSHOT_ENTRIES = int(os.environ.get("JETLAKE_RAFT_SNAPSHOT_ENTRIES", "16384"))
 
 
@@ -225,6 +226,9 @@ class JetStreamCluster:
             voters,
             self._apply_meta,
             sync_interval_ns=self._sync,
+            snapshot=self.state.snapshot,
+            restore=self._restore_meta,
+            snapshot_entries=SNAPSHOT_ENTRIES,
         )
         self.meta.on_leader_change(self._meta_leader_changed)
         self.meta.start()
@@ -265,6 +269,16 @@ class JetStreamCluster:
                 continue
             if change is not None:
                 self._enact(change)
+
+    def _restore_meta(self, data: bytes) -> None:
+        changes = self.state.restore(data)
+        log.info(
+            "JetStream meta: restored a snapshot of %d streams (%d changed here)",
+            len(self.state.streams),
+            len(changes),
+        )
+        for change in changes:
+            self._enact(change)
 
     def _enact(self, change: meta.Change) -> None:
         sa = change.assignment

@@ -4,7 +4,10 @@ Every JetStream server of a cluster applies the same operations in the same
 order (they are the meta group's Raft log), so every server knows every
 assignment and opens the streams it is a peer of. Operations are JSON: the
 meta log is small and an operator may want to read it. Applying is
-idempotent, since a restarted server replays the meta log from its start.
+idempotent, since a restarted server replays the meta log from its last
+snapshot. A snapshot is the assignments themselves; restoring one yields the
+changes from what the server had, so it opens, updates and drops streams the
+same way replaying the operations would have.
 """
 
 from __future__ import annotations
@@ -84,6 +87,29 @@ class MetaState:
             return Change("removed", gone) if gone is not None else None
         raise MetaOpError(f"unknown meta operation {kind!r}")
 
+    def snapshot(self) -> bytes:
+        """Every assignment as `add_stream` would carry it, less the creating client's
+        inbox: whoever restores this is past answering it."""
+        ops = [_add_op(replace(sa, reply="")) for _, sa in sorted(self.streams.items())]
+        return encode({"streams": ops})
+
+    def restore(self, data: bytes) -> list[Change]:
+        """Take a snapshot's assignments; what differs from the current ones, as changes."""
+        doc = decode(data)
+        ops = doc.get("streams")
+        if not isinstance(ops, list):
+            raise MetaOpError("meta snapshot lacks its streams")
+        new = {sa.key: sa for sa in (_assignment(op) for op in ops)}
+        old, self.streams = self.streams, new
+        changes = [Change("removed", sa) for key, sa in sorted(old.items()) if key not in new]
+        for key, sa in sorted(new.items()):
+            was = old.get(key)
+            if was is None or was.group != sa.group:
+                changes.append(Change("added", sa, was))
+            elif replace(was, reply="") != sa:
+                changes.append(Change("updated", sa, was))
+        return changes
+
     def in_account(self, account: str) -> Iterator[StreamAssignment]:
         for (acc, _), sa in sorted(self.streams.items()):
             if acc == account:
@@ -114,18 +140,20 @@ def _assignment(op: dict[str, Any]) -> StreamAssignment:
 
 
 def add_stream(sa: StreamAssignment) -> bytes:
-    return encode(
-        {
-            "op": "add_stream",
-            "account": sa.account,
-            "config": sa.config,
-            "peers": list(sa.peers),
-            "group": sa.group,
-            "created": sa.created,
-            "reply": sa.reply,
-            "origin": list(sa.bootstrap),
-        }
-    )
+    return encode(_add_op(sa))
+
+
+def _add_op(sa: StreamAssignment) -> dict[str, Any]:
+    return {
+        "op": "add_stream",
+        "account": sa.account,
+        "config": sa.config,
+        "peers": list(sa.peers),
+        "group": sa.group,
+        "created": sa.created,
+        "reply": sa.reply,
+        "origin": list(sa.bootstrap),
+    }
 
 
 def update_stream(account: str, config: dict[str, Any], peers: tuple[str, ...]) -> bytes:
