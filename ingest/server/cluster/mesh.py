@@ -6,7 +6,9 @@ seed route ends up routed to every member. Explicit routes are redialled
 forever; gossiped (implicit) ones get `connect_retries` more attempts, as on the
 reference. Two servers that dial each other at once end up with one route: both
 keep the connection dialled by the smaller (server id, port) — see
-`Route.solicitor_key`.
+`Route.solicitor_key`. Each side may send on the other connection until it learns
+of the better one, so the loser is read for a grace period before it is closed
+(`Route.supersede`): a message or reply sent meanwhile is not lost.
 """
 
 from __future__ import annotations
@@ -167,15 +169,15 @@ class Cluster:
 
     def register(self, route: Route) -> None:
         """The route knows its peer: make it the peer's route unless a better one exists."""
-        if route.closed or route.registered:
+        if route.closed or route.registered or route.superseded:
             return
         existing = self.routes.get(route.remote_id)
         if existing is not None:
-            if existing.solicitor_key <= route.solicitor_key:
-                log.debug("%s - Duplicate route to %s, closing", route.where, route.remote_name)
-                route.close("Duplicate Route")
+            loser = route if existing.solicitor_key <= route.solicitor_key else existing
+            log.debug("%s - Duplicate route to %s, closing", loser.where, loser.remote_name)
+            loser.supersede()
+            if loser is route:
                 return
-            existing.close("Duplicate Route")
         route.registered = True
         self.routes[route.remote_id] = route
         log.debug("%s - Registering remote route %r", route.where, route.remote_id)
@@ -189,6 +191,10 @@ class Cluster:
 
     def unregister(self, route: Route) -> None:
         self.connections.discard(route)
+        self.retire(route)
+
+    def retire(self, route: Route) -> None:
+        """Nothing more goes out on the route: it no longer stands for its peer."""
         if route.registered:
             route.registered = False
             if self.routes.get(route.remote_id) is route:

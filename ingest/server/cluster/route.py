@@ -26,6 +26,9 @@ AUTH_VIOLATION = "Authorization Violation"
 # Routes carry more than clients' messages: Raft appends and snapshots of whole streams.
 # The reference puts no limit on a route's messages; this one only bounds a runaway peer.
 ROUTE_MAX_PAYLOAD = 64 * 1024 * 1024
+# How long a connection that lost to its twin is still read: the peer may have sent on it
+# before it learnt of the twin (both ends decide alone), and those messages are delivered.
+DUPLICATE_GRACE = 2.0
 
 
 class Route(asyncio.Protocol):
@@ -49,6 +52,7 @@ class Route(asyncio.Protocol):
         self.connected = self.solicited  # an accepted route awaits its CONNECT
         self.got_connect = False
         self.registered = False
+        self.superseded = False  # lost to a twin connection: read, never written, then closed
         self.closed = False
         self.close_reason = ""
         self.lame_duck = False
@@ -135,7 +139,7 @@ class Route(asyncio.Protocol):
     def _dispatch(self, op: proto.RouteOp) -> None:
         cluster = self.cluster
         if isinstance(op, proto.RMsg):
-            if self.registered:
+            if self.registered or self.superseded:
                 self.in_msgs += 1
                 self.in_bytes += len(op.payload) + (len(op.hdr) if op.hdr else 0)
                 cluster.deliver_inbound(op)
@@ -213,6 +217,15 @@ class Route(asyncio.Protocol):
         if self.connected:
             self.cluster.register(self)
 
+    def supersede(self) -> None:
+        """A twin connection to the same peer won: stop sending here (its interest goes
+        with it), deliver what the peer already sent, and close after the grace."""
+        self.cluster.retire(self)
+        self.superseded = True
+        self._out.clear()
+        loop = asyncio.get_running_loop()
+        self._timers["duplicate"] = loop.call_later(DUPLICATE_GRACE, self.close, "Duplicate Route")
+
     def on_registered(self) -> None:
         """Measure the round trip now and keep the route alive from here on."""
         self._send_ping()
@@ -220,7 +233,7 @@ class Route(asyncio.Protocol):
     # ---- output -------------------------------------------------------------------------
 
     def queue(self, data: bytes) -> None:
-        if self.closed:
+        if self.closed or self.superseded:
             return
         self._out.append(data)
         if not self._dirty:
