@@ -34,7 +34,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,8 +50,10 @@ from log.compactor.layout import (
     Pin,
     StreamRef,
     read_pin,
+    read_routing,
     streams,
     write_pin,
+    write_routing,
     write_shared_pin,
 )
 from log.compactor.rows import LAKE_SCHEMA, SPARK_DDL, drop_erased, erased, spark_schema, to_lake
@@ -209,11 +211,9 @@ class Compactor:
         """Append what is sealed and not yet in the lake, then carry erasures."""
         out = Summary(streams=1)
         table = stream.table_path(self.lake_dir)
-        try:
-            spec = lake_spec(stream.name, stream.metadata)
-        except SpecError as exc:
-            raise LakeError(str(exc)) from exc
         done = lake_progress(table, stream.app_id)
+        spec = _spec(stream, stream.metadata)
+        begun = read_routing(stream)
         keep = not stream.deletes_reach_lake
         erasures, known = ([], 0) if keep else replay_explicit(stream.dir / EXPLICIT)
         before = done  # rows above it are appended below, without the `known` deletes
@@ -229,9 +229,14 @@ class Compactor:
                 f"seq {group[0].first_seq}..{last} to {table}"
             )
             rows = self._read(stream, group, done)
+            # A typed group half committed by a crashed pass is routed as it was begun, even
+            # if `jetlake.lake.tables` changed since: no row lands in two tables.
+            metadata = begun[1] if begun is not None and begun[0] > done else stream.metadata
+            routed = _spec(stream, metadata)
             try:
-                if spec.typed:
-                    self._append_typed(stream, spec, drop_erased(rows, erasures), done, last)
+                if routed.typed:
+                    write_routing(stream, last, metadata)
+                    self._append_typed(stream, routed, drop_erased(rows, erasures), done, last)
                 else:
                     self._append(stream, table, drop_erased(rows, erasures), done, last)
             except LakeMoved as exc:
@@ -465,3 +470,10 @@ class Compactor:
                 self._committed[table] = stream
         write_pin(stream, Pin(pin.app_id, pin.table, pin.seq, offset))
         return len(in_lake)
+
+
+def _spec(stream: StreamRef, metadata: Mapping[str, str]) -> LakeSpec:
+    try:
+        return lake_spec(stream.name, metadata)
+    except SpecError as exc:
+        raise LakeError(str(exc)) from exc

@@ -53,6 +53,7 @@ META_FILE = "stream.json"
 REPLICA_FILE = "replica.json"
 PIN_FILE = "lake.json"
 TYPING_FILE = "lake_typing.json"  # typed tables: columns, conflicts, rejects (for /jsz)
+ROUTING_FILE = "lake_routing.json"  # the metadata a typed group was routed by, until it lands
 SHARED_PIN_FILE = "_jetlake_pin.json"
 LAKE_OFF = "jetlake.lake"
 LAKE_TABLE = "jetlake.lake.table"
@@ -220,6 +221,22 @@ def read_typing(stream: StreamRef) -> dict[str, Any]:
 
 def write_typing(stream: StreamRef, doc: Mapping[str, Any]) -> None:
     _replace(stream.dir / TYPING_FILE, json.dumps({**doc, "app_id": stream.app_id}).encode())
+
+
+def read_routing(stream: StreamRef) -> tuple[int, dict[str, str]] | None:
+    """The last seq and metadata of the latest typed group begun, if any."""
+    try:
+        doc = json.loads((stream.dir / ROUTING_FILE).read_bytes())
+        if doc["app_id"] == stream.app_id:
+            return int(doc["seq"]), {str(k): str(v) for k, v in doc["metadata"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None
+
+
+def write_routing(stream: StreamRef, seq: int, metadata: Mapping[str, str]) -> None:
+    body = {"app_id": stream.app_id, "seq": seq, "metadata": dict(metadata)}
+    _replace(stream.dir / ROUTING_FILE, json.dumps(body).encode())
 
 
 def _replace(path: Path, body: bytes) -> None:

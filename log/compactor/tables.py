@@ -17,8 +17,9 @@ id and the group's last seq as `txnVersion`. Why that is still exactly once:
   rows, the schema revisions in effect when each message was stored, and the
   schema of each table before the group, which an uncommitted table still has.
   So the pass after a crash routes every row as the crashed one did.
-Metadata changed between the crash and the restart (`jetlake.lake.tables`) is
-the one way to route differently; a row could then appear in two tables.
+Metadata changed between the crash and the restart (`jetlake.lake.tables`) would
+route differently, so the metadata a group is routed by is recorded before its first
+commit and the group is finished by it (`log.compactor.compact`).
 """
 
 from __future__ import annotations
