@@ -158,6 +158,19 @@ class Running:
     async def leader(self, stream: str) -> ServerProcess:
         return leader_of(await self.js.stream_info(stream), self.servers)
 
+    async def lead_on(self, stream: str, server: ServerProcess) -> None:
+        """Step the stream's leader down until `server` is elected."""
+        name = server_name(server)
+
+        async def led_there() -> bool:
+            info = await self.js.stream_info(stream)
+            if info.cluster is not None and info.cluster.leader == name:
+                return True
+            await request(self.nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}")
+            return False
+
+        await eventually(led_there, f"{name} leading {stream}", timeout=60)
+
 
 @contextlib.asynccontextmanager
 async def js_cluster(

@@ -86,14 +86,7 @@ async def test_a_replica_far_behind_catches_up_and_leads(
             f"{server_name(behind)} holding what the leader holds",
         )
 
-        async def led_by_it() -> bool:
-            info = await c.js.stream_info("SNAP")
-            if info.cluster is not None and info.cluster.leader == server_name(behind):
-                return True
-            await request(c.nc, "$JS.API.STREAM.LEADER.STEPDOWN.SNAP")
-            return False
-
-        await eventually(led_by_it, f"{server_name(behind)} leading SNAP", timeout=60)
+        await c.lead_on("SNAP", behind)
         info = await c.js.stream_info("SNAP")
         assert (info.state.messages, info.state.first_seq, info.state.last_seq) == (
             wanted["messages"],
@@ -152,14 +145,7 @@ async def test_a_server_down_while_streams_came_and_went_learns_them_from_a_meta
             f"{server_name(behind)} back with KEEP and without GONE",
         )
 
-        async def led_by_it() -> bool:
-            info = await c.js.stream_info("KEEP")
-            if info.cluster is not None and info.cluster.leader == server_name(behind):
-                return True
-            await request(c.nc, "$JS.API.STREAM.LEADER.STEPDOWN.KEEP")
-            return False
-
-        await eventually(led_by_it, f"{server_name(behind)} leading KEEP", timeout=60)
+        await c.lead_on("KEEP", behind)
         info = await c.js.stream_info("KEEP")
         assert info.config.max_msgs == 71  # the updates it missed, as it leads
         names = await request(c.nc, "$JS.API.STREAM.NAMES")
