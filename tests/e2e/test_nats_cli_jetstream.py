@@ -35,6 +35,20 @@ _VOLATILE = (
 
 
 MIRROR_CONFIG = "mirror.json"
+# Every option of `nats stream add` that one stream can take at once (counters, schedules,
+# async persistence, mirrors and sources are other streams of the session).
+EVERY_OPTION = (
+    *("--subjects", "all.>", "--description", "d", "--storage", "file", "--compression", "s2"),
+    *("--replicas", "1", "--retention", "limits", "--discard", "new", "--discard-per-subject"),
+    *("--first-sequence", "10", "--max-age", "1h", "--max-bytes", "1MB", "--max-consumers", "5"),
+    *("--max-msg-size", "1KB", "--max-msgs", "100", "--max-msgs-per-subject", "10"),
+    *("--dupe-window", "1m", "--allow-rollup", "--deny-delete", "--allow-direct"),
+    *("--allow-msg-ttl", "--subject-del-markers-ttl", "1m", "--allow-batch", "--metadata", "k=v"),
+    *("--transform-source", "all.>", "--transform-destination", "moved.>"),
+    *("--republish-source", "moved.>", "--republish-destination", "rp.>", "--republish-headers"),
+    *("--limit-consumer-inactive", "1h", "--limit-consumer-max-pending", "100"),
+    *("--persist-mode", "default"),
+)
 
 
 def normalise(out: str) -> str:
@@ -80,6 +94,9 @@ def session(blob: Path, got: Path) -> list[tuple[str, ...]]:
         ("stream", "info", "benchstream", "--json"),
         ("stream", "add", "CNT", "--subjects", "cnt.>", "--allow-counter", "--defaults"),
         ("stream", "add", "SCHED", "--subjects", "s.>", "--allow-schedules", "--defaults"),
+        ("stream", "add", "ALL", *EVERY_OPTION, "--defaults"),
+        ("stream", "info", "ALL", "--json"),
+        ("stream", "rm", "ALL", "-f"),
         ("stream", "rm", "benchstream", "-f"),
         ("stream", "rm", "CNT", "-f"),
         ("stream", "rm", "SCHED", "-f"),
@@ -113,3 +130,5 @@ async def test_cli_jetstream_session_matches_reference(
     for command, (code, out), (ref_code, ref_out) in zip(commands, got, want, strict=True):
         assert (code, out) == (ref_code, ref_out), " ".join(command)
     assert want[0][0] == 0 and "OK JetStream" in want[-4][1]
+    every = [code for command, (code, _) in zip(commands, want, strict=True) if "ALL" in command]
+    assert every == [0, 0, 0]  # the stream with every option was made, shown and removed
