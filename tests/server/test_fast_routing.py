@@ -213,3 +213,56 @@ def test_an_auto_unsubscribe_limit_holds_on_the_fast_path() -> None:
     assert compiled == pure
     assert compiled["sent"][1].count(b"MSG a 1 ") == 6
     assert compiled["subs"] == [(2, b"2", 12)]
+
+
+class Backlogged(Transport):
+    """A transport whose unsent backlog the test sets, and that records reading pauses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backlog = 0
+        self.reading = True
+
+    def get_write_buffer_size(self) -> int:
+        return self.backlog
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+@pytest.mark.parametrize("native", [True, False])
+async def test_a_producer_waits_while_its_subscriber_is_backlogged(
+    native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over half of max_pending, the subscriber is stalled: its producer stops reading for a
+    few ms (as on the reference) instead of burying it; under, nothing waits."""
+    if not native:
+        monkeypatch.setattr(fast, "native", None)
+    server = Server(parse_serve_args([]))
+    server._loop = asyncio.get_running_loop()
+    server.opts.max_pending = 1000
+    pub_t, sub_t = Backlogged(), Backlogged()
+    pub, sub = Client(server, 1), Client(server, 2)
+    for client, transport in ((pub, pub_t), (sub, sub_t)):
+        client.connection_made(transport)  # type: ignore[arg-type]
+        client.data_received(connect(False))
+    sub.data_received(b"SUB s 1\r\n")
+    sub_t.backlog = 600
+    pub.data_received(b"PUB s 1\r\nx\r\n")
+    await settle()
+    assert server.stalled == {sub}
+    pub.data_received(b"PUB s 1\r\nx\r\n")
+    assert not pub_t.reading
+    async with asyncio.timeout(1):
+        while not pub_t.reading:
+            await asyncio.sleep(0.001)
+    sub_t.backlog = 0
+    sub.resume_writing()
+    assert not server.stalled
+    pub.data_received(b"PUB s 1\r\nx\r\n")
+    assert pub_t.reading
+    await settle()
+    assert sub_t.out.count(b"MSG s 1 1\r\nx\r\n") == 3 and not sub.closed
