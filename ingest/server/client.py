@@ -151,12 +151,16 @@ class Client(asyncio.Protocol):
         ops = self.codec.receive(data)
         if self._fast_stats is not None:
             self._count_fast(self._fast_stats())
+        if len(ops) < 2 or self.transport is None:
+            self._dispatch(ops)
+        else:
+            self._dispatch_halves(ops)
         stalled = self.server.stalled
         if stalled and (len(stalled) > 1 or self not in stalled):
             self._stall_if_published(before)
-        if len(ops) < 2 or self.transport is None:
-            self._dispatch(ops)
-            return
+
+    def _dispatch_halves(self, ops: list[nats.Op]) -> None:
+        """Half now, half on the next turn of the loop (see the comment for why)."""
         # Half now, half on the next turn of the loop, after what the first half earned
         # (PubAcks, replies, deliveries) has gone out. A client with many requests in
         # flight then works on those answers while this server works on the rest: on two
@@ -214,7 +218,7 @@ class Client(asyncio.Protocol):
         as on the reference, instead of pushing that subscriber into a slow-consumer
         cut-off. The wait grows with the worst backlog and is bounded, so a subscriber
         that takes nothing still ends up cut off rather than holding everyone up."""
-        if self.in_msgs == before or "stall" in self._holds or self.transport is None:
+        if self.in_msgs == before or "stall" in self._holds or self.closed:
             return
         limit = self.server.opts.max_pending
         worst = max(c.pending() for c in self.server.stalled)

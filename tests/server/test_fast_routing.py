@@ -12,6 +12,7 @@ transports record what the server writes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import random
 from typing import Any
@@ -241,9 +242,8 @@ async def test_a_producer_waits_while_its_subscriber_is_backlogged(
     few ms (as on the reference) instead of burying it; under, nothing waits."""
     if not native:
         monkeypatch.setattr(fast, "native", None)
-    server = Server(parse_serve_args([]))
+    server = Server(dataclasses.replace(parse_serve_args([]), max_pending=1000))
     server._loop = asyncio.get_running_loop()
-    server.opts.max_pending = 1000
     pub_t, sub_t = Backlogged(), Backlogged()
     pub, sub = Client(server, 1), Client(server, 2)
     for client, transport in ((pub, pub_t), (sub, sub_t)):
