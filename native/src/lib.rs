@@ -97,6 +97,7 @@ fn route_fast(
     stats[1] += size;
     stats[2] += n;
     stats[3] += n * size;
+    routes.unsettled |= n > 0;
     true
 }
 

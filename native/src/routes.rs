@@ -35,6 +35,9 @@ type Learnt<'py> = (Py<Outlet>, Bound<'py, PyBytes>, Py<PyAny>);
 #[pyclass(module = "jetlake_native")]
 pub struct Routes {
     map: HashMap<Vec<u8>, Route>,
+    /// Some target has counts to settle: monitoring asks for every subscription's count,
+    /// and only the first ask after deliveries walks the table.
+    pub unsettled: bool,
 }
 
 impl Routes {
@@ -49,6 +52,7 @@ impl Routes {
     fn new() -> Self {
         Self {
             map: HashMap::new(),
+            unsettled: false,
         }
     }
 
@@ -81,6 +85,10 @@ impl Routes {
 
     /// Add the fast path's deliveries to each subscription's count (monitoring, UNSUB max).
     fn settle(&mut self, py: Python<'_>) -> PyResult<()> {
+        if !self.unsettled {
+            return Ok(());
+        }
+        self.unsettled = false;
         for route in self.map.values_mut() {
             let Route::Fast(targets) = route else {
                 continue;
