@@ -7,7 +7,7 @@ STORE ?= ./data
 .PHONY: serve test lint bench
 
 # The compiled codec (Rust, maturin, native/) is the server's fast path; the pure one its fallback.
-NATIVE := native/pyproject.toml native/Cargo.toml native/Cargo.lock native/src/lib.rs
+NATIVE := native/pyproject.toml native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
 
 $(STAMP): pyproject.toml scripts/lake-jars.pom.xml $(NATIVE)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

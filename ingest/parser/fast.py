@@ -5,14 +5,20 @@ uvicorn's model: `nats.py` is the reference implementation and the fallback, and
 installed. It parses the per-message operations and frames MSG/HMSG itself and
 leaves every rare control line to the reference codec, so the two cannot drift on
 CONNECT, SUB or UNSUB. `JETLAKE_NATIVE=0` picks the pure codec, to measure either.
+
+Its fast path also routes: a PUB whose subject the sublist's `Routes` table knows
+is framed into the subscribers' `Outlet`s inside `receive` (see native/src/lib.rs);
+the pure path routes every PUB in Python, and is the reference for the bytes.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import ModuleType
 
 from ingest.parser import nats
+from ingest.parser.outlet import Outlet
 
 
 def _load() -> ModuleType | None:
@@ -38,3 +44,16 @@ def server_codec(*, max_control_line: int, max_payload: int) -> nats.ServerCodec
     if native is None:
         return pure
     return native.ServerCodec(pure, nats)  # type: ignore[no-any-return]
+
+
+def outlet(owner: object, notify: Callable[[object], None]) -> Outlet:
+    """A connection's output buffer; the compiled one calls `notify(owner)` when its fast
+    path dirties it."""
+    if native is None:
+        return Outlet()
+    return native.Outlet(owner, notify)  # type: ignore[no-any-return]
+
+
+def routes() -> object | None:
+    """A sublist's table for the codec's fast path; None where there is no fast path."""
+    return native.Routes() if native is not None else None

@@ -1,9 +1,14 @@
 """One client connection: an asyncio Protocol around the sans-IO codec.
 
-Outbound bytes are queued and written once per loop turn (the server flushes
-every connection that got data), so a burst of messages costs one syscall per
-subscriber rather than one per message. A subscriber whose unsent bytes pass
-`max_pending` is cut off as a slow consumer; nobody else waits for it.
+Outbound bytes are queued in the connection's `Outlet` and written once per loop
+turn (the server flushes every connection that got data), so a burst of messages
+costs one syscall per subscriber rather than one per message. A subscriber whose
+unsent bytes pass `max_pending` is cut off as a slow consumer; nobody else waits.
+
+With the compiled codec, a connection without per-message checks routes most
+PUBs inside the codec (`_fast_path`): the sublist's `Routes` table says where a
+subject goes, and Python learns an entry the second time it routes a subject
+itself (`learn_route`); a one-off subject (a reply inbox) is never learned.
 """
 
 from __future__ import annotations
@@ -13,14 +18,15 @@ import json
 import logging
 import ssl
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ingest.parser import fast, nats
-from ingest.parser.fast import encode_hmsg, encode_msg
+from ingest.parser.outlet import Outlet
 from ingest.parser.subjects import is_valid_literal_subject, is_valid_subject
 from ingest.server.auth import AUTH_VIOLATION, AuthError, Grant
 from ingest.server.gofmt import go_duration
 from ingest.server.logs import TRACE
+from ingest.server.subscription import Subscription, learn_route
 from ingest.server.tls import TLSLayer
 
 if TYPE_CHECKING:
@@ -28,34 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetlake")
 
-
-class Subscription:
-    """A client's SUB; `deliver` is what the router calls for each matching message."""
-
-    __slots__ = ("conn", "delivered", "filtered", "max_msgs", "queue", "sid", "subject")
-
-    def __init__(self, conn: Client, subject: str, queue: str | None, sid: bytes) -> None:
-        self.conn = conn
-        self.subject = subject
-        self.queue = queue
-        self.sid = sid
-        self.max_msgs = 0
-        self.delivered = 0
-        self.filtered = False  # a deny rule overlaps this wildcard: check each subject
-
-    def deliver(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
-        conn = self.conn
-        if self.filtered and not conn.grant.can_receive(subject.decode("utf-8", "surrogateescape")):
-            return
-        if hdr is not None and conn.headers:
-            conn.queue(encode_hmsg(subject, self.sid, reply, hdr, payload))
-        else:
-            conn.queue(encode_msg(subject, self.sid, reply, payload))
-        conn.out_msgs += 1
-        conn.out_bytes += len(payload)
-        self.delivered += 1
-        if self.max_msgs and self.delivered >= self.max_msgs:
-            conn.drop_sub(self)
+# A producer's wait while a subscriber is over half its max_pending (the reference's bounds).
+STALL_MIN = 0.002
+STALL_MAX = 0.005
 
 
 class Client(asyncio.Protocol):
@@ -86,7 +67,7 @@ class Client(asyncio.Protocol):
         self.port = 0
         self.start = time.time()
         self.last_activity = self.start
-        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.in_msgs = self.in_bytes = 0
         self.pings_out = 0
         self.protocol = 0
         # RTT: estimated from INFO to CONNECT, then measured by each keepalive PING/PONG.
@@ -95,8 +76,10 @@ class Client(asyncio.Protocol):
         self._first_pong_sent = False
         self.closed = False
         self.close_reason = ""
-        self._out: list[bytes] = []
-        self._dirty = False
+        self.outlet: Outlet = fast.outlet(self, server.mark_dirty)
+        self._routes: Any = None  # the fast path's table, once CONNECT allows it
+        self._fast_stats = getattr(self.codec, "take_stats", None)
+        self._holds: set[str] = set()  # why reading is paused: see `_hold`
         self.trace = bool(server.opts.trace)  # -V: every control line, as the reference logs it
         # Deadlines: TLS handshake, authentication, next keepalive PING.
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -164,27 +147,89 @@ class Client(asyncio.Protocol):
             if not plain:
                 return
             data = plain
+        before = self.in_msgs
         ops = self.codec.receive(data)
+        if self._fast_stats is not None:
+            self._count_fast(self._fast_stats())
         if len(ops) < 2 or self.transport is None:
             self._dispatch(ops)
-            return
+        else:
+            self._dispatch_halves(ops)
+        stalled = self.server.stalled
+        if stalled and (len(stalled) > 1 or self not in stalled):
+            self._stall_if_published(before)
+
+    def _dispatch_halves(self, ops: list[nats.Op]) -> None:
+        """Half now, half on the next turn of the loop (see the comment for why)."""
         # Half now, half on the next turn of the loop, after what the first half earned
         # (PubAcks, replies, deliveries) has gone out. A client with many requests in
         # flight then works on those answers while this server works on the rest: on two
         # cores the two overlap instead of taking turns (KV put +35 %, concurrent direct
         # get +70 %). Reading waits meanwhile, so operations keep their order.
         half = (len(ops) + 1) // 2
-        self.transport.pause_reading()
+        self._hold("half")
         self._dispatch(ops[:half])
         asyncio.get_running_loop().call_soon(self._second_half, ops[half:])
+
+    def _count_fast(self, stats: tuple[int, int, int, int] | None) -> None:
+        """The counters the fast path's messages would have moved in `Server.route`."""
+        if stats is None:
+            return
+        msgs, size, out_msgs, out_bytes = stats
+        self.in_msgs += msgs
+        self.in_bytes += size
+        server = self.server
+        server.in_msgs += msgs
+        server.in_bytes += size
+        server.out_msgs += out_msgs
+        server.out_bytes += out_bytes
+        sublist = self.account.sublist
+        sublist.matches += msgs
+        sublist.cache_hits += msgs
+
+    @property
+    def out_msgs(self) -> int:
+        return self.outlet.msgs
+
+    @property
+    def out_bytes(self) -> int:
+        return self.outlet.bytes
 
     def _second_half(self, ops: list[nats.Op]) -> None:
         self.server.flush_dirty()
         if self.closed:
             return
-        assert self.transport is not None
-        self.transport.resume_reading()
+        self._release("half")
         self._dispatch(ops)
+
+    def _hold(self, why: str) -> None:
+        """Stop reading until every reason to (`half`, `stall`) is released."""
+        if not self._holds and self.transport is not None:
+            self.transport.pause_reading()
+        self._holds.add(why)
+
+    def _release(self, why: str) -> None:
+        self._holds.discard(why)
+        if not self._holds and not self.closed and self.transport is not None:
+            self.transport.resume_reading()
+
+    def _stall_if_published(self, before: int) -> None:
+        """A fast producer waits a few ms while a subscriber is over half its max_pending,
+        as on the reference, instead of pushing that subscriber into a slow-consumer
+        cut-off. The wait grows with the worst backlog and is bounded, so a subscriber
+        that takes nothing still ends up cut off rather than holding everyone up."""
+        if self.in_msgs == before or "stall" in self._holds or self.closed:
+            return
+        limit = self.server.opts.max_pending
+        worst = max(c.pending() for c in self.server.stalled)
+        steps = max(0.0, (worst / limit - 0.5) / 0.05)
+        delay = min(STALL_MAX, STALL_MIN * (1 + steps))
+        self._hold("stall")
+        asyncio.get_running_loop().call_later(delay, self._release, "stall")
+
+    def pending(self) -> int:
+        """Bytes written but not yet taken by the socket."""
+        return self.transport.get_write_buffer_size() if self.transport is not None else 0
 
     def _dispatch(self, ops: list[nats.Op]) -> None:
         pub = nats.Pub  # looked up once per read, not per message
@@ -235,6 +280,7 @@ class Client(asyncio.Protocol):
         return self._written - self.transport.get_write_buffer_size()
 
     def resume_writing(self) -> None:
+        self.server.stalled.discard(self)
         timer = self._timers.pop("write", None)
         if timer is not None:
             timer.cancel()
@@ -267,7 +313,7 @@ class Client(asyncio.Protocol):
         self.verbose = bool(o.get("verbose", self.verbose))
         self.pedantic = bool(o.get("pedantic", self.pedantic))
         self.echo = bool(o.get("echo", True))
-        self.headers = self.codec.headers
+        self.headers = self.outlet.headers = self.codec.headers
         self.no_responders = bool(o.get("no_responders", False))
         self.name = str(o.get("name", "") or "")
         self.lang = str(o.get("lang", "") or "")
@@ -286,8 +332,20 @@ class Client(asyncio.Protocol):
             self.account = self.server.accounts[self.grant.account]
             self.authenticated = True
         self._pub_checks = self.verbose or self.pedantic or self.grant.restricted
+        self._fast_path()
         if self.verbose:
             self.queue(nats.OK)
+
+    def _fast_path(self) -> None:
+        """Let the compiled codec route this connection's PUBs where nothing is checked per
+        message: no verbose/pedantic/permissions, echo on, no tracing, no mappings, no cluster."""
+        if self._fast_stats is None:
+            return
+        server = self.server
+        fit = not (self._pub_checks or self.trace or not self.echo)
+        fit = fit and server.mapper is None and server.cluster is None
+        self._routes = self.account.sublist.routes if fit else None
+        self.codec.route_with(self._routes, self.no_responders)  # type: ignore[attr-defined]
 
     def _on_pub(self, op: nats.Pub) -> None:
         """The per-message path: what a connection without checks (the common case) skips
@@ -304,9 +362,17 @@ class Client(asyncio.Protocol):
         if self._pub_checks and not self._pub_allowed(subject):
             return
         reply = op.reply
+        routes = self._routes
+        sublist = self.account.sublist
+        # Learnt the second time: a subject seen once (a reply inbox) stays Python's.
+        learn = routes is not None and subject not in routes and sublist.peek(subject) is not None
         delivered = self.server.route(self, subject, reply, hdr, payload, size)
         if not delivered and reply and self.no_responders:
             self._no_responders(subject, reply)
+        if learn:
+            match = sublist.peek(subject)  # None if delivering changed the interest
+            if match is not None:
+                learn_route(routes, match, subject)
 
     def _pub_allowed(self, subject: bytes) -> bool:
         """Pedantic subject check, publish permission, verbose +OK; False when refused."""
@@ -361,6 +427,9 @@ class Client(asyncio.Protocol):
         if sub is not None:
             if op.max_msgs and sub.delivered < op.max_msgs:
                 sub.max_msgs = op.max_msgs
+                routes = self.account.sublist.routes
+                if routes is not None:
+                    routes.clear()  # the codec must not deliver past the limit
             else:
                 self.drop_sub(sub)
         if self.verbose:
@@ -425,29 +494,29 @@ class Client(asyncio.Protocol):
     def send_err(self, message: str) -> None:
         self.queue(nats.encode_err(message))
 
+    def trace_out(self, data: bytes) -> None:
+        line, _, rest = data.partition(b"\r\n")
+        self._trace("->>", f"[{line.decode('utf-8', 'replace')}]")
+        if line.startswith((b"MSG ", b"HMSG ")):
+            self._trace("->>", f"MSG_PAYLOAD: [{_quoted(rest[:-2])}]")
+
     def queue(self, data: bytes) -> None:
         if self.trace:
-            line, _, rest = data.partition(b"\r\n")
-            self._trace("->>", f"[{line.decode('utf-8', 'replace')}]")
-            if line.startswith((b"MSG ", b"HMSG ")):
-                self._trace("->>", f"MSG_PAYLOAD: [{_quoted(rest[:-2])}]")
-        self._out.append(data)
-        if not self._dirty:
-            self._dirty = True
+            self.trace_out(data)
+        if self.outlet.write(data):
             self.server.mark_dirty(self)
 
     def flush(self) -> None:
         """Hand queued bytes to the transport; cut the connection off if it cannot keep up."""
-        self._dirty = False
+        data = self.outlet.take()
         transport = self.transport
-        if transport is None or self.closed or not self._out:
-            self._out.clear()
+        if transport is None or self.closed or not data:
             return
-        out = self._out
-        data = out[0] if len(out) == 1 else b"".join(out)
-        self._out = []
         self._write(data if self.tls is None else self.tls.encrypt(data))
-        if transport.get_write_buffer_size() > self.server.opts.max_pending:
+        pending = transport.get_write_buffer_size()
+        if pending > self.server.opts.max_pending // 2:
+            self.server.stalled.add(self)  # its publishers wait a little: see _stall_if_published
+        if pending > self.server.opts.max_pending:
             self.server.slow_consumers += 1
             log.info(
                 "%s:%d - cid:%d - Slow Consumer Detected: MaxPending of %d Exceeded",
@@ -478,6 +547,8 @@ class Client(asyncio.Protocol):
         self._timers.clear()
         for sub in list(self.subs.values()):
             self.drop_sub(sub)
+        self.outlet.close()
+        self.server.stalled.discard(self)
         self.server.unregister(self)
         if self.transport is not None:
             if abort:

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 from ingest.parser import nats
 from ingest.server.accounts.registry import Account, Accounts
 from ingest.server.auth import Authenticator
-from ingest.server.client import Client, Subscription
+from ingest.server.client import Client
 from ingest.server.cluster.settings import local_addresses
 from ingest.server.mappings import SubjectMapper
 from ingest.server.sublist import Sublist
+from ingest.server.subscription import Subscription
 
 if TYPE_CHECKING:
     from ingest.server.cluster.mesh import Cluster
@@ -101,6 +102,7 @@ class Server:
         self.start_time = time.time()
         self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
         self.slow_consumers = 0
+        self.stalled: set[Client] = set()  # clients over half their max_pending
         self.total_connections = 0
         self.lame_duck = False
         self.jetstream: Any = None  # set by the composition root when -js is on

@@ -20,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from ingest.parser import fast
 
 S = TypeVar("S")
 _V = TypeVar("_V")
@@ -71,6 +73,9 @@ class Sublist(Generic[S]):
         # Counters /subsz reports as the reference does (lookups answered by a cache are hits).
         self.inserts = self.removes = self.matches = self.cache_hits = 0
         self.on_change: Callable[[], None] | None = None  # interest came or went (JetStream)
+        # The compiled codec's table of where subjects go (None without the extension):
+        # filled by clients from this sublist's matches, cleared with its caches.
+        self.routes: Any = fast.routes()
 
     def insert(self, subject: str, queue: str | None, sub: S) -> None:
         node = self._root
@@ -115,7 +120,14 @@ class Sublist(Generic[S]):
             self.on_change()
         return True
 
+    def peek(self, subject: bytes) -> Match[S] | None:
+        """The cached match of this exact subject, if it was matched before and not since
+        forgotten; counts nothing (this is not a lookup /subsz reports)."""
+        return self._cache.get(subject)
+
     def _clear_caches(self) -> None:
+        if self.routes is not None:
+            self.routes.clear()
         self._cache.clear()
         self._tails.clear()
         self._dead_ends.clear()

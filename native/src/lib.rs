@@ -5,6 +5,18 @@
 //! control line (CONNECT, SUB, UNSUB, INFO, unknown) to the reference codec itself,
 //! so the rare operations have one implementation. It builds the reference's own
 //! operation objects, which is what lets property tests compare the two outputs.
+//!
+//! Its fast path goes further: a PUB/HPUB whose subject `Routes` knows is framed
+//! straight into the subscribers' `Outlet`s during `receive`, and never becomes a
+//! Python object. That holds only until the first operation Python must see in a
+//! read: after it, every PUB is returned, so each connection's bytes keep the
+//! order the reference path (`Client._dispatch`) gives them.
+
+mod outlet;
+mod routes;
+
+use outlet::Outlet;
+use routes::{Route, Routes};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -13,8 +25,8 @@ use std::cmp::Ordering;
 
 /// A PUB/HPUB whose payload has not fully arrived yet.
 struct Pending {
-    subject: Py<PyBytes>,
-    reply: Py<PyBytes>,
+    subject: Vec<u8>,
+    reply: Vec<u8>,
     hlen: Option<usize>,
     total: usize,
 }
@@ -45,6 +57,48 @@ struct ServerCodec {
     buf: Vec<u8>,
     pending: Option<Pending>,
     dead: bool,
+    /// Set by the client once per-message checks are off (see `Client._fast_path`).
+    routes: Option<Py<Routes>>,
+    no_responders: bool,
+    /// Fast-path counts not yet taken: in msgs, in bytes, out msgs, out bytes.
+    stats: [u64; 4],
+    /// `notify(owner)` calls owed for outlets the fast path dirtied.
+    notices: Vec<(Py<PyAny>, Py<PyAny>)>,
+}
+
+/// Frames a whole PUB into its targets' outlets; false when Python must route it.
+#[allow(clippy::too_many_arguments)]
+fn route_fast(
+    py: Python<'_>,
+    routes: &mut Routes,
+    p: &Pending,
+    hdr: Option<&[u8]>,
+    payload: &[u8],
+    no_responders: bool,
+    stats: &mut [u64; 4],
+    notices: &mut Vec<(Py<PyAny>, Py<PyAny>)>,
+) -> bool {
+    let Some(Route::Fast(targets)) = routes.get_mut(&p.subject) else {
+        return false;
+    };
+    if targets.is_empty() && no_responders && !p.reply.is_empty() {
+        return false; // the 503 is Python's
+    }
+    for t in targets.iter_mut() {
+        let mut outlet = t.outlet.borrow_mut(py);
+        if outlet.frame(&p.subject, &t.sid, &p.reply, hdr, payload) {
+            notices.extend(outlet.notice(py));
+        }
+        t.count += 1;
+    }
+    let size = (payload.len() + hdr.map_or(0, <[u8]>::len)) as u64;
+    let n = targets.len() as u64;
+    stats[0] += 1;
+    stats[1] += size;
+    stats[2] += n;
+    stats[3] += n * size;
+    routes.unsettled |= n > 0;
+    true
 }
 
 fn is_space(b: u8) -> bool {
@@ -130,8 +184,8 @@ impl ServerCodec {
             let raw = ffi::PyType_GenericAlloc(cls.as_ptr().cast::<ffi::PyTypeObject>(), 0);
             Bound::from_owned_ptr_or_err(py, raw)?
         };
-        obj.setattr(intern!(py, "subject"), pending.subject.bind(py))?;
-        obj.setattr(intern!(py, "reply"), pending.reply.bind(py))?;
+        obj.setattr(intern!(py, "subject"), PyBytes::new(py, &pending.subject))?;
+        obj.setattr(intern!(py, "reply"), PyBytes::new(py, &pending.reply))?;
         obj.setattr(intern!(py, "hdr"), hdr)?;
         obj.setattr(intern!(py, "payload"), payload)?;
         Ok(obj.unbind())
@@ -171,8 +225,8 @@ impl ServerCodec {
         }
         let reply: &[u8] = if count == want + 1 { a[1] } else { b"" };
         self.pending = Some(Pending {
-            subject: PyBytes::new(py, a[0]).unbind(),
-            reply: PyBytes::new(py, reply).unbind(),
+            subject: a[0].to_vec(),
+            reply: reply.to_vec(),
             hlen,
             total,
         });
@@ -246,6 +300,10 @@ impl ServerCodec {
             buf: Vec::new(),
             pending: None,
             dead: false,
+            routes: None,
+            no_responders: false,
+            stats: [0; 4],
+            notices: Vec::new(),
         })
     }
 
@@ -261,8 +319,37 @@ impl ServerCodec {
         self.pure.bind(py).setattr("headers", value)
     }
 
-    /// Every whole operation in the bytes seen so far, in order.
+    /// Route PUBs through `routes` (None: return every PUB); `no_responders` is the
+    /// client's CONNECT option, whose 503 Python sends.
+    #[pyo3(signature = (routes, no_responders))]
+    fn route_with(&mut self, routes: Option<Py<Routes>>, no_responders: bool) {
+        self.routes = routes;
+        self.no_responders = no_responders;
+    }
+
+    /// What the fast path counted since the last call, None if it routed nothing:
+    /// (in msgs, in bytes, out msgs, out bytes).
+    fn take_stats(&mut self) -> Option<(u64, u64, u64, u64)> {
+        if self.stats[0] == 0 {
+            return None;
+        }
+        let [a, b, c, d] = std::mem::take(&mut self.stats);
+        Some((a, b, c, d))
+    }
+
+    /// Every whole operation in the bytes seen so far, in order; PUBs the fast path
+    /// routed are not among them.
     fn receive<'py>(&mut self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
+        let result = self.parse(py, data);
+        for (notify, owner) in std::mem::take(&mut self.notices) {
+            notify.call1(py, (owner,))?;
+        }
+        result
+    }
+}
+
+impl ServerCodec {
+    fn parse<'py>(&mut self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
         if self.dead {
             return Ok(PyList::empty(py));
         }
@@ -274,6 +361,8 @@ impl ServerCodec {
             &joined
         };
         let mut ops: Vec<Py<PyAny>> = Vec::new();
+        let routes_ref = self.routes.as_ref().map(|r| r.clone_ref(py));
+        let mut routes = routes_ref.as_ref().map(|r| r.borrow_mut(py));
         let end = buf.len();
         let mut pos = 0usize;
         while pos < end {
@@ -286,6 +375,20 @@ impl ServerCodec {
                 if &buf[stop..stop + 2] != b"\r\n" {
                     let err = self.err_unknown_op.clone_ref(py);
                     return self.fail(py, ops, err);
+                }
+                if ops.is_empty() {
+                    if let Some(r) = routes.as_deref_mut() {
+                        let (hdr, payload) = match pending.hlen {
+                            Some(h) => (Some(&buf[pos..pos + h]), &buf[pos + h..stop]),
+                            None => (None, &buf[pos..stop]),
+                        };
+                        let nr = self.no_responders;
+                        let (stats, notices) = (&mut self.stats, &mut self.notices);
+                        if route_fast(py, r, &pending, hdr, payload, nr, stats, notices) {
+                            pos = stop + 2;
+                            continue;
+                        }
+                    }
                 }
                 let (hdr, payload) = match pending.hlen {
                     Some(h) => (
@@ -435,6 +538,8 @@ fn encode_hmsg<'py>(
 #[pymodule]
 fn jetlake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ServerCodec>()?;
+    m.add_class::<Outlet>()?;
+    m.add_class::<Routes>()?;
     m.add_function(wrap_pyfunction!(encode_msg, m)?)?;
     m.add_function(wrap_pyfunction!(encode_hmsg, m)?)?;
     Ok(())

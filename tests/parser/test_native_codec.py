@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.parser import fast, nats
+from ingest.parser.outlet import Outlet
 
 WS = st.sampled_from([b" ", b"  ", b"\t", b" \t ", b"\x0b", b"\x0c", b"\r"])
 SIZE = st.sampled_from(
@@ -152,3 +153,33 @@ def test_the_server_uses_the_compiled_path() -> None:
     assert type(fast.server_codec(max_control_line=4096, max_payload=1024)) is (
         jetlake_native.ServerCodec
     )
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.tuples(
+            WORD, WORD, st.sampled_from([b"", b"_INBOX.r"]), st.none() | st.binary(max_size=30)
+        )
+        | st.binary(max_size=20),
+        max_size=8,
+    ),
+    st.booleans(),
+)
+def test_outlets_queue_the_same_bytes(writes: list[object], headers: bool) -> None:
+    """The compiled output buffer against `outlet.Outlet`: same bytes, counts and dirtiness."""
+    pure, compiled = Outlet(), jetlake_native.Outlet()
+    pure.headers = compiled.headers = headers
+    for item in writes:
+        if isinstance(item, bytes):
+            assert compiled.write(item) == pure.write(item)
+        else:
+            subject, sid, reply, hdr = item
+            payload = memoryview(b"payload")  # any buffer, as the reference takes
+            assert compiled.msg(subject, sid, reply, hdr, payload) == pure.msg(
+                subject, sid, reply, hdr, payload
+            )
+    assert len(compiled) == len(pure)
+    assert (compiled.msgs, compiled.bytes) == (pure.msgs, pure.bytes)
+    assert compiled.take() == pure.take()
+    assert compiled.write(b"+OK\r\n") and pure.write(b"+OK\r\n")  # clean again after take

@@ -1,0 +1,59 @@
+"""A connection's unsent bytes: the reference for `jetlake_native.Outlet`.
+
+Control replies, deliveries Python routes and (with the extension) deliveries the
+codec's fast path frames all go into one buffer per connection, so they keep one
+order; the server hands it to the transport once per loop turn. The outlet also
+counts what it framed, which is the connection's out_msgs and out_bytes.
+"""
+
+from __future__ import annotations
+
+from ingest.parser.nats import encode_hmsg, encode_msg
+
+
+class Outlet:
+    """`owner` and `notify` are for the compiled fast path, which dirties outlets itself."""
+
+    __slots__ = ("_out", "bytes", "dirty", "headers", "msgs")
+
+    def __init__(self, owner: object = None, notify: object = None) -> None:
+        self._out: list[bytes] = []
+        self.headers = False  # negotiated by CONNECT: HMSG, else MSG without the headers
+        self.msgs = self.bytes = 0
+        self.dirty = False
+
+    def write(self, data: bytes) -> bool:
+        """Queue raw protocol bytes; True when the outlet was clean before."""
+        self._out.append(data)
+        was = self.dirty
+        self.dirty = True
+        return not was
+
+    def msg(
+        self, subject: bytes, sid: bytes, reply: bytes, hdr: bytes | None, payload: bytes
+    ) -> bool:
+        """Queue one delivery; True when the outlet was clean before."""
+        if hdr is not None and self.headers:
+            self._out.append(encode_hmsg(subject, sid, reply, hdr, payload))
+        else:
+            self._out.append(encode_msg(subject, sid, reply, payload))
+        self.msgs += 1
+        self.bytes += len(payload)
+        was = self.dirty
+        self.dirty = True
+        return not was
+
+    def take(self) -> bytes:
+        """Everything queued, leaving the outlet clean and empty."""
+        self.dirty = False
+        out = self._out
+        if not out:
+            return b""
+        self._out = []
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def __len__(self) -> int:
+        return sum(map(len, self._out))
+
+    def close(self) -> None:
+        self._out = []

@@ -1,0 +1,67 @@
+"""A client's subscription, and what the codec's fast path may know of it.
+
+`Subscription.deliver` is the reference path for one delivery; `learn_route` decides
+which matches the compiled codec may frame itself (see `ingest.server.client`), and
+the count of what it framed reaches `delivered` when its table settles.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ingest.parser.fast import encode_hmsg, encode_msg
+from ingest.server.sublist import Match
+
+if TYPE_CHECKING:
+    from ingest.server.client import Client
+
+
+class Subscription:
+    """A client's SUB; `deliver` is what the router calls for each matching message."""
+
+    __slots__ = ("_delivered", "conn", "filtered", "max_msgs", "queue", "sid", "subject")
+
+    def __init__(self, conn: Client, subject: str, queue: str | None, sid: bytes) -> None:
+        self.conn = conn
+        self.subject = subject
+        self.queue = queue
+        self.sid = sid
+        self.max_msgs = 0
+        self._delivered = 0  # the compiled fast path adds its counts on `Routes.settle`
+        self.filtered = False  # a deny rule overlaps this wildcard: check each subject
+
+    @property
+    def delivered(self) -> int:
+        routes = self.conn.account.sublist.routes
+        if routes is not None:
+            routes.settle()
+        return self._delivered
+
+    def deliver(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
+        conn = self.conn
+        if self.filtered and not conn.grant.can_receive(subject.decode("utf-8", "surrogateescape")):
+            return
+        if conn.trace:
+            if hdr is not None and conn.headers:
+                conn.trace_out(encode_hmsg(subject, self.sid, reply, hdr, payload))
+            else:
+                conn.trace_out(encode_msg(subject, self.sid, reply, payload))
+        if conn.outlet.msg(subject, self.sid, reply, hdr, payload):
+            conn.server.mark_dirty(conn)
+        self._delivered += 1
+        if self.max_msgs and self._delivered >= self.max_msgs:
+            conn.drop_sub(self)
+
+
+def learn_route(routes: Any, match: Match[Any], subject: bytes) -> None:
+    """Tell the codec's table where `subject` goes, or that Python must route it: queue
+    groups (a random member), internal subscribers, filtered or limited subscriptions."""
+    targets: list[tuple[object, bytes, Subscription]] | None = None
+    if not match.queues:
+        targets = []
+        for sub in match.plain:
+            if type(sub) is not Subscription or sub.filtered or sub.max_msgs or sub.conn.trace:
+                targets = None
+                break
+            targets.append((sub.conn.outlet, sub.sid, sub))
+    routes.learn(subject, targets)
