@@ -123,7 +123,9 @@ class JetStream:
         self._subs: dict[str, list[object]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self.consumers = Consumers(self, SERVER_VERSION)
-        self.sources = Sources(self.streams, read_headers, self._serve_origin_gets)
+        self.sources = Sources(
+            self.streams, read_headers, messaging, account, self._serve_origin_gets
+        )
         self.api = Api(self)
         self._api_subs: list[object] = []
         self.cluster: JetStreamCluster | None = None  # set before start when clustered

@@ -1,19 +1,22 @@
-"""Sourcing and mirroring inside one server: committed messages of origin streams copied
-into the streams that name them in `sources` or `mirror`.
+"""Sourcing and mirroring: messages of origin streams copied into the streams that name
+them in `sources` or `mirror`.
 
-Origins are local streams (no `external`), so instead of the reference's
-internal consumer and flow control, a link listens to the origin's commits
-and copies each message as it commits; on linking it first catches up from
+A link copies from one origin in one of two ways. An origin that keeps
+messages only by its limits and lives here is read in-process: the link
+listens to its commits and copies each as it commits, first catching up from
 the sourcing stream's recorded progress (the `Nats-Stream-Source` header of
-its newest copy) or from the configured start. A link waits for an origin
-that does not exist yet and is dropped when either stream goes.
+its newest copy) or from the configured start; nothing on the origin waits
+for it, so this is what the reference's unlisted reader amounts to, without
+a round trip per message. An origin that retires messages once read
+(interest, work queue) or sits behind an `external` API prefix (another
+account) is read through a sourcing consumer on it, as the reference's
+durable sourcing does (`ingest.server.jetstream.sourcing`): the origin then
+keeps each message until every mirror and source has it. A link waits for a
+local origin that does not exist yet and is dropped when either stream goes.
 
 A mirror's link is the same but for where a copy goes: `Stream.copy_mirrored`
 stores it at the origin's seq and timestamp with its headers as they were, so
-the mirror's own last seq is its progress. An origin behind an `external` API
-prefix lives in another account or domain, which jetlake does not reach yet:
-its link is reported (lag 0, active -1) but never attaches, which is also what
-the reference shows when that prefix answers nothing.
+the mirror's own last seq is its progress.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from typing import Any
 
 from ingest.parser.headers import header_value
 from ingest.parser.subjects import subject_matches
+from ingest.server.jetstream.port import Messaging
+from ingest.server.jetstream.sourcing import ConsumerFeed
+from log import sourcing
 from log.config import StreamConfig
 from log.errors import ApiError
 from log.segments.api import StoredMsg
@@ -53,7 +59,8 @@ class _Link:
         self.source = source
         self.mirror = source is target.config.mirror
         self.announced = False  # a mirror's first catch-up was reported (`Sources`)
-        self.origin: Stream | None = None
+        self.origin: Stream | None = None  # a local origin read in-process
+        self.feed: ConsumerFeed | None = None  # or the reader through the origin's API
         self.copied = 0  # origin seq of the newest message looked at
         self.seen = 0  # origin seq of the newest copy: `seq` in the source's info
         self.last_active = 0
@@ -62,31 +69,41 @@ class _Link:
         self._ident = ""
 
     def attach(self, origin: Stream, progress: tuple[int, str]) -> None:
-        """Catch up from progress (or the configured start), then follow commits.
-
-        Progress recorded against another identity came from an origin since deleted
-        and recreated: its sequences started over, so copying does too."""
+        """Catch up from progress (or the configured start), then follow commits."""
         self.origin = origin
         self.last_active = now_ns()
-        self._ident = stream_identity(origin.created_ns)
-        self.copied = progress[0] if progress[1] in ("", self._ident) else 0
+        self.copied = self.resumed(origin, progress)
         self.seen = self.copied
         start = self.copied + 1 if self.copied else self._start(origin)
         msg = origin.store.load_next(start)
-        taken: list[int] = []
         while msg is not None and msg.seq <= origin.committed_seq:
-            if self._copy(msg):
-                taken.append(msg.seq)
+            self.copy(msg)
             msg = origin.store.load_next(msg.seq + 1)
-        self._consume(taken)
         # Seqs below the start are passed over: also those the origin has yet to reach.
         self.copied = max(self.copied, start - 1, min(origin.committed_seq, origin.last_seq))
         origin.add_commit_listener(self._on_commit)
+
+    def resumed(self, origin: Stream | None, progress: tuple[int, str]) -> int:
+        """The origin seq to resume after. Progress recorded against another identity came
+        from an origin since deleted and recreated: its sequences started over, so copying
+        does too."""
+        if origin is not None:
+            self._ident = stream_identity(origin.created_ns)
+        return progress[0] if progress[1] in ("", self._ident) else 0
+
+    def read_through(self, feed: ConsumerFeed, after: int) -> None:
+        """Read through a sourcing consumer from after origin seq `after`."""
+        self.feed = feed
+        self.copied = self.seen = after
+        feed.start(after, first_time=not after)
 
     def detach(self) -> None:
         if self.origin is not None:
             self.origin.remove_commit_listener(self._on_commit)
             self.origin = None
+        if self.feed is not None:
+            self.feed.stop()
+            self.feed = None
 
     def _start(self, origin: Stream) -> int:
         if self.source.opt_start_seq:
@@ -102,17 +119,11 @@ class _Link:
         if seq <= self.copied or self.origin is None:
             return
         msg = self.origin.store.load(seq)
-        if msg is not None and self._copy(msg):
-            self._consume([seq])
+        if msg is not None:
+            self.copy(msg)
         self.copied = seq
 
-    def _consume(self, seqs: list[int]) -> None:
-        """A work queue hands each message to one consumer, and the reference's link reads
-        through one that acks on delivery: what it copied leaves the queue."""
-        if seqs and self.origin is not None and self.origin.config.retention == "workqueue":
-            self.origin.remove(seqs)
-
-    def _copy(self, msg: StoredMsg) -> bool:
+    def copy(self, msg: StoredMsg) -> bool:
         """Copy one origin message if the filters take it; whether they did."""
         subject = self._subject(msg.subject)
         self.copied = msg.seq
@@ -148,13 +159,18 @@ class _Link:
         if not self.last_active:
             return -1
         since = now_ns() - self.last_active
-        return since % _HEARTBEAT_NS if self.origin is not None else since
+        attached = self.origin is not None or self.feed is not None
+        return since % _HEARTBEAT_NS if attached else since
 
     def state(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.source.name}
         if self.source.external is not None:
             out["external"] = self.source.external.to_json()
-        lag = (self.origin.last_seq - self.copied) if self.origin is not None else 0
+        lag = 0
+        if self.origin is not None:
+            lag = self.origin.last_seq - self.copied
+        elif self.feed is not None:
+            lag = self.feed.lag
         out["lag"] = max(lag, 0)
         if self.seen and not self.mirror:  # the reference's (2.15) last origin seq copied
             out["seq"] = self.seen
@@ -185,12 +201,16 @@ class Sources:
         self,
         streams: Mapping[str, Stream],
         read_headers: HeaderReader,
+        messaging: Messaging,
+        account: str,
         on_caught_up: Callable[[Stream], None] = lambda mirror: None,
     ) -> None:
         """`on_caught_up` hears of a mirror whose first catch-up committed (once per link):
         only then may it answer its origin's direct gets, as in the reference."""
         self._streams = streams
         self._read_headers = read_headers
+        self._messaging = messaging
+        self._account = account
         self._on_caught_up = on_caught_up
         self._links: dict[str, list[_Link]] = {}  # by sourcing stream
 
@@ -235,9 +255,9 @@ class Sources:
                     link.detach()
 
     def refresh(self) -> None:
-        """Attach links whose origin exists now."""
+        """Attach links whose origin exists now (or is elsewhere, behind an API prefix)."""
         for name, links in self._links.items():
-            waiting = [link for link in links if link.origin is None and not link.source.external]
+            waiting = [link for link in links if link.origin is None and link.feed is None]
             if not waiting:
                 continue
             target = self._streams[name]
@@ -246,13 +266,26 @@ class Sources:
             else:
                 progress = self._progress(target)
             for link in waiting:
-                origin = self._streams.get(link.source.name)
-                if origin is not None:
-                    link.attach(origin, progress.get(link.source.index_name, (0, "")))
+                origin = self._streams.get(link.source.name) if not link.source.external else None
+                if origin is None and link.source.external is None:
+                    continue
+                done = progress.get(link.source.index_name, (0, ""))
+                if origin is None or origin.config.retention != "limits":
+                    link.read_through(self._feed(target, link), link.resumed(origin, done))
+                else:
+                    link.attach(origin, done)
                     if link.mirror and not link.announced:
                         link.announced = True
                         flushed = asyncio.ensure_future(target.flush())
                         flushed.add_done_callback(partial(self._caught_up, link))
+
+    def _feed(self, target: Stream, link: _Link) -> ConsumerFeed:
+        kind = "mirror" if link.mirror else "src"
+        name = sourcing.consumer_name(
+            target.name, self._account, link.source, target.config.sources, mirror=link.mirror
+        )
+        metadata = {f"_nats.{kind}.stream": target.name, f"_nats.{kind}.acc": self._account}
+        return ConsumerFeed(link, self._messaging, name, metadata)
 
     def _caught_up(self, link: _Link, flushed: asyncio.Future[None]) -> None:
         if flushed.cancelled() or flushed.exception() is not None:
