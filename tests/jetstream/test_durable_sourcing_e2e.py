@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from log.sources import name_hash
 from tests.conftest import Connect
@@ -200,3 +201,42 @@ async def test_work_queue_sourcing_survives_kill(
     info = await api(nc, "$JS.API.STREAM.INFO.M")
     assert (info["state"]["first_seq"], info["state"]["last_seq"]) == (1, 2050)
     assert info["state"]["messages"] == 2050
+
+
+async def test_an_external_origin_is_read_through_its_api_prefix(
+    js_server: ServerProcess,  # noqa: F811
+    connect: Connect,
+) -> None:
+    """`JS.X.API` is answered by forwarding to this account's API (what an account's
+    service import does): the source and the mirror reach their origin only through
+    subjects, and still drain the work queue between them."""
+    nc = await connect(js_server)
+
+    async def forward(msg: Msg) -> None:
+        subject = msg.subject.replace("JS.X.API", "$JS.API", 1)
+        await nc.publish(subject, msg.data, reply=msg.reply, headers=msg.headers)
+
+    await nc.subscribe("JS.X.API.>", cb=forward)
+    js = nc.jetstream()
+    await js.add_stream(name="WQ", subjects=["w.>"], retention="workqueue")
+    for i in range(3):
+        await js.publish("w.a", b"%d" % i)
+    ext = {"api": "JS.X.API", "deliver": "dlv"}
+    mirror = {"name": "M", "mirror": {"name": "WQ", "external": ext}}
+    await api(nc, "$JS.API.STREAM.CREATE.M", mirror)
+    sources = [{"name": "WQ", "external": ext}]
+    await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "sources": sources})
+    await js.publish("w.a", b"3")
+    await _poll(lambda: _has(nc, "M", 4), "the mirror did not get every message")
+    await _poll(lambda: _has(nc, "S", 4), "the source did not get every message")
+    await _poll(lambda: _empty(nc, "WQ"), "the work queue kept them")
+    source = (await api(nc, "$JS.API.STREAM.INFO.S"))["sources"][0]
+    assert (source["external"], source["lag"], source["seq"]) == (ext, 0, 4)
+    assert source["active"] >= 0
+    listed = await api(nc, "$JS.API.CONSUMER.LIST.WQ")
+    delivery = {c["name"]: c["config"]["deliver_subject"] for c in listed["consumers"]}
+    assert sorted(delivery) == sorted([MIRROR, SOURCE])
+    assert delivery[MIRROR].startswith("dlv.M.") and delivery[SOURCE].startswith("dlv.S.")
+    copy = await js.get_msg("S", seq=1)
+    stamp = (copy.headers or {})["Nats-Stream-Source"]
+    assert stamp.startswith(f"WQ:{name_hash('JS.X.API')} 1 > > w.a")

@@ -1,18 +1,16 @@
 """Sourcing and mirroring: messages of origin streams copied into the streams that name
 them in `sources` or `mirror`.
 
-A link copies from one origin in one of two ways. An origin that keeps
-messages only by its limits and lives here is read in-process: the link
-listens to its commits and copies each as it commits, first catching up from
-the sourcing stream's recorded progress (the `Nats-Stream-Source` header of
-its newest copy) or from the configured start; nothing on the origin waits
-for it, so this is what the reference's unlisted reader amounts to, without
-a round trip per message. An origin that retires messages once read
-(interest, work queue) or sits behind an `external` API prefix (another
-account) is read through a sourcing consumer on it, as the reference's
-durable sourcing does (`ingest.server.jetstream.sourcing`): the origin then
-keeps each message until every mirror and source has it. A link waits for a
-local origin that does not exist yet and is dropped when either stream goes.
+Every link reads its origin as the reference's durable sourcing does, through a
+sourcing consumer on the origin asked for over the JetStream API
+(`ingest.server.jetstream.sourcing`): on an interest or work-queue origin a
+listed durable whose acknowledgements the origin waits for, so each mirror and
+source gets every message; on a limits origin an unlisted reader. Going
+through subjects is what lets a link reach an origin in another account (an
+`external` API prefix). On (re)linking it resumes after the sourcing stream's
+recorded progress (the `Nats-Stream-Source` header of its newest copy) or from
+the configured start. A link waits for a local origin that does not exist yet
+and is dropped when either stream goes.
 
 A mirror's link is the same but for where a copy goes: `Stream.copy_mirrored`
 stores it at the origin's seq and timestamp with its headers as they were, so
@@ -48,40 +46,29 @@ from log.timefmt import now_ns
 
 HeaderReader = Callable[[bytes], Mapping[str, list[str]]]
 _HEADER = SOURCE_HEADER.encode()
-_HEARTBEAT_NS = 1_000_000_000  # the reference's sourcing heartbeat
 
 
 class _Link:
     """One source of one sourcing stream."""
 
-    def __init__(self, target: Stream, source: StreamSource, read_headers: HeaderReader) -> None:
+    def __init__(
+        self,
+        target: Stream,
+        source: StreamSource,
+        read_headers: HeaderReader,
+        on_caught_up: Callable[[_Link], None],
+    ) -> None:
         self.target = target
         self.source = source
         self.mirror = source is target.config.mirror
         self.announced = False  # a mirror's first catch-up was reported (`Sources`)
-        self.origin: Stream | None = None  # a local origin read in-process
-        self.feed: ConsumerFeed | None = None  # or the reader through the origin's API
-        self.copied = 0  # origin seq of the newest message looked at
+        self.feed: ConsumerFeed | None = None  # the reader through the origin's API
         self.seen = 0  # origin seq of the newest copy: `seq` in the source's info
         self.last_active = 0
         self._read_headers = read_headers
+        self._on_caught_up = on_caught_up
         self._rules = source.compile()
         self._ident = ""
-
-    def attach(self, origin: Stream, progress: tuple[int, str]) -> None:
-        """Catch up from progress (or the configured start), then follow commits."""
-        self.origin = origin
-        self.last_active = now_ns()
-        self.copied = self.resumed(origin, progress)
-        self.seen = self.copied
-        start = self.copied + 1 if self.copied else self._start(origin)
-        msg = origin.store.load_next(start)
-        while msg is not None and msg.seq <= origin.committed_seq:
-            self.copy(msg)
-            msg = origin.store.load_next(msg.seq + 1)
-        # Seqs below the start are passed over: also those the origin has yet to reach.
-        self.copied = max(self.copied, start - 1, min(origin.committed_seq, origin.last_seq))
-        origin.add_commit_listener(self._on_commit)
 
     def resumed(self, origin: Stream | None, progress: tuple[int, str]) -> int:
         """The origin seq to resume after. Progress recorded against another identity came
@@ -94,39 +81,23 @@ class _Link:
     def read_through(self, feed: ConsumerFeed, after: int) -> None:
         """Read through a sourcing consumer from after origin seq `after`."""
         self.feed = feed
-        self.copied = self.seen = after
+        self.seen = after
         feed.start(after, first_time=not after)
 
     def detach(self) -> None:
-        if self.origin is not None:
-            self.origin.remove_commit_listener(self._on_commit)
-            self.origin = None
         if self.feed is not None:
             self.feed.stop()
             self.feed = None
 
-    def _start(self, origin: Stream) -> int:
-        if self.source.opt_start_seq:
-            return self.source.opt_start_seq
-        if self.source.opt_start_time:
-            msg = origin.store.load_next(0)
-            while msg is not None and msg.ts < self.source.opt_start_time:
-                msg = origin.store.load_next(msg.seq + 1)
-            return msg.seq if msg is not None else origin.last_seq + 1
-        return 1
-
-    def _on_commit(self, seq: int, subject: str) -> None:
-        if seq <= self.copied or self.origin is None:
-            return
-        msg = self.origin.store.load(seq)
-        if msg is not None:
-            self.copy(msg)
-        self.copied = seq
+    def caught_up(self) -> None:
+        """The origin has nothing more for now (the feed says so once per catch-up)."""
+        if self.mirror and not self.announced:
+            self.announced = True
+            self._on_caught_up(self)
 
     def copy(self, msg: StoredMsg) -> bool:
         """Copy one origin message if the filters take it; whether they did."""
         subject = self._subject(msg.subject)
-        self.copied = msg.seq
         self.last_active = now_ns()
         if subject is None:
             return False
@@ -153,25 +124,17 @@ class _Link:
         return None
 
     def _active(self) -> int:
-        """Nanoseconds since the origin was last heard from; -1: never. The reference hears
-        from a live origin at least every second (heartbeats), so while a link is attached
-        the figure restarts each second after the last copy, as the reference's does."""
+        """Nanoseconds since the origin was last heard from (a copy or a heartbeat, at least
+        every second while it lives); -1: never."""
         if not self.last_active:
             return -1
-        since = now_ns() - self.last_active
-        attached = self.origin is not None or self.feed is not None
-        return since % _HEARTBEAT_NS if attached else since
+        return now_ns() - self.last_active
 
     def state(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.source.name}
         if self.source.external is not None:
             out["external"] = self.source.external.to_json()
-        lag = 0
-        if self.origin is not None:
-            lag = self.origin.last_seq - self.copied
-        elif self.feed is not None:
-            lag = self.feed.lag
-        out["lag"] = max(lag, 0)
+        out["lag"] = self.feed.lag if self.feed is not None else 0
         if self.seen and not self.mirror:  # the reference's (2.15) last origin seq copied
             out["seq"] = self.seen
         out["active"] = self._active()
@@ -239,7 +202,7 @@ class Sources:
         links = origins(target.config)
         if links:
             self._links[target.name] = [
-                _Link(target, source, self._read_headers) for source in links
+                _Link(target, source, self._read_headers, self._announce) for source in links
             ]
         # Linking waits for the loop's next turn, so the create or update answers first
         # and shows the link as not yet active (-1), as the reference's does.
@@ -251,13 +214,13 @@ class Sources:
             link.detach()
         for links in self._links.values():
             for link in links:
-                if link.origin is not None and link.origin.name == name:
-                    link.detach()
+                if link.source.external is None and link.source.name == name:
+                    link.detach()  # the local origin went: its reader with it
 
     def refresh(self) -> None:
         """Attach links whose origin exists now (or is elsewhere, behind an API prefix)."""
         for name, links in self._links.items():
-            waiting = [link for link in links if link.origin is None and link.feed is None]
+            waiting = [link for link in links if link.feed is None]
             if not waiting:
                 continue
             target = self._streams[name]
@@ -270,14 +233,12 @@ class Sources:
                 if origin is None and link.source.external is None:
                     continue
                 done = progress.get(link.source.index_name, (0, ""))
-                if origin is None or origin.config.retention != "limits":
-                    link.read_through(self._feed(target, link), link.resumed(origin, done))
-                else:
-                    link.attach(origin, done)
-                    if link.mirror and not link.announced:
-                        link.announced = True
-                        flushed = asyncio.ensure_future(target.flush())
-                        flushed.add_done_callback(partial(self._caught_up, link))
+                link.read_through(self._feed(target, link), link.resumed(origin, done))
+
+    def _announce(self, link: _Link) -> None:
+        """A mirror caught up: once its copies commit, tell the engine."""
+        flushed = asyncio.ensure_future(link.target.flush())
+        flushed.add_done_callback(partial(self._caught_up, link))
 
     def _feed(self, target: Stream, link: _Link) -> ConsumerFeed:
         kind = "mirror" if link.mirror else "src"

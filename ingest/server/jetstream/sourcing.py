@@ -45,6 +45,8 @@ class Copier(Protocol):
 
     def copy(self, msg: StoredMsg) -> bool: ...
 
+    def caught_up(self) -> None: ...
+
 
 class ConsumerFeed:
     """Reads one origin for one link through a sourcing consumer."""
@@ -156,6 +158,8 @@ class ConsumerFeed:
         self.dseq, self.sseq = info.consumer_seq, info.stream_seq
         self.lag = max(info.pending - 1, 0)
         self._link.copy(StoredMsg(info.stream_seq, info.ts, subject, hdr, data))
+        if not info.pending:
+            self._link.caught_up()
 
     def _on_control(self, reply: str | None, hdr: bytes) -> None:
         self._link.last_active = self._heard
@@ -169,6 +173,8 @@ class ConsumerFeed:
         stalled = header_value(hdr, _STALLED)
         if stalled:
             self._answer(stalled.decode())
+        elif not self.lag:
+            self._link.caught_up()
 
     def _answer(self, reply: str) -> None:
         task = asyncio.ensure_future(self._confirm(reply, self.dseq, self.sseq))
