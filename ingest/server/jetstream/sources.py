@@ -167,6 +167,8 @@ class Sources:
         messaging: Messaging,
         account: str,
         on_caught_up: Callable[[Stream], None] = lambda mirror: None,
+        *,
+        clustered: Callable[[], bool] = lambda: False,
     ) -> None:
         """`on_caught_up` hears of a mirror whose first catch-up committed (once per link):
         only then may it answer its origin's direct gets, as in the reference."""
@@ -174,6 +176,7 @@ class Sources:
         self._read_headers = read_headers
         self._messaging = messaging
         self._account = account
+        self._is_clustered = clustered
         self._on_caught_up = on_caught_up
         self._links: dict[str, list[_Link]] = {}  # by sourcing stream
 
@@ -217,20 +220,39 @@ class Sources:
                 if link.source.external is None and link.source.name == name:
                     link.detach()  # the local origin went: its reader with it
 
+    def retire(self, name: str, kept: StreamConfig | None) -> None:
+        """A stream goes (`kept` None) or is updated to `kept`: the readers of the origins
+        it no longer copies from are deleted on those origins."""
+        stay = {s.index_name for s in origins(kept)} if kept is not None else set()
+        for link in self._links.get(name, []):
+            if link.feed is not None and link.source.index_name not in stay:
+                link.feed.delete_consumer()
+
+    @property
+    def _clustered(self) -> bool:
+        """Clustered, an origin may live on other servers only: it is asked for anyway."""
+        return self._is_clustered()
+
+    def follow(self, name: str) -> None:
+        """A replicated stream's leadership went elsewhere: its new leader reads now."""
+        for link in self._links.get(name, []):
+            link.detach()
+
     def refresh(self) -> None:
-        """Attach links whose origin exists now (or is elsewhere, behind an API prefix)."""
+        """Attach the links of streams led here whose origin is known: a local stream
+        that exists now, or one elsewhere (behind an API prefix, or in the cluster)."""
         for name, links in self._links.items():
-            waiting = [link for link in links if link.feed is None]
-            if not waiting:
-                continue
             target = self._streams[name]
+            waiting = [link for link in links if link.feed is None]
+            if not waiting or not target.accepting:
+                continue
             if waiting[0].mirror:  # a mirror's numbering is its origin's: its last seq
                 progress = {waiting[0].source.index_name: (target.last_seq, "")}
             else:
                 progress = self._progress(target)
             for link in waiting:
                 origin = self._streams.get(link.source.name) if not link.source.external else None
-                if origin is None and link.source.external is None:
+                if origin is None and link.source.external is None and not self._clustered:
                     continue
                 done = progress.get(link.source.index_name, (0, ""))
                 link.read_through(self._feed(target, link), link.resumed(origin, done))

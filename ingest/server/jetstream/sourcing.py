@@ -93,6 +93,14 @@ class ConsumerFeed:
         loop = asyncio.get_running_loop()
         self._health = loop.call_later(sourcing.HEALTH_CHECK_NS / 1e9, self._check_health)
 
+    def delete_consumer(self) -> None:
+        """The reading stream or this source went: its durable on the origin must not keep
+        holding messages for it (best effort, unanswered, as the reference's clean-up;
+        an unlisted reader lapses by itself)."""
+        subject = f"$JS.API.CONSUMER.DELETE.{self._link.source.name}.{self.name}"
+        inbox = f"_INBOX.{random_token(22)}"
+        self._messaging.publish(sourcing.api_subject(self._link.source, subject), inbox, None, b"")
+
     def _configured_start(self, first_time: bool) -> sourcing.Start:
         source = self._link.source
         if not first_time:
