@@ -85,3 +85,20 @@ async def test_replicated_sourcing_survives_leader_changes(kind: str, tmp_path: 
         assert await _origin_seqs(c, "S") == list(range(1, 61))
         mirror = await request(c.nc, "$JS.API.STREAM.INFO.M")
         assert (mirror["state"]["first_seq"], mirror["state"]["last_seq"]) == (1, 60)
+
+
+async def test_a_killed_leader_neither_loses_nor_repeats_a_copy(kind: str, tmp_path: Path) -> None:
+    """The source's leader, which reads the work queue, dies by kill -9 mid-stream and
+    comes back: another replica leads and reads on from the copies the group holds."""
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        await _create(c, "WQ", {"subjects": ["w.>"], "retention": "workqueue"})
+        await _create(c, "S", {"sources": [{"name": "WQ"}]})
+        await eventually(lambda: _readers(c, 1), "the reader on the work queue")
+        await _publish(c, 0, 30)
+        victim = await c.leader("S")
+        victim.kill()
+        await _publish(c, 30, 60)
+        await victim.restart_async()
+        await eventually(lambda: _count(c, "S", 60), "the source has every message", 60)
+        await eventually(lambda: _count(c, "WQ", 0), "the work queue let them go", 60)
+        assert await _origin_seqs(c, "S") == list(range(1, 61))
