@@ -174,6 +174,8 @@ async def test_a_limits_origin_lists_no_sourcing_consumer(
     listed = await api(nc, "$JS.API.CONSUMER.LIST.L")
     assert (listed["total"], listed["consumers"]) == (0, [])
     assert (await api(nc, "$JS.API.CONSUMER.NAMES.L"))["consumers"] == []
+    assert (await api(nc, "$JS.API.STREAM.INFO.L"))["state"]["consumer_count"] == 0
+    assert (await api(nc, "$JS.API.INFO"))["consumers"] == 2  # the account counts them
 
 
 async def test_work_queue_sourcing_survives_kill(

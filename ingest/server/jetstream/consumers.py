@@ -112,7 +112,9 @@ class Consumers:
             runner.stop(reason=reason)
 
     def count(self, stream: str) -> int:
-        return len(self._by_stream.get(stream, {}))
+        """A stream's `consumer_count`: a limits origin's unlisted sourcing readers are not
+        in it (the account's total has them, as the reference's does)."""
+        return sum(1 for r in self._by_stream.get(stream, {}).values() if _listed(r))
 
     def total(self) -> int:
         return sum(len(v) for v in self._by_stream.values())

@@ -66,7 +66,10 @@ class ConsumerFeed:
         self.dseq = 0  # its delivery number
         self.lag = 0
         self._fresh = True  # the first delivery of a new consumer sets the numbering
-        self._subs: list[object] = []
+        self.consumer = ""  # the name the origin gave it
+        self._subs: list[object] = []  # the delivery subscription
+        self._inbox: object | None = None  # while a create request is unanswered
+        self._retired = False  # its consumer is to be deleted
         self._retry: asyncio.TimerHandle | None = None
         self._health: asyncio.TimerHandle | None = None
         self._heard = 0
@@ -83,10 +86,8 @@ class ConsumerFeed:
         start = sourcing.Start(seq=after + 1) if after else self._configured_start(first_time)
         deliver = sourcing.deliver_subject(source, random_token(8), mirror=self._link.mirror)
         inbox = f"_INBOX.{random_token(22)}"
-        self._subs = [
-            self._messaging.subscribe(deliver, self._on_msg),
-            self._messaging.subscribe(inbox, self._on_created),
-        ]
+        self._subs = [self._messaging.subscribe(deliver, self._on_msg)]
+        self._inbox = self._messaging.subscribe(inbox, self._on_created)
         subject, body = sourcing.create_request(source, self.name, deliver, start, self._metadata)
         self._heard = now_ns()
         self._messaging.publish(subject, inbox, None, body)
@@ -94,10 +95,15 @@ class ConsumerFeed:
         self._health = loop.call_later(sourcing.HEALTH_CHECK_NS / 1e9, self._check_health)
 
     def delete_consumer(self) -> None:
-        """The reading stream or this source went: its durable on the origin must not keep
-        holding messages for it (best effort, unanswered, as the reference's clean-up;
-        an unlisted reader lapses by itself)."""
-        subject = f"$JS.API.CONSUMER.DELETE.{self._link.source.name}.{self.name}"
+        """The reading stream or this source went: its consumer on the origin must not keep
+        holding messages for it (best effort, unanswered, as the reference's clean-up).
+        One still being made is deleted when the origin answers."""
+        self._retired = True
+        if self.consumer:
+            self._send_delete(self.consumer)
+
+    def _send_delete(self, name: str) -> None:
+        subject = f"$JS.API.CONSUMER.DELETE.{self._link.source.name}.{name}"
         inbox = f"_INBOX.{random_token(22)}"
         self._messaging.publish(sourcing.api_subject(self._link.source, subject), inbox, None, b"")
 
@@ -109,12 +115,15 @@ class ConsumerFeed:
 
     def stop(self) -> None:
         self._closed = True
-        self._cancel()
+        self._cancel(keep_inbox=self._retired)
 
-    def _cancel(self) -> None:
+    def _cancel(self, *, keep_inbox: bool = False) -> None:
         for token in self._subs:
             self._messaging.unsubscribe(token)
         self._subs = []
+        if self._inbox is not None and not keep_inbox:
+            self._messaging.unsubscribe(self._inbox)
+            self._inbox = None
         for timer in (self._retry, self._health):
             if timer is not None:
                 timer.cancel()
@@ -131,11 +140,21 @@ class ConsumerFeed:
     # -- inbound ------------------------------------------------------------------
 
     def _on_created(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        if self._inbox is not None:
+            self._messaging.unsubscribe(self._inbox)
+            self._inbox = None
         try:
             answer = json.loads(data)
         except ValueError:
             answer = {"error": {"code": 500, "description": "invalid consumer create response"}}
-        error = answer.get("error") if isinstance(answer, dict) else None
+        if not isinstance(answer, dict):
+            answer = {"error": {"code": 500, "description": "invalid consumer create response"}}
+        error = answer.get("error")
+        self.consumer = str(answer.get("name") or "") if error is None else ""
+        if self._closed:
+            if self._retired and self.consumer:
+                self._send_delete(self.consumer)
+            return
         if error is not None:
             log.warning(
                 "stream %s: reading %s failed: %s",
