@@ -29,6 +29,7 @@ SOURCE_PREFIX = "JS_SRC_"
 HEALTH_HEARTBEAT_NS = 1_000_000_000  # the reference's sourcing heartbeat
 HEALTH_CHECK_NS = 10_000_000_000  # silence after which a reader is set up again
 RETRY_NS = 2_000_000_000  # the reference's pause between consumer create attempts
+MAX_RETRY_NS = 60_000_000_000
 _MAX_DELIVER_ONCE = 1
 _ACK_WAIT = 22 * 3600 * 1_000_000_000  # the reference's ack wait for a sourcing reader
 
@@ -56,6 +57,13 @@ def consumer_name(
     if sum(1 for s in sources if s.name == source.name) > 1:
         ident = f"{ident} {source.index_name}"
     return SOURCE_PREFIX + name_hash(ident)
+
+
+def retry_delay(fails: int) -> int:
+    """How long to wait before asking again after `fails` refused or unanswered requests:
+    doubling from the reference's 2 s, so an origin nothing answers is not asked (and
+    logged) every 2 s for ever."""
+    return min(RETRY_NS << min(max(fails - 1, 0), 8), MAX_RETRY_NS)
 
 
 def api_subject(source: StreamSource, subject: str) -> str:

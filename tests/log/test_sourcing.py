@@ -15,6 +15,7 @@ from log.sourcing import (
     kept_start,
     origin_side,
     parse_ack_reply,
+    retry_delay,
 )
 
 
@@ -80,3 +81,7 @@ def test_ack_replies_in_both_forms() -> None:
     assert long is not None and (long.consumer, long.delivered, long.stream_seq) == ("C", 2, 6)
     assert parse_ack_reply("$JS.FC.O.C.x") is None
     assert parse_ack_reply("$JS.ACK.O.C.a.b.c.d.e") is None
+
+
+def test_retries_back_off_to_a_minute() -> None:
+    assert [retry_delay(n) // 1_000_000_000 for n in (1, 2, 3, 6, 20)] == [2, 4, 8, 60, 60]

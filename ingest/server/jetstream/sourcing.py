@@ -70,6 +70,7 @@ class ConsumerFeed:
         self._subs: list[object] = []  # the delivery subscription
         self._inbox: object | None = None  # while a create request is unanswered
         self._retired = False  # its consumer is to be deleted
+        self._fails = 0  # create requests refused in a row
         self._retry: asyncio.TimerHandle | None = None
         self._health: asyncio.TimerHandle | None = None
         self._heard = 0
@@ -162,8 +163,10 @@ class ConsumerFeed:
                 self._link.source.name,
                 error.get("description"),
             )
-            self._again(sourcing.RETRY_NS)
+            self._fails += 1
+            self._again(sourcing.retry_delay(self._fails))
             return
+        self._fails = 0
         self._link.last_active = self._heard = now_ns()
 
     def _on_msg(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
