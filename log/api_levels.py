@@ -128,6 +128,7 @@ COMPLETE_ABOVE_LEVEL_2: dict[int, str] = {
 # JS_SRC_*, a listed durable acknowledged by flow control on interest and work-queue origins,
 # so each gets every message and the origin keeps it until all have it (`log.sourcing`,
 # `ingest.server.jetstream.sourcing`), behind an `external` API prefix and between
-# replicated streams. It still lacks: a source's or mirror's own `consumer` ({name, deliver_subject}, a
-# durable the user made, which the link resets with `$JS.API.CONSUMER.RESET`), consumer reset
-# itself, and fast batches that survive a leader change.
+# replicated streams. It still lacks: a source's or mirror's own `consumer` ({name,
+# deliver_subject}: a durable the user made, which the link resets with
+# `$JS.API.CONSUMER.RESET`), consumer reset itself, and fast batches that survive a
+# leader change.
