@@ -271,3 +271,26 @@ async def test_readers_go_with_their_stream_or_source(
 
 async def _only(nc: NATS, names: list[str]) -> bool:
     return await _names(nc, "WQ") == sorted(names)
+
+
+async def test_a_full_source_leaves_the_rest_in_the_work_queue(
+    js_server: ServerProcess,  # noqa: F811
+    connect: Connect,
+) -> None:
+    """A source full with `discard: new` refuses copies: the queue keeps them until the
+    source has room, then the source gets them (sourcing into a bounded work queue)."""
+    nc = await connect(js_server)
+    js = nc.jetstream()
+    await js.add_stream(name="WQ", subjects=["w.>"], retention="workqueue")
+    bounded = {"name": "S", "sources": [{"name": "WQ"}], "max_msgs": 2, "discard": "new"}
+    await api(nc, "$JS.API.STREAM.CREATE.S", bounded)
+    await _poll(lambda: _only(nc, [SOURCE]), "no reader")
+    for i in range(4):
+        await js.publish("w.a", b"%d" % i)
+    await _poll(lambda: _has(nc, "S", 2), "the source copied nothing")
+    await asyncio.sleep(1.5)  # a flow-control round (heartbeat) has passed: nothing more
+    assert await _messages(nc, "WQ") >= 2 and await _messages(nc, "S") == 2
+    await js.purge_stream("S")
+    await _poll(lambda: _has(nc, "S", 2), "the source did not get the rest", timeout=30)
+    await _poll(lambda: _empty(nc, "WQ"), "the work queue kept them", timeout=30)
+    assert await _origin_seqs(nc, "S") == [3, 4]

@@ -46,6 +46,7 @@ from log.timefmt import now_ns
 
 HeaderReader = Callable[[bytes], Mapping[str, list[str]]]
 _HEADER = SOURCE_HEADER.encode()
+_REFUSED = b'{"error"'
 
 
 class _Link:
@@ -95,22 +96,26 @@ class _Link:
             self.announced = True
             self._on_caught_up(self)
 
-    def copy(self, msg: StoredMsg) -> bool:
-        """Copy one origin message if the filters take it; whether they did."""
+    def copy(self, msg: StoredMsg) -> None:
+        """Copy one origin message if the filters take it."""
         subject = self._subject(msg.subject)
         self.last_active = now_ns()
         if subject is None:
-            return False
+            return
         self.seen = msg.seq
         if self.mirror:
             self.target.copy_mirrored(msg.seq, subject, msg.hdr, msg.data, msg.ts)
-            return True
+            return
         value = self.source.header(msg.seq, msg.subject, self._ident)
         stamp = f"{SOURCE_HEADER}: {value}\r\n\r\n".encode()
         base = _copied_headers(msg.hdr) if msg.hdr else b"NATS/1.0\r\n\r\n"
         hdr = base[:-2] + stamp
-        self.target.publish(subject, hdr, msg.data, self._read_headers(hdr), None)
-        return True
+        self.target.publish(subject, hdr, msg.data, self._read_headers(hdr), self._stored)
+
+    def _stored(self, ack: bytes) -> None:
+        """A copy's PubAck: a refused one must not be acknowledged to the origin."""
+        if ack.startswith(_REFUSED) and self.feed is not None:
+            self.feed.refused()
 
     def _subject(self, subject: str) -> str | None:
         for pattern, transform in self._rules:

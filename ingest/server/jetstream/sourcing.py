@@ -43,7 +43,7 @@ class Copier(Protocol):
     mirror: bool
     last_active: int
 
-    def copy(self, msg: StoredMsg) -> bool: ...
+    def copy(self, msg: StoredMsg) -> None: ...
 
     def caught_up(self) -> None: ...
 
@@ -71,6 +71,7 @@ class ConsumerFeed:
         self._inbox: object | None = None  # while a create request is unanswered
         self._retired = False  # its consumer is to be deleted
         self._fails = 0  # create requests refused in a row
+        self._taking: tuple[int, int] | None = None  # (dseq, sseq) before the copy in hand
         self._retry: asyncio.TimerHandle | None = None
         self._health: asyncio.TimerHandle | None = None
         self._heard = 0
@@ -170,6 +171,8 @@ class ConsumerFeed:
         self._link.last_active = self._heard = now_ns()
 
     def _on_msg(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        if not self._subs:  # dispatched before this reader was set up anew
+            return
         self._heard = now_ns()
         if hdr is not None and hdr.startswith(_CONTROL):
             self._on_control(reply, hdr)
@@ -185,11 +188,21 @@ class ConsumerFeed:
             self._again()
             return
         self._fresh = False
+        self._taking = self.dseq, self.sseq
         self.dseq, self.sseq = info.consumer_seq, info.stream_seq
         self.lag = max(info.pending - 1, 0)
         self._link.copy(StoredMsg(info.stream_seq, info.ts, subject, hdr, data))
+        self._taking = None
         if not info.pending:
             self._link.caught_up()
+
+    def refused(self) -> None:
+        """This stream refused the copy in hand (full with `discard: new`, say): it is not
+        acknowledged, and is asked for again after a pause, as the reference retries."""
+        if self._taking is None:
+            return  # not the copy in hand: a commit that failed is retried by the flush
+        self.dseq, self.sseq = self._taking
+        self._again(sourcing.RETRY_NS)
 
     def _on_control(self, reply: str | None, hdr: bytes) -> None:
         self._link.last_active = self._heard
