@@ -122,10 +122,13 @@ COMPLETE_ABOVE_LEVEL_2: dict[int, str] = {
     3: "STREAM.SNAPSHOT window_size (ingest/server/jetstream/backup.py)",
     5: "a recreated source copied anew, `seq` in source info (ingest/server/jetstream/sources.py)",
 }
-# Level 4 (nats-server 2.14) has fast batch publish (`log.fast_batch`) and consumer
-# `ack_policy: flow_control` (`log.consumers`) here, and still lacks: durable sourcing (a
-# mirror or source reads its origin through a durable `sourcing` consumer acknowledged by
-# flow control, JS_MIRROR_*/JS_SRC_*, the source's `consumer` field; on a work-queue origin
-# every mirror and source gets each message and the origin keeps it until all have it,
-# where jetlake's in-process links drain it into whichever copies first), consumer reset
-# (`$JS.API.CONSUMER.RESET`), and fast batches that survive a leader change.
+# Level 4 (nats-server 2.14) has fast batch publish (`log.fast_batch`), consumer
+# `ack_policy: flow_control` (`log.consumers`) and durable sourcing here: every mirror and
+# source reads its origin through a `sourcing` consumer asked for over the API, JS_MIRROR_*/
+# JS_SRC_*, a listed durable acknowledged by flow control on interest and work-queue origins,
+# so each gets every message and the origin keeps it until all have it (`log.sourcing`,
+# `ingest.server.jetstream.sourcing`), behind an `external` API prefix and between
+# replicated streams. It still lacks: a source's or mirror's own `consumer` ({name,
+# deliver_subject}: a durable the user made, which the link resets with
+# `$JS.API.CONSUMER.RESET`), consumer reset itself, and fast batches that survive a
+# leader change.

@@ -85,7 +85,8 @@ class StreamSource:
 
     def header(self, seq: int, subject: str, ident: str) -> str:
         name, srcs, dests = self.index_name.split(" ")
-        return f"{name} {seq} {srcs} {dests} {subject} {ident}"
+        out = f"{name} {seq} {srcs} {dests} {subject}"
+        return f"{out} {ident}" if ident else out
 
     def compile(self) -> list[tuple[str, mapping.Transform | None]]:
         """(filter, transform) pairs; a subject is copied when it falls under a filter."""

@@ -55,7 +55,9 @@ DEFAULT_INACTIVE_THRESHOLD = 5_000_000_000
 MIN_HEARTBEAT = 100_000_000
 FLOW_CONTROL_ACK_HEARTBEAT = 1_000_000_000  # the only one `ack_policy: flow_control` allows
 _MS = 1_000_000
-_UNSUPPORTED = ("direct", "sample_freq", "sourcing")
+_UNSUPPORTED = ("sample_freq",)
+# Metadata a sourcing stream stamps on its consumer (who reads through it), kept as sent
+_SOURCING_METADATA = ("_nats.mirror.", "_nats.src.")
 # ConsumerConfig's fields: any other is refused
 _SCHEMA = fields(
     "durable_name name description deliver_policy opt_start_seq opt_start_time ack_policy"
@@ -96,6 +98,8 @@ class ConsumerConfig:
     inactive_threshold: int = 0
     num_replicas: int = 0
     mem_storage: bool = False
+    direct: bool = False  # a sourcing stream's unlisted reader (`log.consumers.sourcing`)
+    sourcing: bool = False  # reads for a mirror or source (API level 4)
     metadata: Mapping[str, str] = field(default_factory=dict)
     pause_until: int | None = None  # ns since the epoch
     priority_groups: tuple[str, ...] = ()
@@ -154,8 +158,9 @@ class ConsumerConfig:
             if getattr(self, key):
                 out[key] = getattr(self, key)
         out["num_replicas"] = self.num_replicas
-        if self.mem_storage:
-            out["mem_storage"] = True
+        for key in ("mem_storage", "direct", "sourcing"):
+            if getattr(self, key):
+                out[key] = True
         uses_priority = self.priority_policy != "none" or self.priority_groups
         level = "1" if self.pause_until is not None or uses_priority else "0"
         if self.ack_policy == "flow_control":
@@ -215,7 +220,13 @@ def from_request(raw: Any) -> ConsumerConfig:
         inactive_threshold=_int(raw, "inactive_threshold"),
         num_replicas=_int(raw, "num_replicas"),
         mem_storage=_bool(raw, "mem_storage"),
-        metadata={str(k): str(v) for k, v in metadata.items() if not str(k).startswith("_nats.")},
+        direct=_bool(raw, "direct"),
+        sourcing=_bool(raw, "sourcing"),
+        metadata={
+            str(k): str(v)
+            for k, v in metadata.items()
+            if not str(k).startswith("_nats.") or str(k).startswith(_SOURCING_METADATA)
+        },
         pause_until=_time(pause),
         priority_groups=tuple(_str_list(raw, "priority_groups")),
         priority_policy=priority.parse_policy(raw.get("priority_policy")),
@@ -416,6 +427,8 @@ def check_update(old: ConsumerConfig, new: ConsumerConfig, *, deliver_bound: boo
     fixed = (
         ("deliver_policy", "deliver policy can not be updated"),
         ("mem_storage", "storage type can not be updated"),
+        ("direct", "direct can not be updated"),
+        ("sourcing", "sourcing can not be updated"),
         ("opt_start_seq", "start sequence can not be updated"),
         ("opt_start_time", "start time can not be updated"),
         ("ack_policy", "ack policy can not be updated"),

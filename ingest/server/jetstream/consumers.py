@@ -25,7 +25,7 @@ from ingest.parser.subjects import subjects_overlap
 from ingest.server.jetstream.api import LIST_LIMIT, NAMES_LIMIT, Response
 from ingest.server.jetstream.api import optional_json as _json_object
 from ingest.server.jetstream.consumer_runner import Runner
-from log import errors
+from log import errors, sourcing
 from log.config import API_LEVEL, is_valid_name, parse_json
 from log.consumers import config as ccfg
 from log.consumers import errors as cerr
@@ -112,7 +112,9 @@ class Consumers:
             runner.stop(reason=reason)
 
     def count(self, stream: str) -> int:
-        return len(self._by_stream.get(stream, {}))
+        """A stream's `consumer_count`: a limits origin's unlisted sourcing readers are not
+        in it (the account's total has them, as the reference's does)."""
+        return sum(1 for r in self._by_stream.get(stream, {}).values() if _listed(r))
 
     def total(self) -> int:
         return sum(len(v) for v in self._by_stream.values())
@@ -249,10 +251,12 @@ class Consumers:
         stream = self._js.stream(stream_name)
         if cfg.num_replicas > stream.config.num_replicas:
             raise cerr.replicas_exceed_stream()
+        cfg = sourcing.origin_side(cfg, stream.config.retention, self._fresh_name(stream.name))
         existing_name = cfg.durable_name or cfg.name
         existing = self._by_stream[stream.name].get(existing_name) if existing_name else None
         if existing is not None:
             cfg = dataclasses.replace(cfg, pause_until=existing.consumer.cfg.pause_until)
+            cfg = sourcing.kept_start(cfg, existing.consumer.cfg)
         cfg = ccfg.with_defaults(cfg, stream.config)
         ccfg.check(cfg, stream.config)
         action = str(req.get("action") or "")
@@ -323,13 +327,20 @@ class Consumers:
             runner.consumer.update_config(cfg)
             if runner.store is not None:
                 runner.store.save_meta(ccfg.to_state_json(cfg), rfc3339(runner.consumer.created))
+        if cfg.sourcing:
+            _rewind(runner.consumer)
+        if cfg != old or cfg.sourcing:
             runner.check_interest()
             runner.schedule()
         return self._answer(runner, partial(self.describe, stream, runner, dynamic=True))
 
     def _check_new(self, stream: Stream, cfg: ccfg.ConsumerConfig) -> None:
+        """The limits and work-queue rules; a sourcing reader is exempt from both, as the
+        reference's `numLimitableConsumers` leaves it out."""
+        if cfg.sourcing or cfg.direct:
+            return
         scfg = stream.config
-        count = self.count(stream.name)
+        count = sum(1 for r in self._by_stream[stream.name].values() if _limitable(r))
         if scfg.max_consumers > 0 and count >= scfg.max_consumers:
             raise cerr.max_consumers()
         if scfg.retention == "workqueue":
@@ -345,7 +356,7 @@ class Consumers:
     def _check_partition(self, stream: Stream, cfg: ccfg.ConsumerConfig, *, skip: str) -> None:
         """Workqueue consumers must not share a subject (the reference's partitionUnique)."""
         for other in self._by_stream[stream.name].values():
-            if other.name == skip:
+            if other.name == skip or not _limitable(other):
                 continue
             theirs = other.consumer.cfg.filters or (">",)
             if any(subjects_overlap(a, b) for a in cfg.filters or (">",) for b in theirs):
@@ -404,7 +415,7 @@ class Consumers:
     def names(self, tokens: list[str], data: bytes) -> Response:
         self._js.stream(tokens[2])
         offset = max(int(_json_object(data).get("offset") or 0), 0)
-        names = sorted(self._by_stream.get(tokens[2], {}))
+        names = sorted(n for n, r in self._by_stream.get(tokens[2], {}).items() if _listed(r))
         page = names[offset : offset + NAMES_LIMIT]
         return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "consumers": page}
 
@@ -412,7 +423,7 @@ class Consumers:
         stream = self._js.stream(tokens[2])
         offset = max(int(_json_object(data).get("offset") or 0), 0)
         runners = self._by_stream.get(stream.name, {})
-        names = sorted(runners)
+        names = sorted(n for n, r in runners.items() if _listed(r))
         page = names[offset : offset + LIST_LIMIT]
         return {
             "total": len(names),
@@ -465,6 +476,25 @@ _UNPIN_FIELDS = Fields("JSApiConsumerUnpinRequest")
 def _replicated(stream: Stream | None) -> bool:
     """Its consumers' state travels in the stream's Raft log (`log.consumers.replicated`)."""
     return stream is not None and stream.config.num_replicas > 1
+
+
+def _limitable(runner: Runner) -> bool:
+    """Counted against max_consumers and the work-queue rules (not a sourcing reader)."""
+    cfg = runner.consumer.cfg
+    return not (cfg.sourcing or cfg.direct)
+
+
+def _listed(runner: Runner) -> bool:
+    """Shown by CONSUMER.LIST/NAMES: all but a limits origin's unlisted sourcing readers."""
+    return not runner.consumer.cfg.direct
+
+
+def _rewind(consumer: Consumer) -> None:
+    """A durable sourcing reader asked for again resumes after its ack floor (the reference's
+    `resetStartingSeq`): what was in flight to a reader that went is delivered anew."""
+    state = consumer.snapshot()
+    state.update(dseq=consumer.adflr + 1, sseq=consumer.asflr + 1, pending=[], redelivered=[])
+    consumer.restore(state, now_ns())
 
 
 def _drop_unneeded(stream: Stream, seqs: list[int], others: list[Consumer]) -> None:

@@ -123,7 +123,14 @@ class JetStream:
         self._subs: dict[str, list[object]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self.consumers = Consumers(self, SERVER_VERSION)
-        self.sources = Sources(self.streams, read_headers, self._serve_origin_gets)
+        self.sources = Sources(
+            self.streams,
+            read_headers,
+            messaging,
+            account,
+            self._serve_origin_gets,
+            clustered=lambda: self.cluster is not None,
+        )
         self.api = Api(self)
         self._api_subs: list[object] = []
         self.cluster: JetStreamCluster | None = None  # set before start when clustered
@@ -191,6 +198,7 @@ class JetStream:
         new = check_update(stream.config, cfg, clustered=self.cluster is not None)
         new = self.sources.checked(new)
         self._check_overlap(new)
+        self.sources.retire(cfg.name, new)
         self._detach(cfg.name)
         stream.update(new)
         self._persist(stream)
@@ -201,6 +209,7 @@ class JetStream:
         """The API's delete, and the meta group's (a stream deleted or moved off here)."""
         stream = self.stream(name)
         self.consumers.detach(stream, reason="Consumer Deleted")
+        self.sources.retire(name, None)
         self._detach(name)
         del self.streams[name]
         await stream.delete()
@@ -238,11 +247,14 @@ class JetStream:
         stream.set_leader(leader)
         if not leader:
             self.consumers.follow(stream)
+            self.sources.follow(stream.name)
 
     def led(self, stream: Stream) -> None:
-        """The stream's new leader caught up: its consumers run here from their files."""
+        """The stream's new leader caught up: its consumers run here from their files, and
+        its mirror or sources are read from here, after what its replicated copies hold."""
         if self.streams.get(stream.name) is stream and stream.accepting:
             self.consumers.lead(stream)
+            self.sources.refresh()
 
     def _open(
         self,

@@ -1,19 +1,20 @@
-"""Sourcing and mirroring inside one server: committed messages of origin streams copied
-into the streams that name them in `sources` or `mirror`.
+"""Sourcing and mirroring: messages of origin streams copied into the streams that name
+them in `sources` or `mirror`.
 
-Origins are local streams (no `external`), so instead of the reference's
-internal consumer and flow control, a link listens to the origin's commits
-and copies each message as it commits; on linking it first catches up from
-the sourcing stream's recorded progress (the `Nats-Stream-Source` header of
-its newest copy) or from the configured start. A link waits for an origin
-that does not exist yet and is dropped when either stream goes.
+Every link reads its origin as the reference's durable sourcing does, through a
+sourcing consumer on the origin asked for over the JetStream API
+(`ingest.server.jetstream.sourcing`): on an interest or work-queue origin a
+listed durable whose acknowledgements the origin waits for, so each mirror and
+source gets every message; on a limits origin an unlisted reader. Going
+through subjects is what lets a link reach an origin in another account (an
+`external` API prefix). On (re)linking it resumes after the sourcing stream's
+recorded progress (the `Nats-Stream-Source` header of its newest copy) or from
+the configured start. A link waits for a local origin that does not exist yet
+and is dropped when either stream goes.
 
 A mirror's link is the same but for where a copy goes: `Stream.copy_mirrored`
 stores it at the origin's seq and timestamp with its headers as they were, so
-the mirror's own last seq is its progress. An origin behind an `external` API
-prefix lives in another account or domain, which jetlake does not reach yet:
-its link is reported (lag 0, active -1) but never attaches, which is also what
-the reference shows when that prefix answers nothing.
+the mirror's own last seq is its progress.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from typing import Any
 
 from ingest.parser.headers import header_value
 from ingest.parser.subjects import subject_matches
+from ingest.server.jetstream.port import Messaging
+from ingest.server.jetstream.sourcing import ConsumerFeed
+from log import sourcing
 from log.config import StreamConfig
 from log.errors import ApiError
 from log.segments.api import StoredMsg
@@ -42,93 +46,76 @@ from log.timefmt import now_ns
 
 HeaderReader = Callable[[bytes], Mapping[str, list[str]]]
 _HEADER = SOURCE_HEADER.encode()
-_HEARTBEAT_NS = 1_000_000_000  # the reference's sourcing heartbeat
+_REFUSED = b'{"error"'
 
 
 class _Link:
     """One source of one sourcing stream."""
 
-    def __init__(self, target: Stream, source: StreamSource, read_headers: HeaderReader) -> None:
+    def __init__(
+        self,
+        target: Stream,
+        source: StreamSource,
+        read_headers: HeaderReader,
+        on_caught_up: Callable[[_Link], None],
+    ) -> None:
         self.target = target
         self.source = source
         self.mirror = source is target.config.mirror
         self.announced = False  # a mirror's first catch-up was reported (`Sources`)
-        self.origin: Stream | None = None
-        self.copied = 0  # origin seq of the newest message looked at
+        self.feed: ConsumerFeed | None = None  # the reader through the origin's API
         self.seen = 0  # origin seq of the newest copy: `seq` in the source's info
         self.last_active = 0
         self._read_headers = read_headers
+        self._on_caught_up = on_caught_up
         self._rules = source.compile()
         self._ident = ""
 
-    def attach(self, origin: Stream, progress: tuple[int, str]) -> None:
-        """Catch up from progress (or the configured start), then follow commits.
+    def resumed(self, origin: Stream | None, progress: tuple[int, str]) -> int:
+        """The origin seq to resume after. Progress recorded against another identity came
+        from an origin since deleted and recreated: its sequences started over, so copying
+        does too."""
+        if origin is not None:
+            self._ident = stream_identity(origin.created_ns)
+        return progress[0] if progress[1] in ("", self._ident) else 0
 
-        Progress recorded against another identity came from an origin since deleted
-        and recreated: its sequences started over, so copying does too."""
-        self.origin = origin
-        self.last_active = now_ns()
-        self._ident = stream_identity(origin.created_ns)
-        self.copied = progress[0] if progress[1] in ("", self._ident) else 0
-        self.seen = self.copied
-        start = self.copied + 1 if self.copied else self._start(origin)
-        msg = origin.store.load_next(start)
-        taken: list[int] = []
-        while msg is not None and msg.seq <= origin.committed_seq:
-            if self._copy(msg):
-                taken.append(msg.seq)
-            msg = origin.store.load_next(msg.seq + 1)
-        self._consume(taken)
-        # Seqs below the start are passed over: also those the origin has yet to reach.
-        self.copied = max(self.copied, start - 1, min(origin.committed_seq, origin.last_seq))
-        origin.add_commit_listener(self._on_commit)
+    def read_through(self, feed: ConsumerFeed, after: int) -> None:
+        """Read through a sourcing consumer from after origin seq `after`."""
+        self.feed = feed
+        self.seen = after
+        feed.start(after, first_time=not after)
 
     def detach(self) -> None:
-        if self.origin is not None:
-            self.origin.remove_commit_listener(self._on_commit)
-            self.origin = None
+        if self.feed is not None:
+            self.feed.stop()
+            self.feed = None
 
-    def _start(self, origin: Stream) -> int:
-        if self.source.opt_start_seq:
-            return self.source.opt_start_seq
-        if self.source.opt_start_time:
-            msg = origin.store.load_next(0)
-            while msg is not None and msg.ts < self.source.opt_start_time:
-                msg = origin.store.load_next(msg.seq + 1)
-            return msg.seq if msg is not None else origin.last_seq + 1
-        return 1
+    def caught_up(self) -> None:
+        """The origin has nothing more for now (the feed says so once per catch-up)."""
+        if self.mirror and not self.announced:
+            self.announced = True
+            self._on_caught_up(self)
 
-    def _on_commit(self, seq: int, subject: str) -> None:
-        if seq <= self.copied or self.origin is None:
-            return
-        msg = self.origin.store.load(seq)
-        if msg is not None and self._copy(msg):
-            self._consume([seq])
-        self.copied = seq
-
-    def _consume(self, seqs: list[int]) -> None:
-        """A work queue hands each message to one consumer, and the reference's link reads
-        through one that acks on delivery: what it copied leaves the queue."""
-        if seqs and self.origin is not None and self.origin.config.retention == "workqueue":
-            self.origin.remove(seqs)
-
-    def _copy(self, msg: StoredMsg) -> bool:
-        """Copy one origin message if the filters take it; whether they did."""
+    def copy(self, msg: StoredMsg) -> None:
+        """Copy one origin message if the filters take it."""
         subject = self._subject(msg.subject)
-        self.copied = msg.seq
         self.last_active = now_ns()
         if subject is None:
-            return False
+            return
         self.seen = msg.seq
         if self.mirror:
             self.target.copy_mirrored(msg.seq, subject, msg.hdr, msg.data, msg.ts)
-            return True
+            return
         value = self.source.header(msg.seq, msg.subject, self._ident)
         stamp = f"{SOURCE_HEADER}: {value}\r\n\r\n".encode()
         base = _copied_headers(msg.hdr) if msg.hdr else b"NATS/1.0\r\n\r\n"
         hdr = base[:-2] + stamp
-        self.target.publish(subject, hdr, msg.data, self._read_headers(hdr), None)
-        return True
+        self.target.publish(subject, hdr, msg.data, self._read_headers(hdr), self._stored)
+
+    def _stored(self, ack: bytes) -> None:
+        """A copy's PubAck: a refused one must not be acknowledged to the origin."""
+        if ack.startswith(_REFUSED) and self.feed is not None:
+            self.feed.refused()
 
     def _subject(self, subject: str) -> str | None:
         for pattern, transform in self._rules:
@@ -142,20 +129,17 @@ class _Link:
         return None
 
     def _active(self) -> int:
-        """Nanoseconds since the origin was last heard from; -1: never. The reference hears
-        from a live origin at least every second (heartbeats), so while a link is attached
-        the figure restarts each second after the last copy, as the reference's does."""
+        """Nanoseconds since the origin was last heard from (a copy or a heartbeat, at least
+        every second while it lives); -1: never."""
         if not self.last_active:
             return -1
-        since = now_ns() - self.last_active
-        return since % _HEARTBEAT_NS if self.origin is not None else since
+        return now_ns() - self.last_active
 
     def state(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.source.name}
         if self.source.external is not None:
             out["external"] = self.source.external.to_json()
-        lag = (self.origin.last_seq - self.copied) if self.origin is not None else 0
-        out["lag"] = max(lag, 0)
+        out["lag"] = self.feed.lag if self.feed is not None else 0
         if self.seen and not self.mirror:  # the reference's (2.15) last origin seq copied
             out["seq"] = self.seen
         out["active"] = self._active()
@@ -185,12 +169,19 @@ class Sources:
         self,
         streams: Mapping[str, Stream],
         read_headers: HeaderReader,
+        messaging: Messaging,
+        account: str,
         on_caught_up: Callable[[Stream], None] = lambda mirror: None,
+        *,
+        clustered: Callable[[], bool] = lambda: False,
     ) -> None:
         """`on_caught_up` hears of a mirror whose first catch-up committed (once per link):
         only then may it answer its origin's direct gets, as in the reference."""
         self._streams = streams
         self._read_headers = read_headers
+        self._messaging = messaging
+        self._account = account
+        self._is_clustered = clustered
         self._on_caught_up = on_caught_up
         self._links: dict[str, list[_Link]] = {}  # by sourcing stream
 
@@ -219,7 +210,7 @@ class Sources:
         links = origins(target.config)
         if links:
             self._links[target.name] = [
-                _Link(target, source, self._read_headers) for source in links
+                _Link(target, source, self._read_headers, self._announce) for source in links
             ]
         # Linking waits for the loop's next turn, so the create or update answers first
         # and shows the link as not yet active (-1), as the reference's does.
@@ -231,28 +222,58 @@ class Sources:
             link.detach()
         for links in self._links.values():
             for link in links:
-                if link.origin is not None and link.origin.name == name:
-                    link.detach()
+                if link.source.external is None and link.source.name == name:
+                    link.detach()  # the local origin went: its reader with it
+
+    def retire(self, name: str, kept: StreamConfig | None) -> None:
+        """A stream goes (`kept` None) or is updated to `kept`: the readers of the origins
+        it no longer copies from are deleted on those origins."""
+        stay = {s.index_name for s in origins(kept)} if kept is not None else set()
+        for link in self._links.get(name, []):
+            if link.feed is not None and link.source.index_name not in stay:
+                link.feed.delete_consumer()
+
+    @property
+    def _clustered(self) -> bool:
+        """Clustered, an origin may live on other servers only: it is asked for anyway."""
+        return self._is_clustered()
+
+    def follow(self, name: str) -> None:
+        """A replicated stream's leadership went elsewhere: its new leader reads now."""
+        for link in self._links.get(name, []):
+            link.detach()
 
     def refresh(self) -> None:
-        """Attach links whose origin exists now."""
+        """Attach the links of streams led here whose origin is known: a local stream
+        that exists now, or one elsewhere (behind an API prefix, or in the cluster)."""
         for name, links in self._links.items():
-            waiting = [link for link in links if link.origin is None and not link.source.external]
-            if not waiting:
-                continue
             target = self._streams[name]
+            waiting = [link for link in links if link.feed is None]
+            if not waiting or not target.accepting:
+                continue
             if waiting[0].mirror:  # a mirror's numbering is its origin's: its last seq
                 progress = {waiting[0].source.index_name: (target.last_seq, "")}
             else:
                 progress = self._progress(target)
             for link in waiting:
-                origin = self._streams.get(link.source.name)
-                if origin is not None:
-                    link.attach(origin, progress.get(link.source.index_name, (0, "")))
-                    if link.mirror and not link.announced:
-                        link.announced = True
-                        flushed = asyncio.ensure_future(target.flush())
-                        flushed.add_done_callback(partial(self._caught_up, link))
+                origin = self._streams.get(link.source.name) if not link.source.external else None
+                if origin is None and link.source.external is None and not self._clustered:
+                    continue
+                done = progress.get(link.source.index_name, (0, ""))
+                link.read_through(self._feed(target, link), link.resumed(origin, done))
+
+    def _announce(self, link: _Link) -> None:
+        """A mirror caught up: once its copies commit, tell the engine."""
+        flushed = asyncio.ensure_future(link.target.flush())
+        flushed.add_done_callback(partial(self._caught_up, link))
+
+    def _feed(self, target: Stream, link: _Link) -> ConsumerFeed:
+        kind = "mirror" if link.mirror else "src"
+        name = sourcing.consumer_name(
+            target.name, self._account, link.source, target.config.sources, mirror=link.mirror
+        )
+        metadata = {f"_nats.{kind}.stream": target.name, f"_nats.{kind}.acc": self._account}
+        return ConsumerFeed(link, self._messaging, name, metadata)
 
     def _caught_up(self, link: _Link, flushed: asyncio.Future[None]) -> None:
         if flushed.cancelled() or flushed.exception() is not None:
