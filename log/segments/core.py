@@ -34,9 +34,9 @@ from log.segments.api import (
 )
 from log.segments.index import SeqList, SubjectIndex
 from log.segments.ipc import encode_batch
+from log.segments.rebuild import rebuild
 from log.segments.schema import (
     HDR,
-    SCHEMA,
     SEQ,
     SUBJECT,
     TS,
@@ -566,59 +566,9 @@ class BatchStore(ABC):
     def _install(
         self, refs: list[BatchRef], batches: list[pa.RecordBatch], deleted: array, floor: int
     ) -> None:
-        """Rebuild every index from the batches read at open, honouring persisted deletes.
-
-        All of it is a handful of whole-table Arrow kernels (one hash set for
-        the tombstones, one sort by subject), which is what keeps start-up
-        well under a second per million messages.
-        """
+        """Take the indexes rebuilt from the batches read at open (see `rebuild`)."""
         self._refs = refs
         self._firsts = [r.first for r in refs]
-        if len(batches) == len(refs):
-            for ref, batch in zip(refs, batches, strict=True):
-                ref.headers = bool(pc.max(pc.binary_length(batch.column(HDR))).as_py())
-        # Contiguous key columns: kernels over thousands of small chunks cost more
-        # per chunk than the copy does (data stays chunked: it may exceed 2 GiB).
-        table = pa.Table.from_batches(batches, SCHEMA)
-        seq = table.column(SEQ).combine_chunks()
-        subject = table.column(SUBJECT).combine_chunks()
-        size = sizes(table, self.overhead).combine_chunks()
-        mask = pc.greater_equal(seq, floor)
-        if deleted:
-            mask = pc.and_(mask, pc.invert(pc.is_in(seq, value_set=u64(deleted))))
-        if not pc.all(mask).as_py():
-            offset = 0
-            for ref in refs:
-                ref.live = pc.sum(mask.slice(offset, ref.rows)).as_py() or 0
-                offset += ref.rows
-            seq, subject, size = seq.filter(mask), subject.filter(mask), size.filter(mask)
-        self._msgs = len(seq)
-        self._bytes = pc.sum(size).as_py() or 0
-        self._first = seq[0].as_py() if len(seq) else self._last + 1
-        self._load_subjects(subject, seq)
-        self._deleted = SeqList(self._gaps(seq))
-
-    def _load_subjects(self, subject: pa.StringArray, seq: pa.UInt64Array) -> None:
-        encoded = pc.dictionary_encode(subject)
-        order = pc.sort_indices(encoded.indices)
-        runs = pc.run_end_encode(pc.take(encoded.indices, order))
-        names = encoded.dictionary.to_pylist()
-        raw = memoryview(pc.take(seq, order).buffers()[1])
-        start = 0
-        self._subjects = SubjectIndex()
-        for end, key in zip(runs.run_ends.to_pylist(), runs.values.to_pylist(), strict=True):
-            seqs = array("Q")
-            seqs.frombytes(raw[start * 8 : end * 8])
-            self._subjects.load(names[key], seqs)
-            start = end
-
-    def _gaps(self, live_seq: pa.UInt64Array) -> array:
-        """Interior seqs with no live message: deleted, compacted away or unreadable."""
-        gaps = array("Q")
-        if not len(live_seq):
-            return gaps
-        step = pc.subtract(live_seq[1:], live_seq[:-1])
-        for i in pc.indices_nonzero(pc.greater(step, 1)).to_pylist():
-            gaps.extend(range(live_seq[i].as_py() + 1, live_seq[i + 1].as_py()))
-        gaps.extend(range(live_seq[-1].as_py() + 1, self._last + 1))
-        return gaps
+        got = rebuild(refs, batches, deleted, floor, self._last, self.overhead)
+        self._msgs, self._bytes, self._first = got.msgs, got.bytes, got.first
+        self._subjects, self._deleted = got.subjects, got.deleted
