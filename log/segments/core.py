@@ -34,7 +34,7 @@ from log.segments.api import (
 )
 from log.segments.index import SeqList, SubjectIndex
 from log.segments.ipc import encode_batch
-from log.segments.rebuild import rebuild
+from log.segments.rebuild import Keys, rebuild
 from log.segments.schema import (
     HDR,
     SEQ,
@@ -563,12 +563,10 @@ class BatchStore(ABC):
         self._persist_deletes(victims)
         self._reclaim(touched)
 
-    def _install(
-        self, refs: list[BatchRef], batches: list[pa.RecordBatch], deleted: array, floor: int
-    ) -> None:
-        """Take the indexes rebuilt from the batches read at open (see `rebuild`)."""
+    def _install(self, refs: list[BatchRef], keys: Keys, deleted: array, floor: int) -> None:
+        """Take the indexes rebuilt from the rows found at open (see `rebuild`)."""
         self._refs = refs
         self._firsts = [r.first for r in refs]
-        got = rebuild(refs, batches, deleted, floor, self._last, self.overhead)
+        got = rebuild(refs, keys, deleted, floor, self._last)
         self._msgs, self._bytes, self._first = got.msgs, got.bytes, got.first
         self._subjects, self._deleted = got.subjects, got.deleted

@@ -31,6 +31,13 @@ the lake's watermark (segments skipped for that are reclaimed once the
 watermark passes them), and `merge_small()` folds the small segments those
 timed seals make into bigger ones, only at or below the watermark.
 
+Opening: each sealed segment has a summary (`summary.py`: every row's seq,
+subject and size) written on a worker thread once it is sealed, so an open
+checks the sealed segments' checksums and reads their summaries instead of
+decoding them (1M messages: 0.47 s → 0.09 s); only the active segment, the one a
+crash may have torn, is read whole. A missing, torn or stale summary costs a
+read of its segment, and is written again.
+
 Corruption policy: a sealed segment that fails verification at open is logged
 (error, naming the file and byte offset), listed in `corrupt`, left on disk
 untouched for an operator, and its whole range is treated as missing: served
@@ -49,7 +56,7 @@ from array import array
 from bisect import bisect_left
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -60,14 +67,27 @@ import pyarrow.compute as pc
 from log.segments.api import CorruptSegmentError
 from log.segments.core import BatchRef, BatchStore
 from log.segments.ipc import decode_batch
-from log.segments.schema import SEQ, TS
-from log.segments.segment import Segment, SegRef, discover, open_segment, write_segment
+from log.segments.rebuild import Keys, keys_of
+from log.segments.schema import SCHEMA, SEQ, TS
+from log.segments.segment import (
+    Segment,
+    SegRef,
+    discover,
+    open_sealed,
+    open_segment,
+    summary_path,
+    write_segment,
+)
+from log.segments.summary import identity, write_summary
 from log.segments.tombstones import Erasure, ExplicitDeletes, Tombstones
 
 log = logging.getLogger("jetlake.segments")
 
 # Shared by every stream: fsyncs block in the kernel, so a few threads suffice.
 _FSYNC_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fsync")
+# Opening sealed segments and writing their summaries: checksums, reads and Arrow
+# kernels that release the GIL, one thread a core.
+_BACKGROUND = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="segments")
 
 TOMBSTONES = "tombstones.log"
 EXPLICIT = "explicit.log"
@@ -193,27 +213,38 @@ class FileStore(BatchStore):
         self._quarantined: list[int] = []  # bases of corrupt files: no merge spans one
         self._no_merge: set[int] = set()  # bases whose batches failed a merge's read
         self._merge_seen: tuple[int | None, int, int] | None = None  # state with nothing to merge
+        self._summaries: list[Future[None]] = []  # summaries being written, waited for by close
         self._open_segments()
 
     def _open_segments(self) -> None:
+        """Sealed segments open on worker threads (checksums and decoding release the
+        GIL) while this thread reads the active one, the only one that may be torn."""
         found = discover(self.dir, clean=True)
+        sealed = [
+            _BACKGROUND.submit(open_sealed, self.dir, base, gen, self.overhead)
+            for base, gen in found[:-1]
+        ]
+        active = self._open_active(*found[-1]) if found else None
         refs: list[BatchRef] = []
-        batches: list[pa.RecordBatch] = []
-        for k, (base, gen) in enumerate(found):
-            active = k == len(found) - 1
+        parts: list[Keys] = []
+        for k, opening in enumerate(sealed):
             try:
-                seg, got = open_segment(self.dir, base, gen, active=active)
+                seg, keys, summarized = opening.result()
             except CorruptSegmentError as err:
                 log.error("stream %s: %s; its messages are not served", self.name, err)
                 self.corrupt.append(err)
-                self._missing.append((base, found[k + 1][0] - 1))
-                self._quarantined.append(base)
+                self._missing.append((found[k][0], found[k + 1][0] - 1))
+                self._quarantined.append(found[k][0])
                 continue
-            if not active:
-                seg.release()
+            if not summarized:
+                self._summarize(seg, keys)
             self._segments.append(seg)
             refs.extend(seg.refs)
-            batches.extend(got)
+            parts.append(keys)
+        if active is not None:
+            self._segments.append(active[0])
+            refs.extend(active[0].refs)
+            parts.append(active[1])
         tomb = self._tomb
         # The delete log's last seq covers deletes whose data never reached disk
         # and full purges that left no segment: numbering resumes after all of it.
@@ -226,9 +257,9 @@ class FileStore(BatchStore):
             numbered = max(data_last, tomb.last)
         self._last = max(numbered, cut_last, found[-1][0] - 1 if found else 0)
         self._last_ts = tomb.last_ts
-        if batches and data_last == self._last:
-            self._last_ts = batches[-1].column(TS)[-1].value
-        self._install(refs, batches, tomb.seqs, tomb.floor)
+        if refs and data_last == self._last:
+            self._last_ts = self._fetch(refs[-1]).column(TS)[-1].value
+        self._install(refs, Keys.concat(parts), tomb.seqs, tomb.floor)
         if cut_last > numbered:
             log.warning(
                 "stream %s: seqs %d..%d were cut with a damaged tail; they stay unused",
@@ -240,6 +271,33 @@ class FileStore(BatchStore):
             self.sync()
         if not found:
             self._segments.append(Segment.create(self.dir, self._last + 1))
+
+    def _open_active(self, base: int, gen: int) -> tuple[Segment, Keys]:
+        """The newest segment, its torn tail cut (see `open_segment`), and its rows' keys."""
+        seg, batches = open_segment(self.dir, base, gen, active=True)
+        table = pa.Table.from_batches(batches, SCHEMA)
+        return seg, keys_of(table, [ref.rows for ref in seg.refs], self.overhead)
+
+    def _summarize(self, seg: Segment, keys: Keys | None = None) -> None:
+        """Write a sealed segment's summary on a worker thread, reading it there if
+        `keys` is None. Best effort: without a summary the next open reads the segment."""
+        self._summaries = [f for f in self._summaries if not f.done()]
+        self._summaries.append(_BACKGROUND.submit(self._write_summary, seg, keys))
+
+    def _write_summary(self, seg: Segment, keys: Keys | None) -> None:
+        if not seg.refs:
+            return
+        try:
+            if keys is None:
+                table = seg.read_span(seg.refs)
+                keys = keys_of(table, [ref.rows for ref in seg.refs], self.overhead)
+            ident = identity(seg.base, seg.gen, seg.size, seg.idx_path.read_bytes(), self.overhead)
+            path = summary_path(seg.path)
+            write_summary(path, keys, ident)
+            if not seg.path.exists():  # rewritten or merged away meanwhile
+                path.unlink(missing_ok=True)
+        except (OSError, CorruptSegmentError, pa.ArrowException) as err:
+            log.debug("stream %s: no summary for %s: %s", self.name, seg.path, err)
 
     # -- hooks ---------------------------------------------------------------
 
@@ -437,6 +495,8 @@ class FileStore(BatchStore):
                 os.close(fd)
 
     def close(self) -> None:
+        for pending in self._summaries:
+            pending.result()
         self.sync()
         with self._lock:  # a background sync sees the store open or closed, never half
             segments, self._segments = self._segments, []
@@ -471,6 +531,8 @@ class FileStore(BatchStore):
         self._segments.append(seg)
         if self.config.compression:
             self._to_compress.append(sealed)
+        else:
+            self._summarize(sealed)
         return seg
 
     def _compress_sealed(self) -> None:
@@ -511,6 +573,7 @@ class FileStore(BatchStore):
             )
             fresh, _ = open_segment(self.dir, base, gen, active=False)
             fresh.release()
+            self._summarize(fresh)
         self._replace(segs, fresh)
         return fresh
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import NamedTuple, Protocol
 
 import pyarrow as pa
@@ -19,6 +20,46 @@ import pyarrow.compute as pc
 from log.segments.api import Overhead
 from log.segments.index import SeqList, SubjectIndex
 from log.segments.schema import HDR, SCHEMA, SEQ, SUBJECT, sizes, u64
+
+
+class Keys(NamedTuple):
+    """What the rebuild needs of stored rows: every row's seq, subject (dictionary
+    encoded) and size, and per batch whether any of its rows has headers."""
+
+    seq: pa.UInt64Array
+    subject: pa.DictionaryArray
+    size: pa.Int64Array
+    headers: list[bool]
+
+    @staticmethod
+    def concat(parts: Sequence[Keys]) -> Keys:
+        if not parts:
+            return keys_of(pa.Table.from_batches([], SCHEMA), [], Overhead(0, 0))
+        if len(parts) == 1:
+            return parts[0]
+        return Keys(
+            pa.concat_arrays([k.seq for k in parts]),
+            pa.concat_arrays([k.subject for k in parts]),  # dictionaries unified
+            pa.concat_arrays([k.size for k in parts]),
+            [h for k in parts for h in k.headers],
+        )
+
+
+def keys_of(table: pa.Table, rows: Sequence[int], overhead: Overhead) -> Keys:
+    """The keys of rows read from segments; `rows` counts each batch's rows."""
+    # Contiguous key columns: kernels over thousands of small chunks cost more
+    # per chunk than the copy does (data stays chunked: it may exceed 2 GiB).
+    seq = table.column(SEQ).combine_chunks()
+    subject = pc.dictionary_encode(table.column(SUBJECT).combine_chunks())
+    size = sizes(table, overhead).combine_chunks()
+    with_hdr = pc.cast(pc.greater(pc.binary_length(table.column(HDR)), 0), pa.int64())
+    running = pc.cumulative_sum(pc.fill_null(with_hdr, 0).combine_chunks())
+    ends = pa.array([end - 1 for end in accumulate(rows)], pa.int64())
+    headers, before = [], 0
+    for count in pc.take(running, ends).to_pylist():
+        headers.append(count > before)
+        before = count
+    return Keys(seq, subject, size, headers)
 
 
 class Rebuilt(NamedTuple):
@@ -35,25 +76,12 @@ class _Ref(Protocol):
     headers: bool
 
 
-def rebuild(
-    refs: Sequence[_Ref],
-    batches: list[pa.RecordBatch],
-    deleted: array,
-    floor: int,
-    last: int,
-    overhead: Overhead,
-) -> Rebuilt:
-    """The live state of `batches` (the rows of `refs`, in order); sets each ref's `live`
-    and, when every batch was read, its `headers`."""
-    if len(batches) == len(refs):
-        for ref, batch in zip(refs, batches, strict=True):
-            ref.headers = bool(pc.max(pc.binary_length(batch.column(HDR))).as_py())
-    # Contiguous key columns: kernels over thousands of small chunks cost more
-    # per chunk than the copy does (data stays chunked: it may exceed 2 GiB).
-    table = pa.Table.from_batches(batches, SCHEMA)
-    seq = table.column(SEQ).combine_chunks()
-    subject = table.column(SUBJECT).combine_chunks()
-    size = sizes(table, overhead).combine_chunks()
+def rebuild(refs: Sequence[_Ref], keys: Keys, deleted: array, floor: int, last: int) -> Rebuilt:
+    """The live state of the rows of `refs` (in order, described by `keys`); sets each
+    ref's `live` and `headers`."""
+    for ref, headers in zip(refs, keys.headers, strict=True):
+        ref.headers = headers
+    seq, subject, size = keys.seq, keys.subject, keys.size
     mask = pc.greater_equal(seq, floor)
     if deleted:
         mask = pc.and_(mask, pc.invert(pc.is_in(seq, value_set=u64(deleted))))
@@ -72,8 +100,7 @@ def rebuild(
     )
 
 
-def _subject_index(subject: pa.StringArray, seq: pa.UInt64Array) -> SubjectIndex:
-    encoded = pc.dictionary_encode(subject)
+def _subject_index(encoded: pa.DictionaryArray, seq: pa.UInt64Array) -> SubjectIndex:
     order = pc.sort_indices(encoded.indices)
     runs = pc.run_end_encode(pc.take(encoded.indices, order))
     names = encoded.dictionary.to_pylist()
