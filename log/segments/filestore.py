@@ -199,7 +199,9 @@ class FileStore(BatchStore):
         self.corrupt: list[CorruptSegmentError] = []
         self._missing: list[tuple[int, int]] = []
         self._lock = threading.Lock()
-        self._cache: OrderedDict[BatchRef, pa.RecordBatch] = OrderedDict()
+        # A batch as written stays its IPC bytes until first read: decoding it costs
+        # a few µs a commit, and a stream nobody reads at its head never pays it.
+        self._cache: OrderedDict[BatchRef, pa.RecordBatch | bytes] = OrderedDict()
         self._tomb = Tombstones(self.dir / TOMBSTONES)
         self._explicit = ExplicitDeletes(self.dir / EXPLICIT)
         # Delete logs written since the last sync, each apart: the explicit log is
@@ -310,7 +312,7 @@ class FileStore(BatchStore):
                 seg = self._roll(first)
             ref = seg.append(payload, first, last, rows, min_ts, max_ts)
         self._compress_sealed()
-        self._remember(ref, decode_batch(payload))
+        self._remember(ref, payload)
         return ref
 
     def _fetch(self, ref: BatchRef) -> pa.RecordBatch:
@@ -319,6 +321,9 @@ class FileStore(BatchStore):
             assert isinstance(ref, SegRef)
             batch = ref.seg.read(ref)
             self._remember(ref, batch)
+        elif isinstance(batch, bytes):
+            batch = self._cache[ref] = decode_batch(batch)
+            self._cache.move_to_end(ref)
         else:
             self._cache.move_to_end(ref)
         return batch
@@ -546,7 +551,7 @@ class FileStore(BatchStore):
             if seg in self._segments and (whole or lake_has_it):
                 self._rewrite([seg])
 
-    def _remember(self, ref: BatchRef, batch: pa.RecordBatch) -> None:
+    def _remember(self, ref: BatchRef, batch: pa.RecordBatch | bytes) -> None:
         self._cache[ref] = batch
         if len(self._cache) > self.config.cache_batches:
             self._cache.popitem(last=False)
