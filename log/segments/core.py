@@ -105,6 +105,7 @@ class BatchStore(ABC):
         self._first = 1
         self._last = 0
         self._last_ts = 0
+        self._first_ts_at = (0, 0)  # (seq, its time): see `_first_ts`
         self._msgs = 0
         self._bytes = 0
 
@@ -410,12 +411,11 @@ class BatchStore(ABC):
         return self.load(max(self._list(n).last() for n in names)) if names else None
 
     def state(self, *, with_deleted: bool = False) -> StoreState:
-        first = self.load(self._first) if self._msgs else None
         return StoreState(
             msgs=self._msgs,
             bytes=self._bytes,
             first_seq=self._first,
-            first_ts=first.ts if first else 0,
+            first_ts=self._first_ts() if self._msgs else 0,
             last_seq=self._last,
             last_ts=self._last_ts,
             num_subjects=len(self._subjects),
@@ -443,6 +443,18 @@ class BatchStore(ABC):
         return array("Q", sorted(chain.from_iterable(runs)))
 
     # -- internals -----------------------------------------------------------
+
+    def _first_ts(self) -> int:
+        """The first live message's time, remembered by its seq (a message's time never
+        changes): the publish rules read the state for every message of a stream with
+        limits (a KV bucket), and the oldest message's batch is rarely cached."""
+        seq = self._first
+        if self._first_ts_at[0] != seq:
+            ref = self._locate(seq)
+            batch = self._fetch(ref)
+            row = row_of(batch, seq, ref.dense_first)
+            self._first_ts_at = (seq, batch.column(TS)[row].value)
+        return self._first_ts_at[1]
 
     def _list(self, subject: str) -> SeqList:
         seqs = self._subjects.get(subject)
