@@ -61,17 +61,21 @@ def write_summary(path: Path, keys: Keys, ident: bytes) -> None:
 
 def read_summary(path: Path, ident: bytes, rows: int) -> Keys | None:
     """The keys, or None when the file is missing, torn, or made for other bytes."""
+    # Mapped, not read into the heap: a start reads every summary (20 B a message), and
+    # heap pages freed by worker threads stay with the allocator long after the start.
     try:
-        data = path.read_bytes()
+        with pa.memory_map(str(path)) as f:
+            data = f.read_buffer()
     except FileNotFoundError:
         return None
-    body = memoryview(data)[_HEAD:]
-    if data[: len(_MAGIC)] != _MAGIC or zlib.crc32(body) != int.from_bytes(
-        data[len(_MAGIC) : _HEAD], "little"
+    head = data.slice(0, min(_HEAD, data.size)).to_pybytes()
+    body = data.slice(len(head))
+    if head[: len(_MAGIC)] != _MAGIC or zlib.crc32(body) != int.from_bytes(
+        head[len(_MAGIC) :], "little"
     ):
         return None
     try:
-        table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+        table = pa.ipc.open_stream(body).read_all()
     except (pa.ArrowInvalid, OSError):
         return None
     meta = table.schema.metadata or {}
