@@ -34,9 +34,9 @@ from log.segments.api import (
 )
 from log.segments.index import SeqList, SubjectIndex
 from log.segments.ipc import encode_batch
+from log.segments.rebuild import Keys, rebuild
 from log.segments.schema import (
     HDR,
-    SCHEMA,
     SEQ,
     SUBJECT,
     TS,
@@ -105,6 +105,7 @@ class BatchStore(ABC):
         self._first = 1
         self._last = 0
         self._last_ts = 0
+        self._first_ts_at = (0, 0)  # (seq, its time): see `_first_ts`
         self._msgs = 0
         self._bytes = 0
 
@@ -410,12 +411,11 @@ class BatchStore(ABC):
         return self.load(max(self._list(n).last() for n in names)) if names else None
 
     def state(self, *, with_deleted: bool = False) -> StoreState:
-        first = self.load(self._first) if self._msgs else None
         return StoreState(
             msgs=self._msgs,
             bytes=self._bytes,
             first_seq=self._first,
-            first_ts=first.ts if first else 0,
+            first_ts=self._first_ts() if self._msgs else 0,
             last_seq=self._last,
             last_ts=self._last_ts,
             num_subjects=len(self._subjects),
@@ -443,6 +443,18 @@ class BatchStore(ABC):
         return array("Q", sorted(chain.from_iterable(runs)))
 
     # -- internals -----------------------------------------------------------
+
+    def _first_ts(self) -> int:
+        """The first live message's time, remembered by its seq (a message's time never
+        changes): the publish rules read the state for every message of a stream with
+        limits (a KV bucket), and the oldest message's batch is rarely cached."""
+        seq = self._first
+        if self._first_ts_at[0] != seq:
+            ref = self._locate(seq)
+            batch = self._fetch(ref)
+            row = row_of(batch, seq, ref.dense_first)
+            self._first_ts_at = (seq, batch.column(TS)[row].value)
+        return self._first_ts_at[1]
 
     def _list(self, subject: str) -> SeqList:
         seqs = self._subjects.get(subject)
@@ -563,62 +575,10 @@ class BatchStore(ABC):
         self._persist_deletes(victims)
         self._reclaim(touched)
 
-    def _install(
-        self, refs: list[BatchRef], batches: list[pa.RecordBatch], deleted: array, floor: int
-    ) -> None:
-        """Rebuild every index from the batches read at open, honouring persisted deletes.
-
-        All of it is a handful of whole-table Arrow kernels (one hash set for
-        the tombstones, one sort by subject), which is what keeps start-up
-        well under a second per million messages.
-        """
+    def _install(self, refs: list[BatchRef], keys: Keys, deleted: array, floor: int) -> None:
+        """Take the indexes rebuilt from the rows found at open (see `rebuild`)."""
         self._refs = refs
         self._firsts = [r.first for r in refs]
-        if len(batches) == len(refs):
-            for ref, batch in zip(refs, batches, strict=True):
-                ref.headers = bool(pc.max(pc.binary_length(batch.column(HDR))).as_py())
-        # Contiguous key columns: kernels over thousands of small chunks cost more
-        # per chunk than the copy does (data stays chunked: it may exceed 2 GiB).
-        table = pa.Table.from_batches(batches, SCHEMA)
-        seq = table.column(SEQ).combine_chunks()
-        subject = table.column(SUBJECT).combine_chunks()
-        size = sizes(table, self.overhead).combine_chunks()
-        mask = pc.greater_equal(seq, floor)
-        if deleted:
-            mask = pc.and_(mask, pc.invert(pc.is_in(seq, value_set=u64(deleted))))
-        if not pc.all(mask).as_py():
-            offset = 0
-            for ref in refs:
-                ref.live = pc.sum(mask.slice(offset, ref.rows)).as_py() or 0
-                offset += ref.rows
-            seq, subject, size = seq.filter(mask), subject.filter(mask), size.filter(mask)
-        self._msgs = len(seq)
-        self._bytes = pc.sum(size).as_py() or 0
-        self._first = seq[0].as_py() if len(seq) else self._last + 1
-        self._load_subjects(subject, seq)
-        self._deleted = SeqList(self._gaps(seq))
-
-    def _load_subjects(self, subject: pa.StringArray, seq: pa.UInt64Array) -> None:
-        encoded = pc.dictionary_encode(subject)
-        order = pc.sort_indices(encoded.indices)
-        runs = pc.run_end_encode(pc.take(encoded.indices, order))
-        names = encoded.dictionary.to_pylist()
-        raw = memoryview(pc.take(seq, order).buffers()[1])
-        start = 0
-        self._subjects = SubjectIndex()
-        for end, key in zip(runs.run_ends.to_pylist(), runs.values.to_pylist(), strict=True):
-            seqs = array("Q")
-            seqs.frombytes(raw[start * 8 : end * 8])
-            self._subjects.load(names[key], seqs)
-            start = end
-
-    def _gaps(self, live_seq: pa.UInt64Array) -> array:
-        """Interior seqs with no live message: deleted, compacted away or unreadable."""
-        gaps = array("Q")
-        if not len(live_seq):
-            return gaps
-        step = pc.subtract(live_seq[1:], live_seq[:-1])
-        for i in pc.indices_nonzero(pc.greater(step, 1)).to_pylist():
-            gaps.extend(range(live_seq[i].as_py() + 1, live_seq[i + 1].as_py()))
-        gaps.extend(range(live_seq[-1].as_py() + 1, self._last + 1))
-        return gaps
+        got = rebuild(refs, keys, deleted, floor, self._last)
+        self._msgs, self._bytes, self._first = got.msgs, got.bytes, got.first
+        self._subjects, self._deleted = got.subjects, got.deleted

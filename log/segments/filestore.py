@@ -31,6 +31,13 @@ the lake's watermark (segments skipped for that are reclaimed once the
 watermark passes them), and `merge_small()` folds the small segments those
 timed seals make into bigger ones, only at or below the watermark.
 
+Opening: each sealed segment has a summary (`summary.py`: every row's seq,
+subject and size) written on a worker thread once it is sealed, so an open
+checks the sealed segments' checksums and reads their summaries instead of
+decoding them (1M messages: 0.47 s → 0.09 s); only the active segment, the one a
+crash may have torn, is read whole. A missing, torn or stale summary costs a
+read of its segment, and is written again.
+
 Corruption policy: a sealed segment that fails verification at open is logged
 (error, naming the file and byte offset), listed in `corrupt`, left on disk
 untouched for an operator, and its whole range is treated as missing: served
@@ -47,12 +54,10 @@ import shutil
 import threading
 from array import array
 from bisect import bisect_left
-from collections import OrderedDict, deque
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,14 +65,28 @@ import pyarrow.compute as pc
 from log.segments.api import CorruptSegmentError
 from log.segments.core import BatchRef, BatchStore
 from log.segments.ipc import decode_batch
-from log.segments.schema import SEQ, TS
-from log.segments.segment import Segment, SegRef, discover, open_segment, write_segment
+from log.segments.merging import plan_merge
+from log.segments.rebuild import Keys, keys_of
+from log.segments.schema import SCHEMA, SEQ, TS
+from log.segments.segment import (
+    Segment,
+    SegRef,
+    discover,
+    open_sealed,
+    open_segment,
+    summary_path,
+    write_segment,
+)
+from log.segments.summary import identity, write_summary
 from log.segments.tombstones import Erasure, ExplicitDeletes, Tombstones
 
 log = logging.getLogger("jetlake.segments")
 
 # Shared by every stream: fsyncs block in the kernel, so a few threads suffice.
 _FSYNC_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fsync")
+# Opening sealed segments and writing their summaries: checksums, reads and Arrow
+# kernels that release the GIL, one thread a core.
+_BACKGROUND = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="segments")
 
 TOMBSTONES = "tombstones.log"
 EXPLICIT = "explicit.log"
@@ -93,81 +112,6 @@ class SegmentConfig:
     refill_from_log: bool = False
 
 
-class _Piece(Protocol):
-    """What the merge policy weighs in a segment (a `Segment` has all of it)."""
-
-    @property
-    def size(self) -> int: ...
-    @property
-    def rows(self) -> int: ...
-    @property
-    def batches(self) -> int: ...
-    @property
-    def min_ts(self) -> int: ...
-
-
-def _weight(piece: _Piece) -> tuple[int, int, int]:
-    return piece.size, piece.rows, piece.batches
-
-
-def plan_merge(pieces: Sequence[_Piece], config: SegmentConfig) -> slice | None:
-    """The oldest run of adjacent segments worth merging into one, if any.
-
-    A run is as long as the limits allow, which bound both the result and the
-    time one merge holds the event loop (measured in the README): at most
-    `merge_target_bytes`, `max_msgs` rows, `merge_max_batches` batches (each
-    costs a decode and a copy: a sync publish is a batch of one) and
-    `merge_max_segments` files (each costs an open and two unlinks), within
-    `max_age_ns` of time, so the result is a segment the writer itself could
-    have rolled and max_age still drops files at its grain. A segment that
-    fits no run alone is a wall between runs.
-
-    A run qualifies when it has at least `merge_min_segments` members, or is
-    full (two or more members, and the next segment would pass a limit): each
-    merge then removes many files or makes a segment as big as allowed, never
-    a pair of crumbs per tick. And its largest member must be at most the sum
-    of the others: the segment holding a given row then at least doubles each
-    time that row is rewritten, so a row is rewritten at most log2(target /
-    seal size) times, and a big segment is never rewritten to absorb crumbs.
-    """
-    caps = (config.merge_target_bytes, config.max_msgs, config.merge_max_batches)
-    end = 0
-    totals = [0, 0, 0]  # bytes, rows, batches of pieces[start:end]
-    largest: deque[int] = deque()  # indices in the window, sizes decreasing
-    for start, first in enumerate(pieces):
-        if end <= start:  # nothing in the window: the previous start was a wall
-            end, totals = start, [0, 0, 0]
-            largest.clear()
-        full = False
-        while end < len(pieces):
-            piece = pieces[end]
-            grown = [t + w for t, w in zip(totals, _weight(piece), strict=True)]
-            if (
-                end - start == config.merge_max_segments
-                or piece.min_ts - first.min_ts >= config.max_age_ns
-                or any(g > cap for g, cap in zip(grown, caps, strict=True))
-            ):
-                full = all(w <= cap for w, cap in zip(_weight(piece), caps, strict=True))
-                break
-            totals = grown
-            while largest and pieces[largest[-1]].size <= piece.size:
-                largest.pop()
-            largest.append(end)
-            end += 1
-        count = end - start
-        if (
-            count >= 2
-            and (count >= config.merge_min_segments or full)
-            and 2 * pieces[largest[0]].size <= totals[0]
-        ):
-            return slice(start, end)
-        if count:
-            totals = [t - w for t, w in zip(totals, _weight(first), strict=True)]
-            if largest[0] == start:
-                largest.popleft()
-    return None
-
-
 class FileStore(BatchStore):
     def __init__(
         self, stream_dir: str | os.PathLike[str], *, name: str, config: SegmentConfig | None = None
@@ -179,7 +123,9 @@ class FileStore(BatchStore):
         self.corrupt: list[CorruptSegmentError] = []
         self._missing: list[tuple[int, int]] = []
         self._lock = threading.Lock()
-        self._cache: OrderedDict[BatchRef, pa.RecordBatch] = OrderedDict()
+        # A batch as written stays its IPC bytes until first read: decoding it costs
+        # a few µs a commit, and a stream nobody reads at its head never pays it.
+        self._cache: OrderedDict[BatchRef, pa.RecordBatch | bytes] = OrderedDict()
         self._tomb = Tombstones(self.dir / TOMBSTONES)
         self._explicit = ExplicitDeletes(self.dir / EXPLICIT)
         # Delete logs written since the last sync, each apart: the explicit log is
@@ -193,27 +139,38 @@ class FileStore(BatchStore):
         self._quarantined: list[int] = []  # bases of corrupt files: no merge spans one
         self._no_merge: set[int] = set()  # bases whose batches failed a merge's read
         self._merge_seen: tuple[int | None, int, int] | None = None  # state with nothing to merge
+        self._summaries: list[Future[None]] = []  # summaries being written, waited for by close
         self._open_segments()
 
     def _open_segments(self) -> None:
+        """Sealed segments open on worker threads (checksums and decoding release the
+        GIL) while this thread reads the active one, the only one that may be torn."""
         found = discover(self.dir, clean=True)
+        sealed = [
+            _BACKGROUND.submit(open_sealed, self.dir, base, gen, self.overhead)
+            for base, gen in found[:-1]
+        ]
+        active = self._open_active(*found[-1]) if found else None
         refs: list[BatchRef] = []
-        batches: list[pa.RecordBatch] = []
-        for k, (base, gen) in enumerate(found):
-            active = k == len(found) - 1
+        parts: list[Keys] = []
+        for k, opening in enumerate(sealed):
             try:
-                seg, got = open_segment(self.dir, base, gen, active=active)
+                seg, keys, summarized = opening.result()
             except CorruptSegmentError as err:
                 log.error("stream %s: %s; its messages are not served", self.name, err)
                 self.corrupt.append(err)
-                self._missing.append((base, found[k + 1][0] - 1))
-                self._quarantined.append(base)
+                self._missing.append((found[k][0], found[k + 1][0] - 1))
+                self._quarantined.append(found[k][0])
                 continue
-            if not active:
-                seg.release()
+            if not summarized:
+                self._summarize(seg, keys)
             self._segments.append(seg)
             refs.extend(seg.refs)
-            batches.extend(got)
+            parts.append(keys)
+        if active is not None:
+            self._segments.append(active[0])
+            refs.extend(active[0].refs)
+            parts.append(active[1])
         tomb = self._tomb
         # The delete log's last seq covers deletes whose data never reached disk
         # and full purges that left no segment: numbering resumes after all of it.
@@ -226,9 +183,9 @@ class FileStore(BatchStore):
             numbered = max(data_last, tomb.last)
         self._last = max(numbered, cut_last, found[-1][0] - 1 if found else 0)
         self._last_ts = tomb.last_ts
-        if batches and data_last == self._last:
-            self._last_ts = batches[-1].column(TS)[-1].value
-        self._install(refs, batches, tomb.seqs, tomb.floor)
+        if refs and data_last == self._last:
+            self._last_ts = self._fetch(refs[-1]).column(TS)[-1].value
+        self._install(refs, Keys.concat(parts), tomb.seqs, tomb.floor)
         if cut_last > numbered:
             log.warning(
                 "stream %s: seqs %d..%d were cut with a damaged tail; they stay unused",
@@ -241,6 +198,33 @@ class FileStore(BatchStore):
         if not found:
             self._segments.append(Segment.create(self.dir, self._last + 1))
 
+    def _open_active(self, base: int, gen: int) -> tuple[Segment, Keys]:
+        """The newest segment, its torn tail cut (see `open_segment`), and its rows' keys."""
+        seg, batches = open_segment(self.dir, base, gen, active=True)
+        table = pa.Table.from_batches(batches, SCHEMA)
+        return seg, keys_of(table, [ref.rows for ref in seg.refs], self.overhead)
+
+    def _summarize(self, seg: Segment, keys: Keys | None = None) -> None:
+        """Write a sealed segment's summary on a worker thread, reading it there if
+        `keys` is None. Best effort: without a summary the next open reads the segment."""
+        self._summaries = [f for f in self._summaries if not f.done()]
+        self._summaries.append(_BACKGROUND.submit(self._write_summary, seg, keys))
+
+    def _write_summary(self, seg: Segment, keys: Keys | None) -> None:
+        if not seg.refs:
+            return
+        try:
+            if keys is None:
+                table = seg.read_span(seg.refs)
+                keys = keys_of(table, [ref.rows for ref in seg.refs], self.overhead)
+            ident = identity(seg.base, seg.gen, seg.size, seg.idx_path.read_bytes(), self.overhead)
+            path = summary_path(seg.path)
+            write_summary(path, keys, ident)
+            if not seg.path.exists():  # rewritten or merged away meanwhile
+                path.unlink(missing_ok=True)
+        except (OSError, CorruptSegmentError, pa.ArrowException) as err:
+            log.debug("stream %s: no summary for %s: %s", self.name, seg.path, err)
+
     # -- hooks ---------------------------------------------------------------
 
     def _write(
@@ -252,7 +236,7 @@ class FileStore(BatchStore):
                 seg = self._roll(first)
             ref = seg.append(payload, first, last, rows, min_ts, max_ts)
         self._compress_sealed()
-        self._remember(ref, decode_batch(payload))
+        self._remember(ref, payload)
         return ref
 
     def _fetch(self, ref: BatchRef) -> pa.RecordBatch:
@@ -261,6 +245,9 @@ class FileStore(BatchStore):
             assert isinstance(ref, SegRef)
             batch = ref.seg.read(ref)
             self._remember(ref, batch)
+        elif isinstance(batch, bytes):
+            batch = self._cache[ref] = decode_batch(batch)
+            self._cache.move_to_end(ref)
         else:
             self._cache.move_to_end(ref)
         return batch
@@ -437,6 +424,8 @@ class FileStore(BatchStore):
                 os.close(fd)
 
     def close(self) -> None:
+        for pending in self._summaries:
+            pending.result()
         self.sync()
         with self._lock:  # a background sync sees the store open or closed, never half
             segments, self._segments = self._segments, []
@@ -471,6 +460,8 @@ class FileStore(BatchStore):
         self._segments.append(seg)
         if self.config.compression:
             self._to_compress.append(sealed)
+        else:
+            self._summarize(sealed)
         return seg
 
     def _compress_sealed(self) -> None:
@@ -484,7 +475,7 @@ class FileStore(BatchStore):
             if seg in self._segments and (whole or lake_has_it):
                 self._rewrite([seg])
 
-    def _remember(self, ref: BatchRef, batch: pa.RecordBatch) -> None:
+    def _remember(self, ref: BatchRef, batch: pa.RecordBatch | bytes) -> None:
         self._cache[ref] = batch
         if len(self._cache) > self.config.cache_batches:
             self._cache.popitem(last=False)
@@ -511,6 +502,7 @@ class FileStore(BatchStore):
             )
             fresh, _ = open_segment(self.dir, base, gen, active=False)
             fresh.release()
+            self._summarize(fresh)
         self._replace(segs, fresh)
         return fresh
 

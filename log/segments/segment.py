@@ -26,6 +26,7 @@ range; `discover` drops them (see there), so every seq is read exactly once.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
 import zlib
@@ -36,10 +37,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from consensus.durability import fsync_dir
-from log.segments.api import CorruptSegmentError
+from log.segments.api import CorruptSegmentError, Overhead
 from log.segments.core import BatchRef
 from log.segments.ipc import decode_batch
-from log.segments.schema import TS, seq_view, stream_header
+from log.segments.rebuild import Keys, keys_of
+from log.segments.schema import SCHEMA, TS, seq_view, stream_header
+from log.segments.summary import SUFFIX as SUMMARY
+from log.segments.summary import identity, read_summary
 
 log = logging.getLogger("jetlake.segments")
 
@@ -75,6 +79,11 @@ class SegRef(BatchRef):
 def segment_paths(directory: Path, base: int, gen: int) -> tuple[Path, Path]:
     stem = f"{base:020d}.{gen}"
     return directory / f"{stem}{SUFFIX}", directory / f"{stem}{_IDX}"
+
+
+def summary_path(arrows: Path) -> Path:
+    """The segment's key-column summary (`summary.py`), beside its data file."""
+    return arrows.with_suffix(SUMMARY)
 
 
 def discover(directory: Path, *, clean: bool) -> list[tuple[int, int]]:
@@ -128,10 +137,11 @@ def _discover(directory: Path, *, clean: bool) -> list[tuple[int, int]]:
         covered = None
     if clean:
         keep = {p.name for b, g in found for p in segment_paths(directory, b, g)}
+        keep |= {summary_path(segment_paths(directory, b, g)[0]).name for b, g in found}
         gone = [
             n
             for n in names
-            if n.endswith((SUFFIX, _IDX, ".tmp")) and n not in keep and n[0].isdigit()
+            if n.endswith((SUFFIX, _IDX, SUMMARY, ".tmp")) and n not in keep and n[0].isdigit()
         ]
         for name in gone:
             (directory / name).unlink()
@@ -253,6 +263,7 @@ class Segment:
 
     def unlink(self) -> None:
         self.close()
+        summary_path(self.path).unlink(missing_ok=True)
         self.path.unlink()
         self.idx_path.unlink()
 
@@ -339,15 +350,72 @@ def open_segment(
         with open(idx, "r+b") as f:
             f.truncate(len(entries) * _ENTRY_SIZE)
             os.fsync(f.fileno())
-    seg = Segment(arrows, idx, base, gen, good)
+    seg = _segment(arrows, idx, base, gen, good, entries)
     if problem:
         seg.cut_last = cut_last
+    return seg, batches
+
+
+def _segment(arrows: Path, idx: Path, base: int, gen: int, size: int, entries: list) -> Segment:
+    seg = Segment(arrows, idx, base, gen, size)
     for offset, length, first, last, rows, min_ts, max_ts, crc in entries:
         if not seg.refs:
             seg.min_ts = min_ts
         seg.rows += rows
         seg.refs.append(SegRef(seg, offset, length, crc, first, last, rows, max_ts))
-    return seg, batches
+    return seg
+
+
+def open_sealed(
+    directory: Path, base: int, gen: int, overhead: Overhead
+) -> tuple[Segment, Keys, bool]:
+    """Open and verify a sealed segment and describe its rows, from its summary when valid.
+
+    With a summary only checksums are verified (every batch against its index
+    entry, in C, the GIL released): nothing is decoded. Without one the segment
+    is read as `open_segment` does, and the flag returned is False so the caller
+    writes the summary. Raises CorruptSegmentError like `open_segment`.
+    """
+    arrows, idx = segment_paths(directory, base, gen)
+    index = idx.read_bytes()
+    entries, clean = _parse_entries(index)
+    ident = identity(base, gen, arrows.stat().st_size, index, overhead)
+    if clean and entries:
+        keys = read_summary(summary_path(arrows), ident, sum(e[4] for e in entries))
+        if keys is not None:
+            good, problem = _verify(arrows, entries)
+            if problem:
+                raise CorruptSegmentError(f"{arrows}: {problem} at byte {good}")
+            seg = _segment(arrows, idx, base, gen, good, entries)
+            seg.release()
+            return seg, keys, True
+    seg, batches = open_segment(directory, base, gen, active=False)
+    seg.release()
+    table = pa.Table.from_batches(batches, SCHEMA)
+    return seg, keys_of(table, [ref.rows for ref in seg.refs], overhead), False
+
+
+def _verify(arrows: Path, entries: list[tuple]) -> tuple[int, str]:
+    """`read_batches`' checks that need no decoding: (good byte length, problem or "")."""
+    with open(arrows, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < len(HEADER) or f.read(len(HEADER)) != HEADER:
+            return 0, "bad or missing schema header"
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            view = memoryview(data)
+            try:
+                off = len(HEADER)
+                for offset, length, *_, crc in entries:
+                    if offset != off or off + length > size:
+                        return off, "batch missing or misplaced"
+                    if zlib.crc32(view[off : off + length]) != crc:
+                        return off, "batch checksum mismatch"
+                    off += length
+            finally:
+                view.release()
+    if size > off:
+        return off, "bytes past the last indexed batch"
+    return off, ""
 
 
 def _compressed(batch: pa.RecordBatch, codec: str) -> pa.Buffer:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,12 +36,18 @@ def build(path: Path) -> None:
 
 
 def stop_before(step: int) -> None:
-    """Make the `step`-th os.replace/os.unlink from now on announce itself and block."""
+    """Make the `step`-th os.replace/os.unlink from now on announce itself and block.
+
+    Only the merge's own operations count: a summary written on a worker thread
+    (a cache, checked when read) would make the count depend on timing.
+    """
     count = 0
 
     def wrap(real: Callable[..., Any]) -> Callable[..., Any]:
         def op(*args: Any, **kwargs: Any) -> Any:
             nonlocal count
+            if threading.current_thread() is not threading.main_thread():
+                return real(*args, **kwargs)
             if count == step:
                 print(f"step {step}", flush=True)
                 sys.stdin.read()  # until SIGKILL

@@ -13,7 +13,7 @@ import pytest
 
 from log.segments import FileStore, SegmentConfig, list_segments, read_segment, read_table
 from log.segments import segment as segment_module
-from log.segments.filestore import plan_merge
+from log.segments.merging import plan_merge
 from log.segments.segment import discover
 from tests.segments.conftest import msgs
 from tests.segments.test_recovery import flip

@@ -314,23 +314,31 @@ class JetStream:
             timer.cancel()
 
     def _publish_handler(self, stream: Stream) -> Callable[..., None]:
+        """Runs for every message a stream stores: what can be decided once is decided
+        here (the stream's name never changes), and the rare cases (a fast batch's
+        reply, a timed stream) cost a test, not a call, for every other message."""
         publish = self.messaging.publish
+        timers = self._timers
+        name = stream.name
+        fast_suffix = fast_batch.SUFFIX
 
         def on_msg(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
             headers = read_headers(hdr) if hdr else {}
             if SOURCE_HEADER in headers:  # a client's: only sourcing writes that header
                 if reply and stream.accepting and not stream.config.no_ack:
-                    publish(reply, None, None, pub_refusal(stream.name, source_header_refused()))
+                    publish(reply, None, None, pub_refusal(name, source_header_refused()))
                 return
-            ack = None
+            ack = fast = None
             if reply:
                 target = reply
 
                 def ack(body: bytes) -> None:
                     publish(target, None, None, body)
 
-            stream.publish(subject, hdr, data, headers, ack, fast_batch.parse(reply))
-            if stream.name not in self._timers:
+                if reply.endswith(fast_suffix):
+                    fast = fast_batch.parse(reply)
+            stream.publish(subject, hdr, data, headers, ack, fast)
+            if name not in timers and _timed(stream.config):
                 self._arm_expiry(stream)
 
         return on_msg
@@ -394,8 +402,7 @@ class JetStream:
     def _arm_expiry(self, stream: Stream) -> None:
         """Schedule the next expiry; before anything is committed, check back after one period."""
         cfg = stream.config
-        timed = cfg.max_age or cfg.allow_msg_ttl or cfg.allow_msg_schedules
-        if not timed or stream.name in self._timers:
+        if not _timed(cfg) or stream.name in self._timers:
             return
         deadline = stream.next_expiry()
         if deadline is None:
@@ -504,6 +511,11 @@ class JetStream:
             detail["state"] = stream.state_json(consumers=self.consumers.count(stream.name))
             streams.append(detail)
         return {"config": doc["config"], "stats": stats, "streams": streams}
+
+
+def _timed(cfg: StreamConfig) -> bool:
+    """Whether messages of the stream can expire (max_age, Nats-TTL, schedules)."""
+    return bool(cfg.max_age or cfg.allow_msg_ttl or cfg.allow_msg_schedules)
 
 
 def _close_consumer_files(stream: Stream) -> None:
