@@ -20,6 +20,7 @@ from collections import deque
 from typing import Any
 
 from ingest.parser.subjects import subject_matches
+from log.consumers import errors as cerr
 from log.consumers.acking import Acking
 from log.consumers.config import ConsumerConfig
 from log.consumers.priority import Priority, Verdict, with_pin
@@ -35,8 +36,8 @@ from log.consumers.pull import (
     status,
 )
 from log.consumers.push import FlowControl
-from log.consumers.start import ReadAhead, count_from, start_position
-from log.consumers.store import ACKED, DELIVERED
+from log.consumers.start import ReadAhead, count_from, seq_at_time, start_position
+from log.consumers.store import ACKED, DELIVERED, RESET
 from log.consumers.wire import (
     ACK_PREFIX,
     Deliveries,
@@ -110,6 +111,7 @@ class Consumer(Acking):
         self._stalled = False  # this pump has a message no waiting request may take
         self._advisories: list[Output] = []
         self.sseq, self._lps = start_position(store, cfg, committed)
+        self.asflr = self.sseq - 1  # the reference's floor: nothing before the start is owed
         self._lps_resume = committed if cfg.deliver_policy == "last_per_subject" else 0
         # Messages matching the filter at or after sseq.
         self.npc = len(self._lps) if self._lps else self.count_pending()
@@ -164,6 +166,44 @@ class Consumer(Acking):
         self.waiting.limit = cfg.max_waiting
         self.priority.adopt(cfg)
         self.waiting.ranked = self.priority.ranked
+
+    def reset(self, seq: int) -> int:
+        """`CONSUMER.RESET`: deliver again from `seq` (0: from just above the ack floor) as
+        if nothing had been delivered yet; returns that seq. A deliver policy that names a
+        start keeps the consumer from going below it, and the policies that start from the
+        stream's end (new, last, last per subject) only allow the ack floor: the reference's
+        rules."""
+        cfg = self.cfg
+        if seq == 0:
+            seq = self.asflr + 1
+        elif cfg.deliver_policy == "by_start_sequence":
+            if seq < cfg.opt_start_seq:
+                raise cerr.invalid_reset("below start seq")
+        elif cfg.deliver_policy == "by_start_time":
+            first = max(self.store.state().first_seq, 1)
+            if seq < seq_at_time(self.store, cfg.opt_start_time or 0, first, self.committed):
+                raise cerr.invalid_reset("below start time")
+        elif cfg.deliver_policy != "all":
+            raise cerr.invalid_reset("not allowed")
+        seq = max(seq, 1)
+        self.pending.clear()
+        self.redelivered.clear()
+        self._rdq.clear()
+        self._rdq_set.clear()
+        self._held = None
+        self._lps.clear()
+        self._lps_resume = 0
+        self.sseq, self.dseq = seq, 1
+        self.adflr, self.asflr = 0, seq - 1
+        self.last_delivered = self.last_acked = 0
+        self._next_check = 0
+        self._reader.refilter(cfg.filters)
+        self._reader.clear()
+        self.npc = self.count_pending()
+        if self.journal is not None:
+            self.journal.extend((RESET, seq))
+        self.dirty = True
+        return seq
 
     def _adopt(self, cfg: ConsumerConfig) -> None:
         """Keep per-message branches off the config's properties."""

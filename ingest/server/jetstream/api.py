@@ -81,6 +81,7 @@ class Api:
             "CONSUMER.DELETE.*.*": ("consumer_delete_response", consumers.delete),
             "CONSUMER.PAUSE.*.*": ("consumer_pause_response", consumers.pause),
             "CONSUMER.UNPIN.*.*": ("consumer_unpin_response", consumers.unpin),
+            "CONSUMER.RESET.*.*": ("consumer_reset_response", consumers.reset),
             "CONSUMER.NAMES.*": ("consumer_names_response", consumers.names),
             "CONSUMER.LIST.*": ("consumer_list_response", consumers.list),
         }
@@ -143,6 +144,8 @@ class Api:
             doc["purged"] = 0
         elif kind == "stream_restore_response":
             doc["deliver_subject"] = ""
+        elif kind == "consumer_reset_response":
+            doc["reset_seq"] = 0
         elif kind in ("consumer_names_response", "consumer_list_response"):
             doc.update(total=0, offset=0, limit=0, consumers=[])
         return doc

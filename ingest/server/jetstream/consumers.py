@@ -401,6 +401,24 @@ class Consumers:
         runner.schedule()
         return {}
 
+    def reset(self, tokens: list[str], data: bytes) -> Response | Awaitable[Response] | None:
+        """`CONSUMER.RESET.<stream>.<consumer>`: redeliver from a sequence. The reference's
+        consumer answers it on a subscription of its own, so a stream or consumer that is
+        not here gets no answer at all (the client times out), not a not-found error."""
+        runner = self._by_stream.get(tokens[2], {}).get(tokens[3])
+        if runner is None:
+            return None
+        seq = _RESET_FIELDS.uint(_json_object(data), "seq")
+        stream = runner.stream
+        at = runner.consumer.reset(seq)
+        runner.save()  # proposed (replicated) or written before the answer
+        runner.schedule()
+        if stream.config.retention == "interest":  # what it skipped is no longer its interest
+            self._sweep_interest(stream)
+        return self._answer(
+            runner, lambda: {**self.describe(stream, runner, dynamic=True), "reset_seq": at}
+        )
+
     def names(self, tokens: list[str], data: bytes) -> Response:
         self._js.stream(tokens[2])
         offset = max(int(_json_object(data).get("offset") or 0), 0)
@@ -460,6 +478,7 @@ class Consumers:
 
 _SWEEP_RUN = 4096
 _UNPIN_FIELDS = Fields("JSApiConsumerUnpinRequest")
+_RESET_FIELDS = Fields("JSApiConsumerResetRequest")
 
 
 def _replicated(stream: Stream | None) -> bool:
