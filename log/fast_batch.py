@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from log import errors, publish
+from log.batch_limits import SERVER, ServerBatches
 from log.errors import ApiError
 
 SUFFIX = ".$FI"
@@ -137,9 +138,11 @@ class Batch:
 class FastBatches:
     """A stream leader's fast batches in flight."""
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, server: ServerBatches = SERVER) -> None:
         self.stream = stream
         self._batches: dict[str, Batch] = {}
+        self._server = server
+        server.track_fast(self)
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -159,7 +162,7 @@ class FastBatches:
                 send(publish.error_ack(self.stream, unknown_id()))
                 return None
             self._sweep(now)
-            if len(self._batches) >= MAX_INFLIGHT:
+            if len(self._batches) >= MAX_INFLIGHT or self._server.fast_full():
                 send(publish.error_ack(self.stream, too_many_inflight()))
                 return None
             flow = min(MAX_FLOW, ref.flow) if not self._batches else 1
