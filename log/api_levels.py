@@ -122,11 +122,11 @@ COMPLETE_ABOVE_LEVEL_2: dict[int, str] = {
     3: "STREAM.SNAPSHOT window_size (ingest/server/jetstream/backup.py)",
     5: "a recreated source copied anew, `seq` in source info (ingest/server/jetstream/sources.py)",
 }
-# Level 4 (nats-server 2.14) has fast batch publish (`log.fast_batch`), consumer
-# `ack_policy: flow_control` (`log.consumers`) and consumer reset (`$JS.API.CONSUMER.RESET`,
-# `log.consumers.consumer.Consumer.reset`) here, and still lacks: durable sourcing (a
-# mirror or source reads its origin through a durable `sourcing` consumer acknowledged by
-# flow control, JS_MIRROR_*/JS_SRC_*, the source's `consumer` field; on a work-queue origin
-# every mirror and source gets each message and the origin keeps it until all have it,
-# where jetlake's in-process links drain it into whichever copies first), and fast batches
-# that survive a leader change.
+# Level 4 (nats-server 2.14) has fast batch publish (`log.fast_batch`, batches carried on
+# by a new leader), consumer `ack_policy: flow_control` (`log.consumers`) and consumer reset
+# (`$JS.API.CONSUMER.RESET`, `log.consumers.consumer.Consumer.reset`) here, and still lacks
+# durable sourcing (a mirror or source reads its origin through a durable `sourcing`
+# consumer acknowledged by flow control, JS_MIRROR_*/JS_SRC_*, the source's `consumer`
+# field; on a work-queue origin every mirror and source gets each message and the origin
+# keeps it until all have it, where jetlake's in-process links drain it into whichever
+# copies first).

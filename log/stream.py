@@ -95,6 +95,7 @@ class Stream:
             store.compact(config.first_seq)
         self._batches = batch.Stager()
         self._fast = fast_batch.FastBatches(config.name)
+        self._replicated = group is not None
         self._accepting = group is None
         self._epoch = 0  # counts leadership changes: a stale barrier must not open the gate
         self._expiring = False  # an expiry entry is in flight: do not propose another
@@ -155,8 +156,7 @@ class Stream:
         """
         self._epoch += 1
         self._accepting = False
-        self._batches.clear()
-        self._fast.clear()
+        self._batches.clear()  # fast batches stay: their entries say where they stand
         self._applier.schedules.clear_inflight()
         if not leader:
             self._reset_proposed()  # what is in flight fails or commits without us
@@ -168,6 +168,7 @@ class Stream:
             return  # the leadership went (or came again, with a barrier of its own)
         self._reset_proposed()
         self._accepting = True
+        self._fast.lead(now_ns(), self._send_core)
         if self._on_sooner_expiry is not None:
             self._on_sooner_expiry()  # expiry is the leader's to propose: arm its timer
 
@@ -267,6 +268,8 @@ class Stream:
             self._fast.refused(taken, fast, None, admitted.seq, send)
             return
         entry, echo, _ = admitted
+        if self._replicated:  # where the batch stands, for the next leader
+            entry = entry._replace(fast=self._fast.mark(fast))
         self._fast.proposed(taken)
 
         def done(error: BaseException | None) -> None:
@@ -353,7 +356,10 @@ class Stream:
         self._applier.apply(entries, self._group.committed)
 
     def _settle_published(self, run: list[Publish]) -> None:
-        self.proposed.settle(run, following=not self._accepting)
+        following = not self._accepting
+        self.proposed.settle(run, following=following)
+        if following and self.config.allow_batched:
+            self._fast.follow(run, now_ns())
 
     @property
     def committed_seq(self) -> int:

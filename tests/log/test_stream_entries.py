@@ -15,6 +15,7 @@ from log.stream_entries import (
     Entry,
     EntryDecodeError,
     Expire,
+    FastMark,
     Publish,
     Purge,
     Remove,
@@ -35,6 +36,8 @@ publishes = st.builds(
     st.sampled_from(ROLLUPS),
     i64,
     text,
+    st.none()
+    | st.builds(FastMark, text, u64, st.booleans(), st.integers(1, 65_535), st.booleans(), text),
 )
 entries: st.SearchStrategy[Entry] = st.one_of(
     publishes,
