@@ -43,6 +43,7 @@ from log.stream_entries import (
     Publish,
     Purge,
     Remove,
+    Restored,
 )
 from log.timefmt import now_ns, rfc3339
 
@@ -96,6 +97,7 @@ class Stream:
         self._batches = batch.Stager()
         self._fast = fast_batch.FastBatches(config.name)
         self._replicated = group is not None
+        self.restoring = False  # a backup is being restored into it: publishes wait
         self._accepting = group is None
         self._epoch = 0  # counts leadership changes: a stale barrier must not open the gate
         self._expiring = False  # an expiry entry is in flight: do not propose another
@@ -155,7 +157,7 @@ class Stream:
         sequences it assigns continue the log with no gap or duplicate.
         """
         self._epoch += 1
-        self._accepting = False
+        self._accepting = self.restoring = False  # a restore under way fails with the lead
         self._batches.clear()  # fast batches stay: their entries say where they stand
         self._applier.schedules.clear_inflight()
         if not leader:
@@ -202,7 +204,7 @@ class Stream:
         A member that is not accepting stays silent, as the reference does: the
         publisher times out and retries, by then against the leader.
         """
-        if not self._accepting:
+        if not self._accepting or self.restoring:
             return
         if self.config.no_ack:
             ack = None
@@ -532,6 +534,15 @@ class Stream:
         """Put a consumer's state change in the stream's log; every member's apply hands it
         to `consumer_ops`, in log order. The group refuses it off the leader."""
         self._group.propose((ConsumerOp(consumer, op),), on_commit)
+
+    def propose_restored(self, entry: Restored, on_commit: OnCommit) -> None:
+        """A backup's rows, from the leader of a stream being restored (`log.backup_archive`)."""
+        self._group.propose((entry,), on_commit)
+
+    @property
+    def restore_began(self) -> bool:
+        """A restore's first entry reached this member: its leader took the backup."""
+        return self._applier.restore_began
 
     async def flush(self) -> None:
         """Wait until every accepted publish is committed (and acknowledged)."""

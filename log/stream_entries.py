@@ -107,19 +107,31 @@ class Batch:
 
 
 @dataclass(frozen=True, slots=True)
+class Restored:
+    """Rows of a backup restored into a replicated stream (`STREAM.RESTORE` in a cluster),
+    with their own seqs and timestamps: what the backup lacks between them is a gap, and
+    `through` is the backup's last seq (deleted messages may end it)."""
+
+    msgs: tuple[Publish, ...]
+    through: int
+
+
+@dataclass(frozen=True, slots=True)
 class Barrier:
     """Changes nothing: a new leader proposes one and waits for it to apply, which tells it
     every entry of earlier terms has been applied here."""
 
 
-Entry = Publish | Delete | Remove | Purge | Expire | ConsumerOp | Barrier | Batch
+Entry = Publish | Delete | Remove | Purge | Expire | ConsumerOp | Barrier | Batch | Restored
 
 
 class EntryDecodeError(ValueError):
     """Bytes that are not one well-formed stream entry (a corrupt or foreign log entry)."""
 
 
-_PUBLISH, _DELETE, _REMOVE, _PURGE, _EXPIRE, _CONSUMER_OP, _BARRIER, _BATCH, _FAST = range(1, 10)
+_PUBLISH, _DELETE, _REMOVE, _PURGE, _EXPIRE, _CONSUMER_OP, _BARRIER, _BATCH, _FAST, _RESTORED = (
+    range(1, 11)
+)
 
 # kind, seq, ts, ttl, rollup, then the lengths of subject, header block, data, msg id
 _PUB = struct.Struct(">BQqqBIIII")
@@ -132,6 +144,7 @@ _BATCH_HEAD = struct.Struct(">BI")  # kind, count; then each publish's length an
 # kind, publish length, batch seq, flags (1 gap ok, 2 commit), flow, id and reply lengths;
 # then the publish's own bytes, the id and the reply
 _FAST_HEAD = struct.Struct(">BIQBHII")
+_RESTORED_HEAD = struct.Struct(">BQI")  # kind, through, count; then as a batch
 _LEN = struct.Struct(">I")
 _BARRIER_BYTES = bytes((_BARRIER,))
 
@@ -179,15 +192,22 @@ def encode(entry: Entry) -> bytes:
         head = _EXPIRE_HEAD.pack(_EXPIRE, entry.cutoff, entry.last_seq, entry.req, len(entry.seqs))
         return head + _seqs(entry.seqs)
     if isinstance(entry, Batch):
-        parts = [_BATCH_HEAD.pack(_BATCH, len(entry.msgs))]
-        for msg in entry.msgs:
-            body = encode(msg)
-            parts += (_LEN.pack(len(body)), body)
-        return b"".join(parts)
+        return _encode_publishes(_BATCH_HEAD.pack(_BATCH, len(entry.msgs)), entry.msgs)
+    if isinstance(entry, Restored):
+        head = _RESTORED_HEAD.pack(_RESTORED, entry.through, len(entry.msgs))
+        return _encode_publishes(head, entry.msgs)
     if isinstance(entry, ConsumerOp):
         name = _text(entry.consumer)
         return _OP.pack(_CONSUMER_OP, len(name), len(entry.op)) + name + entry.op
     return _BARRIER_BYTES
+
+
+def _encode_publishes(head: bytes, msgs: tuple[Publish, ...]) -> bytes:
+    parts = [head]
+    for msg in msgs:
+        body = encode(msg)
+        parts += (_LEN.pack(len(body)), body)
+    return b"".join(parts)
 
 
 def _encode_fast(entry: Publish, mark: FastMark) -> bytes:
@@ -287,16 +307,25 @@ def _decode_consumer_op(data: bytes) -> ConsumerOp:
 
 def _decode_batch(data: bytes) -> Batch:
     _, count = _BATCH_HEAD.unpack_from(data)
-    at, msgs = _BATCH_HEAD.size, []
+    return Batch(_decode_publishes(data, _BATCH_HEAD.size, count, "batch"))
+
+
+def _decode_restored(data: bytes) -> Restored:
+    _, through, count = _RESTORED_HEAD.unpack_from(data)
+    return Restored(_decode_publishes(data, _RESTORED_HEAD.size, count, "restored"), through)
+
+
+def _decode_publishes(data: bytes, at: int, count: int, kind: str) -> tuple[Publish, ...]:
+    msgs = []
     for _ in range(count):
         (size,) = _LEN.unpack_from(data, at)
         at += _LEN.size
         if at + size > len(data) or size == 0 or data[at] != _PUBLISH:
-            raise EntryDecodeError(f"batch entry with a malformed message at byte {at}")
+            raise EntryDecodeError(f"{kind} entry with a malformed message at byte {at}")
         msgs.append(_decode_publish(data[at : at + size]))
         at += size
-    _expect(data, at, "batch")
-    return Batch(tuple(msgs))
+    _expect(data, at, kind)
+    return tuple(msgs)
 
 
 def _decode_barrier(data: bytes) -> Barrier:
@@ -314,4 +343,5 @@ _DECODERS = {
     _BARRIER: _decode_barrier,
     _BATCH: _decode_batch,
     _FAST: _decode_fast,
+    _RESTORED: _decode_restored,
 }

@@ -19,6 +19,7 @@ from log.stream_entries import (
     Publish,
     Purge,
     Remove,
+    Restored,
     decode,
     encode,
 )
@@ -47,6 +48,11 @@ entries: st.SearchStrategy[Entry] = st.one_of(
     st.builds(Expire, i64, u64, seqs, u64),
     st.builds(ConsumerOp, text, st.binary(max_size=200)),
     st.just(Barrier()),
+    st.builds(
+        Restored,
+        st.lists(publishes.map(lambda p: p._replace(fast=None)), max_size=3).map(tuple),
+        u64,
+    ),
 )
 
 
