@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.test_nats_cli import cli
 from tests.jetstream.test_backup_e2e import restore, snapshot
 from tests.jscluster.support import eventually, js_cluster, request, server_name, stream_messages
 from tests.support.servers import ServerProcess, enabled_kinds
@@ -53,7 +54,7 @@ async def test_a_restore_is_replicated(kind: str, tmp_path: Path) -> None:
         assert receiver.end.result().headers == {"Status": "204"}
         await c.js.delete_stream("B")
         await eventually(
-            lambda: asyncio.sleep(0, not any(map(_stream_folder_of_b, c.servers))),
+            lambda: asyncio.sleep(0, not any(_stream_folder(s, "B") for s in c.servers)),
             "B's files gone from every server",
         )
 
@@ -96,8 +97,41 @@ async def test_a_restore_is_replicated(kind: str, tmp_path: Path) -> None:
         assert refused["error"]["err_code"] == 10005, refused
 
 
-def _stream_folder_of_b(server: ServerProcess) -> bool:
-    """Whether the deleted stream's folder is still there (both kinds lay it out alike):
+def _stream_folder(server: ServerProcess, stream: str) -> bool:
+    """Whether a deleted stream's folder is still there (both kinds lay it out alike):
     a stream assigned again before it is gone would find the old files."""
     store = Path(server.args[server.args.index("-sd") + 1])
-    return (store / "jetstream" / "$G" / "streams" / "B").exists()
+    return (store / "jetstream" / "$G" / "streams" / stream).exists()
+
+
+async def test_nats_stream_restore_places_the_replicas_asked_for(kind: str, tmp_path: Path) -> None:
+    """natscli's backup and restore (`--replicas 3`) of an R1 stream in a cluster."""
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        url = ",".join(s.url for s in c.servers)
+        await c.add_stream("ORD", ["ord.>"], replicas=1)
+        for i in range(30):
+            await c.js.publish(f"ord.{i % 3}", b"order %d" % i * 40)
+        before = await request(c.nc, "$JS.API.STREAM.INFO.ORD")
+        folder = tmp_path / "backup"
+        code, out = await cli(url, "stream", "backup", "ORD", str(folder), "--no-progress")
+        assert code == 0, out
+        assert (await cli(url, "stream", "rm", "ORD", "-f"))[0] == 0
+        await eventually(
+            lambda: asyncio.sleep(0, not any(_stream_folder(s, "ORD") for s in c.servers)),
+            "ORD's files gone from every server",
+        )
+        code, out = await cli(
+            url, "stream", "restore", str(folder), "--replicas", "3", "--no-progress"
+        )
+        assert code == 0, out
+        assert 'Restored stream "ORD"' in out
+        after = await request(c.nc, "$JS.API.STREAM.INFO.ORD")
+        assert after["config"]["num_replicas"] == 3
+        assert len(after["cluster"]["replicas"]) == 2
+        for key in ("messages", "bytes", "first_seq", "last_seq"):
+            assert after["state"][key] == before["state"][key], key
+        for server in c.servers:
+            await eventually(
+                lambda server=server: asyncio.sleep(0, stream_messages(server, "ORD") == 30),
+                f"{server_name(server)} holds the restored messages",
+            )
