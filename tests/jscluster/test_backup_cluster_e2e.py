@@ -16,6 +16,7 @@ import pytest
 from tests.e2e.test_nats_cli import cli
 from tests.jetstream.test_backup_e2e import restore, snapshot
 from tests.jscluster.support import eventually, js_cluster, request, server_name, stream_messages
+from tests.jscluster.test_consumer_reset_cluster_e2e import durable
 from tests.support.servers import ServerProcess, enabled_kinds
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("kind", enabled_kinds())]
@@ -38,12 +39,7 @@ async def test_a_restore_is_replicated(kind: str, tmp_path: Path) -> None:
         for i in range(60):
             await c.js.publish(f"b.{i % 3}", os.urandom(200), headers={"Nats-Msg-Id": f"m{i}"})
         await c.js.delete_msg("B", 7)
-        config = {"durable_name": "D", "ack_policy": "explicit", "num_replicas": 3}
-        body = json.dumps({"stream_name": "B", "config": config}).encode()
-        created = await eventually(
-            lambda: request(c.nc, "$JS.API.CONSUMER.CREATE.B.D", body), "consumer D created"
-        )
-        assert "error" not in created, created
+        await durable(c, "B", "D")
         sub = await c.js.pull_subscribe_bind("D", "B")
         for msg in await sub.fetch(10, timeout=5):
             await msg.ack_sync()

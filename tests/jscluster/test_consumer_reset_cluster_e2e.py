@@ -12,10 +12,19 @@ import nats.errors
 import pytest
 
 from tests.jetstream.test_consumer_reset_e2e import RESET, TYPE, position
-from tests.jscluster.support import eventually, js_cluster, request
+from tests.jscluster.support import Running, eventually, js_cluster, request
 from tests.support.servers import enabled_kinds
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("kind", enabled_kinds())]
+
+
+async def durable(c: Running, stream: str, name: str) -> None:
+    """An R3 pull consumer with explicit acks, retried while its stream's group settles."""
+    config = {"durable_name": name, "ack_policy": "explicit", "num_replicas": 3}
+    body = json.dumps({"stream_name": stream, "config": config}).encode()
+    subject = f"$JS.API.CONSUMER.CREATE.{stream}.{name}"
+    created = await eventually(lambda: request(c.nc, subject, body), f"consumer {name} created")
+    assert "error" not in created, created
 
 
 async def test_a_reset_is_replicated_to_the_next_leader(kind: str, tmp_path: Path) -> None:
@@ -23,12 +32,7 @@ async def test_a_reset_is_replicated_to_the_next_leader(kind: str, tmp_path: Pat
         await c.add_stream("S", ["s.>"])
         for i in range(10):
             await c.js.publish(f"s.{i % 3}", b"%d" % (i + 1))
-        config = {"durable_name": "C", "ack_policy": "explicit", "num_replicas": 3}
-        body = json.dumps({"stream_name": "S", "config": config}).encode()
-        created = await eventually(
-            lambda: request(c.nc, "$JS.API.CONSUMER.CREATE.S.C", body), "consumer C created"
-        )
-        assert "error" not in created, created
+        await durable(c, "S", "C")
         sub = await c.js.pull_subscribe_bind("C", "S")
         msgs = await sub.fetch(4, timeout=5)
         for msg in msgs[:2]:
