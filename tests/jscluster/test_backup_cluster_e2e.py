@@ -131,3 +131,23 @@ async def test_nats_stream_restore_places_the_replicas_asked_for(kind: str, tmp_
                 lambda server=server: asyncio.sleep(0, stream_messages(server, "ORD") == 30),
                 f"{server_name(server)} holds the restored messages",
             )
+
+
+async def test_a_purged_stream_restores_its_sequences(kind: str, tmp_path: Path) -> None:
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        await c.add_stream("P", ["p.>"])
+        for i in range(5):
+            await c.js.publish("p.x", b"%d" % i)
+        await c.js.purge_stream("P")
+        doc, receiver = await snapshot(c.nc, "P", chunk_size=1024)
+        await c.js.delete_stream("P")
+        await eventually(
+            lambda: asyncio.sleep(0, not any(_stream_folder(s, "P") for s in c.servers)),
+            "P's files gone from every server",
+        )
+        done = await restore(c.nc, "P", doc, [m.data for m in receiver.chunks])
+        assert "error" not in done, done
+        state = done["state"]
+        assert (state["messages"], state["first_seq"], state["last_seq"]) == (0, 6, 5)
+        ack = await eventually(lambda: c.js.publish("p.x", b"next"), "a publish after it")
+        assert ack.seq == 6

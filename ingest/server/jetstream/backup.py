@@ -273,8 +273,9 @@ class Backups:
             gone = set(header.deleted)
             through, logged = header.keep_from - 1, 0
             while through < header.last_seq or logged < header.explicit_size:
-                rows = await reader.fetch(Ask(through + 1, header.last_seq, logged, 0))
-                if not rows.helps(Ask(through + 1, header.last_seq, logged, 0)):
+                ask = Ask(through + 1, header.last_seq, logged, header.explicit_size)
+                rows = await reader.fetch(ask)
+                if not rows.helps(ask):
                     raise BackupError(f"stream {stream.name}: backup frame with nothing new")
                 logged += len(rows.explicit)
                 msgs = tuple(
@@ -285,6 +286,8 @@ class Backups:
                 if rows.through > through:
                     through = rows.through
                     await _committed(partial(stream.propose_restored, Restored(msgs, through)))
+        if header.last_seq > stream.store.state().last_seq:  # all purged: the seqs still count
+            await _committed(partial(stream.propose_restored, Restored((), header.last_seq)))
         for saved in header.consumers:
             if saved.state is None:
                 log.warning(
