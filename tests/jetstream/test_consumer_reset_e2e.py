@@ -9,6 +9,7 @@ Every expectation was observed from the reference nats-server 2.15.1.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import nats.errors
@@ -195,6 +196,25 @@ async def test_malformed_json_and_the_required_level(
         },
         "reset_seq": 0,
     }
+
+
+async def test_the_stream_identity_is_told_when_asked(
+    js_server: ServerProcess,  # noqa: F811
+    connect: Connect,
+) -> None:
+    """The header asks for the stream's identity in the answer (durable sourcing's check
+    that its origin is the one it knew); its value is not checked against anything."""
+    nc = await connect(js_server)
+    await setup(nc)
+    plain = await nc.request(RESET + "C", b"", timeout=5)
+    assert not plain.headers
+    asked = [
+        await nc.request(RESET + "C", b"", timeout=5, headers={"Nats-Stream-Identity": x})
+        for x in ("wrong", "")
+    ]
+    told = {m.headers["Nats-Stream-Identity"] for m in asked if m.headers}
+    assert len(told) == 1 and len(told.pop()) == 8
+    assert json.loads(asked[0].data)["reset_seq"] == 1
 
 
 async def test_an_unknown_consumer_or_stream_gets_no_answer(
