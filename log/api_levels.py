@@ -122,13 +122,13 @@ COMPLETE_ABOVE_LEVEL_2: dict[int, str] = {
     3: "STREAM.SNAPSHOT window_size (ingest/server/jetstream/backup.py)",
     5: "a recreated source copied anew, `seq` in source info (ingest/server/jetstream/sources.py)",
 }
-# Level 4 (nats-server 2.14) has fast batch publish (`log.fast_batch`), consumer
-# `ack_policy: flow_control` (`log.consumers`) and durable sourcing here: every mirror and
-# source reads its origin through a `sourcing` consumer asked for over the API, JS_MIRROR_*/
-# JS_SRC_*, a listed durable acknowledged by flow control on interest and work-queue origins,
-# so each gets every message and the origin keeps it until all have it (`log.sourcing`,
-# `ingest.server.jetstream.sourcing`), behind an `external` API prefix and between
-# replicated streams. It still lacks: a source's or mirror's own `consumer` ({name,
-# deliver_subject}: a durable the user made, which the link resets with
-# `$JS.API.CONSUMER.RESET`), consumer reset itself, and fast batches that survive a
-# leader change.
+# Level 4 (nats-server 2.14) has fast batch publish (`log.fast_batch`, batches carried on
+# by a new leader), consumer `ack_policy: flow_control` (`log.consumers`), consumer reset
+# (`$JS.API.CONSUMER.RESET`, `log.consumers.consumer.Consumer.reset`) and durable sourcing
+# here: every mirror and source reads its origin through a `sourcing` consumer asked for
+# over the API, JS_MIRROR_*/JS_SRC_*, a listed durable acknowledged by flow control on
+# interest and work-queue origins, so each gets every message and the origin keeps it until
+# all have it (`log.sourcing`, `ingest.server.jetstream.sourcing`), behind an `external` API
+# prefix and between replicated streams. It still lacks a source's or mirror's own
+# `consumer` ({name, deliver_subject}: a durable the user made, which the link resets with
+# `$JS.API.CONSUMER.RESET`).

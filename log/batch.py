@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from ingest.parser.headers import remove_header
 from log import errors
+from log.batch_limits import SERVER, ServerBatches
 from log.errors import ApiError
 
 BATCH_ID = "Nats-Batch-Id"
@@ -60,8 +61,10 @@ class Commit:
 class Stager:
     """The batches a stream's leader is collecting, by id."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: ServerBatches = SERVER) -> None:
         self._batches: dict[str, _Batch] = {}
+        self._server = server
+        server.track_atomic(self)
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -104,7 +107,7 @@ class Stager:
                     raise errors.atomic_too_large(MAX_SIZE)
                 raise errors.atomic_incomplete()
             self._sweep(now)
-            if len(self._batches) >= MAX_INFLIGHT:
+            if len(self._batches) >= MAX_INFLIGHT or self._server.atomic_full():
                 raise errors.atomic_too_many_inflight()
             batch = self._batches[batch_id] = _Batch(now + TIMEOUT_NS)
         try:

@@ -28,6 +28,7 @@ _FIELDS = Fields("StreamConfigRequest")
 _type_error = _FIELDS.type_error
 _str = _FIELDS.str
 _int = _FIELDS.int
+_uint = _FIELDS.uint
 _bool = _FIELDS.bool
 _enum = _FIELDS.enum
 _str_list = _FIELDS.str_list
@@ -270,17 +271,6 @@ def from_request(raw: Any) -> StreamConfig:
         metadata={str(k): str(v) for k, v in metadata.items()},
     )
     return _checked(cfg)
-
-
-def _uint(raw: Mapping[str, Any], key: str) -> int:
-    """A uint64 field: Go's decoder refuses a negative number before any other check."""
-    value = _int(raw, key)
-    if value < 0:
-        raise errors.invalid_json(
-            f"json: cannot unmarshal number {value} into Go struct field"
-            f" StreamConfigRequest.{key} of type uint64"
-        )
-    return value
 
 
 def _transform(raw: Mapping[str, Any]) -> SubjectTransformConfig | None:

@@ -12,19 +12,25 @@ report for a message the stream refused, and one PubAck at the end. m starts
 at the flow the publisher asked for (at most 500) when the batch is the
 stream's only one, else at 1, and moves toward 500 / batches in flight.
 
-The state lives on the stream's leader only and is pure: time comes in as an
-argument and every reply goes out through the `Send` it is given, in the
+The leader runs the batches. On a replicated stream each message's entry also
+carries where its batch stands (`stream_entries.FastMark`), which every other
+member records as it applies (`follow`), so a new leader carries the batches on:
+it tells each publisher, with a flow ack for the last message stored, where to
+go on from (`lead`), as the reference's new leader does. Pure: time comes in as
+an argument and every reply goes out through the `Send` it is given, in the
 reference's order (nats-server 2.14, `jetstream_batching.go`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from log import errors, publish
+from log.batch_limits import SERVER, ServerBatches
 from log.errors import ApiError
+from log.stream_entries import FastMark, Publish
 
 SUFFIX = ".$FI"
 OP_START, OP_APPEND, OP_COMMIT, OP_COMMIT_EOB, OP_PING = range(5)
@@ -36,6 +42,7 @@ TIMEOUT_NS = 10_000_000_000  # a batch silent this long is forgotten
 _UINT16 = 65_535
 
 Send = Callable[[bytes], None]
+SendTo = Callable[[str, bytes | None, bytes], None]  # subject, header block, body
 
 
 def disabled() -> ApiError:
@@ -68,6 +75,7 @@ class FastRef:
     gap_ok: bool = False
     op: int = OP_START
     valid: bool = True
+    reply: str = field(default="", compare=False)  # the subject it was parsed from
 
     @property
     def commit(self) -> bool:
@@ -96,7 +104,7 @@ def parse(reply: str | None) -> FastRef | None:
         return _MALFORMED  # an end marker needs something to end
     flow = _go_int(flow_text) or 0
     flow = DEFAULT_FLOW if flow <= 0 else min(flow, _UINT16)
-    return FastRef(batch_id, seq, flow, gap == "ok", op)
+    return FastRef(batch_id, seq, flow, gap == "ok", op, reply=reply)
 
 
 def _go_int(text: str) -> int | None:
@@ -132,14 +140,17 @@ class Batch:
     sseq: int = 0  # the stream seq of the last message stored
     pending: int = 0  # proposed, not yet stored
     committing: bool = False
+    reply: str = ""  # where a new leader sends its flow ack (known from `follow`)
 
 
 class FastBatches:
     """A stream leader's fast batches in flight."""
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, server: ServerBatches = SERVER) -> None:
         self.stream = stream
         self._batches: dict[str, Batch] = {}
+        self._server = server
+        server.track_fast(self)
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -159,7 +170,7 @@ class FastBatches:
                 send(publish.error_ack(self.stream, unknown_id()))
                 return None
             self._sweep(now)
-            if len(self._batches) >= MAX_INFLIGHT:
+            if len(self._batches) >= MAX_INFLIGHT or self._server.fast_full():
                 send(publish.error_ack(self.stream, too_many_inflight()))
                 return None
             flow = min(MAX_FLOW, ref.flow) if not self._batches else 1
@@ -196,6 +207,41 @@ class FastBatches:
         elif ref.seq == 1:
             send(flow_ack(0, b.flow))
         return b
+
+    def mark(self, ref: FastRef) -> FastMark:
+        """What the message's entry carries for the other members."""
+        return FastMark(ref.batch_id, ref.seq, ref.gap_ok, ref.flow, ref.commit, ref.reply)
+
+    def follow(self, run: Sequence[Publish], now: int) -> None:
+        """Another member's messages applied here: record where their batches stand."""
+        for entry in run:
+            mark = entry.fast
+            if mark is None:
+                continue
+            if mark.commit:
+                self._batches.pop(mark.batch_id, None)
+                continue
+            b = self._batches.get(mark.batch_id)
+            if b is None:
+                self._sweep(now)
+                b = Batch(mark.batch_id, mark.gap_ok, mark.flow, 1, now)
+                self._batches[mark.batch_id] = b
+            b.deadline = now + TIMEOUT_NS
+            b.sseq, b.pseq, b.lseq = entry.seq, mark.seq, mark.seq
+            b.reply = mark.reply
+
+    def lead(self, now: int, send_to: SendTo | None) -> None:
+        """This member leads now, with every earlier entry applied: each batch goes on from
+        its last stored message, and its publisher hears so (a flow ack for that message,
+        the flow started afresh)."""
+        self._sweep(now)
+        for b in self._batches.values():
+            b.flow = min(MAX_FLOW, b.max_flow) if len(self._batches) == 1 else 1
+            b.committing, b.pending = False, 0
+            b.fseq = b.lseq = b.pseq
+            b.deadline = now + TIMEOUT_NS
+            if b.reply and send_to is not None:
+                send_to(b.reply, None, flow_ack(b.fseq, b.flow))
 
     def proposed(self, b: Batch) -> None:
         b.pending += 1

@@ -67,6 +67,18 @@ class Fields:
             raise self.type_error(key, value, "int64")
         return int(value)
 
+    def uint(self, raw: Mapping[str, Any], key: str) -> int:
+        """A uint64 field: Go's decoder names the number it refuses (negative, fractional)."""
+        value = raw.get(key)
+        if value is None:
+            return 0
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.type_error(key, value, "uint64")
+        if value < 0 or int(value) != value:
+            where = f"Go struct field {self.struct}.{key} of type uint64"
+            raise errors.invalid_json(f"json: cannot unmarshal number {value} into {where}")
+        return int(value)
+
     def bool(self, raw: Mapping[str, Any], key: str) -> bool:
         value = raw.get(key)
         if value is None:

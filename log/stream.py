@@ -43,6 +43,7 @@ from log.stream_entries import (
     Publish,
     Purge,
     Remove,
+    Restored,
 )
 from log.timefmt import now_ns, rfc3339
 
@@ -95,6 +96,8 @@ class Stream:
             store.compact(config.first_seq)
         self._batches = batch.Stager()
         self._fast = fast_batch.FastBatches(config.name)
+        self._replicated = group is not None
+        self.restoring = False  # a backup is being restored into it: publishes wait
         self._accepting = group is None
         self._epoch = 0  # counts leadership changes: a stale barrier must not open the gate
         self._expiring = False  # an expiry entry is in flight: do not propose another
@@ -154,9 +157,8 @@ class Stream:
         sequences it assigns continue the log with no gap or duplicate.
         """
         self._epoch += 1
-        self._accepting = False
-        self._batches.clear()
-        self._fast.clear()
+        self._accepting = self.restoring = False  # a restore under way fails with the lead
+        self._batches.clear()  # fast batches stay: their entries say where they stand
         self._applier.schedules.clear_inflight()
         if not leader:
             self._reset_proposed()  # what is in flight fails or commits without us
@@ -168,6 +170,7 @@ class Stream:
             return  # the leadership went (or came again, with a barrier of its own)
         self._reset_proposed()
         self._accepting = True
+        self._fast.lead(now_ns(), self._send_core)
         if self._on_sooner_expiry is not None:
             self._on_sooner_expiry()  # expiry is the leader's to propose: arm its timer
 
@@ -201,7 +204,7 @@ class Stream:
         A member that is not accepting stays silent, as the reference does: the
         publisher times out and retries, by then against the leader.
         """
-        if not self._accepting:
+        if not self._accepting or self.restoring:
             return
         if self.config.no_ack:
             ack = None
@@ -267,6 +270,8 @@ class Stream:
             self._fast.refused(taken, fast, None, admitted.seq, send)
             return
         entry, echo, _ = admitted
+        if self._replicated:  # where the batch stands, for the next leader
+            entry = entry._replace(fast=self._fast.mark(fast))
         self._fast.proposed(taken)
 
         def done(error: BaseException | None) -> None:
@@ -353,7 +358,10 @@ class Stream:
         self._applier.apply(entries, self._group.committed)
 
     def _settle_published(self, run: list[Publish]) -> None:
-        self.proposed.settle(run, following=not self._accepting)
+        following = not self._accepting
+        self.proposed.settle(run, following=following)
+        if following and self.config.allow_batched:
+            self._fast.follow(run, now_ns())
 
     @property
     def committed_seq(self) -> int:
@@ -526,6 +534,15 @@ class Stream:
         """Put a consumer's state change in the stream's log; every member's apply hands it
         to `consumer_ops`, in log order. The group refuses it off the leader."""
         self._group.propose((ConsumerOp(consumer, op),), on_commit)
+
+    def propose_restored(self, entry: Restored, on_commit: OnCommit) -> None:
+        """A backup's rows, from the leader of a stream being restored (`log.backup_archive`)."""
+        self._group.propose((entry,), on_commit)
+
+    @property
+    def restore_began(self) -> bool:
+        """A restore's first entry reached this member: its leader took the backup."""
+        return self._applier.restore_began
 
     async def flush(self) -> None:
         """Wait until every accepted publish is committed (and acknowledged)."""

@@ -36,6 +36,7 @@ from log.stream_entries import (
     Publish,
     Purge,
     Remove,
+    Restored,
 )
 from log.timefmt import now_ns
 
@@ -64,6 +65,7 @@ class Applier:
         self.store = store
         self._read_headers = read_headers
         self._applied = applied
+        self.restore_began = False  # a restore's first entry applied (`STREAM.RESTORE`)
         self._on_sooner_expiry = on_sooner_expiry
         self.consumer_ops: ConsumerOps | None = None
         self.outcomes: dict[int, Any] = {}
@@ -191,12 +193,14 @@ class Applier:
         self._entries += len(entries)
         self._marks.append((self._entries, self._applied_seq))
 
-    def _apply_publishes(self, run: list[Publish]) -> None:
-        """Append what the store does not hold yet (a replay skips what it does)."""
+    def _apply_publishes(self, run: list[Publish], *, gaps: bool = False) -> None:
+        """Append what the store does not hold yet (a replay skips what it does); with
+        `gaps` (a mirror's copies, a restore's rows) the seqs may skip some."""
         stored = self.stored_last
         fresh = run if run[0].seq > stored else [e for e in run if e.seq > stored]
         if fresh:
-            if self.config.mirror is not None and fresh[-1].seq - stored != len(fresh):
+            gaps = gaps or self.config.mirror is not None
+            if gaps and fresh[-1].seq - stored != len(fresh):
                 self._append_with_gaps(fresh)
             else:
                 self._append(fresh)
@@ -275,6 +279,18 @@ class Applier:
             self._apply_expire(entry)
         elif isinstance(entry, ConsumerOp) and self.consumer_ops is not None:
             self.consumer_ops(entry.consumer, entry.op)
+        elif isinstance(entry, Restored):
+            self._apply_restored(entry)
+
+    def _apply_restored(self, entry: Restored) -> None:
+        """A backup's rows keep their seqs; deletes at its end still number the next."""
+        self.restore_began = True
+        if entry.msgs:
+            self._apply_publishes(list(entry.msgs), gaps=True)
+        if entry.through > self.stored_last:
+            self.store.skip(entry.through + 1)
+            self.stored_last = entry.through
+            self._applied_seq = max(self._applied_seq, entry.through)
 
     def _found(self, req: int, outcome: object) -> None:
         if req in self.outcomes:

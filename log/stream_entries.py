@@ -24,6 +24,18 @@ ROLLUPS = ("", "sub", "all")
 _NO_HDR = 0xFFFF_FFFF  # a header-block length meaning "no header block" (distinct from empty)
 
 
+class FastMark(NamedTuple):
+    """Where a fast batch stands once its message applies (`log.fast_batch`): every member
+    keeps it, so the next leader carries the batch on, as the reference's followers do."""
+
+    batch_id: str
+    seq: int  # the message's sequence within the batch
+    gap_ok: bool
+    flow: int  # the publisher's flow (the most messages one flow ack may cover)
+    commit: bool  # the message commits the batch
+    reply: str  # where the batch's flow acks go
+
+
 class Publish(NamedTuple):
     """A message, its sequence and the rules apply must repeat (rollup, TTL, dedup id).
 
@@ -36,6 +48,7 @@ class Publish(NamedTuple):
     rollup: str = ""  # "", "sub" or "all"
     ttl: int = 0  # seconds; 0 none, publish.NEVER for "never"
     msg_id: str = ""
+    fast: FastMark | None = None  # a replicated fast batch's message
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,19 +107,31 @@ class Batch:
 
 
 @dataclass(frozen=True, slots=True)
+class Restored:
+    """Rows of a backup restored into a replicated stream (`STREAM.RESTORE` in a cluster),
+    with their own seqs and timestamps: what the backup lacks between them is a gap, and
+    `through` is the backup's last seq (deleted messages may end it)."""
+
+    msgs: tuple[Publish, ...]
+    through: int
+
+
+@dataclass(frozen=True, slots=True)
 class Barrier:
     """Changes nothing: a new leader proposes one and waits for it to apply, which tells it
     every entry of earlier terms has been applied here."""
 
 
-Entry = Publish | Delete | Remove | Purge | Expire | ConsumerOp | Barrier | Batch
+Entry = Publish | Delete | Remove | Purge | Expire | ConsumerOp | Barrier | Batch | Restored
 
 
 class EntryDecodeError(ValueError):
     """Bytes that are not one well-formed stream entry (a corrupt or foreign log entry)."""
 
 
-_PUBLISH, _DELETE, _REMOVE, _PURGE, _EXPIRE, _CONSUMER_OP, _BARRIER, _BATCH = range(1, 9)
+_PUBLISH, _DELETE, _REMOVE, _PURGE, _EXPIRE, _CONSUMER_OP, _BARRIER, _BATCH, _FAST, _RESTORED = (
+    range(1, 11)
+)
 
 # kind, seq, ts, ttl, rollup, then the lengths of subject, header block, data, msg id
 _PUB = struct.Struct(">BQqqBIIII")
@@ -116,6 +141,10 @@ _PURGE_HEAD = struct.Struct(">BQQQQI")  # kind, upto_seq, keep, last_seq, req, f
 _EXPIRE_HEAD = struct.Struct(">BqQQI")  # kind, cutoff, last_seq, req, count
 _OP = struct.Struct(">BII")  # kind, consumer length, op length
 _BATCH_HEAD = struct.Struct(">BI")  # kind, count; then each publish's length and bytes
+# kind, publish length, batch seq, flags (1 gap ok, 2 commit), flow, id and reply lengths;
+# then the publish's own bytes, the id and the reply
+_FAST_HEAD = struct.Struct(">BIQBHII")
+_RESTORED_HEAD = struct.Struct(">BQI")  # kind, through, count; then as a batch
 _LEN = struct.Struct(">I")
 _BARRIER_BYTES = bytes((_BARRIER,))
 
@@ -131,6 +160,8 @@ def _seqs(seqs: tuple[int, ...]) -> bytes:
 def encode(entry: Entry) -> bytes:
     """The entry's bytes for the Raft log (and the wire between members)."""
     if type(entry) is Publish:
+        if entry.fast is not None:
+            return _encode_fast(entry, entry.fast)
         msg = entry.msg
         subject = _text(msg.subject)
         msg_id = _text(entry.msg_id)
@@ -161,15 +192,30 @@ def encode(entry: Entry) -> bytes:
         head = _EXPIRE_HEAD.pack(_EXPIRE, entry.cutoff, entry.last_seq, entry.req, len(entry.seqs))
         return head + _seqs(entry.seqs)
     if isinstance(entry, Batch):
-        parts = [_BATCH_HEAD.pack(_BATCH, len(entry.msgs))]
-        for msg in entry.msgs:
-            body = encode(msg)
-            parts += (_LEN.pack(len(body)), body)
-        return b"".join(parts)
+        return _encode_publishes(_BATCH_HEAD.pack(_BATCH, len(entry.msgs)), entry.msgs)
+    if isinstance(entry, Restored):
+        head = _RESTORED_HEAD.pack(_RESTORED, entry.through, len(entry.msgs))
+        return _encode_publishes(head, entry.msgs)
     if isinstance(entry, ConsumerOp):
         name = _text(entry.consumer)
         return _OP.pack(_CONSUMER_OP, len(name), len(entry.op)) + name + entry.op
     return _BARRIER_BYTES
+
+
+def _encode_publishes(head: bytes, msgs: tuple[Publish, ...]) -> bytes:
+    parts = [head]
+    for msg in msgs:
+        body = encode(msg)
+        parts += (_LEN.pack(len(body)), body)
+    return b"".join(parts)
+
+
+def _encode_fast(entry: Publish, mark: FastMark) -> bytes:
+    body = encode(entry._replace(fast=None))
+    batch_id, reply = _text(mark.batch_id), _text(mark.reply)
+    flags = (1 if mark.gap_ok else 0) | (2 if mark.commit else 0)
+    head = _FAST_HEAD.pack(_FAST, len(body), mark.seq, flags, mark.flow, len(batch_id), len(reply))
+    return b"".join((head, body, batch_id, reply))
 
 
 def decode(data: bytes) -> Entry:
@@ -205,6 +251,23 @@ def _decode_publish(data: bytes) -> Publish:
     body = data[at : at + n_data]
     msg_id = data[at + n_data :].decode("utf-8", "surrogateescape")
     return Publish(NewMsg(subject, hdr, body, ts), seq, ROLLUPS[rollup], ttl, msg_id)
+
+
+def _decode_fast(data: bytes) -> Publish:
+    _, n_body, seq, flags, flow, n_id, n_reply = _FAST_HEAD.unpack_from(data)
+    _expect(data, _FAST_HEAD.size + n_body + n_id + n_reply, "fast batch publish")
+    at = _FAST_HEAD.size
+    if n_body == 0 or data[at] != _PUBLISH:
+        raise EntryDecodeError("fast batch publish entry without its message")
+    if flags > 3:
+        raise EntryDecodeError(f"fast batch publish entry with unknown flags {flags}")
+    entry = _decode_publish(data[at : at + n_body])
+    at += n_body
+    batch_id = data[at : at + n_id].decode("utf-8", "surrogateescape")
+    reply = data[at + n_id :].decode("utf-8", "surrogateescape")
+    return entry._replace(
+        fast=FastMark(batch_id, seq, bool(flags & 1), flow, bool(flags & 2), reply)
+    )
 
 
 def _decode_delete(data: bytes) -> Delete:
@@ -244,16 +307,25 @@ def _decode_consumer_op(data: bytes) -> ConsumerOp:
 
 def _decode_batch(data: bytes) -> Batch:
     _, count = _BATCH_HEAD.unpack_from(data)
-    at, msgs = _BATCH_HEAD.size, []
+    return Batch(_decode_publishes(data, _BATCH_HEAD.size, count, "batch"))
+
+
+def _decode_restored(data: bytes) -> Restored:
+    _, through, count = _RESTORED_HEAD.unpack_from(data)
+    return Restored(_decode_publishes(data, _RESTORED_HEAD.size, count, "restored"), through)
+
+
+def _decode_publishes(data: bytes, at: int, count: int, kind: str) -> tuple[Publish, ...]:
+    msgs = []
     for _ in range(count):
         (size,) = _LEN.unpack_from(data, at)
         at += _LEN.size
         if at + size > len(data) or size == 0 or data[at] != _PUBLISH:
-            raise EntryDecodeError(f"batch entry with a malformed message at byte {at}")
+            raise EntryDecodeError(f"{kind} entry with a malformed message at byte {at}")
         msgs.append(_decode_publish(data[at : at + size]))
         at += size
-    _expect(data, at, "batch")
-    return Batch(tuple(msgs))
+    _expect(data, at, kind)
+    return tuple(msgs)
 
 
 def _decode_barrier(data: bytes) -> Barrier:
@@ -270,4 +342,6 @@ _DECODERS = {
     _CONSUMER_OP: _decode_consumer_op,
     _BARRIER: _decode_barrier,
     _BATCH: _decode_batch,
+    _FAST: _decode_fast,
+    _RESTORED: _decode_restored,
 }

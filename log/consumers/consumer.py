@@ -3,7 +3,8 @@
 The asyncio shell feeds it events (a pull request, an ack, a committed
 message, interest appearing on the deliver subject, a timer firing) with the
 current time, and publishes the `Output`s it returns; `next_deadline` says
-when to call `pump` again. Keeping the rules here means redelivery, backoff,
+when to call `pump` again. Keeping the rules here (what acks do is in
+`log.consumers.acking`, which `Consumer` inherits) means redelivery, backoff,
 max_deliver, max_ack_pending and the pull-request statuses are tested with a
 fake clock in microseconds, not with sleeps.
 
@@ -16,12 +17,11 @@ a message is not revealed before its publisher could have been acknowledged.
 from __future__ import annotations
 
 from collections import deque
-from itertools import takewhile
 from typing import Any
 
-from ingest.parser.headers import header_value
 from ingest.parser.subjects import subject_matches
-from log.consumers.acks import moved_floor
+from log.consumers import errors as cerr
+from log.consumers.acking import Acking
 from log.consumers.config import ConsumerConfig
 from log.consumers.priority import Priority, Verdict, with_pin
 from log.consumers.pull import (
@@ -36,21 +36,15 @@ from log.consumers.pull import (
     status,
 )
 from log.consumers.push import FlowControl
-from log.consumers.start import ReadAhead, count_from, start_position
-from log.consumers.store import ACKED, DELIVERED, GAVE_UP
+from log.consumers.start import ReadAhead, count_from, seq_at_time, start_position
+from log.consumers.store import ACKED, DELIVERED, RESET
 from log.consumers.wire import (
     ACK_PREFIX,
-    CONFIRMED,
-    IGNORED,
-    AckResult,
     Deliveries,
     Output,
     Status,
     StoreReader,
     headers_only,
-    max_deliveries,
-    nak_delay,
-    terminated,
 )
 from log.segments.api import StoredMsg
 
@@ -64,7 +58,7 @@ SLICE = 256
 PULL_SLICE = 32
 
 
-class Consumer:
+class Consumer(Acking):
     def __init__(
         self,
         stream: str,
@@ -117,6 +111,7 @@ class Consumer:
         self._stalled = False  # this pump has a message no waiting request may take
         self._advisories: list[Output] = []
         self.sseq, self._lps = start_position(store, cfg, committed)
+        self.asflr = self.sseq - 1  # the reference's floor: nothing before the start is owed
         self._lps_resume = committed if cfg.deliver_policy == "last_per_subject" else 0
         # Messages matching the filter at or after sseq.
         self.npc = len(self._lps) if self._lps else self.count_pending()
@@ -172,6 +167,44 @@ class Consumer:
         self.priority.adopt(cfg)
         self.waiting.ranked = self.priority.ranked
 
+    def reset(self, seq: int) -> int:
+        """`CONSUMER.RESET`: deliver again from `seq` (0: from just above the ack floor) as
+        if nothing had been delivered yet; returns that seq. A deliver policy that names a
+        start keeps the consumer from going below it, and the policies that start from the
+        stream's end (new, last, last per subject) only allow the ack floor: the reference's
+        rules."""
+        cfg = self.cfg
+        if seq == 0:
+            seq = self.asflr + 1
+        elif cfg.deliver_policy == "by_start_sequence":
+            if seq < cfg.opt_start_seq:
+                raise cerr.invalid_reset("below start seq")
+        elif cfg.deliver_policy == "by_start_time":
+            first = max(self.store.state().first_seq, 1)
+            if seq < seq_at_time(self.store, cfg.opt_start_time or 0, first, self.committed):
+                raise cerr.invalid_reset("below start time")
+        elif cfg.deliver_policy != "all":
+            raise cerr.invalid_reset("not allowed")
+        seq = max(seq, 1)
+        self.pending.clear()
+        self.redelivered.clear()
+        self._rdq.clear()
+        self._rdq_set.clear()
+        self._held = None
+        self._lps.clear()
+        self._lps_resume = 0
+        self.sseq, self.dseq = seq, 1
+        self.adflr, self.asflr = 0, seq - 1
+        self.last_delivered = self.last_acked = 0
+        self._next_check = 0
+        self._reader.refilter(cfg.filters)
+        self._reader.clear()
+        self.npc = self.count_pending()
+        if self.journal is not None:
+            self.journal.extend((RESET, seq))
+        self.dirty = True
+        return seq
+
     def _adopt(self, cfg: ConsumerConfig) -> None:
         """Keep per-message branches off the config's properties."""
         self.cfg = cfg
@@ -220,86 +253,6 @@ class Consumer:
             if req.reply == reply:
                 self.waiting.remove(req)
 
-    def ack(self, dc: int, sseq: int, dseq: int, body: bytes, now: int) -> AckResult:
-        """An ack on `$JS.ACK.<stream>.<consumer>.<dc>.<sseq>.<dseq>.<ts>.<pending>`.
-
-        What the ack settles lands in `finished` for the owner's retention rules.
-        """
-        if self.cfg.ack_policy == "flow_control":
-            return IGNORED  # acks ride on flow-control replies only
-        kind = body.strip()
-        if not kind or kind == b"+ACK" or kind == b"+OK":
-            return self._ack(sseq, dseq, now)
-        if kind.startswith(b"+NXT"):
-            self._ack(sseq, dseq, now)
-            return AckResult(False, kind[4:])
-        if kind.startswith(b"-NAK"):
-            self._nak(sseq, dseq, kind[4:].strip(), now)
-            return CONFIRMED
-        if kind == b"+WPI":
-            p = self.pending.get(sseq)
-            if p is not None:
-                self.pending[sseq] = (p[0], now)
-            return CONFIRMED
-        if kind.startswith(b"+TERM"):
-            if sseq not in self.pending:
-                return CONFIRMED
-            reason = kind[5:].strip().decode("utf-8", "replace")
-            self._ack(sseq, dseq, now)
-            self._advisories.append(terminated(self.stream, self.name, sseq, dseq, dc, reason, now))
-            return CONFIRMED
-        return IGNORED
-
-    def _ack(self, sseq: int, dseq: int, now: int) -> AckResult:
-        if sseq >= self.sseq:
-            return IGNORED
-        policy = self.cfg.ack_policy
-        journal = self.journal
-        if policy == "explicit":
-            p = self.pending.pop(sseq, None)
-            if p is not None:
-                self.finished.append(sseq)
-                self._move_floor(p[0], sseq)
-            if (self.redelivered.pop(sseq, None) or p) and journal is not None:
-                journal.extend((ACKED, sseq))
-            if sseq in self._rdq_set:
-                self._unqueue(sseq)
-        elif policy in ("all", "flow_control"):
-            if dseq <= self.adflr or sseq <= self.asflr:
-                return CONFIRMED
-            covered = list(takewhile(lambda seq: seq <= sseq, self.pending))
-            for seq in covered:
-                del self.pending[seq]
-                self.redelivered.pop(seq, None)
-                self._unqueue(seq)
-                if journal is not None:
-                    journal.extend((ACKED, seq))
-            self.finished += covered
-            self.adflr, self.asflr = dseq, sseq
-        else:
-            return IGNORED
-        self.last_acked = now
-        self.dirty = True
-        return CONFIRMED
-
-    def _move_floor(self, dseq: int, sseq: int) -> None:
-        moved = moved_floor(self.pending, self.adflr, dseq, sseq, self.dseq, self.sseq)
-        if moved is not None:
-            self.adflr, self.asflr = moved
-
-    def _nak(self, sseq: int, dseq: int, arg: bytes, now: int) -> None:
-        p = self.pending.get(sseq)
-        if p is None or dseq <= self.adflr or dseq >= self.dseq:
-            return
-        delay = nak_delay(arg)
-        if delay is not None:
-            self._unqueue(sseq)
-            ts = now - self.cfg.ack_wait + delay
-            self.pending[sseq] = (p[0], ts)
-            self._next_check = min(self._next_check or ts, now + delay)
-            return
-        self._queue_redelivery(sseq)
-
     def set_active(self, active: bool, now: int) -> None:
         """Push: interest on the deliver subject came or went (the reference's rules)."""
         self.active = active
@@ -307,14 +260,6 @@ class Consumer:
             self._fc.reset()
             if self.cfg.idle_heartbeat:
                 self._next_hb = now + self.cfg.idle_heartbeat
-
-    def flow_control_reply(self, subject: str, hdr: bytes | None, now: int) -> None:
-        """A flow-control reply; with `ack_policy: flow_control` its Nats-Last-Stream and
-        Nats-Last-Consumer headers acknowledge everything up to them (as an ack-all)."""
-        if self._fc.confirmed(subject) and hdr and self.cfg.ack_policy == "flow_control":
-            sseq = _header_int(hdr, LAST_STREAM)
-            if sseq > 0:
-                self._ack(sseq, max(_header_int(hdr, LAST_CONSUMER), 0), now)
 
     # -- delivery -------------------------------------------------------------
 
@@ -519,55 +464,6 @@ class Consumer:
         full = 0 < self.cfg.max_ack_pending <= len(self.pending)
         return full or (not self._lps and self._load_next() is None)
 
-    # -- ack deadlines --------------------------------------------------------
-
-    def _ack_wait(self, dc: int) -> int:
-        backoff = self.cfg.backoff
-        if backoff:
-            return backoff[min(max(dc - 1, 0), len(backoff) - 1)]
-        return self.cfg.ack_wait
-
-    def _deadline(self, seq: int) -> int:
-        """When a pending message's ack wait runs out."""
-        return self.pending[seq][1] + self._ack_wait(self.redelivered.get(seq, 1))
-
-    def _check_pending(self, now: int) -> None:
-        """Queue every message whose ack wait ran out, in stream order."""
-        if self.cfg.ack_policy == "flow_control":  # no ack wait: nothing is redelivered
-            self._next_check = 0
-            return
-        expired: list[int] = []
-        nxt = 0
-        for seq in self.pending:
-            deadline = self._deadline(seq)
-            if deadline <= now:
-                if seq not in self._rdq_set:
-                    expired.append(seq)
-            elif not nxt or deadline < nxt:
-                nxt = deadline
-        for seq in expired:
-            dc = self.redelivered.get(seq, 1)
-            if 0 < self.cfg.max_deliver <= dc:  # its last delivery went unacked: give up on it
-                self._advisories.append(max_deliveries(self.stream, self.name, seq, dc, now))
-                self._move_floor(self.pending.pop(seq)[0], seq)
-                if self.journal is not None:
-                    self.journal.extend((GAVE_UP, seq))
-                self.dirty = True
-                continue
-            self._queue_redelivery(seq)
-            self.pending[seq] = (self.pending[seq][0], now)  # it cannot expire twice meanwhile
-        self._next_check = nxt
-
-    def _queue_redelivery(self, seq: int) -> None:
-        if seq not in self._rdq_set:
-            self._rdq.append(seq)
-            self._rdq_set.add(seq)
-
-    def _unqueue(self, seq: int) -> None:
-        if seq in self._rdq_set:
-            self._rdq_set.discard(seq)
-            self._rdq.remove(seq)
-
     def next_deadline(self, now: int) -> int | None:
         """When `pump` has timed work next (ns), or None."""
         if self._sliced:
@@ -620,8 +516,3 @@ class Consumer:
         self._reader.refilter(self.cfg.filters)
         self.npc = self.count_pending()
         self._next_check = min(map(self._deadline, self.pending), default=0)
-
-
-def _header_int(hdr: bytes, name: str) -> int:
-    value = header_value(hdr, name.encode())
-    return int(value) if value and value.isdigit() else 0

@@ -37,7 +37,7 @@ def start_position(
     if policy == "by_start_sequence":
         return max(cfg.opt_start_seq, 1), deque()
     if policy == "by_start_time":
-        return _seq_at_time(store, cfg.opt_start_time or 0, first, committed), deque()
+        return seq_at_time(store, cfg.opt_start_time or 0, first, committed), deque()
     seqs = set()
     for f in filters:
         for subject in store.subjects(f):
@@ -48,7 +48,7 @@ def start_position(
     return (lps[0] if lps else committed + 1), lps
 
 
-def _seq_at_time(store: StoreReader, ts: int, first: int, committed: int) -> int:
+def seq_at_time(store: StoreReader, ts: int, first: int, committed: int) -> int:
     """The first sequence stored at or after ts: a binary search over sequences."""
     lo, hi = first, committed + 1
     while lo < hi:

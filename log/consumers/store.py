@@ -52,7 +52,8 @@ DELIVERED = 1  # sseq, dseq, delivery count, ts: pending now (again), redelivere
 ACKED = 2  # sseq: no longer pending, nor counted as redelivered
 GAVE_UP = 3  # sseq: no longer pending (max_deliver reached); still counted as redelivered
 POSITION = 4  # dseq, sseq, adflr, asflr, last_delivered, last_acked
-WIDTH = {DELIVERED: 5, ACKED: 2, GAVE_UP: 2, POSITION: 7}
+RESET = 5  # sseq: nothing pending or redelivered, no last-per-subject list (CONSUMER.RESET)
+WIDTH = {DELIVERED: 5, ACKED: 2, GAVE_UP: 2, POSITION: 7, RESET: 2}
 _POSITION_KEYS = ("dseq", "sseq", "adflr", "asflr", "last_delivered", "last_acked")
 _FRAME = struct.Struct("<II")  # payload length, crc32 of the payload
 
@@ -211,6 +212,7 @@ def replay(state: dict[str, Any], log: bytes) -> dict[str, Any]:
     """The snapshot with every whole frame of the log applied, in the snapshot's format."""
     pending = {int(s): (int(d), int(ts)) for s, d, ts in state["pending"]}
     redelivered = {int(s): int(n) for s, n in state["redelivered"]}
+    lps = state.get("lps", [])
     out = dict(state)
     pos = 0
     while pos + _FRAME.size <= len(log):
@@ -234,10 +236,14 @@ def replay(state: dict[str, Any], log: bytes) -> dict[str, Any]:
                 redelivered.pop(seq, None)
             elif tag == GAVE_UP:
                 pending.pop(seq, None)
+            elif tag == RESET:
+                pending.clear()
+                redelivered.clear()
+                lps, out["lps_resume"] = [], 0
             else:
                 out.update(zip(_POSITION_KEYS, records[i + 1 : i + 7], strict=True))
             i += WIDTH[tag]
     out["pending"] = [[s, d, ts] for s, (d, ts) in sorted(pending.items())]
     out["redelivered"] = [[s, n] for s, n in redelivered.items()]
-    out["lps"] = [s for s in state.get("lps", []) if s >= out["sseq"]]
+    out["lps"] = [s for s in lps if s >= out["sseq"]]
     return out

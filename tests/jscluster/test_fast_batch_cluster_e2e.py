@@ -1,6 +1,6 @@
 """Fast batch publish (API level 4) on a replicated (R3) stream, the reference and jetlake
-side by side: the batch's flow acks and PubAck come from the leader, and every replica
-holds the batch."""
+side by side: the batch's flow acks and PubAck come from the leader, every replica
+holds the batch, and a batch carries on after a leader change (stepdown or kill -9)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from nats.aio.msg import Msg
 
-from tests.jscluster.support import eventually, js_cluster, server_name, stream_messages
+from tests.jscluster.support import eventually, js_cluster, request, server_name, stream_messages
 from tests.support.servers import enabled_kinds
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("kind", enabled_kinds())]
@@ -53,3 +53,80 @@ async def test_a_fast_batch_reaches_every_replica(kind: str, tmp_path: Path) -> 
                 lambda server=server: asyncio.sleep(0, stream_messages(server, "FB") == 20),
                 f"{server_name(server)} holds the batch",
             )
+
+
+@pytest.mark.parametrize("stop", ["stepdown", "kill"])
+async def test_fast_batches_carry_on_after_a_leader_change(
+    kind: str, tmp_path: Path, stop: str
+) -> None:
+    """The new leader tells each batch's publisher, with a flow ack for the last message
+    stored (the flow started afresh: 1 with two batches in flight), where to go on from;
+    both a `gap: ok` and a `gap: fail` batch then go on to their PubAck, as on the
+    reference."""
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        config = {"name": "FB", "subjects": ["fb.>"], "num_replicas": 3, "allow_batched": True}
+
+        async def create() -> Any:
+            created = await request(c.nc, "$JS.API.STREAM.CREATE.FB", json.dumps(config).encode())
+            assert "error" not in created, created
+            return created
+
+        await eventually(create, "stream FB created")
+        got: dict[str, list[Any]] = {"b": [], "c": []}
+
+        async def on_reply(msg: Msg) -> None:
+            got[msg.subject.split(".")[1]].append(json.loads(msg.data))
+
+        await c.nc.subscribe("fbr.>", cb=on_reply)
+        gaps = {"b": "ok", "c": "fail"}
+
+        async def send(batch: str, seqs: range, last_op: int = 1) -> None:
+            for seq in seqs:
+                op = 0 if seq == 1 else last_op if seq == seqs[-1] else 1
+                reply = f"fbr.{batch}.5.{gaps[batch]}.{seq}.{op}.$FI"
+                await c.nc.publish("fb.a", b"%d" % seq, reply=reply)
+
+        for batch in gaps:
+            await send(batch, range(1, 11))
+        stored = {"type": "ack", "seq": 10, "msgs": 5}
+        await eventually(lambda: asyncio.sleep(0, stored in got["b"]), "b's 10 messages stored")
+        await eventually(
+            lambda: asyncio.sleep(0, any(a.get("seq") == 7 for a in got["c"])),
+            "c's first 7 messages stored",
+        )
+        leader = await c.leader("FB")
+        for replies in got.values():
+            replies.clear()
+        if stop == "kill":
+            leader.kill()
+        else:
+            stepped = await request(c.nc, "$JS.API.STREAM.LEADER.STEPDOWN.FB")
+            assert stepped.get("success") is True, stepped
+
+        async def resumed() -> bool:
+            await asyncio.sleep(0)
+            return all(replies for replies in got.values())
+
+        await eventually(resumed, "a flow ack from the new leader for each batch")
+        assert got == {
+            "b": [{"type": "ack", "seq": 10, "msgs": 1}],
+            "c": [{"type": "ack", "seq": 10, "msgs": 1}],
+        }
+        for batch in gaps:
+            await send(batch, range(11, 15), last_op=2)
+
+        async def acked() -> bool:
+            await asyncio.sleep(0)
+            return all("stream" in replies[-1] for replies in got.values())
+
+        await eventually(acked, "both PubAcks")
+        assert [r for r in got["b"] if "stream" in r] == [
+            {"stream": "FB", "seq": 24, "batch": "b", "count": 14}
+        ]
+        assert [r for r in got["c"] if "stream" in r] == [
+            {"stream": "FB", "seq": 28, "batch": "c", "count": 14}
+        ]
+        assert got["b"][1:3] == [
+            {"type": "ack", "seq": 11, "msgs": 2},
+            {"type": "ack", "seq": 13, "msgs": 4},
+        ]

@@ -9,6 +9,8 @@ import pytest
 
 from log import fast_batch
 from log.fast_batch import FastBatches, FastRef, parse
+from log.segments.api import NewMsg
+from log.stream_entries import Publish
 
 S = 1_000_000_000
 
@@ -120,3 +122,44 @@ def test_too_many_batches_in_flight_are_refused() -> None:
     out.clear()
     _run(batches, out, "p.one-more.1.ok.1.0.$FI", 0, 0)
     assert out == [{"error": fast_batch.too_many_inflight().to_json(), "stream": "F", "seq": 0}]
+
+
+def test_a_follower_carries_the_batches_and_leads_them_on() -> None:
+    """The leader's entries say where each batch stands; the member that takes over sends
+    each publisher a flow ack for its last stored message, and the batch goes on."""
+    leader, out = FastBatches("F"), Outbox()
+    entries = []
+    for seq in range(1, 4):
+        ref = parse(f"r.b.5.fail.{seq}.{0 if seq == 1 else 1}.$FI")
+        assert ref is not None
+        taken = leader.begin(ref, 0, out, above_level=False)
+        assert taken is not None
+        leader.proposed(taken)
+        entries.append(Publish(NewMsg("s", None, b"", 0), 40 + seq, fast=leader.mark(ref)))
+    done = parse("r.d.5.ok.1.2.$FI")  # a batch of one, committed: nothing to carry on
+    assert done is not None
+    entries.append(Publish(NewMsg("s", None, b"", 0), 44, fast=leader.mark(done)))
+    follower, sent = FastBatches("F"), []
+    follower.follow(entries, now=0)
+    assert len(follower) == 1
+    follower.lead(1, lambda subject, hdr, body: sent.append((subject, json.loads(body))))
+    assert sent == [("r.b.5.fail.3.1.$FI", {"type": "ack", "seq": 3, "msgs": 5})]
+    out.clear()
+    for seq, stream_seq in ((4, 45), (5, 46)):
+        ref = parse(f"r.b.5.fail.{seq}.{2 if seq == 5 else 1}.$FI")
+        assert ref is not None
+        taken = follower.begin(ref, 1, out, above_level=False)
+        assert taken is not None
+        follower.proposed(taken)
+        follower.stored(ref, stream_seq, out)
+    assert out == [{"stream": "F", "seq": 46, "batch": "b", "count": 5}]
+
+
+def test_a_follower_forgets_silent_batches_before_leading() -> None:
+    ref = parse("r.b.5.ok.1.0.$FI")
+    assert ref is not None
+    follower, sent = FastBatches("F"), []
+    mark = FastBatches("F").mark(ref)
+    follower.follow([Publish(NewMsg("s", None, b"", 0), 1, fast=mark)], now=0)
+    follower.lead(fast_batch.TIMEOUT_NS + 1, lambda *args: sent.append(args))
+    assert (len(follower), sent) == (0, [])

@@ -15,9 +15,11 @@ from log.stream_entries import (
     Entry,
     EntryDecodeError,
     Expire,
+    FastMark,
     Publish,
     Purge,
     Remove,
+    Restored,
     decode,
     encode,
 )
@@ -35,6 +37,8 @@ publishes = st.builds(
     st.sampled_from(ROLLUPS),
     i64,
     text,
+    st.none()
+    | st.builds(FastMark, text, u64, st.booleans(), st.integers(1, 65_535), st.booleans(), text),
 )
 entries: st.SearchStrategy[Entry] = st.one_of(
     publishes,
@@ -44,6 +48,11 @@ entries: st.SearchStrategy[Entry] = st.one_of(
     st.builds(Expire, i64, u64, seqs, u64),
     st.builds(ConsumerOp, text, st.binary(max_size=200)),
     st.just(Barrier()),
+    st.builds(
+        Restored,
+        st.lists(publishes.map(lambda p: p._replace(fast=None)), max_size=3).map(tuple),
+        u64,
+    ),
 )
 
 

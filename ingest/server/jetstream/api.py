@@ -40,6 +40,7 @@ SUBJECT_DETAILS_LIMIT = 100_000
 
 Response = dict[str, Any]
 Handler = Callable[[list[str], bytes], "Response | Awaitable[Response] | None"]
+HEADERS = "_headers"  # a response's key for the header block it goes out with (not sent)
 
 
 def encode(doc: Response) -> bytes:
@@ -59,6 +60,7 @@ class Api:
         # Clustered, whether this server answers (it has the role the request needs).
         self.gate: Callable[[str, list[str]], bool] | None = None
         self.current_reply = ""  # the inbox of the request being handled, for handlers
+        self.current_hdr: bytes | None = None  # and its header block
         consumers = engine.consumers
         self.backups = Backups(engine, encode)
         self.routes: dict[str, tuple[str, Handler]] = {
@@ -81,6 +83,7 @@ class Api:
             "CONSUMER.DELETE.*.*": ("consumer_delete_response", consumers.delete),
             "CONSUMER.PAUSE.*.*": ("consumer_pause_response", consumers.pause),
             "CONSUMER.UNPIN.*.*": ("consumer_unpin_response", consumers.unpin),
+            "CONSUMER.RESET.*.*": ("consumer_reset_response", consumers.reset),
             "CONSUMER.NAMES.*": ("consumer_names_response", consumers.names),
             "CONSUMER.LIST.*": ("consumer_list_response", consumers.list),
         }
@@ -111,7 +114,7 @@ class Api:
         if self.gate is not None and not self.gate(kind, tokens):
             return
         self.total += 1
-        self.current_reply = reply
+        self.current_reply, self.current_hdr = reply, hdr
         try:
             if streamconfig.above_api_level(hdr):
                 raise errors.required_api_level()
@@ -143,12 +146,15 @@ class Api:
             doc["purged"] = 0
         elif kind == "stream_restore_response":
             doc["deliver_subject"] = ""
+        elif kind == "consumer_reset_response":
+            doc["reset_seq"] = 0
         elif kind in ("consumer_names_response", "consumer_list_response"):
             doc.update(total=0, offset=0, limit=0, consumers=[])
         return doc
 
     def _send(self, reply: str, doc: Response) -> None:
-        self._js.messaging.publish(reply, None, None, encode(doc))
+        hdr = doc.pop(HEADERS, None)
+        self._js.messaging.publish(reply, None, hdr, encode(doc))
 
     def created(self, stream: Stream, reply: str) -> None:
         """A clustered create's answer, sent by the new stream's first leader."""

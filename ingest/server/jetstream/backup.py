@@ -25,20 +25,26 @@ import secrets
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from consensus.commits import OnCommit, settle
+from consensus.types import RaftError
 from consensus.wal_recovery import fsync_dir, replace_durably, write_all
 from ingest.parser.subjects import is_literal, is_valid_subject
 from ingest.server.jetstream.engine import META_FILE
 from log import config as streamconfig
 from log import errors
 from log.backup_archive import ArchiveReader, ArchiveWriter, BackupError, restore_into
+from log.consumers.ops import encode_create
 from log.consumers.store import ConsumerStore, consumers_dir, load_all
 from log.errors import ApiError
 from log.request_fields import Fields
-from log.segments.api import CorruptSegmentError, MsgStore, StoreError
+from log.segments.api import CorruptSegmentError, MsgStore, NewMsg, StoreError
 from log.segments.inspect import list_segments, read_segment
+from log.stream_entries import Publish, Restored
+from log.stream_snapshot import Ask
 from log.timefmt import now_ns, rfc3339
 
 if TYPE_CHECKING:
@@ -50,6 +56,7 @@ log = logging.getLogger("jetlake.jetstream")
 
 Response = dict[str, Any]
 CREATE_TYPE = "io.nats.jetstream.api.v1.stream_create_response"
+RESTORE_TYPE = "io.nats.jetstream.api.v1.stream_restore_response"
 STAGING = "restores"
 ACK_TIMEOUT = 5.0  # the reference's: a receiver silent this long has gone
 INTEREST_WAIT = 2.0  # how long a snapshot waits for its receiver to subscribe
@@ -106,6 +113,32 @@ def is_empty_request(data: bytes) -> bool:
         return streamconfig.parse_json(data) == {}
     except ApiError:
         return False
+
+
+def restore_request(tokens: list[str], data: bytes) -> tuple[StreamConfig, dict[str, Any]]:
+    """`STREAM.RESTORE.<stream>`'s config, checked as the reference checks it first, and
+    the config as asked (for its placement)."""
+    if is_empty_request(data):
+        raise errors.bad_request()
+    raw = streamconfig.parse_json(data)
+    if not isinstance(raw, dict):
+        raise errors.invalid_json(
+            "cannot unmarshal into Go value of type JSApiStreamRestoreRequest"
+        )
+    name = tokens[-1]
+    body = raw.get("config") or {}
+    if not isinstance(body, dict):
+        raise _RESTORE_FIELDS.type_error("config", body, "server.StreamConfig")
+    body = {**body, "name": body.get("name") or name}
+    if body["name"] != name:
+        raise errors.stream_name_mismatch()
+    if any(ch in name for ch in "/\\"):
+        raise ApiError(400, 10128, "Stream name can not contain path separators")
+    return streamconfig.from_request(body), body
+
+
+def name_in_use() -> ApiError:
+    return ApiError(400, 10130, "stream name already in use, cannot restore")
 
 
 class Backups:
@@ -192,35 +225,83 @@ class Backups:
     # -- restore -----------------------------------------------------------------
 
     def restore(self, tokens: list[str], data: bytes) -> Response:
-        if is_empty_request(data):
-            raise errors.bad_request()
-        raw = streamconfig.parse_json(data)
-        if not isinstance(raw, dict):
-            raise errors.invalid_json(
-                "cannot unmarshal into Go value of type JSApiStreamRestoreRequest"
-            )
-        name = tokens[-1]
-        body = raw.get("config") or {}
-        if not isinstance(body, dict):
-            raise _RESTORE_FIELDS.type_error("config", body, "server.StreamConfig")
-        body = {**body, "name": body.get("name") or name}
-        if body["name"] != name:
-            raise errors.stream_name_mismatch()
-        if any(ch in name for ch in "/\\"):
-            raise ApiError(400, 10128, "Stream name can not contain path separators")
-        if self._js.cluster is not None:
-            raise ApiError(500, 10062, "restore failed: jetlake restores on a single server only")
-        cfg = streamconfig.from_request(body)
+        """A single server's restore (a cluster's meta leader places one instead, and the
+        new stream's first leader takes the backup: `take_replicated`)."""
+        cfg, _ = restore_request(tokens, data)
         if cfg.num_replicas > 1:
             raise errors.replicas_not_supported()
         cfg = self._js.sources.checked(cfg)
-        if name in self._js.streams:
-            raise ApiError(400, 10130, "stream name already in use, cannot restore")
+        if cfg.name in self._js.streams:
+            raise name_in_use()
+        folder, subject = self._staging(cfg.name)
+        _Restore(self, cfg.name, folder, subject, partial(self.finish_restore, cfg))
+        return {"deliver_subject": subject}
+
+    def take_replicated(self, stream: Stream, reply: str) -> None:
+        """The first leader of a stream placed by a restore: answer the client with the
+        subject to send the backup to, then put its rows in the stream's log. Publishes
+        wait meanwhile; a restore that fails or stalls deletes the stream, as the
+        reference's does."""
+        stream.restoring = True
+        stream.propose_restored(Restored((), 0), lambda error: None)  # the next leader knows
+        folder, subject = self._staging(stream.name)
+        _Restore(
+            self,
+            stream.name,
+            folder,
+            subject,
+            partial(self._load_replicated, stream),
+            abandon=partial(self._abandon, stream.name),
+        )
+        doc = {"type": RESTORE_TYPE, "deliver_subject": subject}
+        self._js.messaging.publish(reply, None, None, self.encode(doc))
+
+    def _staging(self, name: str) -> tuple[Path, str]:
         folder = self._js.store_dir / self._js.account / STAGING / f"{name}.{secrets.token_hex(8)}"
         folder.mkdir(parents=True)
-        subject = f"$JS.SNAPSHOT.RESTORE.{name}.{secrets.token_hex(11)}"
-        _Restore(self, cfg, folder, subject)
-        return {"deliver_subject": subject}
+        return folder, f"$JS.SNAPSHOT.RESTORE.{name}.{secrets.token_hex(11)}"
+
+    def _abandon(self, name: str) -> None:
+        self._spawn(self._js.api.ask(f"$JS.API.STREAM.DELETE.{name}", b"", ACK_TIMEOUT))
+
+    async def _load_replicated(self, stream: Stream, folder: Path) -> Response:
+        """The backup's rows as entries of the stream's log, a frame at a time, each
+        committed before the next is read, then its consumers as consumer creates."""
+        with open(folder / "archive", "rb") as file:
+            reader = ArchiveReader(file, stream.name)
+            header = reader.header()
+            gone = set(header.deleted)
+            through, logged = header.keep_from - 1, 0
+            while through < header.last_seq or logged < header.explicit_size:
+                ask = Ask(through + 1, header.last_seq, logged, header.explicit_size)
+                rows = await reader.fetch(ask)
+                if not rows.helps(ask):
+                    raise BackupError(f"stream {stream.name}: backup frame with nothing new")
+                logged += len(rows.explicit)
+                msgs = tuple(
+                    Publish(NewMsg(m.subject, m.hdr, m.data, m.ts), m.seq)
+                    for m in rows.msgs
+                    if m.seq >= header.first_seq and m.seq not in gone
+                )
+                if rows.through > through:
+                    through = rows.through
+                    await _committed(partial(stream.propose_restored, Restored(msgs, through)))
+        if header.last_seq > stream.store.state().last_seq:  # all purged: the seqs still count
+            await _committed(partial(stream.propose_restored, Restored((), header.last_seq)))
+        for saved in header.consumers:
+            if saved.state is None:
+                log.warning(
+                    "JetStream: restore of %s: consumer %s has no state", stream.name, saved.name
+                )
+                continue
+            op = encode_create(saved.config, saved.created, saved.state)
+            await _committed(partial(stream.propose_consumer_op, saved.name, op))
+        stream.restored()
+        stream.restoring = False
+        self._js.consumers.lead(stream)
+        log.info("JetStream: restored stream %s to seq %d", stream.name, stream.last_seq)
+        doc = self._js.describe(stream, dynamic=True)
+        return {k: doc[k] for k in ("config", "created", "state", "ts")}
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -300,12 +381,25 @@ async def _receiver(has_subscriber: Callable[[str], bool], subject: str) -> bool
 
 
 class _Restore:
-    """One restore in progress: pieces appended to a staging file, each acked."""
+    """One restore in progress: pieces appended to a staging file, each acked; `finish`
+    makes the stream of it once the empty piece comes, `abandon` undoes what a restore
+    that fails or stalls leaves."""
 
-    def __init__(self, owner: Backups, cfg: StreamConfig, folder: Path, subject: str) -> None:
+    def __init__(
+        self,
+        owner: Backups,
+        name: str,
+        folder: Path,
+        subject: str,
+        finish: Callable[[Path], Awaitable[Response]],
+        *,
+        abandon: Callable[[], None] | None = None,
+    ) -> None:
         self._owner = owner
-        self._cfg = cfg
+        self._name = name
         self._folder = folder
+        self._finish_with = finish
+        self._abandon = abandon
         self._messaging = owner._js.messaging
         self._fd: int | None = os.open(folder / "archive", os.O_WRONLY | os.O_CREAT, 0o644)
         self._token = self._messaging.subscribe(subject, self._on_piece)
@@ -315,7 +409,7 @@ class _Restore:
         if self._fd is None:
             return
         if not reply:  # the reference drops a restore whose pieces cannot be answered
-            log.warning("JetStream: restore of %s got a piece without reply", self._cfg.name)
+            log.warning("JetStream: restore of %s got a piece without reply", self._name)
             self._drop()
             return
         if data:
@@ -329,22 +423,26 @@ class _Restore:
 
     async def _finish(self, reply: str) -> None:
         try:
-            doc = await self._owner.finish_restore(self._cfg, self._folder)
+            doc = await self._finish_with(self._folder)
             doc = {"type": CREATE_TYPE, **doc}
-        except (ApiError, BackupError, StoreError, OSError, ValueError) as exc:
-            log.warning("JetStream: restore of stream %s failed: %s", self._cfg.name, exc)
+        except (ApiError, BackupError, StoreError, OSError, ValueError, RaftError) as exc:
+            log.warning("JetStream: restore of stream %s failed: %s", self._name, exc)
             failed = ApiError(500, 10062, f"restore failed: {exc}")
             if isinstance(exc, ApiError):
                 failed = exc
             doc = {"type": CREATE_TYPE, "error": failed.to_json()}
+            if self._abandon is not None:
+                self._abandon()
         finally:
             shutil.rmtree(self._folder, ignore_errors=True)
         self._messaging.publish(reply, None, None, self._owner.encode(doc))
 
     def _drop(self) -> None:
-        log.warning("JetStream: restore of stream %s stalled; dropped", self._cfg.name)
+        log.warning("JetStream: restore of stream %s stalled; dropped", self._name)
         self._close()
         shutil.rmtree(self._folder, ignore_errors=True)
+        if self._abandon is not None:
+            self._abandon()
 
     def _close(self) -> None:
         self._stall.cancel()
@@ -353,6 +451,13 @@ class _Restore:
             os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
+
+
+async def _committed(propose: Callable[[OnCommit], None]) -> None:
+    """Propose (the callable takes the commit callback) and wait for the commit."""
+    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    propose(partial(settle, future, 0))
+    await future
 
 
 def _build(js: JetStream, cfg: StreamConfig, folder: Path) -> tuple[MsgStore | None, int]:

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from consensus.commits import settle
+from ingest.parser.headers import encode_headers, header_value
 from ingest.parser.subjects import subjects_overlap
-from ingest.server.jetstream.api import LIST_LIMIT, NAMES_LIMIT, Response
+from ingest.server.jetstream.api import HEADERS, LIST_LIMIT, NAMES_LIMIT, Response
 from ingest.server.jetstream.api import optional_json as _json_object
 from ingest.server.jetstream.consumer_runner import Runner
 from log import errors, sourcing
@@ -34,6 +35,7 @@ from log.consumers.priority import invalid_group_name, unknown_group, valid_grou
 from log.consumers.replicated import ReplicatedStore
 from log.consumers.store import ConsumerStore, StateStore, consumers_dir, load_all
 from log.request_fields import Fields, fields, refuse_unknown
+from log.sources import stream_identity
 from log.stream import Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
 
@@ -414,6 +416,29 @@ class Consumers:
         runner.schedule()
         return {}
 
+    def reset(self, tokens: list[str], data: bytes) -> Response | Awaitable[Response] | None:
+        """`CONSUMER.RESET.<stream>.<consumer>`: redeliver from a sequence. The reference's
+        consumer answers it on a subscription of its own, so a stream or consumer that is
+        not here gets no answer at all (the client times out), not a not-found error."""
+        runner = self._by_stream.get(tokens[2], {}).get(tokens[3])
+        if runner is None:
+            return None
+        seq = _RESET_FIELDS.uint(_json_object(data), "seq")
+        stream = runner.stream
+        at = runner.consumer.reset(seq)
+        runner.save()  # proposed (replicated) or written before the answer
+        runner.schedule()
+        if stream.config.retention == "interest":  # what it skipped is no longer its interest
+            self._sweep_interest(stream)
+        extra: Response = {"reset_seq": at}
+        asked = self._js.api.current_hdr
+        if asked and header_value(asked, STREAM_IDENTITY.encode()) is not None:
+            identity = stream_identity(stream.created_ns)  # told, never checked
+            extra[HEADERS] = encode_headers({STREAM_IDENTITY: identity})
+        return self._answer(
+            runner, lambda: {**self.describe(stream, runner, dynamic=True), **extra}
+        )
+
     def names(self, tokens: list[str], data: bytes) -> Response:
         self._js.stream(tokens[2])
         offset = max(int(_json_object(data).get("offset") or 0), 0)
@@ -473,6 +498,8 @@ class Consumers:
 
 _SWEEP_RUN = 4096
 _UNPIN_FIELDS = Fields("JSApiConsumerUnpinRequest")
+_RESET_FIELDS = Fields("JSApiConsumerResetRequest")
+STREAM_IDENTITY = "Nats-Stream-Identity"
 
 
 def _replicated(stream: Stream | None) -> bool:

@@ -384,7 +384,9 @@ class JetStreamCluster:
 
         stream = engine.adopt(cfg, parse_rfc3339(sa.created), group)
         snapshots.bind(stream)
-        hosted = Hosted(sa, stream, holder[0], reply=sa.reply if fresh else "")
+        # A restart hosts its streams again: their first leader answered already (a
+        # restore's leader knows from the log: `restore_began`).
+        hosted = Hosted(sa, stream, holder[0], reply=sa.reply if fresh or sa.restore else "")
         self.hosted[sa.key] = hosted
         hosted.group.node.on_leader_change(
             lambda leader, term: self._stream_leader_changed(engine, hosted, leader)
@@ -413,7 +415,10 @@ class JetStreamCluster:
             return  # leadership moved on meanwhile
         engine.led(hosted.stream)
         self._reconcile(hosted)  # a membership change a deposed leader left half done
-        if reply:
+        if reply and hosted.assignment.restore:
+            if not hosted.stream.restore_began:  # else an earlier leader took the backup
+                engine.api.backups.take_replicated(hosted.stream, reply)
+        elif reply:
             engine.api.created(hosted.stream, reply)
 
     def _drop(self, hosted: Hosted) -> None:

@@ -34,6 +34,7 @@ class StreamAssignment:
     created: str
     reply: str = ""
     origin: tuple[str, ...] = ()  # the group's first voters: a newcomer replays from them
+    restore: bool = False  # its first leader takes a backup for it (`STREAM.RESTORE`)
 
     @property
     def bootstrap(self) -> tuple[str, ...]:
@@ -134,6 +135,7 @@ def _assignment(op: dict[str, Any]) -> StreamAssignment:
             created=str(op["created"]),
             reply=str(op.get("reply") or ""),
             origin=tuple(str(p) for p in op.get("origin") or op["peers"]),
+            restore=op.get("restore") is True,
         )
     except (KeyError, TypeError) as exc:
         raise MetaOpError(f"add_stream operation lacks {exc}") from None
@@ -153,6 +155,7 @@ def _add_op(sa: StreamAssignment) -> dict[str, Any]:
         "created": sa.created,
         "reply": sa.reply,
         "origin": list(sa.bootstrap),
+        **({"restore": True} if sa.restore else {}),
     }
 
 

@@ -25,6 +25,7 @@ from ingest.server.jetstream.api import (
     optional_json,
     require_empty,
 )
+from ingest.server.jetstream.backup import name_in_use, restore_request
 from ingest.server.jetstream.cluster import meta
 from ingest.server.jetstream.cluster.meta import StreamAssignment
 from ingest.server.jetstream.cluster.placement import (
@@ -52,6 +53,7 @@ META_KINDS = frozenset(
         "stream_names_response",
         "stream_list_response",
         "stream_remove_peer_response",
+        "stream_restore_response",
     }
 )
 _TWO_WORD_VERBS = frozenset(
@@ -80,6 +82,7 @@ class ClusterRequests:
         api.routes.update(
             {
                 "STREAM.CREATE.*": ("stream_create_response", self._create),
+                "STREAM.RESTORE.*": ("stream_restore_response", self._restore),
                 "STREAM.UPDATE.*": ("stream_update_response", self._update),
                 "STREAM.DELETE.*": ("stream_delete_response", self._delete),
                 "STREAM.NAMES": ("stream_names_response", self._names),
@@ -121,8 +124,26 @@ class ClusterRequests:
                 raise errors.stream_name_exists()
             return None  # the stream's leader answers the same request with its info
         self._check_overlap(cfg.subjects, cfg.name)
+        self._assign(cfg, placement_of(raw))
+        return None
+
+    def _restore(self, tokens: list[str], data: bytes) -> Response | None:
+        """`STREAM.RESTORE`: placed as a create is; its first leader takes the backup
+        (answers with the subject for it), as the reference's does."""
+        cfg, raw = restore_request(tokens, data)
+        check_replicas(max(cfg.num_replicas, 1))
+        if self._cluster.assignment(self._account, cfg.name) is not None:
+            raise name_in_use()
+        self._check_overlap(cfg.subjects, cfg.name)
+        self._assign(cfg, placement_of(raw), restore=True)
+        return None
+
+    def _assign(
+        self, cfg: streamconfig.StreamConfig, placement: dict[str, Any], *, restore: bool = False
+    ) -> None:
+        """Place a new stream and propose its assignment; its first leader answers."""
         cluster = self._cluster
-        placement = placement_of(raw)
+        replicas = max(cfg.num_replicas, 1)
         peers = choose_peers(
             cfg.name,
             replicas,
@@ -143,9 +164,9 @@ class ClusterRequests:
             group=group_name(cfg.name, replicas, cfg.storage, secrets.token_bytes(8)),
             created=rfc3339(now_ns()),
             reply=self._reply,
+            restore=restore,
         )
         cluster.propose_meta(meta.add_stream(sa))
-        return None
 
     def _update(self, tokens: list[str], data: bytes) -> Response | None:
         raw = optional_json(data)
