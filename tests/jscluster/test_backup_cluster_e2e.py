@@ -2,7 +2,7 @@
 side: the stream's leader answers the snapshot and streams it to a client on any server;
 a restore places the stream with the replicas its config asks for, and every replica
 holds the restored messages (gaps, headers) and consumer, which go on after a leader
-change."""
+change (a stepdown or a kill -9)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,20 @@ import asyncio
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.e2e.test_nats_cli import cli
 from tests.jetstream.test_backup_e2e import restore, snapshot
-from tests.jscluster.support import eventually, js_cluster, request, server_name, stream_messages
+from tests.jscluster.support import (
+    Running,
+    eventually,
+    js_cluster,
+    request,
+    server_name,
+    stream_messages,
+)
 from tests.jscluster.test_consumer_reset_cluster_e2e import durable
 from tests.support.servers import ServerProcess, enabled_kinds
 
@@ -33,7 +41,8 @@ async def test_the_leader_answers_a_snapshot(kind: str, tmp_path: Path) -> None:
         assert len(receiver.chunks) > 1
 
 
-async def test_a_restore_is_replicated(kind: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["stepdown", "kill"])
+async def test_a_restore_is_replicated(kind: str, tmp_path: Path, stop: str) -> None:
     async with js_cluster(kind, tmp_path, timeout=5) as c:
         await c.add_stream("B", ["b.>"])
         for i in range(60):
@@ -60,36 +69,49 @@ async def test_a_restore_is_replicated(kind: str, tmp_path: Path) -> None:
         assert list(done) == ["type", "config", "created", "state", "ts"]
         assert done["config"]["num_replicas"] == 3
         assert done["state"]["messages"] == 59
-        after = await request(c.nc, "$JS.API.STREAM.INFO.B")
+        after = await eventually(lambda: _replicated_info(c, "B"), "B's two other replicas")
         for key in ("messages", "bytes", "first_seq", "last_seq", "num_deleted"):
             assert after["state"][key] == before["state"][key], key
-        assert len(after["cluster"]["replicas"]) == 2
         for server in c.servers:
             await eventually(
                 lambda server=server: asyncio.sleep(0, stream_messages(server, "B") == 59),
                 f"{server_name(server)} holds the restored messages",
             )
-        restored = await eventually(
-            lambda: request(c.nc, "$JS.API.CONSUMER.INFO.B.D", timeout=1), "consumer D restored"
-        )
-        assert restored["ack_floor"]["stream_seq"] == consumer["ack_floor"]["stream_seq"]
-        assert restored["num_pending"] == consumer["num_pending"]
+
+        async def consumer_restored() -> Any:
+            """The reference assigns restored consumers after it answers: poll."""
+            info = await request(c.nc, "$JS.API.CONSUMER.INFO.B.D", timeout=1)
+            floor = info.get("ack_floor", {}).get("stream_seq")
+            wanted = (consumer["ack_floor"]["stream_seq"], consumer["num_pending"])
+            return info if (floor, info.get("num_pending")) == wanted else None
+
+        await eventually(consumer_restored, "consumer D restored at its ack floor and pending")
 
         leader = await c.leader("B")
-        stepped = await request(c.nc, "$JS.API.STREAM.LEADER.STEPDOWN.B")
-        assert stepped.get("success") is True, stepped
+        if stop == "kill":  # what the leader committed lives on without it
+            leader.kill()
+        else:
+            stepped = await request(c.nc, "$JS.API.STREAM.LEADER.STEPDOWN.B")
+            assert stepped.get("success") is True, stepped
         ack = await eventually(lambda: c.js.publish("b.0", b"after"), "a publish after the restore")
         assert ack.seq == 61
-        moved = await c.leader("B")
+        # after a kill the meta leader may be electing too: each request waits for roles
+        moved = await eventually(lambda: c.leader("B"), "B's leader")
         assert moved is not leader
-        msg = await c.js.get_msg("B", 60)
+        msg = await eventually(lambda: c.js.get_msg("B", 60), "message 60")
         assert msg.headers == {"Nats-Msg-Id": "m59"}
-        again = await request(
-            c.nc, "$JS.API.STREAM.RESTORE.B", json.dumps({"config": doc["config"]}).encode()
+        again = await eventually(
+            lambda: request(
+                c.nc, "$JS.API.STREAM.RESTORE.B", json.dumps({"config": doc["config"]}).encode()
+            ),
+            "a second restore refused",
         )
         assert again["error"]["err_code"] == 10130
         five = {"config": {**doc["config"], "name": "F", "subjects": ["f"], "num_replicas": 5}}
-        refused = await request(c.nc, "$JS.API.STREAM.RESTORE.F", json.dumps(five).encode())
+        refused = await eventually(
+            lambda: request(c.nc, "$JS.API.STREAM.RESTORE.F", json.dumps(five).encode()),
+            "a restore of five replicas refused",
+        )
         assert refused["error"]["err_code"] == 10005, refused
 
 
@@ -121,9 +143,8 @@ async def test_nats_stream_restore_places_the_replicas_asked_for(kind: str, tmp_
         )
         assert code == 0, out
         assert 'Restored stream "ORD"' in out
-        after = await request(c.nc, "$JS.API.STREAM.INFO.ORD")
+        after = await eventually(lambda: _replicated_info(c, "ORD"), "ORD's two other replicas")
         assert after["config"]["num_replicas"] == 3
-        assert len(after["cluster"]["replicas"]) == 2
         for key in ("messages", "bytes", "first_seq", "last_seq"):
             assert after["state"][key] == before["state"][key], key
         for server in c.servers:
@@ -151,3 +172,10 @@ async def test_a_purged_stream_restores_its_sequences(kind: str, tmp_path: Path)
         assert (state["messages"], state["first_seq"], state["last_seq"]) == (0, 6, 5)
         ack = await eventually(lambda: c.js.publish("p.x", b"next"), "a publish after it")
         assert ack.seq == 6
+
+
+async def _replicated_info(c: Running, stream: str) -> Any:
+    """Stream info once it lists the two other replicas (the reference lists them a
+    moment after a restore answers)."""
+    info = await request(c.nc, f"$JS.API.STREAM.INFO.{stream}", timeout=1)
+    return info if len((info.get("cluster") or {}).get("replicas") or []) == 2 else None
