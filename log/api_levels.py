@@ -116,19 +116,11 @@ def sync_interval_ns(cfg: StreamConfig, server_ns: int | None) -> int | None:
 
 # The levels above 2 whose features are all here. The reference's levels are cumulative,
 # so the level reported (`log.config.API_LEVEL`) is raised only once every level up to the
-# new one is listed (tests/log/test_api_levels_record.py holds it to that): whoever
-# completes the last missing one (now 4) raises it.
+# new one is listed (tests/log/test_api_levels_record.py holds it to that).
 COMPLETE_ABOVE_LEVEL_2: dict[int, str] = {
     3: "STREAM.SNAPSHOT window_size (ingest/server/jetstream/backup.py)",
-    5: "a recreated source copied anew, `seq` in source info (ingest/server/jetstream/sources.py)",
+    4: "fast batches (log/fast_batch.py), ack_policy flow_control (log/consumers),"
+    " CONSUMER.RESET, durable sourcing and a source's own consumer (log/sourcing.py)",
+    5: "a recreated source copied anew, `seq` in source info, the consumer API's"
+    " Nats-Stream-Identity and 10225 (ingest/server/jetstream/consumers.py)",
 }
-# Level 4 (nats-server 2.14) has fast batch publish (`log.fast_batch`, batches carried on
-# by a new leader), consumer `ack_policy: flow_control` (`log.consumers`), consumer reset
-# (`$JS.API.CONSUMER.RESET`, `log.consumers.consumer.Consumer.reset`) and durable sourcing
-# here: every mirror and source reads its origin through a `sourcing` consumer asked for
-# over the API, JS_MIRROR_*/JS_SRC_*, a listed durable acknowledged by flow control on
-# interest and work-queue origins, so each gets every message and the origin keeps it until
-# all have it (`log.sourcing`, `ingest.server.jetstream.sourcing`), behind an `external` API
-# prefix and between replicated streams. It still lacks a source's or mirror's own
-# `consumer` ({name, deliver_subject}: a durable the user made, which the link resets with
-# `$JS.API.CONSUMER.RESET`).

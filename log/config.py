@@ -3,8 +3,8 @@
 A client compares the config it sent with the one the server echoes (nats.go
 does this on create-or-update), so defaults must be filled exactly like
 nats-server's `checkStreamCfg`, and refusals must carry the same codes and
-words. Features jetlake does not implement yet (consumer sources) are refused
-rather than accepted and silently ignored.
+words. Fields jetlake does not know are refused rather than accepted and silently
+ignored.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ MAX_DESCRIPTION_LEN = 4 * 1024
 MAX_METADATA_LEN = 128 * 1024
 DEFAULT_DUPLICATE_WINDOW = 120_000_000_000
 MIN_WINDOW = 100_000_000  # 100ms: the reference's floor for max_age and duplicate_window
-# Highest JetStream API level whose stream features jetlake implements (1: per-message TTLs;
-# 2: counters, atomic batches, schedules, async persistence; see `log.api_levels`).
-API_LEVEL = 2
+# Highest JetStream API level whose features jetlake implements, the reference's (2.15):
+# `log.api_levels` records what each level above 2 brought.
+API_LEVEL = 5
 REQUIRED_LEVEL_KEY = "_nats.req.level"
 REQUIRED_LEVEL_HEADER = b"Nats-Required-Api-Level"
 _GO_INT = re.compile(rb"[+-]?\d+")
@@ -56,7 +56,8 @@ _SOURCE = fields(
     "name opt_start_seq opt_start_time filter_subject",
     subject_transforms=_TRANSFORM,
     external=fields("api deliver"),
-)  # and `consumer` (API level 4, a durable sourcing consumer): refused until implemented
+    consumer=fields("name deliver_subject"),
+)
 # StreamConfigRequest's fields, at every depth: any other is refused
 _SCHEMA = fields(
     "name description subjects retention max_consumers max_msgs max_bytes max_age"

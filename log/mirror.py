@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from ingest.parser.subjects import subjects_overlap
 from log import errors
 from log.errors import ApiError
-from log.sources import StreamSource, check_transform, parse_source
+from log.sources import StreamSource, check_transform, consumer_invalid, parse_source, valid_name
 
 
 class MirrorFeatures(Protocol):
@@ -72,6 +72,8 @@ def check_mirror(mirror: StreamSource | None, cfg: MirrorFeatures) -> None:
         raise ApiError(400, 10198, "stream mirrors can not also use atomic publishing")
     if cfg.allow_msg_schedules:
         raise ApiError(400, 10186, "stream mirrors can not also schedule messages")
+    if consumer_invalid(mirror):
+        raise ApiError(400, 10213, "stream mirror consumer config is invalid")
     if mirror.filter_subject and mirror.subject_transforms:
         raise ApiError(
             400,
@@ -88,7 +90,7 @@ def check_mirror(mirror: StreamSource | None, cfg: MirrorFeatures) -> None:
             for j, o in enumerate(transforms)
         ):
             raise ApiError(400, 10152, "mirror subject filters can not overlap")
-    if mirror.external is None and not _valid_name(mirror.name):
+    if mirror.external is None and not valid_name(mirror.name):
         raise invalid_name()
 
 
@@ -97,7 +99,3 @@ def check_mirror_update(old: StreamSource | None, new: StreamSource | None) -> N
     normal stream (it keeps its messages and numbering), which the reference allows."""
     if new is not None and new != old:
         raise ApiError(400, 10055, "stream mirror configuration can not be updated")
-
-
-def _valid_name(name: str) -> bool:
-    return bool(name) and not any(ch in name for ch in " \t\r\n\f.*>\\/")

@@ -46,6 +46,21 @@ class External:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerSource:
+    """A durable the user made on the origin for this link to read through (API level 4):
+    the link resets it with `CONSUMER.RESET` instead of creating a consumer of its own."""
+
+    name: str
+    deliver_subject: str
+
+    def to_json(self) -> dict[str, str]:
+        out = {"name": self.name} if self.name else {}
+        if self.deliver_subject:
+            out["deliver_subject"] = self.deliver_subject
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class StreamSource:
     name: str
     opt_start_seq: int = 0
@@ -53,6 +68,7 @@ class StreamSource:
     filter_subject: str = ""
     subject_transforms: tuple[Transform, ...] = ()
     external: External | None = None
+    consumer: ConsumerSource | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}
@@ -68,20 +84,34 @@ class StreamSource:
             ]
         if self.external is not None:
             out["external"] = self.external.to_json()
+        if self.consumer is not None:
+            out["consumer"] = self.consumer.to_json()
         return out
 
     @property
     def index_name(self) -> str:
         """Name, filters and destinations: what tells two sources of one stream apart (an
-        external origin's name carries a hash of its API prefix, as in the reference)."""
-        name = self.name
-        if self.external is not None:
-            name += ":" + name_hash(self.external.api)
+        external origin's name carries a hash of its API prefix, and one read through the
+        user's durable a hash of its name, as in the reference)."""
+        name = self._origin_name
+        if self.consumer is not None:
+            name += ":C=" + name_hash(self.consumer.name)
         if not self.subject_transforms:
             return f"{name} {self.filter_subject or '>'} >"
         srcs = "\f".join(t.src or ">" for t in self.subject_transforms)
         dests = "\f".join(t.dest or ">" for t in self.subject_transforms)
         return f"{name} {srcs} {dests}"
+
+    @property
+    def _origin_name(self) -> str:
+        if self.external is None:
+            return self.name
+        return self.name + ":" + name_hash(self.external.api)
+
+    @property
+    def consumer_index(self) -> str:
+        """Origin and durable: one durable may serve only one source of a stream."""
+        return f"{self._origin_name} {self.consumer.name if self.consumer else ''}"
 
     def header(self, seq: int, subject: str, ident: str) -> str:
         name, srcs, dests = self.index_name.split(" ")
@@ -136,8 +166,6 @@ def parse_source(item: Any, invalid_name: ApiError) -> StreamSource:
     """One `sources` entry or the `mirror`: the same fields (`invalid_name` if not an object)."""
     if not isinstance(item, Mapping):
         raise invalid_name
-    if item.get("consumer"):
-        raise errors.invalid_config("jetlake does not support consumer sources yet")
     start_time = _FIELDS.str(item, "opt_start_time")
     transforms = item.get("subject_transforms") or []
     if not isinstance(transforms, list):
@@ -155,6 +183,7 @@ def parse_source(item: Any, invalid_name: ApiError) -> StreamSource:
             if isinstance(t, Mapping)
         ),
         external=_external(item.get("external")),
+        consumer=_consumer(item.get("consumer")),
     )
 
 
@@ -164,6 +193,32 @@ def _external(body: Any) -> External | None:
     if not isinstance(body, Mapping):
         raise _FIELDS.type_error("external", body, "server.ExternalStream")
     return External(_FIELDS.str(body, "api"), _FIELDS.str(body, "deliver"))
+
+
+def _consumer(body: Any) -> ConsumerSource | None:
+    if body is None:
+        return None
+    if not isinstance(body, Mapping):
+        raise _FIELDS.type_error("consumer", body, "server.StreamConsumerSource")
+    return ConsumerSource(_FIELDS.str(body, "name"), _FIELDS.str(body, "deliver_subject"))
+
+
+def consumer_invalid(src: StreamSource) -> bool:
+    """The reference's test of a link's own durable: a valid name, a literal delivery
+    subject, and no start or single filter of the link's own (the durable has them)."""
+    c = src.consumer
+    if c is None:
+        return False
+    return (
+        not valid_name(c.name)
+        or not is_valid_publish_subject(c.deliver_subject)
+        or bool(src.opt_start_seq or src.opt_start_time or src.filter_subject)
+    )
+
+
+def valid_name(name: str) -> bool:
+    """The reference's `isValidAssetName`."""
+    return bool(name) and not any(ch in name for ch in " \t\r\n\f.*>\\/")
 
 
 def _time(text: str) -> int:
@@ -176,8 +231,9 @@ def _time(text: str) -> int:
 def check_sources(sources: tuple[StreamSource, ...]) -> None:
     """The reference's refusals, in its order."""
     seen: set[str] = set()
+    durables: set[str] = set()
     for src in sources:
-        if not src.name or any(ch in src.name for ch in " \t\r\n\f.*>\\/"):
+        if not valid_name(src.name):
             raise errors.source_invalid_name()
         if src.index_name in seen:
             raise ApiError(400, 10140, "duplicate source configuration detected")
@@ -194,6 +250,12 @@ def check_sources(sources: tuple[StreamSource, ...]) -> None:
             for j, inner in enumerate(src.subject_transforms):
                 if i != j and is_subset(outer.src or ">", inner.src or ">"):
                     raise ApiError(400, 10147, "source filters can not overlap")
+        if src.consumer is not None:
+            if consumer_invalid(src):
+                raise ApiError(400, 10215, "stream source consumer config is invalid")
+            if src.consumer_index in durables:
+                raise ApiError(400, 10216, "duplicate stream source consumer detected")
+            durables.add(src.consumer_index)
 
 
 def check_externals(links: Iterable[StreamSource]) -> None:

@@ -11,13 +11,18 @@ lists and whose acknowledgements it waits for before retiring a message (so a
 mirror and a source of one work queue each get every message); on a limits
 origin an unlisted reader under a name made unique, since nothing there waits
 for it. Either way the reading stream's own copies stay its progress.
+
+A link given its own `consumer` (a durable the user made on the origin, with
+`ack_policy: flow_control`) creates nothing: it resets that durable with
+`$JS.API.CONSUMER.RESET` (back to its ack floor) and reads its delivery
+subject, and leaves it in place when the link goes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from log.consumers.config import ConsumerConfig
@@ -32,6 +37,12 @@ RETRY_NS = 2_000_000_000  # the reference's pause between consumer create attemp
 MAX_RETRY_NS = 60_000_000_000
 _MAX_DELIVER_ONCE = 1
 _ACK_WAIT = 22 * 3600 * 1_000_000_000  # the reference's ack wait for a sourcing reader
+REQUIRED_LEVEL = "Nats-Required-Api-Level"
+STREAM_IDENTITY = "Nats-Stream-Identity"
+SOURCE_LEVEL = 5  # a source tells the origin it expects (recreated origins, `10225`)
+DURABLE_LEVEL = 4  # durable sourcing, flow-control acks, consumer reset
+IDENTITY_MISMATCH = 10225
+_LEVEL_REFUSED = (10185, 10025)  # an origin below the level asked (or one not knowing it)
 
 
 def stable_hash(stream: str, account: str, domain: str = "") -> str:
@@ -124,6 +135,55 @@ def create_request(
     subject = api_subject(source, f"{API_PREFIX}.CONSUMER.CREATE.{source.name}")
     body = {"stream_name": source.name, "config": cfg}
     return subject, json.dumps(body, separators=(",", ":")).encode()
+
+
+def reset_subject(source: StreamSource) -> str:
+    """Where a link with its own durable asks for it to be reset to its ack floor."""
+    name = source.consumer.name if source.consumer is not None else ""
+    return api_subject(source, f"{API_PREFIX}.CONSUMER.RESET.{source.name}.{name}")
+
+
+def request_headers(
+    source: StreamSource, *, mirror: bool, level: int, identity: str
+) -> bytes | None:
+    """The headers of a link's create or reset request, as the reference sends them: a
+    mirror asks for level 4 when it creates its reader and sends nothing with a reset; a
+    source asks for level 5 and names the origin identity it expects, or asks for level 4
+    alone once an origin refused level 5."""
+    if mirror:
+        return None if source.consumer is not None else _headers(REQUIRED_LEVEL, str(level))
+    if level < SOURCE_LEVEL:
+        return _headers(REQUIRED_LEVEL, str(level))
+    return _headers(REQUIRED_LEVEL, str(level), STREAM_IDENTITY, identity)
+
+
+def _headers(*pairs: str) -> bytes:
+    lines = "".join(f"{k}: {v}\r\n" for k, v in zip(pairs[::2], pairs[1::2], strict=True))
+    return f"NATS/1.0\r\n{lines}\r\n".encode()
+
+
+def level_refused(error: Mapping[str, Any], level: int) -> bool:
+    """The origin does not know the level asked: a source asks again at level 4."""
+    return level > DURABLE_LEVEL and error.get("err_code") in _LEVEL_REFUSED
+
+
+def durable_refused(
+    source: StreamSource, answer: Mapping[str, Any], *, mirror: bool
+) -> dict[str, Any] | None:
+    """The user's durable must acknowledge by flow control: only then does it hold each
+    message until this link has committed its copy (the reference's 10214/10217)."""
+    if source.consumer is None:
+        return None
+    config = answer.get("config")
+    if isinstance(config, Mapping) and config.get("ack_policy") == "flow_control":
+        return None
+    if mirror:
+        return {"code": 400, "err_code": 10214, "description": MIRROR_NEEDS_FC}
+    return {"code": 400, "err_code": 10217, "description": SOURCE_NEEDS_FC}
+
+
+MIRROR_NEEDS_FC = "stream mirror consumer requires flow control ack policy"
+SOURCE_NEEDS_FC = "stream source consumer requires flow control ack policy"
 
 
 def origin_side(cfg: ConsumerConfig, retention: str, unique: str) -> ConsumerConfig:

@@ -46,7 +46,7 @@ async def test_the_api_level_and_the_level_streams_require(
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
-    assert (await api(nc, "$JS.API.INFO"))["api"]["level"] >= 2
+    assert (await api(nc, "$JS.API.INFO"))["api"]["level"] == 5  # both: 2.15's
     for extra in (
         {"allow_atomic": True},
         {"allow_msg_counter": True},
@@ -62,8 +62,10 @@ async def test_the_api_level_and_the_level_streams_require(
         nc, "$JS.API.STREAM.CREATE.L", {"name": "L", "allow_msg_counter": True, "discard": "new"}
     )
     assert error(refused) == (10052, "counter stream cannot use discard new")
-    level2 = await nc.request("$JS.API.INFO", b"", headers={"Nats-Required-Api-Level": "2"})
-    assert json.loads(level2.data)["api"]["level"] >= 2
+    level5 = await nc.request("$JS.API.INFO", b"", headers={"Nats-Required-Api-Level": "5"})
+    assert json.loads(level5.data)["api"]["level"] == 5
+    level6 = await api(nc, "$JS.API.INFO", **{"Nats-Required-Api-Level": "6"})
+    assert error(level6) == (10185, "JetStream minimum api level required")
 
 
 async def test_atomic_batches_are_stored_whole_or_refused_whole(

@@ -1,6 +1,7 @@
 """Durable sourcing between replicated (R3) streams, the reference and jetlake side by side:
 a mirror and a source of a work queue, each with its own leader, get every message once
-while the origin's and their own leaders change."""
+while the origin's and their own leaders change; a source reading through the user's own
+durable does too."""
 
 from __future__ import annotations
 
@@ -102,3 +103,38 @@ async def test_a_killed_leader_neither_loses_nor_repeats_a_copy(kind: str, tmp_p
         await eventually(lambda: _count(c, "S", 60), "the source has every message", 60)
         await eventually(lambda: _count(c, "WQ", 0), "the work queue let them go", 60)
         assert await _origin_seqs(c, "S") == list(range(1, 61))
+
+
+async def test_a_source_on_its_own_durable_survives_a_killed_leader(
+    kind: str, tmp_path: Path
+) -> None:
+    """The link resets the user's replicated durable instead of making a reader; its
+    leader dies by kill -9 and another replica resets the durable again and reads on."""
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        await _create(c, "WQ", {"subjects": ["w.>"], "retention": "workqueue"})
+        durable = {
+            "durable_name": "C",
+            "deliver_subject": "dlv.c",
+            "ack_policy": "flow_control",
+            "flow_control": True,
+            "idle_heartbeat": 1_000_000_000,
+        }
+        body = json.dumps({"stream_name": "WQ", "config": durable}).encode()
+
+        async def made() -> Any:
+            answer = await request(c.nc, "$JS.API.CONSUMER.CREATE.WQ.C", body)
+            assert "error" not in answer, answer
+            return answer
+
+        await eventually(made, "the durable made")
+        own = {"name": "WQ", "consumer": {"name": "C", "deliver_subject": "dlv.c"}}
+        await _create(c, "S", {"sources": [own]})
+        await _publish(c, 0, 30)
+        victim = await c.leader("S")
+        victim.kill()
+        await _publish(c, 30, 60)
+        await victim.restart_async()
+        await eventually(lambda: _count(c, "S", 60), "the source has every message", 60)
+        await eventually(lambda: _count(c, "WQ", 0), "the work queue let them go", 60)
+        assert await _origin_seqs(c, "S") == list(range(1, 61))
+        assert (await request(c.nc, "$JS.API.CONSUMER.NAMES.WQ"))["consumers"] == ["C"]

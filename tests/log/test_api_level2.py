@@ -121,14 +121,14 @@ def test_mirrors_refuse_what_would_rewrite_their_copies(feature: str, code: int)
     assert refused.value.err_code == code
 
 
-def test_a_field_of_a_level_above_is_refused_not_ignored() -> None:
-    """A source's `consumer` (level 4 durable sourcing) is not implemented yet."""
+def test_a_field_unknown_inside_a_sources_consumer_is_refused_not_ignored() -> None:
+    body = {"name": "o", "consumer": {"name": "c", "deliver_subject": "d", "x": 1}}
     with pytest.raises(ApiError) as refused:
-        from_request({"name": "s", "sources": [{"name": "o", "consumer": {"name": "c"}}]})
+        from_request({"name": "s", "sources": [body]})
     assert refused.value.to_json() == {
         "code": 400,
         "err_code": 10025,
-        "description": 'invalid JSON: json: unknown field "consumer"',
+        "description": 'invalid JSON: json: unknown field "x"',
     }
 
 

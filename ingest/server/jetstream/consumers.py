@@ -256,6 +256,26 @@ class Consumers:
         if cfg.num_replicas > stream.config.num_replicas:
             raise cerr.replicas_exceed_stream()
         cfg = sourcing.origin_side(cfg, stream.config.retention, self._fresh_name(stream.name))
+        identity = self._expected_identity(stream, cfg)
+        return _told(identity, self._create(stream, cfg, str(req.get("action") or "")))
+
+    def _expected_identity(self, stream: Stream, cfg: ccfg.ConsumerConfig) -> str | None:
+        """A sourcing reader's request may name the origin it expects (`Nats-Stream-Identity`,
+        API level 5): another one is refused with `10225`, so a source learns its origin was
+        recreated; the answer tells the identity. None: not a sourcing reader."""
+        if not (cfg.direct or cfg.sourcing):
+            return None
+        identity = stream_identity(stream.created_ns)
+        asked = header_value(self._js.api.current_hdr or b"", _IDENTITY)
+        if asked and asked.decode() != identity:
+            raise errors.ApiError(
+                400, 10225, f"consumer's stream identity does not match: {identity}"
+            )
+        return identity
+
+    def _create(
+        self, stream: Stream, cfg: ccfg.ConsumerConfig, action: str
+    ) -> Response | Awaitable[Response]:
         existing_name = cfg.durable_name or cfg.name
         existing = self._by_stream[stream.name].get(existing_name) if existing_name else None
         if existing is not None:
@@ -263,7 +283,6 @@ class Consumers:
             cfg = sourcing.kept_start(cfg, existing.consumer.cfg)
         cfg = ccfg.with_defaults(cfg, stream.config)
         ccfg.check(cfg, stream.config)
-        action = str(req.get("action") or "")
         if existing is not None:
             return self._update(stream, existing, cfg, action)
         if action == "update":
@@ -432,7 +451,7 @@ class Consumers:
             self._sweep_interest(stream)
         extra: Response = {"reset_seq": at}
         asked = self._js.api.current_hdr
-        if asked and header_value(asked, STREAM_IDENTITY.encode()) is not None:
+        if asked and header_value(asked, _IDENTITY) is not None:
             identity = stream_identity(stream.created_ns)  # told, never checked
             extra[HEADERS] = encode_headers({STREAM_IDENTITY: identity})
         return self._answer(
@@ -499,7 +518,25 @@ class Consumers:
 _SWEEP_RUN = 4096
 _UNPIN_FIELDS = Fields("JSApiConsumerUnpinRequest")
 _RESET_FIELDS = Fields("JSApiConsumerResetRequest")
-STREAM_IDENTITY = "Nats-Stream-Identity"
+STREAM_IDENTITY = sourcing.STREAM_IDENTITY
+_IDENTITY = STREAM_IDENTITY.encode()
+
+
+def _told(
+    identity: str | None, response: Response | Awaitable[Response]
+) -> Response | Awaitable[Response]:
+    """A sourcing reader's create answer carries the origin's identity as a header."""
+    if identity is None:
+        return response
+    hdr = encode_headers({STREAM_IDENTITY: identity})
+    if isinstance(response, dict):
+        return {**response, HEADERS: hdr}
+    pending: Awaitable[Response] = response
+
+    async def later() -> Response:
+        return {**await pending, HEADERS: hdr}
+
+    return later()
 
 
 def _replicated(stream: Stream | None) -> bool:

@@ -69,15 +69,19 @@ class _Link:
         self._read_headers = read_headers
         self._on_caught_up = on_caught_up
         self._rules = source.compile()
-        self._ident = ""
+        self.ident = ""  # the origin's identity: on each copy, and told to the origin
+        self.error: dict[str, Any] | None = None  # the origin's last refusal
 
     def resumed(self, origin: Stream | None, progress: tuple[int, str]) -> int:
         """The origin seq to resume after. Progress recorded against another identity came
         from an origin since deleted and recreated: its sequences started over, so copying
-        does too."""
-        if origin is not None:
-            self._ident = stream_identity(origin.created_ns)
-        return progress[0] if progress[1] in ("", self._ident) else 0
+        does too. An origin not seen here is told the identity of the newest copy, and
+        says (`10225`) if it is another."""
+        if origin is None:
+            self.ident = progress[1]
+            return progress[0]
+        self.ident = stream_identity(origin.created_ns)
+        return progress[0] if progress[1] in ("", self.ident) else 0
 
     def read_through(self, feed: ConsumerFeed, after: int) -> None:
         """Read through a sourcing consumer from after origin seq `after`."""
@@ -106,7 +110,7 @@ class _Link:
         if self.mirror:
             self.target.copy_mirrored(msg.seq, subject, msg.hdr, msg.data, msg.ts)
             return
-        value = self.source.header(msg.seq, msg.subject, self._ident)
+        value = self.source.header(msg.seq, msg.subject, self.ident)
         stamp = f"{SOURCE_HEADER}: {value}\r\n\r\n".encode()
         base = _copied_headers(msg.hdr) if msg.hdr else b"NATS/1.0\r\n\r\n"
         hdr = base[:-2] + stamp
@@ -143,6 +147,8 @@ class _Link:
         if self.seen and not self.mirror:  # the reference's (2.15) last origin seq copied
             out["seq"] = self.seen
         out["active"] = self._active()
+        if self.error is not None:
+            out["error"] = self.error
         if self.source.filter_subject:
             out["filter_subject"] = self.source.filter_subject
         if self.source.subject_transforms:

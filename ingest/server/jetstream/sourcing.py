@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 from ingest.parser.headers import header_value
 from ingest.server.jetstream.port import Messaging
@@ -33,6 +33,7 @@ log = logging.getLogger("jetlake.jetstream")
 _LAST_CONSUMER = b"Nats-Last-Consumer"
 _STALLED = b"Nats-Consumer-Stalled"
 _CONTROL = b"NATS/1.0 100"
+_IDENTITY = sourcing.STREAM_IDENTITY.encode()
 
 
 class Copier(Protocol):
@@ -42,6 +43,8 @@ class Copier(Protocol):
     source: StreamSource
     mirror: bool
     last_active: int
+    ident: str  # the origin's identity as last told (a source's only)
+    error: dict[str, Any] | None  # why the origin last refused, for stream info
 
     def copy(self, msg: StoredMsg) -> None: ...
 
@@ -77,6 +80,8 @@ class ConsumerFeed:
         self._heard = 0
         self._closed = False
         self._confirming: set[asyncio.Future[None]] = set()
+        self._level = sourcing.DURABLE_LEVEL if link.mirror else sourcing.SOURCE_LEVEL
+        self._request: tuple[str, bytes] = ("", b"")  # the create request, kept for a retry
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -85,23 +90,40 @@ class ConsumerFeed:
         self._cancel()
         self.sseq, self.dseq, self._fresh = after, 0, True
         source = self._link.source
-        start = sourcing.Start(seq=after + 1) if after else self._configured_start(first_time)
-        deliver = sourcing.deliver_subject(source, random_token(8), mirror=self._link.mirror)
-        inbox = f"_INBOX.{random_token(22)}"
+        if source.consumer is not None:  # the user's durable: its subject, its start
+            deliver = source.consumer.deliver_subject
+        else:
+            deliver = sourcing.deliver_subject(source, random_token(8), mirror=self._link.mirror)
+            start = sourcing.Start(seq=after + 1) if after else self._configured_start(first_time)
+            self._request = sourcing.create_request(
+                source, self.name, deliver, start, self._metadata
+            )
         self._subs = [self._messaging.subscribe(deliver, self._on_msg)]
-        self._inbox = self._messaging.subscribe(inbox, self._on_created)
-        subject, body = sourcing.create_request(source, self.name, deliver, start, self._metadata)
         self._heard = now_ns()
-        self._messaging.publish(subject, inbox, None, body)
+        self._ask()
         loop = asyncio.get_running_loop()
         self._health = loop.call_later(sourcing.HEALTH_CHECK_NS / 1e9, self._check_health)
+
+    def _ask(self) -> None:
+        """Send the create request, or the reset of the user's durable."""
+        source, mirror = self._link.source, self._link.mirror
+        if source.consumer is not None:
+            subject, body = sourcing.reset_subject(source), b""
+        else:
+            subject, body = self._request
+        hdr = sourcing.request_headers(
+            source, mirror=mirror, level=self._level, identity=self._link.ident
+        )
+        inbox = f"_INBOX.{random_token(22)}"
+        self._inbox = self._messaging.subscribe(inbox, self._on_created)
+        self._messaging.publish(subject, inbox, hdr, body)
 
     def delete_consumer(self) -> None:
         """The reading stream or this source went: its consumer on the origin must not keep
         holding messages for it (best effort, unanswered, as the reference's clean-up).
         One still being made is deleted when the origin answers."""
         self._retired = True
-        if self.consumer:
+        if self.consumer and self._link.source.consumer is None:  # the user's stays
             self._send_delete(self.consumer)
 
     def _send_delete(self, name: str) -> None:
@@ -131,13 +153,16 @@ class ConsumerFeed:
                 timer.cancel()
         self._retry = self._health = None
 
-    def _again(self, delay_ns: int = 0) -> None:
-        """Set the reader up anew from after the last delivery taken."""
+    def _again(self, delay_ns: int = 0, after: int | None = None) -> None:
+        """Set the reader up anew from after the last delivery taken (or origin seq
+        `after`: 0 for the configured start)."""
         if self._closed:
             return
         self._cancel()
         loop = asyncio.get_running_loop()
-        self._retry = loop.call_later(delay_ns / 1e9, self.start, self.sseq, False)
+        first_time = after == 0
+        seq = self.sseq if after is None else after
+        self._retry = loop.call_later(delay_ns / 1e9, self.start, seq, first_time)
 
     # -- inbound ------------------------------------------------------------------
 
@@ -154,21 +179,52 @@ class ConsumerFeed:
         error = answer.get("error")
         self.consumer = str(answer.get("name") or "") if error is None else ""
         if self._closed:
-            if self._retired and self.consumer:
+            if self._retired and self.consumer and self._link.source.consumer is None:
                 self._send_delete(self.consumer)
             return
+        if error is None:
+            error = sourcing.durable_refused(self._link.source, answer, mirror=self._link.mirror)
         if error is not None:
-            log.warning(
-                "stream %s: reading %s failed: %s",
-                self._link.target.name,
-                self._link.source.name,
-                error.get("description"),
-            )
-            self._fails += 1
-            self._again(sourcing.retry_delay(self._fails))
+            self._refused(error)
             return
         self._fails = 0
+        self._link.error = None
         self._link.last_active = self._heard = now_ns()
+        told = header_value(hdr, _IDENTITY) if hdr and not self._link.mirror else None
+        if told is not None:
+            ident = told.decode()
+            if ident and self._link.ident and ident != self._link.ident:
+                self._recreated()
+                self.sseq = 0  # the user's durable, reset, delivers the new origin
+            self._link.ident = ident
+
+    def _refused(self, error: dict[str, Any]) -> None:
+        if not self._link.mirror and error.get("err_code") == sourcing.IDENTITY_MISMATCH:
+            self._recreated()
+            self._link.ident = ""
+            self._again(after=0)
+            return
+        if not self._link.mirror and sourcing.level_refused(error, self._level):
+            self._level = sourcing.DURABLE_LEVEL
+            self._ask()
+            return
+        log.warning(
+            "stream %s: reading %s failed: %s",
+            self._link.target.name,
+            self._link.source.name,
+            error.get("description"),
+        )
+        self._link.error = error
+        self._fails += 1
+        self._again(sourcing.retry_delay(self._fails))
+
+    def _recreated(self) -> None:
+        """The origin was deleted and made anew: its seqs started over, and so does copying."""
+        log.warning(
+            "stream %s: source %s was recreated, copying it anew",
+            self._link.target.name,
+            self._link.source.name,
+        )
 
     def _on_msg(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         if not self._subs:  # dispatched before this reader was set up anew
