@@ -1,7 +1,7 @@
 //! A connection's unsent bytes, written by Python (control replies, deliveries it
 //! routes) and by the codec's fast path alike, so both keep one order.
 //!
-//! `ingest/server/outlet.py` is the reference implementation.
+//! `ingest/parser/outlet.py` is the reference implementation.
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -65,33 +65,25 @@ impl Outlet {
         payload: &[u8],
     ) -> bool {
         let b = &mut self.buf;
+        let hdr = hdr.filter(|_| self.headers);
+        b.extend_from_slice(if hdr.is_some() { b"HMSG " } else { b"MSG " });
+        b.extend_from_slice(subject);
+        b.push(b' ');
+        b.extend_from_slice(sid);
+        b.push(b' ');
+        if !reply.is_empty() {
+            b.extend_from_slice(reply);
+            b.push(b' ');
+        }
         match hdr {
-            Some(h) if self.headers => {
-                b.extend_from_slice(b"HMSG ");
-                b.extend_from_slice(subject);
-                b.push(b' ');
-                b.extend_from_slice(sid);
-                b.push(b' ');
-                if !reply.is_empty() {
-                    b.extend_from_slice(reply);
-                    b.push(b' ');
-                }
+            Some(h) => {
                 push_number(b, h.len());
                 b.push(b' ');
                 push_number(b, h.len() + payload.len());
                 b.extend_from_slice(b"\r\n");
                 b.extend_from_slice(h);
             }
-            _ => {
-                b.extend_from_slice(b"MSG ");
-                b.extend_from_slice(subject);
-                b.push(b' ');
-                b.extend_from_slice(sid);
-                b.push(b' ');
-                if !reply.is_empty() {
-                    b.extend_from_slice(reply);
-                    b.push(b' ');
-                }
+            None => {
                 push_number(b, payload.len());
                 b.extend_from_slice(b"\r\n");
             }
