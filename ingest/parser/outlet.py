@@ -8,7 +8,12 @@ counts what it framed, which is the connection's out_msgs and out_bytes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ingest.parser.nats import encode_hmsg, encode_msg
+
+WireMsg = tuple[bytes, bytes, bytes | None, bytes]
+"""(subject, reply, headers, payload) as a subscriber sees them."""
 
 
 class Outlet:
@@ -42,6 +47,16 @@ class Outlet:
         was = self.dirty
         self.dirty = True
         return not was
+
+    def run(self, sid: bytes, msgs: Iterable[WireMsg]) -> tuple[bool, int]:
+        """A run of deliveries to one subscription, framed as `msg` frames each (a
+        consumer's run is one call). Returns whether the outlet was clean before (and the
+        run not empty), and the run's header and payload bytes."""
+        was, size = self.dirty, 0
+        for subject, reply, hdr, payload in msgs:
+            self.msg(subject, sid, reply, hdr, payload)
+            size += len(payload) if hdr is None else len(payload) + len(hdr)
+        return self.dirty and not was, size
 
     def take(self) -> bytes:
         """Everything queued, leaving the outlet clean and empty."""

@@ -455,10 +455,7 @@ class Server:
                 size = len(data) + (len(hdr) if hdr else 0)
                 self.route(None, routed, reply, hdr, data, size, shown=subject, account=account)
             return
-        send, total = only.deliver, 0
-        for subject, reply, hdr, data in msgs:
-            send(subject, reply, hdr, data)
-            total += len(data) + (len(hdr) if hdr else 0)
+        total = only.deliver_run(msgs)
         self.in_msgs += len(msgs)
         self.out_msgs += len(msgs)
         self.in_bytes += total

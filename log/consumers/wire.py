@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ingest.parser.outlet import WireMsg
 from log.publish import go_duration_ns
 from log.segments.api import StoredMsg, StoreState, SubjectState
 from log.timefmt import rfc3339
@@ -44,10 +45,6 @@ class StoreReader(Protocol):
     def subjects(self, subject_filter: str = ">") -> dict[str, int]: ...
 
     def seqs_for(self, subject_filter: str, start_seq: int) -> Iterable[int]: ...
-
-
-WireMsg = tuple[bytes, bytes, bytes | None, bytes]
-"""(subject, reply, headers, payload) as a subscriber sees them."""
 
 
 @dataclass(slots=True)

@@ -4,7 +4,7 @@
 //! `ingest/server/outlet.py` is the reference implementation.
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
 /// Past this capacity a flushed buffer is given back rather than kept for the next burst.
@@ -162,6 +162,42 @@ impl Outlet {
             hdr.as_ref().map(|h| h.as_bytes()),
             bytes_of(payload)?.as_bytes(),
         ))
+    }
+
+    /// A run of deliveries to one subscription, each a (subject, reply, hdr, payload)
+    /// tuple, framed as `msg` frames each: one call for a consumer's whole run. Returns
+    /// whether the outlet was clean before (and the run not empty), and the run's header
+    /// and payload bytes.
+    fn run(&mut self, sid: &Bound<'_, PyAny>, msgs: &Bound<'_, PyAny>) -> PyResult<(bool, u64)> {
+        let sid = bytes_of(sid)?;
+        let sid = sid.as_bytes();
+        let was = self.dirty;
+        let mut size = 0u64;
+        let mut any = false;
+        for item in msgs.try_iter()? {
+            let item = item?;
+            let wire = item.cast::<PyTuple>()?;
+            let subject = bytes_of(&wire.get_item(0)?)?;
+            let reply = bytes_of(&wire.get_item(1)?)?;
+            let hdr = wire.get_item(2)?;
+            let hdr = if hdr.is_none() {
+                None
+            } else {
+                Some(bytes_of(&hdr)?)
+            };
+            let payload = bytes_of(&wire.get_item(3)?)?;
+            let hdr = hdr.as_ref().map(|h| h.as_bytes());
+            size += (payload.as_bytes().len() + hdr.map_or(0, <[u8]>::len)) as u64;
+            self.frame(
+                subject.as_bytes(),
+                sid,
+                reply.as_bytes(),
+                hdr,
+                payload.as_bytes(),
+            );
+            any = true;
+        }
+        Ok((any && !was, size))
     }
 
     /// Everything queued, leaving the outlet clean and empty.

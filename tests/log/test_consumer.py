@@ -278,13 +278,23 @@ def test_pump_delivers_a_slice_then_asks_to_run_again() -> None:
 
 
 def test_a_pull_batch_goes_out_in_smaller_slices() -> None:
-    """A pull client waits for its whole batch: its first messages go out early."""
-    c = make(store_with(*["s.a"] * (PULL_SLICE + 5)))
+    """A pull client that acks waits for its whole batch: its first messages go out early."""
+    c = make(store_with(*["s.a"] * (PULL_SLICE + 5)), ack_policy="explicit")
     assert deliveries(pull(c, b'{"batch":%d}' % (PULL_SLICE + 5))) == [
         (i, 1) for i in range(1, PULL_SLICE + 1)
     ]
     assert c.next_deadline(0) == 0
     assert deliveries(c.pump(0)) == [(PULL_SLICE + i, 1) for i in range(1, 6)]
+
+
+def test_a_pull_consumer_without_acks_streams_whole_slices() -> None:
+    """Nothing to ack (the ordered consumer): small slices would only cost pumps."""
+    c = make(store_with(*["s.a"] * (SLICE + 5)), ack_policy="none")
+    assert deliveries(pull(c, b'{"batch":%d}' % (SLICE + 5))) == [
+        (i, 1) for i in range(1, SLICE + 1)
+    ]
+    assert c.next_deadline(0) == 0
+    assert deliveries(c.pump(0)) == [(SLICE + i, 1) for i in range(1, 6)]
 
 
 def test_paused_after_a_slice_waits_for_the_pause() -> None:

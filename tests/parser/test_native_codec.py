@@ -183,3 +183,46 @@ def test_outlets_queue_the_same_bytes(writes: list[object], headers: bool) -> No
     assert (compiled.msgs, compiled.bytes) == (pure.msgs, pure.bytes)
     assert compiled.take() == pure.take()
     assert compiled.write(b"+OK\r\n") and pure.write(b"+OK\r\n")  # clean again after take
+
+
+ACK_REPLY = st.builds(
+    lambda n: b"$JS.ACK.S.c.%d.%d.%d.%d.%d" % tuple(n),
+    st.lists(st.integers(min_value=0, max_value=2**63 - 1), min_size=5, max_size=5),
+)
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                WORD,
+                ACK_REPLY | st.just(b""),
+                st.none() | st.binary(max_size=30),
+                st.binary(max_size=40),
+            ),
+            max_size=6,
+        )
+        | st.binary(max_size=20),
+        max_size=6,
+    ),
+    st.booleans(),
+)
+def test_runs_frame_as_single_deliveries(items: list[object], headers: bool) -> None:
+    """A consumer's run (JetStream deliveries with their `$JS.ACK` replies) in one call:
+    compiled and pure outlets agree, and both equal framing each message on its own."""
+    pure, compiled, one_by_one = Outlet(), jetlake_native.Outlet(), Outlet()
+    pure.headers = compiled.headers = one_by_one.headers = headers
+    for item in items:
+        if isinstance(item, bytes):
+            assert compiled.write(item) == pure.write(item) == one_by_one.write(item)
+            continue
+        assert isinstance(item, list)
+        size = sum(len(d) + len(h or b"") for _, _, h, d in item)
+        clean = bool(item) and not pure.dirty
+        assert compiled.run(b"7", item) == pure.run(b"7", item) == (clean, size)
+        for subject, reply, hdr, data in item:
+            one_by_one.msg(subject, b"7", reply, hdr, data)
+    assert (compiled.msgs, compiled.bytes) == (pure.msgs, pure.bytes)
+    assert (pure.msgs, pure.bytes) == (one_by_one.msgs, one_by_one.bytes)
+    assert compiled.take() == pure.take() == one_by_one.take()
