@@ -7,15 +7,14 @@ the count of what it framed reaches `delivered` when its table settles.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.fast import encode_hmsg, encode_msg
-from ingest.parser.outlet import WireMsg
 from ingest.server.sublist import Match
 
 if TYPE_CHECKING:
     from ingest.server.client import Client
+    from log.consumers.wire import Deliveries
 
 
 class Subscription:
@@ -54,21 +53,21 @@ class Subscription:
         if self.max_msgs and self._delivered >= self.max_msgs:
             conn.drop_sub(self)
 
-    def deliver_run(self, msgs: Sequence[WireMsg]) -> int:
-        """Deliver a run in order, as `deliver` would each; returns its header and payload
-        bytes. Unfiltered and untraced (a consumer's inbox), the outlet frames the whole
-        run in one call."""
+    def deliver_run(self, run: Deliveries) -> int:
+        """Deliver a consumer's run in order, as `deliver` would each; returns its header
+        and payload bytes. Unfiltered and untraced (a consumer's inbox), the outlet frames
+        the whole run, ack replies included, in one call."""
         conn = self.conn
         if self.filtered or conn.trace:
             size = 0
-            for subject, reply, hdr, data in msgs:
+            for subject, reply, hdr, data in run.wire():
                 self.deliver(subject, reply, hdr, data)
                 size += len(data) if hdr is None else len(data) + len(hdr)
             return size
-        clean, size = conn.outlet.run(self.sid, msgs)
+        clean, size = conn.outlet.run(self.sid, run.ack_prefix, run.msgs)
         if clean:
             conn.server.mark_dirty(conn)
-        self._delivered += len(msgs)
+        self._delivered += len(run.msgs)
         return size
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from ingest.parser.outlet import dotted
 from ingest.parser.subjects import subject_matches
 from log.consumers import errors as cerr
 from log.consumers.acking import Acking
@@ -110,6 +111,7 @@ class Consumer(Acking):
         self._next_hb = now + cfg.idle_heartbeat if cfg.idle_heartbeat else 0
         self._next_check = 0  # earliest ack deadline among pending, 0 = none
         self._sliced = False  # the last pump stopped at SLICE deliveries, not for want of work
+        self._sized = False  # this pump's deliveries need their size (see `_deliver`)
         self._stalled = False  # this pump has a message no waiting request may take
         self._advisories: list[Output] = []
         self.sseq, self._lps = start_position(store, cfg, committed)
@@ -296,7 +298,12 @@ class Consumer(Acking):
         return out
 
     def _deliver(self, now: int, out: list[Output]) -> None:
-        timed, fc = self._timed, self._fc
+        timed, fc, cfg = self._timed, self._fc, self.cfg
+        # Whether a delivery's size counts: requests come only between pumps, and a
+        # request's max_bytes only shrinks, so one look per pump is exact.
+        self._sized = bool(cfg.rate_limit_bps) or (
+            cfg.flow_control if self._push else any(r.max_bytes > 0 for r in self.waiting)
+        )
         for _ in range(self._slice):
             if self._push:  # only to listeners, and within the flow-control window
                 if not self.active or (self.cfg.flow_control and fc.blocked):
@@ -388,12 +395,14 @@ class Consumer(Acking):
         dseq = self.dseq
         seq = msg.seq
         npc = self.npc if self.npc > 0 else 0
-        reply = b"%b%d.%d.%d.%d.%d" % (self._ack_prefix, dc, seq, dseq, msg.ts, npc)
         subject = msg.subject.encode("utf-8", "surrogateescape")
         hdr, data = msg.hdr, msg.data
         if cfg.headers_only:
             hdr, data = headers_only(hdr, len(data)), b""
-        size = len(subject) + len(reply) + (len(hdr) if hdr else 0) + len(data)
+        size = 0  # the reference's: subject, ack reply, headers and payload; used only
+        if self._sized:  # by max_bytes, flow control and rate limits (see `_deliver`)
+            reply = dotted(self._ack_prefix, dc, seq, dseq, msg.ts, npc)
+            size = len(subject) + len(reply) + (len(hdr) if hdr else 0) + len(data)
         if self._push:
             target = cfg.deliver_subject
         else:
@@ -419,12 +428,12 @@ class Consumer(Acking):
                 self._next_check = deadline
         if dc > 1:
             self.redelivered[seq] = dc
-        wire = (subject, reply, hdr or None, data)
+        wire = (subject, hdr or None, data, dc, seq, dseq, msg.ts, npc)
         last = out[-1] if out else None
         if type(last) is Deliveries and last.subject == target:
             last.msgs.append(wire)
         else:
-            out.append(Deliveries(target, [wire]))
+            out.append(Deliveries(target, self._ack_prefix, [wire]))
         if cfg.rate_limit_bps:
             self._rate_next = max(self._rate_next, now) + size * 8 * _NS // cfg.rate_limit_bps
         full = cfg.ack_policy == "flow_control" and len(self.pending) >= cfg.max_ack_pending

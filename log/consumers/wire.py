@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ingest.parser.outlet import WireMsg
+from ingest.parser.outlet import RunMsg, WireMsg, dotted
 from log.publish import go_duration_ns
 from log.segments.api import StoredMsg, StoreState, SubjectState
 from log.timefmt import rfc3339
@@ -56,7 +56,13 @@ class Deliveries:
     """
 
     subject: str
-    msgs: list[WireMsg]
+    ack_prefix: bytes  # `$JS.ACK.<stream>.<consumer>.`; each reply adds the message's numbers
+    msgs: list[RunMsg]
+
+    def wire(self) -> list[WireMsg]:
+        """Each message as a subscriber sees it, its reply spelt out (the routed path)."""
+        p = self.ack_prefix
+        return [(s, dotted(p, a, b, c, e, f), h, d) for s, h, d, a, b, c, e, f in self.msgs]
 
 
 @dataclass(frozen=True, slots=True)

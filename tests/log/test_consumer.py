@@ -33,7 +33,7 @@ def make(store: MemoryStore, now: int = 0, **cfg: Any) -> Consumer:
 
 
 def sent(out: list[Output]) -> list[WireMsg]:
-    return [m for o in out if isinstance(o, Deliveries) for m in o.msgs]
+    return [m for o in out if isinstance(o, Deliveries) for m in o.wire()]
 
 
 def deliveries(out: list[Output]) -> list[tuple[int, int]]:
