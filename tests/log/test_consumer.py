@@ -165,6 +165,18 @@ def test_max_bytes_refuses_big_messages() -> None:
     assert deliveries(pull(c, b'{"batch":1,"max_bytes":500}')) == [(1, 1)]
 
 
+def test_max_bytes_counts_the_ack_reply_to_the_byte() -> None:
+    """The reference's size: subject, ack reply, headers and payload (the reply is
+    spelt out for the count although the outlet frames it)."""
+    reply = b"$JS.ACK.S.c.1.1.1.%d.0" % S
+    size = len(b"s.a") + len(reply) + len(b"m0")
+    c = make(store_with("s.a"))
+    out = pull(c, b'{"batch":1,"max_bytes":%d}' % (size - 1))
+    assert statuses(out) == ["NATS/1.0 409 Message Size Exceeds MaxBytes"]
+    out = pull(c, b'{"batch":1,"max_bytes":%d}' % size)
+    assert [m[1] for m in sent(out)] == [reply]
+
+
 def test_pending_request_served_on_commit() -> None:
     store = store_with()
     c = make(store)
