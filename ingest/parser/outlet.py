@@ -8,7 +8,20 @@ counts what it framed, which is the connection's out_msgs and out_bytes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ingest.parser.nats import encode_hmsg, encode_msg
+
+WireMsg = tuple[bytes, bytes, bytes | None, bytes]
+"""(subject, reply, headers, payload) as a subscriber sees them."""
+RunMsg = tuple[bytes, bytes | None, bytes, int, int, int, int, int]
+"""(subject, headers, payload, and five numbers its reply spells after a prefix): a
+JetStream delivery, whose `$JS.ACK` reply the outlet frames itself."""
+
+
+def dotted(prefix: bytes, a: int, b: int, c: int, d: int, e: int) -> bytes:
+    """`prefix` followed by five numbers joined by dots: a delivery's ack reply."""
+    return b"%b%d.%d.%d.%d.%d" % (prefix, a, b, c, d, e)
 
 
 class Outlet:
@@ -42,6 +55,17 @@ class Outlet:
         was = self.dirty
         self.dirty = True
         return not was
+
+    def run(self, sid: bytes, prefix: bytes, msgs: Iterable[RunMsg]) -> tuple[bool, int]:
+        """A run of deliveries to one subscription, framed as `msg` frames each with the
+        reply `dotted(prefix, ...)` (a consumer's run is one call, its replies never Python
+        bytes). Returns whether the outlet was clean before (and the run not empty), and
+        the run's header and payload bytes."""
+        was, size = self.dirty, 0
+        for subject, hdr, payload, a, b, c, d, e in msgs:
+            self.msg(subject, sid, dotted(prefix, a, b, c, d, e), hdr, payload)
+            size += len(payload) if hdr is None else len(payload) + len(hdr)
+        return self.dirty and not was, size
 
     def take(self) -> bytes:
         """Everything queued, leaving the outlet clean and empty."""

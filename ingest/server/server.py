@@ -15,7 +15,7 @@ import secrets
 import socket
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser import nats
@@ -29,6 +29,7 @@ from ingest.server.subscription import Subscription
 
 if TYPE_CHECKING:
     from ingest.server.cluster.mesh import Cluster
+    from log.consumers.wire import Deliveries
 
 log = logging.getLogger("jetlake")
 
@@ -432,35 +433,26 @@ class Server:
         if token.announced and self.cluster is not None:
             self.cluster.local_removed(token.subject, token.queue, token.account.name)
 
-    def deliver(
-        self,
-        target: str,
-        msgs: Sequence[tuple[bytes, bytes, bytes | None, bytes]],
-        *,
-        account: Account | None = None,
-    ) -> None:
-        """Route a run of (subject, reply, hdr, data) on `target`, each shown under its subject.
+    def deliver(self, run: Deliveries, *, account: Account | None = None) -> None:
+        """Route a consumer's run on its subject, each message shown under its own.
 
         A consumer sends runs of hundreds of messages to one inbox. When the run's only
         receiver is one client subscription without an auto-unsubscribe limit, no
         delivery can change who gets the next one, so the run is matched once and
         handed straight to it; otherwise each message is routed like a publish.
         """
-        routed = target.encode("utf-8", "surrogateescape")
+        routed = run.subject.encode("utf-8", "surrogateescape")
         account = account or self.accounts.global_account
         match = account.sublist.match(routed)
         only = match.plain[0] if len(match.plain) == 1 and not match.queues else None
         if type(only) is not Subscription or only.max_msgs:
-            for subject, reply, hdr, data in msgs:
+            for subject, reply, hdr, data in run.wire():
                 size = len(data) + (len(hdr) if hdr else 0)
                 self.route(None, routed, reply, hdr, data, size, shown=subject, account=account)
             return
-        send, total = only.deliver, 0
-        for subject, reply, hdr, data in msgs:
-            send(subject, reply, hdr, data)
-            total += len(data) + (len(hdr) if hdr else 0)
-        self.in_msgs += len(msgs)
-        self.out_msgs += len(msgs)
+        total = only.deliver_run(run)
+        self.in_msgs += len(run.msgs)
+        self.out_msgs += len(run.msgs)
         self.in_bytes += total
         self.out_bytes += total
 

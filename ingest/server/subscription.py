@@ -14,6 +14,7 @@ from ingest.server.sublist import Match
 
 if TYPE_CHECKING:
     from ingest.server.client import Client
+    from log.consumers.wire import Deliveries
 
 
 class Subscription:
@@ -51,6 +52,23 @@ class Subscription:
         self._delivered += 1
         if self.max_msgs and self._delivered >= self.max_msgs:
             conn.drop_sub(self)
+
+    def deliver_run(self, run: Deliveries) -> int:
+        """Deliver a consumer's run in order, as `deliver` would each; returns its header
+        and payload bytes. Unfiltered and untraced (a consumer's inbox), the outlet frames
+        the whole run, ack replies included, in one call."""
+        conn = self.conn
+        if self.filtered or conn.trace:
+            size = 0
+            for subject, reply, hdr, data in run.wire():
+                self.deliver(subject, reply, hdr, data)
+                size += len(data) if hdr is None else len(data) + len(hdr)
+            return size
+        clean, size = conn.outlet.run(self.sid, run.ack_prefix, run.msgs)
+        if clean:
+            conn.server.mark_dirty(conn)
+        self._delivered += len(run.msgs)
+        return size
 
 
 def learn_route(routes: Any, match: Match[Any], subject: bytes) -> None:

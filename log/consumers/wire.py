@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ingest.parser.outlet import RunMsg, WireMsg, dotted
 from log.publish import go_duration_ns
 from log.segments.api import StoredMsg, StoreState, SubjectState
 from log.timefmt import rfc3339
@@ -46,10 +47,6 @@ class StoreReader(Protocol):
     def seqs_for(self, subject_filter: str, start_seq: int) -> Iterable[int]: ...
 
 
-WireMsg = tuple[bytes, bytes, bytes | None, bytes]
-"""(subject, reply, headers, payload) as a subscriber sees them."""
-
-
 @dataclass(slots=True)
 class Deliveries:
     """A run of messages to one subject, in order: the owner routes the run once.
@@ -59,7 +56,13 @@ class Deliveries:
     """
 
     subject: str
-    msgs: list[WireMsg]
+    ack_prefix: bytes  # `$JS.ACK.<stream>.<consumer>.`; each reply adds the message's numbers
+    msgs: list[RunMsg]
+
+    def wire(self) -> list[WireMsg]:
+        """Each message as a subscriber sees it, its reply spelt out (the routed path)."""
+        p = self.ack_prefix
+        return [(s, dotted(p, a, b, c, e, f), h, d) for s, h, d, a, b, c, e, f in self.msgs]
 
 
 @dataclass(frozen=True, slots=True)

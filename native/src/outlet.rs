@@ -4,7 +4,7 @@
 //! `ingest/parser/outlet.py` is the reference implementation.
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
 /// Past this capacity a flushed buffer is given back rather than kept for the next burst.
@@ -154,6 +154,60 @@ impl Outlet {
             hdr.as_ref().map(|h| h.as_bytes()),
             bytes_of(payload)?.as_bytes(),
         ))
+    }
+
+    /// A run of deliveries to one subscription, each a (subject, hdr, payload, and five
+    /// numbers) tuple, framed as `msg` frames each with the reply `prefix` followed by the
+    /// numbers joined by dots (`outlet.dotted`): a consumer's run, `$JS.ACK` replies and
+    /// all, in one call. Returns whether the outlet was clean before (and the run not
+    /// empty), and the run's header and payload bytes.
+    fn run(
+        &mut self,
+        sid: &Bound<'_, PyAny>,
+        prefix: &Bound<'_, PyAny>,
+        msgs: &Bound<'_, PyAny>,
+    ) -> PyResult<(bool, u64)> {
+        let sid = bytes_of(sid)?;
+        let prefix = bytes_of(prefix)?;
+        let was = self.dirty;
+        let mut size = 0u64;
+        let mut any = false;
+        let mut reply = Vec::with_capacity(prefix.as_bytes().len() + 64);
+        for item in msgs.try_iter()? {
+            let item = item?;
+            let wire = item.cast::<PyTuple>()?;
+            let subject = bytes_of(&wire.get_item(0)?)?;
+            let hdr = wire.get_item(1)?;
+            let hdr = if hdr.is_none() {
+                None
+            } else {
+                Some(bytes_of(&hdr)?)
+            };
+            let payload = bytes_of(&wire.get_item(2)?)?;
+            reply.clear();
+            reply.extend_from_slice(prefix.as_bytes());
+            for i in 3..8 {
+                if i > 3 {
+                    reply.push(b'.');
+                }
+                let n = wire.get_item(i)?.extract::<i64>()?;
+                if n < 0 {
+                    reply.push(b'-');
+                }
+                push_number(&mut reply, n.unsigned_abs() as usize);
+            }
+            let hdr = hdr.as_ref().map(|h| h.as_bytes());
+            size += (payload.as_bytes().len() + hdr.map_or(0, <[u8]>::len)) as u64;
+            self.frame(
+                subject.as_bytes(),
+                sid.as_bytes(),
+                &reply,
+                hdr,
+                payload.as_bytes(),
+            );
+            any = true;
+        }
+        Ok((any && !was, size))
     }
 
     /// Everything queued, leaving the outlet clean and empty.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import pytest
 from ingest.parser.headers import encode_headers, parse_headers
 from ingest.parser.subjects import subject_matches
 from ingest.server.jetstream import JetStream
+from log.consumers.wire import Deliveries
 
 Callback = Callable[[str, str | None, bytes | None, bytes], None]
 RawCallback = Callable[[bytes, bytes, bytes | None, bytes], None]
@@ -53,11 +54,9 @@ class FakeMessaging:
         assert isinstance(token, int)
         del self.subs[token]
 
-    def deliver(
-        self, target: str, msgs: Sequence[tuple[bytes, bytes, bytes | None, bytes]]
-    ) -> None:
-        for _, reply, hdr, data in msgs:
-            self.publish(target, reply.decode(), hdr, data)
+    def deliver(self, run: Deliveries) -> None:
+        for _, reply, hdr, data in run.wire():
+            self.publish(run.subject, reply.decode(), hdr, data)
 
     def has_interest(self, subject: str) -> bool:
         return any(subject_matches(pattern, subject) for pattern, _ in self.subs.values())

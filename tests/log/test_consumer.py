@@ -33,7 +33,7 @@ def make(store: MemoryStore, now: int = 0, **cfg: Any) -> Consumer:
 
 
 def sent(out: list[Output]) -> list[WireMsg]:
-    return [m for o in out if isinstance(o, Deliveries) for m in o.msgs]
+    return [m for o in out if isinstance(o, Deliveries) for m in o.wire()]
 
 
 def deliveries(out: list[Output]) -> list[tuple[int, int]]:
@@ -165,6 +165,18 @@ def test_max_bytes_refuses_big_messages() -> None:
     assert deliveries(pull(c, b'{"batch":1,"max_bytes":500}')) == [(1, 1)]
 
 
+def test_max_bytes_counts_the_ack_reply_to_the_byte() -> None:
+    """The reference's size: subject, ack reply, headers and payload (the reply is
+    spelt out for the count although the outlet frames it)."""
+    reply = b"$JS.ACK.S.c.1.1.1.%d.0" % S
+    size = len(b"s.a") + len(reply) + len(b"m0")
+    c = make(store_with("s.a"))
+    out = pull(c, b'{"batch":1,"max_bytes":%d}' % (size - 1))
+    assert statuses(out) == ["NATS/1.0 409 Message Size Exceeds MaxBytes"]
+    out = pull(c, b'{"batch":1,"max_bytes":%d}' % size)
+    assert [m[1] for m in sent(out)] == [reply]
+
+
 def test_pending_request_served_on_commit() -> None:
     store = store_with()
     c = make(store)
@@ -278,13 +290,23 @@ def test_pump_delivers_a_slice_then_asks_to_run_again() -> None:
 
 
 def test_a_pull_batch_goes_out_in_smaller_slices() -> None:
-    """A pull client waits for its whole batch: its first messages go out early."""
-    c = make(store_with(*["s.a"] * (PULL_SLICE + 5)))
+    """A pull client that acks waits for its whole batch: its first messages go out early."""
+    c = make(store_with(*["s.a"] * (PULL_SLICE + 5)), ack_policy="explicit")
     assert deliveries(pull(c, b'{"batch":%d}' % (PULL_SLICE + 5))) == [
         (i, 1) for i in range(1, PULL_SLICE + 1)
     ]
     assert c.next_deadline(0) == 0
     assert deliveries(c.pump(0)) == [(PULL_SLICE + i, 1) for i in range(1, 6)]
+
+
+def test_a_pull_consumer_without_acks_streams_whole_slices() -> None:
+    """Nothing to ack (the ordered consumer): small slices would only cost pumps."""
+    c = make(store_with(*["s.a"] * (SLICE + 5)), ack_policy="none")
+    assert deliveries(pull(c, b'{"batch":%d}' % (SLICE + 5))) == [
+        (i, 1) for i in range(1, SLICE + 1)
+    ]
+    assert c.next_deadline(0) == 0
+    assert deliveries(c.pump(0)) == [(SLICE + i, 1) for i in range(1, 6)]
 
 
 def test_paused_after_a_slice_waits_for_the_pause() -> None:

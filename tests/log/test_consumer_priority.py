@@ -34,7 +34,7 @@ def to(out: list[Output], reply: str) -> list[int]:
         int(m[1].split(b".")[5])
         for o in out
         if isinstance(o, Deliveries) and o.subject == reply
-        for m in o.msgs
+        for m in o.wire()
     ]
 
 
@@ -42,7 +42,7 @@ def pins(out: list[Output]) -> list[str]:
     found = []
     for o in out:
         if isinstance(o, Deliveries):
-            for m in o.msgs:
+            for m in o.wire():
                 hdr = (m[2] or b"").decode()
                 found += [line.split(": ", 1)[1] for line in hdr.split("\r\n") if PIN_ID in line]
     return found

@@ -183,3 +183,51 @@ def test_outlets_queue_the_same_bytes(writes: list[object], headers: bool) -> No
     assert (compiled.msgs, compiled.bytes) == (pure.msgs, pure.bytes)
     assert compiled.take() == pure.take()
     assert compiled.write(b"+OK\r\n") and pure.write(b"+OK\r\n")  # clean again after take
+
+
+NUMBER = st.integers(min_value=0, max_value=2**63 - 1) | st.integers(
+    min_value=-(2**63), max_value=-1
+)
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                WORD,
+                st.none() | st.binary(max_size=30),
+                st.binary(max_size=40),
+                NUMBER,
+                NUMBER,
+                NUMBER,
+                NUMBER,
+                NUMBER,
+            ),
+            max_size=6,
+        )
+        | st.binary(max_size=20),
+        max_size=6,
+    ),
+    st.sampled_from([b"$JS.ACK.S.c.", b"$JS.ACK.\xff.c.", b""]),
+    st.booleans(),
+)
+def test_runs_frame_as_single_deliveries(items: list[object], prefix: bytes, headers: bool) -> None:
+    """A consumer's run (JetStream deliveries whose `$JS.ACK` replies the outlet spells) in
+    one call: compiled and pure outlets agree, and both equal framing each message alone."""
+    pure, compiled, one_by_one = Outlet(), jetlake_native.Outlet(), Outlet()
+    pure.headers = compiled.headers = one_by_one.headers = headers
+    for item in items:
+        if isinstance(item, bytes):
+            assert compiled.write(item) == pure.write(item) == one_by_one.write(item)
+            continue
+        assert isinstance(item, list)
+        size = sum(len(d) + len(h or b"") for _, h, d, *_ in item)
+        clean = bool(item) and not pure.dirty
+        assert compiled.run(b"7", prefix, item) == pure.run(b"7", prefix, item) == (clean, size)
+        for subject, hdr, data, a, b, c, d, e in item:
+            reply = prefix + b".".join(b"%d" % n for n in (a, b, c, d, e))
+            one_by_one.msg(subject, b"7", reply, hdr, data)
+    assert (compiled.msgs, compiled.bytes) == (pure.msgs, pure.bytes)
+    assert (pure.msgs, pure.bytes) == (one_by_one.msgs, one_by_one.bytes)
+    assert compiled.take() == pure.take() == one_by_one.take()

@@ -7,13 +7,14 @@ never meet another account's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ingest.server.accounts.registry import Account
 
 if TYPE_CHECKING:
     from ingest.server.server import InternalCallback, RawCallback, Server
+    from log.consumers.wire import Deliveries
 
 
 class AccountMessaging:
@@ -37,10 +38,8 @@ class AccountMessaging:
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         self._server.publish(subject, reply, hdr, data, account=self._account)
 
-    def deliver(
-        self, target: str, msgs: Sequence[tuple[bytes, bytes, bytes | None, bytes]]
-    ) -> None:
-        self._server.deliver(target, msgs, account=self._account)
+    def deliver(self, run: Deliveries) -> None:
+        self._server.deliver(run, account=self._account)
 
     def has_interest(self, subject: str) -> bool:
         return self._server.has_interest(subject, account=self._account)

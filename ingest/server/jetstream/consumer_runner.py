@@ -266,7 +266,7 @@ class Runner:
         publish = self._messaging.publish
         for item in out:
             if isinstance(item, Deliveries):
-                self._messaging.deliver(item.subject, item.msgs)
+                self._messaging.deliver(item)
             elif isinstance(item, Status):
                 publish(item.subject, item.reply or None, item.hdr, b"")
             elif isinstance(item, Advisory):

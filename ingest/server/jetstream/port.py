@@ -8,8 +8,11 @@ wired the same way).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from log.consumers.wire import Deliveries
 
 InternalCallback = Callable[[str, str | None, bytes | None, bytes], None]
 RawCallback = Callable[[bytes, bytes, bytes | None, bytes], None]
@@ -29,10 +32,8 @@ class Messaging(Protocol):
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         """Route to subscribers like a client publish."""
 
-    def deliver(
-        self, target: str, msgs: Sequence[tuple[bytes, bytes, bytes | None, bytes]]
-    ) -> None:
-        """Route each (subject, reply, hdr, data) on `target`, showing subscribers its subject.
+    def deliver(self, run: Deliveries) -> None:
+        """Route each message of the run on its subject, showing subscribers the message's.
 
         Stored messages to an inbox, in order; a run is one call so the route is looked up once.
         """

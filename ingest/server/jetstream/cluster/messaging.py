@@ -8,9 +8,13 @@ not the leader simply does not answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ingest.server.jetstream.port import InternalCallback, Messaging, RawCallback
+
+if TYPE_CHECKING:
+    from log.consumers.wire import Deliveries
 
 
 class Announced:
@@ -36,10 +40,8 @@ class Announced:
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         self._inner.publish(subject, reply, hdr, data)
 
-    def deliver(
-        self, target: str, msgs: Sequence[tuple[bytes, bytes, bytes | None, bytes]]
-    ) -> None:
-        self._inner.deliver(target, msgs)
+    def deliver(self, run: Deliveries) -> None:
+        self._inner.deliver(run)
 
     def has_interest(self, subject: str) -> bool:
         return self._inner.has_interest(subject)
