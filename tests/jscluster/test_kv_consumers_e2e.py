@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import nats
 import nats.errors
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
@@ -158,3 +159,26 @@ async def test_server_remove_as_the_system_account(kind: str, tmp_path: Path) ->
 
         await eventually(shrunk, "a meta group of three")
         await sys.close()
+
+
+async def test_a_push_consumer_wakes_for_a_subscriber_on_another_server(
+    kind: str, tmp_path: Path
+) -> None:
+    """The deliver subject is subscribed after the consumer exists, on a server the
+    consumer is not on: the subscription reaches the consumer's server as route interest,
+    and that wakes it as a local subscription would."""
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        await c.add_stream("P", ["p.>"], replicas=1)
+        home = await c.leader("P")
+        push = ConsumerConfig(durable_name="D", deliver_subject="push.d", ack_policy=AckPolicy.NONE)
+        await c.js.add_consumer("P", push)
+        for i in range(5):
+            await c.js.publish("p.x", b"%d" % i)
+        elsewhere = next(s for s in c.servers if s is not home)
+        nc = await nats.connect(elsewhere.url)
+        try:
+            sub = await nc.subscribe("push.d")
+            got = [(await sub.next_msg(timeout=10)).data for _ in range(5)]
+        finally:
+            await nc.close()
+        assert got == [b"0", b"1", b"2", b"3", b"4"]

@@ -200,6 +200,7 @@ class Cluster:
             if self.routes.get(route.remote_id) is route:
                 del self.routes[route.remote_id]
             self.remote.drop(route)
+            self.remote_changed(None)
             self.server.cluster_changed()
 
     def peer_updated(self, route: Route) -> None:
@@ -292,6 +293,15 @@ class Cluster:
         if line is not None:
             for route in self.routes.values():
                 route.queue(line)
+
+    def remote_changed(self, account: str | None) -> None:
+        """Interest on another server came or went (None: in any account). Whoever watches
+        an account's interest (push consumers following their audience) is told, as for
+        a subscription here: a deliver subject subscribed on a peer wakes its consumer."""
+        accounts = self.server.accounts
+        for acc in list(accounts) if account is None else [accounts.get(account)]:
+            if acc is not None and acc.sublist.on_change is not None:
+                acc.sublist.on_change()
 
     def forwarding(self, account: str, subject: bytes) -> Forwarding[Route] | None:
         """Where a message published in `account` may go; None when no peer wants it."""

@@ -146,9 +146,11 @@ class Route(asyncio.Protocol):
         elif isinstance(op, proto.RSub):
             if self.registered:
                 cluster.remote.add(self, op.subject, op.queue, op.weight, op.account)
+                cluster.remote_changed(op.account)
         elif isinstance(op, proto.RUnsub):
             if self.registered:
                 cluster.remote.remove(self, op.subject, op.queue, op.account)
+                cluster.remote_changed(op.account)
         elif isinstance(op, proto.Ping):
             self.queue(proto.PONG)
         elif isinstance(op, proto.Pong):
@@ -221,8 +223,7 @@ class Route(asyncio.Protocol):
         """A twin connection to the same peer won: stop sending here (its interest goes
         with it), deliver what the peer already sent, and close after the grace."""
         self.cluster.retire(self)
-        self.superseded = True
-        self._out.clear()
+        self.superseded = True  # what is queued still goes: a CONNECT the peer is waiting for
         loop = asyncio.get_running_loop()
         self._timers["duplicate"] = loop.call_later(DUPLICATE_GRACE, self.close, "Duplicate Route")
 
