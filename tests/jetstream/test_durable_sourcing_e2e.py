@@ -56,6 +56,22 @@ async def _origin_seqs(nc: NATS, stream: str) -> list[int]:
     return seqs
 
 
+async def _killed_while_copying(server: ServerProcess, connect: Connect) -> NATS:
+    """2,000 messages published to `w`, the server killed with SIGKILL as its links copy
+    them, restarted, and 50 more published; the new connection."""
+    nc = await connect(server)
+    js = nc.jetstream()
+    acks = [await js.publish_async("w", b"%d" % i) for i in range(2000)]  # type: ignore[attr-defined]
+    await asyncio.gather(*acks)
+    server.kill()
+    await server.restart_async()
+    nc = await connect(server)
+    js = nc.jetstream()
+    for i in range(2000, 2050):
+        await js.publish("w", b"%d" % i)
+    return nc
+
+
 async def _mirror_and_source(nc: NATS, origin: str) -> None:
     await api(nc, "$JS.API.STREAM.CREATE.M", {"name": "M", "mirror": {"name": origin}})
     await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "sources": [{"name": origin}]})
@@ -190,14 +206,7 @@ async def test_work_queue_sourcing_survives_kill(
     js = nc.jetstream()
     await js.add_stream(name="WQ", subjects=["w"], retention="workqueue")
     await _mirror_and_source(nc, "WQ")
-    acks = [await js.publish_async("w", b"%d" % i) for i in range(2000)]  # type: ignore[attr-defined]
-    await asyncio.gather(*acks)
-    jetlake_js.kill()
-    await jetlake_js.restart_async()
-    nc = await connect(jetlake_js)
-    js = nc.jetstream()
-    for i in range(2000, 2050):
-        await js.publish("w", b"%d" % i)
+    nc = await _killed_while_copying(jetlake_js, connect)
     await _poll(lambda: _has(nc, "M", 2050), "the mirror lost messages", timeout=30)
     await _poll(lambda: _has(nc, "S", 2050), "the source lost messages", timeout=30)
     await _poll(lambda: _empty(nc, "WQ"), "the work queue kept them")

@@ -12,7 +12,14 @@ from nats.aio.client import Client as NATS
 
 from log.sources import name_hash
 from tests.conftest import Connect
-from tests.jetstream.test_durable_sourcing_e2e import _empty, _has, _messages, _origin_seqs, _poll
+from tests.jetstream.test_durable_sourcing_e2e import (
+    _empty,
+    _has,
+    _killed_while_copying,
+    _messages,
+    _origin_seqs,
+    _poll,
+)
 from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
 from tests.support.servers import ServerProcess
 
@@ -220,14 +227,7 @@ async def test_a_source_on_its_own_durable_survives_kill(
     await js.add_stream(name="WQ", subjects=["w"], retention="workqueue")
     assert "error" not in await _durable(nc, "WQ")
     await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "sources": [_own("WQ")]})
-    acks = [await js.publish_async("w", b"%d" % i) for i in range(2000)]  # type: ignore[attr-defined]
-    await asyncio.gather(*acks)
-    jetlake_js.kill()
-    await jetlake_js.restart_async()
-    nc = await connect(jetlake_js)
-    js = nc.jetstream()
-    for i in range(2000, 2050):
-        await js.publish("w", b"%d" % i)
+    nc = await _killed_while_copying(jetlake_js, connect)
     await _poll(lambda: _has(nc, "S", 2050), "the source lost messages", timeout=40)
     await _poll(lambda: _empty(nc, "WQ"), "the work queue kept them")
     assert await _origin_seqs(nc, "S") == list(range(1, 2051))
