@@ -56,6 +56,17 @@ async def _origin_seqs(nc: NATS, stream: str) -> list[int]:
     return seqs
 
 
+async def _drained(
+    nc: NATS, origin: str, copies: dict[str, int], timeout: float = 15, emptied: float = 15
+) -> None:
+    """Each copy holds its count of messages, then the origin holds none."""
+    for stream, count in copies.items():
+        await _poll(
+            lambda s=stream, n=count: _has(nc, s, n), f"{stream} never held {count}", timeout
+        )
+    await _poll(lambda: _empty(nc, origin), f"{origin} kept messages", emptied)
+
+
 async def _killed_while_copying(server: ServerProcess, connect: Connect) -> NATS:
     """2,000 messages published to `w`, the server killed with SIGKILL as its links copy
     them, restarted, and 50 more published; the new connection."""
@@ -89,9 +100,7 @@ async def test_a_work_queue_with_a_mirror_and_a_source_gives_each_every_message(
     await _mirror_and_source(nc, "WQ")
     for i in range(3, 5):
         await js.publish("w.a", b"%d" % i)
-    await _poll(lambda: _has(nc, "M", 5), "the mirror did not get every message")
-    await _poll(lambda: _has(nc, "S", 5), "the source did not get every message")
-    await _poll(lambda: _empty(nc, "WQ"), "the work queue kept them")
+    await _drained(nc, "WQ", {"M": 5, "S": 5})
     assert await _messages(nc, "M") == 5 and await _messages(nc, "S") == 5
     assert await _origin_seqs(nc, "S") == [1, 2, 3, 4, 5]
     listed = await api(nc, "$JS.API.CONSUMER.LIST.WQ")
@@ -154,8 +163,7 @@ async def test_the_origin_keeps_a_message_until_every_reader_has_it(
     await _poll(lambda: _acked(nc, "WQ", MIRROR, 4), "the mirror did not acknowledge")
     assert await _messages(nc, "WQ") == 4 and await _messages(nc, "S") == 0
     await api(nc, f"$JS.API.CONSUMER.PAUSE.WQ.{SOURCE}", {})
-    await _poll(lambda: _has(nc, "S", 4), "the source did not get every message")
-    await _poll(lambda: _empty(nc, "WQ"), "the work queue kept them")
+    await _drained(nc, "WQ", {"S": 4})
 
 
 async def test_an_interest_origin_keeps_messages_for_its_source(
@@ -170,8 +178,7 @@ async def test_an_interest_origin_keeps_messages_for_its_source(
     await _poll(lambda: _acked(nc, "I", SOURCE, 0), "no sourcing consumer")
     for i in range(3):
         await js.publish("i.x", b"%d" % i)
-    await _poll(lambda: _has(nc, "S", 3), "the source did not get every message")
-    await _poll(lambda: _empty(nc, "I"), "the interest stream kept them")
+    await _drained(nc, "I", {"S": 3})
     assert await _origin_seqs(nc, "S") == [1, 2, 3]
 
 
@@ -207,9 +214,7 @@ async def test_work_queue_sourcing_survives_kill(
     await js.add_stream(name="WQ", subjects=["w"], retention="workqueue")
     await _mirror_and_source(nc, "WQ")
     nc = await _killed_while_copying(jetlake_js, connect)
-    await _poll(lambda: _has(nc, "M", 2050), "the mirror lost messages", timeout=30)
-    await _poll(lambda: _has(nc, "S", 2050), "the source lost messages", timeout=30)
-    await _poll(lambda: _empty(nc, "WQ"), "the work queue kept them")
+    await _drained(nc, "WQ", {"M": 2050, "S": 2050}, timeout=30)
     assert await _origin_seqs(nc, "S") == list(range(1, 2051))
     info = await api(nc, "$JS.API.STREAM.INFO.M")
     assert (info["state"]["first_seq"], info["state"]["last_seq"]) == (1, 2050)
@@ -240,9 +245,7 @@ async def test_an_external_origin_is_read_through_its_api_prefix(
     sources = [{"name": "WQ", "external": ext}]
     await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "sources": sources})
     await js.publish("w.a", b"3")
-    await _poll(lambda: _has(nc, "M", 4), "the mirror did not get every message")
-    await _poll(lambda: _has(nc, "S", 4), "the source did not get every message")
-    await _poll(lambda: _empty(nc, "WQ"), "the work queue kept them")
+    await _drained(nc, "WQ", {"M": 4, "S": 4})
     source = (await api(nc, "$JS.API.STREAM.INFO.S"))["sources"][0]
     assert (source["external"], source["lag"], source["seq"]) == (ext, 0, 4)
     assert source["active"] >= 0
@@ -300,6 +303,5 @@ async def test_a_full_source_leaves_the_rest_in_the_work_queue(
     await asyncio.sleep(1.5)  # a flow-control round (heartbeat) has passed: nothing more
     assert await _messages(nc, "WQ") >= 2 and await _messages(nc, "S") == 2
     await js.purge_stream("S")
-    await _poll(lambda: _has(nc, "S", 2), "the source did not get the rest", timeout=30)
-    await _poll(lambda: _empty(nc, "WQ"), "the work queue kept them", timeout=30)
+    await _drained(nc, "WQ", {"S": 2}, timeout=30, emptied=30)
     assert await _origin_seqs(nc, "S") == [3, 4]

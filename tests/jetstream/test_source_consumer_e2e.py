@@ -13,8 +13,7 @@ from nats.aio.client import Client as NATS
 from log.sources import name_hash
 from tests.conftest import Connect
 from tests.jetstream.test_durable_sourcing_e2e import (
-    _empty,
-    _has,
+    _drained,
     _killed_while_copying,
     _messages,
     _origin_seqs,
@@ -84,8 +83,7 @@ async def test_a_source_reads_a_work_queue_through_the_users_durable(
     assert created["config"]["sources"] == [_own("WQ")]
     for i in range(3, 5):
         await js.publish("w.a", b"%d" % i)
-    await _poll(lambda: _has(nc, "S", 5), "the source did not get every message")
-    await _poll(lambda: _empty(nc, "WQ"), "the work queue kept them")
+    await _drained(nc, "WQ", {"S": 5})
     assert await _origin_seqs(nc, "S") == [1, 2, 3, 4, 5]
     copy = await js.get_msg("S", seq=1)
     assert (copy.headers or {})["Nats-Stream-Source"].startswith(f"{STAMP} 1 > > w.a ")
@@ -112,8 +110,7 @@ async def test_a_mirror_reads_through_the_users_durable(
     await api(nc, "$JS.API.STREAM.CREATE.M", {"name": "M", "mirror": _own("I")})
     for i in range(4):
         await js.publish("i.x", b"%d" % i)
-    await _poll(lambda: _has(nc, "M", 4), "the mirror did not get every message")
-    await _poll(lambda: _empty(nc, "I"), "the interest stream kept them")
+    await _drained(nc, "I", {"M": 4})
     info = await api(nc, "$JS.API.STREAM.INFO.M")
     assert (info["state"]["first_seq"], info["state"]["last_seq"]) == (1, 4)
     assert info["mirror"]["name"] == "I" and "error" not in info["mirror"]
@@ -167,8 +164,7 @@ async def test_a_durable_made_after_the_source_is_read_once_there(
     await asyncio.sleep(1)
     assert await _messages(nc, "S") == 0 and await _messages(nc, "WQ") == 3
     assert "error" not in await _durable(nc, "WQ")
-    await _poll(lambda: _has(nc, "S", 3), "the source never read the durable", timeout=40)
-    await _poll(lambda: _empty(nc, "WQ"), "the work queue kept them")
+    await _drained(nc, "WQ", {"S": 3}, timeout=40)
     assert await _origin_seqs(nc, "S") == [1, 2, 3]
 
 
@@ -228,7 +224,6 @@ async def test_a_source_on_its_own_durable_survives_kill(
     assert "error" not in await _durable(nc, "WQ")
     await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "sources": [_own("WQ")]})
     nc = await _killed_while_copying(jetlake_js, connect)
-    await _poll(lambda: _has(nc, "S", 2050), "the source lost messages", timeout=40)
-    await _poll(lambda: _empty(nc, "WQ"), "the work queue kept them")
+    await _drained(nc, "WQ", {"S": 2050}, timeout=40)
     assert await _origin_seqs(nc, "S") == list(range(1, 2051))
     assert (await api(nc, "$JS.API.CONSUMER.NAMES.WQ"))["consumers"] == ["C"]
