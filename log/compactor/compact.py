@@ -232,7 +232,7 @@ class Compactor:
             # A typed group half committed by a crashed pass is routed as it was begun, even
             # if `jetlake.lake.tables` changed since: no row lands in two tables.
             metadata = begun[1] if begun is not None and begun[0] > done else stream.metadata
-            routed = _spec(stream, metadata)
+            routed = spec if metadata is stream.metadata else _spec(stream, metadata)
             try:
                 if routed.typed:
                     write_routing(stream, last, metadata)
