@@ -26,7 +26,7 @@ from ingest.parser.subjects import is_valid_literal_subject, is_valid_subject
 from ingest.server.auth import AUTH_VIOLATION, AuthError, Grant
 from ingest.server.gofmt import go_duration
 from ingest.server.logs import TRACE
-from ingest.server.subscription import Subscription, learn_route
+from ingest.server.subscription import Subscription, learn_acks, learn_route
 from ingest.server.tls import TLSLayer
 
 if TYPE_CHECKING:
@@ -233,6 +233,7 @@ class Client(asyncio.Protocol):
 
     def _dispatch(self, ops: list[nats.Op]) -> None:
         pub = nats.Pub  # looked up once per read, not per message
+        ack_run = fast.AckRun
         for op in ops:
             if self.closed:
                 return
@@ -243,6 +244,8 @@ class Client(asyncio.Protocol):
             kind = type(op)
             if kind is pub:
                 self._on_pub(op)  # type: ignore[arg-type]
+            elif kind is ack_run:
+                self._on_acks(op)
             elif kind is nats.Ping:
                 self._on_ping()
             elif kind is nats.Pong:
@@ -373,6 +376,26 @@ class Client(asyncio.Protocol):
             match = sublist.peek(subject)  # None if delivering changed the interest
             if match is not None:
                 learn_route(routes, match, subject)
+        elif routes is not None and subject.startswith(b"$JS.ACK."):
+            learn_acks(routes, sublist, subject)
+
+    def _on_acks(self, run: Any) -> None:
+        """Plain acks the codec gathered for one consumer: counted as the PUBs they are,
+        applied in one call (the codec only gathers for the consumer's own sink, so
+        nothing else would have received them)."""
+        n = len(run.seqs) // 3
+        size = run.size
+        self.in_msgs += n
+        self.in_bytes += size
+        server = self.server
+        server.in_msgs += n
+        server.in_bytes += size
+        server.out_msgs += n
+        server.out_bytes += size
+        sublist = self.account.sublist
+        sublist.matches += n
+        sublist.cache_hits += n
+        run.sink(run.seqs)
 
     def _pub_allowed(self, subject: bytes) -> bool:
         """Pedantic subject check, publish permission, verbose +OK; False when refused."""

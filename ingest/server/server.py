@@ -29,6 +29,7 @@ from ingest.server.subscription import Subscription
 
 if TYPE_CHECKING:
     from ingest.server.cluster.mesh import Cluster
+    from ingest.server.jetstream.port import AckSink
     from log.consumers.wire import Deliveries
 
 log = logging.getLogger("jetlake")
@@ -77,12 +78,15 @@ class RawSubscription:
     For hot internal subscribers (consumer acks): no wrapper call, no decoding.
     """
 
-    __slots__ = ("account", "announced", "conn", "deliver", "queue", "subject")
+    __slots__ = ("account", "acks", "announced", "conn", "deliver", "queue", "subject")
 
-    def __init__(self, subject: str, callback: RawCallback, account: Account) -> None:
+    def __init__(
+        self, subject: str, callback: RawCallback, account: Account, acks: AckSink | None
+    ) -> None:
         self.subject = subject
         self.queue = None
         self.deliver = callback
+        self.acks = acks  # runs of plain acks the codec gathered (see `learn_acks`)
         self.conn = None
         self.account = account
         self.announced = False
@@ -414,9 +418,14 @@ class Server:
         return sub
 
     def subscribe_raw(
-        self, subject: str, callback: RawCallback, *, account: Account | None = None
+        self,
+        subject: str,
+        callback: RawCallback,
+        *,
+        account: Account | None = None,
+        acks: AckSink | None = None,
     ) -> RawSubscription:
-        sub = RawSubscription(subject, callback, account or self.accounts.global_account)
+        sub = RawSubscription(subject, callback, account or self.accounts.global_account, acks)
         sub.account.sublist.insert(subject, None, sub)
         return sub
 

@@ -48,6 +48,7 @@ class _PrefixEntry(Generic[S]):
 
 
 _SPECIAL = frozenset({"", "*", ">"})
+_ACK_OVERLAPS = frozenset({"$JS", "*", ">"})  # first tokens of subjects that match acks
 
 
 @dataclass(slots=True)
@@ -90,7 +91,7 @@ class Sublist(Generic[S]):
             node.queues.setdefault(queue, []).append(sub)
         self.count += 1
         self.inserts += 1
-        self._clear_caches()
+        self._clear_caches(subject)
         if self.on_change is not None:
             self.on_change()
 
@@ -115,7 +116,7 @@ class Sublist(Generic[S]):
             del parent.children[tok]
         self.count -= 1
         self.removes += 1
-        self._clear_caches()
+        self._clear_caches(subject)
         if self.on_change is not None:
             self.on_change()
         return True
@@ -125,9 +126,17 @@ class Sublist(Generic[S]):
         forgotten; counts nothing (this is not a lookup /subsz reports)."""
         return self._cache.get(subject)
 
-    def _clear_caches(self) -> None:
+    def decided_by(self, prefix: bytes) -> Match[S] | None:
+        """The match of every subject under `prefix` and one more token, whatever its
+        tokens, if a walk showed it is one (a cached dead end no literal child splits)."""
+        entry = self._dead_ends.get(prefix)
+        return entry.match if entry is not None and not entry.literals else None
+
+    def _clear_caches(self, subject: str) -> None:
         if self.routes is not None:
-            self.routes.clear()
+            # A consumer's ack sink stays learnt through the SUB and UNSUB of every fetch's
+            # inbox: only a subject that can match `$JS.ACK.…` can change who takes acks.
+            self.routes.clear(subject.split(".", 1)[0] in _ACK_OVERLAPS)
         self._cache.clear()
         self._tails.clear()
         self._dead_ends.clear()

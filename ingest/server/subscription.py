@@ -2,7 +2,8 @@
 
 `Subscription.deliver` is the reference path for one delivery; `learn_route` decides
 which matches the compiled codec may frame itself (see `ingest.server.client`), and
-the count of what it framed reaches `delivered` when its table settles.
+the count of what it framed reaches `delivered` when its table settles; `learn_acks`
+which consumers it may hand their plain acks in runs.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.fast import encode_hmsg, encode_msg
-from ingest.server.sublist import Match
+from ingest.server.sublist import Match, Sublist
 
 if TYPE_CHECKING:
     from ingest.server.client import Client
@@ -69,6 +70,24 @@ class Subscription:
             conn.server.mark_dirty(conn)
         self._delivered += len(run.msgs)
         return size
+
+
+ACK_TOKENS = 4  # `$JS.ACK.<stream>.<consumer>`: the part of an ack that names its consumer
+
+
+def learn_acks(routes: Any, sublist: Sublist[Any], subject: bytes) -> None:
+    """Tell the codec's table that acks under this ack subject's consumer go to that
+    consumer's batch sink alone, if the sublist's walk showed they all do."""
+    parts = subject.split(b".", ACK_TOKENS)
+    if len(parts) <= ACK_TOKENS:
+        return
+    prefix = subject[: len(subject) - len(parts[-1]) - 1]
+    match = sublist.decided_by(prefix)
+    if match is None or match.queues or len(match.plain) != 1:
+        return
+    sink = getattr(match.plain[0], "acks", None)
+    if sink is not None:
+        routes.learn_acks(prefix + b".", sink)
 
 
 def learn_route(routes: Any, match: Match[Any], subject: bytes) -> None:

@@ -11,6 +11,11 @@
 //! Python object. That holds only until the first operation Python must see in a
 //! read: after it, every PUB is returned, so each connection's bytes keep the
 //! order the reference path (`Client._dispatch`) gives them.
+//!
+//! A plain ack (`$JS.ACK…`, no reply, no headers, an empty, `+ACK` or `+OK` body) to a
+//! consumer `Routes` knows becomes no `Pub` either, under the same rule: consecutive
+//! ones to one consumer are one `AckRun` in the operations, which `Client` hands to
+//! the consumer whole.
 
 mod outlet;
 mod routes;
@@ -29,6 +34,44 @@ struct Pending {
     reply: Vec<u8>,
     hlen: Option<usize>,
     total: usize,
+}
+
+/// Consecutive plain acks to one consumer, in the order they were read.
+#[pyclass(module = "jetlake_native", frozen)]
+struct AckRun {
+    /// The consumer's `acks(seqs)`.
+    #[pyo3(get)]
+    sink: Py<PyAny>,
+    /// (delivered, stream seq, consumer seq) of each ack, flat.
+    #[pyo3(get)]
+    seqs: Vec<u64>,
+    /// Their bodies' bytes, for the counters a routed PUB moves.
+    #[pyo3(get)]
+    size: u64,
+}
+
+/// The run being gathered; it becomes an operation when something else comes.
+struct Gathering {
+    sink: Py<PyAny>,
+    seqs: Vec<u64>,
+    size: u64,
+}
+
+fn is_plain_ack(payload: &[u8]) -> bool {
+    matches!(payload, b"" | b"+ACK" | b"+OK")
+}
+
+/// Turn the run gathered so far into an operation after those before it.
+fn close_run(py: Python<'_>, run: &mut Option<Gathering>, ops: &mut Vec<Py<PyAny>>) -> PyResult<()> {
+    if let Some(g) = run.take() {
+        let op = AckRun {
+            sink: g.sink,
+            seqs: g.seqs,
+            size: g.size,
+        };
+        ops.push(Py::new(py, op)?.into_any());
+    }
+    Ok(())
 }
 
 /// What a control line turned into.
@@ -361,6 +404,7 @@ impl ServerCodec {
             &joined
         };
         let mut ops: Vec<Py<PyAny>> = Vec::new();
+        let mut run: Option<Gathering> = None;
         let routes_ref = self.routes.as_ref().map(|r| r.clone_ref(py));
         let mut routes = routes_ref.as_ref().map(|r| r.borrow_mut(py));
         let end = buf.len();
@@ -373,10 +417,32 @@ impl ServerCodec {
                     break;
                 }
                 if &buf[stop..stop + 2] != b"\r\n" {
+                    close_run(py, &mut run, &mut ops)?;
                     let err = self.err_unknown_op.clone_ref(py);
                     return self.fail(py, ops, err);
                 }
-                if ops.is_empty() {
+                // Like the fast route, only before the read's first operation for Python,
+                // which may change who takes acks (a SUB to `$JS.ACK.>`, a consumer delete).
+                if let (Some(r), None, true) = (routes.as_deref(), pending.hlen, ops.is_empty()) {
+                    let payload = &buf[pos..stop];
+                    if pending.reply.is_empty() && is_plain_ack(payload) {
+                        if let Some((sink, seqs)) = r.ack(&pending.subject) {
+                            if run.as_ref().is_some_and(|g| !g.sink.is(sink)) {
+                                close_run(py, &mut run, &mut ops)?;
+                            }
+                            let g = run.get_or_insert_with(|| Gathering {
+                                sink: sink.clone_ref(py),
+                                seqs: Vec::new(),
+                                size: 0,
+                            });
+                            g.seqs.extend(seqs);
+                            g.size += payload.len() as u64;
+                            pos = stop + 2;
+                            continue;
+                        }
+                    }
+                }
+                if ops.is_empty() && run.is_none() {
                     if let Some(r) = routes.as_deref_mut() {
                         let (hdr, payload) = match pending.hlen {
                             Some(h) => (Some(&buf[pos..pos + h]), &buf[pos + h..stop]),
@@ -397,12 +463,14 @@ impl ServerCodec {
                     ),
                     None => (py.None().into_bound(py), PyBytes::new(py, &buf[pos..stop])),
                 };
+                close_run(py, &mut run, &mut ops)?;
                 ops.push(self.new_pub(py, &pending, &hdr, payload.as_any())?);
                 pos = stop + 2;
                 continue;
             }
             let Some(offset) = buf[pos..].iter().position(|&b| b == b'\n') else {
                 if end - pos > self.max_control_line {
+                    close_run(py, &mut run, &mut ops)?;
                     let err = self.err_max_control_line.clone_ref(py);
                     return self.fail(py, ops, err);
                 }
@@ -415,13 +483,20 @@ impl ServerCodec {
                 line = rest;
             }
             if line.len() > self.max_control_line {
+                close_run(py, &mut run, &mut ops)?;
                 let err = self.err_max_control_line.clone_ref(py);
                 return self.fail(py, ops, err);
             }
             match self.control(py, line)? {
                 Control::Nothing => {}
-                Control::Op(op) => ops.push(op),
-                Control::Fail(error) => return self.fail(py, ops, error),
+                Control::Op(op) => {
+                    close_run(py, &mut run, &mut ops)?;
+                    ops.push(op);
+                }
+                Control::Fail(error) => {
+                    close_run(py, &mut run, &mut ops)?;
+                    return self.fail(py, ops, error);
+                }
             }
         }
         if pos < end {
@@ -433,6 +508,7 @@ impl ServerCodec {
                 self.buf = joined;
             }
         }
+        close_run(py, &mut run, &mut ops)?;
         PyList::new(py, ops)
     }
 }
@@ -540,6 +616,7 @@ fn jetlake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ServerCodec>()?;
     m.add_class::<Outlet>()?;
     m.add_class::<Routes>()?;
+    m.add_class::<AckRun>()?;
     m.add_function(wrap_pyfunction!(encode_msg, m)?)?;
     m.add_function(wrap_pyfunction!(encode_hmsg, m)?)?;
     Ok(())

@@ -5,6 +5,12 @@
 //! on every SUB and UNSUB, as it clears its own caches. An entry either lists
 //! plain client subscriptions to frame into, or says the subject needs Python
 //! (queue groups, internal subscribers, per-message checks).
+//!
+//! Acks are one-off subjects, so they are known by their consumer's prefix instead:
+//! `$JS.ACK.<stream>.<consumer>.` maps to the consumer's batch sink once the sublist
+//! showed that sink is the prefix's only receiver (`learn_acks` in
+//! ingest/server/subscription.py). The codec hands a read's plain acks to it as one
+//! `AckRun` operation, in order among the read's other operations.
 
 use crate::outlet::Outlet;
 use pyo3::prelude::*;
@@ -14,6 +20,7 @@ use std::collections::HashMap;
 
 /// As many subjects as the sublist's own exact cache keeps.
 const LIMIT: usize = 4096;
+const ACK: &[u8] = b"$JS.ACK.";
 
 pub struct Target {
     pub outlet: Py<Outlet>,
@@ -35,6 +42,8 @@ type Learnt<'py> = (Py<Outlet>, Bound<'py, PyBytes>, Py<PyAny>);
 #[pyclass(module = "jetlake_native")]
 pub struct Routes {
     map: HashMap<Vec<u8>, Route>,
+    /// `$JS.ACK.<stream>.<consumer>.` → that consumer's `acks(seqs)` sink.
+    acks: HashMap<Vec<u8>, Py<PyAny>>,
     /// Some target has counts to settle: monitoring asks for every subscription's count,
     /// and only the first ask after deliveries walks the table.
     pub unsettled: bool,
@@ -44,6 +53,39 @@ impl Routes {
     pub fn get_mut(&mut self, subject: &[u8]) -> Option<&mut Route> {
         self.map.get_mut(subject)
     }
+
+    /// The learnt sink of a plain ack on `subject` and its (delivered, stream seq, consumer
+    /// seq); None where Python must route it: an unknown consumer, an empty token (which
+    /// matches nothing), fewer than five tokens after the prefix, or a number the
+    /// reference's `int()` would read differently (not plain digits, or too long).
+    pub fn ack(&self, subject: &[u8]) -> Option<(&Py<PyAny>, [u64; 3])> {
+        if self.acks.is_empty() || !subject.starts_with(ACK) {
+            return None;
+        }
+        let mut dots = subject[ACK.len()..].iter().enumerate().filter(|(_, &b)| b == b'.');
+        let (cut, _) = dots.nth(1)?;
+        let cut = ACK.len() + cut + 1;
+        let sink = self.acks.get(&subject[..cut])?;
+        let mut seqs = [0u64; 3];
+        let mut tokens = 0;
+        for (i, token) in subject[cut..].split(|&b| b == b'.').enumerate() {
+            if token.is_empty() {
+                return None;
+            }
+            if i < 3 {
+                seqs[i] = number(token)?;
+            }
+            tokens += 1;
+        }
+        (tokens >= 5).then_some((sink, seqs))
+    }
+}
+
+fn number(token: &[u8]) -> Option<u64> {
+    if token.len() > 19 || !token.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(token.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')))
 }
 
 #[pymethods]
@@ -52,6 +94,7 @@ impl Routes {
     fn new() -> Self {
         Self {
             map: HashMap::new(),
+            acks: HashMap::new(),
             unsettled: false,
         }
     }
@@ -64,7 +107,7 @@ impl Routes {
         targets: Option<Vec<Learnt<'_>>>,
     ) -> PyResult<()> {
         if self.map.len() >= LIMIT {
-            self.clear(py)?;
+            self.clear(py, false)?;
         }
         let route = match targets {
             None => Route::Slow,
@@ -81,6 +124,14 @@ impl Routes {
         };
         self.map.insert(subject.to_vec(), route);
         Ok(())
+    }
+
+    /// Send plain acks under `prefix` (`$JS.ACK.<stream>.<consumer>.`) to `sink` in runs.
+    fn learn_acks(&mut self, prefix: &[u8], sink: Py<PyAny>) {
+        if self.acks.len() >= LIMIT {
+            self.acks.clear();
+        }
+        self.acks.insert(prefix.to_vec(), sink);
     }
 
     /// Add the fast path's deliveries to each subscription's count (monitoring, UNSUB max).
@@ -104,15 +155,20 @@ impl Routes {
         Ok(())
     }
 
-    /// Forget every subject (interest changed), settling counts first.
-    fn clear(&mut self, py: Python<'_>) -> PyResult<()> {
+    /// Forget every subject (interest changed), settling counts first; the consumers'
+    /// ack sinks too unless `acks` is false (the change cannot touch `$JS.ACK.…`).
+    #[pyo3(signature = (acks = true))]
+    fn clear(&mut self, py: Python<'_>, acks: bool) -> PyResult<()> {
         self.settle(py)?;
         self.map.clear();
+        if acks {
+            self.acks.clear();
+        }
         Ok(())
     }
 
     fn __contains__(&self, subject: &[u8]) -> bool {
-        self.map.contains_key(subject)
+        self.map.contains_key(subject) || self.acks.contains_key(subject)
     }
 
     fn __len__(&self) -> usize {
@@ -120,6 +176,9 @@ impl Routes {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for sink in self.acks.values() {
+            visit.call(sink)?;
+        }
         for route in self.map.values() {
             if let Route::Fast(targets) = route {
                 for t in targets {
@@ -133,5 +192,6 @@ impl Routes {
 
     fn __clear__(&mut self) {
         self.map.clear();
+        self.acks.clear();
     }
 }

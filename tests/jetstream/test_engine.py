@@ -44,7 +44,7 @@ class FakeMessaging:
         self.subs[self._next] = (subject, callback)
         return self._next
 
-    def subscribe_raw(self, subject: str, callback: RawCallback) -> object:
+    def subscribe_raw(self, subject: str, callback: RawCallback, *, acks: object = None) -> object:
         def decoded(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
             callback(subject.encode(), (reply or "").encode(), hdr, data)
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ingest.server.accounts.registry import Account
 
 if TYPE_CHECKING:
+    from ingest.server.jetstream.port import AckSink
     from ingest.server.server import InternalCallback, RawCallback, Server
     from log.consumers.wire import Deliveries
 
@@ -29,8 +30,10 @@ class AccountMessaging:
     ) -> object:
         return self._server.subscribe(subject, callback, queue=queue, account=self._account)
 
-    def subscribe_raw(self, subject: str, callback: RawCallback) -> object:
-        return self._server.subscribe_raw(subject, callback, account=self._account)
+    def subscribe_raw(
+        self, subject: str, callback: RawCallback, *, acks: AckSink | None = None
+    ) -> object:
+        return self._server.subscribe_raw(subject, callback, account=self._account, acks=acks)
 
     def unsubscribe(self, token: object) -> None:
         self._server.unsubscribe(token)

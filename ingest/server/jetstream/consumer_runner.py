@@ -76,7 +76,8 @@ class Runner:
             c.journal = []
             self.store.save_state(c.snapshot())
         base = f"{c.stream}.{c.name}"
-        self._subs = [self._messaging.subscribe_raw(f"{ACK_PREFIX}.{base}.>", self._on_ack)]
+        on_ack, on_acks = self._on_ack, self._on_acks
+        self._subs = [self._messaging.subscribe_raw(f"{ACK_PREFIX}.{base}.>", on_ack, acks=on_acks)]
         if c.cfg.is_push:
             if c.cfg.flow_control:
                 self._subs.append(subscribe(f"{FC_PREFIX}.{base}.*", self._on_flow_control))
@@ -167,6 +168,20 @@ class Runner:
         if reply:
             self._answer(reply.decode("utf-8", "surrogateescape"), result, now)
         if not self._scheduled:  # most acks of a read find the pump already scheduled
+            self.schedule()
+
+    def _on_acks(self, seqs: list[int]) -> None:
+        """Plain acks without a reply, (delivered, stream seq, consumer seq) flat: what
+        `_on_ack` does for each, once for the run."""
+        if self.closed:
+            return
+        c, now = self.consumer, now_ns()
+        ack = c.ack
+        for i in range(0, len(seqs), 3):
+            ack(seqs[i], seqs[i + 1], seqs[i + 2], b"", now)
+        if c.finished:
+            self._hand_over()
+        if not self._scheduled:
             self.schedule()
 
     def _answer(self, reply: str, result: AckResult, now: int) -> None:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 InternalCallback = Callable[[str, str | None, bytes | None, bytes], None]
 RawCallback = Callable[[bytes, bytes, bytes | None, bytes], None]
+AckSink = Callable[[list[int]], None]
 
 
 class Messaging(Protocol):
@@ -24,8 +25,14 @@ class Messaging(Protocol):
     ) -> object:
         """Returns a token; callback(subject, reply, hdr, data) runs on the loop, in order."""
 
-    def subscribe_raw(self, subject: str, callback: RawCallback) -> object:
-        """Like `subscribe`, but the callback gets the subject and reply (b"" if none) as bytes."""
+    def subscribe_raw(
+        self, subject: str, callback: RawCallback, *, acks: AckSink | None = None
+    ) -> object:
+        """Like `subscribe`, but the callback gets the subject and reply (b"" if none) as bytes.
+
+        `acks` takes runs of plain acks, (delivered, stream seq, consumer seq) flat, that
+        the compiled codec gathered without routing each one (a consumer's ack subject).
+        """
 
     def unsubscribe(self, token: object) -> None: ...
 

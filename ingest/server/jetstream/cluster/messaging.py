@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ingest.server.jetstream.port import InternalCallback, Messaging, RawCallback
+from ingest.server.jetstream.port import AckSink, InternalCallback, Messaging, RawCallback
 
 if TYPE_CHECKING:
     from log.consumers.wire import Deliveries
@@ -29,8 +29,10 @@ class Announced:
         self._announce(token)
         return token
 
-    def subscribe_raw(self, subject: str, callback: RawCallback) -> object:
-        token = self._inner.subscribe_raw(subject, callback)
+    def subscribe_raw(
+        self, subject: str, callback: RawCallback, *, acks: AckSink | None = None
+    ) -> object:
+        token = self._inner.subscribe_raw(subject, callback, acks=acks)
         self._announce(token)
         return token
 
