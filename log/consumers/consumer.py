@@ -304,12 +304,20 @@ class Consumer(Acking):
         self._sized = bool(cfg.rate_limit_bps) or (
             cfg.flow_control if self._push else any(r.max_bytes > 0 for r in self.waiting)
         )
-        for _ in range(self._slice):
+        # A fetch or an ordered consumer's request: nothing to decide per message, so
+        # what is read ahead goes out in runs (see `_send_run`).
+        runs = not (self._push or self._sized or timed or cfg.headers_only or self.priority.gated)
+        budget = self._slice
+        while budget > 0:
             if self._push:  # only to listeners, and within the flow-control window
                 if not self.active or (self.cfg.flow_control and fc.blocked):
                     return
             elif not len(self.waiting):
                 return
+            if runs and (sent := self._send_run(now, out, budget)):
+                budget -= sent
+                continue
+            budget -= 1
             item = self._take()
             if item is None:
                 return
@@ -320,6 +328,28 @@ class Consumer(Acking):
                 self._stalled = True
                 return
         self._sliced = True
+
+    def _send_run(self, now: int, out: list[Output], budget: int) -> int:
+        """Deliver up to `budget` read-ahead messages to the only waiting request at once;
+        0 where one at a time must decide (redeliveries, a held or per-subject message,
+        another request to take turns with, a byte budget, nothing read yet)."""
+        run = self._reader.run
+        if not run or self._rdq or self._held is not None or self._lps:
+            return 0
+        req = self.waiting.only()  # without a byte budget: the caller saw none (`_sized`)
+        if req is None:
+            return 0
+        n = min(budget, req.batch, len(run))
+        if self.cfg.max_ack_pending > 0:
+            n = min(n, self.cfg.max_ack_pending - len(self.pending))
+        if n <= 0:
+            return 0
+        msgs = [run.popleft() for _ in range(n)]
+        self.sseq = msgs[-1].seq + 1
+        self.npc -= n
+        self.waiting.charge(req, n, now)
+        self._record(req.reply, msgs, 1, now, out)
+        return n
 
     def _take(self) -> tuple[StoredMsg, int] | None:
         """The next message and its delivery count: redeliveries first, then new ones."""
@@ -415,31 +445,55 @@ class Consumer(Acking):
             if self.priority.pinning:
                 self.priority.served(req.pg, now)
                 hdr = with_pin(hdr, self.priority.pin)
-        self.dseq = dseq + 1
-        if cfg.ack_policy == "none":
-            self.adflr, self.asflr = dseq, seq
-            self.finished.append(seq)
-        else:
-            self.pending[seq] = (dseq, now)  # a redelivery keeps its place: seq order holds
-            if self.journal is not None:
-                self.journal.extend((DELIVERED, seq, dseq, dc, now))
-            deadline = now + (self._ack_wait(dc) if cfg.backoff else cfg.ack_wait)
-            if not self._next_check or deadline < self._next_check:
-                self._next_check = deadline
-        if dc > 1:
-            self.redelivered[seq] = dc
-        wire = (subject, hdr or None, data, dc, seq, dseq, msg.ts, npc)
-        last = out[-1] if out else None
-        if type(last) is Deliveries and last.subject == target:
-            last.msgs.append(wire)
-        else:
-            out.append(Deliveries(target, self._ack_prefix, [wire]))
+        self._record(target, [msg], dc, now, out, (hdr, data))
         if cfg.rate_limit_bps:
             self._rate_next = max(self._rate_next, now) + size * 8 * _NS // cfg.rate_limit_bps
         full = cfg.ack_policy == "flow_control" and len(self.pending) >= cfg.max_ack_pending
         if self._push and cfg.flow_control and (ask := self._fc.sent(size, full=full)):
             out.append(Status(cfg.deliver_subject, status(100, "FlowControl Request"), ask))
         return True
+
+    def _record(
+        self,
+        target: str,
+        msgs: list[StoredMsg],
+        dc: int,
+        now: int,
+        out: list[Output],
+        shown: tuple[bytes | None, bytes] | None = None,
+    ) -> None:
+        """Count `msgs` (taken in order, `npc` already lowered by all of them) delivered to
+        `target` and queue them; `shown` replaces a lone message's headers and payload."""
+        cfg = self.cfg
+        dseq = self.dseq
+        top = self.npc + len(msgs) - 1  # the first message's num_pending
+        acked = cfg.ack_policy != "none"
+        pending, journal = self.pending, self.journal
+        wires = []
+        for i, msg in enumerate(msgs):
+            seq, d = msg.seq, dseq + i
+            if acked:
+                pending[seq] = (d, now)  # a redelivery keeps its place: seq order holds
+                if journal is not None:
+                    journal.extend((DELIVERED, seq, d, dc, now))
+            hdr, data = shown if shown is not None else (msg.hdr, msg.data)
+            subject = msg.subject.encode("utf-8", "surrogateescape")
+            wires.append((subject, hdr or None, data, dc, seq, d, msg.ts, max(top - i, 0)))
+        self.dseq = dseq + len(msgs)
+        if not acked:
+            self.adflr, self.asflr = self.dseq - 1, msgs[-1].seq
+            self.finished += [msg.seq for msg in msgs]
+        else:
+            deadline = now + (self._ack_wait(dc) if cfg.backoff else cfg.ack_wait)
+            if not self._next_check or deadline < self._next_check:
+                self._next_check = deadline
+        if dc > 1:
+            self.redelivered[msgs[0].seq] = dc  # a redelivery goes alone
+        last = out[-1] if out else None
+        if type(last) is Deliveries and last.subject == target:
+            last.msgs += wires
+        else:
+            out.append(Deliveries(target, self._ack_prefix, wires))
 
     def _put_back(self, msg: StoredMsg, dc: int) -> None:
         """Undo taking msg, as the reference rewinds, so INFO does not count it delivered."""

@@ -145,6 +145,19 @@ class WaitQueue:
     def remove(self, req: PullRequest) -> None:
         self._queue.remove(req)
 
+    def only(self) -> PullRequest | None:
+        """The waiting request when it is the only one (nothing to take turns with)."""
+        return self._queue[0] if len(self._queue) == 1 else None
+
+    def charge(self, req: PullRequest, n: int, now: int) -> None:
+        """`claim` of n messages at once by the only request, one without a byte budget."""
+        req.batch -= n
+        req.delivered += n
+        if req.batch <= 0:
+            self._queue.remove(req)
+        if req.heartbeat:
+            req.next_heartbeat = now + req.heartbeat
+
     def claim(
         self, size: int, now: int, out: list[Output], gate: Gate | None = None
     ) -> PullRequest | None:
