@@ -172,7 +172,7 @@ class Client(asyncio.Protocol):
         asyncio.get_running_loop().call_soon(self._second_half, ops[half:])
 
     def _count_fast(self, stats: tuple[int, int, int, int] | None) -> None:
-        """The counters the fast path's messages would have moved in `Server.route`."""
+        """The counters the fast path's messages (or acks) would have moved in `Server.route`."""
         if stats is None:
             return
         msgs, size, out_msgs, out_bytes = stats
@@ -384,17 +384,7 @@ class Client(asyncio.Protocol):
         applied in one call (the codec only gathers for the consumer's own sink, so
         nothing else would have received them)."""
         n = len(run.seqs) // 3
-        size = run.size
-        self.in_msgs += n
-        self.in_bytes += size
-        server = self.server
-        server.in_msgs += n
-        server.in_bytes += size
-        server.out_msgs += n
-        server.out_bytes += size
-        sublist = self.account.sublist
-        sublist.matches += n
-        sublist.cache_hits += n
+        self._count_fast((n, run.size, n, run.size))  # one receiver each: the consumer
         run.sink(run.seqs)
 
     def _pub_allowed(self, subject: bytes) -> bool:
