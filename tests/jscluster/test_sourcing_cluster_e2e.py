@@ -31,10 +31,16 @@ async def _count(c: Running, stream: str, count: int) -> bool:
     return info["state"]["messages"] == count
 
 
+async def _names(c: Running) -> list[str]:
+    """The work queue's consumers (ask in `eventually`: after a restart the reference's
+    API may time out for a while)."""
+    listed = await request(c.nc, "$JS.API.CONSUMER.NAMES.WQ")
+    return list(listed.get("consumers") or [])
+
+
 async def _readers(c: Running, count: int) -> bool:
     """Until both read, a work queue hands a message to whichever reader exists."""
-    listed = await request(c.nc, "$JS.API.CONSUMER.NAMES.WQ")
-    return len(listed.get("consumers") or []) == count
+    return len(await _names(c)) == count
 
 
 async def _publish(c: Running, start: int, stop: int) -> None:
@@ -137,4 +143,8 @@ async def test_a_source_on_its_own_durable_survives_a_killed_leader(
         await eventually(lambda: _count(c, "S", 60), "the source has every message", 60)
         await eventually(lambda: _count(c, "WQ", 0), "the work queue let them go", 60)
         assert await _origin_seqs(c, "S") == list(range(1, 61))
-        assert (await request(c.nc, "$JS.API.CONSUMER.NAMES.WQ"))["consumers"] == ["C"]
+
+        async def alone() -> bool:
+            return await _names(c) == ["C"]
+
+        await eventually(alone, "the durable alone on the work queue")
