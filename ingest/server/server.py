@@ -25,7 +25,7 @@ from ingest.server.client import Client
 from ingest.server.cluster.settings import local_addresses
 from ingest.server.mappings import SubjectMapper
 from ingest.server.sublist import Sublist
-from ingest.server.subscription import Subscription
+from ingest.server.subscription import Subscription, learn_tail
 
 if TYPE_CHECKING:
     from ingest.server.cluster.mesh import Cluster
@@ -313,9 +313,24 @@ class Server:
         self.sender = sender
         if account is None:
             account = sender.account if sender is not None else self.accounts.global_account
+        sublist = account.sublist
+        # The server's own reply to an inbox (a PubAck, an API response) whose prefix the
+        # compiled table learnt: framed without a match (see `learn_tail`).
+        tails = sender is None and shown is None and self.mapper is None and self.cluster is None
+        routes = sublist.routes if tails else None
+        if routes is not None:
+            framed = routes.deliver_tail(subject, reply, hdr, payload)
+            if framed is not None:
+                sublist.matches += 1
+                sublist.cache_hits += 1
+                self.out_msgs += framed
+                self.out_bytes += framed * size
+                return framed > 0
         if self.mapper is not None and shown is None and account is self.accounts.global_account:
             subject = self.mapper.map_bytes(subject)
-        match = account.sublist.match(subject)
+        match = sublist.match(subject)
+        if routes is not None:
+            learn_tail(routes, sublist, subject)
         cluster = self.cluster
         if cluster is None and not match.plain and not match.queues:
             return False  # no interest: the common case of a publish nobody listens to

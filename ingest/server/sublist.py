@@ -129,8 +129,12 @@ class Sublist(Generic[S]):
     def decided_by(self, prefix: bytes) -> Match[S] | None:
         """The match of every subject under `prefix` and one more token, whatever its
         tokens, if a walk showed it is one (a cached dead end no literal child splits)."""
-        entry = self._dead_ends.get(prefix)
-        return entry.match if entry is not None and not entry.literals else None
+        return _whole(self._dead_ends.get(prefix))
+
+    def tail_of(self, prefix: bytes) -> Match[S] | None:
+        """The match of every `prefix.<token>` (a wildcard token aside), if a walk showed
+        it is one (a cached tail no literal child splits): a reply inbox's."""
+        return _whole(self._tails.get(prefix))
 
     def _clear_caches(self, subject: str) -> None:
         if self.routes is not None:
@@ -276,6 +280,10 @@ class Sublist(Generic[S]):
         how the reference samples it: cheap, and skewed only when the cache churns."""
         sizes = [len(m.plain) + len(m.queues) for m in self._cache.values()]
         return (max(sizes), sum(sizes) / len(sizes)) if sizes else (0, 0.0)
+
+
+def _whole(entry: _PrefixEntry[S] | None) -> Match[S] | None:
+    return entry.match if entry is not None and not entry.literals else None
 
 
 def _dots(subject: bytes) -> Iterator[int]:

@@ -3,7 +3,8 @@
 `Subscription.deliver` is the reference path for one delivery; `learn_route` decides
 which matches the compiled codec may frame itself (see `ingest.server.client`), and
 the count of what it framed reaches `delivered` when its table settles; `learn_acks`
-which consumers it may hand their plain acks in runs.
+which consumers it may hand their plain acks in runs; `learn_tail` which reply inboxes
+the server's own publishes may be framed into without a match.
 """
 
 from __future__ import annotations
@@ -93,12 +94,27 @@ def learn_acks(routes: Any, sublist: Sublist[Any], subject: bytes) -> None:
 def learn_route(routes: Any, match: Match[Any], subject: bytes) -> None:
     """Tell the codec's table where `subject` goes, or that Python must route it: queue
     groups (a random member), internal subscribers, filtered or limited subscriptions."""
-    targets: list[tuple[object, bytes, Subscription]] | None = None
-    if not match.queues:
-        targets = []
-        for sub in match.plain:
-            if type(sub) is not Subscription or sub.filtered or sub.max_msgs or sub.conn.trace:
-                targets = None
-                break
-            targets.append((sub.conn.outlet, sub.sid, sub))
-    routes.learn(subject, targets)
+    routes.learn(subject, _targets(match))
+
+
+def learn_tail(routes: Any, sublist: Sublist[Any], subject: bytes) -> None:
+    """Tell the table where every subject of `subject`'s prefix and one more token goes,
+    if the sublist's walk showed they all go to the same plain client subscriptions (a
+    reply inbox's `_INBOX.<id>.*`): the server's own replies then skip the match."""
+    prefix, dot, _ = subject.rpartition(b".")
+    match = sublist.tail_of(prefix) if dot else None
+    targets = _targets(match) if match is not None else None
+    if targets:
+        routes.learn_tail(prefix, targets)
+
+
+def _targets(match: Match[Any]) -> list[tuple[object, bytes, Subscription]] | None:
+    """The (outlet, sid, subscription) of each receiver, or None where Python decides."""
+    if match.queues:
+        return None
+    targets = []
+    for sub in match.plain:
+        if type(sub) is not Subscription or sub.filtered or sub.max_msgs or sub.conn.trace:
+            return None
+        targets.append((sub.conn.outlet, sub.sid, sub))
+    return targets

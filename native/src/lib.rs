@@ -21,7 +21,7 @@ mod outlet;
 mod routes;
 
 use outlet::Outlet;
-use routes::{Route, Routes};
+use routes::{frame_into, Route, Routes};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -127,13 +127,7 @@ fn route_fast(
     if targets.is_empty() && no_responders && !p.reply.is_empty() {
         return false; // the 503 is Python's
     }
-    for t in targets.iter_mut() {
-        let mut outlet = t.outlet.borrow_mut(py);
-        if outlet.frame(&p.subject, &t.sid, &p.reply, hdr, payload) {
-            notices.extend(outlet.notice(py));
-        }
-        t.count += 1;
-    }
+    frame_into(py, targets, &p.subject, &p.reply, hdr, payload, notices);
     let size = (payload.len() + hdr.map_or(0, <[u8]>::len)) as u64;
     let n = targets.len() as u64;
     stats[0] += 1;

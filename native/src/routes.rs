@@ -30,6 +30,37 @@ pub struct Target {
     pub count: u64,
 }
 
+/// Frame one message into every target's outlet, counting it; the `notify(owner)` calls
+/// owed for outlets it dirtied go to `notices`.
+pub fn frame_into(
+    py: Python<'_>,
+    targets: &mut [Target],
+    subject: &[u8],
+    reply: &[u8],
+    hdr: Option<&[u8]>,
+    payload: &[u8],
+    notices: &mut Vec<(Py<PyAny>, Py<PyAny>)>,
+) {
+    for t in targets.iter_mut() {
+        let mut outlet = t.outlet.borrow_mut(py);
+        if outlet.frame(subject, &t.sid, reply, hdr, payload) {
+            notices.extend(outlet.notice(py));
+        }
+        t.count += 1;
+    }
+}
+
+fn targets(list: Vec<Learnt<'_>>) -> Vec<Target> {
+    list.into_iter()
+        .map(|(outlet, sid, sub)| Target {
+            outlet,
+            sid: sid.as_bytes().to_vec(),
+            sub,
+            count: 0,
+        })
+        .collect()
+}
+
 pub enum Route {
     /// Python routes it (the codec returns the Pub op).
     Slow,
@@ -42,6 +73,9 @@ type Learnt<'py> = (Py<Outlet>, Bound<'py, PyBytes>, Py<PyAny>);
 #[pyclass(module = "jetlake_native")]
 pub struct Routes {
     map: HashMap<Vec<u8>, Route>,
+    /// A prefix → where every subject of one more token goes (a reply inbox's
+    /// `_INBOX.<id>`), for the server's own publishes (`deliver_tail`).
+    tails: HashMap<Vec<u8>, Vec<Target>>,
     /// `$JS.ACK.<stream>.<consumer>.` → that consumer's `acks(seqs)` sink.
     acks: HashMap<Vec<u8>, Py<PyAny>>,
     /// Some target has counts to settle: monitoring asks for every subscription's count,
@@ -94,6 +128,7 @@ impl Routes {
     fn new() -> Self {
         Self {
             map: HashMap::new(),
+            tails: HashMap::new(),
             acks: HashMap::new(),
             unsettled: false,
         }
@@ -104,26 +139,62 @@ impl Routes {
         &mut self,
         py: Python<'_>,
         subject: &[u8],
-        targets: Option<Vec<Learnt<'_>>>,
+        list: Option<Vec<Learnt<'_>>>,
     ) -> PyResult<()> {
         if self.map.len() >= LIMIT {
             self.clear(py, false)?;
         }
-        let route = match targets {
+        let route = match list {
             None => Route::Slow,
-            Some(list) => Route::Fast(
-                list.into_iter()
-                    .map(|(outlet, sid, sub)| Target {
-                        outlet,
-                        sid: sid.as_bytes().to_vec(),
-                        sub,
-                        count: 0,
-                    })
-                    .collect(),
-            ),
+            Some(list) => Route::Fast(targets(list)),
         };
         self.map.insert(subject.to_vec(), route);
         Ok(())
+    }
+
+    /// Record where every subject `prefix.<token>` goes, for `deliver_tail` (a prefix
+    /// learnt already keeps its entry, and the counts it has not settled).
+    fn learn_tail(&mut self, py: Python<'_>, prefix: &[u8], list: Vec<Learnt<'_>>) -> PyResult<()> {
+        if self.tails.contains_key(prefix) {
+            return Ok(());
+        }
+        if self.tails.len() >= LIMIT {
+            self.clear(py, false)?;
+        }
+        self.tails.insert(prefix.to_vec(), targets(list));
+        Ok(())
+    }
+
+    /// Frame a message the server publishes itself (a PubAck, an API response) to a
+    /// subject whose prefix `learn_tail` knows; its receivers' count, or None where
+    /// Python must route it: an unknown prefix, or a last token the sublist's tail rule
+    /// leaves to a walk (empty, `*`, `>`).
+    #[pyo3(signature = (subject, reply, hdr, payload))]
+    fn deliver_tail(
+        &mut self,
+        py: Python<'_>,
+        subject: &[u8],
+        reply: &[u8],
+        hdr: Option<&[u8]>,
+        payload: &[u8],
+    ) -> PyResult<Option<usize>> {
+        let Some(dot) = subject.iter().rposition(|&b| b == b'.') else {
+            return Ok(None);
+        };
+        if matches!(&subject[dot + 1..], b"" | b"*" | b">") {
+            return Ok(None);
+        }
+        let Some(targets) = self.tails.get_mut(&subject[..dot]) else {
+            return Ok(None);
+        };
+        let mut notices = Vec::new();
+        frame_into(py, targets, subject, reply, hdr, payload, &mut notices);
+        let n = targets.len();
+        self.unsettled |= n > 0;
+        for (notify, owner) in notices {
+            notify.call1(py, (owner,))?;
+        }
+        Ok(Some(n))
     }
 
     /// Send plain acks under `prefix` (`$JS.ACK.<stream>.<consumer>.`) to `sink` in runs.
@@ -140,10 +211,11 @@ impl Routes {
             return Ok(());
         }
         self.unsettled = false;
-        for route in self.map.values_mut() {
-            let Route::Fast(targets) = route else {
-                continue;
-            };
+        let fast = self.map.values_mut().filter_map(|route| match route {
+            Route::Fast(targets) => Some(targets),
+            Route::Slow => None,
+        });
+        for targets in fast.chain(self.tails.values_mut()) {
             for t in targets.iter_mut().filter(|t| t.count > 0) {
                 let sub = t.sub.bind(py);
                 let name = intern!(py, "_delivered");
@@ -161,14 +233,18 @@ impl Routes {
     fn clear(&mut self, py: Python<'_>, acks: bool) -> PyResult<()> {
         self.settle(py)?;
         self.map.clear();
+        self.tails.clear();
         if acks {
             self.acks.clear();
         }
         Ok(())
     }
 
+    /// A learnt subject, tail prefix or ack prefix.
     fn __contains__(&self, subject: &[u8]) -> bool {
-        self.map.contains_key(subject) || self.acks.contains_key(subject)
+        self.map.contains_key(subject)
+            || self.tails.contains_key(subject)
+            || self.acks.contains_key(subject)
     }
 
     fn __len__(&self) -> usize {
@@ -179,19 +255,20 @@ impl Routes {
         for sink in self.acks.values() {
             visit.call(sink)?;
         }
-        for route in self.map.values() {
-            if let Route::Fast(targets) = route {
-                for t in targets {
-                    visit.call(&t.outlet)?;
-                    visit.call(&t.sub)?;
-                }
-            }
+        let fast = self.map.values().filter_map(|route| match route {
+            Route::Fast(targets) => Some(targets),
+            Route::Slow => None,
+        });
+        for t in fast.chain(self.tails.values()).flatten() {
+            visit.call(&t.outlet)?;
+            visit.call(&t.sub)?;
         }
         Ok(())
     }
 
     fn __clear__(&mut self) {
         self.map.clear();
+        self.tails.clear();
         self.acks.clear();
     }
 }

@@ -38,14 +38,15 @@ def start_js_cluster(
     needs configured routes on both kinds).
 
     Route ports are picked before any server binds them; another process on the
-    machine may take one meanwhile, so a start that lost its port is tried again with
-    fresh ones (in a fresh folder), a bounded number of times. `own[i]` is more config
-    for server i alone."""
+    machine may take one meanwhile, so a start that lost its port (or whose mesh did not
+    form in time, which is how a lost route port can show) is tried again with fresh
+    ones (in a fresh folder), a bounded number of times. `own[i]` is more config for
+    server i alone."""
     for attempt in range(PORT_ATTEMPTS - 1):
         try:
             return _start(kind, tmp_path / f"try{attempt}", size, extra, config, own)
         except ServerError as exc:
-            if "address already in use" not in str(exc):
+            if "address already in use" not in str(exc) and " routed to " not in str(exc):
                 raise
     return _start(kind, tmp_path / "last", size, extra, config, own)
 
