@@ -21,9 +21,10 @@ import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from types import MappingProxyType
 from typing import Any, TypeVar
 
-from consensus.commits import OnCommit
+from consensus.commits import OnCommit, notify
 from consensus.types import RaftError
 from ingest.parser.headers import header_value, remove_header
 from log import batch, batch_commit, errors, fast_batch, publish, schedules
@@ -54,6 +55,7 @@ GroupFactory = Callable[
     [Callable[[list[Entry]], None], Callable[[], None]], ReplicationGroup[Entry]
 ]
 T = TypeVar("T")
+_NO_HEADERS: Mapping[str, list[str]] = MappingProxyType({})  # a message without any
 
 
 class StreamNotLeaderError(RuntimeError):
@@ -214,17 +216,56 @@ class Stream:
         if headers and batch.BATCH_ID in headers:
             batch_commit.stage(self, self._batches, batch.Staged(subject, hdr, data, headers), ack)
             return
+        taken = self._admit(subject, hdr, data, headers, ack)
+        if taken is not None:
+            self._group.propose(*taken)
+
+    def publish_run(
+        self,
+        subject: str,
+        replies: Sequence[str],
+        payloads: Sequence[bytes],
+        send: Callable[[str, bytes], None],
+    ) -> None:
+        """Messages without headers to one subject, read together (see `PubRun` in
+        native/src/lib.rs): each as `publish` takes it, and those admitted in one proposal.
+        `send(reply, body)` answers a message whose reply is not ""."""
+        if not self._accepting or self.restoring:
+            return
+        no_ack = self.config.no_ack
+        admit = self._admit
+        entries: list[Entry] = []
+        waiters: list[OnCommit] = []
+        for reply, data in zip(replies, payloads, strict=True):
+            ack = None if no_ack or not reply else partial(send, reply)
+            taken = admit(subject, None, data, _NO_HEADERS, ack)
+            if taken is not None:
+                entries += taken[0]
+                waiters.append(taken[1])
+        if entries:
+            self._group.propose(entries, partial(notify, waiters))
+
+    def _admit(
+        self,
+        subject: str,
+        hdr: bytes | None,
+        data: bytes,
+        headers: Mapping[str, list[str]],
+        ack: AckSink | None,
+    ) -> tuple[tuple[Publish], OnCommit] | None:
+        """The publish rules: the entry to propose and what runs once it commits, or None
+        for a refusal or duplicate, answered now."""
         try:
             admitted = self.proposed.admit(subject, hdr, data, headers)
         except ApiError as err:
             if ack is not None:
                 ack(publish.error_ack(self.name, err))
-            return
+            return None
         if isinstance(admitted, publish.Duplicate):
             if ack is not None:
                 ack(publish.duplicate_ack(self.name, admitted.seq))
-            return
-        self._propose(*admitted, ack)
+            return None
+        return self._proposal(*admitted, ack)
 
     def _publish_fast(
         self,
@@ -282,8 +323,13 @@ class Stream:
         self._group.propose((entry,), done)
 
     def _propose(self, entry: Publish, echo: Echo, value: str, ack: AckSink | None) -> None:
-        done = partial(self._committed, entry.seq, entry.msg.subject, ack, echo, value)
-        self._group.propose((entry,), done)
+        self._group.propose(*self._proposal(entry, echo, value, ack))
+
+    def _proposal(
+        self, entry: Publish, echo: Echo, value: str, ack: AckSink | None
+    ) -> tuple[tuple[Publish], OnCommit]:
+        """An admitted message as proposed: itself, and what runs once it commits."""
+        return (entry,), partial(self._committed, entry.seq, entry.msg.subject, ack, echo, value)
 
     # -- atomic batches (`log.batch_commit` checks them) -----------------------
 

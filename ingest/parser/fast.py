@@ -38,6 +38,8 @@ encode_msg = native.encode_msg if native is not None else nats.encode_msg
 encode_hmsg = native.encode_hmsg if native is not None else nats.encode_hmsg
 # The operation a run of plain acks comes as (the pure codec routes each ack instead).
 AckRun: type | None = native.AckRun if native is not None else None
+# And a run of plain PUBs to a subject only a stream takes.
+PubRun: type | None = native.PubRun if native is not None else None
 
 
 def server_codec(*, max_control_line: int, max_payload: int) -> nats.ServerCodec:

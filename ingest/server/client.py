@@ -234,6 +234,7 @@ class Client(asyncio.Protocol):
     def _dispatch(self, ops: list[nats.Op]) -> None:
         pub = nats.Pub  # looked up once per read, not per message
         ack_run = fast.AckRun
+        pub_run = fast.PubRun
         for op in ops:
             if self.closed:
                 return
@@ -246,6 +247,8 @@ class Client(asyncio.Protocol):
                 self._on_pub(op)  # type: ignore[arg-type]
             elif kind is ack_run:
                 self._on_acks(op)
+            elif kind is pub_run:
+                self._on_pubs(op)
             elif kind is nats.Ping:
                 self._on_ping()
             elif kind is nats.Pong:
@@ -386,6 +389,13 @@ class Client(asyncio.Protocol):
         n = len(run.seqs) // 3
         self._count_fast((n, run.size, n, run.size))  # one receiver each: the consumer
         run.sink(run.seqs)
+
+    def _on_pubs(self, run: Any) -> None:
+        """Plain PUBs the codec gathered for a stream: counted as the PUBs they are (one
+        receiver each, the stream), admitted and proposed in one call."""
+        n = len(run.payloads)
+        self._count_fast((n, run.size, n, run.size))
+        run.sink(run.subject, run.replies, run.payloads)
 
     def _pub_allowed(self, subject: bytes) -> bool:
         """Pedantic subject check, publish permission, verbose +OK; False when refused."""

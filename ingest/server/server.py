@@ -29,7 +29,7 @@ from ingest.server.subscription import Subscription, learn_tail
 
 if TYPE_CHECKING:
     from ingest.server.cluster.mesh import Cluster
-    from ingest.server.jetstream.port import AckSink
+    from ingest.server.jetstream.port import AckSink, IntakeSink
     from log.consumers.wire import Deliveries
 
 log = logging.getLogger("jetlake")
@@ -50,14 +50,20 @@ def new_server_id() -> str:
 class InternalSubscription:
     """A subscription whose messages go to a Python callback (JetStream, system services)."""
 
-    __slots__ = ("account", "announced", "callback", "conn", "queue", "subject")
+    __slots__ = ("account", "announced", "callback", "conn", "intake", "queue", "subject")
 
     def __init__(
-        self, subject: str, queue: str | None, callback: InternalCallback, account: Account
+        self,
+        subject: str,
+        queue: str | None,
+        callback: InternalCallback,
+        account: Account,
+        intake: IntakeSink | None = None,
     ) -> None:
         self.subject = subject
         self.queue = queue
         self.callback = callback
+        self.intake = intake  # runs of plain PUBs the codec gathered (see `learn_route`)
         self.conn = None
         self.account = account
         # Told to the cluster, so messages from peers reach it (system-account services).
@@ -425,9 +431,10 @@ class Server:
         *,
         queue: str | None = None,
         account: Account | None = None,
+        intake: IntakeSink | None = None,
     ) -> InternalSubscription:
         sub = InternalSubscription(
-            subject, queue, callback, account or self.accounts.global_account
+            subject, queue, callback, account or self.accounts.global_account, intake
         )
         sub.account.sublist.insert(subject, queue, sub)
         return sub

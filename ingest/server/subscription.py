@@ -1,7 +1,8 @@
 """A client's subscription, and what the codec's fast path may know of it.
 
 `Subscription.deliver` is the reference path for one delivery; `learn_route` decides
-which matches the compiled codec may frame itself (see `ingest.server.client`), and
+which matches the compiled codec may frame itself or hand to a stream in runs (see
+`ingest.server.client`), and
 the count of what it framed reaches `delivered` when its table settles; `learn_acks`
 which consumers it may hand their plain acks in runs; `learn_tail` which reply inboxes
 the server's own publishes may be framed into without a match.
@@ -92,8 +93,14 @@ def learn_acks(routes: Any, sublist: Sublist[Any], subject: bytes) -> None:
 
 
 def learn_route(routes: Any, match: Match[Any], subject: bytes) -> None:
-    """Tell the codec's table where `subject` goes, or that Python must route it: queue
-    groups (a random member), internal subscribers, filtered or limited subscriptions."""
+    """Tell the codec's table where `subject` goes: to client subscriptions, to a stream's
+    intake alone, or to Python: queue groups (a random member), other internal
+    subscribers, filtered or limited subscriptions."""
+    if not match.queues and len(match.plain) == 1:
+        intake = getattr(match.plain[0], "intake", None)
+        if intake is not None:
+            routes.learn_intake(subject, intake)
+            return
     routes.learn(subject, _targets(match))
 
 

@@ -15,7 +15,8 @@
 //! A plain ack (`$JS.ACK…`, no reply, no headers, an empty, `+ACK` or `+OK` body) to a
 //! consumer `Routes` knows becomes no `Pub` either, under the same rule: consecutive
 //! ones to one consumer are one `AckRun` in the operations, which `Client` hands to
-//! the consumer whole.
+//! the consumer whole. Likewise consecutive PUBs (no headers) to one subject only a
+//! stream takes are one `PubRun`, which the stream admits and proposes whole.
 
 mod outlet;
 mod routes;
@@ -50,11 +51,46 @@ struct AckRun {
     size: u64,
 }
 
-/// The run being gathered; it becomes an operation when something else comes.
-struct Gathering {
+/// Consecutive PUBs without headers to one subject whose only receiver is a stream.
+#[pyclass(module = "jetlake_native", frozen)]
+struct PubRun {
+    /// The stream's `intake(subject, replies, payloads)`.
+    #[pyo3(get)]
     sink: Py<PyAny>,
-    seqs: Vec<u64>,
+    #[pyo3(get)]
+    subject: Py<PyBytes>,
+    /// Each message's reply subject (b"" for none) and payload, in the order read.
+    #[pyo3(get)]
+    replies: Py<PyList>,
+    #[pyo3(get)]
+    payloads: Py<PyList>,
+    /// Their payloads' bytes, for the counters a routed PUB moves.
+    #[pyo3(get)]
     size: u64,
+}
+
+/// The run being gathered; it becomes an operation when something else comes.
+enum Gathering {
+    Acks {
+        sink: Py<PyAny>,
+        seqs: Vec<u64>,
+        size: u64,
+    },
+    Pubs {
+        sink: Py<PyAny>,
+        subject: Vec<u8>,
+        replies: Vec<Py<PyAny>>,
+        payloads: Vec<Py<PyAny>>,
+        size: u64,
+    },
+}
+
+impl Gathering {
+    fn sink(&self) -> &Py<PyAny> {
+        match self {
+            Gathering::Acks { sink, .. } | Gathering::Pubs { sink, .. } => sink,
+        }
+    }
 }
 
 fn is_plain_ack(payload: &[u8]) -> bool {
@@ -63,15 +99,64 @@ fn is_plain_ack(payload: &[u8]) -> bool {
 
 /// Turn the run gathered so far into an operation after those before it.
 fn close_run(py: Python<'_>, run: &mut Option<Gathering>, ops: &mut Vec<Py<PyAny>>) -> PyResult<()> {
-    if let Some(g) = run.take() {
-        let op = AckRun {
-            sink: g.sink,
-            seqs: g.seqs,
-            size: g.size,
-        };
-        ops.push(Py::new(py, op)?.into_any());
-    }
+    let op = match run.take() {
+        None => return Ok(()),
+        Some(Gathering::Acks { sink, seqs, size }) => {
+            Py::new(py, AckRun { sink, seqs, size })?.into_any()
+        }
+        Some(Gathering::Pubs {
+            sink,
+            subject,
+            replies,
+            payloads,
+            size,
+        }) => {
+            let op = PubRun {
+                sink,
+                subject: PyBytes::new(py, &subject).unbind(),
+                replies: PyList::new(py, replies)?.unbind(),
+                payloads: PyList::new(py, payloads)?.unbind(),
+                size,
+            };
+            Py::new(py, op)?.into_any()
+        }
+    };
+    ops.push(op);
     Ok(())
+}
+
+/// Whether a PUB going to `sink` (and, for PUBs, `subject`) joins the read's run: it
+/// starts the run, or goes where the run goes. One run a read: what follows a PUB
+/// going elsewhere is Python's, as after any other operation.
+fn join_run(
+    py: Python<'_>,
+    run: &mut Option<Gathering>,
+    sink: &Py<PyAny>,
+    subject: Option<&[u8]>,
+) -> bool {
+    if let Some(g) = run.as_ref() {
+        return g.sink().is(sink)
+            && match (g, subject) {
+                (Gathering::Acks { .. }, None) => true,
+                (Gathering::Pubs { subject: s, .. }, Some(subject)) => s == subject,
+                _ => false,
+            };
+    }
+    *run = Some(match subject {
+        None => Gathering::Acks {
+            sink: sink.clone_ref(py),
+            seqs: Vec::new(),
+            size: 0,
+        },
+        Some(subject) => Gathering::Pubs {
+            sink: sink.clone_ref(py),
+            subject: subject.to_vec(),
+            replies: Vec::new(),
+            payloads: Vec::new(),
+            size: 0,
+        },
+    });
+    true
 }
 
 /// What a control line turned into.
@@ -416,24 +501,40 @@ impl ServerCodec {
                     return self.fail(py, ops, err);
                 }
                 // Like the fast route, only before the read's first operation for Python,
-                // which may change who takes acks (a SUB to `$JS.ACK.>`, a consumer delete).
+                // which may change who takes acks (a SUB to `$JS.ACK.>`, a consumer delete)
+                // or a subject (a SUB, a stream's update).
                 if let (Some(r), None, true) = (routes.as_deref(), pending.hlen, ops.is_empty()) {
                     let payload = &buf[pos..stop];
-                    if pending.reply.is_empty() && is_plain_ack(payload) {
-                        if let Some((sink, seqs)) = r.ack(&pending.subject) {
-                            if run.as_ref().is_some_and(|g| !g.sink.is(sink)) {
-                                close_run(py, &mut run, &mut ops)?;
-                            }
-                            let g = run.get_or_insert_with(|| Gathering {
-                                sink: sink.clone_ref(py),
-                                seqs: Vec::new(),
-                                size: 0,
-                            });
-                            g.seqs.extend(seqs);
-                            g.size += payload.len() as u64;
-                            pos = stop + 2;
-                            continue;
+                    let ack = if pending.reply.is_empty() && is_plain_ack(payload) {
+                        r.ack(&pending.subject)
+                    } else {
+                        None
+                    };
+                    let acks = ack.filter(|(sink, _)| join_run(py, &mut run, sink, None));
+                    if let Some((_, seqs)) = acks {
+                        if let Some(Gathering::Acks { seqs: all, size, .. }) = run.as_mut() {
+                            all.extend(seqs);
+                            *size += payload.len() as u64;
                         }
+                        pos = stop + 2;
+                        continue;
+                    }
+                    let subject = Some(pending.subject.as_slice());
+                    let intake = r.intake(&pending.subject);
+                    if intake.is_some_and(|sink| join_run(py, &mut run, sink, subject)) {
+                        if let Some(Gathering::Pubs {
+                            replies,
+                            payloads,
+                            size,
+                            ..
+                        }) = run.as_mut()
+                        {
+                            replies.push(PyBytes::new(py, &pending.reply).into_any().unbind());
+                            payloads.push(PyBytes::new(py, payload).into_any().unbind());
+                            *size += payload.len() as u64;
+                        }
+                        pos = stop + 2;
+                        continue;
                     }
                 }
                 if ops.is_empty() && run.is_none() {
@@ -611,6 +712,7 @@ fn jetlake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Outlet>()?;
     m.add_class::<Routes>()?;
     m.add_class::<AckRun>()?;
+    m.add_class::<PubRun>()?;
     m.add_function(wrap_pyfunction!(encode_msg, m)?)?;
     m.add_function(wrap_pyfunction!(encode_hmsg, m)?)?;
     Ok(())

@@ -11,6 +11,9 @@
 //! showed that sink is the prefix's only receiver (`learn_acks` in
 //! ingest/server/subscription.py). The codec hands a read's plain acks to it as one
 //! `AckRun` operation, in order among the read's other operations.
+//!
+//! A subject whose only receiver is a stream is learnt as that stream's intake
+//! (`learn_route`): the codec hands a read's PUBs to it as one `PubRun`.
 
 use crate::outlet::Outlet;
 use pyo3::prelude::*;
@@ -65,6 +68,8 @@ pub enum Route {
     /// Python routes it (the codec returns the Pub op).
     Slow,
     Fast(Vec<Target>),
+    /// A stream's `intake` alone takes it: PUBs without headers go to it in runs.
+    Intake(Py<PyAny>),
 }
 
 /// What `learn` is given per target: (outlet, sid, subscription).
@@ -86,6 +91,14 @@ pub struct Routes {
 impl Routes {
     pub fn get_mut(&mut self, subject: &[u8]) -> Option<&mut Route> {
         self.map.get_mut(subject)
+    }
+
+    /// The stream intake that alone takes `subject`, if learnt.
+    pub fn intake(&self, subject: &[u8]) -> Option<&Py<PyAny>> {
+        match self.map.get(subject) {
+            Some(Route::Intake(sink)) => Some(sink),
+            _ => None,
+        }
     }
 
     /// The learnt sink of a plain ack on `subject` and its (delivered, stream seq, consumer
@@ -152,6 +165,15 @@ impl Routes {
         Ok(())
     }
 
+    /// Record that a stream's `sink` alone takes `subject` (see `PubRun`).
+    fn learn_intake(&mut self, py: Python<'_>, subject: &[u8], sink: Py<PyAny>) -> PyResult<()> {
+        if self.map.len() >= LIMIT {
+            self.clear(py, false)?;
+        }
+        self.map.insert(subject.to_vec(), Route::Intake(sink));
+        Ok(())
+    }
+
     /// Record where every subject `prefix.<token>` goes, for `deliver_tail` (a prefix
     /// learnt already keeps its entry, and the counts it has not settled).
     fn learn_tail(&mut self, py: Python<'_>, prefix: &[u8], list: Vec<Learnt<'_>>) -> PyResult<()> {
@@ -213,7 +235,7 @@ impl Routes {
         self.unsettled = false;
         let fast = self.map.values_mut().filter_map(|route| match route {
             Route::Fast(targets) => Some(targets),
-            Route::Slow => None,
+            Route::Slow | Route::Intake(_) => None,
         });
         for targets in fast.chain(self.tails.values_mut()) {
             for t in targets.iter_mut().filter(|t| t.count > 0) {
@@ -255,9 +277,14 @@ impl Routes {
         for sink in self.acks.values() {
             visit.call(sink)?;
         }
+        for route in self.map.values() {
+            if let Route::Intake(sink) = route {
+                visit.call(sink)?;
+            }
+        }
         let fast = self.map.values().filter_map(|route| match route {
             Route::Fast(targets) => Some(targets),
-            Route::Slow => None,
+            Route::Slow | Route::Intake(_) => None,
         });
         for t in fast.chain(self.tails.values()).flatten() {
             visit.call(&t.outlet)?;

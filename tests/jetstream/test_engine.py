@@ -39,7 +39,14 @@ class FakeMessaging:
         self.inbox: dict[str, list[tuple[bytes | None, bytes]]] = {}
         self._next = 0
 
-    def subscribe(self, subject: str, callback: Callback, *, queue: str | None = None) -> object:
+    def subscribe(
+        self,
+        subject: str,
+        callback: Callback,
+        *,
+        queue: str | None = None,
+        intake: object = None,
+    ) -> object:
         self._next += 1
         self.subs[self._next] = (subject, callback)
         return self._next

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ingest.server.accounts.registry import Account
 
 if TYPE_CHECKING:
-    from ingest.server.jetstream.port import AckSink
+    from ingest.server.jetstream.port import AckSink, IntakeSink
     from ingest.server.server import InternalCallback, RawCallback, Server
     from log.consumers.wire import Deliveries
 
@@ -26,9 +26,16 @@ class AccountMessaging:
         self._account = account
 
     def subscribe(
-        self, subject: str, callback: InternalCallback, *, queue: str | None = None
+        self,
+        subject: str,
+        callback: InternalCallback,
+        *,
+        queue: str | None = None,
+        intake: IntakeSink | None = None,
     ) -> object:
-        return self._server.subscribe(subject, callback, queue=queue, account=self._account)
+        return self._server.subscribe(
+            subject, callback, queue=queue, account=self._account, intake=intake
+        )
 
     def subscribe_raw(
         self, subject: str, callback: RawCallback, *, acks: AckSink | None = None

@@ -297,8 +297,8 @@ class JetStream:
 
     def _attach(self, stream: Stream) -> None:
         subscribe = self.messaging.subscribe
-        on_msg = self._publish_handler(stream)
-        tokens = [subscribe(subject, on_msg) for subject in stream.config.subjects]
+        on_msg, on_run = self._publish_handlers(stream)
+        tokens = [subscribe(s, on_msg, intake=on_run) for s in stream.config.subjects]
         if stream.config.allow_direct:
             tokens += self._direct_subs(stream, stream.name)
         self._subs[stream.name] = tokens
@@ -313,14 +313,18 @@ class JetStream:
         if timer is not None:
             timer.cancel()
 
-    def _publish_handler(self, stream: Stream) -> Callable[..., None]:
-        """Runs for every message a stream stores: what can be decided once is decided
-        here (the stream's name never changes), and the rare cases (a fast batch's
-        reply, a timed stream) cost a test, not a call, for every other message."""
+    def _publish_handlers(
+        self, stream: Stream
+    ) -> tuple[Callable[..., None], Callable[[bytes, list[bytes], list[bytes]], None]]:
+        """Run for every message a stream stores, one at a time or in the codec's runs:
+        what can be decided once is decided here (the stream's name never changes), and
+        the rare cases (a fast batch's reply, a timed stream) cost a test, not a call,
+        for every other message."""
         publish = self.messaging.publish
         timers = self._timers
         name = stream.name
         fast_suffix = fast_batch.SUFFIX
+        fast_tail = fast_suffix.encode()
 
         def on_msg(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
             headers = read_headers(hdr) if hdr else {}
@@ -341,7 +345,21 @@ class JetStream:
             if name not in timers and _timed(stream.config):
                 self._arm_expiry(stream)
 
-        return on_msg
+        def send(reply: str, body: bytes) -> None:
+            publish(reply, None, None, body)
+
+        def on_run(subject: bytes, replies: list[bytes], payloads: list[bytes]) -> None:
+            text = subject.decode("utf-8", "surrogateescape")
+            inboxes = [reply.decode("utf-8", "surrogateescape") for reply in replies]
+            if any(reply.endswith(fast_tail) for reply in replies):  # a fast batch's
+                for reply, data in zip(inboxes, payloads, strict=True):
+                    on_msg(text, reply or None, None, data)
+                return
+            stream.publish_run(text, inboxes, payloads, send)
+            if name not in timers and _timed(stream.config):
+                self._arm_expiry(stream)
+
+        return on_msg, on_run
 
     def _direct_subs(self, stream: Stream, name: str) -> list[object]:
         """Answer direct gets for stream `name` from `stream` (itself, or its mirror), in

@@ -17,13 +17,24 @@ if TYPE_CHECKING:
 InternalCallback = Callable[[str, str | None, bytes | None, bytes], None]
 RawCallback = Callable[[bytes, bytes, bytes | None, bytes], None]
 AckSink = Callable[[list[int]], None]
+IntakeSink = Callable[[bytes, list[bytes], list[bytes]], None]
 
 
 class Messaging(Protocol):
     def subscribe(
-        self, subject: str, callback: InternalCallback, *, queue: str | None = None
+        self,
+        subject: str,
+        callback: InternalCallback,
+        *,
+        queue: str | None = None,
+        intake: IntakeSink | None = None,
     ) -> object:
-        """Returns a token; callback(subject, reply, hdr, data) runs on the loop, in order."""
+        """Returns a token; callback(subject, reply, hdr, data) runs on the loop, in order.
+
+        `intake(subject, replies, payloads)` takes runs of PUBs without headers that the
+        compiled codec gathered where this subscription alone receives the subject (a
+        stream's): replies are b"" where there is none.
+        """
 
     def subscribe_raw(
         self, subject: str, callback: RawCallback, *, acks: AckSink | None = None

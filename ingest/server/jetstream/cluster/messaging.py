@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ingest.server.jetstream.port import AckSink, InternalCallback, Messaging, RawCallback
+from ingest.server.jetstream.port import (
+    AckSink,
+    IntakeSink,
+    InternalCallback,
+    Messaging,
+    RawCallback,
+)
 
 if TYPE_CHECKING:
     from log.consumers.wire import Deliveries
@@ -23,9 +29,14 @@ class Announced:
         self._announce = announce
 
     def subscribe(
-        self, subject: str, callback: InternalCallback, *, queue: str | None = None
+        self,
+        subject: str,
+        callback: InternalCallback,
+        *,
+        queue: str | None = None,
+        intake: IntakeSink | None = None,
     ) -> object:
-        token = self._inner.subscribe(subject, callback, queue=queue)
+        token = self._inner.subscribe(subject, callback, queue=queue, intake=intake)
         self._announce(token)
         return token
 

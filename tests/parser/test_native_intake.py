@@ -1,0 +1,136 @@
+"""The compiled codec's stream runs against the PUBs the pure codec reads from the same bytes.
+
+A PUB without headers to a subject `Routes` learnt as a stream's intake must come out in a
+`PubRun` (its reply and payload, in order) when it is part of the read's one run: the
+run starts at the read's first operation and takes what goes where it goes (the same
+intake and subject, or the same consumer's plain acks). Every other operation must come
+out as the pure codec gives it, in the same order. The model below is that rule.
+"""
+
+from __future__ import annotations
+
+import jetlake_native
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingest.parser import nats
+from tests.parser.test_native_acks import PREFIX, feed
+from tests.parser.test_native_acks import gathered as ack_seqs
+
+INTAKES = {b"s.a": "A", b"s.b": "B", b"t": "A"}  # subject -> which stream takes it
+SUBJECT = st.sampled_from([*INTAKES, b"s.c", b"s.*", PREFIX + b"1.2.3.4.5"])
+BODY = st.sampled_from([b"", b"x", b"+ACK", b"hello world", b"\r\n\r\n"])
+
+
+@st.composite
+def operation(draw: st.DrawFn) -> bytes:
+    subject = draw(SUBJECT)
+    reply = draw(st.sampled_from([b"", b" _INBOX.r.1", b" _INBOX.r.2"]))
+    body = draw(BODY)
+    kind = draw(st.integers(0, 9))
+    if kind == 0:
+        return b"PING\r\n"
+    if kind == 1:
+        return b"SUB x 1\r\n"
+    if kind == 2:
+        hdr = b"NATS/1.0\r\n\r\n"
+        size = len(hdr) + len(body)
+        return b"HPUB %b%b %d %d\r\n%b%b\r\n" % (subject, reply, len(hdr), size, hdr, body)
+    return b"PUB %b%b %d\r\n%b\r\n" % (subject, reply, len(body), body)
+
+
+def target(op: nats.Op) -> tuple[str, ...] | None:
+    """Where a run would take the operation, or None if it is never gathered."""
+    if type(op) is not nats.Pub or op.hdr is not None:
+        return None
+    if op.subject in INTAKES:
+        return ("pub", INTAKES[op.subject], op.subject.decode())
+    return ("ack", "C") if ack_seqs(op) else None
+
+
+def expected(ops: list[nats.Op]) -> list[object]:
+    out: list[object] = []
+    run: tuple[str, ...] | None = None
+    open_ = True
+    for op in ops:
+        where = target(op) if open_ else None
+        if where is not None and run in (None, where):
+            run = where
+            if where[0] == "pub":
+                out.append(("pub", op.subject, op.reply, op.payload))  # type: ignore[union-attr]
+            else:
+                out.append(("ack", *ack_seqs(op)))  # type: ignore[misc]
+            continue
+        open_ = False
+        out.append(op)
+    return out
+
+
+def observed(ops: list[object], sinks: dict[str, object]) -> list[object]:
+    out: list[object] = []
+    for i, op in enumerate(ops):
+        if type(op) is jetlake_native.PubRun:
+            assert i == 0, "a run after another operation"
+            assert op.sink is sinks[INTAKES[op.subject]]
+            assert op.payloads and len(op.replies) == len(op.payloads)
+            assert op.size == sum(len(p) for p in op.payloads)
+            out += [("pub", op.subject, r, p) for r, p in zip(op.replies, op.payloads, strict=True)]
+        elif type(op) is jetlake_native.AckRun:
+            assert i == 0, "a run after another operation"
+            assert op.sink is sinks["C"]
+            out += [("ack", *op.seqs[i : i + 3]) for i in range(0, len(op.seqs), 3)]
+        else:
+            out.append(op)
+    return out
+
+
+def codecs() -> tuple[nats.ServerCodec, object, dict[str, object]]:
+    connect = b'CONNECT {"headers":true,"verbose":false,"pedantic":false}\r\n'
+    pure = nats.ServerCodec()
+    compiled = jetlake_native.ServerCodec(nats.ServerCodec(), nats)
+    routes = jetlake_native.Routes()
+    sinks = {"A": object(), "B": object(), "C": object()}
+    for subject, stream in INTAKES.items():
+        routes.learn_intake(subject, sinks[stream])
+    routes.learn_acks(PREFIX, sinks["C"])
+    compiled.route_with(routes, False)
+    pure.receive(connect)
+    compiled.receive(connect)
+    return pure, compiled, sinks
+
+
+@settings(max_examples=1000)
+@given(st.lists(operation(), max_size=20).map(b"".join), st.lists(st.integers(0), max_size=5))
+def test_pubs_gathered_exactly_where_the_stream_would_take_them(
+    data: bytes, cuts: list[int]
+) -> None:
+    pure, compiled, sinks = codecs()
+    reads_pure = feed(pure, data, cuts)
+    reads_compiled = feed(compiled, data, cuts)
+    assert [observed(r, sinks) for r in reads_compiled] == [expected(r) for r in reads_pure]
+
+
+def test_one_run_per_read_and_others_keep_their_place() -> None:
+    _, compiled, sinks = codecs()
+    pubs = b"PUB s.a _INBOX.r.1 2\r\nhi\r\nPUB s.a 0\r\n\r\nPUB s.a _INBOX.r.3 1\r\nx\r\n"
+    data = pubs + b"PUB s.b 1\r\ny\r\n" + pubs
+    ops = compiled.receive(data)  # type: ignore[attr-defined]
+    assert [type(op) for op in ops] == [jetlake_native.PubRun, *[nats.Pub] * 4]
+    run = ops[0]
+    assert (run.sink, run.subject, run.size) == (sinks["A"], b"s.a", 3)
+    assert run.replies == [b"_INBOX.r.1", b"", b"_INBOX.r.3"]
+    assert run.payloads == [b"hi", b"", b"x"]
+    assert [op.subject for op in ops[1:]] == [b"s.b", b"s.a", b"s.a", b"s.a"]
+
+
+def test_forgotten_with_the_routes() -> None:
+    """Any SUB or UNSUB clears the table: the next PUB is Python's to route again."""
+    _, compiled, _ = codecs()
+    routes = jetlake_native.Routes()
+    routes.learn_intake(b"s.a", object())
+    assert b"s.a" in routes
+    routes.clear(acks=False)
+    assert b"s.a" not in routes
+    compiled.route_with(routes, False)  # type: ignore[attr-defined]
+    ops = compiled.receive(b"PUB s.a 1\r\nx\r\n")  # type: ignore[attr-defined]
+    assert [type(op) for op in ops] == [nats.Pub]
