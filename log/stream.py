@@ -223,13 +223,13 @@ class Stream:
     def publish_run(
         self,
         subject: str,
-        replies: Sequence[str],
+        replies: Sequence[bytes],
         payloads: Sequence[bytes],
-        send: Callable[[str, bytes], None],
+        send: Callable[[bytes, bytes], None],
     ) -> None:
         """Messages without headers to one subject, read together (see `PubRun` in
         native/src/lib.rs): each as `publish` takes it, and those admitted in one proposal.
-        `send(reply, body)` answers a message whose reply is not ""."""
+        `send(reply, body)` answers a message whose reply is not b""."""
         if not self._accepting or self.restoring:
             return
         no_ack = self.config.no_ack

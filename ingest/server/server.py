@@ -530,6 +530,10 @@ class Server:
             account=account,
         )
 
+    def reply(self, inbox: bytes, data: bytes) -> None:
+        """`publish` to a reply subject as a client sent it, in the global account."""
+        self.route(None, inbox, b"", None, data, len(data))
+
 
 def _hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

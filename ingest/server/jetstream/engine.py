@@ -345,17 +345,15 @@ class JetStream:
             if name not in timers and _timed(stream.config):
                 self._arm_expiry(stream)
 
-        def send(reply: str, body: bytes) -> None:
-            publish(reply, None, None, body)
+        send = self.messaging.reply
 
         def on_run(subject: bytes, replies: list[bytes], payloads: list[bytes]) -> None:
             text = subject.decode("utf-8", "surrogateescape")
-            inboxes = [reply.decode("utf-8", "surrogateescape") for reply in replies]
             if any(reply.endswith(fast_tail) for reply in replies):  # a fast batch's
-                for reply, data in zip(inboxes, payloads, strict=True):
-                    on_msg(text, reply or None, None, data)
+                for reply, data in zip(replies, payloads, strict=True):
+                    on_msg(text, reply.decode("utf-8", "surrogateescape") or None, None, data)
                 return
-            stream.publish_run(text, inboxes, payloads, send)
+            stream.publish_run(text, replies, payloads, send)
             if name not in timers and _timed(stream.config):
                 self._arm_expiry(stream)
 

@@ -53,6 +53,9 @@ class Announced:
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         self._inner.publish(subject, reply, hdr, data)
 
+    def reply(self, inbox: bytes, data: bytes) -> None:
+        self._inner.reply(inbox, data)
+
     def deliver(self, run: Deliveries) -> None:
         self._inner.deliver(run)
 
