@@ -10,6 +10,7 @@ code implements, written from what the Python path does with such a PUB.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import jetlake_native
 from hypothesis import given, settings
@@ -26,11 +27,20 @@ SUBJECT = st.lists(TOKEN, min_size=3, max_size=7).map(
 BODY = st.sampled_from([b"", b"+ACK", b"+OK", b"+NAK", b" +ACK", b"-NAK", b"+ACK\n"])
 
 
+REPLY = st.sampled_from([b"", b"", b"", b" _INBOX.r"])
+
+
 @st.composite
-def operation(draw: st.DrawFn) -> bytes:
-    subject = draw(SUBJECT)
-    reply = draw(st.sampled_from([b"", b"", b"", b" _INBOX.r"]))
-    body = draw(BODY)
+def operation(
+    draw: st.DrawFn,
+    subjects: st.SearchStrategy[bytes] = SUBJECT,
+    replies: st.SearchStrategy[bytes] = REPLY,
+    bodies: st.SearchStrategy[bytes] = BODY,
+) -> bytes:
+    """A PUB, HPUB, PING or SUB, as a client sends it."""
+    subject = draw(subjects)
+    reply = draw(replies)
+    body = draw(bodies)
     kind = draw(st.integers(0, 9))
     if kind == 0:
         return b"PING\r\n"
@@ -91,17 +101,27 @@ def feed(codec: object, data: bytes, cuts: list[int]) -> list[list[object]]:
     return [codec.receive(data[a:b]) for a, b in itertools.pairwise(bounds)]  # type: ignore[attr-defined]
 
 
-def codecs() -> tuple[nats.ServerCodec, object, object]:
+def read_both(pure: object, compiled: object, data: bytes, cuts: list[int]) -> list[Any]:
+    """Each codec's operations, read by read, from the same bytes cut the same way."""
+    return [feed(codec, data, cuts) for codec in (pure, compiled)]
+
+
+def connected(routes: object) -> tuple[nats.ServerCodec, object]:
+    """A pure codec and a compiled one routing through `routes`, both past CONNECT."""
     connect = b'CONNECT {"headers":true,"verbose":false,"pedantic":false}\r\n'
     pure = nats.ServerCodec()
     compiled = jetlake_native.ServerCodec(nats.ServerCodec(), nats)
-    routes = jetlake_native.Routes()
-    sink = object()
-    routes.learn_acks(PREFIX, sink)
     compiled.route_with(routes, False)
     pure.receive(connect)
     compiled.receive(connect)
-    return pure, compiled, sink
+    return pure, compiled
+
+
+def codecs() -> tuple[nats.ServerCodec, object, object]:
+    routes = jetlake_native.Routes()
+    sink = object()
+    routes.learn_acks(PREFIX, sink)
+    return *connected(routes), sink
 
 
 @settings(max_examples=1000)
@@ -110,8 +130,7 @@ def test_acks_gathered_exactly_where_the_consumer_would_take_them(
     data: bytes, cuts: list[int]
 ) -> None:
     pure, compiled, sink = codecs()
-    reads_pure = feed(pure, data, cuts)
-    reads_compiled = feed(compiled, data, cuts)
+    reads_pure, reads_compiled = read_both(pure, compiled, data, cuts)
     assert [observed(r, sink) for r in reads_compiled] == [expected(r) for r in reads_pure]
     runs = [op for r in reads_compiled for op in r if type(op) is jetlake_native.AckRun]
     assert sum(run.size for run in runs) == sum(sizes(r) for r in reads_pure)

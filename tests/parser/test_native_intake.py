@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.parser import nats
-from tests.parser.test_native_acks import PREFIX, feed
+from tests.parser.test_native_acks import PREFIX, connected, operation, read_both
 from tests.parser.test_native_acks import gathered as ack_seqs
 
 INTAKES = {b"s.a": "A", b"s.b": "B", b"t": "A"}  # subject -> which stream takes it
@@ -22,21 +22,7 @@ SUBJECT = st.sampled_from([*INTAKES, b"s.c", b"s.*", PREFIX + b"1.2.3.4.5"])
 BODY = st.sampled_from([b"", b"x", b"+ACK", b"hello world", b"\r\n\r\n"])
 
 
-@st.composite
-def operation(draw: st.DrawFn) -> bytes:
-    subject = draw(SUBJECT)
-    reply = draw(st.sampled_from([b"", b" _INBOX.r.1", b" _INBOX.r.2"]))
-    body = draw(BODY)
-    kind = draw(st.integers(0, 9))
-    if kind == 0:
-        return b"PING\r\n"
-    if kind == 1:
-        return b"SUB x 1\r\n"
-    if kind == 2:
-        hdr = b"NATS/1.0\r\n\r\n"
-        size = len(hdr) + len(body)
-        return b"HPUB %b%b %d %d\r\n%b%b\r\n" % (subject, reply, len(hdr), size, hdr, body)
-    return b"PUB %b%b %d\r\n%b\r\n" % (subject, reply, len(body), body)
+OPERATION = operation(SUBJECT, st.sampled_from([b"", b" _INBOX.r.1", b" _INBOX.r.2"]), BODY)
 
 
 def target(op: nats.Op) -> tuple[str, ...] | None:
@@ -85,28 +71,21 @@ def observed(ops: list[object], sinks: dict[str, object]) -> list[object]:
 
 
 def codecs() -> tuple[nats.ServerCodec, object, dict[str, object]]:
-    connect = b'CONNECT {"headers":true,"verbose":false,"pedantic":false}\r\n'
-    pure = nats.ServerCodec()
-    compiled = jetlake_native.ServerCodec(nats.ServerCodec(), nats)
     routes = jetlake_native.Routes()
     sinks = {"A": object(), "B": object(), "C": object()}
     for subject, stream in INTAKES.items():
         routes.learn_intake(subject, sinks[stream])
     routes.learn_acks(PREFIX, sinks["C"])
-    compiled.route_with(routes, False)
-    pure.receive(connect)
-    compiled.receive(connect)
-    return pure, compiled, sinks
+    return *connected(routes), sinks
 
 
 @settings(max_examples=1000)
-@given(st.lists(operation(), max_size=20).map(b"".join), st.lists(st.integers(0), max_size=5))
+@given(st.lists(OPERATION, max_size=20).map(b"".join), st.lists(st.integers(0), max_size=5))
 def test_pubs_gathered_exactly_where_the_stream_would_take_them(
     data: bytes, cuts: list[int]
 ) -> None:
     pure, compiled, sinks = codecs()
-    reads_pure = feed(pure, data, cuts)
-    reads_compiled = feed(compiled, data, cuts)
+    reads_pure, reads_compiled = read_both(pure, compiled, data, cuts)
     assert [observed(r, sinks) for r in reads_compiled] == [expected(r) for r in reads_pure]
 
 

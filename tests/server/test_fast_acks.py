@@ -41,9 +41,8 @@ async def until(check: Any, what: str) -> None:
     assert check(), what
 
 
-async def fetched(store: Path, plan: Any) -> tuple[dict[str, Any], list[bytes]]:
-    """Serve one run: create, fill and fetch, then feed the plan's reads; the result."""
-    random.seed(3)
+async def served(store: Path) -> tuple[Server, JetStream, list[Transport], list[Client]]:
+    """A server with JetStream on and two connected clients, no sockets."""
     server = Server(parse_serve_args(["-js", "--store_dir", str(store)]))
     server._loop = asyncio.get_running_loop()
     js = JetStream(server.opts.jetstream, server, server_id="S", server_name="S")
@@ -56,6 +55,13 @@ async def fetched(store: Path, plan: Any) -> tuple[dict[str, Any], list[bytes]]:
         client.connection_made(transport)  # type: ignore[arg-type]
         client.data_received(connect(True))
         clients.append(client)
+    return server, js, transports, clients
+
+
+async def fetched(store: Path, plan: Any) -> tuple[dict[str, Any], list[bytes]]:
+    """Serve one run: create, fill and fetch, then feed the plan's reads; the result."""
+    random.seed(3)
+    server, js, transports, clients = await served(store)
     pub, other = clients
     create = b'{"name":"S","subjects":["s.>"]}'
     durable = b'{"stream_name":"S","config":{"durable_name":"C","ack_policy":"explicit"}}'

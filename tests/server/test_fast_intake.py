@@ -22,11 +22,8 @@ from hypothesis import strategies as st
 
 from ingest.parser import fast
 from ingest.server.client import Client
-from ingest.server.jetstream import JetStream
-from ingest.server.options import parse_serve_args
-from ingest.server.server import Server
-from tests.server.test_fast_acks import until
-from tests.server.test_fast_routing import Transport, chunks, connect, settle
+from tests.server.test_fast_acks import served, until
+from tests.server.test_fast_routing import chunks, settle
 
 FRAME = re.compile(rb"(H?MSG) (\S+) (\d+) (?:(\S+) )?(?:(\d+) )?(\d+)\r\n")
 
@@ -47,18 +44,7 @@ def frames(sent: bytes) -> list[tuple[bytes, ...]]:
 
 async def published(store: Path, rules: bytes, plan: list[tuple[int, bytes]]) -> dict[str, Any]:
     """Serve one run: create the stream, feed the plan's reads, wait for every commit."""
-    server = Server(parse_serve_args(["-js", "--store_dir", str(store)]))
-    server._loop = asyncio.get_running_loop()
-    js = JetStream(server.opts.jetstream, server, server_id="S", server_name="S")
-    server.jetstream = js
-    await js.start()
-    transports = [Transport(), Transport()]
-    clients = []
-    for cid, transport in enumerate(transports):
-        client = Client(server, cid + 1)
-        client.connection_made(transport)  # type: ignore[arg-type]
-        client.data_received(connect(True))
-        clients.append(client)
+    server, js, transports, clients = await served(store)
     create = b'{"name":"S","subjects":["s.>"]%b}' % rules
     clients[0].data_received(b"SUB r.> 1\r\n")
     clients[0].data_received(
