@@ -225,25 +225,29 @@ class Stream:
         subject: str,
         replies: Sequence[bytes],
         payloads: Sequence[bytes],
-        send: Callable[[bytes, bytes], None],
+        send: Callable[[list[tuple[bytes, bytes]]], None],
     ) -> None:
         """Messages without headers to one subject, read together (see `PubRun` in
         native/src/lib.rs): each as `publish` takes it, and those admitted in one proposal.
-        `send(reply, body)` answers a message whose reply is not b""."""
+        `send([(reply, body), ...])` answers those whose reply is not b"", together: the
+        refusals once the rules ran, the PubAcks once the proposal committed."""
         if not self._accepting or self.restoring:
             return
         no_ack = self.config.no_ack
         admit = self._admit
         entries: list[Entry] = []
         waiters: list[OnCommit] = []
+        answers: list[tuple[bytes, bytes]] = []
+        answer = answers.append
         for reply, data in zip(replies, payloads, strict=True):
-            ack = None if no_ack or not reply else partial(send, reply)
+            ack = None if no_ack or not reply else partial(_answer, answer, reply)
             taken = admit(subject, None, data, _NO_HEADERS, ack)
             if taken is not None:
                 entries += taken[0]
                 waiters.append(taken[1])
+        _send_taken(answers, send)
         if entries:
-            self._group.propose(entries, partial(notify, waiters))
+            self._group.propose(entries, partial(_committed_run, waiters, answers, send))
 
     def _admit(
         self,
@@ -651,3 +655,27 @@ def _deleted(found: object) -> None:
 
 def _ignore(_: bytes) -> None:
     """Where a fast batch's replies go when the stream sends none (`no_ack`)."""
+
+
+def _answer(answer: Callable[[tuple[bytes, bytes]], None], reply: bytes, body: bytes) -> None:
+    answer((reply, body))
+
+
+def _send_taken(
+    answers: list[tuple[bytes, bytes]], send: Callable[[list[tuple[bytes, bytes]]], None]
+) -> None:
+    if answers:
+        taken = answers[:]
+        answers.clear()
+        send(taken)
+
+
+def _committed_run(
+    waiters: list[OnCommit],
+    answers: list[tuple[bytes, bytes]],
+    send: Callable[[list[tuple[bytes, bytes]]], None],
+    error: BaseException | None,
+) -> None:
+    """A run's proposal committed (or failed): each message's own answer, sent together."""
+    notify(waiters, error)
+    _send_taken(answers, send)

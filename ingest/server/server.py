@@ -327,10 +327,7 @@ class Server:
         if routes is not None:
             framed = routes.deliver_tail(subject, reply, hdr, payload)
             if framed is not None:
-                sublist.matches += 1
-                sublist.cache_hits += 1
-                self.out_msgs += framed
-                self.out_bytes += framed * size
+                self._count_tails(sublist, 1, framed, framed * size)
                 return framed > 0
         if self.mapper is not None and shown is None and account is self.accounts.global_account:
             subject = self.mapper.map_bytes(subject)
@@ -530,9 +527,34 @@ class Server:
             account=account,
         )
 
-    def reply(self, inbox: bytes, data: bytes) -> None:
-        """`publish` to a reply subject as a client sent it, in the global account."""
-        self.route(None, inbox, b"", None, data, len(data))
+    def replies(
+        self, answers: list[tuple[bytes, bytes]], *, account: Account | None = None
+    ) -> None:
+        """Route each (reply subject, body) in order as `publish` would; where the compiled
+        table knows their inboxes (`learn_tail`), a run of them is framed in one call."""
+        account = account or self.accounts.global_account
+        sublist = account.sublist
+        routes = sublist.routes if self.mapper is None and self.cluster is None else None
+        at = 0
+        while at < len(answers):
+            if routes is not None:
+                done, size, framed, framed_bytes = routes.deliver_tails(answers, at)
+                self.in_msgs += done
+                self.in_bytes += size
+                self._count_tails(sublist, done, framed, framed_bytes)
+                at += done
+                if at == len(answers):
+                    return
+            inbox, data = answers[at]
+            self.route(None, inbox, b"", None, data, len(data), account=account)
+            at += 1
+
+    def _count_tails(self, sublist: Sublist[Any], msgs: int, framed: int, size: int) -> None:
+        """What `route` counts for messages the compiled table framed without a match."""
+        sublist.matches += msgs
+        sublist.cache_hits += msgs
+        self.out_msgs += framed
+        self.out_bytes += size
 
 
 def _hostport(host: str, port: int) -> str:

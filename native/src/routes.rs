@@ -101,6 +101,28 @@ impl Routes {
         }
     }
 
+    /// Frame one of the server's own messages into the targets its subject's prefix
+    /// learnt; None where Python must route it (see `deliver_tail`).
+    fn tail(
+        &mut self,
+        py: Python<'_>,
+        subject: &[u8],
+        reply: &[u8],
+        hdr: Option<&[u8]>,
+        payload: &[u8],
+        notices: &mut Vec<(Py<PyAny>, Py<PyAny>)>,
+    ) -> Option<usize> {
+        let dot = subject.iter().rposition(|&b| b == b'.')?;
+        if matches!(&subject[dot + 1..], b"" | b"*" | b">") {
+            return None;
+        }
+        let targets = self.tails.get_mut(&subject[..dot])?;
+        frame_into(py, targets, subject, reply, hdr, payload, notices);
+        let n = targets.len();
+        self.unsettled |= n > 0;
+        Some(n)
+    }
+
     /// The learnt sink of a plain ack on `subject` and its (delivered, stream seq, consumer
     /// seq); None where Python must route it: an unknown consumer, an empty token (which
     /// matches nothing), fewer than five tokens after the prefix, or a number the
@@ -200,23 +222,39 @@ impl Routes {
         hdr: Option<&[u8]>,
         payload: &[u8],
     ) -> PyResult<Option<usize>> {
-        let Some(dot) = subject.iter().rposition(|&b| b == b'.') else {
-            return Ok(None);
-        };
-        if matches!(&subject[dot + 1..], b"" | b"*" | b">") {
-            return Ok(None);
-        }
-        let Some(targets) = self.tails.get_mut(&subject[..dot]) else {
-            return Ok(None);
-        };
         let mut notices = Vec::new();
-        frame_into(py, targets, subject, reply, hdr, payload, &mut notices);
-        let n = targets.len();
-        self.unsettled |= n > 0;
+        let framed = self.tail(py, subject, reply, hdr, payload, &mut notices);
         for (notify, owner) in notices {
             notify.call1(py, (owner,))?;
         }
-        Ok(Some(n))
+        Ok(framed)
+    }
+
+    /// `deliver_tail` for each (subject, payload) of `msgs` from `start` on (no reply, no
+    /// headers: PubAcks), in order, up to the first Python must route: how many it
+    /// framed, their payloads' bytes, their receivers and the bytes those received.
+    fn deliver_tails(
+        &mut self,
+        py: Python<'_>,
+        msgs: Vec<(Bound<'_, PyBytes>, Bound<'_, PyBytes>)>,
+        start: usize,
+    ) -> PyResult<(usize, u64, u64, u64)> {
+        let mut notices = Vec::new();
+        let (mut done, mut size, mut out, mut out_size) = (0usize, 0u64, 0u64, 0u64);
+        for (subject, payload) in msgs.iter().skip(start) {
+            let data = payload.as_bytes();
+            let Some(n) = self.tail(py, subject.as_bytes(), b"", None, data, &mut notices) else {
+                break;
+            };
+            done += 1;
+            size += data.len() as u64;
+            out += n as u64;
+            out_size += (n * data.len()) as u64;
+        }
+        for (notify, owner) in notices {
+            notify.call1(py, (owner,))?;
+        }
+        Ok((done, size, out, out_size))
     }
 
     /// Send plain acks under `prefix` (`$JS.ACK.<stream>.<consumer>.`) to `sink` in runs.

@@ -262,7 +262,11 @@ async def _consumer_on(js: JetStreamContext, node: str) -> str:
     )
     placed: list[str] = []
     for _ in range(PLACEMENT_ATTEMPTS):
-        info = await js.add_consumer(STREAM, config)
+        try:
+            info = await js.add_consumer(STREAM, config)
+        except NatsTimeoutError:  # the reference's API can stall for seconds after faults
+            placed.append("(timed out)")
+            continue
         host = info.cluster.leader if info.cluster else None
         if host == node:
             return str(info.name)

@@ -71,8 +71,9 @@ class FakeMessaging:
     def watch_interest(self, callback: Callable[[], None]) -> None:
         """The engine tests drive no push consumers: interest changes need no callback."""
 
-    def reply(self, inbox: bytes, data: bytes) -> None:
-        self.publish(inbox.decode(), None, None, data)
+    def replies(self, answers: list[tuple[bytes, bytes]]) -> None:
+        for inbox, data in answers:
+            self.publish(inbox.decode(), None, None, data)
 
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         targets = [cb for pattern, cb in self.subs.values() if subject_matches(pattern, subject)]

@@ -6,8 +6,9 @@ subject whose last token is one-off; once the sublist's walk showed that every
 subject of that prefix and one more token goes to the same plain client
 subscriptions, `Routes.deliver_tail` frames it without a match. Random subscription
 sets (wildcards, queue groups, auto-unsubscribe limits, literal children beside a
-`*`) and random internal publishes, with SUB/UNSUB between them, must send every
-connection the same bytes and move the same counters with the extension as without.
+`*`) and random internal publishes, alone or in runs (`Server.replies`, a stream run's
+PubAcks), with SUB/UNSUB between them, must send every connection the same bytes and
+move the same counters with the extension as without.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def steps(draw: st.DrawFn) -> list[tuple[str, Any]]:
             out.append(
                 ("read", (draw(st.integers(0, 2)), b"UNSUB %d\r\n" % draw(st.integers(1, 30))))
             )
+        elif kind == 2:  # a stream run's PubAcks: framed together up to one Python routes
+            size = draw(st.integers(1, 5))
+            subjects = [f"{draw(PREFIX)}.{draw(LAST)}".encode() for _ in range(size)]
+            out.append(("replies", [(s, b"%d.%d" % (i, n)) for n, s in enumerate(subjects)]))
         else:
             subject = f"{draw(PREFIX)}.{draw(LAST)}"
             hdr = b"NATS/1.0\r\nK: %d\r\n\r\n" % i if draw(st.booleans()) else None
@@ -65,6 +70,8 @@ async def serve(setup: list[bytes], plan: list[tuple[str, Any]]) -> dict[str, An
     for kind, arg in plan:
         if kind == "read":
             clients[arg[0]].data_received(arg[1])
+        elif kind == "replies":
+            server.replies(arg)
         else:
             server.publish(*arg)
         await settle()

@@ -48,8 +48,8 @@ class AccountMessaging:
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         self._server.publish(subject, reply, hdr, data, account=self._account)
 
-    def reply(self, inbox: bytes, data: bytes) -> None:
-        self._server.route(None, inbox, b"", None, data, len(data), account=self._account)
+    def replies(self, answers: list[tuple[bytes, bytes]]) -> None:
+        self._server.replies(answers, account=self._account)
 
     def deliver(self, run: Deliveries) -> None:
         self._server.deliver(run, account=self._account)

@@ -345,7 +345,7 @@ class JetStream:
             if name not in timers and _timed(stream.config):
                 self._arm_expiry(stream)
 
-        send = self.messaging.reply
+        send = self.messaging.replies
 
         def on_run(subject: bytes, replies: list[bytes], payloads: list[bytes]) -> None:
             text = subject.decode("utf-8", "surrogateescape")

@@ -50,8 +50,9 @@ class Messaging(Protocol):
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         """Route to subscribers like a client publish."""
 
-    def reply(self, inbox: bytes, data: bytes) -> None:
-        """`publish` to a reply subject as a client sent it (an intake run's PubAck)."""
+    def replies(self, answers: list[tuple[bytes, bytes]]) -> None:
+        """`publish` each (reply subject as a client sent it, body), in order: the PubAcks
+        of an intake run, framed together where the compiled table knows the inboxes."""
 
     def deliver(self, run: Deliveries) -> None:
         """Route each message of the run on its subject, showing subscribers the message's.

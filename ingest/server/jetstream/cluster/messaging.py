@@ -53,8 +53,8 @@ class Announced:
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         self._inner.publish(subject, reply, hdr, data)
 
-    def reply(self, inbox: bytes, data: bytes) -> None:
-        self._inner.reply(inbox, data)
+    def replies(self, answers: list[tuple[bytes, bytes]]) -> None:
+        self._inner.replies(answers)
 
     def deliver(self, run: Deliveries) -> None:
         self._inner.deliver(run)
