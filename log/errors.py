@@ -118,10 +118,6 @@ def replicas_negative() -> ApiError:
     return ApiError(400, 10133, "replicas count cannot be negative")
 
 
-def stream_delete_failed(detail: str) -> ApiError:
-    return ApiError(500, 10050, detail)
-
-
 def msg_delete_failed(detail: str) -> ApiError:
     return ApiError(500, 10057, detail)
 

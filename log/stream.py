@@ -24,14 +24,15 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from consensus.commits import OnCommit, notify
+from consensus.commits import OnCommit
 from consensus.types import RaftError
 from ingest.parser.headers import header_value, remove_header
-from log import batch, batch_commit, errors, fast_batch, publish, schedules
+from log import batch, batch_commit, errors, fast_batch, publish, schedules, stream_state
 from log.config import REQUIRED_LEVEL_HEADER, StreamConfig, above_api_level, segment_codec
 from log.errors import ApiError
 from log.proposed import Echo, Proposed
 from log.replication import ReplicationGroup, SingleNodeGroup
+from log.run_answers import RunAnswers
 from log.segments.api import MsgStore
 from log.stream_apply import Applier, ConsumerOps, HeaderReader
 from log.stream_entries import (
@@ -237,17 +238,18 @@ class Stream:
         admit = self._admit
         entries: list[Entry] = []
         waiters: list[OnCommit] = []
-        answers: list[tuple[bytes, bytes]] = []
-        answer = answers.append
+        answers = RunAnswers(send)
+        to = answers.to
         for reply, data in zip(replies, payloads, strict=True):
-            ack = None if no_ack or not reply else partial(_answer, answer, reply)
-            taken = admit(subject, None, data, _NO_HEADERS, ack)
+            taken = admit(
+                subject, None, data, _NO_HEADERS, None if no_ack or not reply else to(reply)
+            )
             if taken is not None:
                 entries += taken[0]
                 waiters.append(taken[1])
-        _send_taken(answers, send)
+        answers.send()  # the refusals
         if entries:
-            self._group.propose(entries, partial(_committed_run, waiters, answers, send))
+            self._group.propose(entries, answers.after(waiters))
 
     def _admit(
         self,
@@ -606,41 +608,16 @@ class Stream:
         await self._group.close()
         self.store.delete()
 
-    # -- the state JSON of stream info ----------------------------------------
-
     def state_json(
         self, *, consumers: int = 0, deleted_details: bool = False, subjects_filter: str = ""
     ) -> dict[str, Any]:
-        state = self.store.state()
-        out: dict[str, Any] = {
-            "messages": state.msgs,
-            "bytes": state.bytes,
-            "first_seq": state.first_seq if state.last_seq else 0,  # never written: 0
-            "first_ts": rfc3339(state.first_ts if state.msgs else 0),
-            "last_seq": state.last_seq,
-            "last_ts": rfc3339(state.last_ts),
-        }
-        if state.num_subjects:
-            out["num_subjects"] = state.num_subjects
-        if subjects_filter:
-            counts = self.store.subjects(subjects_filter)
-            if counts:
-                out["subjects"] = dict(sorted(counts.items()))
-        if state.num_deleted:
-            if deleted_details:
-                out["deleted"] = list(state.deleted) or self._interior_gaps(state.first_seq)
-            out["num_deleted"] = state.num_deleted
-        out["consumer_count"] = consumers
-        return out
-
-    def _interior_gaps(self, first_seq: int) -> list[int]:
-        """Deleted sequences between first and last, for stores that only count them."""
-        gaps: list[int] = []
-        expected = first_seq
-        for seq in self.store.seqs_for(">", first_seq):
-            gaps.extend(range(expected, seq))
-            expected = seq + 1
-        return gaps
+        """The `state` of stream info (see `log.stream_state`)."""
+        return stream_state.state_json(
+            self.store,
+            consumers=consumers,
+            deleted_details=deleted_details,
+            subjects_filter=subjects_filter,
+        )
 
     def snapshot_config(self) -> bytes:
         """What the engine persists next to the store to recreate this stream at start."""
@@ -655,27 +632,3 @@ def _deleted(found: object) -> None:
 
 def _ignore(_: bytes) -> None:
     """Where a fast batch's replies go when the stream sends none (`no_ack`)."""
-
-
-def _answer(answer: Callable[[tuple[bytes, bytes]], None], reply: bytes, body: bytes) -> None:
-    answer((reply, body))
-
-
-def _send_taken(
-    answers: list[tuple[bytes, bytes]], send: Callable[[list[tuple[bytes, bytes]]], None]
-) -> None:
-    if answers:
-        taken = answers[:]
-        answers.clear()
-        send(taken)
-
-
-def _committed_run(
-    waiters: list[OnCommit],
-    answers: list[tuple[bytes, bytes]],
-    send: Callable[[list[tuple[bytes, bytes]]], None],
-    error: BaseException | None,
-) -> None:
-    """A run's proposal committed (or failed): each message's own answer, sent together."""
-    notify(waiters, error)
-    _send_taken(answers, send)

@@ -98,9 +98,5 @@ def bad_durable_name() -> ApiError:
     return ApiError(400, 10103, "durable name can not contain '.', '*', '>'")
 
 
-def existing_active() -> ApiError:
-    return ApiError(400, 10105, "consumer already exists and is still active")
-
-
 def invalid_reset(detail: str) -> ApiError:
     return ApiError(400, 10204, f"invalid reset: {detail}")

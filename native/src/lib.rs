@@ -20,9 +20,11 @@
 
 mod outlet;
 mod routes;
+mod runs;
 
 use outlet::Outlet;
 use routes::{frame_into, Route, Routes};
+use runs::{close_run, is_plain_ack, join_run, AckRun, Gathering, PubRun};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -35,128 +37,6 @@ struct Pending {
     reply: Vec<u8>,
     hlen: Option<usize>,
     total: usize,
-}
-
-/// Consecutive plain acks to one consumer, in the order they were read.
-#[pyclass(module = "jetlake_native", frozen)]
-struct AckRun {
-    /// The consumer's `acks(seqs)`.
-    #[pyo3(get)]
-    sink: Py<PyAny>,
-    /// (delivered, stream seq, consumer seq) of each ack, flat.
-    #[pyo3(get)]
-    seqs: Vec<u64>,
-    /// Their bodies' bytes, for the counters a routed PUB moves.
-    #[pyo3(get)]
-    size: u64,
-}
-
-/// Consecutive PUBs without headers to one subject whose only receiver is a stream.
-#[pyclass(module = "jetlake_native", frozen)]
-struct PubRun {
-    /// The stream's `intake(subject, replies, payloads)`.
-    #[pyo3(get)]
-    sink: Py<PyAny>,
-    #[pyo3(get)]
-    subject: Py<PyBytes>,
-    /// Each message's reply subject (b"" for none) and payload, in the order read.
-    #[pyo3(get)]
-    replies: Py<PyList>,
-    #[pyo3(get)]
-    payloads: Py<PyList>,
-    /// Their payloads' bytes, for the counters a routed PUB moves.
-    #[pyo3(get)]
-    size: u64,
-}
-
-/// The run being gathered; it becomes an operation when something else comes.
-enum Gathering {
-    Acks {
-        sink: Py<PyAny>,
-        seqs: Vec<u64>,
-        size: u64,
-    },
-    Pubs {
-        sink: Py<PyAny>,
-        subject: Vec<u8>,
-        replies: Vec<Py<PyAny>>,
-        payloads: Vec<Py<PyAny>>,
-        size: u64,
-    },
-}
-
-impl Gathering {
-    fn sink(&self) -> &Py<PyAny> {
-        match self {
-            Gathering::Acks { sink, .. } | Gathering::Pubs { sink, .. } => sink,
-        }
-    }
-}
-
-fn is_plain_ack(payload: &[u8]) -> bool {
-    matches!(payload, b"" | b"+ACK" | b"+OK")
-}
-
-/// Turn the run gathered so far into an operation after those before it.
-fn close_run(py: Python<'_>, run: &mut Option<Gathering>, ops: &mut Vec<Py<PyAny>>) -> PyResult<()> {
-    let op = match run.take() {
-        None => return Ok(()),
-        Some(Gathering::Acks { sink, seqs, size }) => {
-            Py::new(py, AckRun { sink, seqs, size })?.into_any()
-        }
-        Some(Gathering::Pubs {
-            sink,
-            subject,
-            replies,
-            payloads,
-            size,
-        }) => {
-            let op = PubRun {
-                sink,
-                subject: PyBytes::new(py, &subject).unbind(),
-                replies: PyList::new(py, replies)?.unbind(),
-                payloads: PyList::new(py, payloads)?.unbind(),
-                size,
-            };
-            Py::new(py, op)?.into_any()
-        }
-    };
-    ops.push(op);
-    Ok(())
-}
-
-/// Whether a PUB going to `sink` (and, for PUBs, `subject`) joins the read's run: it
-/// starts the run, or goes where the run goes. One run a read: what follows a PUB
-/// going elsewhere is Python's, as after any other operation.
-fn join_run(
-    py: Python<'_>,
-    run: &mut Option<Gathering>,
-    sink: &Py<PyAny>,
-    subject: Option<&[u8]>,
-) -> bool {
-    if let Some(g) = run.as_ref() {
-        return g.sink().is(sink)
-            && match (g, subject) {
-                (Gathering::Acks { .. }, None) => true,
-                (Gathering::Pubs { subject: s, .. }, Some(subject)) => s == subject,
-                _ => false,
-            };
-    }
-    *run = Some(match subject {
-        None => Gathering::Acks {
-            sink: sink.clone_ref(py),
-            seqs: Vec::new(),
-            size: 0,
-        },
-        Some(subject) => Gathering::Pubs {
-            sink: sink.clone_ref(py),
-            subject: subject.to_vec(),
-            replies: Vec::new(),
-            payloads: Vec::new(),
-            size: 0,
-        },
-    });
-    true
 }
 
 /// What a control line turned into.
@@ -512,7 +392,10 @@ impl ServerCodec {
                     };
                     let acks = ack.filter(|(sink, _)| join_run(py, &mut run, sink, None));
                     if let Some((_, seqs)) = acks {
-                        if let Some(Gathering::Acks { seqs: all, size, .. }) = run.as_mut() {
+                        if let Some(Gathering::Acks {
+                            seqs: all, size, ..
+                        }) = run.as_mut()
+                        {
                             all.extend(seqs);
                             *size += payload.len() as u64;
                         }

@@ -131,7 +131,10 @@ impl Routes {
         if self.acks.is_empty() || !subject.starts_with(ACK) {
             return None;
         }
-        let mut dots = subject[ACK.len()..].iter().enumerate().filter(|(_, &b)| b == b'.');
+        let mut dots = subject[ACK.len()..]
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b == b'.');
         let (cut, _) = dots.nth(1)?;
         let cut = ACK.len() + cut + 1;
         let sink = self.acks.get(&subject[..cut])?;
