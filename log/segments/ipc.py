@@ -13,6 +13,10 @@ The bytes are pyarrow's own, byte for byte: the import checks that on sample
 batches (and the tests on random ones). Should a pyarrow release lay the
 metadata out otherwise, the check fails and every batch goes through pyarrow
 instead (`arrow_batch`), slower but identical on disk.
+
+`jetlake_native.encode_batch` (native/src/ipc.rs) writes the same bytes from
+the same template when the extension is installed: `_encode` is its reference
+and its fallback, as `ingest.parser.nats` is for the codec.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from ingest.parser.fast import native
 from log.segments.api import NewMsg
 from log.segments.schema import SCHEMA, TS_TYPE, u64
 
@@ -59,6 +64,7 @@ def decode_batch(payload: bytes | pa.Buffer) -> pa.RecordBatch:
 
 # Where the numbers sit in the metadata (continuation and length prefix included).
 _BODY_LENGTH, _ROWS, _SPANS, _NODES = 40, 72, 88, 304
+_LAYOUT = (_BODY_LENGTH, _ROWS, _SPANS, _NODES)
 _INT = struct.Struct("<q")
 _SPAN_LIST = struct.Struct("<26q")  # 13 buffers: offset, length
 _NODE_LIST = struct.Struct("<10q")  # 5 columns: length, null count
@@ -138,5 +144,10 @@ if not FAST:
 def encode_batch(first_seq: int, msgs: Sequence[NewMsg]) -> bytes:
     """The IPC message of msgs numbered from first_seq, as `RecordBatch.serialize()` writes it."""
     if FAST:
+        if native is not None:
+            # None: a field is not a plain str or bytes (a bytearray payload)
+            encoded: bytes | None = native.encode_batch(_META, _LAYOUT, first_seq, msgs)
+            if encoded is not None:
+                return encoded
         return _encode(first_seq, msgs)
     return arrow_batch(first_seq, msgs).serialize().to_pybytes()
