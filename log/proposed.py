@@ -74,11 +74,11 @@ class Proposed:
 
     @property
     def msgs(self) -> int:
-        return self.store.state().msgs + self._pending_msgs
+        return self.store.totals()[0] + self._pending_msgs
 
     @property
     def bytes(self) -> int:
-        return self.store.state().bytes + self._pending_bytes
+        return self.store.totals()[1] + self._pending_bytes
 
     def dedup_seq(self, msg_id: str) -> int | None:
         seq = self._ids.get(msg_id)

@@ -196,6 +196,11 @@ class MsgStore(Protocol):
     def state(self, *, with_deleted: bool = False) -> StoreState:
         """Counts and bounds of the live messages; `deleted` is listed only when asked."""
 
+    def totals(self) -> tuple[int, int]:
+        """`state()`'s msgs and bytes alone: the limit rules read them for every publish
+        to a stream with `max_msgs` or `max_bytes` (a KV bucket), and a whole state
+        (the first message's time among it) costs more than the rule."""
+
     def subject_state(self, subject: str) -> SubjectState | None:
         """O(1) state of one literal subject (the per-subject index)."""
 

@@ -423,6 +423,9 @@ class BatchStore(ABC):
             deleted=list(self._deleted) if with_deleted else [],
         )
 
+    def totals(self) -> tuple[int, int]:
+        return self._msgs, self._bytes
+
     def subject_state(self, subject: str) -> SubjectState | None:
         seqs = self._subjects.get(subject)
         if seqs is None:

@@ -105,6 +105,7 @@ class Model(RuleBasedStateMachine):
             msg_size(m.subject, m.hdr, m.data, store.overhead) for m in self.msgs.values()
         )
         assert state.num_subjects == len({m.subject for m in self.msgs.values()})
+        assert store.totals() == (state.msgs, state.bytes)
         for seq in range(0, self.last + 2):
             assert store.load(seq) == self.msgs.get(seq)
         for f in FILTERS:
