@@ -229,7 +229,7 @@ class Stream:
         send: Callable[[list[tuple[bytes, bytes]]], None],
     ) -> None:
         """Messages without headers to one subject, read together (see `PubRun` in
-        native/src/lib.rs): each as `publish` takes it, and those admitted in one proposal.
+        native/src/runs.rs): each as `publish` takes it, and those admitted in one proposal.
         `send([(reply, body), ...])` answers those whose reply is not b"", together: the
         refusals once the rules ran, the PubAcks once the proposal committed."""
         if not self._accepting or self.restoring:

@@ -24,7 +24,7 @@ mod routes;
 mod runs;
 
 use outlet::Outlet;
-use routes::{frame_into, Route, Routes};
+use routes::{frame_into, send_notices, Route, Routes};
 use runs::{close_run, is_plain_ack, join_run, AckRun, Gathering, PubRun};
 
 use pyo3::prelude::*;
@@ -344,9 +344,7 @@ impl ServerCodec {
     /// routed are not among them.
     fn receive<'py>(&mut self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
         let result = self.parse(py, data);
-        for (notify, owner) in std::mem::take(&mut self.notices) {
-            notify.call1(py, (owner,))?;
-        }
+        send_notices(py, std::mem::take(&mut self.notices))?;
         result
     }
 }

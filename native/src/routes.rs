@@ -53,6 +53,14 @@ pub fn frame_into(
     }
 }
 
+/// Make the `notify(owner)` calls `frame_into` collected, once the framing is done.
+pub fn send_notices(py: Python<'_>, notices: Vec<(Py<PyAny>, Py<PyAny>)>) -> PyResult<()> {
+    for (notify, owner) in notices {
+        notify.call1(py, (owner,))?;
+    }
+    Ok(())
+}
+
 fn targets(list: Vec<Learnt<'_>>) -> Vec<Target> {
     list.into_iter()
         .map(|(outlet, sid, sub)| Target {
@@ -227,9 +235,7 @@ impl Routes {
     ) -> PyResult<Option<usize>> {
         let mut notices = Vec::new();
         let framed = self.tail(py, subject, reply, hdr, payload, &mut notices);
-        for (notify, owner) in notices {
-            notify.call1(py, (owner,))?;
-        }
+        send_notices(py, notices)?;
         Ok(framed)
     }
 
@@ -254,9 +260,7 @@ impl Routes {
             out += n as u64;
             out_size += (n * data.len()) as u64;
         }
-        for (notify, owner) in notices {
-            notify.call1(py, (owner,))?;
-        }
+        send_notices(py, notices)?;
         Ok((done, size, out, out_size))
     }
 
