@@ -141,6 +141,8 @@ class Client(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = time.time()
+        if self.server.busy_poll is not None:
+            self.server.busy_poll.read()
         tls = self.tls
         if tls is not None:
             plain = self._tls_receive(tls, data)

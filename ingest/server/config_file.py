@@ -514,6 +514,7 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "ping_interval": _setter("ping_interval", _Section.duration),
     "ping_max": _setter("ping_max", _Section.integer),
     "write_deadline": _setter("write_deadline", _Section.duration),
+    "busy_poll": _setter("busy_poll", _Section.duration),  # jetlake's own
     "lame_duck_duration": _lame_duck(30.0),
     "lame_duck_grace_period": _lame_duck(None),
     "authorization": _authorization,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.parser.conf import ConfigError
+from ingest.server.settings import parse_duration
 
 
 class FlagError(Exception):
@@ -46,6 +47,7 @@ _FLAG_SPECS: dict[str, tuple[str, type]] = {
     "lake": ("lake", bool),
     "lake_dir": ("lake_dir", str),
     "spark_master": ("spark_master", str),
+    "busy_poll": ("busy_poll", float),
     "t": ("check", bool),
     "DV": ("DV", bool),
     "user": ("user", str),
@@ -77,6 +79,13 @@ def _go_int(text: str, flag: str) -> int:
     return number
 
 
+def _go_duration(text: str, flag: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise FlagError(f'invalid value "{text}" for flag -{flag}: parse error') from None
+
+
 def parse_flags(argv: list[str]) -> Flags:
     """Go `flag` package rules: `-f`, `--f`, `-f=v`, `-f v`; stop at `--` or a word."""
     parsed = Flags()
@@ -103,6 +112,8 @@ def parse_flags(argv: list[str]) -> Flags:
                     raise FlagError(f"flag needs an argument: -{name}")
                 value = args.pop(0)
             result = _go_int(value, name) if kind is int else value
+            if kind is float:  # a duration, as Go's flag.Duration reads it
+                result = _go_duration(value, name)
         _record_flag(parsed, setting, result)
     if args:
         command = args[0].lower()

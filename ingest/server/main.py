@@ -156,6 +156,7 @@ Server Options:
     -c, --config <file>              Configuration file
     -t                               Test configuration and exit
     -P, --pid <file>                 File to store PID
+        --busy_poll <duration>       Longest poll before sleeping (jetlake; default 200us, 0: off)
 
 Logging Options:
     -l, --log <file>                 File to redirect log output

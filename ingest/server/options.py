@@ -86,7 +86,7 @@ def _apply_flags(flags: dict[str, Any], out: dict[str, Any]) -> None:
             out["port"] = bind_port(value)
         elif name == "http_port":
             out["http_port"] = monitor_port(value)
-        elif name in ("host", "server_name", "debug", "trace", "pid_file"):
+        elif name in ("host", "server_name", "debug", "trace", "pid_file", "busy_poll"):
             out[name] = value
         elif name in renames:
             out[renames[name]] = value
@@ -227,6 +227,8 @@ def validate_options(opts: Options) -> None:
         )
     if opts.server_name is not None and " " in opts.server_name:
         raise ConfigError("server name cannot contain spaces")
+    if opts.busy_poll < 0:
+        raise ConfigError(f"busy_poll ({_go(opts.busy_poll)}) cannot be negative")
     _check_accounts(opts)
     if opts.no_auth_user is not None:
         users = opts.users + tuple(u for account in opts.accounts for u in account.users)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.parser import nats
 from ingest.server.accounts.registry import Account, Accounts
 from ingest.server.auth import Authenticator
+from ingest.server.busypoll import BusyPoll
 from ingest.server.client import Client
 from ingest.server.cluster.settings import local_addresses
 from ingest.server.mappings import SubjectMapper
@@ -129,6 +130,8 @@ class Server:
         self._next_cid = 0
         self._dirty: list[Client] = []
         self._flush_scheduled = False
+        # Spin a little before the loop sleeps, while clients answer that fast (None: off).
+        self.busy_poll = BusyPoll(opts.busy_poll) if opts.busy_poll > 0 else None
         self._listeners: list[asyncio.base_events.Server] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shutdown = asyncio.Event()
@@ -412,6 +415,8 @@ class Server:
 
     def flush_dirty(self) -> None:
         self._flush_scheduled = False
+        if self.busy_poll is not None:
+            self.busy_poll.wrote()
         dirty, self._dirty = self._dirty, []
         for client in dirty:
             client.flush()

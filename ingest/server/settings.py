@@ -130,6 +130,7 @@ class Options:
     ping_interval: float = 120.0
     ping_max: int = 2
     write_deadline: float = 10.0
+    busy_poll: float = 200e-6  # jetlake's own: see ingest/server/busypoll.py
     lame_duck_duration: float = 120.0
     lame_duck_grace_period: float = 10.0
     auth_token: str | None = None

@@ -103,6 +103,7 @@ def test_random_and_disabled_ports(argv: list[str], port: int, http_port: int | 
         (["-p", "abc"], 'invalid value "abc" for flag -p: parse error'),
         (["-D=maybe"], 'invalid boolean value "maybe" for -D: parse error'),
         (["---p"], "bad flag syntax: ---p"),
+        (["--busy_poll", "5"], 'invalid value "5" for flag -busy_poll: parse error'),
     ],
 )
 def test_flag_errors_use_the_reference_wording(argv: list[str], message: str) -> None:
@@ -463,3 +464,15 @@ def test_lake_flags_and_section(tmp_path: Path) -> None:
         load_config(write(tmp_path, "lake { warehouse: x }\n"))
     with pytest.raises(ConfigError, match="negative"):
         load_config(write(tmp_path, 'lake { seal_interval: "-1s" }\n'))
+
+
+def test_busy_poll_flag_and_key(tmp_path: Path) -> None:
+    """jetlake's own: a Go duration from the flag or the file, the flag winning; 0 turns it off."""
+    assert parse_serve_args([]).busy_poll == 200e-6
+    assert parse_serve_args(["--busy_poll=50us"]).busy_poll == pytest.approx(50e-6)
+    assert parse_serve_args(["--busy_poll", "0"]).busy_poll == 0.0
+    conf = write(tmp_path, 'busy_poll: "1ms"\n')
+    assert load_config(conf).busy_poll == pytest.approx(1e-3)
+    assert parse_serve_args(["-c", conf, "--busy_poll", "2ms"]).busy_poll == pytest.approx(2e-3)
+    with pytest.raises(ConfigError, match=r"busy_poll \(-1ms\) cannot be negative"):
+        validate_options(parse_serve_args(["--busy_poll=-1ms"]))

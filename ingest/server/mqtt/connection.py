@@ -99,6 +99,8 @@ class MQTTConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = time.time()
+        if self.server.busy_poll is not None:
+            self.server.busy_poll.read()
         self._last_rx = time.monotonic()
         try:
             self._backlog.extend(self.decoder.receive(data))
