@@ -4,9 +4,9 @@ A client that waits for each answer (a sync publish, a KV put, a request)
 sends its next message about one round trip after the last reply. If the
 loop is asleep in `epoll_wait` by then, the kernel has to wake it, and on a
 virtual machine without guest halt-polling (Firecracker, many cloud VMs)
-that wake-up costs tens of microseconds: a third of a KV put's round trip
-here. The Go reference hides most of it because its runtime spins before it
-parks; Python's loop parks at once.
+that wake-up costs tens of microseconds: about a quarter of a KV put's round
+trip here. The Go reference's scheduler spins looking for work, the network
+poller included, before a thread parks; Python's loop parks at once.
 
 So after I/O the loop keeps polling (a callback that re-schedules itself,
 which makes the loop poll without blocking) for up to a *budget*, adapted the
@@ -16,12 +16,14 @@ grows it to cover such gaps; a gap past the limit halves it, down to zero. A
 server with a steady trickle of traffic or none therefore spins for nothing
 (or nearly), while a chatty request/reply client keeps its fast wake-ups. The
 limit bounds what one idle gap can cost: `busy_poll` in the configuration,
-0 to switch it off.
+0 to switch it off. Each turn yields the CPU to any other runnable thread on
+it, so a client on the same machine is not starved by the spin.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from time import perf_counter
 
 # A budget below this is not worth a spin: the loop's own turn takes about as long.
@@ -84,6 +86,7 @@ class BusyPoll:
     def _spin(self) -> None:
         if perf_counter() - self._last < self._rule.budget:
             assert self._loop is not None
+            os.sched_yield()  # a runnable thread on this CPU (a client's, say) goes first
             self._loop.call_soon(self._spin)
         else:
             self._spinning = False
