@@ -16,8 +16,9 @@ grows it to cover such gaps; a gap past the limit halves it, down to zero. A
 server with a steady trickle of traffic or none therefore spins for nothing
 (or nearly), while a chatty request/reply client keeps its fast wake-ups. The
 limit bounds what one idle gap can cost: `busy_poll` in the configuration,
-0 to switch it off. Each turn yields the CPU to any other runnable thread on
-it, so a client on the same machine is not starved by the spin.
+0 to switch it off. Each turn that found no new I/O yields the CPU to any
+other runnable thread on it, so a client on the same machine is not starved
+by the spin; a turn after I/O does not, as the loop is busy then anyway.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class BusyPoll:
         self._rule = SpinBudget(limit)
         self._last = perf_counter()
         self._spinning = False
+        self._seen = 0.0  # `_last` as the previous turn of the spin found it
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -84,9 +86,12 @@ class BusyPoll:
         self._last = perf_counter()
 
     def _spin(self) -> None:
-        if perf_counter() - self._last < self._rule.budget:
+        last = self._last
+        if perf_counter() - last < self._rule.budget:
             assert self._loop is not None
-            os.sched_yield()  # a runnable thread on this CPU (a client's, say) goes first
+            if last == self._seen:  # an idle turn: a runnable thread here (a client's) goes first
+                os.sched_yield()
+            self._seen = last
             self._loop.call_soon(self._spin)
         else:
             self._spinning = False
