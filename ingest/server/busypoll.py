@@ -18,7 +18,9 @@ server with a steady trickle of traffic or none therefore spins for nothing
 limit bounds what one idle gap can cost: `busy_poll` in the configuration,
 0 to switch it off. Each turn that found no new I/O yields the CPU to any
 other runnable thread on it, so a client on the same machine is not starved
-by the spin; a turn after I/O does not, as the loop is busy then anyway.
+by the spin; a turn after I/O does not, as the loop is busy then anyway. An
+idle turn that comes late means the CPU was taken away: the spin stops and
+the budget halves, so an oversubscribed machine soon sees no spinning.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ from time import perf_counter
 FLOOR = 5e-6
 # Headroom over the gap that was just missed, so the next similar gap is covered.
 MARGIN = 1.25
+# An idle turn of the spin this much longer than its few microseconds means the process
+# was descheduled: the CPU is wanted elsewhere, and a spinning CPU never looks idle to the
+# scheduler, so it would not hand a waiting thread of another process over either.
+STALLED = 100e-6
 
 
 class SpinBudget:
@@ -47,18 +53,24 @@ class SpinBudget:
         if idle <= self.limit:
             self.budget = min(self.limit, max(2 * self.budget, MARGIN * idle, FLOOR))
         else:
-            half = self.budget / 2
-            self.budget = half if half >= FLOOR else 0.0
+            self.shrink()
+
+    def shrink(self) -> None:
+        """A gap past the limit, or a spin the CPU was taken from: halve, down to zero."""
+        half = self.budget / 2
+        self.budget = half if half >= FLOOR else 0.0
 
 
 class BusyPoll:
     """The rule on an event loop: told of reads and writes, it spins while the budget lasts."""
 
-    def __init__(self, limit: float) -> None:
+    def __init__(self, limit: float, stalled: float = STALLED) -> None:
         self._rule = SpinBudget(limit)
+        self._stalled = stalled
         self._last = perf_counter()
         self._spinning = False
         self._seen = 0.0  # `_last` as the previous turn of the spin found it
+        self._turn = 0.0  # when the previous turn began
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -78,6 +90,7 @@ class BusyPoll:
                 self._spinning = True
                 if self._loop is None:
                     self._loop = asyncio.get_running_loop()
+                self._seen, self._turn = 0.0, now  # the first turn is never idle
                 self._loop.call_soon(self._spin)
         self._last = now
 
@@ -86,12 +99,15 @@ class BusyPoll:
         self._last = perf_counter()
 
     def _spin(self) -> None:
-        last = self._last
-        if perf_counter() - last < self._rule.budget:
+        last, now = self._last, perf_counter()
+        idle_turn = last == self._seen
+        if idle_turn and now - self._turn > self._stalled:
+            self._rule.shrink()  # and stop: the next read starts over
+        elif now - last < self._rule.budget:
             assert self._loop is not None
-            if last == self._seen:  # an idle turn: a runnable thread here (a client's) goes first
+            if idle_turn:  # a runnable thread here (a client's) goes first
                 os.sched_yield()
-            self._seen = last
+            self._seen, self._turn = last, now  # a yield that lasted shows in the next turn
             self._loop.call_soon(self._spin)
-        else:
-            self._spinning = False
+            return
+        self._spinning = False

@@ -71,7 +71,7 @@ def test_the_budget_stays_within_the_limit_and_covers_the_last_short_gap(
 
 
 async def test_the_loop_keeps_polling_for_the_budget_after_the_last_io() -> None:
-    poll = BusyPoll(0.05)
+    poll = BusyPoll(0.05, stalled=math.inf)  # a loaded machine must not end it early here
     await asyncio.sleep(0.02)  # a real idle gap under the limit
     poll.read()
     assert poll.budget >= 0.02 and poll.spinning
@@ -118,3 +118,20 @@ async def test_an_idle_server_stops_spinning(make_server: MakeServer) -> None:
         before = _cpu_seconds(server.pid)
         await asyncio.sleep(1.0)  # the silence under test, not a synchronisation
         assert _cpu_seconds(server.pid) - before < 0.2
+
+
+async def test_a_stalled_turn_stops_the_spin_and_halves_the_budget() -> None:
+    """The loop held up (here by a blocking call; on a busy machine, by the scheduler)
+    between two idle turns: the CPU is wanted elsewhere, so the spin gives it up."""
+    poll = BusyPoll(0.2)
+    await asyncio.sleep(0.1)
+    poll.read()
+    budget = poll.budget
+    assert poll.spinning and budget >= 0.1
+    await asyncio.sleep(0)  # the spin's first turn
+    time.sleep(0.002)  # the stall under test
+    deadline = time.monotonic() + 5
+    while poll.spinning and time.monotonic() < deadline:
+        await asyncio.sleep(0)
+    assert not poll.spinning
+    assert poll.budget == budget / 2
