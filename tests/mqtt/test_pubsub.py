@@ -141,3 +141,42 @@ async def test_mqtt_publishes_land_in_a_stream_on_the_mapped_subjects(
     last = await js.get_last_msg("SENSORS", "fleet.truck//7.temp")
     assert (first.data, first.headers) == (b"21.5", {"Nmqtt-Pub": "0"})
     assert (last.seq, last.data, last.headers) == (2, b"22.0", {"Nmqtt-Pub": "1"})
+
+
+async def test_leading_wildcards_never_deliver_dollar_topics(
+    mqtt_server: MQTTServer, mqtt_client: Connect, connect: NatsConnect
+) -> None:
+    """[MQTT-4.7.2-1] on every path: retained on subscribe, QoS 0/1/2, NATS publishes.
+
+    One subscriber per filter, so each stream of deliveries has one order: what its
+    consumer or the router would send of `$dollar/…` comes before the marker."""
+    pub = await mqtt_client(identifier="dollar-pub")
+    await pub.publish("$dollar/r", b"retained", qos=1, retain=True)
+    filters = {"#": 1, "+/+": 2, "+/#": 0, "+/x": 1, "$dollar/+": 2}
+    subs = {}
+    for topic_filter, qos in filters.items():
+        subs[topic_filter] = await mqtt_client(identifier=f"dollar-{qos}-{len(subs)}")
+        await subs[topic_filter].subscribe(topic_filter, qos=qos)
+    for qos in (0, 1, 2):
+        await pub.publish("$dollar/x", b"%d" % qos, qos=qos)
+    nc = await connect(mqtt_server.process)
+    await nc.publish("$dollar.n", b"nats")
+    await nc.flush()
+    await pub.publish("dollar/x", b"end", qos=1)  # every filter but `$dollar/+` matches it
+    await pub.publish("$dollar/r", b"", qos=1, retain=True)
+    leaked = []
+    for topic_filter in ("#", "+/+", "+/#", "+/x"):
+        while (msg := await next_message(subs[topic_filter])).topic.value != "dollar/x":
+            if msg.topic.value.startswith("$"):
+                leaked.append((topic_filter, msg.topic.value, msg.payload, msg.retain))
+    # The reference (v2.15) sends retained `$` messages to leading wildcards; jetlake does not.
+    retained_leak = [(f, "$dollar/r", b"retained", True) for f in ("#", "+/+", "+/#")]
+    assert leaked == (retained_leak if mqtt_server.kind == "nats-server" else [])
+    control = [await next_message(subs["$dollar/+"]) for _ in range(5)]
+    assert sorted((m.topic.value, m.payload) for m in control) == [
+        ("$dollar/n", b"nats"),
+        ("$dollar/r", b"retained"),
+        ("$dollar/x", b"0"),
+        ("$dollar/x", b"1"),
+        ("$dollar/x", b"2"),
+    ]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ingest.parser import mqtt
 from ingest.parser.headers import encode_headers, header_value
-from ingest.parser.mqtt_topics import to_topic
+from ingest.parser.mqtt_topics import skips_reserved, to_topic
 from ingest.server.mqtt.subscriptions import nats_subjects, published_qos, topic_of
 
 if TYPE_CHECKING:
@@ -277,7 +277,13 @@ class Session:
         if conn is None or not reply or not subject.startswith(MSGS_PREFIX_BYTES):
             return
         tokens = reply.split(b".", 6)  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.…
-        sub_qos = self._granted(tokens[3].decode() if len(tokens) > 3 else "")
+        stored = subject[len(MSGS_PREFIX_BYTES) :]
+        filter_subject, sub_qos = self._consumer(tokens[3].decode() if len(tokens) > 3 else "")
+        if stored[:1] == b"$" and skips_reserved(filter_subject.encode()):
+            # [MQTT-4.7.2-1]: a leading wildcard does not match a `$` topic, yet the
+            # consumer's filter (`>`, `*.*`) does; acked, or it would come back.
+            self.manager.jsa.publish(reply, b"+ACK")
+            return
         qos = min(published_qos(hdr) or 1, sub_qos)
         dup = len(tokens) > 4 and tokens[4] != b"1"
         key = (tokens[3], tokens[5]) if len(tokens) > 5 else None
@@ -288,15 +294,15 @@ class Session:
             pid = self._allocate(reply)
             if key:
                 self._pid_of[key] = pid
-        topic = topic_of(subject[len(MSGS_PREFIX_BYTES) :])
+        topic = topic_of(stored)
         conn.deliver(mqtt.encode_publish(topic, data, qos=qos, dup=dup, packet_id=pid), len(data))
 
-    def _granted(self, durable: str) -> int:
-        """The QoS granted to the subscription whose consumer is `durable`."""
-        for cfg in self.cons.values():
+    def _consumer(self, durable: str) -> tuple[str, int]:
+        """The NATS subject and granted QoS of the subscription whose consumer is `durable`."""
+        for subject, cfg in self.cons.items():
             if cfg["durable_name"] == durable:
-                return int(cfg.get("_qos", 1))
-        return 1
+                return subject, int(cfg.get("_qos", 1))
+        return "", 1
 
     def send_retained(self, topic: bytes, payload: bytes, qos: int) -> None:
         conn = self.conn
