@@ -17,6 +17,7 @@ a message is not revealed before its publisher could have been acknowledged.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from ingest.parser.outlet import dotted
@@ -97,6 +98,9 @@ class Consumer(Acking):
         self._rdq: deque[int] = deque()
         self._rdq_set: set[int] = set()
         self.waiting = WaitQueue(cfg.max_waiting)
+        # Whether anyone listens on a reply subject (the owner's subscriptions); None:
+        # everyone, as where no server is around.
+        self.listening: Callable[[str], bool] | None = None
         self.priority = Priority(stream, name, cfg)
         self.waiting.ranked = self.priority.ranked
         self.last_delivered = 0  # ns
@@ -252,10 +256,16 @@ class Consumer(Acking):
         """Answer every waiting request (consumer deleted, stream gone)."""
         return [Status(r.reply, status(409, description)) for r in self.waiting.drain()]
 
-    def forget_request(self, reply: str) -> None:
-        """Nobody listens on this reply subject any more: stop serving it."""
+    def drop_deaf(self) -> None:
+        """Drop, unanswered, the requests whose reply subject nobody listens on any more,
+        as the reference does before it delivers: a message sent there would count as
+        delivered (num_pending down, ack pending up) though no client got it. A client that
+        unsubscribed and then asked (its request was in flight) leaves the messages pending."""
+        listening = self.listening
+        if listening is None:
+            return
         for req in self.waiting:
-            if req.reply == reply:
+            if not listening(req.reply):
                 self.waiting.remove(req)
 
     def set_active(self, active: bool, now: int) -> None:
@@ -276,6 +286,8 @@ class Consumer(Acking):
         cfg = self.cfg
         self._sliced = self._stalled = False
         self.priority.expire(now)
+        if not self._push and len(self.waiting):
+            self.drop_deaf()
         if cfg.pause_until is None or now >= cfg.pause_until:
             sent = self.dseq
             self._deliver(now, out)

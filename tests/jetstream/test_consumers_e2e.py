@@ -291,6 +291,37 @@ async def test_pending_request_answered_when_message_arrives(
     assert [m.data for m in await fetch] == [b"late"]
 
 
+async def test_request_nobody_hears_leaves_messages_pending(
+    js_server: ServerProcess, connect: Connect
+) -> None:
+    nc = await connect(js_server)
+    await stream_with(nc, 3)
+    js = nc.jetstream()
+    sub = await js.pull_subscribe("s.>", durable="d")
+    nxt = "$JS.API.CONSUMER.MSG.NEXT.S.d"
+
+    async def counts() -> tuple[int, ...]:
+        await nc.flush()  # the server has taken the requests before it is asked
+        info = await sub.consumer_info()
+        delivered = (info.delivered.consumer_seq, info.delivered.stream_seq)
+        pending = (info.num_pending, info.num_ack_pending, info.num_redelivered)
+        return (*delivered, *pending, info.num_waiting)
+
+    await nc.publish(nxt, b'{"batch":2}', reply="deaf.1")
+    assert await counts() == (0, 0, 3, 0, 0, 0)
+    (first,) = await sub.fetch(1, timeout=2)
+    await first.nak()
+    await nc.publish(nxt, b'{"batch":3,"expires":2000000000}', reply="deaf.2")
+    assert await counts() == (1, 1, 2, 1, 0, 0)
+    (again,) = await sub.fetch(1, timeout=2)
+    assert (again.data, again.metadata.num_delivered) == (b"m0", 2)
+    await again.ack_sync()
+    await sub.unsubscribe()  # nats-py's own test: a fetch after unsubscribing gets nothing
+    with pytest.raises(TimeoutError):
+        await sub.fetch(1, timeout=0.5)
+    assert await counts() == (2, 1, 2, 0, 0, 0)
+
+
 # -- push -------------------------------------------------------------------------------
 
 

@@ -186,6 +186,19 @@ def test_pending_request_served_on_commit() -> None:
     assert deliveries(c.pump(S)) == [(1, 1)]
 
 
+def test_request_nobody_hears_is_dropped_and_leaves_messages_pending() -> None:
+    c = make(store_with("s.a", "s.b"), ack_policy="explicit")
+    listeners = {"heard"}
+    c.listening = listeners.__contains__
+    assert pull(c, b'{"batch":5}', reply="deaf") == []
+    assert (len(c.waiting), c.npc, len(c.pending), c.dseq) == (0, 2, 0, 1)
+    assert deliveries(pull(c, b'{"batch":1}', reply="heard")) == [(1, 1)]
+    c.pull("heard", b'{"batch":5,"expires":10000000000}', 0)  # waits, then its client leaves
+    listeners.clear()
+    c.drop_deaf()
+    assert (len(c.waiting), c.npc, len(c.pending), c.dseq) == (0, 1, 1, 2)
+
+
 def test_uncommitted_messages_stay_hidden() -> None:
     store = store_with("s.a")
     c = make(store)

@@ -48,6 +48,7 @@ class Runner:
         on_idle: IdleSink,
     ) -> None:
         self.consumer = consumer
+        consumer.listening = messaging.has_interest
         self.stream = stream
         self._messaging = messaging
         self.store = store
@@ -140,9 +141,7 @@ class Runner:
                     self._inactive_since = now
                 self.schedule()
         else:
-            for req in c.waiting:
-                if not has(req.reply):
-                    c.forget_request(req.reply)
+            c.drop_deaf()
         self._arm(now)
 
     def _on_next(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:

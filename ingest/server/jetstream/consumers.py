@@ -489,6 +489,7 @@ class Consumers:
         if c.last_acked:
             ack_floor["last_active"] = rfc3339(c.last_acked)
         c.npc = c.count_pending()
+        c.drop_deaf()  # the reference counts waiting requests after dropping those
         out: Response = {
             "stream_name": stream.name,
             "name": c.name,
