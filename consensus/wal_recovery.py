@@ -89,9 +89,10 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def replace_durably(path: Path, data: bytes) -> None:
-    """Old file or new, whole, after any crash: written aside, fsynced, renamed over it."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
+def replace_durably(path: Path, data: bytes, *, tmp: Path | None = None) -> None:
+    """Old file or new, whole, after any crash: written aside (at `tmp`, by default
+    beside it with `.tmp` added), fsynced, renamed over it."""
+    tmp = tmp or path.with_name(path.name + TMP_SUFFIX)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_all(fd, data)

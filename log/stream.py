@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -619,10 +618,9 @@ class Stream:
             subjects_filter=subjects_filter,
         )
 
-    def snapshot_config(self) -> bytes:
+    def snapshot_config(self) -> dict[str, Any]:
         """What the engine persists next to the store to recreate this stream at start."""
-        body = {"config": self.config.to_json(), "created": rfc3339(self.created_ns)}
-        return json.dumps(body, indent=1).encode()
+        return {"config": self.config.to_json(), "created": rfc3339(self.created_ns)}
 
 
 def _deleted(found: object) -> None:

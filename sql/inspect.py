@@ -65,6 +65,7 @@ from deltalake.exceptions import DeltaError
 from log.compactor.layout import META_FILE, REPLICA_FILE, LakeError
 from log.segments import CorruptSegmentError, list_segments, read_table
 from log.segments.segment import SUFFIX, discover, read_batches
+from log.state_file import StateFileError, read_state
 from sql.duck_views import View, register, stream_views, view_names
 
 DELTA_LOG = "_delta_log"
@@ -122,8 +123,8 @@ def _stream_name(folder: Path) -> str:
     replicated stream's config is in the lake's `replica.json` (it has no stream.json)."""
     for file in (META_FILE, REPLICA_FILE):
         try:
-            name = json.loads((folder / file).read_bytes())["config"]["name"]
-        except (OSError, ValueError, KeyError, TypeError):
+            name = read_state(folder / file)["config"]["name"]
+        except (OSError, StateFileError, KeyError, TypeError):
             continue
         if isinstance(name, str) and name:
             return name

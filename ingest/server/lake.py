@@ -104,7 +104,8 @@ class LakeSupervisor:
         self._proc: subprocess.Popen[bytes] | None = None
         self._failed_at = 0.0
         self._clustered = False
-        self._described: dict[str, tuple[bytes, bool]] = {}  # per stream: replica.json's content
+        # per stream: replica.json's content
+        self._described: dict[str, tuple[dict[str, Any], bool]] = {}
         self.lags: dict[str, Lag] = {}
         self._refs: dict[str, StreamRef] = {}  # the lake streams of the last tick
         self._typing_seen: dict[str, int] = {}  # per stream: mtime of the typing record read
@@ -213,7 +214,7 @@ class LakeSupervisor:
         known = (snapshot, ref.leads)
         if self._described.get(ref.name) == known and (ref.dir / REPLICA_FILE).is_file():
             return
-        describe_replica(ref.dir, json.loads(snapshot), leader=ref.leads)
+        describe_replica(ref.dir, snapshot, leader=ref.leads)
         self._described[ref.name] = known
 
     def _lag(self, ref: StreamRef, store: FileStore, done: int, now: int) -> Lag:

@@ -38,7 +38,7 @@ Decisions kept here:
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -46,7 +46,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from log.state_file import StateFileError, read_state, write_state
 from log.timefmt import parse_rfc3339
+
+log = logging.getLogger("jetlake.lake")
 
 STREAMS = Path("jetstream") / "$G" / "streams"  # under a store dir, as the server lays it out
 META_FILE = "stream.json"
@@ -89,7 +92,7 @@ class StreamRef:
         replica = not (stream_dir / META_FILE).is_file()
         file = REPLICA_FILE if replica else META_FILE
         try:
-            doc = json.loads((stream_dir / file).read_bytes())
+            doc = read_state(stream_dir / file)
             config = doc["config"]
             return cls(
                 name=config["name"],
@@ -99,7 +102,7 @@ class StreamRef:
                 storage=config.get("storage", "file"),
                 leads=bool(doc["leader"]) if replica else True,
             )
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, StateFileError, KeyError, TypeError) as exc:
             raise LakeError(f"stream folder {stream_dir}: unreadable {file}: {exc}") from exc
 
     @property
@@ -160,27 +163,29 @@ class Pin:
 
 def read_pin(stream: StreamRef) -> Pin | None:
     """The pin of this incarnation, or None (never written, unreadable, or another's)."""
-    try:
-        doc: dict[str, Any] = json.loads((stream.dir / PIN_FILE).read_bytes())
-        pin = Pin(**doc)
-    except (OSError, ValueError, TypeError):
-        return None
-    return pin if pin.app_id == stream.app_id else None
+    return _read_pin(stream.dir / PIN_FILE, stream)
 
 
 def write_pin(stream: StreamRef, pin: Pin) -> None:
     """Atomically replace the pin; the stream folder may be gone (stream deleted): no error."""
-    _replace(stream.dir / PIN_FILE, json.dumps(asdict(pin)).encode())
+    _replace(stream.dir / PIN_FILE, asdict(pin))
 
 
 def read_shared_pin(stream: StreamRef, lake_dir: str | os.PathLike[str]) -> Pin | None:
     """The lake's pin in the table dir (None: no commit yet, unreadable, or another's)."""
+    return _read_pin(stream.table_path(lake_dir) / SHARED_PIN_FILE, stream)
+
+
+def _read_pin(path: Path, stream: StreamRef) -> Pin | None:
+    """A damaged pin is reported and read as none: the pin only lags the Delta log, so
+    without one reclaim waits and the compactor reads its progress from the log. The
+    checksum matters here: a flipped digit that still parsed could make it lead."""
     try:
-        doc: dict[str, Any] = json.loads(
-            (stream.table_path(lake_dir) / SHARED_PIN_FILE).read_bytes()
-        )
-        pin = Pin(**doc)
-    except (OSError, ValueError, TypeError):
+        pin = Pin(**read_state(path))
+    except OSError:
+        return None
+    except (StateFileError, TypeError) as exc:
+        log.error("lake pin %s unreadable, ignored: %s", path, exc)
         return None
     return pin if pin.app_id == stream.app_id else None
 
@@ -195,7 +200,7 @@ def write_shared_pin(stream: StreamRef, lake_dir: str | os.PathLike[str], seq: i
         return
     table = stream.table_path(lake_dir)
     pin = Pin(stream.app_id, str(table), seq)
-    _replace(table / SHARED_PIN_FILE, json.dumps(asdict(pin)).encode())
+    _replace(table / SHARED_PIN_FILE, asdict(pin))
 
 
 def lake_seq(stream: StreamRef, lake_dir: str | os.PathLike[str]) -> int:
@@ -207,42 +212,41 @@ def lake_seq(stream: StreamRef, lake_dir: str | os.PathLike[str]) -> int:
 def describe_replica(stream_dir: Path, snapshot: Mapping[str, Any], *, leader: bool) -> None:
     """Write a replicated stream's `replica.json`: its config and created time as the engine
     has them, and whether this server leads it (the folder may be gone: no error)."""
-    _replace(stream_dir / REPLICA_FILE, json.dumps({**snapshot, "leader": leader}).encode())
+    _replace(stream_dir / REPLICA_FILE, {**snapshot, "leader": leader})
 
 
 def read_typing(stream: StreamRef) -> dict[str, Any]:
     """What the compactor last wrote about a typed stream's tables ({} when nothing)."""
     try:
-        doc = json.loads((stream.dir / TYPING_FILE).read_bytes())
-    except (OSError, ValueError):
+        doc = read_state(stream.dir / TYPING_FILE)
+    except (OSError, StateFileError):
         return {}
     return doc if isinstance(doc, dict) and doc.get("app_id") == stream.app_id else {}
 
 
 def write_typing(stream: StreamRef, doc: Mapping[str, Any]) -> None:
-    _replace(stream.dir / TYPING_FILE, json.dumps({**doc, "app_id": stream.app_id}).encode())
+    _replace(stream.dir / TYPING_FILE, {**doc, "app_id": stream.app_id})
 
 
 def read_routing(stream: StreamRef) -> tuple[int, dict[str, str]] | None:
     """The last seq and metadata of the latest typed group begun, if any."""
     try:
-        doc = json.loads((stream.dir / ROUTING_FILE).read_bytes())
+        doc = read_state(stream.dir / ROUTING_FILE)
         if doc["app_id"] == stream.app_id:
             return int(doc["seq"]), {str(k): str(v) for k, v in doc["metadata"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, StateFileError, ValueError, KeyError, TypeError, AttributeError):
         pass
     return None
 
 
 def write_routing(stream: StreamRef, seq: int, metadata: Mapping[str, str]) -> None:
     body = {"app_id": stream.app_id, "seq": seq, "metadata": dict(metadata)}
-    _replace(stream.dir / ROUTING_FILE, json.dumps(body).encode())
+    _replace(stream.dir / ROUTING_FILE, body)
 
 
-def _replace(path: Path, body: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two writers never share one
+def _replace(path: Path, doc: Mapping[str, Any]) -> None:
+    """Several processes (servers' compactors, a server and its compactor) may write one."""
     try:
-        tmp.write_bytes(body)
-        os.replace(tmp, path)
+        write_state(path, doc, shared=True)
     except FileNotFoundError:
         return

@@ -18,6 +18,7 @@ for a consumer that is not (or no longer) on disk are dropped.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -46,6 +47,9 @@ from log.consumers.store import (
     load_state,
     read_meta,
 )
+from log.state_file import StateFileError
+
+log = logging.getLogger("jetlake.consumers")
 
 
 class Proposer(Protocol):
@@ -166,21 +170,24 @@ class ConsumerFiles:
             store.close()
 
     def _open(self, name: str) -> ConsumerStore | None:
-        """The consumer's store; None when it has no meta: records that trail its delete."""
+        """The consumer's store; None when it has no meta: records that trail its delete
+        (or a damaged meta whose create was not replayed: dropping beats dying here)."""
         store = self._stores.get(name)
         if store is None:
             folder = self._root / name
-            if read_meta(folder) is None:
+            if _whole(folder, "") is None:
                 return None
             store = self._stores[name] = self._store(folder)
         return store
 
     def _create(self, name: str, op: Create) -> None:
         folder = self._root / name
-        meta = read_meta(folder)
+        meta = _whole(folder, op.created)
         if meta is not None and meta.get("created") == op.created:
             return  # re-applied: the files already hold this consumer, and more
-        self._delete(name)  # another incarnation's files (a replay of an older one)
+        # Another incarnation's files (a replay of an older one), or damaged ones: the
+        # log's create and the records after it rebuild them.
+        self._delete(name)
         store = self._stores[name] = self._store(folder)
         store.save_state(op.state)
         store.save_meta(op.config, op.created)  # last: a folder without meta is a torn create
@@ -191,6 +198,20 @@ class ConsumerFiles:
 
     def _store(self, folder: Path) -> ConsumerStore:
         return ConsumerStore(folder, sync_interval_ns=self._sync_interval_ns)
+
+
+def _whole(folder: Path, created: str) -> dict[str, Any] | None:
+    """The consumer's meta when its files are whole; None when missing or damaged (the
+    damage reported). With `created`, the state is checked too when it is that
+    incarnation's (the create is skipped then, so nothing else would repair it)."""
+    try:
+        meta = read_meta(folder)
+        if meta is not None and created and meta.get("created") == created:
+            load_state(folder)
+    except StateFileError as err:
+        log.error("%s; rebuilding the consumer from the stream's log", err)
+        return None
+    return meta
 
 
 def _compacted(store: ConsumerStore) -> dict[str, Any]:

@@ -27,7 +27,7 @@ like this one) that proposes instead of writing.
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import os
 import shutil
 import struct
@@ -39,7 +39,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from consensus.commits import OnCommit
-from consensus.durability import SYNCER, fsync_dir, sync_delay
+from consensus.durability import SYNCER, sync_delay
+from log.state_file import StateFileError, read_state, set_aside, write_state
+
+log = logging.getLogger("jetlake.consumers")
 
 OBS_DIR = "obs"
 META_FILE = "meta.json"
@@ -165,13 +168,7 @@ class ConsumerStore:
 
     def _replace(self, name: str, doc: dict[str, Any]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / (name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(json.dumps(doc, separators=(",", ":")).encode())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.folder / name)
-        fsync_dir(self.folder)
+        write_state(self.folder / name, doc)
 
 
 def consumers_dir(stream_folder: Path) -> Path:
@@ -179,33 +176,69 @@ def consumers_dir(stream_folder: Path) -> Path:
 
 
 def load_all(stream_folder: Path) -> list[Saved]:
-    """Every consumer persisted for a stream; a folder without meta is skipped (torn create)."""
+    """Every consumer persisted for a stream; a folder without meta is skipped (torn create).
+
+    Damage is reported and set aside, never raised: the other consumers start. A
+    consumer whose meta is damaged is lost here (a replicated stream's log or
+    snapshot rebuilds it before this is read); one whose state is damaged starts
+    over from its deliver policy, so messages may come again but none is lost."""
     root = consumers_dir(stream_folder)
     if not root.is_dir():
         return []
     found: list[Saved] = []
     for folder in sorted(root.iterdir()):
-        doc = read_meta(folder)
+        try:
+            doc = read_meta(folder)
+        except StateFileError as err:
+            log.error("consumer %s not recovered, its config is lost: %s", folder.name, err)
+            set_aside(err.path)
+            continue
         if doc is None:
             continue
-        found.append(Saved(folder.name, doc["config"], doc["created"], load_state(folder)))
+        try:
+            state = load_state(folder)
+        except StateFileError as err:
+            log.error(
+                "consumer %s: %s; its acks and deliveries are lost: it starts over from its "
+                "deliver policy (messages may be delivered again)",
+                folder.name,
+                err,
+            )
+            set_aside(err.path)
+            (folder / LOG_FILE).unlink(missing_ok=True)  # changes to a state no longer there
+            state = None
+        found.append(Saved(folder.name, doc["config"], doc["created"], state))
     return found
 
 
 def read_meta(folder: Path) -> dict[str, Any] | None:
-    """{"config", "created"} of a consumer folder; None without meta (torn create)."""
-    meta = folder / META_FILE
-    return json.loads(meta.read_bytes()) if meta.is_file() else None
+    """{"config", "created"} of a consumer folder; None without meta (torn create);
+    `StateFileError` when damaged."""
+    path = folder / META_FILE
+    try:
+        doc = read_state(path)
+    except FileNotFoundError:
+        return None
+    if not isinstance(doc, dict) or not {"config", "created"} <= doc.keys():
+        raise StateFileError(path, 0, "not a consumer's config")
+    return doc
 
 
 def load_state(folder: Path) -> dict[str, Any] | None:
-    """A consumer's snapshot with its log replayed over it (None: no snapshot yet)."""
-    state_file = folder / STATE_FILE
-    if not state_file.is_file():
+    """A consumer's snapshot with its log replayed over it (None: no snapshot yet);
+    `StateFileError` when the snapshot is damaged."""
+    path = folder / STATE_FILE
+    try:
+        state = read_state(path)
+    except FileNotFoundError:
         return None
-    state = json.loads(state_file.read_bytes())
+    if not isinstance(state, dict):
+        raise StateFileError(path, 0, "not a consumer's state")
     log_file = folder / LOG_FILE
-    return replay(state, log_file.read_bytes()) if log_file.is_file() else state
+    try:
+        return replay(state, log_file.read_bytes()) if log_file.is_file() else state
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateFileError(path, 0, f"not a consumer's state: {exc!r}") from None
 
 
 def replay(state: dict[str, Any], log: bytes) -> dict[str, Any]:

@@ -141,7 +141,7 @@ async def test_a_single_server_writes_no_replica_file(
 
 
 def test_a_late_compactor_does_not_lower_the_shared_pin(follower: Lake) -> None:
-    describe_replica(follower.dir, json.loads(follower.stream.snapshot_config()), leader=False)
+    describe_replica(follower.dir, follower.stream.snapshot_config(), leader=False)
     ref = follower.ref()
     ref.table_path(follower.lake_dir).mkdir(parents=True)
     write_shared_pin(ref, follower.lake_dir, 150)
@@ -150,10 +150,10 @@ def test_a_late_compactor_does_not_lower_the_shared_pin(follower: Lake) -> None:
 
 
 def test_only_the_leaders_server_maintains_the_shared_table(follower: Lake) -> None:
-    describe_replica(follower.dir, json.loads(follower.stream.snapshot_config()), leader=False)
+    describe_replica(follower.dir, follower.stream.snapshot_config(), leader=False)
     table = follower.ref().table_path(follower.lake_dir)
     (table / "_delta_log").mkdir(parents=True)
     store = follower.dir.parents[3]
     assert current_tables(store, follower.lake_dir) == []
-    describe_replica(follower.dir, json.loads(follower.stream.snapshot_config()), leader=True)
+    describe_replica(follower.dir, follower.stream.snapshot_config(), leader=True)
     assert current_tables(store, follower.lake_dir) == [("L", table)]

@@ -10,7 +10,6 @@ persisted, as in the reference: they do not survive a restart.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import shutil
 import tempfile
@@ -19,7 +18,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from consensus.wal_recovery import replace_durably
 from ingest.parser.headers import HeaderError, parse_headers
 from ingest.parser.subjects import subjects_overlap
 from ingest.server.jetstream import direct
@@ -39,6 +37,7 @@ from log.consumers.replicated import ConsumerFiles
 from log.publish import error_ack as pub_refusal
 from log.segments.api import MsgStore
 from log.sources import SOURCE_HEADER, source_header_refused
+from log.state_file import StateFileError, read_state, write_state
 from log.stream import GroupFactory, Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
 
@@ -147,9 +146,19 @@ class JetStream:
             if not meta.is_file():
                 log.warning("JetStream: %s has no %s; stream not recovered", folder, META_FILE)
                 continue
-            doc = json.loads(meta.read_bytes())
-            cfg = from_request(doc["config"])
-            stream = self._open(cfg, parse_rfc3339(doc["created"]))
+            try:
+                doc = read_state(meta)
+                cfg, created = from_request(doc["config"]), parse_rfc3339(doc["created"])
+            except (StateFileError, errors.ApiError, KeyError, TypeError, ValueError) as err:
+                # Nothing else knows this stream's config on a server of its own: say what is
+                # lost; its messages stay in the folder (re-creating the stream takes them).
+                log.error(
+                    "JetStream: stream '%s > %s' not recovered: %s is unreadable (%s); "
+                    "its files are kept in %s",
+                    self.account, folder.name, meta, err, folder,
+                )  # fmt: skip
+                continue
+            stream = self._open(cfg, created)
             state = stream.store.state()
             log.info(
                 "  Restored %d messages for stream '%s > %s'", state.msgs, self.account, cfg.name
@@ -291,7 +300,7 @@ class JetStream:
     def _persist(self, stream: Stream) -> None:
         """Write stream.json atomically: a crash leaves the old file or the new one."""
         if stream.config.storage == "file":
-            replace_durably(self._root / stream.name / META_FILE, stream.snapshot_config())
+            write_state(self._root / stream.name / META_FILE, stream.snapshot_config())
 
     # -- subscriptions -------------------------------------------------------
 

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from consensus.commits import settle
 from consensus.driver import RaftNode
 from consensus.types import ConfChange, ConfOp, Entry, EntryKind, RaftError, Role
-from consensus.wal_recovery import replace_durably
 from ingest.server.cluster.raft_transport import RaftRoutes
 from ingest.server.jetstream.cluster import info, meta
 from ingest.server.jetstream.cluster.catchup import CatchUp
@@ -41,6 +40,7 @@ from log import stream_entries
 from log.config import from_request
 from log.raft_group import RaftGroup
 from log.segments.api import MsgStore
+from log.state_file import StateFileError, read_state, set_aside, write_state
 from log.stream_snapshot import Snapshots
 from log.timefmt import parse_rfc3339
 
@@ -201,10 +201,30 @@ class JetStreamCluster:
         return tuple(new if p == peer else p for p in sa.peers)
 
     def _saved_voters(self) -> list[str] | None:
+        """The meta group's founding members; None: form it (again) from the routes.
+
+        A damaged file is set aside and the group formed again as it was first formed:
+        every server the routes name, once all are reachable. That is the same set,
+        and the meta log (its snapshot's membership, its membership changes) still
+        holds whatever changed since, applied over it as before."""
         path = group_dir(self.js_dir, META_GROUP) / PEERS_FILE
-        if not path.is_file():
+        try:
+            voters = read_state(path)
+            if not isinstance(voters, list) or not all(isinstance(p, str) for p in voters):
+                raise StateFileError(path, 0, "not a list of server names")
+        except FileNotFoundError:
             return None
-        return [str(p) for p in json.loads(path.read_bytes())]
+        except StateFileError as err:
+            aside = set_aside(path)
+            log.error(
+                "JetStream cluster: meta group members unreadable: %s; kept as %s; "
+                "rebuilding them from the routes once all %d servers are reachable",
+                err,
+                aside,
+                self.expected_size,
+            )
+            return None
+        return voters
 
     def _try_form(self) -> None:
         if self.meta is not None:
@@ -215,7 +235,7 @@ class JetStreamCluster:
         voters = sorted(peers)
         folder = group_dir(self.js_dir, META_GROUP)
         folder.mkdir(parents=True, exist_ok=True)
-        replace_durably(folder / PEERS_FILE, json.dumps(voters).encode())
+        write_state(folder / PEERS_FILE, voters)
         self._open_meta(voters)
 
     def _open_meta(self, voters: list[str]) -> None:
