@@ -387,16 +387,16 @@ class Client(asyncio.Protocol):
     def _on_acks(self, run: Any) -> None:
         """Plain acks the codec gathered for one consumer: counted as the PUBs they are,
         applied in one call (the codec only gathers for the consumer's own sink, so
-        nothing else would have received them)."""
+        nothing else would have received them, and an internal receiver is not `out`)."""
         n = len(run.seqs) // 3
-        self._count_fast((n, run.size, n, run.size))  # one receiver each: the consumer
+        self._count_fast((n, run.size, 0, 0))
         run.sink(run.seqs)
 
     def _on_pubs(self, run: Any) -> None:
-        """Plain PUBs the codec gathered for a stream: counted as the PUBs they are (one
-        receiver each, the stream), admitted and proposed in one call."""
+        """Plain PUBs the codec gathered for a stream: counted as the PUBs they are (their
+        one receiver, the stream, is internal: not `out`), admitted and proposed in one call."""
         n = len(run.payloads)
-        self._count_fast((n, run.size, n, run.size))
+        self._count_fast((n, run.size, 0, 0))
         run.sink(run.subject, run.replies, run.payloads)
 
     def _pub_allowed(self, subject: bytes) -> bool:

@@ -311,14 +311,20 @@ class Server:
         *,
         shown: bytes | None = None,
         account: Account | None = None,
+        internal: bool = False,
     ) -> bool:
-        """Deliver one message to every plain subscriber and one member of each queue group.
+        """Deliver one message to every plain subscriber and one member of each queue group;
+        whether anyone, internal subscribers included, received it.
 
         `shown` is the subject subscribers see when it differs from the one routed on
-        (JetStream delivers a stored message to an inbox under its own subject).
+        (JetStream delivers a stored message to an inbox under its own subject). The
+        counters are the reference's: `in` counts what connections sent (an `internal`
+        message, the server's own, is not input), `out` what went to connections (a
+        client, a route; not the server's own subscriptions).
         """
-        self.in_msgs += 1
-        self.in_bytes += size
+        if not internal:
+            self.in_msgs += 1
+            self.in_bytes += size
         self.sender = sender
         if account is None:
             account = sender.account if sender is not None else self.accounts.global_account
@@ -344,13 +350,15 @@ class Server:
         routed = subject
         if shown is not None:
             subject = shown
-        delivered = 0
+        delivered = counted = 0
         skip_self = sender is not None and not sender.echo
         for sub in match.plain:
             if skip_self and sub.conn is sender:
                 continue
             sub.deliver(subject, reply, hdr, payload)
             delivered += 1
+            if sub.conn is not None:
+                counted += 1
         for members in match.queues:
             if skip_self:
                 members = [m for m in members if m.conn is not sender]
@@ -361,14 +369,18 @@ class Server:
             member = members[0] if len(members) == 1 else random.choice(members)
             member.deliver(subject, reply, hdr, payload)
             delivered += 1
+            if member.conn is not None:
+                counted += 1
         if remote is not None:
             assert cluster is not None
-            delivered += cluster.forward(
+            forwarded = cluster.forward(
                 remote, account.name, routed, reply, hdr, payload, size, shown=shown
             )
-        if delivered:
-            self.out_msgs += delivered
-            self.out_bytes += delivered * size
+            delivered += forwarded
+            counted += forwarded
+        if counted:
+            self.out_msgs += counted
+            self.out_bytes += counted * size
         return delivered > 0
 
     def route_from_peer(
@@ -391,10 +403,12 @@ class Server:
         self.in_bytes += size
         self.sender = None
         match = account.sublist.match(subject)
-        delivered = 0
+        delivered = 0  # to connections: what `route` counts out
         for sub in match.plain:
-            if sub.conn is not None or sub.announced:
-                sub.deliver(subject, reply, hdr, payload)
+            if sub.conn is None and not sub.announced:
+                continue
+            sub.deliver(subject, reply, hdr, payload)
+            if sub.conn is not None:
                 delivered += 1
         if queues and match.queues:
             wanted = {q.decode("utf-8", "surrogateescape") for q in queues}
@@ -481,12 +495,13 @@ class Server:
         if type(only) is not Subscription or only.max_msgs:
             for subject, reply, hdr, data in run.wire():
                 size = len(data) + (len(hdr) if hdr else 0)
-                self.route(None, routed, reply, hdr, data, size, shown=subject, account=account)
+                self.route(
+                    None, routed, reply, hdr, data, size,
+                    shown=subject, account=account, internal=True,
+                )  # fmt: skip
             return
         total = only.deliver_run(run)
-        self.in_msgs += len(run.msgs)
         self.out_msgs += len(run.msgs)
-        self.in_bytes += total
         self.out_bytes += total
 
     def has_interest(self, subject: str, *, account: Account | None = None) -> bool:
@@ -530,6 +545,7 @@ class Server:
             data,
             len(data) + (len(hdr) if hdr else 0),
             account=account,
+            internal=True,
         )
 
     def replies(
@@ -543,15 +559,13 @@ class Server:
         at = 0
         while at < len(answers):
             if routes is not None:
-                done, size, framed, framed_bytes = routes.deliver_tails(answers, at)
-                self.in_msgs += done
-                self.in_bytes += size
+                done, _, framed, framed_bytes = routes.deliver_tails(answers, at)
                 self._count_tails(sublist, done, framed, framed_bytes)
                 at += done
                 if at == len(answers):
                     return
             inbox, data = answers[at]
-            self.route(None, inbox, b"", None, data, len(data), account=account)
+            self.route(None, inbox, b"", None, data, len(data), account=account, internal=True)
             at += 1
 
     def _count_tails(self, sublist: Sublist[Any], msgs: int, framed: int, size: int) -> None:

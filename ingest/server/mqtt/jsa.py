@@ -85,7 +85,7 @@ class JSAccess:
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._expire)
         size = len(data) + (len(hdr) if hdr else 0)
-        self.server.route(None, subject, reply, hdr, data, size)
+        self.server.route(None, subject, reply, hdr, data, size, internal=True)
 
     def _expire(self) -> None:
         self._timer = None
@@ -140,4 +140,4 @@ class JSAccess:
 
     def publish(self, subject: bytes, data: bytes) -> None:
         """Fire and forget (acks of deliveries, NAKs)."""
-        self.server.route(None, subject, b"", None, data, len(data))
+        self.server.route(None, subject, b"", None, data, len(data), internal=True)
