@@ -1,0 +1,166 @@
+"""A server whose state files were damaged while it was down says which file, recovers
+from its peers, rejoins the cluster and serves the stream with nothing acknowledged lost.
+
+jetlake's own files (the reference lays out its store differently): three real
+server processes, one stopped, bits flipped in one kind of file read at start,
+the server started again; it must lead the stream and deliver every message a
+publisher had a PubAck for, and its consumer must resume past every ack.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from tests.jscluster.support import Running, eventually, js_cluster, request, stream_messages
+from tests.support.servers import ServerProcess
+
+pytestmark = pytest.mark.timeout(180)
+
+PUBLISHED = 30
+ACKED = 10
+
+
+def store_of(server: ServerProcess) -> Path:
+    return Path(server.args[server.args.index("-sd") + 1]) / "jetstream"
+
+
+def only(paths: list[Path]) -> Path:
+    assert len(paths) == 1, paths
+    return paths[0]
+
+
+def newest(paths: list[Path]) -> Path:
+    assert paths, "no such file"
+    return sorted(paths)[-1]
+
+
+def peers_file(store: Path) -> Path:
+    return store / "$SYS" / "_js_" / "_meta_" / "peers.json"
+
+
+def consumer_file(name: str) -> Callable[[Path], Path]:
+    return lambda store: store / "$G" / "streams" / "S" / "obs" / "C" / name
+
+
+def stream_snapshot(store: Path) -> Path:
+    return newest(list((store / "$SYS" / "_js_").glob("S-R3*/*.snap")))
+
+
+def meta_snapshot(store: Path) -> Path:
+    return newest(list((store / "$SYS" / "_js_" / "_meta_").glob("*.snap")))
+
+
+def flip(path: Path, offset: int) -> None:
+    """Flip two bits of one byte (at `offset`, from the end when negative)."""
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x22
+    path.write_bytes(bytes(data))
+
+
+# kind of file -> where it is, the byte flipped, what the restarted server's log says
+CASES = {
+    "peers.json": (peers_file, -3, r"peers\.json: damaged at byte \d+: checksum"),
+    "consumer meta.json": (
+        consumer_file("meta.json"),
+        -3,
+        r"obs/C/meta\.json: damaged at byte \d+: checksum",
+    ),
+    "consumer state.json": (
+        consumer_file("state.json"),
+        -3,
+        r"obs/C/state\.json: damaged at byte \d+: checksum",
+    ),
+    "stream snapshot": (stream_snapshot, -5, r"damaged snapshot \S+\.snap"),
+    "meta snapshot": (meta_snapshot, -5, r"damaged snapshot \S+_meta_/\S+\.snap"),
+}
+SNAPSHOTTED = {"stream snapshot", "meta snapshot"}
+
+
+async def fill(c: Running) -> None:
+    """PUBLISHED messages acknowledged by the stream, the first ACKED acked by C; and,
+    for the snapshot cases, enough meta and stream entries for both logs to snapshot."""
+    await c.add_stream("S", ["s.>"])
+    await c.js.add_consumer("S", ConsumerConfig(durable_name="C", ack_policy=AckPolicy.EXPLICIT))
+    for i in range(PUBLISHED):
+        ack = await c.js.publish("s.x", f"m{i}".encode())
+        assert ack.seq == i + 1
+    sub = await c.js.pull_subscribe("s.>", durable="C", stream="S")
+    for msg in await sub.fetch(ACKED, timeout=5):
+        await msg.ack_sync()
+    for i in range(12):  # meta entries: R1 streams, each an assignment
+        await c.add_stream(f"E{i}", [f"e{i}"], replicas=1)
+
+
+async def check_served(c: Running, server: ServerProcess) -> None:
+    """`server` leads S, holds every acknowledged message, and C resumes after its acks."""
+    await eventually(
+        lambda: _is(stream_messages(server, "S"), PUBLISHED), "the replica refilled", 60
+    )
+    await c.lead_on("S", server)
+    for seq in range(1, PUBLISHED + 1):
+        msg = await eventually(lambda seq=seq: c.js.get_msg("S", seq), f"message {seq}")
+        assert msg.data == f"m{seq - 1}".encode()
+    info = await eventually(lambda: c.js.consumer_info("S", "C"), "consumer C")
+    assert info.ack_floor.stream_seq == ACKED
+    sub = await c.js.pull_subscribe("s.>", durable="C", stream="S")
+    got: list[int] = []
+    while len(got) < PUBLISHED - ACKED:
+        for msg in await eventually(lambda: sub.fetch(PUBLISHED, timeout=5), "a fetch"):
+            assert msg.metadata.sequence.stream not in got
+            got.append(msg.metadata.sequence.stream)
+            await msg.ack_sync()
+    assert sorted(got) == list(range(ACKED + 1, PUBLISHED + 1))
+    ack = await c.js.publish("s.x", b"after")
+    assert ack.seq == PUBLISHED + 1
+
+
+async def _is(value: int | None, wanted: int) -> bool:
+    return value == wanted
+
+
+@pytest.mark.parametrize("case", list(CASES))
+async def test_damaged_state_file_is_named_and_recovered_from_peers(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where, offset, said = CASES[case]
+    if case in SNAPSHOTTED:
+        monkeypatch.setenv("JETLAKE_RAFT_SNAPSHOT_ENTRIES", "8")
+    async with js_cluster("jetlake", tmp_path, timeout=5) as c:
+        await fill(c)
+        leader = await c.leader("S")
+        victim = next(s for s in c.servers if s is not leader)
+        victim.stop()
+        flip(where(store_of(victim)), offset)
+        victim.start(port=victim.port)
+        await eventually(lambda: _found(victim, said), f"the log naming the file ({said})")
+        await check_served(c, victim)
+        assert "Traceback" not in victim.log()
+
+
+async def _found(server: ServerProcess, pattern: str) -> bool:
+    return server.find_log(re.compile(pattern)) is not None
+
+
+async def test_damaged_peers_file_of_the_issue_is_no_longer_fatal(tmp_path: Path) -> None:
+    """The 18-byte peers.json with flipped bits that made every restart die."""
+    async with js_cluster("jetlake", tmp_path, timeout=5) as c:
+        await c.add_stream("S", ["s.>"])
+        victim = c.servers[2]
+        victim.stop()
+        path = peers_file(store_of(victim))
+        assert len(path.read_bytes()) > 18  # framed now; the old form is 18 bytes
+        path.write_bytes(b'["S0\x02,"S1","S2"]')  # the unframed form, one flip
+        victim.start(port=victim.port)
+        await eventually(lambda: _found(victim, r"\[ERR\].*peers\.json: damaged at byte 4"),
+                         "the error naming peers.json")  # fmt: skip
+        doc = await eventually(
+            lambda: request(c.nc, "$JS.API.STREAM.INFO.S"), "stream info", timeout=30
+        )
+        assert doc["config"]["name"] == "S"
+        assert (path.parent / "peers.json.damaged").is_file()
+        assert path.is_file()  # written again once the group formed
