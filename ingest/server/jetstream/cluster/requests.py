@@ -34,6 +34,7 @@ from ingest.server.jetstream.cluster.placement import (
     group_name,
     placement_of,
 )
+from ingest.server.jetstream.cluster.stepdown import stepdown_target
 from log import config as streamconfig
 from log import errors
 from log.mirror import check_create
@@ -278,11 +279,22 @@ class ClusterRequests:
     # -- a stream leader's --------------------------------------------------------------
 
     def _stepdown(self, tokens: list[str], data: bytes) -> Response:
-        hosted = self._cluster.hosted_stream(self._account, stream_token(tokens))
+        """A stream's, or a consumer's: the consumer leader is its stream's leader."""
+        cluster = self._cluster
+        hosted = cluster.hosted_stream(self._account, stream_token(tokens))
         if hosted is None:
             raise errors.stream_not_found()
+        node = hosted.group.node
         if len(hosted.assignment.peers) > 1:  # a group of one keeps its leader, "successfully"
-            hosted.group.node.transfer_leadership()
+            to = stepdown_target(
+                optional_json(data),
+                me=cluster.me,
+                members=node.status()["voters"],  # type: ignore[arg-type]
+                online=cluster.online_peers(),
+                cluster=cluster.name,
+                tags=cluster.tags(),
+            )
+            node.transfer_leadership(to)
         return {"success": True}
 
     # -- helpers ----------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from consensus.types import ConfChange, ConfOp, RaftError
 from ingest.server.jetstream.api import TYPE, encode
 from ingest.server.jetstream.cluster import meta
+from ingest.server.jetstream.cluster.stepdown import stepdown_target
 from log import errors
 from log.errors import ApiError
 
@@ -42,12 +43,25 @@ class SystemRequests:
         body = encode({"type": TYPE + kind, **doc})
         server.publish(reply, None, None, body, account=server.accounts.system_account)
 
-    def _stepdown(self, subject: str, reply: str | None, hdr: bytes | None, _: bytes) -> None:
+    def _stepdown(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         cluster = self._cluster
         if not reply or cluster.meta is None or not cluster.is_meta_leader:
             return
-        cluster.meta.transfer_leadership()
-        self._answer(reply, "meta_leader_stepdown_response", {"success": True})
+        kind = "meta_leader_stepdown_response"
+        try:
+            to = stepdown_target(
+                _request(data),
+                me=cluster.me,
+                members=cluster.members(),
+                online=cluster.online_peers(),
+                cluster=cluster.name,
+                tags=cluster.tags(),
+            )
+        except ApiError as err:
+            self._answer(reply, kind, {"error": err.to_json()})
+            return
+        cluster.meta.transfer_leadership(to)
+        self._answer(reply, kind, {"success": True})
 
     def _remove(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         if not reply or not self._cluster.is_meta_leader:
@@ -90,12 +104,17 @@ class SystemRequests:
         self._answer(reply, kind, {"success": True})
 
 
-def _peer(data: bytes) -> str:
+def _request(data: bytes) -> dict[str, Any]:
+    """A body that may be empty; one that is not a JSON object counts as empty."""
     try:
         req = json.loads(data) if data.strip() else {}
     except ValueError:
         req = {}
-    peer = req.get("peer") if isinstance(req, dict) else None
+    return req if isinstance(req, dict) else {}
+
+
+def _peer(data: bytes) -> str:
+    peer = _request(data).get("peer")
     if not isinstance(peer, str) or not peer:
         raise errors.bad_request()
     return peer
