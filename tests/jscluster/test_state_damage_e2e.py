@@ -164,3 +164,26 @@ async def test_damaged_peers_file_of_the_issue_is_no_longer_fatal(tmp_path: Path
         assert doc["config"]["name"] == "S"
         assert (path.parent / "peers.json.damaged").is_file()
         assert path.is_file()  # written again once the group formed
+
+
+async def test_a_stream_raft_state_beyond_repair_costs_that_replica_only(tmp_path: Path) -> None:
+    """Both copies of a stream group's term and vote damaged: the server must not vote
+    in that group again (it could vote twice in a term), but it stays up, in the meta
+    group, and hosts the other streams; the stream is served by its other replicas."""
+    async with js_cluster("jetlake", tmp_path, timeout=5) as c:
+        await fill(c)
+        leader = await c.leader("S")
+        victim = next(s for s in c.servers if s is not leader)
+        victim.stop()
+        hardstate = only(list((store_of(victim) / "$SYS" / "_js_").glob("S-R3*/hardstate")))
+        hardstate.write_bytes(b"\xff" * len(hardstate.read_bytes()))
+        victim.start(port=victim.port)
+        said = r"\[ERR\].*stream '\$G > S' has no replica here: .*hardstate"
+        await eventually(lambda: _found(victim, said), "the error naming the hardstate")
+        info = await c.add_stream("T", ["t.>"])  # an R3 stream needs the victim too
+        assert info.cluster is not None and info.cluster.leader
+        assert (await c.js.publish("t.x", b"t")).seq == 1
+        for seq in range(1, PUBLISHED + 1):
+            msg = await eventually(lambda seq=seq: c.js.get_msg("S", seq), f"message {seq}")
+            assert msg.data == f"m{seq - 1}".encode()
+        assert victim.running and "Traceback" not in victim.log()

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from consensus.commits import settle
 from consensus.driver import RaftNode
 from consensus.types import ConfChange, ConfOp, Entry, EntryKind, RaftError, Role
+from consensus.wal_recovery import LogStoreError
 from ingest.server.cluster.raft_transport import RaftRoutes
 from ingest.server.jetstream.cluster import info, meta
 from ingest.server.jetstream.cluster.catchup import CatchUp
@@ -239,17 +240,26 @@ class JetStreamCluster:
         self._open_meta(voters)
 
     def _open_meta(self, voters: list[str]) -> None:
-        self.meta = open_node(
-            self.routes,
-            self.js_dir,
-            META_GROUP,
-            voters,
-            self._apply_meta,
-            sync_interval_ns=self._sync,
-            snapshot=self.state.snapshot,
-            restore=self._restore_meta,
-            snapshot_entries=SNAPSHOT_ENTRIES,
-        )
+        try:
+            self.meta = open_node(
+                self.routes,
+                self.js_dir,
+                META_GROUP,
+                voters,
+                self._apply_meta,
+                sync_interval_ns=self._sync,
+                snapshot=self.state.snapshot,
+                restore=self._restore_meta,
+                snapshot_entries=SNAPSHOT_ENTRIES,
+            )
+        except LogStoreError as err:
+            log.error(
+                "JetStream cluster: this server cannot take part in the meta group: %s; "
+                "its streams are not hosted here until an operator removes the server "
+                "(SERVER.REMOVE) or its meta group folder",
+                err,
+            )
+            return
         self.meta.on_leader_change(self._meta_leader_changed)
         self.meta.start()
 
@@ -402,7 +412,17 @@ class JetStreamCluster:
             holder.append(raft)
             return raft
 
-        stream = engine.adopt(cfg, parse_rfc3339(sa.created), group)
+        try:
+            stream = engine.adopt(cfg, parse_rfc3339(sa.created), group)
+        except LogStoreError as err:
+            # Its own group alone is lost here (term and vote unknown: running on would risk
+            # a second vote in a term); the meta group and the other streams carry on.
+            log.error(
+                "JetStream: stream '%s > %s' has no replica here: %s; its other replicas "
+                "serve it (STREAM.PEER.REMOVE of %s places a new one)",
+                sa.account, sa.name, err, self.me,
+            )  # fmt: skip
+            return
         snapshots.bind(stream)
         # A restart hosts its streams again: their first leader answered already (a
         # restore's leader knows from the log: `restore_began`).
