@@ -6,11 +6,11 @@ its streams, with real segment stores and pins on disk.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,9 +41,8 @@ class Replica:
     accepting: bool
     created_ns: int = field(default_factory=time.time_ns)
 
-    def snapshot_config(self) -> bytes:
-        body = {"config": self.config.to_json(), "created": rfc3339(self.created_ns)}
-        return json.dumps(body).encode()
+    def snapshot_config(self) -> dict[str, Any]:
+        return {"config": self.config.to_json(), "created": rfc3339(self.created_ns)}
 
 
 @dataclass
