@@ -23,6 +23,7 @@ from log.replication import GroupClosedError
 
 E = TypeVar("E")
 CLOSE_SECONDS = 5.0  # how long close waits for in-flight proposals before giving up on them
+READ_SECONDS = 2.0  # a ReadIndex round unanswered by then: no quorum reachable from here
 
 
 class RaftGroup(Generic[E]):
@@ -47,6 +48,8 @@ class RaftGroup(Generic[E]):
         self._name = name
         self.committed = 0
         self._closed = False
+        self._next_read: asyncio.Future[None] | None = None  # readers the next round serves
+        self._reading: asyncio.Task[None] | None = None
         self.node = node(self._apply_entries)
         self.node.start()
 
@@ -74,6 +77,40 @@ class RaftGroup(Generic[E]):
         self.node.propose((), lambda error: settle(future, self.committed, error))
         return future
 
+    def read_point(self) -> asyncio.Future[None]:
+        """A linearizable read point (Raft's ReadIndex), on any member, leader or follower.
+
+        Readers share rounds: one round is in flight at a time, and every reader that
+        came while it was serves from the next one (a round that began before a reader
+        asked may miss a write the reader already saw acknowledged). So many gets in
+        flight cost a heartbeat quorum per round trip, not one each. A round fails
+        (RaftError, TimeoutError) where no quorum is reachable: a reader never answers
+        from a copy it cannot show is current.
+        """
+        if self._next_read is None:
+            self._next_read = asyncio.get_running_loop().create_future()
+            if self._reading is None:
+                self._reading = asyncio.get_running_loop().create_task(self._read_rounds())
+        return self._next_read
+
+    async def _read_rounds(self) -> None:
+        try:
+            while (readers := self._next_read) is not None:
+                self._next_read = None
+                try:
+                    await asyncio.wait_for(self.node.read_index(), READ_SECONDS)
+                except (RaftError, TimeoutError) as exc:
+                    if not readers.done():
+                        readers.set_exception(exc)
+                except asyncio.CancelledError:
+                    readers.cancel()
+                    raise
+                else:
+                    if not readers.done():
+                        readers.set_result(None)
+        finally:
+            self._reading = None
+
     async def flush(self) -> None:
         """Wait for what this node proposed, then fsync; failures went to their proposers."""
         with contextlib.suppress(RaftError):
@@ -82,6 +119,10 @@ class RaftGroup(Generic[E]):
 
     async def close(self) -> None:
         self._closed = True
+        if self._reading is not None:
+            self._reading.cancel()
+        if self._next_read is not None:
+            self._next_read.cancel()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.flush(), CLOSE_SECONDS)
         await self.node.close()

@@ -33,6 +33,10 @@ class ReplicationGroup(Protocol[E]):
     def barrier(self) -> asyncio.Future[int]:
         """A future for the commit of everything proposed so far (for readers who wait)."""
 
+    def read_point(self) -> asyncio.Future[None] | None:
+        """What a reader awaits before answering from this member's applied state, so it
+        sees every write committed before it asked (None: that state is already current)."""
+
     async def flush(self) -> None:
         """Wait until everything proposed so far is committed and durable."""
 
@@ -102,6 +106,10 @@ class SingleNodeGroup(Generic[E]):
         else:
             self.propose((), lambda error: settle(future, index, error))
         return future
+
+    def read_point(self) -> None:
+        """A group of one decides every commit: its applied state is always current."""
+        return None
 
     def _commit_queued(self) -> None:
         """Apply what is queued and commit it; the background thread fsyncs it later."""

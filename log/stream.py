@@ -428,6 +428,12 @@ class Stream:
             return None
         return self._group.barrier()
 
+    def read_point(self) -> asyncio.Future[None] | None:
+        """What to await before answering a read from this member's store, leader or
+        follower, so the answer holds every write acknowledged before the read (None:
+        the store is current as it is)."""
+        return self._group.read_point()
+
     # -- expiry: decided by the leader's clock, applied as an entry --------------
 
     def expire(self, now: int) -> asyncio.Future[int]:

@@ -405,7 +405,7 @@ class Server:
         match = account.sublist.match(subject)
         delivered = 0  # to connections: what `route` counts out
         for sub in match.plain:
-            if sub.conn is None and not sub.announced:
+            if not _reachable(sub):
                 continue
             sub.deliver(subject, reply, hdr, payload)
             if sub.conn is not None:
@@ -413,10 +413,12 @@ class Server:
         if queues and match.queues:
             wanted = {q.decode("utf-8", "surrogateescape") for q in queues}
             for members in match.queues:
-                clients = [m for m in members if m.conn is not None and m.queue in wanted]
+                clients = [m for m in members if _reachable(m) and m.queue in wanted]
                 if clients:
-                    random.choice(clients).deliver(subject, reply, hdr, payload)
-                    delivered += 1
+                    chosen = random.choice(clients)
+                    chosen.deliver(subject, reply, hdr, payload)
+                    if chosen.conn is not None:
+                        delivered += 1
         self.out_msgs += delivered
         self.out_bytes += delivered * size
 
@@ -574,6 +576,12 @@ class Server:
         sublist.cache_hits += msgs
         self.out_msgs += framed
         self.out_bytes += size
+
+
+def _reachable(sub: Any) -> bool:
+    """Whether a message from a peer may reach `sub`: a client's, or an internal one the
+    server announced to its peers (a clustered JetStream's API, direct gets, acks)."""
+    return sub.conn is not None or sub.announced
 
 
 def _hostport(host: str, port: int) -> str:

@@ -139,3 +139,22 @@ async def test_every_member_applies_the_same_batches_and_followers_name_the_lead
     error = calls[0][1]
     assert isinstance(error, NotLeaderError) and error.leader == leader.id
     assert f"leader: {leader.id}" in str(error)
+
+
+async def test_read_points_on_every_member_see_what_committed_before(tmp_path: Path) -> None:
+    """ReadIndex at the leader and at followers, one after another and many at once:
+    each round resolves, and a member answers only once it applied every earlier commit."""
+    async with raft_members(tmp_path, int_member) as (cluster, harnesses):
+        leader = await cluster.leader()
+        for round_ in range(1, 21):
+            committed: asyncio.Future[BaseException | None] = asyncio.Future()
+            harnesses[leader.id].group.propose([round_], committed.set_result)
+            assert await committed is None
+            for member in harnesses.values():
+                await asyncio.wait_for(member.group.read_point(), DEADLINE)  # type: ignore[attr-defined]
+                assert member.batches[-1][-1] == round_
+        points = [m.group.read_point() for m in harnesses.values() for _ in range(50)]  # type: ignore[attr-defined]
+        await asyncio.wait_for(asyncio.gather(*points), DEADLINE)
+        assert len({id(p) for p in points}) == len(harnesses)  # one shared round per member
+        for member in harnesses.values():
+            assert [n for b in member.batches for n in b] == list(range(1, 21))

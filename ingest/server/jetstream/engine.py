@@ -388,8 +388,8 @@ class JetStream:
         publish = self.messaging.publish
 
         def on_get(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
-            if not reply or not stream.accepting:  # a follower's copy may be behind: the
-                return  # leader answers, after its barrier, so never from a stale copy
+            if not reply:
+                return
             if above_api_level(hdr):
                 publish(reply, None, direct.REQUIRED_API_LEVEL, b"")
                 return
@@ -399,6 +399,15 @@ class JetStream:
             except direct.BadDirectRequest as bad:
                 publish(reply, None, bad.hdr, b"")
                 return
+            read = stream.read_point()
+            if read is None:
+                respond(reply, req)
+            else:  # unanswered where the read cannot be shown current: never a stale copy
+                read.add_done_callback(
+                    lambda done: done.cancelled() or done.exception() or respond(reply, req)
+                )
+
+        def respond(reply: str, req: direct.DirectRequest) -> None:
             out = direct.answer(stream, req)
 
             def send(*_: object) -> None:
