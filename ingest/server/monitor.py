@@ -219,7 +219,40 @@ class _JetStream:
 
 
 async def _jetstream(server: Server) -> _JetStream | None:
-    js = server.jetstream
+    """The server's JetStream as a whole: every account's engine added up."""
+    views = [view for _, view in await _account_views(server)]
+    if len(views) <= 1:
+        return views[0] if views else None
+    stats = dict(views[0].stats)
+    for key in ("memory", "storage", "reserved_memory", "reserved_storage", "ha_assets"):
+        stats[key] = sum(int(v.stats.get(key, 0)) for v in views)
+    stats["accounts"] = len(views)
+    api = dict(stats.get("api") or {})
+    for key in ("total", "errors"):
+        api[key] = sum(int((v.stats.get("api") or {}).get(key, 0)) for v in views)
+    stats["api"] = api
+    streams = [s for v in views for s in v.streams]
+    return _JetStream(config=views[0].config, stats=stats, limits=views[0].limits, streams=streams)
+
+
+async def _account_views(server: Server) -> list[tuple[str, _JetStream]]:
+    """Every account's engine by account name, the global one's first; the global
+    account is left out when others have engines and it holds no stream, as the
+    reference lists only the accounts JetStream serves."""
+    engines = [(GLOBAL_ACCOUNT, server.jetstream)] if server.jetstream is not None else []
+    engines += [
+        (a.name, a.jetstream)
+        for a in server.accounts
+        if a.jetstream is not None and a.jetstream is not server.jetstream
+    ]
+    views = [(name, view) for name, js in engines if (view := await _engine_view(js))]
+    if len(views) > 1:
+        views = [(n, v) for n, v in views if n != GLOBAL_ACCOUNT or v.streams]
+    return views
+
+
+async def _engine_view(js: Any) -> _JetStream | None:
+    """One account's engine as the monitor reads it."""
     if js is None or not hasattr(js, "info"):
         return None
     info = js.monitor_info() if hasattr(js, "monitor_info") else js.info()
@@ -234,6 +267,16 @@ async def _jetstream(server: Server) -> _JetStream | None:
         limits=info.get("limits"),
         streams=[s for s in streams if isinstance(s, dict)] if isinstance(streams, list) else [],
     )
+
+
+def _account_detail(name: str, js: _JetStream, *, streams: bool, raft: bool) -> dict[str, Any]:
+    detail: dict[str, Any] = {"name": name, "id": name, **js.stats}
+    if streams:
+        detail["stream_detail"] = [
+            s if raft else {k: v for k, v in s.items() if k != "stream_raft_group"}
+            for s in js.streams
+        ]
+    return detail
 
 
 # ---- the monitor -----------------------------------------------------------------------------
@@ -498,14 +541,12 @@ class Monitor:
         if self.server.jetstream_cluster is not None:
             out["meta_cluster"] = self.server.jetstream_cluster.meta_info()
         if bool_arg(req, "streams") or bool_arg(req, "accounts"):
-            detail = {"name": GLOBAL_ACCOUNT, "id": GLOBAL_ACCOUNT, **js.stats}
-            if bool_arg(req, "streams"):
-                raft = bool_arg(req, "raft")
-                detail["stream_detail"] = [
-                    s if raft else {k: v for k, v in s.items() if k != "stream_raft_group"}
-                    for s in js.streams
-                ]
-            out["account_details"] = [detail]
+            out["account_details"] = [
+                _account_detail(
+                    name, view, streams=bool_arg(req, "streams"), raft=bool_arg(req, "raft")
+                )
+                for name, view in await _account_views(self.server)
+            ]
         out["total"] = int(js.stats.get("accounts", 1 if js.streams else 0))
         if self.lake is not None:  # jetlake's own: the reference has no lake
             out["lake"] = self.lake.status()
