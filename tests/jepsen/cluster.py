@@ -3,6 +3,10 @@
 Every node listens on the same fixed ports inside its own namespace (no port
 races), routes to every other node's address, and is reached by clients at its
 namespace address through the lab's bridge. Node ``i`` is named ``S{i}``.
+
+The nodes are configured the way users run them: the stream lives in a named
+account (``APP``, JetStream enabled) whose users the clients log in as, beside
+a system account; not in the global account.
 """
 
 from __future__ import annotations
@@ -21,6 +25,18 @@ CLIENT_PORT = 4222
 CLUSTER_PORT = 6222
 HTTP_PORT = 8222
 CLUSTER_NAME = "JEPSEN"
+ACCOUNT = "APP"
+LOGIN = {"user": "app", "password": "app"}
+ACCOUNTS = f"""
+accounts {{
+  {ACCOUNT} {{
+    jetstream: enabled
+    users: [{{user: {LOGIN["user"]}, password: {LOGIN["password"]}}}]
+  }}
+  SYS {{ users: [{{user: sys, password: sys}}] }}
+}}
+system_account: SYS
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +137,7 @@ def start_nodes(kind: str, lab: NetLab, tmp_path: Path, *, power_loss: bool = Fa
         return start_server(
             kind,
             *node_args(lab, i, stores[i]),
+            config=ACCOUNTS,
             tmp_path=tmp_path,
             name=f"{kind}-{node_name(i)}",
             wrapper=wrapper,

@@ -1,10 +1,12 @@
-"""Issue 11: acknowledged publishes to an R3 stream survive kills, pauses and partitions.
+"""Acknowledged publishes to an R3 stream survive kills, pauses and partitions.
 
 Three servers of one kind, each in its own network namespace; K writers publish
 unique values while the nemesis runs a seeded schedule (kill -9 of a node and
 of the leader, SIGSTOP/SIGCONT, a partition of a node and of the leader, and
-for jetlake a power loss that drops unsynced writes); then every node's copy is
-read (jetlake's from its files after a clean shutdown: workload.py) and checked
+for jetlake a power loss that drops unsynced writes); then the cluster must
+converge as clients see it through every node, every node's copy is read by
+direct gets through it (outside.py) and again from the node itself (jetlake's
+from its files after a clean shutdown: workload.py), and all of it is checked
 (see checker.py): zero lost, unexpected, duplicated or misplaced values, and
 identical replicas. The CI run applies each fault kind once (about 50 s, 60 s
 for jetlake); the soak run (``pytest -m soak tests/jepsen``) applies
@@ -17,14 +19,13 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import pytest
 
-from tests.conftest import KIND_IDS
 from tests.jepsen.checker import Attempt, NodeRead, Verdict, check
-from tests.jepsen.cluster import NodeSet, start_nodes
+from tests.jepsen.cluster import NodeSet
+from tests.jepsen.conftest import NODES
 from tests.jepsen.faults import (
     ALL_KINDS,
     PORTABLE_KINDS,
@@ -34,6 +35,7 @@ from tests.jepsen.faults import (
     duration,
     schedule,
 )
+from tests.jepsen.outside import converge_outside, last_acked, read_outside
 from tests.jepsen.workload import (
     Writers,
     client,
@@ -42,33 +44,11 @@ from tests.jepsen.workload import (
     read_nodes,
     stream_leader,
 )
-from tests.support.netns import NetLab, leftovers, netlab
-from tests.support.servers import enabled_kinds
 
-KINDS = enabled_kinds()
-"""Both kinds serve R3 streams. They differ in how a node's own copy is read
-(a consumer placed on it, or its store files after a clean shutdown: workload.py)."""
-NODES = 3
 CI_SEED = 11
 WRITERS = 4
 RATE = 50.0  # publishes per second per writer
 WARM_UP = 2.0  # seconds of writes before the first fault
-
-
-@pytest.fixture
-def lab() -> Iterator[NetLab]:
-    with netlab(NODES) as built:
-        yield built
-    assert leftovers([built]) == [], "namespaces or links outlived the test"
-
-
-@pytest.fixture(params=KINDS, ids=lambda kind: KIND_IDS[kind])
-def nodes(request: pytest.FixtureRequest, lab: NetLab, tmp_path: Path) -> Iterator[NodeSet]:
-    """jetlake's nodes can also lose their unsynced writes (see faults.PORTABLE_KINDS)."""
-    kind = str(request.param)
-    started = start_nodes(kind, lab, tmp_path, power_loss=kind == "jetlake")
-    yield started
-    started.stop()
 
 
 def fault_kinds(nodes: NodeSet) -> tuple[FaultKind, ...]:
@@ -91,14 +71,18 @@ async def run(nodes: NodeSet, faults: Sequence[Fault], seed: int) -> tuple[Verdi
             stop.set()
             await writing
         nemesis.note("writers stopped")
+        took = await converge_outside(nodes, last_acked([a.seq for a in history]))
+        nemesis.note(f"converged as every node's clients see it in {took:.1f}s")
         states = await converge(nodes)
-        nemesis.note(f"converged: {states[nodes.names[0]]}")
+        nemesis.note(f"converged in every node's /jsz: {states[nodes.names[0]]}")
+        outside = await read_outside(nodes)
+        nemesis.note("every node read by direct gets through it")
         reads: list[NodeRead] = await read_nodes(nodes)
-        nemesis.note("every node read")
+        nemesis.note("every node's own copy read")
     for read in reads:
         held = states[read.node]["messages"]
         assert len(read.messages) == held, f"{read.node} read {len(read.messages)} of {held}"
-    verdict = check(history, reads)
+    verdict = check(history, [*outside, *reads])
     logs = "\n".join(str(s.log_path) for s in nodes.servers)
     report = f"seed {seed}\n{verdict.summary()}\ntimeline:\n" + "\n".join(nemesis.timeline)
     return verdict, f"{report}\nserver logs:\n{logs}"

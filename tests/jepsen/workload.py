@@ -52,10 +52,9 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError
 
-from ingest.server.jetstream.engine import ACCOUNT
 from log.segments.filestore import FileStore
 from tests.jepsen.checker import Attempt, NodeRead, Outcome
-from tests.jepsen.cluster import NodeSet
+from tests.jepsen.cluster import ACCOUNT, LOGIN, NodeSet
 from tests.support.http import get_json
 
 STREAM = "JEPSEN"
@@ -89,6 +88,7 @@ async def client(urls: Sequence[str], name: str) -> AsyncIterator[NATS]:
         ping_interval=1,
         max_outstanding_pings=2,
         error_cb=_quiet,
+        **LOGIN,
     )
     try:
         yield nc
@@ -100,7 +100,11 @@ async def client(urls: Sequence[str], name: str) -> AsyncIterator[NATS]:
 async def create_stream(js: JetStreamContext, replicas: int) -> None:
     """Retry until the meta group has a leader and the stream exists (same config: idempotent)."""
     config = StreamConfig(
-        name=STREAM, subjects=SUBJECTS, num_replicas=replicas, storage=StorageType.FILE
+        name=STREAM,
+        subjects=SUBJECTS,
+        num_replicas=replicas,
+        storage=StorageType.FILE,
+        allow_direct=True,
     )
     deadline = time.monotonic() + SETUP_TIMEOUT
     while True:
