@@ -27,9 +27,18 @@ class FakeServer:
         self.callback = None
 
     def route(
-        self, sender: None, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes, size: int
+        self,
+        sender: None,
+        subject: bytes,
+        reply: bytes,
+        hdr: bytes | None,
+        data: bytes,
+        size: int,
+        *,
+        internal: bool,
     ) -> bool:
         assert size == len(data) + (len(hdr) if hdr else 0)
+        assert internal, "the MQTT bridge's own requests are not client input"
         self.sent.append((subject, reply, data))
         return True
 
