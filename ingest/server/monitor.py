@@ -13,7 +13,6 @@ only the endpoints.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import os
@@ -22,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ingest.server.auth import GLOBAL_ACCOUNT
 from ingest.server.cluster.monitoring import routez, varz_cluster
 from ingest.server.gofmt import NS, number, rtt, timestamp, uptime
 from ingest.server.httpd import (
@@ -36,6 +34,7 @@ from ingest.server.httpd import (
     bool_arg,
     int_arg,
 )
+from ingest.server.jsz import account_detail, account_views, jetstream_view
 from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.procstats import CpuMeter, rss
 from ingest.server.server import JETLAKE_VERSION, VERSION
@@ -187,98 +186,6 @@ def _conn_info(conn: _Conn, now: float, subs: str, auth: bool) -> dict[str, Any]
     return out
 
 
-# ---- JetStream -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _JetStream:
-    """What JetStream.info() told us, normalised for /varz, /jsz and /metrics."""
-
-    config: dict[str, Any]
-    stats: dict[str, Any]
-    limits: dict[str, Any] | None
-    streams: list[dict[str, Any]]
-
-    @staticmethod
-    def state(stream: dict[str, Any]) -> dict[str, Any]:
-        state = stream.get("state")
-        return state if isinstance(state, dict) else stream
-
-    def varz(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"config": self.config, "stats": self.stats}
-        return out if self.limits is None else {**out, "limits": self.limits}
-
-    def totals(self) -> dict[str, int]:
-        states = [self.state(s) for s in self.streams]
-        return {
-            "streams": len(self.streams),
-            "consumers": sum(int(s.get("consumer_count", 0)) for s in states),
-            "messages": sum(int(s.get("messages", 0)) for s in states),
-            "bytes": sum(int(s.get("bytes", 0)) for s in states),
-        }
-
-
-async def _jetstream(server: Server) -> _JetStream | None:
-    """The server's JetStream as a whole: every account's engine added up."""
-    views = [view for _, view in await _account_views(server)]
-    if len(views) <= 1:
-        return views[0] if views else None
-    stats = dict(views[0].stats)
-    for key in ("memory", "storage", "reserved_memory", "reserved_storage", "ha_assets"):
-        stats[key] = sum(int(v.stats.get(key, 0)) for v in views)
-    stats["accounts"] = len(views)
-    api = dict(stats.get("api") or {})
-    for key in ("total", "errors"):
-        api[key] = sum(int((v.stats.get("api") or {}).get(key, 0)) for v in views)
-    stats["api"] = api
-    streams = [s for v in views for s in v.streams]
-    return _JetStream(config=views[0].config, stats=stats, limits=views[0].limits, streams=streams)
-
-
-async def _account_views(server: Server) -> list[tuple[str, _JetStream]]:
-    """Every account's engine by account name, the global one's first; the global
-    account is left out when others have engines and it holds no stream, as the
-    reference lists only the accounts JetStream serves."""
-    engines = [(GLOBAL_ACCOUNT, server.jetstream)] if server.jetstream is not None else []
-    engines += [
-        (a.name, a.jetstream)
-        for a in server.accounts
-        if a.jetstream is not None and a.jetstream is not server.jetstream
-    ]
-    views = [(name, view) for name, js in engines if (view := await _engine_view(js))]
-    if len(views) > 1:
-        views = [(n, v) for n, v in views if n != GLOBAL_ACCOUNT or v.streams]
-    return views
-
-
-async def _engine_view(js: Any) -> _JetStream | None:
-    """One account's engine as the monitor reads it."""
-    if js is None or not hasattr(js, "info"):
-        return None
-    info = js.monitor_info() if hasattr(js, "monitor_info") else js.info()
-    if inspect.isawaitable(info):
-        info = await info
-    if not isinstance(info, dict):
-        return None
-    streams = info.get("streams")
-    return _JetStream(
-        config=dict(info.get("config") or {}),
-        stats=dict(info.get("stats") or {}),
-        limits=info.get("limits"),
-        streams=[s for s in streams if isinstance(s, dict)] if isinstance(streams, list) else [],
-    )
-
-
-def _account_detail(name: str, js: _JetStream, *, streams: bool, raft: bool) -> dict[str, Any]:
-    detail: dict[str, Any] = {"name": name, "id": name, **js.stats}
-    if streams:
-        detail["stream_detail"] = [
-            s if raft else {k: v for k, v in s.items() if k != "stream_raft_group"}
-            for s in js.streams
-        ]
-    return detail
-
-
 # ---- the monitor -----------------------------------------------------------------------------
 
 
@@ -389,7 +296,7 @@ class Monitor:
     async def _varz(self, req: Request) -> Response:
         s, o = self.server, self.server.opts
         st = self.stats()
-        js = await _jetstream(s)
+        js = await jetstream_view(s)
         tls_timeout = o.tls.timeout if o.tls is not None else 2.0
         v: dict[str, Any] = {
             "server_id": s.server_id,
@@ -517,7 +424,7 @@ class Monitor:
         return _json(out)
 
     async def _jsz(self, req: Request) -> Response:
-        js = await _jetstream(self.server)
+        js = await jetstream_view(self.server)
         if js is None:
             out: dict[str, Any] = {
                 "memory": 0,
@@ -542,10 +449,10 @@ class Monitor:
             out["meta_cluster"] = self.server.jetstream_cluster.meta_info()
         if bool_arg(req, "streams") or bool_arg(req, "accounts"):
             out["account_details"] = [
-                _account_detail(
+                account_detail(
                     name, view, streams=bool_arg(req, "streams"), raft=bool_arg(req, "raft")
                 )
-                for name, view in await _account_views(self.server)
+                for name, view in await account_views(self.server)
             ]
         out["total"] = int(js.stats.get("accounts", 1 if js.streams else 0))
         if self.lake is not None:  # jetlake's own: the reference has no lake
@@ -582,7 +489,7 @@ class Monitor:
             name = f"jetlake_varz_{key}"
             lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
             lines.append(f'{name}{{server_id="{sid}"}} {_sample(st[key])}')
-        js = await _jetstream(self.server)
+        js = await jetstream_view(self.server)
         if js is not None and js.streams:
             for key, text in (("messages", "Messages stored"), ("bytes", "Bytes stored")):
                 name = f"jetlake_stream_{key}"

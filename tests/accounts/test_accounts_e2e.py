@@ -17,6 +17,7 @@ from nats.errors import NoRespondersError
 from tests.conftest import Connect, MakeServer
 from tests.support.clients import barrier, drain_pending, sync
 from tests.support.cluster import cluster_args, free_port, stop_all, wait_mesh
+from tests.support.http import get_json
 from tests.support.servers import ServerProcess, start_server
 
 ACCOUNTS = """
@@ -191,3 +192,20 @@ async def test_servers_send_statsz_events_with_their_jetstream(
     js = event["statsz"]["jetstream"]
     assert js["config"]["max_storage"] == 64 * 1024 * 1024
     assert js["stats"]["storage"] == 0
+
+
+async def test_jsz_reports_the_named_accounts_jetstream(
+    make_server: MakeServer, connect: Connect, tmp_path: Path
+) -> None:
+    """Monitoring sees streams that live in a named account (the global account has none)."""
+    server = make_server("-js", "-sd", str(tmp_path / "js"), "-m", "-1", config=ACCOUNTS)
+    js = (await connect(url(server, "a"))).jetstream()
+    await js.add_stream(name="S", subjects=["s"])
+    for _ in range(3):
+        await js.publish("s", b"x")
+    jsz = await get_json(server.http_url + "/jsz?streams=true")
+    assert (jsz.get("disabled"), jsz["streams"], jsz["messages"]) == (None, 1, 3)
+    details = [(d["name"], [s["name"] for s in d["stream_detail"]]) for d in jsz["account_details"]]
+    assert details == [("A", ["S"])]
+    varz = await get_json(server.http_url + "/varz")
+    assert varz["jetstream"]["stats"]["accounts"] == 1

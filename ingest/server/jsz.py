@@ -1,0 +1,108 @@
+"""JetStream as the monitor reads it (/varz, /jsz, /metrics): every account's engine.
+
+Streams live in whichever account a user put them in, usually a named one beside a
+system account; the endpoints add every account's engine up and list each account
+that JetStream serves, as the reference does.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ingest.server.auth import GLOBAL_ACCOUNT
+
+if TYPE_CHECKING:
+    from ingest.server.server import Server
+
+
+@dataclass(frozen=True, slots=True)
+class JetStreamView:
+    """What JetStream.info() told us, normalised for /varz, /jsz and /metrics."""
+
+    config: dict[str, Any]
+    stats: dict[str, Any]
+    limits: dict[str, Any] | None
+    streams: list[dict[str, Any]]
+
+    @staticmethod
+    def state(stream: dict[str, Any]) -> dict[str, Any]:
+        state = stream.get("state")
+        return state if isinstance(state, dict) else stream
+
+    def varz(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"config": self.config, "stats": self.stats}
+        return out if self.limits is None else {**out, "limits": self.limits}
+
+    def totals(self) -> dict[str, int]:
+        states = [self.state(s) for s in self.streams]
+        return {
+            "streams": len(self.streams),
+            "consumers": sum(int(s.get("consumer_count", 0)) for s in states),
+            "messages": sum(int(s.get("messages", 0)) for s in states),
+            "bytes": sum(int(s.get("bytes", 0)) for s in states),
+        }
+
+
+async def jetstream_view(server: Server) -> JetStreamView | None:
+    """The server's JetStream as a whole: every account's engine added up."""
+    views = [view for _, view in await account_views(server)]
+    if len(views) <= 1:
+        return views[0] if views else None
+    stats = dict(views[0].stats)
+    for key in ("memory", "storage", "reserved_memory", "reserved_storage", "ha_assets"):
+        stats[key] = sum(int(v.stats.get(key, 0)) for v in views)
+    stats["accounts"] = len(views)
+    api = dict(stats.get("api") or {})
+    for key in ("total", "errors"):
+        api[key] = sum(int((v.stats.get("api") or {}).get(key, 0)) for v in views)
+    stats["api"] = api
+    streams = [s for v in views for s in v.streams]
+    return JetStreamView(
+        config=views[0].config, stats=stats, limits=views[0].limits, streams=streams
+    )
+
+
+async def account_views(server: Server) -> list[tuple[str, JetStreamView]]:
+    """Every account's engine by account name, the global one's first; the global
+    account is left out when others have engines and it holds no stream, as the
+    reference lists only the accounts JetStream serves."""
+    engines = [(GLOBAL_ACCOUNT, server.jetstream)] if server.jetstream is not None else []
+    engines += [
+        (a.name, a.jetstream)
+        for a in server.accounts
+        if a.jetstream is not None and a.jetstream is not server.jetstream
+    ]
+    views = [(name, view) for name, js in engines if (view := await _engine_view(js))]
+    if len(views) > 1:
+        views = [(n, v) for n, v in views if n != GLOBAL_ACCOUNT or v.streams]
+    return views
+
+
+async def _engine_view(js: Any) -> JetStreamView | None:
+    """One account's engine as the monitor reads it."""
+    if js is None or not hasattr(js, "info"):
+        return None
+    info = js.monitor_info() if hasattr(js, "monitor_info") else js.info()
+    if inspect.isawaitable(info):
+        info = await info
+    if not isinstance(info, dict):
+        return None
+    streams = info.get("streams")
+    return JetStreamView(
+        config=dict(info.get("config") or {}),
+        stats=dict(info.get("stats") or {}),
+        limits=info.get("limits"),
+        streams=[s for s in streams if isinstance(s, dict)] if isinstance(streams, list) else [],
+    )
+
+
+def account_detail(name: str, js: JetStreamView, *, streams: bool, raft: bool) -> dict[str, Any]:
+    detail: dict[str, Any] = {"name": name, "id": name, **js.stats}
+    if streams:
+        detail["stream_detail"] = [
+            s if raft else {k: v for k, v in s.items() if k != "stream_raft_group"}
+            for s in js.streams
+        ]
+    return detail
