@@ -11,6 +11,12 @@ publish through a surviving node is acknowledged again. The publish and pull
 loops are those of the single-server rows, so the figures compare with
 ``js-pub-async``, ``js-pub-sync`` and ``js-pull`` as well as across the columns.
 
+``natscli_measure`` runs a `nats bench` workload (benchmarks/natscli.py, the Go
+client) against such a cluster instead: nats-py is slower than either server, so
+only a Go client shows whether the replication path keeps up. The workload makes
+its own stream or bucket with ``replicas`` = the cluster's size, once a probe
+stream shows the meta group can place one.
+
 The rows run as ``Profile.OFFLINE`` (the harness starts no server and hands
 over a fresh store dir) because they start their own three. They are the
 binaries beside this interpreter, like the harness's defaults; ``--ref-cmd`` and
@@ -39,14 +45,19 @@ from benchmarks.client import connect, latency_metrics
 from benchmarks.consumers import drain_acking
 from benchmarks.jetstream import STREAM, SUBJECT, WARMUP_PUBLISHES, check_stored, publish_all
 from benchmarks.model import Incomplete, Measure, Params
+from benchmarks.natscli import Replicated
 from benchmarks.servers import _stop, _wait_ready
 
 NODES = 3
+PROBE = "BENCH_PROBE"  # a stream that shows the meta group can place replicas
 START_SECONDS = 20.0
 STREAM_SECONDS = 30.0  # the meta group elects a leader before any stream can be created
 FAILOVER_LIMIT = 60.0
 RETRY = 0.01
-META_NOT_READY = 10008  # "JetStream system temporarily unavailable": retry, not a result
+# Refusals of a cluster still forming: retried, not a result. "JetStream system
+# temporarily unavailable" (no meta leader yet); "no suitable peers for placement"
+# (the meta leader has not heard from enough servers yet).
+FORMING = (10008, 10005)
 _BIN = Path(sys.executable).parent
 COMMANDS = {"ref": [str(_BIN / "nats-server")], "jetlake": [str(_BIN / "jetlake"), "serve"]}
 
@@ -66,16 +77,37 @@ def measure(phase: Phase, side: str) -> Measure:
     return partial(_measure, phase=phase, command=COMMANDS[side])
 
 
+def natscli_measure(workload: Replicated, side: str, nodes: int = NODES) -> Measure:
+    """The harness's measure of a `nats bench` row: ``nodes`` fresh servers, R``nodes``."""
+    return partial(_measure_natscli, workload=workload, command=COMMANDS[side], size=nodes)
+
+
 async def _measure(_url: str, p: Params, *, phase: Phase, command: list[str]) -> dict[str, float]:
     assert p.store is not None, "the harness sets the store of every run"
-    async with _cluster(command, p.store) as nodes:
+    async with _cluster(command, p.store, NODES) as nodes:
         nc = await connect(nodes[0].url, "bench-cluster")
         try:
-            await _create_stream(nc.jetstream(timeout=2.0))
+            await _create_stream(nc.jetstream(timeout=2.0), STREAM, SUBJECT, NODES)
             js = nc.jetstream(timeout=p.timeout, publish_async_max_pending=p.window)
             return await phase(js, nodes, p)
         finally:
             await nc.close()
+
+
+async def _measure_natscli(
+    _url: str, p: Params, *, workload: Replicated, command: list[str], size: int
+) -> dict[str, float]:
+    """The CLI talks to the first server; the stream's leader is wherever the cluster puts it."""
+    assert p.store is not None, "the harness sets the store of every run"
+    async with _cluster(command, p.store, size) as nodes:
+        nc = await connect(nodes[0].url, "bench-cluster-probe")
+        try:
+            js = nc.jetstream(timeout=2.0)
+            await _create_stream(js, PROBE, f"{PROBE}.x", size)
+            await js.delete_stream(PROBE)
+        finally:
+            await nc.close()
+        return await workload(nodes[0].url, p, replicas=size)
 
 
 def _free_port() -> int:
@@ -85,12 +117,12 @@ def _free_port() -> int:
 
 
 @asynccontextmanager
-async def _cluster(command: list[str], root: Path) -> AsyncIterator[list[Node]]:
-    """Three servers, each with routes to the other two; all stopped on the way out."""
-    routes = [f"nats://127.0.0.1:{_free_port()}" for _ in range(NODES)]
+async def _cluster(command: list[str], root: Path, size: int) -> AsyncIterator[list[Node]]:
+    """``size`` servers, each with routes to all the others; all stopped on the way out."""
+    routes = [f"nats://127.0.0.1:{_free_port()}" for _ in range(size)]
     procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
     try:
-        for i in range(NODES):
+        for i in range(size):
             name, log = f"N{i}", root / f"N{i}.log"
             args = [
                 *command, "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", str(root / name),
@@ -110,10 +142,10 @@ async def _cluster(command: list[str], root: Path) -> AsyncIterator[list[Node]]:
             _stop(proc)
 
 
-async def _create_stream(js: JetStreamContext) -> None:
-    """Retry while the meta group has no leader; any other refusal is the row's result."""
+async def _create_stream(js: JetStreamContext, name: str, subject: str, replicas: int) -> None:
+    """Retry while the cluster is forming; any other refusal is the row's result."""
     config = StreamConfig(
-        name=STREAM, subjects=[SUBJECT], storage=StorageType.FILE, num_replicas=NODES
+        name=name, subjects=[subject], storage=StorageType.FILE, num_replicas=replicas
     )
     deadline = perf_counter() + STREAM_SECONDS
     while True:
@@ -121,10 +153,10 @@ async def _create_stream(js: JetStreamContext) -> None:
             await js.add_stream(config)
             return
         except (NatsTimeoutError, NoStreamResponseError, APIError) as exc:
-            if isinstance(exc, APIError) and exc.err_code != META_NOT_READY:
+            if isinstance(exc, APIError) and exc.err_code not in FORMING:
                 raise
             if perf_counter() > deadline:
-                raise Incomplete(f"no R{NODES} stream in {STREAM_SECONDS:g} s: {exc!r}") from exc
+                raise Incomplete(f"no R{replicas} stream in {STREAM_SECONDS:g} s: {exc!r}") from exc
             await asyncio.sleep(0.1)
 
 

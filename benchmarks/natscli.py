@@ -5,6 +5,7 @@ client is what shows whether the server keeps up. Each workload runs the CLI as 
 subprocess and takes the rate it prints, so both servers are judged by the same
 figures a user sees. The stream for the JetStream rows is made with `nats stream
 add` first rather than `--create`, which needs a newer JetStream API level.
+``replicas`` makes the same workloads the cluster rows' (benchmarks/cluster.py).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import asyncio
 import re
 import shutil
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Protocol
 
 from benchmarks.model import Incomplete, Params, Skipped
 
@@ -25,6 +27,12 @@ STATS = re.compile(rb"stats: ([\d,]+) msgs/sec")
 READY_SUB = b"Starting Core NATS subscriber, expecting"
 READY_SERVE = b"Starting Core NATS service server"
 OUTPUT_TAIL = 600
+
+
+class Replicated(Protocol):
+    """A JetStream workload whose stream (or bucket) has ``replicas`` copies."""
+
+    def __call__(self, url: str, p: Params, *, replicas: int) -> Awaitable[dict[str, float]]: ...
 
 
 def _cli() -> str:
@@ -126,7 +134,7 @@ async def service(url: str, p: Params) -> dict[str, float]:
         )
 
 
-async def _with_stream(url: str, p: Params) -> None:
+async def _with_stream(url: str, p: Params, replicas: int) -> None:
     """A file stream with natscli's defaults; ``Skipped`` when the server has no JetStream."""
     args = [
         _cli(),
@@ -138,6 +146,7 @@ async def _with_stream(url: str, p: Params) -> None:
         STREAM,
         f"--subjects={SUBJECT}",
         "--storage=file",
+        f"--replicas={replicas}",
         "--defaults",
     ]
     async with _process(args) as proc:
@@ -147,39 +156,41 @@ async def _with_stream(url: str, p: Params) -> None:
             raise Skipped(f"nats stream add failed: {out[-OUTPUT_TAIL:].decode(errors='replace')}")
 
 
-async def _fill(url: str, p: Params) -> None:
-    await _with_stream(url, p)
+async def _fill(url: str, p: Params, replicas: int) -> None:
+    await _with_stream(url, p, replicas)
     await _run(_args(url, p, "bench", "js", "pub", "async", SUBJECT, f"--msgs={p.count}"))
 
 
-async def js_pub_async(url: str, p: Params) -> dict[str, float]:
+async def js_pub_async(url: str, p: Params, *, replicas: int = 1) -> dict[str, float]:
     """`nats bench js pub async`: ``count`` publishes, 500 acks outstanding (natscli's batch)."""
-    await _with_stream(url, p)
+    await _with_stream(url, p, replicas)
     return await _measure(
         _args(url, p, "bench", "js", "pub", "async", SUBJECT, f"--msgs={p.count}")
     )
 
 
-async def js_pub_sync(url: str, p: Params) -> dict[str, float]:
+async def js_pub_sync(url: str, p: Params, *, replicas: int = 1) -> dict[str, float]:
     """`nats bench js pub sync`: ``sync_count`` publishes, each waiting for its ack."""
-    await _with_stream(url, p)
+    await _with_stream(url, p, replicas)
     return await _measure(
         _args(url, p, "bench", "js", "pub", "sync", SUBJECT, f"--msgs={p.sync_count}")
     )
 
 
-async def js_fetch(url: str, p: Params) -> dict[str, float]:
+async def js_fetch(url: str, p: Params, *, replicas: int = 1) -> dict[str, float]:
     """`nats bench js fetch`: a durable pull consumer drains the ``count`` stored messages."""
-    await _fill(url, p)
+    await _fill(url, p, replicas)
     return await _measure(_args(url, p, "bench", "js", "fetch", f"--msgs={p.count}"))
 
 
-async def js_ordered(url: str, p: Params) -> dict[str, float]:
+async def js_ordered(url: str, p: Params, *, replicas: int = 1) -> dict[str, float]:
     """`nats bench js ordered`: an ordered consumer reads the ``count`` stored messages."""
-    await _fill(url, p)
+    await _fill(url, p, replicas)
     return await _measure(_args(url, p, "bench", "js", "ordered", f"--msgs={p.count}"))
 
 
-async def kv_put(url: str, p: Params) -> dict[str, float]:
+async def kv_put(url: str, p: Params, *, replicas: int = 1) -> dict[str, float]:
     """`nats bench kv put`: ``sync_count`` puts, each waiting for its ack (creates the bucket)."""
-    return await _measure(_args(url, p, "bench", "kv", "put", f"--msgs={p.sync_count}"))
+    return await _measure(
+        _args(url, p, "bench", "kv", "put", f"--msgs={p.sync_count}", f"--replicas={replicas}")
+    )

@@ -8,7 +8,8 @@ the lake: PubAck to Delta p99 ≤ 10 s, counting by subject over the history ≥
 faster than replaying it from the reference. Lake freshness and compaction have no
 reference counterpart: jetlake-only rows, judged against an absolute bound or not at all;
 so are Raft's (a 3-node group beside a group of one, figures without a target). The
-cluster rows (three processes per side, an R3 stream) have no target yet.
+cluster rows (three processes per side, an R3 stream; five for the R5 row) have no target
+yet.
 """
 
 from __future__ import annotations
@@ -47,6 +48,21 @@ def _cluster_row(
         metrics,
         f"3 servers, R3 file stream: {text}",
         ref_measure=cluster.measure(phase, "ref"),
+        timeout=300.0,
+    )
+
+
+def _cluster_natscli_row(
+    name: str, workload: natscli.Replicated, label: str, text: str, nodes: int = cluster.NODES
+) -> Workload:
+    """``nodes`` servers a side on loopback, a `nats bench` workload with R``nodes`` storage."""
+    return Workload(
+        f"cluster-natscli-{name}",
+        Profile.OFFLINE,
+        cluster.natscli_measure(workload, "jetlake", nodes),
+        (_rate(f"R{nodes} {label} (nats bench)"),),
+        f"{nodes} servers, R{nodes} file storage: {text}",
+        ref_measure=cluster.natscli_measure(workload, "ref", nodes),
         timeout=300.0,
     )
 
@@ -389,6 +405,31 @@ WORKLOADS: tuple[Workload, ...] = (
         cluster.failover,
         (Metric("failover_ms", "R3 leader failover (SIGKILL → next ack)", MILLIS, False),),
         "SIGKILL of the stream leader, timed to the next publish acked via a survivor",
+    ),
+    _cluster_natscli_row(
+        "js-pub-async", natscli.js_pub_async, "js publish async", "nats bench js pub async, --count"
+    ),
+    _cluster_natscli_row(
+        "js-pub-sync",
+        natscli.js_pub_sync,
+        "js publish sync",
+        "nats bench js pub sync, --sync-count one at a time",
+    ),
+    _cluster_natscli_row(
+        "js-fetch",
+        natscli.js_fetch,
+        "pull fetch + ack",
+        "nats bench js fetch drains --count messages stored by nats bench js pub async",
+    ),
+    _cluster_natscli_row(
+        "kv-put", natscli.kv_put, "KV put", "nats bench kv put --replicas, --sync-count"
+    ),
+    _cluster_natscli_row(
+        "r5-js-pub-async",
+        natscli.js_pub_async,
+        "js publish async",
+        "nats bench js pub async, --count",
+        nodes=5,
     ),
     *NATSCLI,
 )
