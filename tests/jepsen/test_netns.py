@@ -19,7 +19,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from tests.jepsen.cluster import CLUSTER_PORT, NodeSet, start_nodes
+from tests.jepsen.cluster import CLUSTER_PORT, LOGIN, NodeSet, start_nodes
 from tests.support.cluster import peers, poll
 from tests.support.netns import NetLab, NetnsError, ip, leftovers, netlab
 
@@ -62,8 +62,8 @@ async def _delivered(nc_pub: nats.NATS, sub: nats.aio.subscription.Subscription)
 async def test_a_cut_stalls_the_route_and_heal_resumes_it(pair: NodeSet) -> None:
     lab = pair.lab
     poll(lambda: peers(pair.servers[0]) == {"S1"}, "S0 routed to S1")
-    near = await nats.connect(pair.urls[0], allow_reconnect=False)
-    far = await nats.connect(pair.urls[1], allow_reconnect=False)
+    near = await nats.connect(pair.urls[0], allow_reconnect=False, **LOGIN)
+    far = await nats.connect(pair.urls[1], allow_reconnect=False, **LOGIN)
     try:
         sub = await far.subscribe("probe")
         await far.flush()
