@@ -476,6 +476,16 @@ class Server:
         if self.cluster is not None:
             self.cluster.local_added(sub.subject, sub.queue, sub.account.name)
 
+    def share(self, token: object, shared: bool) -> None:
+        """Announce an internal subscription, or withdraw its announcement (see `announce`)."""
+        assert isinstance(token, InternalSubscription | RawSubscription)
+        if shared and not token.announced:
+            self.announce(token)
+        elif token.announced and not shared:
+            token.announced = False
+            if self.cluster is not None:
+                self.cluster.local_removed(token.subject, token.queue, token.account.name)
+
     def unsubscribe(self, token: object) -> None:
         assert isinstance(token, InternalSubscription | RawSubscription)
         token.account.sublist.remove(token.subject, token.queue, token)

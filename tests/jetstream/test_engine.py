@@ -61,6 +61,9 @@ class FakeMessaging:
         assert isinstance(token, int)
         del self.subs[token]
 
+    def share(self, token: object, shared: bool) -> None:
+        """One engine, no peers: nothing to announce."""
+
     def deliver(self, run: Deliveries) -> None:
         for _, reply, hdr, data in run.wire():
             self.publish(run.subject, reply.decode(), hdr, data)

@@ -45,6 +45,9 @@ class AccountMessaging:
     def unsubscribe(self, token: object) -> None:
         self._server.unsubscribe(token)
 
+    def share(self, token: object, shared: bool) -> None:
+        self._server.share(token, shared)
+
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         self._server.publish(subject, reply, hdr, data, account=self._account)
 

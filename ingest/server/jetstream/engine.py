@@ -120,6 +120,8 @@ class JetStream:
         self._open_store = store_opener
         self.streams: dict[str, Stream] = {}
         self._subs: dict[str, list[object]] = {}
+        self._intakes: dict[str, list[object]] = {}  # each stream's subjects, among its subs
+        self._following: set[str] = set()  # replicated streams another server leads
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self.consumers = Consumers(self, SERVER_VERSION)
         self.sources = Sources(
@@ -220,6 +222,7 @@ class JetStream:
         self.consumers.detach(stream, reason="Consumer Deleted")
         self.sources.retire(name, None)
         self._detach(name)
+        self._following.discard(name)
         del self.streams[name]
         await stream.delete()
         _close_consumer_files(stream)
@@ -252,8 +255,19 @@ class JetStream:
         return stream
 
     def set_stream_leader(self, stream: Stream, leader: bool) -> None:
-        """Leadership of a replicated stream came or went; `led` follows once it accepts."""
+        """Leadership of a replicated stream came or went; `led` follows once it accepts.
+
+        Only the leader takes publishes, so only its subjects draw messages from the
+        peers (as the reference's leader alone subscribes): a follower that drew them
+        too would get every publish over the routes besides its Raft copy, to drop it.
+        """
         stream.set_leader(leader)
+        for token in self._intakes.get(stream.name, ()):
+            self.messaging.share(token, leader)
+        if leader:
+            self._following.discard(stream.name)
+        else:
+            self._following.add(stream.name)
         if not leader:
             self.consumers.follow(stream)
             self.sources.follow(stream.name)
@@ -307,15 +321,21 @@ class JetStream:
     def _attach(self, stream: Stream) -> None:
         subscribe = self.messaging.subscribe
         on_msg, on_run = self._publish_handlers(stream)
-        tokens = [subscribe(s, on_msg, intake=on_run) for s in stream.config.subjects]
+        intakes = [subscribe(s, on_msg, intake=on_run) for s in stream.config.subjects]
+        if stream.name in self._following:  # subjects updated at a follower
+            for token in intakes:
+                self.messaging.share(token, False)
+        tokens = list(intakes)
         if stream.config.allow_direct:
             tokens += self._direct_subs(stream, stream.name)
         self._subs[stream.name] = tokens
+        self._intakes[stream.name] = intakes
         self.sources.open(stream)
         self._arm_expiry(stream)
 
     def _detach(self, name: str) -> None:
         self.sources.close(name)
+        self._intakes.pop(name, None)
         for token in self._subs.pop(name, []):
             self.messaging.unsubscribe(token)
         timer = self._timers.pop(name, None)

@@ -47,6 +47,10 @@ class Messaging(Protocol):
 
     def unsubscribe(self, token: object) -> None: ...
 
+    def share(self, token: object, shared: bool) -> None:
+        """In a cluster, whether peers send the subscription's subject here (every
+        subscription is shared when made); a lone server has no peers to tell."""
+
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         """Route to subscribers like a client publish."""
 

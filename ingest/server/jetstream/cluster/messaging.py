@@ -3,7 +3,9 @@
 A stream's leader may be any server, so its subjects, its API and its
 consumers' acks must reach it from a client on any server; announcing each
 internal subscription to the routes does exactly that, and a server that is
-not the leader simply does not answer.
+not the leader simply does not answer. A stream's subjects are the exception:
+the engine withdraws them at its followers (`share`), so publishes cross the
+routes to the leader alone.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class Announced:
 
     def unsubscribe(self, token: object) -> None:
         self._inner.unsubscribe(token)
+
+    def share(self, token: object, shared: bool) -> None:
+        self._inner.share(token, shared)
 
     def publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         self._inner.publish(subject, reply, hdr, data)
