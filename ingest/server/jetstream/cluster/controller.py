@@ -442,19 +442,18 @@ class JetStreamCluster:
             log.info("JetStream cluster new stream leader for '%s > %s'", sa.account, sa.name)
         engine.set_stream_leader(hosted.stream, mine)
         if mine:
-            reply, hosted.reply = hosted.reply, ""
             # Behind the barrier the stream proposed on taking the lead: it accepts by then.
-            hosted.group.barrier().add_done_callback(
-                lambda f: self._caught_up(engine, hosted, reply, f)
-            )
+            hosted.group.barrier().add_done_callback(lambda f: self._caught_up(engine, hosted, f))
 
-    def _caught_up(
-        self, engine: JetStream, hosted: Hosted, reply: str, done: asyncio.Future[int]
-    ) -> None:
+    def _caught_up(self, engine: JetStream, hosted: Hosted, done: asyncio.Future[int]) -> None:
+        """The creation's answer is taken only here: a lead lost before it caught up (a
+        quick re-election under load) leaves it for this server's next lead, or the
+        creator would wait for an answer no server will send."""
         if done.cancelled() or done.exception() is not None or not hosted.stream.accepting:
             return  # leadership moved on meanwhile
         engine.led(hosted.stream)
         self._reconcile(hosted)  # a membership change a deposed leader left half done
+        reply, hosted.reply = hosted.reply, ""
         if reply and hosted.assignment.restore:
             if not hosted.stream.restore_began:  # else an earlier leader took the backup
                 engine.api.backups.take_replicated(hosted.stream, reply)
