@@ -47,7 +47,11 @@ class JetStreamView:
 
 async def jetstream_view(server: Server) -> JetStreamView | None:
     """The server's JetStream as a whole: every account's engine added up."""
-    views = [view for _, view in await account_views(server)]
+    return combined([view for _, view in await account_views(server)])
+
+
+def combined(views: list[JetStreamView]) -> JetStreamView | None:
+    """Several accounts' views as one (None: no account has JetStream)."""
     if len(views) <= 1:
         return views[0] if views else None
     stats = dict(views[0].stats)

@@ -34,7 +34,7 @@ from ingest.server.httpd import (
     bool_arg,
     int_arg,
 )
-from ingest.server.jsz import account_detail, account_views, jetstream_view
+from ingest.server.jsz import account_detail, account_views, combined, jetstream_view
 from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.procstats import CpuMeter, rss
 from ingest.server.server import JETLAKE_VERSION, VERSION
@@ -424,7 +424,8 @@ class Monitor:
         return _json(out)
 
     async def _jsz(self, req: Request) -> Response:
-        js = await jetstream_view(self.server)
+        accounts = await account_views(self.server)  # each engine read once for both uses
+        js = combined([view for _, view in accounts])
         if js is None:
             out: dict[str, Any] = {
                 "memory": 0,
@@ -452,7 +453,7 @@ class Monitor:
                 account_detail(
                     name, view, streams=bool_arg(req, "streams"), raft=bool_arg(req, "raft")
                 )
-                for name, view in await account_views(self.server)
+                for name, view in accounts
             ]
         out["total"] = int(js.stats.get("accounts", 1 if js.streams else 0))
         if self.lake is not None:  # jetlake's own: the reference has no lake

@@ -268,7 +268,6 @@ class JetStream:
             self._following.discard(stream.name)
         else:
             self._following.add(stream.name)
-        if not leader:
             self.consumers.follow(stream)
             self.sources.follow(stream.name)
 
