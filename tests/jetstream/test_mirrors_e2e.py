@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 from nats.js.errors import KeyNotFoundError
 
 from tests.conftest import Connect
@@ -21,6 +23,19 @@ from tests.support.servers import ServerProcess
 
 async def _until_seq(nc: NATS, stream: str, last_seq: int) -> dict[str, Any]:
     return await _until(nc, stream, last_seq, key="last_seq")
+
+
+async def _origin_get(nc: NATS, origin: str, request: bytes) -> Msg:
+    """A direct get for `origin` once its mirror has joined the origin's responders: the
+    mirror joins when its first catch-up has committed, a moment after its copies show."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return await nc.request(f"$JS.API.DIRECT.GET.{origin}", request, timeout=5)
+        except NoRespondersError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
 
 
 async def _get(nc: NATS, stream: str, seq: int) -> dict[str, Any]:
@@ -220,7 +235,7 @@ async def test_mirror_direct_answers_for_its_origin(
     await api(nc, "$JS.API.STREAM.CREATE.M", {"name": "M", "mirror": {"name": "O"}})
     await _until_seq(nc, "M", 1)
     await js.delete_stream("O")  # the mirror still answers the origin's direct gets
-    reply = await nc.request("$JS.API.DIRECT.GET.O", b'{"seq":1}', timeout=5)
+    reply = await _origin_get(nc, "O", b'{"seq":1}')
     assert reply.data == b"first"
     assert reply.headers is not None and reply.headers["Nats-Stream"] == "M"
     last = await nc.request("$JS.API.DIRECT.GET.O.o.a", b"", timeout=5)
