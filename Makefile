@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 STORE ?= ./data
 
-.PHONY: serve test lint bench
+.PHONY: serve test lint docs bench
 
 # The compiled codec (Rust, maturin, native/) is the server's fast path; the pure one its fallback.
 NATIVE := native/pyproject.toml native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
@@ -24,11 +24,17 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The docs site (docs/, mkdocs.yml) into site/; --strict fails on a broken link or a page
+# missing from the nav.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 bench: $(STAMP)
 	$(VENV)/bin/jetlake bench
