@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from tests.jscluster.support import Running, eventually, js_cluster, request, stream_messages
+from tests.jscluster.support import (
+    Running,
+    eventually,
+    js_cluster,
+    request,
+    server_name,
+    stream_messages,
+)
 from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.timeout(180)
@@ -187,3 +194,22 @@ async def test_a_stream_raft_state_beyond_repair_costs_that_replica_only(tmp_pat
             msg = await eventually(lambda seq=seq: c.js.get_msg("S", seq), f"message {seq}")
             assert msg.data == f"m{seq - 1}".encode()
         assert victim.running and "Traceback" not in victim.log()
+
+
+async def test_damaged_peers_file_while_another_server_is_down(tmp_path: Path) -> None:
+    """The members are asked of a reachable peer: a server down does not keep the restarted
+    one out of the meta group, and the two of them serve the R3 stream."""
+    async with js_cluster("jetlake", tmp_path, timeout=5) as c:
+        await fill(c)
+        first, victim, down = c.servers
+        down.stop()
+        victim.stop()
+        path = peers_file(store_of(victim))
+        founders = path.read_bytes()
+        flip(path, -3)
+        victim.start(port=victim.port)
+        said = rf"meta group members from {server_name(first)}"
+        await eventually(lambda: _found(victim, said), "the members asked of a peer")
+        assert path.read_bytes() == founders
+        await check_served(c, victim)
+        assert "Traceback" not in victim.log()

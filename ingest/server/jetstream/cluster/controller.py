@@ -5,10 +5,8 @@ creations, updates and deletions; each server applies them and opens, updates
 or closes the streams it is a peer of, each over its own Raft group. Which
 server answers an API request follows from those roles (`cluster.requests`).
 
-The meta group forms once this server sees as many JetStream servers as its
-`routes` name (itself included), and writes the members down, so a restart
-does not wait for the mesh again. All servers list the same routes, so all
-of them form the group with the same members.
+The meta group's founding members are found once and written down
+(`cluster.founding`).
 """
 
 from __future__ import annotations
@@ -33,15 +31,16 @@ from consensus.wal_recovery import LogStoreError
 from ingest.server.cluster.raft_transport import RaftRoutes
 from ingest.server.jetstream.cluster import info, meta
 from ingest.server.jetstream.cluster.catchup import CatchUp
+from ingest.server.jetstream.cluster.founding import Founding
 from ingest.server.jetstream.cluster.groups import META_GROUP, group_dir, open_node
 from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
+from ingest.server.jetstream.cluster.peer_requests import PeerRequests
 from ingest.server.jetstream.cluster.placement import STORAGE_KEYS, choose_peers, placement_of
 from ingest.server.jetstream.cluster.system_requests import SystemRequests
 from log import stream_entries
 from log.config import from_request
 from log.raft_group import RaftGroup
 from log.segments.api import MsgStore
-from log.state_file import StateFileError, read_state, set_aside, write_state
 from log.stream_snapshot import Snapshots
 from log.timefmt import parse_rfc3339
 
@@ -52,7 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetlake.jetstream")
 
-PEERS_FILE = "peers.json"
 STATSZ_EVENTS = "$SYS.SERVER.*.STATSZ"
 RECONCILE_POLL = 0.1  # seconds between looks at a learner catching up
 # A Raft group's log (a stream's, the meta group's) is snapshotted every so many entries
@@ -89,7 +87,15 @@ class JetStreamCluster:
         self._sync = sync_interval_ns
         self.expected_size = max(expected_size, 1)
         self.routes = RaftRoutes(server)
-        self.catchup = CatchUp(server, self._store_of)
+        self.requests = PeerRequests(server)
+        self.catchup = CatchUp(self.requests, self._store_of)
+        self.founding = Founding(
+            self.requests,
+            group_dir(js_dir, META_GROUP),
+            self.expected_size,
+            self.online_peers,
+            self._open_meta,
+        )
         self.state = MetaState()
         self.meta: RaftNode | None = None
         self.meta_leader_since = 0
@@ -112,25 +118,20 @@ class JetStreamCluster:
     async def start(self) -> None:
         log.info("Starting JetStream cluster")
         self.routes.start()
-        self.catchup.start()
         system = self.server.accounts.system_account
         events = self.server.subscribe(STATSZ_EVENTS, self._on_statsz, account=system)
         self.server.announce(events)
         SystemRequests(self).start()
         self.server.cluster_listeners.append(self._learn_tags)
-        voters = self._saved_voters()
-        if voters is None:
-            log.info("JetStream cluster bootstrapping")
-            self.server.cluster_listeners.append(self._try_form)
-            self._try_form()
-        else:
-            log.info("JetStream cluster recovering state")
-            self._open_meta(voters)
+        self.requests.start()
+        if not self.founding.start():
+            self.server.cluster_listeners.append(self.founding.routes_changed)
 
     async def stop(self) -> None:
         """Stop taking meta decisions; the engines close the streams (and their groups)."""
         self.hosted = {}
-        self.catchup.stop()
+        self.founding.stop()
+        self.requests.stop()
         if self.meta is not None:
             await self.meta.close()
 
@@ -200,44 +201,6 @@ class JetStreamCluster:
             need=int(sa.config.get("max_bytes") or 0),
         )  # fmt: skip
         return tuple(new if p == peer else p for p in sa.peers)
-
-    def _saved_voters(self) -> list[str] | None:
-        """The meta group's founding members; None: form it (again) from the routes.
-
-        A damaged file is set aside and the group formed again as it was first formed:
-        every server the routes name, once all are reachable. That is the same set,
-        and the meta log (its snapshot's membership, its membership changes) still
-        holds whatever changed since, applied over it as before."""
-        path = group_dir(self.js_dir, META_GROUP) / PEERS_FILE
-        try:
-            voters = read_state(path)
-            if not isinstance(voters, list) or not all(isinstance(p, str) for p in voters):
-                raise StateFileError(path, 0, "not a list of server names")
-        except FileNotFoundError:
-            return None
-        except StateFileError as err:
-            aside = set_aside(path)
-            log.error(
-                "JetStream cluster: meta group members unreadable: %s; kept as %s; "
-                "rebuilding them from the routes once all %d servers are reachable",
-                err,
-                aside,
-                self.expected_size,
-            )
-            return None
-        return voters
-
-    def _try_form(self) -> None:
-        if self.meta is not None:
-            return
-        peers = self.online_peers()
-        if len(peers) < self.expected_size:
-            return
-        voters = sorted(peers)
-        folder = group_dir(self.js_dir, META_GROUP)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_state(folder / PEERS_FILE, voters)
-        self._open_meta(voters)
 
     def _open_meta(self, voters: list[str]) -> None:
         try:
