@@ -16,6 +16,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser import nats
@@ -35,7 +36,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetlake")
 
-VERSION = "2.11.0"  # the NATS protocol level clients gate features on
+# The nats-server release whose protocol and JetStream API level (`log.config.API_LEVEL`)
+# jetlake matches: clients gate features on it, so an older number hides what is there.
+VERSION = "2.15.1"
 JETLAKE_VERSION = "0.1.0"
 
 InternalCallback = Callable[[str, str | None, bytes | None, bytes], None]
@@ -331,7 +334,7 @@ class Server:
         sublist = account.sublist
         # The server's own reply to an inbox (a PubAck, an API response) whose prefix the
         # compiled table learnt: framed without a match (see `learn_tail`).
-        tails = sender is None and shown is None and self.mapper is None and self.cluster is None
+        tails = sender is None and shown is None and self.mapper is None
         routes = sublist.routes if tails else None
         if routes is not None:
             framed = routes.deliver_tail(subject, reply, hdr, payload)
@@ -342,7 +345,7 @@ class Server:
             subject = self.mapper.map_bytes(subject)
         match = sublist.match(subject)
         if routes is not None:
-            learn_tail(routes, sublist, subject)
+            learn_tail(routes, sublist, subject, partial(self.local_under, account))
         cluster = self.cluster
         if cluster is None and not match.plain and not match.queues:
             return False  # no interest: the common case of a publish nobody listens to
@@ -567,7 +570,7 @@ class Server:
         table knows their inboxes (`learn_tail`), a run of them is framed in one call."""
         account = account or self.accounts.global_account
         sublist = account.sublist
-        routes = sublist.routes if self.mapper is None and self.cluster is None else None
+        routes = sublist.routes if self.mapper is None else None
         at = 0
         while at < len(answers):
             if routes is not None:
@@ -579,6 +582,18 @@ class Server:
             inbox, data = answers[at]
             self.route(None, inbox, b"", None, data, len(data), account=account, internal=True)
             at += 1
+
+    def local_only(self, account: Account, subject: bytes) -> bool:
+        """Whether no peer wants `subject`: the compiled table routes on this server alone,
+        so it learns only such subjects (and forgets them when a peer's interest changes,
+        `Sublist.forget_routes`)."""
+        cluster = self.cluster
+        return cluster is None or cluster.forwarding(account.name, subject) is None
+
+    def local_under(self, account: Account, prefix: bytes) -> bool:
+        """`local_only` for every subject `prefix.<tokens…>` (reply inboxes, acks)."""
+        cluster = self.cluster
+        return cluster is None or not cluster.wants_under(account.name, prefix)
 
     def _count_tails(self, sublist: Sublist[Any], msgs: int, framed: int, size: int) -> None:
         """What `route` counts for messages the compiled table framed without a match."""

@@ -24,6 +24,7 @@ from ingest.server.jetstream import direct
 from ingest.server.jetstream.cluster.placement import capacity
 from ingest.server.jetstream.port import Messaging
 from ingest.server.jetstream.sources import Sources
+from ingest.server.server import VERSION
 from log import api_levels, errors, fast_batch
 from log.config import (
     API_LEVEL,
@@ -50,7 +51,6 @@ ACCOUNT = "$G"
 META_FILE = "stream.json"
 DIRECT_PREFIX = "$JS.API.DIRECT.GET."
 DIRECT_GROUP = "_zz_"  # the reference's queue group for direct gets (origin and mirrors)
-SERVER_VERSION = "2.11.0"  # the nats-server level jetlake reports in `_nats.ver`
 REFERENCE_SYNC_INTERVAL_NS = 120_000_000_000  # what the reference reports beside sync_always
 
 
@@ -123,7 +123,7 @@ class JetStream:
         self._intakes: dict[str, list[object]] = {}  # each stream's subjects, among its subs
         self._following: set[str] = set()  # replicated streams another server leads
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self.consumers = Consumers(self, SERVER_VERSION)
+        self.consumers = Consumers(self, VERSION)
         self.sources = Sources(
             self.streams,
             read_headers,
@@ -495,7 +495,7 @@ class JetStream:
         subjects_filter: str = "",
     ) -> dict[str, Any]:
         """config/created/state/ts of stream info, create, update and list responses."""
-        extra = {"_nats.level": str(API_LEVEL), "_nats.ver": SERVER_VERSION} if dynamic else None
+        extra = {"_nats.level": str(API_LEVEL), "_nats.ver": VERSION} if dynamic else None
         return {
             "config": stream.config.to_json(dynamic=extra),
             "created": rfc3339(stream.created_ns),
