@@ -1,0 +1,431 @@
+"""What each flag and config key means, with the type and default the page shows.
+
+Defaults are read from the settings dataclasses (`Field`), not copied, so the page shows
+what a server starts with; a default that is not one field's value (derived at start, or
+a zero the code reads as something else) is written out as text, with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.server.cluster.settings import ClusterConfig
+from ingest.server.gofmt import go_duration
+from ingest.server.settings import JetStreamConfig, LakeConfig, MQTTConfig, Options, TLSConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """A default taken from a settings dataclass; `none` says what an unset value means."""
+
+    cls: type
+    name: str
+    none: str = "unset"
+
+    def value(self) -> Any:
+        for item in dataclasses.fields(self.cls):
+            if item.name == self.name:
+                if item.default is not dataclasses.MISSING:
+                    return item.default
+                return item.default_factory()  # type: ignore[misc]
+        raise KeyError(f"{self.cls.__name__} has no field {self.name}")
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One key (or flag) and its spellings; the first name is the one the page leads with."""
+
+    names: tuple[str, ...]
+    kind: str
+    meaning: str
+    default: Field | str = ""
+
+
+def K(names: str, kind: str, meaning: str, default: Field | str = "") -> Key:
+    """A row, with its spellings given as one space-separated string."""
+    return Key(tuple(names.split()), kind, meaning, default)
+
+
+def render_default(key: Key) -> str:
+    """The default as an operator would write it in a config file."""
+    if not isinstance(key.default, Field):
+        return key.default
+    value = key.default.value()
+    if value is None:
+        return key.default.none
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if key.kind == "duration":
+        return f"`{go_duration(round(value * 1e9))}`"
+    if key.kind == "size" and value >= 1024:
+        return f"{value} ({_binary(value)})"
+    if isinstance(value, tuple):
+        return "none" if not value else ", ".join(map(str, value))
+    return f"`{value}`"
+
+
+def _binary(size: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
+OPT, JS, LK, MQ, CL, TL = Options, JetStreamConfig, LakeConfig, MQTTConfig, ClusterConfig, TLSConfig
+
+# Flags, by the setting they share (flags.py's `_FLAG_SPECS`).
+FLAGS: tuple[Key, ...] = (
+    K("a addr net", "host", "Address the client port binds, IPv4 or IPv6.", Field(OPT, "host")),
+    K("p port", "integer", "Client port; `-1` picks a free port.", Field(OPT, "port")),
+    K("n name server_name", "string", "Server name.", Field(OPT, "server_name", "the server ID")),
+    K(
+        "m http_port",
+        "integer",
+        "Monitoring port; `-1` a free one.",
+        Field(OPT, "http_port", "off"),
+    ),
+    K("c config", "path", "Config file; flags given too override it.", "none"),
+    K("t", "boolean", "Check the config file (with `-c`) and exit; warnings fail it.", "false"),
+    K("D debug", "boolean", "Debug logging.", Field(OPT, "debug")),
+    K("V trace", "boolean", "Protocol trace logging.", Field(OPT, "trace")),
+    K("DV", "boolean", "Debug and trace together.", "false"),
+    K("l log", "path", "Log file instead of standard error.", Field(OPT, "logfile", "stderr")),
+    K("P pid", "path", "File the process id is written to.", Field(OPT, "pid_file", "none")),
+    K("user", "string", "The single user's name.", "none"),
+    K("pass", "string", "The single user's password.", "none"),
+    K("auth", "string", "Token clients must present.", "none"),
+    K("js jetstream", "boolean", "Turn JetStream on.", Field(JS, "enabled")),
+    K("sd store_dir", "path", "JetStream's store directory.", "`$TMPDIR/nats`"),
+    K("lake", "boolean", "Turn the lake on (jetlake's own).", Field(LK, "enabled")),
+    K("lake_dir", "path", "Where the Delta tables go; implies `--lake`.", "`<store_dir>/lake`"),
+    K(
+        "spark_master",
+        "URL",
+        "Spark master for the compactor and `jetlake sql`; implies `--lake`.",
+        "`$JETLAKE_SPARK_MASTER`, else `local[*]`",
+    ),
+    K(
+        "busy_poll",
+        "duration",
+        "Longest the event loop polls before it sleeps (jetlake's own); `0` turns it off.",
+        Field(OPT, "busy_poll"),
+    ),
+    K("tls", "boolean", "TLS on the client port; `-tls=false` turns off the file's.", "false"),
+    K("tlscert", "path", "Server certificate (PEM).", "none"),
+    K("tlskey", "path", "Server private key (PEM).", "none"),
+    K("tlscacert", "path", "CA bundle client certificates are checked against.", "none"),
+    K("tlsverify", "boolean", "Demand a client certificate.", Field(TL, "verify")),
+    K(
+        "cluster cluster_listen",
+        "URL",
+        "Route listener, `nats://host:port` (credentials in the URL, if any).",
+        "none",
+    ),
+    K("routes", "URLs", "Routes to dial, separated by commas.", "none"),
+    K("cluster_name", "string", "Cluster name.", Field(CL, "name", "generated at start")),
+    K(
+        "no_advertise",
+        "boolean",
+        "Do not gossip this server's client URLs.",
+        Field(CL, "no_advertise"),
+    ),
+    K(
+        "connect_retries",
+        "integer",
+        "Dial attempts for an implicit route.",
+        Field(CL, "connect_retries"),
+    ),
+    K("h help", "boolean", "Print the usage and exit.", "false"),
+    K("v version", "boolean", "Print the version and exit.", "false"),
+)
+
+TOP_LEVEL: tuple[Key, ...] = (
+    K("listen", "host:port", "Client address and port in one value.", "`0.0.0.0:4222`"),
+    K("host net", "string", "Address the client port binds.", Field(OPT, "host")),
+    K("port", "integer", "Client port; `-1` a free port, `0` the default.", Field(OPT, "port")),
+    K("http", "host:port", "Monitoring address and port in one value.", "off"),
+    K("http_port monitor_port", "integer", "Monitoring port.", Field(OPT, "http_port", "off")),
+    K(
+        "server_name",
+        "string",
+        "Server name (no spaces).",
+        Field(OPT, "server_name", "the server ID"),
+    ),
+    K("server_tags", "array", "Tags for stream placement, lower-cased.", Field(OPT, "server_tags")),
+    K("max_payload", "size", "Largest message payload.", Field(OPT, "max_payload")),
+    K(
+        "max_connections max_conn",
+        "integer",
+        "Most client connections; `0` refuses every client.",
+        Field(OPT, "max_connections"),
+    ),
+    K("max_control_line", "size", "Longest protocol line.", Field(OPT, "max_control_line")),
+    K(
+        "max_pending",
+        "size",
+        "Unsent bytes after which a subscriber is a slow consumer.",
+        Field(OPT, "max_pending"),
+    ),
+    K("ping_interval", "duration", "Keepalive PING interval.", Field(OPT, "ping_interval")),
+    K("ping_max", "integer", "Unanswered PINGs before `Stale Connection`.", Field(OPT, "ping_max")),
+    K(
+        "write_deadline",
+        "duration",
+        "A client that takes no bytes for this long is a slow consumer.",
+        Field(OPT, "write_deadline"),
+    ),
+    K(
+        "busy_poll",
+        "duration",
+        "Longest the loop polls before it sleeps (jetlake's own); `0` off.",
+        Field(OPT, "busy_poll"),
+    ),
+    K(
+        "lame_duck_duration",
+        "duration",
+        "Time over which lame duck closes clients (at least 30s).",
+        Field(OPT, "lame_duck_duration"),
+    ),
+    K(
+        "lame_duck_grace_period",
+        "duration",
+        "Wait before lame duck starts closing clients.",
+        Field(OPT, "lame_duck_grace_period"),
+    ),
+    K(
+        "authorization",
+        "map",
+        "Client authentication: see [authorization](#authorization).",
+        "none",
+    ),
+    K("no_auth_user", "string", "User a client without credentials is logged in as.", "none"),
+    K("tls", "map", "TLS on the client port: see [tls](#tls).", "none"),
+    K("jetstream", "map, boolean or string", "JetStream: see [jetstream](#jetstream).", "off"),
+    K("store_dir storedir", "path", "Same as `jetstream { store_dir }`.", "none"),
+    K("lake", "map or boolean", "The lake (jetlake's own): see [lake](#lake).", "off"),
+    K("cluster", "map", "Routes: see [cluster](#cluster).", "none"),
+    K("mqtt", "map", "MQTT listener: see [mqtt](#mqtt).", "none"),
+    K("accounts", "map or array", "Accounts: see [accounts](#accounts).", "none"),
+    K(
+        "system_account system",
+        "string",
+        "The system account.",
+        Field(OPT, "system_account", "`$SYS`"),
+    ),
+    K("mappings", "map", "Subject mappings of the global account (subject: destination).", "none"),
+    K("debug", "boolean", "Debug logging.", Field(OPT, "debug")),
+    K("trace", "boolean", "Protocol trace logging.", Field(OPT, "trace")),
+    K("logtime", "boolean", "Timestamps on log lines.", Field(OPT, "logtime")),
+    K("logtime_utc", "boolean", "Log timestamps in UTC.", Field(OPT, "logtime_utc")),
+    K("logfile log_file", "path", "Log file.", Field(OPT, "logfile", "stderr")),
+    K(
+        "pid_file pidfile",
+        "path",
+        "File the process id is written to.",
+        Field(OPT, "pid_file", "none"),
+    ),
+)
+
+_AUTH_TIMEOUT = "`2s`; with `tls`, its timeout + 1s"
+
+SECTIONS: dict[str, tuple[Key, ...]] = {
+    "authorization": (
+        K("user username", "string", "The single user's name.", "none"),
+        K("password pass", "string", "The single user's password.", "none"),
+        K("token", "string", "Token clients must present (not with users).", "none"),
+        K("timeout", "seconds or duration", "Time a client has to authenticate.", _AUTH_TIMEOUT),
+        K("users", "array", "Users: see [users](#authorization-users).", "none"),
+        K(
+            "default_permissions default_permission permissions",
+            "map",
+            "Permissions of users that set none: see [permissions](#permissions).",
+            "none",
+        ),
+    ),
+    "authorization.users": (
+        K("user username", "string", "The user's name (required).", "none"),
+        K("password pass", "string", "The user's password.", "none"),
+        K(
+            "permissions permission authorization",
+            "map",
+            "What the user may publish and subscribe to.",
+            "all",
+        ),
+        K(
+            "allowed_connection_types connection_types clients",
+            "string or array",
+            "Kinds of connection the user may make (`STANDARD`, `MQTT`, …).",
+            "any",
+        ),
+        K("nkey", "—", "Refused: nkey users are not supported.", "—"),
+    ),
+    "permissions": (
+        K("publish pub import", "array or map", "Subjects the user may publish to.", "all"),
+        K("subscribe sub export", "array or map", "Subjects (and queues) to subscribe to.", "all"),
+        K("allow", "array", "Inside publish/subscribe: the allow-list.", "everything"),
+        K("deny", "array", "Inside publish/subscribe: the deny-list.", "nothing"),
+    ),
+    "tls": (
+        K("cert_file", "path", "Server certificate (PEM).", Field(TL, "cert_file", "none")),
+        K("key_file", "path", "Server private key (PEM).", Field(TL, "key_file", "none")),
+        K("ca_file", "path", "CA bundle for client certificates.", Field(TL, "ca_file", "none")),
+        K("verify", "boolean", "Demand a client certificate.", Field(TL, "verify")),
+        K("timeout", "seconds or duration", "TLS handshake timeout.", Field(TL, "timeout")),
+        K(
+            "handshake_first first immediate",
+            "boolean, `auto` or duration",
+            "TLS before INFO; `auto` or a duration falls back to INFO first after it.",
+            Field(TL, "handshake_first"),
+        ),
+    ),
+    "jetstream": (
+        K("enabled enable", "boolean", "JetStream on or off.", "true inside a block"),
+        K("store_dir store storedir", "path", "Store directory.", "`$TMPDIR/nats`"),
+        K(
+            "sync_interval sync",
+            "duration or `always`",
+            "fsync window; `always` fsyncs before each PubAck. See durability.",
+            "`10ms`",
+        ),
+        K(
+            "max_memory_store max_mem_store max_mem",
+            "size",
+            "Memory streams' limit on this server (used in placement).",
+            "three quarters of the memory",
+        ),
+        K(
+            "max_file_store max_file",
+            "size",
+            "File streams' limit on this server (used in placement).",
+            "three quarters of the disk's free space",
+        ),
+    ),
+    "lake": (
+        K("enabled enable", "boolean", "The lake on or off.", "true inside a block"),
+        K("dir", "path", "Where the Delta tables go.", Field(LK, "dir", "`<store_dir>/lake`")),
+        K(
+            "spark_master",
+            "URL",
+            "Spark master of the compactor.",
+            Field(LK, "spark_master", "`$JETLAKE_SPARK_MASTER`, else `local[*]`"),
+        ),
+        K(
+            "seal_interval",
+            "seconds or duration",
+            "Age of a segment's first message at which it is sealed for the lake.",
+            Field(LK, "seal_interval"),
+        ),
+        K(
+            "compact_interval",
+            "seconds or duration",
+            "Compactor cadence; `0`: no compactor beside the server (cron).",
+            Field(LK, "compact_interval"),
+        ),
+        K(
+            "optimize_interval",
+            "seconds or duration",
+            "Optimize (bin-pack, Z-order) cadence; `0` never.",
+            Field(LK, "optimize_interval"),
+        ),
+    ),
+    "cluster": (
+        K("listen", "host:port", "Route listener; without a port no cluster starts.", "none"),
+        K("host net", "string", "Route listener's address.", Field(CL, "host")),
+        K("port", "integer", "Route listener's port; `-1` a free one.", Field(CL, "port")),
+        K("name", "string", "Cluster name (no spaces).", Field(CL, "name", "generated")),
+        K("routes", "array of URLs", "Routes to dial, redialled forever.", Field(CL, "routes")),
+        K(
+            "authorization authentication",
+            "map",
+            "Route credentials: see [cluster.authorization](#cluster-authorization).",
+            "none",
+        ),
+        K("no_advertise", "boolean", "Do not gossip client URLs.", Field(CL, "no_advertise")),
+        K(
+            "connect_retries",
+            "integer",
+            "Attempts for a gossiped route.",
+            Field(CL, "connect_retries"),
+        ),
+        K("pool_size", "integer", "Accepted; one route per peer is kept.", Field(CL, "pool_size")),
+        K("tls", "—", "Refused: TLS on routes is not supported.", "—"),
+    ),
+    "cluster.authorization": (
+        K("user username", "string", "Route user.", "none"),
+        K("password pass", "string", "Route password.", "none"),
+        K(
+            "timeout",
+            "seconds or duration",
+            "Route authentication timeout.",
+            Field(CL, "auth_timeout"),
+        ),
+        K("token", "—", "Refused: route authorization takes no token.", "—"),
+    ),
+    "mqtt": (
+        K("listen", "host:port", "MQTT address and port in one value.", "none"),
+        K("host net", "string", "MQTT listener's address.", Field(MQ, "host", "the server's")),
+        K("port", "integer", "MQTT port; without one there is no MQTT.", "none (usually 1883)"),
+        K("tls", "map", "TLS on the MQTT port: as [tls](#tls).", "none"),
+        K(
+            "authorization authentication",
+            "map",
+            "MQTT's own credentials: see [mqtt.authorization](#mqtt-authorization).",
+            "the server's users",
+        ),
+        K("no_auth_user", "string", "User an MQTT client without credentials gets.", "none"),
+        K("ack_wait ackwait", "duration", "Redelivery wait of QoS 1/2 messages.", "`30s`"),
+        K(
+            "max_ack_pending max_pending max_inflight",
+            "integer",
+            "Unacknowledged QoS 1/2 messages per subscription (0 to 65535).",
+            "`1024`",
+        ),
+        K(
+            "stream_replicas",
+            "integer",
+            "Replicas of the MQTT streams.",
+            "`1`",
+        ),
+        K(
+            "consumer_memory_storage",
+            "boolean",
+            "Keep MQTT consumers in memory.",
+            Field(MQ, "consumer_memory_storage"),
+        ),
+        K(
+            "consumer_inactive_threshold consumer_auto_cleanup",
+            "duration",
+            "Drop a session's consumers after this long unused.",
+            "none",
+        ),
+        K(
+            "js_api_timeout api_timeout",
+            "duration",
+            "Timeout of MQTT's JetStream requests.",
+            Field(MQ, "js_api_timeout"),
+        ),
+    ),
+    "mqtt.authorization": (
+        K("user username", "string", "MQTT user.", "none"),
+        K("password pass", "string", "MQTT password.", "none"),
+        K("token", "string", "MQTT token.", "none"),
+        K("timeout", "seconds or duration", "Authentication timeout.", "the server's"),
+    ),
+    "accounts.NAME": (
+        K(
+            "users",
+            "array",
+            "The account's users, written as in [users](#authorization-users).",
+            "none",
+        ),
+        K("jetstream", "`enabled`, `disabled` or boolean", "JetStream for the account.", "off"),
+        K("imports", "—", "Refused: not supported.", "—"),
+        K("exports", "—", "Refused: not supported.", "—"),
+        K("mappings", "—", "Refused: per-account mappings are not supported.", "—"),
+        K("limits", "—", "Refused: account limits are not supported.", "—"),
+        K("nkey", "—", "Refused: not supported.", "—"),
+        K("default_permissions", "—", "Refused: not supported.", "—"),
+    ),
+}

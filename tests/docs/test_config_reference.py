@@ -1,0 +1,58 @@
+"""The configuration reference page against the option parsers it documents.
+
+A key added to a parser without a row in ingest/server/reference/entries.py, or a
+page not regenerated after an edit, fails here rather than drifting unnoticed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ingest.server.reference import keys
+from ingest.server.reference.entries import FLAGS, SECTIONS, TOP_LEVEL, Key
+from ingest.server.reference.render import PAGE, render
+
+# Documented in `permissions` though read by `_subject_permission` through `name.lower()`,
+# which the scan of `lowered` comparisons does not follow.
+_NOT_SCANNED = {"permissions": {"allow", "deny"}}
+
+
+def _names(rows: tuple[Key, ...]) -> set[str]:
+    return {name for row in rows for name in row.names}
+
+
+def test_the_page_in_the_repository_is_what_the_tables_render() -> None:
+    assert PAGE.read_text(encoding="utf-8") == render(), (
+        "docs/reference/configuration.md is stale: run python -m ingest.server.reference.render"
+    )
+
+
+def test_every_flag_is_on_the_page_and_no_other() -> None:
+    page = PAGE.read_text(encoding="utf-8")
+    accepted = keys.flag_names()
+    assert _names(FLAGS) == accepted
+    missing = sorted(name for name in accepted if f"`-{name}`" not in page)
+    assert not missing, f"flags missing from the page: {missing}"
+
+
+def test_every_top_level_key_is_on_the_page_and_no_other() -> None:
+    page = PAGE.read_text(encoding="utf-8")
+    accepted = keys.top_level_keys()
+    assert _names(TOP_LEVEL) == accepted
+    missing = sorted(name for name in accepted if f"`{name}`" not in page)
+    assert not missing, f"top-level keys missing from the page: {missing}"
+
+
+def test_every_section_the_parsers_read_has_a_table() -> None:
+    assert set(SECTIONS) == set(keys.SECTION_READERS)
+
+
+@pytest.mark.parametrize("section", sorted(keys.SECTION_READERS))
+def test_every_key_of_a_section_is_on_the_page(section: str) -> None:
+    accepted = keys.section_keys(section)
+    assert accepted, f"no keys found for {section}: did its reader stop using `lowered`?"
+    documented = _names(SECTIONS[section])
+    assert accepted - documented == set(), f"{section}: keys missing from the page"
+    assert documented - accepted <= _NOT_SCANNED.get(section, set()), (
+        f"{section}: the page lists keys the parser does not accept"
+    )
