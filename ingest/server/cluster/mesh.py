@@ -47,7 +47,7 @@ class Cluster:
         self._listener: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._dialling: set[str] = set()  # route URLs being dialled for gossip
-        self._self_urls: set[tuple[str, int]] = set()
+        self.self_urls: set[tuple[str, int]] = set()
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -152,7 +152,8 @@ class Cluster:
         if route.remote_id == server.server_id:
             log.debug("%s - Detected route to self, ignoring %s", route.where, route.route_url())
             if route.dialled is not None:
-                self._self_urls.add((route.dialled.host, route.dialled.port))
+                self.self_urls.add((route.dialled.host, route.dialled.port))
+                server.cluster_changed()  # one server fewer than the routes named
             route.close("Duplicate Route")
             return False
         if route.remote_name == server.server_name:
@@ -259,7 +260,7 @@ class Cluster:
                 continue
             attempt = 0
             await route.done
-            if (target.host, target.port) in self._self_urls:
+            if (target.host, target.port) in self.self_urls:
                 return
             twin = self.routes.get(route.remote_id)
             if twin is not None:  # closed as a duplicate: the peer is reachable anyway
@@ -294,18 +295,25 @@ class Cluster:
             for route in self.routes.values():
                 route.queue(line)
 
-    def remote_changed(self, account: str | None) -> None:
-        """Interest on another server came or went (None: in any account). Whoever watches
-        an account's interest (push consumers following their audience) is told, as for
-        a subscription here: a deliver subject subscribed on a peer wakes its consumer."""
+    def remote_changed(self, account: str | None, subject: str | None = None) -> None:
+        """Interest on another server came or went (None: in any account, on any subject).
+        Whoever watches an account's interest (push consumers following their audience)
+        is told, as for a subscription here: a deliver subject subscribed on a peer wakes
+        its consumer."""
         accounts = self.server.accounts
         for acc in list(accounts) if account is None else [accounts.get(account)]:
-            if acc is not None and acc.sublist.on_change is not None:
-                acc.sublist.on_change()
+            if acc is not None:
+                acc.sublist.forget_routes(subject)
+                if acc.sublist.on_change is not None:
+                    acc.sublist.on_change()
 
     def forwarding(self, account: str, subject: bytes) -> Forwarding[Route] | None:
         """Where a message published in `account` may go; None when no peer wants it."""
         return self.remote.forwarding(subject, account) if self.routes else None
+
+    def wants_under(self, account: str, prefix: bytes) -> bool:
+        """Whether a peer may want some subject `prefix.<tokens…>` published in `account`."""
+        return bool(self.routes) and self.remote.wants_under(prefix, account)
 
     def forward(
         self,

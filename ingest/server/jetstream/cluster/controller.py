@@ -79,20 +79,18 @@ class JetStreamCluster:
         *,
         js_dir: Path,
         sync_interval_ns: int | None,
-        expected_size: int,
     ) -> None:
         self.server = server
         self._engines = engines
         self.js_dir = js_dir
         self._sync = sync_interval_ns
-        self.expected_size = max(expected_size, 1)
         self.routes = RaftRoutes(server)
         self.requests = PeerRequests(server)
         self.catchup = CatchUp(self.requests, self._store_of)
         self.founding = Founding(
             self.requests,
             group_dir(js_dir, META_GROUP),
-            self.expected_size,
+            lambda: self.expected_size,
             self.online_peers,
             self._open_meta,
         )
@@ -107,6 +105,18 @@ class JetStreamCluster:
     @property
     def me(self) -> str:
         return self.server.server_name
+
+    @property
+    def expected_size(self) -> int:
+        """How many servers the configured routes name, this one included: a route found
+        to lead back here (this server's own address, as users list every server in one
+        shared config) is not another server."""
+        cluster = self.server.cluster
+        if cluster is None:
+            return 1
+        me = {(cluster.config.host, cluster.port), ("127.0.0.1", cluster.port)}
+        me |= {("localhost", cluster.port), *cluster.self_urls}
+        return len({(r.host, r.port) for r in cluster.config.routes} - me) + 1
 
     @property
     def name(self) -> str:
@@ -482,23 +492,11 @@ def cluster_engines(server: Server, engines: list[JetStream]) -> JetStreamCluste
         by_account.get,
         js_dir=js_dir,
         sync_interval_ns=sync,
-        expected_size=expected_size(server),
     )
     for engine in engines:
         engine.cluster = cluster
         ClusterRequests(cluster, engine).install(engine.api)
     return cluster
-
-
-def expected_size(server: Server) -> int:
-    """How many servers the configured routes name, this one included."""
-    cluster = server.cluster
-    if cluster is None:
-        return 1
-    me = {(cluster.config.host, cluster.port), ("127.0.0.1", cluster.port)}
-    me.add(("localhost", cluster.port))
-    others = {(r.host, r.port) for r in cluster.config.routes} - me
-    return len(others) + 1
 
 
 def _now() -> int:

@@ -46,7 +46,7 @@ class Founding:
         self,
         requests: PeerRequests,
         folder: Path,
-        expected_size: int,
+        expected_size: Callable[[], int],
         online: Callable[[], set[str]],
         open_meta: Callable[[list[str]], None],
     ) -> None:
@@ -79,7 +79,7 @@ class Founding:
         if self.founders is not None:
             return
         peers = self._online()
-        if len(peers) >= self._expected:
+        if len(peers) >= self._expected():
             self._found(sorted(peers), save=True)
         elif len(peers) > 1 and self._asking is None:
             self._asking = asyncio.get_running_loop().create_task(self._ask_peers())
