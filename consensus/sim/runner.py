@@ -1,6 +1,6 @@
 """One seeded simulation run, start to verdict, and the durability promise it checks.
 
-The promise, per sync mode (what the README states):
+The promise, per sync mode (what docs/durability.md states):
 - kill -9 of any number of nodes loses nothing, in either mode;
 - under `always`, power loss of any number of nodes (all at once included)
   loses nothing;

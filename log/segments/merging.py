@@ -35,7 +35,7 @@ def plan_merge(pieces: Sequence[_Piece], config: SegmentConfig) -> slice | None:
     """The oldest run of adjacent segments worth merging into one, if any.
 
     A run is as long as the limits allow, which bound both the result and the
-    time one merge holds the event loop (measured in the README): at most
+    time one merge holds the event loop (docs/jetstream.md, Merging): at most
     `merge_target_bytes`, `max_msgs` rows, `merge_max_batches` batches (each
     costs a decode and a copy: a sync publish is a batch of one) and
     `merge_max_segments` files (each costs an open and two unlinks), within

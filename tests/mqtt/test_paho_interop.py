@@ -1,7 +1,7 @@
 """Eclipse Paho's interoperability suite against both servers, one after the other.
 
 Run with `PAHO_INTEROP_DIR=…/paho.mqtt.testing/interoperability pytest -m suites -s
-tests/mqtt/test_paho_interop.py` (README, MQTT). It prints each test's outcome on both
+tests/mqtt/test_paho_interop.py` (docs/compatibility.md). It prints each test's outcome on both
 servers side by side, and fails when jetlake fails a test the reference passes.
 """
 
@@ -33,7 +33,7 @@ SUITE_TIMEOUT = 300.0
 def test_paho_interoperability_suite(tmp_path: Path) -> None:
     suite_dir = Path(os.environ.get(ENV, ""))
     assert (suite_dir / SCRIPT).is_file(), (
-        f"{ENV} must name paho.mqtt.testing's interoperability/ folder (README, MQTT)"
+        f"{ENV} must name paho.mqtt.testing's interoperability/ folder (docs/compatibility.md)"
     )
     results: dict[str, dict[str, str]] = {}
     for kind in KINDS:

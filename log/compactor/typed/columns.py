@@ -1,6 +1,6 @@
 """Arrow column types for payload values: inference, evolution, and fitting a value to a type.
 
-Rules (the README's "typed tables" lists them for users):
+Rules (docs/lake-typed-tables.md lists them for users):
 - JSON numbers are BIGINT when integral, DOUBLE otherwise; JSON has no integer
   width, and starting at BIGINT spares Delta's type-widening table feature
   (reader protocol 3, which `deltalake` and the lake's Parquet fast path do
