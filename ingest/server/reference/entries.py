@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
 from ingest.server.cluster.settings import ClusterConfig
 from ingest.server.gofmt import go_duration
 from ingest.server.settings import JetStreamConfig, LakeConfig, MQTTConfig, Options, TLSConfig
@@ -57,7 +58,7 @@ def render_default(key: Key) -> str:
         return key.default.none
     if isinstance(value, bool):
         return "true" if value else "false"
-    if key.kind == "duration":
+    if "duration" in key.kind and isinstance(value, float):
         return f"`{go_duration(round(value * 1e9))}`"
     if key.kind == "size" and value >= 1024:
         return f"{value} ({_binary(value)})"
@@ -287,7 +288,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "sync_interval sync",
             "duration or `always`",
             "fsync window; `always` fsyncs before each PubAck. See durability.",
-            "`10ms`",
+            f"`{go_duration(DEFAULT_SYNC_INTERVAL_NS)}`",
         ),
         K(
             "max_memory_store max_mem_store max_mem",
