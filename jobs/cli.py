@@ -10,18 +10,39 @@ import sys
 from collections.abc import Callable
 from importlib import import_module
 
-_COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("ingest.server.main", "run a NATS-compatible server (flags as nats-server)"),
-    "bench": ("benchmarks.run", "side-by-side benchmark against the reference server"),
-    "inspect": ("sql.inspect", "list segments or query streams of a store dir with DuckDB"),
-    "sql": ("sql.cli", "Spark SQL over every stream's history: the lake plus the live tail"),
-    "job": ("jobs.lake_job", "lake batch jobs: compact, optimize, vacuum"),
+# name -> (module, what it does, the docs page that explains it)
+_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "serve": (
+        "ingest.server.main",
+        "run a NATS-compatible server (flags as nats-server)",
+        "docs/configuration.md",
+    ),
+    "bench": (
+        "benchmarks.run",
+        "side-by-side benchmark against the reference server",
+        "docs/benchmarks.md",
+    ),
+    "inspect": (
+        "sql.inspect",
+        "list segments or query streams of a store dir with DuckDB",
+        "docs/lake-duckdb.md",
+    ),
+    "sql": (
+        "sql.cli",
+        "Spark SQL over every stream's history: the lake plus the live tail",
+        "docs/lake.md",
+    ),
+    "job": ("jobs.lake_job", "lake batch jobs: compact, optimize, vacuum", "docs/lake.md#jobs"),
 }
 
 
 def _usage() -> str:
+    """One screen: the commands, and where each is explained (the docs live in the repo)."""
     lines = ["usage: jetlake <command> [options]", "", "commands:"]
-    lines += [f"  {name:<8} {about}" for name, (_, about) in _COMMANDS.items()]
+    lines += [f"  {name:<8} {about}" for name, (_, about, _) in _COMMANDS.items()]
+    lines += ["", "`jetlake <command> --help` lists a command's options. Documentation, in the"]
+    lines += ["repository's docs/ (`make docs` builds the site): docs/getting-started.md, and"]
+    lines += [f"  {name:<8} {page}" for name, (_, _, page) in _COMMANDS.items()]
     return "\n".join(lines)
 
 
