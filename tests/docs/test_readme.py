@@ -1,7 +1,8 @@
-"""The README's links into docs/ resolve, and the README stays a first screen, not a manual.
+"""The README's and CONTRIBUTING's links into docs/ resolve, and the README stays a first
+screen, not a manual.
 
-mkdocs checks links between the docs' own pages; the README is outside the site, so its
-links are checked here, anchors included.
+mkdocs checks links between the docs' own pages; these files are outside the site, so
+their links are checked here, anchors included.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -39,9 +42,10 @@ def test_the_readme_is_short() -> None:
     assert lines <= MAX_LINES, f"README.md has {lines} lines; move detail into docs/"
 
 
-def test_every_relative_link_in_the_readme_resolves() -> None:
+@pytest.mark.parametrize("name", ["README.md", "CONTRIBUTING.md"])
+def test_every_relative_link_resolves(name: str) -> None:
     broken = []
-    for target in LINK.findall(README.read_text(encoding="utf-8")):
+    for target in LINK.findall((ROOT / name).read_text(encoding="utf-8")):
         if "://" in target or target.startswith("mailto:"):
             continue
         path, _, anchor = target.partition("#")
@@ -49,4 +53,4 @@ def test_every_relative_link_in_the_readme_resolves() -> None:
         missing_anchor = bool(anchor) and page.suffix == ".md" and page.exists()
         if not page.exists() or (missing_anchor and anchor not in _anchors(page)):
             broken.append(target)
-    assert not broken, f"broken links in README.md: {broken}"
+    assert not broken, f"broken links in {name}: {broken}"
