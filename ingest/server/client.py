@@ -18,6 +18,7 @@ import json
 import logging
 import ssl
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser import fast, nats
@@ -346,12 +347,13 @@ class Client(asyncio.Protocol):
 
     def _fast_path(self) -> None:
         """Let the compiled codec route this connection's PUBs where nothing is checked per
-        message: no verbose/pedantic/permissions, echo on, no tracing, no mappings, no cluster."""
+        message: no verbose/pedantic/permissions, echo on, no tracing, no mappings. In a
+        cluster it learns only subjects no peer wants (`Server.local_only`)."""
         if self._fast_stats is None:
             return
         server = self.server
         fit = not (self._pub_checks or self.trace or not self.echo)
-        fit = fit and server.mapper is None and server.cluster is None
+        fit = fit and server.mapper is None
         self._routes = self.account.sublist.routes if fit else None
         self.codec.route_with(self._routes, self.no_responders)  # type: ignore[attr-defined]
 
@@ -379,10 +381,12 @@ class Client(asyncio.Protocol):
             self._no_responders(subject, reply)
         if learn:
             match = sublist.peek(subject)  # None if delivering changed the interest
-            if match is not None:
+            if match is not None and not self.server.local_only(self.account, subject):
+                routes.learn(subject, None)  # a peer wants it: Python routes it
+            elif match is not None:
                 learn_route(routes, match, subject)
         elif routes is not None and subject.startswith(b"$JS.ACK."):
-            learn_acks(routes, sublist, subject)
+            learn_acks(routes, sublist, subject, partial(self.server.local_under, self.account))
 
     def _on_acks(self, run: Any) -> None:
         """Plain acks the codec gathered for one consumer: counted as the PUBs they are,

@@ -136,6 +136,30 @@ class Sublist(Generic[S]):
         it is one (a cached tail no literal child splits): a reply inbox's."""
         return _whole(self._tails.get(prefix))
 
+    def reaches_under(self, prefix: bytes) -> bool:
+        """Whether some subscription matches a subject `prefix.<tokens…>`. On a peer's
+        interest it keeps such subjects out of the compiled table, which routes locally."""
+        nodes = [self._root]
+        for tok in prefix.decode("utf-8", "surrogateescape").split("."):
+            following: list[_Node[S]] = []
+            for node in nodes:
+                if ">" in node.children:
+                    return True
+                for key in (tok, "*"):
+                    child = node.children.get(key)
+                    if child is not None:
+                        following.append(child)
+            if not following:
+                return False
+            nodes = following
+        return any(node.children for node in nodes)  # emptied nodes are pruned
+
+    def forget_routes(self, subject: str | None) -> None:
+        """Interest on a peer came or went (`subject`, None for any): the compiled table
+        routes to this server's receivers alone, so what it learnt may now miss a peer."""
+        if self.routes is not None:
+            self.routes.clear(subject is None or subject.split(".", 1)[0] in _ACK_OVERLAPS)
+
     def _clear_caches(self, subject: str) -> None:
         if self.routes is not None:
             # A consumer's ack sink stays learnt through the SUB and UNSUB of every fetch's

@@ -10,6 +10,7 @@ the server's own publishes may be framed into without a match.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.fast import encode_hmsg, encode_msg
@@ -77,9 +78,12 @@ class Subscription:
 ACK_TOKENS = 4  # `$JS.ACK.<stream>.<consumer>`: the part of an ack that names its consumer
 
 
-def learn_acks(routes: Any, sublist: Sublist[Any], subject: bytes) -> None:
+def learn_acks(
+    routes: Any, sublist: Sublist[Any], subject: bytes, local: Callable[[bytes], bool]
+) -> None:
     """Tell the codec's table that acks under this ack subject's consumer go to that
-    consumer's batch sink alone, if the sublist's walk showed they all do."""
+    consumer's batch sink alone, if the sublist's walk showed they all do and
+    `local(prefix)` that no peer wants any of them."""
     parts = subject.split(b".", ACK_TOKENS)
     if len(parts) <= ACK_TOKENS:
         return
@@ -88,7 +92,7 @@ def learn_acks(routes: Any, sublist: Sublist[Any], subject: bytes) -> None:
     if match is None or match.queues or len(match.plain) != 1:
         return
     sink = getattr(match.plain[0], "acks", None)
-    if sink is not None:
+    if sink is not None and local(prefix):
         routes.learn_acks(prefix + b".", sink)
 
 
@@ -104,14 +108,17 @@ def learn_route(routes: Any, match: Match[Any], subject: bytes) -> None:
     routes.learn(subject, _targets(match))
 
 
-def learn_tail(routes: Any, sublist: Sublist[Any], subject: bytes) -> None:
+def learn_tail(
+    routes: Any, sublist: Sublist[Any], subject: bytes, local: Callable[[bytes], bool]
+) -> None:
     """Tell the table where every subject of `subject`'s prefix and one more token goes,
     if the sublist's walk showed they all go to the same plain client subscriptions (a
-    reply inbox's `_INBOX.<id>.*`): the server's own replies then skip the match."""
+    reply inbox's `_INBOX.<id>.*`) and `local(prefix)` that no peer wants any of them:
+    the server's own replies then skip the match."""
     prefix, dot, _ = subject.rpartition(b".")
     match = sublist.tail_of(prefix) if dot else None
     targets = _targets(match) if match is not None else None
-    if targets:
+    if targets and local(prefix):
         routes.learn_tail(prefix, targets)
 
 

@@ -110,6 +110,27 @@ async def test_a_message_crosses_one_route(mesh: list[ServerProcess], clients: l
         await sub.unsubscribe()
 
 
+async def test_a_subject_routed_here_reaches_a_later_subscriber_on_a_peer(
+    mesh: list[ServerProcess], clients: list[NATS]
+) -> None:
+    """The compiled fast path learns a repeated subject as routed on this server alone: a
+    peer's new interest must undo that."""
+    a, b, _ = clients
+    local = await a.subscribe("learnt.x")
+    for i in range(5):
+        await a.publish("learnt.x", b"%d" % i)
+    for _ in range(5):
+        await local.next_msg(timeout=5)
+    remote = await b.subscribe("learnt.x")
+    await b.flush()
+    await interest_reaches(mesh[0], "learnt.x")
+    await a.publish("learnt.x", b"after")
+    assert (await remote.next_msg(timeout=5)).data == b"after"
+    assert (await local.next_msg(timeout=5)).data == b"after"
+    for sub in (local, remote):
+        await sub.unsubscribe()
+
+
 async def test_queue_group_gets_each_message_once(
     mesh: list[ServerProcess], clients: list[NATS]
 ) -> None:

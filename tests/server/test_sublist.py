@@ -121,6 +121,36 @@ def test_trie_agrees_with_the_reference_predicate(subs: list[str], subjects: lis
         assert sorted(sl.match(subject.encode()).plain) == expected
 
 
+def _below(prefix: str) -> list[str]:
+    """Every subject of one to four more tokens below `prefix`, "d" standing for any
+    token no pattern names."""
+    tails = [""]
+    out = []
+    for _ in range(4):
+        tails = [f"{t}.{tok}" for t in tails for tok in ("a", "b", "c", "d")]
+        out += [prefix + t for t in tails]
+    return out
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(patterns(), max_size=6),
+    st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3).map(".".join),
+    st.integers(0, 6),
+)
+def test_reaches_under_agrees_with_the_reference_predicate(
+    subs: list[str], prefix: str, removed: int
+) -> None:
+    sl: Sublist[int] = Sublist()
+    for i, pattern in enumerate(subs):
+        sl.insert(pattern, None, i)
+    if removed < len(subs):  # a removal prunes emptied nodes: none may count as interest
+        sl.remove(subs[removed], None, removed)
+    live = [p for i, p in enumerate(subs) if i != removed]
+    expected = any(subject_matches(p, s) for p in live for s in _below(prefix))
+    assert sl.reaches_under(prefix.encode()) == expected
+
+
 class SublistAgainstPredicate(RuleBasedStateMachine):
     """Inserts, removals and matches in any order: the caches never answer stale or wrong.
 

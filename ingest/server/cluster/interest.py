@@ -122,6 +122,11 @@ class RemoteInterestMap(Generic[P]):
             return None
         return Forwarding(match.plain, match.queues)
 
+    def wants_under(self, prefix: bytes, account: str = GLOBAL_ACCOUNT) -> bool:
+        """Whether a peer announced interest that matches some subject `prefix.<tokens…>`."""
+        trie = self._tries.get(account)
+        return trie is not None and trie.reaches_under(prefix)
+
 
 class Forwarding(Generic[P]):
     """Where one message goes: every peer with plain interest, and each queue group to one

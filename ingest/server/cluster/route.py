@@ -146,11 +146,11 @@ class Route(asyncio.Protocol):
         elif isinstance(op, proto.RSub):
             if self.registered:
                 cluster.remote.add(self, op.subject, op.queue, op.weight, op.account)
-                cluster.remote_changed(op.account)
+                cluster.remote_changed(op.account, op.subject)
         elif isinstance(op, proto.RUnsub):
             if self.registered:
                 cluster.remote.remove(self, op.subject, op.queue, op.account)
-                cluster.remote_changed(op.account)
+                cluster.remote_changed(op.account, op.subject)
         elif isinstance(op, proto.Ping):
             self.queue(proto.PONG)
         elif isinstance(op, proto.Pong):
