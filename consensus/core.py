@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from consensus.election import TRANSFER_CONTEXT, ElectionRole
 from consensus.leader import LeaderRole
@@ -441,8 +441,10 @@ class RaftCore(ElectionRole, LeaderRole):
 
     def _handle_append(self, msg: Message) -> None:
         if msg.index < self._commit:
-            self._send(T.APPEND_RESP, msg.src, index=self._commit)
-            return
+            msg = self._past_commit(msg)
+            if msg.index < self._commit:
+                self._send(T.APPEND_RESP, msg.src, index=self._commit)
+                return
         if self._append_matches(msg.index, msg.log_term):
             changed = self._log.merge(msg.entries, self._commit)
             if changed is None:
@@ -466,6 +468,18 @@ class RaftCore(ElectionRole, LeaderRole):
             reject_hint=hint,
             log_term=log_term,
         )
+
+    def _past_commit(self, msg: Message) -> Message:
+        """The part of an APPEND after this node's commit, as if sent from there. Entries up
+        to the commit are the same in every log that has them, so the rest can be taken:
+        a leader's farewell to a node it removed (sent once, from where the leader last
+        knew the node to be) must bring the removal even to a node that has committed
+        further since."""
+        skip = self._commit - msg.index
+        term = self._log.term_at(self._commit)
+        if len(msg.entries) <= skip or term is None:
+            return msg
+        return replace(msg, index=self._commit, log_term=term, entries=msg.entries[skip:])
 
     def _handle_snapshot(self, msg: Message) -> None:
         snapshot = msg.snapshot

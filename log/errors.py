@@ -93,10 +93,6 @@ def insufficient_storage() -> ApiError:
     return ApiError(400, 10005, "no suitable peers for placement, insufficient storage")
 
 
-def replicas_change_not_supported() -> ApiError:
-    return ApiError(500, 10069, "stream update failed: changing replicas is not supported yet")
-
-
 def cluster_unavailable() -> ApiError:
     """The reference's JSClusterNotAvailErr: a change may not have reached a quorum."""
     return ApiError(503, 10008, "JetStream system temporarily unavailable")

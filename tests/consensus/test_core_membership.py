@@ -150,6 +150,27 @@ def test_remove_a_follower() -> None:
     assert not any(m.src == "c" for m in net.sent)  # a removed node never campaigns
 
 
+def test_a_removed_node_that_committed_past_what_the_leader_knew_still_learns_it() -> None:
+    """The leader's farewell starts where it last knew the node to be; the node has
+    committed further meanwhile (its answers were lost), and must still take the rest."""
+    net = Net("abc")
+    net.elect("a")
+    net.propose("a", b"x")
+    net.deliver(of(T.APPEND))
+    net.drop(of(T.APPEND_RESP, src="c"))
+    net.deliver(of(T.APPEND_RESP, src="b"))
+    index = net.change("a", ConfChange(ConfOp.REMOVE, "c"))
+    net.deliver(of(T.APPEND))  # c commits x with the removal's entry, and answers
+    net.drop(of(T.APPEND_RESP, src="c"))
+    c = net.nodes["c"]
+    assert c.commit == index - 1 and c.conf.voters == frozenset("abc")
+    net.deliver(of(T.APPEND_RESP, src="b"))  # the removal commits; c hears once more
+    farewell = net.take(of(T.APPEND, dst="c"))
+    assert len(farewell) == 1 and farewell[0].index < c.commit
+    net.step(farewell[0])
+    assert c.commit == index and c.conf == ConfState(frozenset("ab"))
+
+
 def test_remove_the_leader() -> None:
     net = Net("abc")
     net.elect("a")

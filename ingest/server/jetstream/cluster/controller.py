@@ -53,6 +53,7 @@ log = logging.getLogger("jetlake.jetstream")
 
 STATSZ_EVENTS = "$SYS.SERVER.*.STATSZ"
 RECONCILE_POLL = 0.1  # seconds between looks at a learner catching up
+LEAVE_SECONDS = 60  # how long a replica moved off this server waits for its removal
 # A Raft group's log (a stream's, the meta group's) is snapshotted every so many entries
 # (and kept from the snapshot before): a restart replays at most twice that, and a
 # far-behind member restores a snapshot (a stream's replica then copies rows) instead.
@@ -198,19 +199,21 @@ class JetStreamCluster:
 
     def remapped(self, sa: StreamAssignment, peer: str) -> tuple[str, ...] | None:
         """The stream's peers with `peer` replaced by a spare server; None: no spare."""
-        spare = self.members() - set(sa.peers)
-        if not spare:
+        if not self.members() - set(sa.peers):
             return None
-        load = self.state.load()
-        online = self.online_peers()
-        wanted = placement_of(sa.config).get("tags") or ()
-        [new] = choose_peers(
-            sa.name, 1, spare, load, online=online, cluster=self.name,
-            tags=self.tags(), wanted_tags=wanted,
+        [new] = self.spares(sa, 1)
+        return tuple(new if p == peer else p for p in sa.peers)
+
+    def spares(self, sa: StreamAssignment, count: int) -> tuple[str, ...]:
+        """`count` servers not among the stream's peers, placed as a creation places them
+        (its tags, room for its `max_bytes`): `no_suitable_peers` when there are fewer."""
+        return choose_peers(
+            sa.name, count, self.members() - set(sa.peers), self.state.load(),
+            online=self.online_peers(), cluster=self.name, tags=self.tags(),
+            wanted_tags=placement_of(sa.config).get("tags") or (),
             available=self.available(sa.config.get("storage", "file")),
             need=int(sa.config.get("max_bytes") or 0),
         )  # fmt: skip
-        return tuple(new if p == peer else p for p in sa.peers)
 
     def _open_meta(self, voters: list[str]) -> None:
         try:
@@ -287,8 +290,12 @@ class JetStreamCluster:
         sa = change.assignment
         hosted = self.hosted.get(sa.key)
         here = self.me in sa.peers and change.kind != "removed"
+        if hosted is not None and change.kind == "updated" and not here:
+            hosted.assignment = sa
+            self._leave(hosted)  # moved off this server, or the replicas went down
+            return
         if hosted is not None and (change.kind == "added" or not here):
-            self._drop(hosted)  # deleted, created anew, or moved off this server
+            self._drop(hosted)  # deleted, or created anew
             hosted = None
         if not here:
             return
@@ -432,6 +439,34 @@ class JetStreamCluster:
                 engine.api.backups.take_replicated(hosted.stream, reply)
         elif reply:
             engine.api.created(hosted.stream, reply)
+
+    def _leave(self, hosted: Hosted) -> None:
+        """Drop this replica once its group has let it go. Until the leader's change
+        removing it commits, its vote may be needed: taking two replicas off an R3
+        stream, the second removal commits on the leader and the departing one."""
+        task = asyncio.get_running_loop().create_task(self._leaving(hosted))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _leaving(self, hosted: Hosted) -> None:
+        node = hosted.group.node
+        deadline = time.monotonic() + LEAVE_SECONDS
+        while self.hosted.get(hosted.assignment.key) is hosted:
+            if self.me in hosted.assignment.peers:
+                return  # assigned here again meanwhile
+            status = node.status()
+            if self.me not in (*status["voters"], *status["learners"]):  # type: ignore[misc]
+                break
+            if time.monotonic() > deadline:
+                log.warning(
+                    "stream '%s > %s': not removed from its group within %d s; "
+                    "dropping this replica anyway",
+                    hosted.assignment.account, hosted.assignment.name, LEAVE_SECONDS,
+                )  # fmt: skip
+                break
+            await asyncio.sleep(RECONCILE_POLL)
+        if self.hosted.get(hosted.assignment.key) is hosted:
+            self._drop(hosted)
 
     def _drop(self, hosted: Hosted) -> None:
         """Delete this server's replica: its segments, consumer state and Raft log."""

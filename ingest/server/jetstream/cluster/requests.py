@@ -179,8 +179,6 @@ class ClusterRequests:
             raise errors.stream_not_found()
         old = streamconfig.from_request(sa.config)
         new = streamconfig.check_update(old, cfg, clustered=True)
-        if max(new.num_replicas, 1) != len(sa.peers):
-            raise errors.replicas_change_not_supported()
         self._check_overlap(new.subjects, new.name)
         return self._after_commit(new, sa)
 
@@ -188,7 +186,8 @@ class ClusterRequests:
         """The update's answer: the stream's info from its leader once the leader has
         applied the update (it hears of the commit a moment after this server does)."""
         config = _placed(new.to_json(), placement_of(sa.config))
-        await self._cluster.propose_meta(meta.update_stream(self._account, config, sa.peers))
+        peers = await self._resized(sa, max(new.num_replicas, 1))
+        await self._cluster.propose_meta(meta.update_stream(self._account, config, peers))
         wanted = _without_metadata(new.to_json())
         deadline = asyncio.get_running_loop().time() + ASK_TIMEOUT
         while True:
@@ -201,6 +200,19 @@ class ClusterRequests:
         for key in ("type", "total", "offset", "limit"):
             doc.pop(key, None)
         return doc
+
+    async def _resized(self, sa: StreamAssignment, replicas: int) -> tuple[str, ...]:
+        """The stream's peers for a new replica count. More: servers placed as a creation
+        places them, added as learners that catch up from the leader before they vote.
+        Fewer: the leader stays (it carries the change out) with the first of the others."""
+        if replicas == len(sa.peers):
+            return sa.peers
+        if replicas > len(sa.peers):
+            return (*sa.peers, *self._cluster.spares(sa, replicas - len(sa.peers)))
+        doc = await self._ask(f"{PREFIX}STREAM.INFO.{sa.name}", b"")
+        leader = ((doc or {}).get("cluster") or {}).get("leader")
+        first = [leader] if leader in sa.peers else []
+        return (*first, *[p for p in sa.peers if p not in first])[:replicas]
 
     async def _delete(self, tokens: list[str], data: bytes) -> Response:
         require_empty(data)
