@@ -84,7 +84,7 @@ class LakeConfig:
     enabled: bool = False
     dir: str | None = None  # None: <store_dir>/lake
     spark_master: str | None = None  # None: JETLAKE_SPARK_MASTER, else local[*]
-    seal_interval: float = 2.0
+    seal_interval: float = 0.5
     compact_interval: float = 1.0
     optimize_interval: float = 3600.0  # 0: never
 

@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from log.compactor import tables
+from log.compactor.direct import DIRECT_ROWS, append_direct
 from log.compactor.layout import (
     STREAMS,
     LakeError,
@@ -183,6 +184,7 @@ class Compactor:
         self._committed: dict[Path, StreamRef] = {}  # tables committed to since warm()
         self._token = uuid.uuid4().hex[:12]  # this compactor's staging, apart from another's
         self._registry: Registry | None = None
+        self._direct: set[str] = set()  # tables whose last append went without Spark
 
     def run_once(self) -> Summary:
         self._registry = None  # the schemas bucket, read again each pass
@@ -307,6 +309,13 @@ class Compactor:
         with every core and a query reads the table with every core; the schema
         is given, so Spark runs no job to infer it.
         """
+        if rows.schema.names == LAKE_SCHEMA.names and self._direct_ok(table, rows):
+            if not after:
+                self._create(stream, table, spark_schema(rows.schema))
+            append_direct(str(table), rows, app_id=stream.app_id, after=after, version=version)
+            self._direct.add(str(table))
+            return
+        self._direct.discard(str(table))
         self._sweep_staging(stream)
         staging = self.lake_dir / STAGING / f"{stream.name}-{table.name}-{version}-{self._token}"
         staging.mkdir(parents=True)
@@ -341,6 +350,12 @@ class Compactor:
             )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    @staticmethod
+    def _direct_ok(table: object, rows: pa.Table) -> bool:
+        """Whether a raw append goes through delta-rs (`log.compactor.direct`): a few rows
+        to a table on a local disk (named by a plain path, not a URI)."""
+        return "://" not in str(table) and len(rows) <= DIRECT_ROWS
 
     def _stage(self, staging: Path, rows: pa.Table) -> DataFrame:
         """The rows as Parquet files Spark reads (see `_append`), one per core when large."""
@@ -432,6 +447,8 @@ class Compactor:
         """
         committed, self._committed = self._committed, {}
         for table, stream in committed.items():
+            if str(table) in self._direct:  # its next append reads the log without Spark
+                continue
             try:
                 self._write(self.spark.createDataFrame([], SPARK_DDL), stream, table, 0)
             except LakeError as exc:

@@ -26,6 +26,7 @@ def test_a_large_append_is_one_file_per_core_in_seq_order(
     spark: SparkSession, folder: Folder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(compact, "SLICE_ROWS", 100)
+    monkeypatch.setattr(compact, "DIRECT_ROWS", 0)  # Spark's parallel writer, as a catch-up takes
     folder.publish(1000)
     comp = compactor(spark, folder)
     assert comp.run_once().rows == 1000
