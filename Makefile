@@ -9,13 +9,19 @@ STORE ?= ./data
 # The compiled codec (Rust, maturin, native/) is the server's fast path; the pure one its fallback.
 NATIVE := native/pyproject.toml native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
 
-$(STAMP): pyproject.toml scripts/lake-jars.pom.xml $(NATIVE)
+# The lake's jars (Maven Central, and jetlake's log store built from log/compactor/logstore/)
+# and SeaweedFS's `weed`, the S3 server the lake tests run; both skip what is installed.
+LAKE_JARS := scripts/install-lake-jars scripts/lake-jars.pom.xml log/compactor/logstore/pom.xml \
+	$(wildcard log/compactor/logstore/src/main/java/io/jetlake/delta/*.java)
+
+$(STAMP): pyproject.toml $(LAKE_JARS) scripts/install-weed $(NATIVE)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev,lake]'
 	$(VENV)/bin/pip install --quiet ./native
 	scripts/install-nats-cli $(VENV)/bin/nats
 	scripts/install-lake-jars $(VENV)/jars
+	scripts/install-weed $(VENV)/bin/weed
 	touch $(STAMP)
 
 serve: $(STAMP)

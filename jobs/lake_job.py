@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from log.compactor.compact import MAX_ROWS, Compactor, Summary, waiting_streams
-from log.compactor.layout import STREAMS, LakeError, default_lake_dir
+from log.compactor.layout import STREAMS, LakeError, lake_at
+from log.compactor.location import LakeStoreError
 from log.compactor.spark import build_session
 
 JOBS = ("compact", "optimize", "vacuum")
@@ -31,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jetlake job", description="The lake's batch jobs.")
     p.add_argument("job", choices=JOBS)
     p.add_argument("--store", default="./data", help="store dir (the server's -sd)")
-    p.add_argument("--lake", help="lake dir (default: <store>/lake)")
+    p.add_argument("--lake", help="lake dir or s3://bucket/prefix (default: <store>/lake)")
     p.add_argument("--spark_master", help="Spark master (default: JETLAKE_SPARK_MASTER, local[*])")
     p.add_argument("--follow", action="store_true", help="compact: a pass per interval")
     p.add_argument(
@@ -53,13 +54,17 @@ def _print(line: str) -> None:
 
 def run(args: argparse.Namespace) -> Summary:
     store = Path(args.store)
-    lake = Path(args.lake) if args.lake else default_lake_dir(store)
+    lake = lake_at(args.lake, store)
     if not (store / STREAMS).is_dir():
         raise LakeError(f"store dir {store} has no streams folder ({STREAMS})")
+    try:
+        lake.check()
+    except LakeStoreError as exc:
+        raise LakeError(str(exc)) from exc
     if args.job == "compact" and not args.follow and not waiting_streams(store, lake):
         _print("compact: every stream's lake is up to date")
         return Summary()
-    spark = build_session(f"jetlake-{args.job}", master=args.spark_master)
+    spark = build_session(f"jetlake-{args.job}", master=args.spark_master, lake=lake)
     if args.job == "compact":
         compactor = Compactor(spark, store, lake, max_rows=args.max_rows, progress=_print)
         if args.follow:

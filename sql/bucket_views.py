@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from log.compactor.layout import LakeError, streams
+from log.compactor.location import Lake
 from log.compactor.rows import LAKE_SCHEMA
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def obj_frame(stream_view: DataFrame, bucket: str) -> DataFrame:
     )
 
 
-def bucket_views(spark: SparkSession, store_dir: Path, _lake: Path) -> dict[str, DataFrame]:
+def bucket_views(spark: SparkSession, store_dir: Path, _lake: Lake) -> dict[str, DataFrame]:
     """A view per KV bucket and object store (file storage, as the stream views)."""
     out: dict[str, DataFrame] = {}
     try:

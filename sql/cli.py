@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
         help="SQL over one view per stream (named as the stream), kv_<bucket> and obj_<bucket>",
     )
     p.add_argument("--store", required=True, help="store dir (the server's -sd)")
-    p.add_argument("--lake", help="lake dir (default: <store>/lake)")
+    p.add_argument("--lake", help="lake dir or s3://bucket/prefix (default: <store>/lake)")
     p.add_argument("--spark_master", help="Spark master (default: JETLAKE_SPARK_MASTER, local[*])")
     add_output_args(p)
     return p

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from log.compactor.layout import STREAMS, LakeError, StreamRef, default_lake_dir
+from log.compactor.location import Lake
 from log.compactor.rows import erased_rows, to_lake
 from log.compactor.tables import typed_parts
 from log.compactor.typed import SpecError, lake_spec, payload_of
@@ -43,13 +44,13 @@ class View:
     tail: pa.Table
 
 
-def lake_dir_of(folder: Path, given: Path | None) -> Path | None:
+def lake_dir_of(folder: Path, given: Lake | None) -> Lake | None:
     """The lake dir a stream folder's tables are under: `given`, else `<store>/lake` when the
     folder sits where the server puts streams (None: neither). It may not exist yet."""
     if given is not None:
         return given
     if folder.parent.as_posix().endswith(STREAMS.as_posix()):
-        return default_lake_dir(folder.parents[len(STREAMS.parts)])
+        return Lake.at(default_lake_dir(folder.parents[len(STREAMS.parts)]))
     return None
 
 
@@ -74,7 +75,7 @@ def view_names(name: str, folder: Path) -> list[str]:
     ]
 
 
-def stream_views(name: str, folder: Path, lake: Path | None, read: LiveReader) -> dict[str, View]:
+def stream_views(name: str, folder: Path, lake: Lake | None, read: LiveReader) -> dict[str, View]:
     """View name -> parts for one stream folder, the stream's own view named `name`."""
     ref = _ref(folder)
     if ref is None:
@@ -82,7 +83,8 @@ def stream_views(name: str, folder: Path, lake: Path | None, read: LiveReader) -
     lake_dir = lake_dir_of(folder, lake)
     # Without a lake dir the stream is read as the server alone keeps it (deleted messages
     # left out), but a typed stream's payloads are typed all the same.
-    parts = union_parts(ref, lake_dir if lake_dir is not None and lake_dir.is_dir() else None, read)
+    there = lake_dir is not None and (lake_dir.remote or lake_dir.path().is_dir())
+    parts = union_parts(ref, lake_dir if there else None, read)
     typed = typed_parts(ref, parts.tail, lake_dir) if lake_dir is not None else None
     if lake_dir is None or typed is None:
         return {name: View(_lake_part(parts, parts.lake, cut=False), parts.tail)}

@@ -63,6 +63,7 @@ import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
 from log.compactor.layout import META_FILE, REPLICA_FILE, LakeError
+from log.compactor.location import Lake
 from log.segments import CorruptSegmentError, list_segments, read_table
 from log.segments.segment import SUFFIX, discover, read_batches
 from log.state_file import StateFileError, read_state
@@ -189,7 +190,7 @@ def load_stream(
 
 
 def _views(
-    name: str, folder: Path, lake: Path | None, warn: Callable[[str], None]
+    name: str, folder: Path, lake: Lake | None, warn: Callable[[str], None]
 ) -> dict[str, View]:
     def read(path: Path, **kw: Any) -> pa.Table:
         return load_stream(name, path, warn, **kw)
@@ -201,7 +202,7 @@ def _views(
 
 
 def query(
-    sql: str, streams: dict[str, Path], warn: Callable[[str], None], lake: Path | None = None
+    sql: str, streams: dict[str, Path], warn: Callable[[str], None], lake: Lake | None = None
 ) -> pa.Table | None:
     """Run `sql` over one view per stream; None for a statement that returns nothing."""
     try:
@@ -358,8 +359,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", help="only this stream")
     p.add_argument(
         "--lake",
-        type=Path,
-        help="lake dir (default: <store>/lake if there is one; none: live segments only)",
+        type=Lake.at,
+        help="lake dir or s3://bucket/prefix (default: <store>/lake if there is one; "
+        "none: live segments only)",
     )
     add_output_args(p)
     return p
@@ -381,8 +383,9 @@ def main(argv: list[str]) -> int:
         if args.sql is None:
             result: Result | None = segments(streams, args.store)
         else:
-            if args.lake is not None and not args.lake.is_dir():
-                raise InspectError(f"lake dir {args.lake} does not exist or is not a directory")
+            lake = args.lake
+            if lake is not None and not lake.remote and not lake.path().is_dir():
+                raise InspectError(f"lake dir {lake.root} does not exist or is not a directory")
             table = query(args.sql, streams, warn, args.lake)
             result = None if table is None else to_result(table)
     except InspectError as err:

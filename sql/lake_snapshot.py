@@ -25,13 +25,13 @@ datasets lack (deletion vectors, column mapping) is read whole through
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from log.compactor.location import LakePath
 from log.compactor.rows import LAKE_SCHEMA, SPARK_DDL, spark_schema
 
 if TYPE_CHECKING:
@@ -43,27 +43,28 @@ PARTITION = "date"
 
 @dataclass(frozen=True, slots=True)
 class LakeSnapshot:
-    table: Path
+    table: LakePath
     version: int
     done: int  # L: the last seq this version holds
     files: tuple[str, ...] | None  # None: only delta-spark reads this version right
     delta: DeltaTable = field(compare=False, repr=False)  # opened at that version
 
 
-def lake_snapshot(table: Path, app_id: str) -> LakeSnapshot | None:
+def lake_snapshot(table: LakePath, app_id: str) -> LakeSnapshot | None:
     """The table's current version (None when there is no table yet)."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    from log.compactor.tables import open_table
+
     try:
-        opened = DeltaTable(str(table))
+        opened = open_table(table)
     except TableNotFoundError:
         return None
     done = int(opened.transaction_version(app_id) or 0)
     return LakeSnapshot(table, opened.version(), done, _parquet_files(table, opened), opened)
 
 
-def _parquet_files(table: Path, opened: DeltaTable) -> tuple[str, ...] | None:
+def _parquet_files(table: LakePath, opened: DeltaTable) -> tuple[str, ...] | None:
     """The version's data files, if reading them as Parquet gives exactly its rows."""
     if opened.protocol().min_reader_version != 1:
         return None
@@ -79,7 +80,7 @@ def _parquet_files(table: Path, opened: DeltaTable) -> tuple[str, ...] | None:
         folder, _, name = path.partition("/")
         if date is None or folder != f"{PARTITION}={date.isoformat()}" or not _plain(name):
             return None
-        files.append(f"{table}/{path}")
+        files.append(f"{table.spark}/{path}")
     return tuple(files)
 
 
@@ -88,13 +89,13 @@ def _plain(name: str) -> bool:
     return bool(name) and not any(c in name for c in "/%:")
 
 
-_FRAMES: dict[Path, tuple[int, DataFrame]] = {}
+_FRAMES: dict[LakePath, tuple[int, DataFrame]] = {}
 
 
 def lake_frame(spark: SparkSession, snapshot: LakeSnapshot) -> DataFrame:
     """The rows of the snapshot with seq <= L, as a DataFrame."""
     if snapshot.files is None:
-        frame = spark.read.format("delta").load(str(snapshot.table))
+        frame = spark.read.format("delta").load(snapshot.table.spark)
         return frame.where(f"seq <= {snapshot.done}")
     kept = _FRAMES.get(snapshot.table)
     if kept is not None and kept[0] == snapshot.version and kept[1].sparkSession is spark:
@@ -103,7 +104,7 @@ def lake_frame(spark: SparkSession, snapshot: LakeSnapshot) -> DataFrame:
     schema = SPARK_DDL if columns.names == LAKE_SCHEMA.names else spark_schema(columns)
     if snapshot.files:
         # A typed table's older files lack the columns added since: Parquet reads them null.
-        reader = spark.read.schema(schema).option("basePath", str(snapshot.table))
+        reader = spark.read.schema(schema).option("basePath", snapshot.table.spark)
         frame = reader.parquet(*snapshot.files)
     else:
         frame = spark.createDataFrame([], schema)
@@ -120,10 +121,8 @@ def lake_dataset(snapshot: LakeSnapshot) -> ds.Dataset | pa.Table:
     try:
         return snapshot.delta.to_pyarrow_dataset(
             # deltalake's default file system calls back into Python for every read;
-            # the table is a local folder, which Arrow's own file system reads natively.
-            filesystem=pafs.SubTreeFileSystem(
-                str(snapshot.table.absolute()), pafs.LocalFileSystem()
-            ),
+            # Arrow's own (a local folder's or S3's) reads natively.
+            filesystem=pafs.SubTreeFileSystem(snapshot.table.fs_path, snapshot.table.lake.fs),
             # Few distinct values, stored dictionary-encoded: read as dictionaries, DuckDB
             # groups and filters on them 2-3 times faster than on the strings spelled out.
             parquet_read_options=ds.ParquetReadOptions(dictionary_columns=_DICTIONARY_COLUMNS),

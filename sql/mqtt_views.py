@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from log.compactor.layout import LakeError, streams
+from log.compactor.location import Lake
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -62,7 +63,7 @@ def messages_frame(stream_view: DataFrame) -> DataFrame:
     )
 
 
-def mqtt_views(spark: SparkSession, store_dir: Path, _lake: Path) -> dict[str, DataFrame]:
+def mqtt_views(spark: SparkSession, store_dir: Path, _lake: Lake) -> dict[str, DataFrame]:
     """`mqtt_messages` when the store has an MQTT messages stream (file storage, as always)."""
     try:
         found = any(s.name == MSGS_STREAM and s.storage == "file" for s in streams(store_dir))

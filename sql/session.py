@@ -6,8 +6,9 @@
     refresh(spark, store_dir="./data")   # see messages published since
 
 `lake_dir` defaults to `<store_dir>/lake`, where the server's compactor puts
-tables; the master follows `build_session` (argument, JETLAKE_SPARK_MASTER,
-`local[*]`).
+tables (an `s3://bucket/prefix` URI names a lake in object storage, reached with
+the standard AWS settings: `log.compactor.location`); the master follows
+`build_session` (argument, JETLAKE_SPARK_MASTER, `local[*]`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from log.compactor.layout import default_lake_dir
+from log.compactor.layout import lake_at
+from log.compactor.location import LakeAt
 from log.compactor.spark import build_session
 from sql.views import DEFAULT_BUILDERS, ViewBuilder, register_views
 
@@ -28,21 +30,20 @@ def refresh(
     spark: SparkSession,
     *,
     store_dir: str | Path,
-    lake_dir: str | Path | None = None,
+    lake_dir: LakeAt | None = None,
     builders: Iterable[ViewBuilder] = DEFAULT_BUILDERS,
 ) -> list[str]:
     """Re-register the views so they include the newest acknowledged messages."""
-    lake = Path(lake_dir) if lake_dir is not None else default_lake_dir(store_dir)
-    return register_views(spark, store_dir, lake, builders)
+    return register_views(spark, store_dir, lake_at(lake_dir, store_dir), builders)
 
 
 def session(
     *,
     store_dir: str | Path,
-    lake_dir: str | Path | None = None,
+    lake_dir: LakeAt | None = None,
     master: str | None = None,
     builders: Iterable[ViewBuilder] = DEFAULT_BUILDERS,
 ) -> SparkSession:
-    spark = build_session("jetlake-sql", master=master)
+    spark = build_session("jetlake-sql", master=master, lake=lake_at(lake_dir, store_dir))
     refresh(spark, store_dir=store_dir, lake_dir=lake_dir, builders=builders)
     return spark

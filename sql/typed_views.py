@@ -17,12 +17,12 @@ which is what the table will hold once Delta merges the new column in.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from log.compactor.layout import StreamRef
+from log.compactor.location import Lake
 from log.compactor.rows import erased, spark_schema
 from log.compactor.tables import typed_parts
 from sql.lake_snapshot import lake_frame, lake_snapshot
@@ -37,7 +37,7 @@ TailFrame = Callable[["SparkSession", str, pa.Table], "DataFrame | None"]
 def typed_frames(
     spark: SparkSession,
     stream: StreamRef,
-    lake_dir: Path,
+    lake_dir: Lake,
     parts: UnionParts,
     tail_frame: TailFrame,
 ) -> dict[str, DataFrame] | None:
@@ -61,7 +61,7 @@ def typed_frames(
 
 
 def _lake_part(
-    spark: SparkSession, stream: StreamRef, lake_dir: Path, parts: UnionParts, table: str
+    spark: SparkSession, stream: StreamRef, lake_dir: Lake, parts: UnionParts, table: str
 ) -> DataFrame | None:
     if parts.lake is None:
         return None

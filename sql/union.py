@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from log.compactor.layout import StreamRef, read_pin
+from log.compactor.location import Lake
 from log.compactor.rows import drop_erased, to_lake
 from log.segments import read_table
 from log.segments.filestore import EXPLICIT
@@ -64,7 +65,7 @@ class UnionParts:
 
 
 def union_parts(
-    stream: StreamRef, lake_dir: Path | None, read: LiveReader = _read_live
+    stream: StreamRef, lake_dir: Lake | None, read: LiveReader = _read_live
 ) -> UnionParts:
     """The cut of one stream (see the module doc for why it is exact)."""
     table = stream.table_path(lake_dir) if stream.lake_on and lake_dir is not None else None

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from log.compactor.layout import LakeError, StreamRef, streams
+from log.compactor.location import Lake
 from log.compactor.rows import SPARK_DDL, erased, spark_schema
 from log.compactor.spark import resolve_master
 from sql.bucket_views import bucket_views
@@ -40,10 +41,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetlake.sql")
 
-ViewBuilder = Callable[["SparkSession", Path, Path], dict[str, "DataFrame"]]
+ViewBuilder = Callable[["SparkSession", Path, Lake], dict[str, "DataFrame"]]
 
 
-def stream_frames(spark: SparkSession, stream: StreamRef, lake_dir: Path) -> dict[str, DataFrame]:
+def stream_frames(spark: SparkSession, stream: StreamRef, lake_dir: Lake) -> dict[str, DataFrame]:
     """The union read of one stream, cut where `sql.union` says (see there why it is exact):
     one view, or a typed stream's several (`sql.typed_views`)."""
     parts = union_parts(stream, lake_dir)
@@ -94,7 +95,7 @@ def _staging_dir() -> Path:
     return folder
 
 
-def stream_views(spark: SparkSession, store_dir: Path, lake_dir: Path) -> dict[str, DataFrame]:
+def stream_views(spark: SparkSession, store_dir: Path, lake_dir: Lake) -> dict[str, DataFrame]:
     """A view per file stream of the store (memory streams have no files to read)."""
     out: dict[str, DataFrame] = {}
     try:
@@ -114,13 +115,13 @@ DEFAULT_BUILDERS: tuple[ViewBuilder, ...] = (stream_views, bucket_views, mqtt_vi
 def register_views(
     spark: SparkSession,
     store_dir: str | Path,
-    lake_dir: str | Path,
+    lake_dir: Lake,
     builders: Iterable[ViewBuilder] = DEFAULT_BUILDERS,
 ) -> list[str]:
     """Register (or refresh) every builder's views as temp views; return their names."""
     names: list[str] = []
     for build in builders:
-        for name, frame in build(spark, Path(store_dir), Path(lake_dir)).items():
+        for name, frame in build(spark, Path(store_dir), lake_dir).items():
             # Quoted: stream names such as MQTT's `$MQTT_msgs` are no bare identifiers.
             frame.createOrReplaceTempView(f"`{name.replace('`', '``')}`")
             names.append(name)

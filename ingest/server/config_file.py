@@ -29,6 +29,7 @@ from ingest.server.settings import (
     parse_duration,
     storage_size,
 )
+from log.compactor.location import S3Options
 
 # -- typed access to a table ------------------------------------------------
 
@@ -345,6 +346,8 @@ def _jetstream_key(section: _Section, name: str, out: dict[str, Any]) -> dict[st
 
 
 _LAKE_INTERVALS = ("seal_interval", "compact_interval", "optimize_interval")
+_S3_STRINGS = ("endpoint", "region", "access_key", "secret_key")
+_S3_FLAGS = ("path_style", "allow_http")
 
 
 def _lake(top: _Section, key: str, out: dict[str, Any]) -> None:
@@ -365,9 +368,25 @@ def _lake(top: _Section, key: str, out: dict[str, Any]) -> None:
             if seconds < 0:
                 raise section.error(name, f"lake {lowered} cannot be negative")
             lake[lowered] = seconds
+        elif lowered == "s3":
+            lake["s3"] = _lake_s3(section.section(name))
         else:
             section.unknown(name)
     out["lake"] = lake
+
+
+def _lake_s3(section: _Section) -> S3Options:
+    """`lake { s3 { … } }`: the names Spark's S3A, delta-rs and the AWS CLI share."""
+    given: dict[str, Any] = {}
+    for name in section.table:
+        lowered = name.lower()
+        if lowered in _S3_STRINGS:
+            given[lowered] = section.string(name)
+        elif lowered in _S3_FLAGS:
+            given[lowered] = section.boolean(name)
+        else:
+            section.unknown(name)
+    return S3Options(**given)
 
 
 def _int32(section: _Section, key: str) -> int:

@@ -32,6 +32,14 @@ the table dir), so a follower still has every row the lake lacks when it is
 elected. A new leader's compactor starts from the seq the table records; the
 deposed leader's, if it still runs for a moment, loses its conditional append
 (`log.compactor.txn`) rather than duplicating a row.
+
+A lake in object storage (`s3://…`) is never called from the server's loop: a
+store that is slow or gone would stall every client. A worker thread checks
+the bucket and reads the shared pins once per tick; the tick uses what it last
+found. While the bucket is missing or refuses the credentials, `/jsz` says so,
+naming the bucket, and no compactor is started (it could only fail); reclaim
+waits and publishes go on being acknowledged, the live log being the buffer.
+The bucket's options reach the compactor in its environment, never argv.
 """
 
 from __future__ import annotations
@@ -56,8 +64,10 @@ from log.compactor.layout import (
     describe_replica,
     lake_enabled,
     lake_seq,
+    read_shared_pin,
     read_typing,
 )
+from log.compactor.location import Lake, LakeStoreError
 from log.compactor.typed.registry import PREFIX as SCHEMAS_PREFIX
 from log.compactor.typed.registry import STREAM as SCHEMAS_STREAM
 from log.config import StreamConfig
@@ -98,7 +108,7 @@ class LakeSupervisor:
     def __init__(self, config: LakeConfig) -> None:
         self.config = config
         self.store_base = Path()
-        self.lake_dir = Path()
+        self.lake = Lake.at(".")
         self._js: JetStream | None = None
         self._task: asyncio.Task[None] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -110,6 +120,10 @@ class LakeSupervisor:
         self._refs: dict[str, StreamRef] = {}  # the lake streams of the last tick
         self._typing_seen: dict[str, int] = {}  # per stream: mtime of the typing record read
         self._inferred: dict[str, bytes] = {}  # per inferred table: the schema last published
+        self._watch: asyncio.Task[None] | None = None  # a remote lake's store, off the loop
+        self._shared: dict[str, int] = {}  # by app id: a remote lake's shared pins, as last read
+        self.store_error: str | None = None  # the bucket missing, credentials refused, …
+        self._store_ok = True  # a remote lake: its bucket answered the last check
 
     # -- the store opener JetStream calls ----------------------------------------------
 
@@ -129,22 +143,25 @@ class LakeSupervisor:
         self._js = js
         self._clustered = js.cluster is not None
         self.store_base = js.store_dir.parent
-        self.lake_dir = (
-            Path(self.config.dir) if self.config.dir else default_lake_dir(self.store_base)
-        )
-        self._task = asyncio.get_running_loop().create_task(self._run())
-        log.info("Lake on: tables in %s, seal every %gs", self.lake_dir, self.config.seal_interval)
+        self.lake = Lake.at(self.config.dir or default_lake_dir(self.store_base), self.config.s3)
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run())
+        if self.lake.remote:
+            self._store_ok = False  # until the first check of the bucket answers
+            self._watch = loop.create_task(self._watch_store())
+        log.info("Lake on: tables in %s, seal every %gs", self.lake.root, self.config.seal_interval)
         if self._clustered and not self.config.dir:
             log.warning(
                 "Lake: clustered with the default lake dir %s; give every server the same "
                 "`lake { dir }` or each replica's leader writes its own table",
-                self.lake_dir,
+                self.lake.root,
             )
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        for task in (self._task, self._watch):
+            if task is not None:
+                task.cancel()
+        self._task = self._watch = None
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -162,6 +179,39 @@ class LakeSupervisor:
             except Exception:
                 log.exception("lake supervisor: tick failed")
             await asyncio.sleep(interval)
+
+    async def _watch_store(self) -> None:
+        """A remote lake: check the bucket and read the shared pins in a thread, each tick."""
+        interval = min(max(self.config.seal_interval / 2, 0.05), _TICK_MAX)
+        while True:
+            refs = list(self._refs.values())
+            try:
+                await asyncio.to_thread(self._read_store, refs)
+            except Exception:
+                log.exception("lake supervisor: reading the lake's store failed")
+            await asyncio.sleep(interval)
+
+    def _read_store(self, refs: list[StreamRef]) -> None:
+        try:
+            self.lake.check()
+        except LakeStoreError as exc:
+            if self.store_error is None:  # once per outage (each answer has its own request id)
+                log.error("Lake unavailable: %s", exc)
+            self.store_error = str(exc)
+            self._store_ok = False
+            return
+        self._store_ok = True
+        if self.store_error is not None:
+            log.info("Lake available again: %s", self.lake.root)
+            self.store_error = None
+        pins = {ref.app_id: read_shared_pin(ref, self.lake) for ref in refs}
+        self._shared = {app_id: pin.seq for app_id, pin in pins.items() if pin is not None}
+
+    def _lake_seq(self, ref: StreamRef) -> int:
+        """The pins' seq: the lake's read now from a folder, as last read from a bucket."""
+        if self.lake.remote:
+            return max(lake_seq(ref, None), self._shared.get(ref.app_id, 0))
+        return lake_seq(ref, self.lake)
 
     # -- one tick -----------------------------------------------------------------------
 
@@ -182,7 +232,7 @@ class LakeSupervisor:
             if not ref.lake_on:
                 store.hold_for_lake(None)
                 continue
-            done = lake_seq(ref, self.lake_dir)
+            done = self._lake_seq(ref)
             store.hold_for_lake(done)
             store.seal(older_than_ns=bound)
             store.merge_small()
@@ -222,12 +272,12 @@ class LakeSupervisor:
         behind = max(last - done, 0)
         oldest = store.ts_after(done) if behind else None
         seconds = max(now - oldest, 0) / 1e9 if oldest is not None else 0.0
-        return Lag(ref.name, done, behind, seconds, str(ref.table_path(self.lake_dir)))
+        return Lag(ref.name, done, behind, seconds, str(ref.table_path(self.lake)))
 
     # -- the compactor process ----------------------------------------------------------
 
     def _ensure_compactor(self) -> None:
-        if self.config.compact_interval <= 0:
+        if self.config.compact_interval <= 0 or not self._store_ok:
             return
         if self._proc is not None:
             code = self._proc.poll()
@@ -247,7 +297,7 @@ class LakeSupervisor:
             "--store",
             str(self.store_base),
             "--lake",
-            str(self.lake_dir),
+            self.lake.root,
             "--interval",
             str(self.config.compact_interval),
             "--optimize_interval",
@@ -257,7 +307,8 @@ class LakeSupervisor:
         ]
         if self.config.spark_master:
             argv += ["--spark_master", self.config.spark_master]
-        self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        env = {**os.environ, **self.lake.child_env()}
+        self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env)
         log.info("Started the lake compactor (pid %d)", self._proc.pid)
 
     def status(self) -> dict[str, Any]:
@@ -271,11 +322,14 @@ class LakeSupervisor:
             typing = self.typing(name)
             if typing:
                 streams[name].update(rejects=typing.get("rejects", 0), tables=typing["tables"])
-        return {
-            "dir": str(self.lake_dir),
+        out: dict[str, Any] = {
+            "dir": self.lake.root,
             "compactor": {"running": running, "pid": self._proc.pid if running else 0},
             "streams": streams,
         }
+        if self.store_error is not None:
+            out["error"] = self.store_error
+        return out
 
     def _publish_inferred(self, ref: StreamRef) -> None:
         """Put each inferred table's schema (JSON Schema) in the schemas bucket, key

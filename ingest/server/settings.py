@@ -13,6 +13,7 @@ from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
 from ingest.server.accounts.settings import AccountConfig
 from ingest.server.cluster.settings import ClusterConfig
 from ingest.server.mappings import SubjectMapping
+from log.compactor.location import S3Options
 
 DEFAULT_PORT = 4222
 DEFAULT_AUTH_TIMEOUT = 2.0
@@ -82,7 +83,8 @@ class LakeConfig:
     """
 
     enabled: bool = False
-    dir: str | None = None  # None: <store_dir>/lake
+    dir: str | None = None  # None: <store_dir>/lake; a folder or s3://bucket/prefix
+    s3: S3Options | None = None  # `lake { s3 { … } }`; None: the AWS environment decides
     spark_master: str | None = None  # None: JETLAKE_SPARK_MASTER, else local[*]
     seal_interval: float = 0.5
     compact_interval: float = 1.0

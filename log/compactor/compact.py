@@ -31,7 +31,7 @@ server sealing the active segment every `seal_interval` instead.
 from __future__ import annotations
 
 import logging
-import shutil
+import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -57,6 +57,7 @@ from log.compactor.layout import (
     write_routing,
     write_shared_pin,
 )
+from log.compactor.location import Lake, LakePath, as_lake
 from log.compactor.rows import LAKE_SCHEMA, SPARK_DDL, drop_erased, erased, spark_schema, to_lake
 from log.compactor.txn import LakeMoved, append_after, is_conflict, rewrite_after
 from log.compactor.typed import (
@@ -116,13 +117,12 @@ class Summary:
         )
 
 
-def lake_progress(table: Path, app_id: str) -> int:
+def lake_progress(table: LakePath, app_id: str) -> int:
     """L: the last seq the Delta log records for app_id (0 when no table or no append yet)."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        version = DeltaTable(str(table)).transaction_version(app_id)
+        version = tables.open_table(table).transaction_version(app_id)
     except TableNotFoundError:
         return 0
     return int(version or 0)
@@ -140,7 +140,7 @@ def _groups(segments: list[SegmentInfo], max_rows: int) -> list[list[SegmentInfo
     return groups
 
 
-def waiting_streams(store_dir: Path, lake_dir: Path) -> list[str]:
+def waiting_streams(store_dir: Path, lake_dir: Lake) -> list[str]:
     """Lake streams with a sealed segment or an explicit delete the lake lacks; no JVM needed,
     so a cron job with nothing to do exits without starting Spark."""
     out = []
@@ -171,17 +171,17 @@ class Compactor:
         self,
         spark: SparkSession,
         store_dir: str | Path,
-        lake_dir: str | Path,
+        lake_dir: Lake | str | os.PathLike[str],
         *,
         max_rows: int = MAX_ROWS,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         self.spark = spark
         self.store_dir = Path(store_dir)
-        self.lake_dir = Path(lake_dir)
+        self.lake_dir = as_lake(lake_dir)  # a folder or a bucket (`log.compactor.location`)
         self.max_rows = max_rows
         self._progress = progress or log.info
-        self._committed: dict[Path, StreamRef] = {}  # tables committed to since warm()
+        self._committed: dict[LakePath, StreamRef] = {}  # tables committed to since warm()
         self._token = uuid.uuid4().hex[:12]  # this compactor's staging, apart from another's
         self._registry: Registry | None = None
         self._direct: set[str] = set()  # tables whose last append went without Spark
@@ -297,7 +297,7 @@ class Compactor:
         return to_lake(stream.name, rows.filter(pc.greater(rows.column("seq"), done)))
 
     def _append(
-        self, stream: StreamRef, table: Path, rows: pa.Table, after: int, version: int
+        self, stream: StreamRef, table: LakePath, rows: pa.Table, after: int, version: int
     ) -> None:
         """One conditional Delta transaction (an empty one still records the version).
 
@@ -317,8 +317,8 @@ class Compactor:
             return
         self._direct.discard(str(table))
         self._sweep_staging(stream)
-        staging = self.lake_dir / STAGING / f"{stream.name}-{table.name}-{version}-{self._token}"
-        staging.mkdir(parents=True)
+        staging = self.lake_dir.path(STAGING, f"{stream.name}-{table.name}-{version}-{self._token}")
+        staging.mkdir()
         struct = spark_schema(rows.schema)
         typed = rows.schema.names != LAKE_SCHEMA.names
         known = tables.table_schema(table) if typed else None
@@ -349,7 +349,7 @@ class Compactor:
                 self.spark, frame, table, app_id=stream.app_id, after=after, version=version
             )
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            staging.remove_tree()
 
     @staticmethod
     def _direct_ok(table: object, rows: pa.Table) -> bool:
@@ -357,16 +357,17 @@ class Compactor:
         to a table on a local disk (named by a plain path, not a URI)."""
         return "://" not in str(table) and len(rows) <= DIRECT_ROWS
 
-    def _stage(self, staging: Path, rows: pa.Table) -> DataFrame:
+    def _stage(self, staging: LakePath, rows: pa.Table) -> DataFrame:
         """The rows as Parquet files Spark reads (see `_append`), one per core when large."""
         cores = self.spark.sparkContext.defaultParallelism
         slices = max(1, min(cores, len(rows) // SLICE_ROWS))
         step = -(-len(rows) // slices)
         for k in range(slices):
-            pq.write_table(rows.slice(k * step, step), staging / f"part-{k}.parquet")
-        return self.spark.read.schema(spark_schema(rows.schema)).parquet(str(staging))
+            part = (staging / f"part-{k}.parquet").fs_path
+            pq.write_table(rows.slice(k * step, step), part, filesystem=self.lake_dir.fs)
+        return self.spark.read.schema(spark_schema(rows.schema)).parquet(staging.spark)
 
-    def _create(self, stream: StreamRef, table: Path, struct: StructType) -> None:
+    def _create(self, stream: StreamRef, table: LakePath, struct: StructType) -> None:
         """Before a table's first append: create it (empty, version 0, claiming no row)
         unless it exists; another compactor creating it at the same moment is as good."""
         try:
@@ -378,7 +379,7 @@ class Compactor:
     def _evolve(
         self,
         stream: StreamRef,
-        table: Path,
+        table: LakePath,
         known: pa.Schema,
         schema: pa.Schema,
         struct: StructType,
@@ -396,7 +397,7 @@ class Compactor:
                 .write.format("delta")
                 .mode("append")
                 .option("mergeSchema", "true")
-                .save(str(table))
+                .save(table.spark)
             )
         except Exception as exc:  # py4j; name the stream and the table
             raise LakeError(
@@ -409,16 +410,12 @@ class Compactor:
         Another server's compactor of the stream may be staging at this moment
         (a replicated stream changing leader), so each compactor stages under
         its own token, and only folders older than any append takes are swept."""
-        root = self.lake_dir / STAGING
         stale = time.time() - STAGING_STALE
-        for old in root.glob(f"{stream.name}-*") if root.is_dir() else ():
-            try:
-                if old.stat().st_mtime < stale:
-                    shutil.rmtree(old, ignore_errors=True)
-            except FileNotFoundError:
-                continue
+        for old in self.lake_dir.path(STAGING).children(f"{stream.name}-*"):
+            if (old.mtime() or time.time()) < stale:
+                old.remove_tree()
 
-    def _write(self, frame: DataFrame, stream: StreamRef, table: Path, version: int) -> None:
+    def _write(self, frame: DataFrame, stream: StreamRef, table: LakePath, version: int) -> None:
         """An append with Delta's idempotent-write options: skipped if the version is recorded.
 
         Used only with version 0, which claims no row: to create the table and to warm it."""
@@ -429,7 +426,7 @@ class Compactor:
                 .partitionBy("date")
                 .option("txnAppId", stream.app_id)
                 .option("txnVersion", version)
-                .save(str(table))
+                .save(table.spark)
             )
         except Exception as exc:  # py4j and Spark raise many kinds; name the stream and table
             raise LakeError(f"stream {stream.name}: append to {table} failed: {exc}") from exc
@@ -455,7 +452,7 @@ class Compactor:
                 log.error("warm: %s", exc)
 
     def _carry_deletes(
-        self, stream: StreamRef, paths: list[Path], pin: Pin, known: int, before: int
+        self, stream: StreamRef, paths: list[LakePath], pin: Pin, known: int, before: int
     ) -> int:
         """Erase from the table what was logged since the pin's offset; returns how many.
 
@@ -475,11 +472,11 @@ class Compactor:
             from delta.tables import DeltaTable
 
             for table in paths:
-                if not (table / "_delta_log").is_dir():
+                if not table.is_delta_table():
                     continue
                 self._progress(f"compact {stream.name}: erasing {len(in_lake)} runs from {table}")
                 try:
-                    DeltaTable.forPath(self.spark, str(table)).delete(erased(in_lake))
+                    DeltaTable.forPath(self.spark, table.spark).delete(erased(in_lake))
                 except Exception as exc:
                     raise LakeError(
                         f"stream {stream.name}: delete in {table} failed: {exc}"

@@ -46,7 +46,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from log.state_file import StateFileError, read_state, write_state
+from log.compactor.location import Lake, LakeAt, LakePath, LakeStoreError, as_lake
+from log.state_file import StateFileError, decode_state, encode_state, read_state, write_state
 from log.timefmt import parse_rfc3339
 
 log = logging.getLogger("jetlake.lake")
@@ -74,6 +75,11 @@ def lake_enabled(storage: str, metadata: Mapping[str, str]) -> bool:
 
 def default_lake_dir(store_dir: str | os.PathLike[str]) -> Path:
     return Path(store_dir) / "lake"
+
+
+def lake_at(where: LakeAt | None, store_dir: str | os.PathLike[str]) -> Lake:
+    """The lake a command names (`--lake`, a folder or an `s3://` URI), else the store's."""
+    return as_lake(where if where else default_lake_dir(store_dir))
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,16 +129,17 @@ class StreamRef:
     def app_id(self) -> str:
         return f"jetlake:{self.name}:{self.created}"
 
-    def table_path(self, lake_dir: str | os.PathLike[str]) -> Path:
+    def table_path(self, lake: LakeAt) -> LakePath:
+        lake = as_lake(lake)
         root = self.metadata.get(LAKE_TABLE)
-        base = Path(root) if root else Path(lake_dir) / self.name
+        base = lake.locate(root) if root else lake.path(self.name)
         return base / self.incarnation
 
-    def typed_table_path(self, lake_dir: str | os.PathLike[str], table: str) -> Path:
+    def typed_table_path(self, lake: LakeAt, table: str) -> LakePath:
         """A typed stream's table by name: the stream's own (named as the stream) is
         `table_path`; fan-out and rejects tables sit beside it, `<created>.<table>`, at the
         depth the maintenance jobs look for tables."""
-        main = self.table_path(lake_dir)
+        main = self.table_path(lake)
         return main if table == self.name else main.with_name(f"{main.name}.{table}")
 
 
@@ -171,17 +178,18 @@ def write_pin(stream: StreamRef, pin: Pin) -> None:
     _replace(stream.dir / PIN_FILE, asdict(pin))
 
 
-def read_shared_pin(stream: StreamRef, lake_dir: str | os.PathLike[str]) -> Pin | None:
-    """The lake's pin in the table dir (None: no commit yet, unreadable, or another's)."""
-    return _read_pin(stream.table_path(lake_dir) / SHARED_PIN_FILE, stream)
+def read_shared_pin(stream: StreamRef, lake: LakeAt) -> Pin | None:
+    """The lake's pin in the table dir (None: no commit yet, unreadable, or another's,
+    or the lake's store cannot be reached: reclaim then waits on this replica's own pin)."""
+    return _read_pin(stream.table_path(lake) / SHARED_PIN_FILE, stream)
 
 
-def _read_pin(path: Path, stream: StreamRef) -> Pin | None:
+def _read_pin(path: Path | LakePath, stream: StreamRef) -> Pin | None:
     """A damaged pin is reported and read as none: the pin only lags the Delta log, so
     without one reclaim waits and the compactor reads its progress from the log. The
     checksum matters here: a flipped digit that still parsed could make it lead."""
     try:
-        pin = Pin(**read_state(path))
+        pin = Pin(**decode_state(path.read_bytes(), Path(str(path))))
     except OSError:
         return None
     except (StateFileError, TypeError) as exc:
@@ -190,22 +198,28 @@ def _read_pin(path: Path, stream: StreamRef) -> Pin | None:
     return pin if pin.app_id == stream.app_id else None
 
 
-def write_shared_pin(stream: StreamRef, lake_dir: str | os.PathLike[str], seq: int) -> None:
+def write_shared_pin(stream: StreamRef, lake: LakeAt, seq: int) -> None:
     """Raise the lake's pin to `seq` after a commit (a late writer does not lower it).
 
     Read, compare and replace is not atomic: two writers at once may leave the
     lower seq, which only makes the servers hold reclaim a little longer."""
-    known = read_shared_pin(stream, lake_dir)
+    known = read_shared_pin(stream, lake)
     if known is not None and known.seq >= seq:
         return
-    table = stream.table_path(lake_dir)
+    table = stream.table_path(lake)
     pin = Pin(stream.app_id, str(table), seq)
-    _replace(table / SHARED_PIN_FILE, asdict(pin))
+    try:
+        (table / SHARED_PIN_FILE).write_bytes(encode_state(asdict(pin)))
+    except FileNotFoundError:  # the table dir is gone (a folder lake): nothing to pin
+        return
+    except LakeStoreError as exc:  # only delays other replicas' reclaim
+        log.warning("lake pin of stream %s not written: %s", stream.name, exc)
 
 
-def lake_seq(stream: StreamRef, lake_dir: str | os.PathLike[str]) -> int:
-    """The last seq the lake surely holds, as far as the pins tell (what reclaim waits for)."""
-    pins = (read_pin(stream), read_shared_pin(stream, lake_dir))
+def lake_seq(stream: StreamRef, lake: LakeAt | None) -> int:
+    """The last seq the lake surely holds, as far as the pins tell (what reclaim waits for):
+    this replica's own pin, or the lake's (None: not read here) if higher."""
+    pins = (read_pin(stream), read_shared_pin(stream, lake) if lake is not None else None)
     return max((pin.seq for pin in pins if pin is not None), default=0)
 
 

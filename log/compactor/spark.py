@@ -2,7 +2,9 @@
 
 Delta's jars are resolved from Maven Central when the project is set up
 (`make` copies them into `.venv/jars/`), never at a first query: a session
-started here only reads local files. Under `spark-submit` the submitter's own
+started here only reads local files. S3A's jars (hadoop-aws and the AWS SDK
+bundle, 0.7 GB) are added only for a lake in object storage, whose S3A
+settings come from the lake (`log.compactor.location`). Under `spark-submit` the submitter's own
 `--jars`/`--packages` win and no local jar is added.
 
 Master: the argument, else `JETLAKE_SPARK_MASTER`, else `local[*]`. The small
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from log.compactor.layout import LakeError
+from log.compactor.location import Lake
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
 MASTER_ENV = "JETLAKE_SPARK_MASTER"
 JARS_ENV = "JETLAKE_JARS"
 DEFAULT_MASTER = "local[*]"
+S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")  # only a remote lake's
 
 _CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -46,10 +50,12 @@ def resolve_master(master: str | None = None) -> str:
     return master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
 
 
-def local_jars() -> list[str]:
-    """Delta's jars installed at set-up: `$JETLAKE_JARS` or `<venv>/jars/`."""
+def local_jars(*, s3a: bool = False) -> list[str]:
+    """The lake's jars installed at set-up (`$JETLAKE_JARS` or `<venv>/jars/`): Delta's, and
+    with `s3a` S3A's too."""
     folder = Path(os.environ.get(JARS_ENV) or Path(sys.prefix) / "jars")
-    return sorted(str(p) for p in folder.glob("*.jar")) if folder.is_dir() else []
+    found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    return [str(p) for p in found if s3a or not p.name.startswith(S3A_JARS)]
 
 
 def under_submit() -> bool:
@@ -57,15 +63,19 @@ def under_submit() -> bool:
     return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
 
 
-def build_session(app_name: str, *, master: str | None = None) -> SparkSession:
-    """A session with Delta configured (or the running one, e.g. in a notebook or under submit)."""
+def build_session(
+    app_name: str, *, master: str | None = None, lake: Lake | None = None
+) -> SparkSession:
+    """A session with Delta configured (or the running one, e.g. in a notebook or under submit),
+    able to reach `lake` (its S3A settings and jars when it is in object storage)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    for key, value in _CONF.items():
+    remote = lake is not None and lake.remote
+    for key, value in {**_CONF, **(lake.spark_conf() if lake is not None else {})}.items():
         builder = builder.config(key, value)
     if not under_submit():
-        jars = local_jars()
+        jars = local_jars(s3a=remote)
         if not jars:
             raise LakeError(
                 f"no Delta jars in {os.environ.get(JARS_ENV) or Path(sys.prefix) / 'jars'}: "

@@ -24,11 +24,12 @@ commit and the group is finished by it (`log.compactor.compact`).
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from log.compactor.layout import StreamRef, read_typing, write_typing
+from log.compactor.layout import LakeError, StreamRef, read_typing, write_typing
+from log.compactor.location import Lake, LakePath
 from log.compactor.typed import (
     LakeSpec,
     Registry,
@@ -41,43 +42,58 @@ from log.compactor.typed import (
 from log.compactor.typed.columns import json_schema
 from log.compactor.typed.typer import retype
 
-
-def table_schema(path: Path) -> pa.Schema | None:
-    """The Delta table's schema as Arrow (None when there is no table yet)."""
+if TYPE_CHECKING:
     from deltalake import DeltaTable
+
+
+def open_table(path: LakePath, version: int | None = None) -> DeltaTable:
+    """The Delta table at `path` through `deltalake`, on a disk or in a bucket alike.
+
+    Raises TableNotFoundError when there is none; any other failure (the store gone,
+    credentials refused) as a LakeError naming the table."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, TableNotFoundError
+
+    try:
+        return DeltaTable(path.uri, version=version, storage_options=path.delta_options)
+    except TableNotFoundError:
+        raise
+    except (DeltaError, OSError) as exc:
+        raise LakeError(f"table {path}: {exc}") from exc
+
+
+def table_schema(path: LakePath) -> pa.Schema | None:
+    """The Delta table's schema as Arrow (None when there is no table yet)."""
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return pa.schema(DeltaTable(str(path)).schema().to_arrow())
+        return pa.schema(open_table(path).schema().to_arrow())
     except TableNotFoundError:
         return None
 
 
-def refit(path: Path, version: int, schema: pa.Schema) -> pa.Table:
+def refit(path: LakePath, version: int, schema: pa.Schema) -> pa.Table:
     """The table's rows at `version` retyped to `schema` (a column changing type)."""
-    from deltalake import DeltaTable
-
-    return retype(DeltaTable(str(path), version=version).to_pyarrow_table(), schema)
+    return retype(open_table(path, version).to_pyarrow_table(), schema)
 
 
-def row_count(path: Path) -> int:
+def row_count(path: LakePath) -> int:
     """Rows in the table's current version, from its file statistics (no data read)."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        adds = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
+        adds = pa.table(open_table(path).get_add_actions(flatten=True))
     except TableNotFoundError:
         return 0
     return int(pa.compute.sum(adds.column("num_records")).as_py() or 0) if len(adds) else 0
 
 
-def bases(stream: StreamRef, spec: LakeSpec, lake_dir: Path) -> dict[str, pa.Schema | None]:
+def bases(stream: StreamRef, spec: LakeSpec, lake_dir: Lake) -> dict[str, pa.Schema | None]:
     return {t.name: table_schema(stream.typed_table_path(lake_dir, t.name)) for t in spec.tables}
 
 
 def typed_parts(
-    stream: StreamRef, rows: pa.Table, lake_dir: Path, registry: Registry | None = None
+    stream: StreamRef, rows: pa.Table, lake_dir: Lake, registry: Registry | None = None
 ) -> dict[str, Typed] | None:
     """Lake-schema rows of a typed stream split and typed per table exactly as the compactor
     would append them now (None: the stream is raw). The union read types its tail with it.
@@ -95,8 +111,8 @@ def typed_parts(
 
 
 def side_parts(
-    stream: StreamRef, typed: dict[str, Typed], lake_dir: Path
-) -> list[tuple[Path, pa.Table]]:
+    stream: StreamRef, typed: dict[str, Typed], lake_dir: Lake
+) -> list[tuple[LakePath, pa.Table]]:
     """Every table but the stream's own, with its rows of this group, in commit order."""
     out = []
     for name, part in typed.items():
@@ -106,7 +122,7 @@ def side_parts(
     return out
 
 
-def record(stream: StreamRef, spec: LakeSpec, typed: dict[str, Typed], lake_dir: Path) -> int:
+def record(stream: StreamRef, spec: LakeSpec, typed: dict[str, Typed], lake_dir: Lake) -> int:
     """Write what `/jsz` shows (columns, conflicts, revisions, rejects per table, an inferred
     table's schema as JSON Schema); return the total of rejects. Counts come from the rejects
     tables themselves, so they are exact after a crash; conflicts and revisions accumulate."""

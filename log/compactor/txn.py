@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from log.compactor.layout import LakeError
+from log.compactor.location import LakePath
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -49,7 +49,7 @@ def is_conflict(exc: BaseException) -> bool:
 class LakeMoved(LakeError):
     """Another writer appended to the table since this one read its progress."""
 
-    def __init__(self, table: Path, app_id: str, expected: int, found: int | None) -> None:
+    def __init__(self, table: LakePath, app_id: str, expected: int, found: int | None) -> None:
         self.found = found
         now = f"records {found}" if found is not None else "was appended to concurrently"
         super().__init__(f"table {table}: {app_id} {now}, not {expected}: another compactor")
@@ -58,7 +58,7 @@ class LakeMoved(LakeError):
 def append_after(
     spark: SparkSession,
     frame: DataFrame,
-    table: Path,
+    table: LakePath,
     *,
     app_id: str,
     after: int,
@@ -75,7 +75,7 @@ def append_after(
 def rewrite_after(
     spark: SparkSession,
     build: Callable[[int], DataFrame],
-    table: Path,
+    table: LakePath,
     *,
     app_id: str,
     after: int,
@@ -93,7 +93,7 @@ def rewrite_after(
 def _commit_after(
     spark: SparkSession,
     build: Callable[[int], DataFrame],
-    table: Path,
+    table: LakePath,
     *,
     app_id: str,
     after: int,
@@ -103,7 +103,7 @@ def _commit_after(
     jvm: Any = spark._jvm  # type: ignore[attr-defined]
     delta = jvm.org.apache.spark.sql.delta
     try:
-        txn = delta.DeltaLog.forTable(spark._jsparkSession, str(table)).startTransaction()
+        txn = delta.DeltaLog.forTable(spark._jsparkSession, table.spark).startTransaction()
         if txn.readVersion() < 0:
             raise LakeError(f"table {table}: no Delta table to append to")
         found = max(int(txn.txnVersion(app_id)), 0)  # -1: the app id never appended

@@ -20,10 +20,12 @@ from pyspark.sql import SparkSession
 
 from log.compactor.compact import Compactor, Summary
 from log.compactor.layout import META_FILE, STREAMS, StreamRef
+from log.compactor.location import Lake as LakeAt
 from log.compactor.spark import build_session
 from log.segments import FileStore, NewMsg, list_segments
 from log.timefmt import rfc3339
 from sql.session import refresh
+from tests.support.seaweed import SeaweedS3, spark_shape
 from tests.support.servers import ServerError, ServerProcess, start_server
 
 LAKE_CONF = 'lake { seal_interval: "200ms", compact_interval: 0 }\n'
@@ -32,9 +34,34 @@ DEADLINE = 30.0
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = build_session("jetlake-tests", master="local[2]")
+    session = build_session("jetlake-tests", master="local[2]", lake=spark_shape())
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """One real S3-compatible server (SeaweedFS) for the tests of a worker; a bucket each."""
+    server = SeaweedS3(tmp_path_factory.mktemp("seaweed")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def bucket_lake(seaweed: SeaweedS3, spark: SparkSession) -> LakeAt:
+    """A lake in a new bucket of the test server, which the session's Spark can reach."""
+    bucket = seaweed.bucket()
+    seaweed.bind(spark, bucket)
+    return seaweed.lake(bucket)
+
+
+@pytest.fixture(params=["folder", "bucket"])
+def shared_lake(request: pytest.FixtureRequest, tmp_path: Path) -> LakeAt:
+    """The lake a test runs on: a folder, then a bucket of the test S3 server."""
+    if request.param == "folder":
+        return LakeAt.at(tmp_path / "lake")
+    lake: LakeAt = request.getfixturevalue("bucket_lake")
+    return lake
 
 
 class Lake:
@@ -43,7 +70,7 @@ class Lake:
     def __init__(self, tmp_path: Path, spark: SparkSession) -> None:
         self.tmp_path = tmp_path
         self.store = tmp_path / "store"
-        self.lake_dir = self.store / "lake"
+        self.lake_dir = LakeAt.at(self.store / "lake")
         self.spark = spark
         self.servers: list[ServerProcess] = []
 

@@ -94,7 +94,7 @@ async def test_a_follower_holds_reclaim_above_the_shared_pin_and_does_not_compac
         sup.tick()
         ref = follower.ref()
         assert not ref.leads and ref.created == rfc3339(follower.stream.created_ns)
-        ref.table_path(follower.lake_dir).mkdir(parents=True)  # the leader's compactor
+        ref.table_path(follower.lake_dir).mkdir()  # the leader's compactor
         write_shared_pin(ref, follower.lake_dir, 10)  # committed 1..10 to the table
         assert store.purge(">", upto_seq=21) == 20  # retention: the lake still lacks 11..20
         sup.tick()
@@ -142,7 +142,7 @@ async def test_a_single_server_writes_no_replica_file(
 def test_a_late_compactor_does_not_lower_the_shared_pin(follower: Lake) -> None:
     describe_replica(follower.dir, follower.stream.snapshot_config(), leader=False)
     ref = follower.ref()
-    ref.table_path(follower.lake_dir).mkdir(parents=True)
+    ref.table_path(follower.lake_dir).mkdir()
     write_shared_pin(ref, follower.lake_dir, 150)
     write_shared_pin(ref, follower.lake_dir, 100)  # the deposed leader's, after its last commit
     assert lake_seq(ref, follower.lake_dir) == 150
@@ -151,7 +151,7 @@ def test_a_late_compactor_does_not_lower_the_shared_pin(follower: Lake) -> None:
 def test_only_the_leaders_server_maintains_the_shared_table(follower: Lake) -> None:
     describe_replica(follower.dir, follower.stream.snapshot_config(), leader=False)
     table = follower.ref().table_path(follower.lake_dir)
-    (table / "_delta_log").mkdir(parents=True)
+    (table / "_delta_log").mkdir()
     store = follower.dir.parents[3]
     assert current_tables(store, follower.lake_dir) == []
     describe_replica(follower.dir, follower.stream.snapshot_config(), leader=True)

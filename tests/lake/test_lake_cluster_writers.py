@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from log.compactor import compact
 from log.compactor.compact import Compactor, lake_progress
 from log.compactor.layout import META_FILE, STREAMS, StreamRef, describe_replica, lake_seq
+from log.compactor.location import Lake, LakePath
 from log.segments import FileStore, NewMsg
 from tests.lake.conftest import Folder
 
@@ -55,8 +56,8 @@ def store_of(folder: Folder) -> Path:
     return folder.dir.parents[3]
 
 
-def seqs(spark: SparkSession, table: Path) -> list[int]:
-    rows = spark.read.format("delta").load(str(table)).select("seq").collect()
+def seqs(spark: SparkSession, table: LakePath) -> list[int]:
+    rows = spark.read.format("delta").load(table.spark).select("seq").collect()
     return sorted(int(r.seq) for r in rows)
 
 
@@ -94,14 +95,15 @@ def test_the_new_leader_continues_from_the_table_and_the_old_one_adds_nothing(
     assert lake_seq(folder.ref, lake_dir) == 150  # the shared pin, though this replica's is 60
 
 
+@pytest.mark.timeout(600)  # on a bucket too: a Delta table's first commits there
 def test_two_compactors_racing_commit_each_seq_once(
     spark: SparkSession,
     folder: Folder,
     replica: Replica,
-    tmp_path: Path,
+    shared_lake: Lake,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    lake_dir = tmp_path / "lake"
+    lake_dir = shared_lake
     folder.publish(70)
     replica.publish(45)
     replica.publish(25)

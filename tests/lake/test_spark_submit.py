@@ -48,7 +48,7 @@ async def test_compact_job_under_spark_submit(lake: Lake, connect: Connect) -> N
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rows" in done.stdout, done.stdout
     # The Delta table itself, not the union view (whose live tail would hide a no-op job).
-    (log_dir,) = (lake.lake_dir / "SUBMIT").glob("**/_delta_log")
+    (log_dir,) = (Path(lake.lake_dir.root) / "SUBMIT").glob("**/_delta_log")
     table = DeltaTable(str(log_dir.parent)).to_pyarrow_table(columns=["seq", "subject"])
     assert sorted(table.column("seq").to_pylist()) == list(range(1, 41))
     assert len(set(table.column("subject").to_pylist())) == 4

@@ -26,6 +26,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from log.compactor.location import Lake, LakePath
+
 BUCKET = "jetlake_schemas"
 STREAM = f"KV_{BUCKET}"
 PREFIX = f"$KV.{BUCKET}."
@@ -108,7 +110,7 @@ def registry_from_rows(rows: pa.Table) -> Registry:
     return out
 
 
-def load_registry(streams_dir: Path, lake_dir: Path) -> Registry:
+def load_registry(streams_dir: Path, lake_dir: Lake) -> Registry:
     """The bucket's revisions from its stream folder (in `streams_dir`, beside the other
     streams' folders) and its Delta table; an empty registry when there is no bucket."""
     from log.compactor.layout import LakeError, StreamRef
@@ -127,12 +129,13 @@ def load_registry(streams_dir: Path, lake_dir: Path) -> Registry:
     return registry_from_rows(pa.concat_tables([p.cast(schema) for p in parts]))
 
 
-def _lake_rows(table: Path) -> list[pa.Table]:
-    from deltalake import DeltaTable
+def _lake_rows(table: LakePath) -> list[pa.Table]:
     from deltalake.exceptions import TableNotFoundError
 
+    from log.compactor.tables import open_table
+
     try:
-        opened = DeltaTable(str(table))
+        opened = open_table(table)
     except TableNotFoundError:
         return []
     return [opened.to_pyarrow_table(columns=COLUMNS)]

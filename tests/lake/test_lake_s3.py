@@ -1,0 +1,146 @@
+"""The lake in a bucket of a real S3-compatible server (SeaweedFS): everything the lake does on a
+disk, done there, and commits that stay exact with more than one writer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from log.compactor import maintain
+from log.compactor.compact import Compactor, lake_progress
+from log.compactor.layout import StreamRef, read_shared_pin
+from log.compactor.location import Lake
+from sql.inspect import query
+from sql.session import refresh
+from tests.conftest import Connect
+from tests.lake.conftest import Folder, poll
+from tests.lake.conftest import Lake as LakeServer
+from tests.support.http import get_json, http_get
+from tests.support.seaweed import ACCESS_KEY, SECRET_KEY, SeaweedS3
+
+
+def store_of(folder: Folder) -> Path:
+    return folder.dir.parents[3]
+
+
+def server_conf(seaweed: SeaweedS3, uri: str) -> str:
+    """A server whose lake is `uri` on the test server, its keys in the config file."""
+    return (
+        f'lake {{ dir: "{uri}", seal_interval: "200ms", compact_interval: "500ms",\n'
+        f'  s3 {{ endpoint: "{seaweed.endpoint}", access_key: "{ACCESS_KEY}",\n'
+        f'    secret_key: "{SECRET_KEY}", path_style: true, region: "us-east-1" }} }}\n'
+    )
+
+
+@pytest.mark.timeout(600)  # a Delta table's first commits, an optimize and two views
+def test_compaction_views_inspect_and_upkeep_in_a_bucket(
+    spark: SparkSession, folder: Folder, bucket_lake: Lake
+) -> None:
+    folder.publish(300)
+    folder.publish(40, seal=False)  # the live tail stays on the server's disk
+    compactor = Compactor(spark, store_of(folder), bucket_lake)
+    summary = compactor.run_once()
+    assert not summary.errors and summary.rows == 300
+    table = folder.ref.table_path(bucket_lake)
+    assert table.uri.startswith("s3://") and lake_progress(table, folder.ref.app_id) == 300
+    shared = read_shared_pin(folder.ref, bucket_lake)
+    assert shared is not None and shared.seq == 300
+    assert not list(bucket_lake.path("_staging").children())  # staged Parquet removed
+
+    # Spark's union view and DuckDB's (`jetlake inspect`, no JVM) read the same 340 rows.
+    refresh(spark, store_dir=store_of(folder), lake_dir=bucket_lake)
+    spark_count = spark.sql("SELECT count(*) AS n, max(seq) AS top FROM S").collect()[0]
+    assert (spark_count.n, spark_count.top) == (340, 340)
+    rows = query("SELECT count(*) AS n FROM S", {"S": folder.dir}, print, bucket_lake)
+    assert rows is not None and rows.column("n").to_pylist() == [340]
+
+    folder.publish(60)
+    assert compactor.run_once().rows == 100  # the 40 of the tail, sealed now, and 60 more
+    assert [t.uri for t in maintain.delta_tables(bucket_lake)] == [table.uri]
+    optimized = maintain.optimize(spark, "S", table)
+    assert optimized.files >= 1
+    assert maintain.vacuum(spark, table, retain_hours=168) == 0  # retention keeps them
+    seqs = DeltaTable(table.uri, storage_options=table.delta_options).to_pyarrow_table(
+        columns=["seq"]
+    )
+    assert sorted(seqs.column("seq").to_pylist()) == list(range(1, 401))
+
+
+@pytest.mark.timeout(300)
+def test_the_store_lets_one_writer_create_a_table_version(
+    spark: SparkSession, seaweed: SeaweedS3, bucket_lake: Lake
+) -> None:
+    """Two writers of version 0 with no existence probe before the PUT (S3A's create
+    performance mode), so only the store's `If-None-Match: *` can refuse the second:
+    SeaweedFS does, and the log store turns it into the exception Delta's commit expects."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    conf = jvm.org.apache.hadoop.conf.Configuration(spark.sparkContext._jsc.hadoopConfiguration())
+    conf.set(f"fs.s3a.bucket.{bucket_lake.bucket}.create.performance", "true")
+    conf.set("fs.s3a.impl.disable.cache", "true")
+    commit = bucket_lake.path("t", "_delta_log", "00000000000000000000.json")
+    path = jvm.org.apache.hadoop.fs.Path(commit.spark)
+    store = jvm.io.jetlake.delta.ConditionalS3LogStore(conf)
+
+    def write(action: str) -> None:
+        actions = jvm.java.util.ArrayList()
+        actions.add(action)
+        store.write(path, actions.iterator(), False, conf)
+
+    write('{"first":1}')
+    with pytest.raises(Exception, match=r"java\.nio\.file\.FileAlreadyExistsException") as lost:
+        write('{"second":2}')
+    assert "412" in str(lost.value)  # the store's refusal, not a probe of S3A's
+    assert commit.read_bytes() == b'{"first":1}\n'
+
+
+@pytest.mark.timeout(600)  # the server's compactor is a JVM of its own
+async def test_the_servers_compactor_fills_a_bucket_and_no_secret_shows(
+    lake: LakeServer, seaweed: SeaweedS3, connect: Connect
+) -> None:
+    bucket = seaweed.bucket()
+    server = lake.start(config=server_conf(seaweed, f"s3://{bucket}/lake"))
+    nc = await connect(server)
+    js = nc.jetstream()
+    await js.add_stream(name="S3", subjects=["s3.>"])
+    for i in range(200):
+        await js.publish(f"s3.{i % 3}", b"%d" % i)
+
+    async def in_lake() -> bool:
+        doc = await get_json(server.http_url + "/jsz")
+        return doc["lake"]["streams"].get("S3", {}).get("lake_seq") == 200
+
+    await poll(in_lake, "S3 in the bucket up to seq 200", deadline=300)
+    jsz = (await get_json(server.http_url + "/jsz"))["lake"]
+    assert jsz["dir"] == f"s3://{bucket}/lake" and "error" not in jsz
+    assert jsz["streams"]["S3"]["table"].startswith(f"s3://{bucket}/lake/S3/")
+    ref = StreamRef.load(lake.stream_dir("S3"))
+    assert lake_progress(ref.table_path(seaweed.lake(bucket)), ref.app_id) == 200
+    for page in ("/varz", "/jsz", "/metrics"):
+        assert SECRET_KEY not in (await http_get(server.http_url + page)).body.decode()
+    assert SECRET_KEY not in server.log()
+
+
+async def test_a_missing_bucket_is_named_once_and_publishes_go_on(
+    lake: LakeServer, seaweed: SeaweedS3, connect: Connect
+) -> None:
+    server = lake.start(config=server_conf(seaweed, "s3://no-such-bucket/lake"))
+    nc = await connect(server)
+    js = nc.jetstream()
+    await js.add_stream(name="HELD", subjects=["h.>"])
+    for i in range(50):
+        assert (await js.publish("h.x", b"%d" % i)).seq == i + 1  # the live log is the buffer
+
+    async def named() -> bool:
+        doc = (await get_json(server.http_url + "/jsz"))["lake"]
+        return "no-such-bucket" in doc.get("error", "")
+
+    await poll(named, "the missing bucket named in /jsz")
+    await lake.sealed("HELD", 50)
+    doc = (await get_json(server.http_url + "/jsz"))["lake"]
+    assert doc["compactor"] == {"running": False, "pid": 0}  # nothing to restart in a loop
+    assert doc["streams"]["HELD"]["lag_messages"] == 50
+    assert (await http_get(server.http_url + "/healthz")).status == 200
+    assert server.log().count("Lake unavailable: lake bucket no-such-bucket") == 1
