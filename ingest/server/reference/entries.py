@@ -15,6 +15,7 @@ from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
 from ingest.server.cluster.settings import ClusterConfig
 from ingest.server.gofmt import go_duration
 from ingest.server.settings import JetStreamConfig, LakeConfig, MQTTConfig, Options, TLSConfig
+from log.compactor.location import S3Options
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +231,13 @@ TOP_LEVEL: tuple[Key, ...] = (
 )
 
 _AUTH_TIMEOUT = "`2s`; with `tls`, its timeout + 1s"
+S3 = S3Options
+
+
+def _aws(variable: str) -> str:
+    """An S3 option left out comes from the standard AWS environment."""
+    return f"`${variable}` (AWS environment)"
+
 
 SECTIONS: dict[str, tuple[Key, ...]] = {
     "authorization": (
@@ -305,7 +313,18 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
     ),
     "lake": (
         K("enabled enable", "boolean", "The lake on or off.", "true inside a block"),
-        K("dir", "path", "Where the Delta tables go.", Field(LK, "dir", "`<store_dir>/lake`")),
+        K(
+            "dir",
+            "path or URL",
+            "Where the Delta tables go: a folder, or `s3://bucket/prefix`.",
+            Field(LK, "dir", "`<store_dir>/lake`"),
+        ),
+        K(
+            "s3",
+            "map",
+            "The bucket's endpoint and credentials: see [lake.s3](#lake-s3).",
+            "the AWS environment",
+        ),
         K(
             "spark_master",
             "URL",
@@ -329,6 +348,34 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "seconds or duration",
             "Optimize (bin-pack, Z-order) cadence; `0` never.",
             Field(LK, "optimize_interval"),
+        ),
+    ),
+    "lake.s3": (
+        K("endpoint", "URL", "S3 endpoint.", Field(S3, "endpoint", _aws("AWS_ENDPOINT_URL_S3"))),
+        K("region", "string", "Bucket region.", Field(S3, "region", _aws("AWS_REGION"))),
+        K(
+            "access_key",
+            "string",
+            "Access key id.",
+            Field(S3, "access_key", _aws("AWS_ACCESS_KEY_ID")),
+        ),
+        K(
+            "secret_key",
+            "string",
+            "Secret access key; never logged or shown in `/varz` or `/jsz`.",
+            Field(S3, "secret_key", _aws("AWS_SECRET_ACCESS_KEY")),
+        ),
+        K(
+            "path_style",
+            "boolean",
+            "Path-style requests (most S3-compatible servers).",
+            Field(S3, "path_style", "true with an `endpoint`, else false"),
+        ),
+        K(
+            "allow_http",
+            "boolean",
+            "Allow a plain-HTTP endpoint.",
+            Field(S3, "allow_http", "true for an `http://` endpoint"),
         ),
     ),
     "cluster": (

@@ -45,6 +45,7 @@ _SECTION_TITLES = {
     "tls": "`tls { … }` at the top level and inside `mqtt { … }`.",
     "jetstream": "`jetstream { … }`; `jetstream: enabled` (or `true`) turns it on with defaults.",
     "lake": "`lake { … }`, jetlake's own; `lake: true` turns it on with defaults.",
+    "lake.s3": "`lake { s3 { … } }`: see [the lake on object storage](../lake-object-storage.md).",
     "cluster": "`cluster { … }`: routes to the other servers of a cluster.",
     "cluster.authorization": "`cluster { authorization { … } }`: what routes present.",
     "mqtt": "`mqtt { … }`: the MQTT 3.1.1 listener.",
