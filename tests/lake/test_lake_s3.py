@@ -20,10 +20,19 @@ from tests.lake.conftest import Folder, poll
 from tests.lake.conftest import Lake as LakeServer
 from tests.support.http import get_json, http_get
 from tests.support.seaweed import ACCESS_KEY, SECRET_KEY, SeaweedS3
+from tests.support.servers import ServerProcess
 
 
 def store_of(folder: Folder) -> Path:
     return folder.dir.parents[3]
+
+
+async def lake_reaches(server: ServerProcess, stream: str, seq: int) -> None:
+    async def there() -> bool:
+        doc = await get_json(server.http_url + "/jsz")
+        return doc["lake"]["streams"].get(stream, {}).get("lake_seq") == seq
+
+    await poll(there, f"{stream} in the bucket up to seq {seq}", deadline=300)
 
 
 def server_conf(seaweed: SeaweedS3, uri: str) -> str:
@@ -97,7 +106,7 @@ def test_the_store_lets_one_writer_create_a_table_version(
 
 
 @pytest.mark.timeout(600)  # the server's compactor is a JVM of its own
-async def test_the_servers_compactor_fills_a_bucket_and_no_secret_shows(
+async def test_the_servers_compactor_fills_a_bucket_through_an_outage(
     lake: LakeServer, seaweed: SeaweedS3, connect: Connect
 ) -> None:
     bucket = seaweed.bucket()
@@ -107,12 +116,7 @@ async def test_the_servers_compactor_fills_a_bucket_and_no_secret_shows(
     await js.add_stream(name="S3", subjects=["s3.>"])
     for i in range(200):
         await js.publish(f"s3.{i % 3}", b"%d" % i)
-
-    async def in_lake() -> bool:
-        doc = await get_json(server.http_url + "/jsz")
-        return doc["lake"]["streams"].get("S3", {}).get("lake_seq") == 200
-
-    await poll(in_lake, "S3 in the bucket up to seq 200", deadline=300)
+    await lake_reaches(server, "S3", 200)
     jsz = (await get_json(server.http_url + "/jsz"))["lake"]
     assert jsz["dir"] == f"s3://{bucket}/lake" and "error" not in jsz
     assert jsz["streams"]["S3"]["table"].startswith(f"s3://{bucket}/lake/S3/")
@@ -121,6 +125,33 @@ async def test_the_servers_compactor_fills_a_bucket_and_no_secret_shows(
     for page in ("/varz", "/jsz", "/metrics"):
         assert SECRET_KEY not in (await http_get(server.http_url + page)).body.decode()
     assert SECRET_KEY not in server.log()
+
+    # The store stops answering for a while: publishes are still acknowledged, the lag
+    # grows on /jsz while /healthz stays ok, and once the store answers again the table
+    # catches up with every seq once.
+    seaweed.pause()
+    try:
+        for i in range(100):
+            assert (await js.publish("s3.late", b"%d" % i)).seq == 201 + i
+        await lake.sealed("S3", 300)
+
+        async def lagging() -> bool:
+            doc = (await get_json(server.http_url + "/jsz"))["lake"]["streams"]["S3"]
+            assert doc["lake_seq"] == 200 and doc["lag_messages"] == 100
+            return bool(doc["lag_seconds"] >= 3.0)
+
+        await poll(lagging, "the lake's lag growing to 3 s while the store is gone")
+        metrics = (await http_get(server.http_url + "/metrics")).body.decode()
+        assert 'jetlake_lake_lag_messages{server_id="' in metrics
+        assert (await http_get(server.http_url + "/healthz")).status == 200
+    finally:
+        seaweed.resume()
+    await lake_reaches(server, "S3", 300)
+    table = ref.table_path(seaweed.lake(bucket))
+    seqs = DeltaTable(table.uri, storage_options=table.delta_options).to_pyarrow_table(
+        columns=["seq"]
+    )
+    assert sorted(seqs.column("seq").to_pylist()) == list(range(1, 301))
 
 
 async def test_a_missing_bucket_is_named_once_and_publishes_go_on(
