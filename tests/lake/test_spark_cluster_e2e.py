@@ -2,11 +2,13 @@
 
 A real master and worker (`tests.support.spark_cluster`, one pair for the
 module) run the server's compactor and `jetlake sql`: nats-py publishes, the
-compactor started by the server appends through the cluster's executor, and
-the command's query reads the Delta table there. Neither driver may fall back
-to a local master unnoticed: the master must list both applications, and the
-executor's folder must hold Delta's jars, fetched from the driver
-(`spark.jars`), without which an executor cannot write or read a Delta table.
+compactor started by the server takes the rows (small appends go without
+Spark) and carries a delete into the table with a Delta DELETE on the
+cluster's executor, and the command's query reads the table there. Neither
+driver may fall back to a local master unnoticed: the master must list both
+applications, and the executor's folder must hold Delta's jars, fetched from
+the driver (`spark.jars`), without which an executor cannot write or read a
+Delta table.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
+from log.compactor.layout import STREAMS, StreamRef, default_lake_dir
 from tests.conftest import Connect
 from tests.lake.conftest import poll
 from tests.support.http import get_json, http_get
@@ -28,6 +32,7 @@ from tests.support.spark_cluster import SparkCluster, start_cluster
 
 SUBJECTS = ("c.eu", "c.us", "c.apac", "c.af")
 COUNT = 120
+GONE = 7  # the seq deleted once the lake has it
 LAKE_SECONDS = 240.0  # the compactor's JVM, then the executor's, on a loaded 2-core machine
 
 
@@ -66,6 +71,7 @@ def server(on_cluster: SparkCluster, tmp_path: Path) -> Iterator[ServerProcess]:
     started.stop(expect_code=None)
 
 
+@pytest.mark.timeout(600)  # six JVMs (master, worker, two drivers, their executors), two cores
 async def test_compaction_and_sql_run_on_a_standalone_cluster(
     server: ServerProcess, on_cluster: SparkCluster, connect: Connect, tmp_path: Path
 ) -> None:
@@ -84,6 +90,17 @@ async def test_compaction_and_sql_run_on_a_standalone_cluster(
 
     await poll(landed, f"CLUSTER in the lake up to seq {COUNT}", deadline=LAKE_SECONDS)
     assert "jetlake-compact" in await _apps(on_cluster)
+    # Small appends go without Spark; a delete is a Delta DELETE, run by the executor.
+    await js.delete_msg("CLUSTER", GONE)
+    sent[SUBJECTS[(GONE - 1) % len(SUBJECTS)]] -= 1
+    ref = StreamRef.load(tmp_path / "store" / STREAMS / "CLUSTER")
+    table = str(ref.table_path(default_lake_dir(tmp_path / "store")))
+
+    def erased() -> bool:
+        seqs = DeltaTable(table).to_pyarrow_table(columns=["seq"]).column("seq").to_pylist()
+        return len(seqs) == COUNT - 1 and GONE not in seqs
+
+    await poll(erased, f"seq {GONE} erased from {table}", deadline=LAKE_SECONDS)
     jars = {p.name for p in on_cluster.work_dir.glob("app-*/*/*.jar")}
     assert any(name.startswith("delta-spark_") for name in jars), jars
 
