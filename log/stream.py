@@ -45,6 +45,8 @@ from log.stream_entries import (
     Purge,
     Remove,
     Restored,
+    pack_run,
+    unpack_runs,
 )
 from log.timefmt import now_ns, rfc3339
 
@@ -235,7 +237,7 @@ class Stream:
             return
         no_ack = self.config.no_ack
         admit = self._admit
-        entries: list[Entry] = []
+        entries: list[Publish] = []
         waiters: list[OnCommit] = []
         answers = RunAnswers(send)
         to = answers.to
@@ -247,8 +249,9 @@ class Stream:
                 entries += taken[0]
                 waiters.append(taken[1])
         answers.send()  # the refusals
-        if entries:
-            self._group.propose(entries, answers.after(waiters))
+        if entries:  # replicated: one log entry, one frame per member for all of them
+            proposal = pack_run(entries) if self._replicated else entries
+            self._group.propose(proposal, answers.after(waiters))
 
     def _admit(
         self,
@@ -406,7 +409,8 @@ class Stream:
             listener(seq, subject)
 
     def _apply(self, entries: list[Entry]) -> None:
-        self._applier.apply(entries, self._group.committed)
+        publishes = unpack_runs(entries) if self._replicated else entries
+        self._applier.apply(publishes, self._group.committed, len(entries))
 
     def _settle_published(self, run: list[Publish]) -> None:
         following = not self._accepting

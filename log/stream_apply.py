@@ -155,14 +155,15 @@ class Applier:
 
     # -- apply ----------------------------------------------------------------
 
-    def apply(self, entries: list[Entry], committed: int) -> None:
+    def apply(self, entries: list[Entry], committed: int, counted: int) -> None:
         """Apply committed entries: consecutive publishes are appended as one batch, and
         consecutive removes (interest retention proposes one per ack) are one store call.
 
         Limits are enforced at the end of each run of publishes; a run ends before any
         other entry and before a rollup, so the result is the same however the group
         splits the log into batches (with max_bytes and per-subject limits together,
-        message by message). `committed` is the group's count before these entries.
+        message by message). `committed` is the group's count before these entries, and
+        `counted` how many of its entries they are (a Run's publishes are one).
         """
         self.committed_seq(committed)  # settle what committed since: marks stay few
         start = 0
@@ -190,7 +191,7 @@ class Applier:
             self.store.remove_many(removes)
         if start < len(entries):
             self._apply_publishes(entries[start:] if start else entries)  # type: ignore[arg-type]
-        self._entries += len(entries)
+        self._entries += counted
         self._marks.append((self._entries, self._applied_seq))
 
     def _apply_publishes(self, run: list[Publish], *, gaps: bool = False) -> None:

@@ -107,6 +107,15 @@ class Batch:
 
 
 @dataclass(frozen=True, slots=True)
+class Run:
+    """Publishes proposed together (a client's PUBs read at once): one log entry, so one
+    frame in the Raft log and on the wire for all of them. Applied as the publishes it
+    holds, each on its own (`unpack_runs`); unlike a Batch, none depends on another."""
+
+    msgs: tuple[Publish, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Restored:
     """Rows of a backup restored into a replicated stream (`STREAM.RESTORE` in a cluster),
     with their own seqs and timestamps: what the backup lacks between them is a gap, and
@@ -122,7 +131,7 @@ class Barrier:
     every entry of earlier terms has been applied here."""
 
 
-Entry = Publish | Delete | Remove | Purge | Expire | ConsumerOp | Barrier | Batch | Restored
+Entry = Publish | Delete | Remove | Purge | Expire | ConsumerOp | Barrier | Batch | Restored | Run
 
 
 class EntryDecodeError(ValueError):
@@ -132,6 +141,7 @@ class EntryDecodeError(ValueError):
 _PUBLISH, _DELETE, _REMOVE, _PURGE, _EXPIRE, _CONSUMER_OP, _BARRIER, _BATCH, _FAST, _RESTORED = (
     range(1, 11)
 )
+_RUN = 11
 
 # kind, seq, ts, ttl, rollup, then the lengths of subject, header block, data, msg id
 _PUB = struct.Struct(">BQqqBIIII")
@@ -140,7 +150,7 @@ _SEQS = struct.Struct(">BI")  # kind, count (Remove)
 _PURGE_HEAD = struct.Struct(">BQQQQI")  # kind, upto_seq, keep, last_seq, req, filter length
 _EXPIRE_HEAD = struct.Struct(">BqQQI")  # kind, cutoff, last_seq, req, count
 _OP = struct.Struct(">BII")  # kind, consumer length, op length
-_BATCH_HEAD = struct.Struct(">BI")  # kind, count; then each publish's length and bytes
+_BATCH_HEAD = struct.Struct(">BI")  # kind, count; then each publish's length and bytes (a run too)
 # kind, publish length, batch seq, flags (1 gap ok, 2 commit), flow, id and reply lengths;
 # then the publish's own bytes, the id and the reply
 _FAST_HEAD = struct.Struct(">BIQBHII")
@@ -191,6 +201,8 @@ def encode(entry: Entry) -> bytes:
     if isinstance(entry, Expire):
         head = _EXPIRE_HEAD.pack(_EXPIRE, entry.cutoff, entry.last_seq, entry.req, len(entry.seqs))
         return head + _seqs(entry.seqs)
+    if isinstance(entry, Run):
+        return _encode_publishes(_BATCH_HEAD.pack(_RUN, len(entry.msgs)), entry.msgs)
     if isinstance(entry, Batch):
         return _encode_publishes(_BATCH_HEAD.pack(_BATCH, len(entry.msgs)), entry.msgs)
     if isinstance(entry, Restored):
@@ -310,6 +322,11 @@ def _decode_batch(data: bytes) -> Batch:
     return Batch(_decode_publishes(data, _BATCH_HEAD.size, count, "batch"))
 
 
+def _decode_run(data: bytes) -> Run:
+    _, count = _BATCH_HEAD.unpack_from(data)
+    return Run(_decode_publishes(data, _BATCH_HEAD.size, count, "run"))
+
+
 def _decode_restored(data: bytes) -> Restored:
     _, through, count = _RESTORED_HEAD.unpack_from(data)
     return Restored(_decode_publishes(data, _RESTORED_HEAD.size, count, "restored"), through)
@@ -344,4 +361,26 @@ _DECODERS = {
     _BATCH: _decode_batch,
     _FAST: _decode_fast,
     _RESTORED: _decode_restored,
+    _RUN: _decode_run,
 }
+
+
+def pack_run(publishes: list[Publish]) -> list[Entry]:
+    """Publishes to propose as one Run entry, where they can be (two or more, none a
+    fast batch's, whose marks a Run does not carry)."""
+    if len(publishes) < 2 or any(p.fast is not None for p in publishes):
+        return list(publishes)
+    return [Run(tuple(publishes))]
+
+
+def unpack_runs(entries: list[Entry]) -> list[Entry]:
+    """`entries` with each Run replaced by the publishes it holds, in order."""
+    if not any(type(e) is Run for e in entries):
+        return entries
+    out: list[Entry] = []
+    for entry in entries:
+        if type(entry) is Run:
+            out += entry.msgs
+        else:
+            out.append(entry)
+    return out

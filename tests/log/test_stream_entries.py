@@ -20,8 +20,11 @@ from log.stream_entries import (
     Purge,
     Remove,
     Restored,
+    Run,
     decode,
     encode,
+    pack_run,
+    unpack_runs,
 )
 
 u64 = st.integers(0, 2**64 - 1)
@@ -53,6 +56,7 @@ entries: st.SearchStrategy[Entry] = st.one_of(
         st.lists(publishes.map(lambda p: p._replace(fast=None)), max_size=3).map(tuple),
         u64,
     ),
+    st.builds(Run, st.lists(publishes.map(lambda p: p._replace(fast=None)), max_size=3).map(tuple)),
 )
 
 
@@ -100,3 +104,16 @@ def test_unknown_kinds_and_rollups_are_named() -> None:
     raw[25] = 9  # the rollup code
     with pytest.raises(EntryDecodeError, match="rollup code 9"):
         decode(bytes(raw))
+
+
+@given(st.lists(publishes, max_size=4), st.lists(entries, max_size=3))
+def test_a_packed_run_unpacks_to_its_publishes_in_place(
+    run: list[Publish], around: list[Entry]
+) -> None:
+    packed = pack_run(run)
+    if len(run) > 1 and all(p.fast is None for p in run):
+        assert packed == [Run(tuple(run))]
+    else:
+        assert packed == run  # one publish, or a fast batch's: as it is
+    log = [*around, *packed, *around]
+    assert unpack_runs(log) == [*unpack_runs(around), *run, *unpack_runs(around)]

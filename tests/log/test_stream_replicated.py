@@ -161,6 +161,25 @@ async def test_admin_ops_expiry_removals_and_consumer_ops_apply_everywhere(
     await until(lambda: all(o == [("d", b"\x01op"), ("e", b"\x02")] for o in ops.values()), "ops")
 
 
+async def test_a_run_of_publishes_is_one_entry_applied_as_each_publish(
+    cluster: tuple[Cluster, Members, Any],
+) -> None:
+    """A client's PUBs read together travel as one Run entry: acked with consecutive seqs,
+    stored on every member as if published one by one (the subject's limit included)."""
+    c, members, _ = cluster
+    leader = await leading(c, members)
+    await pub(leader, "s.a", b"first")
+    answers: list[tuple[bytes, bytes]] = []
+    replies = [b"r%d" % i for i in range(5)]
+    leader.publish_run("s.a", replies, [b"%d" % i for i in range(5)], answers.extend)
+    await until(lambda: len(answers) == 5, "the run's acks")
+    seqs = [json.loads(body)["seq"] for _, body in answers]
+    assert [r for r, _ in answers] == replies and seqs == [2, 3, 4, 5, 6]
+    store = await converged(members, leader)
+    assert live(leader) == [4, 5, 6]  # max_msgs_per_subject 3
+    assert [m.data for m in store[4]] == [b"2", b"3", b"4"]
+
+
 async def test_a_new_leader_continues_the_sequence_and_the_dedup_window(
     cluster: tuple[Cluster, Members, Any],
 ) -> None:
@@ -265,12 +284,16 @@ async def history() -> tuple[Stream, list[Entry]]:
     await source.flush()
     for i in range(4):  # after the purge: a replay must not let these change what it purged
         await pub(source, "s.later", b"%d" % i)
+    answers: list[tuple[bytes, bytes]] = []
+    source.publish_run("s.run", [b"r1", b"", b"r3"], [b"1", b"2", b"3"], answers.extend)
+    await until(lambda: len(answers) == 2, "the run's acks")
     return source, recorded.log
 
 
 async def test_applying_the_log_again_changes_nothing(history: tuple[Stream, list[Entry]]) -> None:
     source, log = history
-    assert {type(e).__name__ for e in log} >= {"Publish", "Purge", "Delete", "Remove", "Expire"}
+    kinds = {"Publish", "Purge", "Delete", "Remove", "Expire", "Run"}
+    assert {type(e).__name__ for e in log} >= kinds
     stream, apply = replica(MemoryStore(name="r"))
     apply(log)
     assert dump(stream.store) == dump(source.store)
