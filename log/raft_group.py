@@ -23,6 +23,7 @@ from log.replication import GroupClosedError
 
 E = TypeVar("E")
 CLOSE_SECONDS = 5.0  # how long close waits for in-flight proposals before giving up on them
+OWN_LIMIT = 65_536  # own proposals kept for apply; only lost ones (a deposed leader's) pile up
 READ_SECONDS = 2.0  # a ReadIndex round unanswered by then: no quorum reachable from here
 
 
@@ -48,14 +49,25 @@ class RaftGroup(Generic[E]):
         self._name = name
         self.committed = 0
         self._closed = False
+        # What this member proposed, by the identity of its encoded bytes (kept alive here,
+        # so an identity is never reused): the leader applies its own entries undecoded.
+        self._own: dict[int, tuple[bytes, E]] = {}
         self._next_read: asyncio.Future[None] | None = None  # readers the next round serves
         self._reading: asyncio.Task[None] | None = None
         self.node = node(self._apply_entries)
         self.node.start()
 
     def _apply_entries(self, entries: list[Entry]) -> None:
-        decode = self._decode
-        batch = [decode(e.data) for e in entries if e.kind is EntryKind.NORMAL]
+        decode, own = self._decode, self._own
+        if own:
+            normal = EntryKind.NORMAL
+            batch = [
+                kept[1] if (kept := own.pop(id(e.data), None)) is not None else decode(e.data)
+                for e in entries
+                if e.kind is normal
+            ]
+        else:
+            batch = [decode(e.data) for e in entries if e.kind is EntryKind.NORMAL]
         if batch:
             self._apply(batch)
             self.committed += len(batch)
@@ -69,8 +81,15 @@ class RaftGroup(Generic[E]):
             if on_commit is not None:
                 on_commit(NotLeaderError(self.node.leader))
             return
-        encode = self._encode
-        self.node.propose([encode(e) for e in entries], on_commit)
+        encode, own = self._encode, self._own
+        if len(own) > OWN_LIMIT:
+            own.clear()
+        data = []
+        for entry in entries:
+            raw = encode(entry)
+            own[id(raw)] = (raw, entry)
+            data.append(raw)
+        self.node.propose(data, on_commit)
 
     def barrier(self) -> asyncio.Future[int]:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()

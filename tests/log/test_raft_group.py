@@ -141,6 +141,26 @@ async def test_every_member_applies_the_same_batches_and_followers_name_the_lead
     assert f"leader: {leader.id}" in str(error)
 
 
+async def test_the_leader_applies_what_it_proposed_undecoded(
+    members: tuple[Cluster, dict[str, Harness]],
+) -> None:
+    """The leader skips decoding its own entries: it applies the objects it proposed (equal
+    to what the followers decode), and keeps none of them once they applied."""
+    cluster, harnesses = members
+    leader = await cluster.leader()
+    proposed = [10**12 + n for n in range(20)]  # ints this large are new objects when decoded
+    for n in proposed:
+        harnesses[leader.id].group.propose([n])
+    await harnesses[leader.id].group.barrier()
+    for name, h in harnesses.items():
+        await until(lambda h=h: h.group.committed == 20, f"{name} applied all")
+        applied = [n for batch in h.batches for n in batch]
+        assert applied == proposed
+        mine = name == leader.id
+        assert all((a is p) == mine for a, p in zip(applied, proposed, strict=True))
+    assert not harnesses[leader.id].group._own
+
+
 async def test_read_points_on_every_member_see_what_committed_before(tmp_path: Path) -> None:
     """ReadIndex at the leader and at followers, one after another and many at once:
     each round resolves, and a member answers only once it applied every earlier commit."""
