@@ -35,7 +35,7 @@ deposed leader's, if it still runs for a moment, loses its conditional append
 
 A lake in object storage (`s3://…`) is never called from the server's loop: a
 store that is slow or gone would stall every client. A worker thread checks
-the bucket and reads the shared pins once per tick; the tick uses what it last
+the bucket and reads the shared pins every 2 s; the tick uses what it last
 found. While the bucket is missing or refuses the credentials, `/jsz` says so,
 naming the bucket, and no compactor is started (it could only fail); reclaim
 waits and publishes go on being acknowledged, the live log being the buffer.
@@ -85,6 +85,7 @@ log = logging.getLogger("jetlake")
 _TICK_MAX = 1.0  # seconds between ticks at most
 _RESTART_BACKOFF = 10.0
 _STOP_GRACE = 5.0
+_STORE_EVERY = 2.0  # seconds between looks at a remote lake's bucket and shared pins
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,15 +182,16 @@ class LakeSupervisor:
             await asyncio.sleep(interval)
 
     async def _watch_store(self) -> None:
-        """A remote lake: check the bucket and read the shared pins in a thread, each tick."""
-        interval = min(max(self.config.seal_interval / 2, 0.05), _TICK_MAX)
+        """A remote lake: check the bucket and read the shared pins in a thread, every
+        `_STORE_EVERY` (requests cost money on a cloud store; a pin read late only holds
+        reclaim a little longer)."""
         while True:
             refs = list(self._refs.values())
             try:
                 await asyncio.to_thread(self._read_store, refs)
             except Exception:
                 log.exception("lake supervisor: reading the lake's store failed")
-            await asyncio.sleep(interval)
+            await asyncio.sleep(_STORE_EVERY)
 
     def _read_store(self, refs: list[StreamRef]) -> None:
         try:
@@ -204,7 +206,8 @@ class LakeSupervisor:
         if self.store_error is not None:
             log.info("Lake available again: %s", self.lake.root)
             self.store_error = None
-        pins = {ref.app_id: read_shared_pin(ref, self.lake) for ref in refs}
+        # Only a cluster's replicas need the lake's pin: a single server's own pin is as high.
+        pins = {r.app_id: read_shared_pin(r, self.lake) for r in refs if self._clustered}
         self._shared = {app_id: pin.seq for app_id, pin in pins.items() if pin is not None}
 
     def _lake_seq(self, ref: StreamRef) -> int:

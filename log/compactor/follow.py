@@ -34,6 +34,7 @@ log = logging.getLogger("jetlake.lake")
 
 RECENT = "date >= date_sub(current_date(), 1)"  # what the schedule optimizes: today, yesterday
 LOOK = 0.1  # seconds between looks at the store for a seal or a delete
+BACKOFF_MAX = 30.0  # seconds: the longest pause after passes that failed (the lake's store gone)
 
 
 def store_state(store_dir: Path) -> tuple[tuple[str, tuple[int, int] | None, int, int], ...]:
@@ -74,6 +75,7 @@ def follow(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     last_optimize = time.monotonic()
+    backoff = 0.0
     while not stop.is_set():
         if parent_pid is not None and os.getppid() != parent_pid:
             log.info("compactor: server %d is gone; exiting", parent_pid)
@@ -90,6 +92,11 @@ def follow(
                 except LakeError as exc:
                     log.error("%s", exc)
         compactor.warm()
+        # A failing pass (an object store that is gone or refusing) is tried again after a
+        # pause that doubles up to BACKOFF_MAX, not at every seal: the live log holds the rows.
+        backoff = min(max(backoff * 2, 1.0), BACKOFF_MAX) if summary.errors else 0.0
+        if backoff and stop.wait(backoff):
+            return
         _wait(stop, compactor.store_dir, seen, interval)
 
 
