@@ -30,6 +30,7 @@ from benchmarks.jetstream import js_context, publish_all
 from benchmarks.model import Incomplete, Params
 from log.compactor.compact import Compactor, lake_progress
 from log.compactor.layout import META_FILE, STREAMS, StreamRef, default_lake_dir
+from log.compactor.location import LakePath
 from log.compactor.spark import build_session
 from log.segments import FileStore, NewMsg
 from log.timefmt import rfc3339
@@ -80,14 +81,14 @@ async def _until(
     return perf_counter()
 
 
-def _table(store: Path | None, stream: str) -> tuple[Path, str]:
+def _table(store: Path | None, stream: str) -> tuple[LakePath, str]:
     """The Delta table and transaction app id of a stream the server created."""
     assert store is not None, "the harness sets the store of every run"
     ref = StreamRef.load(store / STREAMS / stream)
     return ref.table_path(default_lake_dir(store)), ref.app_id
 
 
-def _progress_reader(table: Path, app_id: str) -> Callable[[], int]:
+def _progress_reader(table: LakePath, app_id: str) -> Callable[[], int]:
     """The lake's last seq, read incrementally from an open table: a fresh `lake_progress`
     parses the whole Delta log each time, which at 20 looks a second would take CPU from
     the compactor being measured."""
