@@ -3,6 +3,10 @@ disk, done there, and commits that stay exact with more than one writer."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,7 @@ from sql.session import refresh
 from tests.conftest import Connect
 from tests.lake.conftest import Folder, poll
 from tests.lake.conftest import Lake as LakeServer
+from tests.lake.test_lake_cluster_writers import Replica
 from tests.support.http import get_json, http_get
 from tests.support.seaweed import ACCESS_KEY, SECRET_KEY, SeaweedS3
 from tests.support.servers import ServerProcess
@@ -175,3 +180,50 @@ async def test_a_missing_bucket_is_named_once_and_publishes_go_on(
     assert doc["streams"]["HELD"]["lag_messages"] == 50
     assert (await http_get(server.http_url + "/healthz")).status == 200
     assert server.log().count("Lake unavailable: lake bucket no-such-bucket") == 1
+
+
+@pytest.mark.soak  # two compactor JVMs racing for minutes on two cores
+@pytest.mark.timeout(900)
+async def test_two_compactor_processes_racing_on_a_bucket_commit_each_seq_once(
+    folder: Folder, tmp_path: Path, bucket_lake: Lake
+) -> None:
+    """A deposed leader's compactor and the new leader's, each a JVM of its own: Delta's
+    default S3 log store would let both commit one table version and lose a group; with the
+    conditional log store one of them loses each race and starts over from the table."""
+    replica = Replica(tmp_path / "store-b", folder, leader=True)
+    for _ in range(30):
+        folder.publish(50)
+    for _ in range(15):
+        replica.publish(100)  # the same 1500 seqs, sealed at other boundaries
+    env = {**os.environ, **bucket_lake.child_env()}
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    job = [sys.executable, "-m", "jobs.lake_job", "compact", "--follow", "--interval", "1"]
+    procs = [
+        subprocess.Popen(
+            [*job, "--store", str(store), "--lake", bucket_lake.root, "--max_rows", str(rows)],
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        for store, rows, log in ((store_of(folder), 50, logs[0]), (replica.store, 100, logs[1]))
+    ]
+    table = folder.ref.table_path(bucket_lake)
+    try:
+        await poll(
+            lambda: lake_progress(table, folder.ref.app_id) == 1500,
+            "the table up to seq 1500",
+            deadline=600,
+        )
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(60)
+        replica.segments.close()
+    seqs = DeltaTable(table.uri, storage_options=table.delta_options).to_pyarrow_table(
+        columns=["seq"]
+    )
+    assert sorted(seqs.column("seq").to_pylist()) == list(range(1, 1501))
+    said = [log.read_text() for log in logs]
+    assert all("appending" in text for text in said)  # both committed groups
+    assert any("another compactor" in text for text in said)  # and they raced
