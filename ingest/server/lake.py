@@ -9,7 +9,7 @@ loop, once per tick:
   Delta commit) and hold reclaim above it, so space reclaim never destroys a
   row the lake has not taken;
 - merge one run of small sealed segments at or below the pin
-  (`FileStore.merge_small`), so 2-s seals do not pile up ~43,000 files a day;
+  (`FileStore.merge_small`), so 0.5-s seals do not pile up ~170,000 files a day;
 - start the compactor process (`jetlake job compact --follow`, one long-lived
   SparkSession) the first time a sealed segment waits for the lake. Until then
   no JVM runs: a short-lived `-js` server that seals nothing costs nothing.
