@@ -11,8 +11,9 @@ seconds, from the files alone (no Spark, no Delta log): a seal creates a new
 newest segment file, an explicit delete grows `explicit.log`. Either starts a
 pass at once; otherwise a pass runs every `interval` anyway (configuration
 changes, retries after an error). While it waits, Delta replays the log of the
-tables just appended to (`Compactor.warm`), which the next append would
-otherwise do first.
+tables Spark just appended to (`Compactor.warm`), which the next append would
+otherwise do first; a small append through delta-rs (`log.compactor.direct`)
+needs no replay, so a seal finds the compactor ready.
 """
 
 from __future__ import annotations
