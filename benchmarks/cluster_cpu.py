@@ -1,0 +1,179 @@
+"""CPU per message of each server of an R3 cluster, and where it goes by stage.
+
+On two shared cores a throughput figure moves with whatever else runs; the CPU
+the three servers spend per message moves far less, so this is how a change to
+the replication path is judged (docs/cluster-performance.md). Three servers of
+one kind, as `jetlake bench --only cluster` starts them (benchmarks/cluster.py),
+an R3 stream made by nats-py, then one natscli workload with the client on the
+stream's leader. Printed as JSON: the rate natscli saw, user+sys CPU per message
+of the leader and of each follower from /proc, and of each jetlake server's main
+(event loop) thread alone.
+
+With ``--profile DIR`` each server also runs under py-spy (raw stacks into DIR),
+and a jetlake server's loop thread is shown by stage, scaled to its /proc figure:
+a sample goes to the stage of its innermost frame that names one.
+
+    python -m benchmarks.cluster_cpu async --count 100000 [--side ref] [--profile DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from benchmarks.client import connect
+from benchmarks.cluster import COMMANDS, PROBE, Node, _cluster, _create_stream
+from benchmarks.natscli import STATS, STREAM, SUBJECT, _cli
+
+TICK = os.sysconf("SC_CLK_TCK")
+SPY_RATE = 250  # samples a second: enough for a stage of 2 %, little enough not to skew
+# natscli's arguments after `nats bench` for each workload, and whether the stream is
+# filled first (fetch drains what `js pub async` stored).
+WORKLOADS = {
+    "async": (["js", "pub", "async", SUBJECT], False),
+    "sync": (["js", "pub", "sync", SUBJECT], False),
+    "fetch": (["js", "fetch"], True),
+    "kv": (["kv", "put", "--replicas=3"], False),
+}
+# (stage, markers): a sample's stage is that of its innermost frame containing a marker;
+# the event loop's own stage is a sample whose innermost frame is the loop's run.
+STAGES = (
+    ("route write", ("Route.flush", "Route._write")),
+    ("client write", ("Client.flush", "Client._write")),
+    ("Raft log append (WAL write)", ("LogStore.append", "encode_frames")),
+    ("Raft APPEND framing, route queue", ("RaftRoutes.send", "GroupTransport.send")),
+    ("route read, Raft decode, step", ("RaftRoutes._on_frame", "Route.data_received")),
+    ("Raft core: propose, Ready, advance", ("RaftCore", "RaftNode._feed")),
+    ("apply: decode, append to the segment", ("RaftGroup._apply_entries", "Applier")),
+    ("PubAck", ("deliver_tails", "Server.replies", "RunAnswers", "Stream._committed")),
+    ("commit: proposals settled", ("_settle_proposals",)),
+    ("proposal: stream rules, entry encoded", ("Stream.publish", "RaftGroup.propose")),
+    ("client PUB: read, parse, hand over", ("Client.data_received", "Client._second_half")),
+    ("consumer: deliveries, acks", ("consumer_runner", "log/consumers", "jetstream/consumers")),
+    ("Raft loop, other", ("RaftNode._run",)),
+)
+LOOP = ("Runner.run", "run (uvloop")
+
+
+def _cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds (user+sys) of the process, and of its main thread alone."""
+
+    def seconds(path: str) -> float:
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+
+    return seconds(f"/proc/{pid}/stat"), seconds(f"/proc/{pid}/task/{pid}/stat")
+
+
+def stage_of(frames: list[str]) -> str | None:
+    """The stage of one sample of the loop thread; None for a sample of another thread."""
+    if not frames[0].startswith("<module>"):  # a thread's stack starts in threading
+        return None
+    if frames[-1].startswith(LOOP):
+        return "event loop: epoll, socket reads"
+    for frame in reversed(frames):
+        for name, markers in STAGES:
+            if any(marker in frame for marker in markers):
+                return name
+    return "other"
+
+
+def stages(raw: Path, us_per_msg: float) -> dict[str, float]:
+    """µs per message by stage of a py-spy raw profile, scaled to the loop thread's CPU."""
+    counts: Counter[str] = Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        name = stage_of(stack.split(";"))
+        if name is not None:
+            counts[name] += int(n)
+    total = sum(counts.values()) or 1
+    return {name: round(us_per_msg * n / total, 2) for name, n in counts.most_common()}
+
+
+def _bench(url: str, args: list[str], count: int) -> list[str]:
+    return [_cli(), "--no-context", "-s", url, "bench", *args, f"--msgs={count}", "--no-progress"]
+
+
+async def measure(side: str, workload: str, count: int, profile: Path | None) -> dict[str, object]:
+    args, fill = WORKLOADS[workload]
+    with tempfile.TemporaryDirectory() as root:
+        async with _cluster(COMMANDS[side], Path(root), 3) as nodes:
+            nc = await connect(nodes[0].url, "cluster-cpu")
+            try:
+                js = nc.jetstream(timeout=2.0)
+                await _create_stream(js, PROBE, f"{PROBE}.x", 3)
+                await js.delete_stream(PROBE)
+                if workload != "kv":
+                    await _create_stream(js, STREAM, SUBJECT, 3)
+                    info = await js.stream_info(STREAM)
+                    leader = info.cluster.leader if info.cluster else None
+                else:
+                    leader = nodes[0].name  # the bucket is made by the workload itself
+            finally:
+                await nc.close()
+            lead = next(n for n in nodes if n.name == leader)
+            if fill:
+                fill_args = _bench(lead.url, ["js", "pub", "async", SUBJECT], count)
+                subprocess.run(fill_args, check=True, capture_output=True)
+            return _run(side, nodes, lead, _bench(lead.url, args, count), count, profile)
+
+
+def _run(
+    side: str, nodes: list[Node], lead: Node, args: list[str], count: int, profile: Path | None
+) -> dict[str, object]:
+    spies: list[tuple[Node, Path, subprocess.Popen[bytes]]] = []
+    for node in nodes if profile is not None else []:
+        assert profile is not None
+        role = "leader" if node is lead else "follower"
+        out = profile / f"{side}-{role}-{node.name}.txt"
+        spy = [str(Path(sys.executable).parent / "py-spy"), "record", "-r", str(SPY_RATE)]
+        spy += ["-f", "raw", "-o", str(out), "-p", str(node.proc.pid)]
+        quiet = subprocess.DEVNULL
+        spies.append((node, out, subprocess.Popen(spy, stdout=quiet, stderr=quiet)))
+    before = {n.name: _cpu(n.proc.pid) for n in nodes}
+    done = subprocess.run(args, capture_output=True)
+    after = {n.name: _cpu(n.proc.pid) for n in nodes}
+    for _, _, spy in spies:
+        spy.send_signal(signal.SIGINT)
+        spy.wait()
+    found = STATS.search(done.stdout + done.stderr)
+    per = {n: [(after[n][i] - before[n][i]) / count * 1e6 for i in (0, 1)] for n in after}
+    result: dict[str, object] = {
+        "side": side,
+        "rate": found.group(1).decode() if found else None,
+        "leader_us": round(per[lead.name][0], 1),
+        "followers_us": [round(v[0], 1) for n, v in per.items() if n != lead.name],
+        "total_us": round(sum(v[0] for v in per.values()), 1),
+    }
+    if side == "jetlake":
+        result["loop_thread_us"] = {n: round(v[1], 1) for n, v in per.items()}
+    for node, out, _ in spies:
+        if side == "jetlake" and out.exists():
+            result[f"stages {node.name}"] = stages(out, per[node.name][1])
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("workload", choices=sorted(WORKLOADS))
+    parser.add_argument("--count", type=int, default=100_000)
+    parser.add_argument("--side", choices=sorted(COMMANDS), default="jetlake")
+    parser.add_argument("--profile", type=Path, help="py-spy each server into this folder")
+    opts = parser.parse_args(argv)
+    if opts.profile is not None:
+        opts.profile.mkdir(parents=True, exist_ok=True)
+    result = asyncio.run(measure(opts.side, opts.workload, opts.count, opts.profile))
+    result["load"] = round(os.getloadavg()[0], 1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
