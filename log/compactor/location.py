@@ -22,11 +22,12 @@ import os
 import posixpath
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from fnmatch import fnmatch
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import pyarrow.fs as pafs
+import pyarrow.fs as pafs
+
+from consensus.wal_recovery import replace_durably
 
 S3_SCHEMES = ("s3://", "s3a://")
 ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
@@ -155,8 +156,6 @@ class Lake:
         return self._fs["fs"]
 
     def _make_fs(self) -> pafs.FileSystem:
-        import pyarrow.fs as pafs
-
         if self.s3 is None:
             return pafs.LocalFileSystem()
         o = self.s3
@@ -223,28 +222,20 @@ class Lake:
         return self.s3.env() if self.s3 is not None else {}
 
     def check(self) -> None:
-        """Raise LakeStoreError naming the bucket unless the lake's root can be listed: a
-        bucket that does not exist and refused credentials are both said here, once."""
-        info = self.path().info()
-        if info is None or (info.type.name == "NotFound" and self.remote):
-            from pyarrow.fs import FileSelector
-
-            try:
-                self.fs.get_file_info(FileSelector(_fs_path(self.bucket or ""), recursive=False))
-            except OSError as exc:
-                raise LakeStoreError(f"lake bucket {self.bucket}: {_reason(exc)}") from exc
-
-
-def _fs_path(uri: str) -> str:
-    """Arrow's name for a URI: `bucket/key` on S3, the path itself on a disk."""
-    return uri[len("s3://") :] if uri.startswith("s3://") else uri
+        """Raise LakeStoreError naming the bucket unless its top level can be listed: a bucket
+        that does not exist and refused credentials are both said here (a listing of the
+        lake's own prefix would not do: Arrow reads a missing bucket as an empty folder)."""
+        if self.bucket is None:
+            return
+        try:
+            self.fs.get_file_info(pafs.FileSelector(self.bucket))
+        except OSError as exc:
+            raise LakeStoreError(f"lake bucket {self.bucket}: {_reason(exc)}") from exc
 
 
 def _reason(exc: BaseException) -> str:
+    """The store's answer in one line (Arrow's names the bucket and the S3 error code)."""
     text = str(exc)
-    for hint in ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-        if hint in text:
-            return f"{hint} ({text.splitlines()[0]})"
     return text.splitlines()[0] if text else type(exc).__name__
 
 
@@ -298,7 +289,8 @@ class LakePath:
 
     @property
     def fs_path(self) -> str:
-        return _fs_path(self.uri)
+        """Arrow's name for it: `bucket/key` on S3, the path itself on a disk."""
+        return self.uri.removeprefix("s3://")
 
     def info(self) -> pafs.FileInfo | None:
         """The file's info from the store; None if the store failed (gone, refused)."""
@@ -310,7 +302,7 @@ class LakePath:
     def is_dir(self) -> bool:
         """A folder on a disk; on S3, a key prefix with anything under it."""
         info = self.info()
-        return info is not None and info.type.name == "Directory"
+        return info is not None and info.type == pafs.FileType.Directory
 
     def is_delta_table(self) -> bool:
         return (self / "_delta_log").is_dir()
@@ -330,8 +322,6 @@ class LakePath:
         """Replace the file whole: a PUT on S3 is atomic; a disk gets a renamed temporary
         (per process: several servers' compactors may write one pin)."""
         if not self.lake.remote:
-            from consensus.wal_recovery import replace_durably
-
             path = Path(self.uri)
             replace_durably(path, data, tmp=path.with_name(f"{path.name}.{os.getpid()}.tmp"))
             return
@@ -348,12 +338,10 @@ class LakePath:
 
     def children(self, pattern: str = "*") -> Iterator[LakePath]:
         """Entries directly under this folder whose name matches `pattern` (fnmatch)."""
-        from fnmatch import fnmatch
-
-        from pyarrow.fs import FileSelector
-
         try:
-            found = self.lake.fs.get_file_info(FileSelector(self.fs_path, allow_not_found=True))
+            found = self.lake.fs.get_file_info(
+                pafs.FileSelector(self.fs_path, allow_not_found=True)
+            )
         except OSError:
             return
         for info in sorted(found, key=lambda i: i.path):
@@ -366,15 +354,15 @@ class LakePath:
 
     def count_files(self, suffix: str) -> int:
         """Files under this folder, at any depth, whose name ends with `suffix`."""
-        from pyarrow.fs import FileSelector
-
         try:
             found = self.lake.fs.get_file_info(
-                FileSelector(self.fs_path, recursive=True, allow_not_found=True)
+                pafs.FileSelector(self.fs_path, recursive=True, allow_not_found=True)
             )
         except OSError as exc:
             raise LakeStoreError(f"{self.uri}: {_reason(exc)}") from exc
-        return sum(1 for i in found if i.type.name == "File" and i.base_name.endswith(suffix))
+        return sum(
+            1 for i in found if i.type == pafs.FileType.File and i.base_name.endswith(suffix)
+        )
 
     def remove_tree(self) -> None:
         """Remove the folder and everything under it; a failure is left for a later sweep."""

@@ -24,7 +24,7 @@ from tests.lake.conftest import Folder, poll
 from tests.lake.conftest import Lake as LakeServer
 from tests.lake.test_lake_cluster_writers import Replica
 from tests.support.http import get_json, http_get
-from tests.support.seaweed import ACCESS_KEY, SECRET_KEY, SeaweedS3
+from tests.support.seaweed import SECRET_KEY, SeaweedS3
 from tests.support.servers import ServerProcess
 
 
@@ -42,11 +42,7 @@ async def lake_reaches(server: ServerProcess, stream: str, seq: int) -> None:
 
 def server_conf(seaweed: SeaweedS3, uri: str) -> str:
     """A server whose lake is `uri` on the test server, its keys in the config file."""
-    return (
-        f'lake {{ dir: "{uri}", seal_interval: "200ms", compact_interval: "500ms",\n'
-        f'  s3 {{ endpoint: "{seaweed.endpoint}", access_key: "{ACCESS_KEY}",\n'
-        f'    secret_key: "{SECRET_KEY}", path_style: true, region: "us-east-1" }} }}\n'
-    )
+    return seaweed.lake_config(uri, 'seal_interval: "200ms", compact_interval: "500ms"')
 
 
 @pytest.mark.timeout(600)  # a Delta table's first commits, an optimize and two views
