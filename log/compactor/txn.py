@@ -15,6 +15,13 @@ if another writer recorded a version for the app id meanwhile. Either way the
 loser raises `LakeMoved` and starts over from what the table holds; no
 interleaving of writers duplicates or skips a row.
 
+That conflict check rests on the commit itself being put-if-absent: two
+writers of one table version must not both succeed. A disk gives that by an
+atomic rename; a lake in object storage by `ConditionalS3LogStore`
+(`log/compactor/logstore`, set by `log.compactor.location`), which writes each
+version with `If-None-Match: *`. Delta's own S3 log store checks only within
+one JVM, and two compactors are two JVMs.
+
 Delta's Python API has no such append, so this drives its transaction API
 over py4j (`DeltaLog.startTransaction`, `txnVersion`, `writeFiles`, `commit`
 with a `SetTransaction`), the same steps its own DataFrame writer takes.
