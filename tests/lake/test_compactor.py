@@ -49,7 +49,7 @@ def test_warm_commits_nothing_and_claims_no_row(spark: SparkSession, folder: Fol
     assert DeltaTable(str(table)).version() == version
     folder.publish(10)
     assert comp.run_once().rows == 10
-    shutil.rmtree(table)  # lost between a pass and the warming after it
+    shutil.rmtree(table.uri)  # lost between a pass and the warming after it
     comp.warm()
     assert lake_progress(table, folder.ref.app_id) == 0
     assert comp.run_once().rows == 30  # so the next pass appends everything again
