@@ -88,6 +88,13 @@ def build_session(
             builder = builder.config("spark.driver.host", "127.0.0.1").config(
                 "spark.driver.bindAddress", "127.0.0.1"
             )
+        elif lake is not None:
+            # A cluster's executors are no children of ours and lack the environment S3A's
+            # credential chain reads here: hand them the lake's (Spark redacts the secret
+            # from its UI and logs). Executors with credentials of their own (an instance
+            # role) get none when the server has none.
+            for key, value in lake.child_env().items():
+                builder = builder.config(f"spark.executorEnv.{key}", value)
     log4j = Path(__file__).with_name("log4j2.properties")
     builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j}")
     spark = builder.getOrCreate()

@@ -1,14 +1,15 @@
 """The lake on a Spark standalone cluster: `spark_master: spark://…` end to end.
 
 A real master and worker (`tests.support.spark_cluster`, one pair for the
-module) run the server's compactor and `jetlake sql`: nats-py publishes, the
-compactor started by the server takes the rows (small appends go without
-Spark) and carries a delete into the table with a Delta DELETE on the
-cluster's executor, and the command's query reads the table there. Neither
-driver may fall back to a local master unnoticed: the master must list both
-applications, and the executor's folder must hold Delta's jars, fetched from
-the driver (`spark.jars`), without which an executor cannot write or read a
-Delta table.
+module) run the server's compactor and `jetlake sql`, with the lake in a
+folder and then in a bucket of the test S3 server (SeaweedFS): nats-py
+publishes, the compactor started by the server takes the rows (on a disk,
+small appends go without Spark) and carries a delete into the table with a
+Delta DELETE on the cluster's executor, and the command's query reads the
+table there. Neither driver may fall back to a local master unnoticed: the
+master must list both applications, and the executor's folder must hold
+Delta's jars (and S3A's for a bucket), fetched from the driver
+(`spark.jars`), without which an executor cannot reach the table.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from log.compactor.layout import STREAMS, StreamRef, default_lake_dir
+from log.compactor.layout import STREAMS, StreamRef
+from log.compactor.location import Lake
 from tests.conftest import Connect
 from tests.lake.conftest import poll
 from tests.support.http import get_json, http_get
+from tests.support.seaweed import SECRET_KEY, SeaweedS3
 from tests.support.servers import ServerProcess, start_server
 from tests.support.spark_cluster import SparkCluster, start_cluster
 
@@ -56,12 +59,25 @@ async def _apps(cluster: SparkCluster) -> list[str]:
     return [app["name"] for app in doc.get("activeapps", []) + doc.get("completedapps", [])]
 
 
+@pytest.fixture(params=["folder", "bucket"])
+def where(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Lake:
+    """A folder on this machine (the workers run here), or a bucket of the test S3 server,
+    its keys in the AWS environment variables the server, its compactor and `jetlake sql`
+    all read."""
+    if request.param == "folder":
+        return Lake.at(tmp_path / "lake")
+    seaweed: SeaweedS3 = request.getfixturevalue("seaweed")
+    for key, value in seaweed.options().env().items():
+        monkeypatch.setenv(key, value)
+    return seaweed.lake(seaweed.bucket())
+
+
 @pytest.fixture
-def server(on_cluster: SparkCluster, tmp_path: Path) -> Iterator[ServerProcess]:
+def server(on_cluster: SparkCluster, where: Lake, tmp_path: Path) -> Iterator[ServerProcess]:
     """jetlake with the lake on, its compactor on the cluster (the config file's way)."""
     config = (
-        f'lake {{ spark_master: "{on_cluster.url}", seal_interval: "500ms", '
-        'compact_interval: "500ms" }\n'
+        f'lake {{ dir: "{where.root}", spark_master: "{on_cluster.url}", '
+        'seal_interval: "500ms", compact_interval: "500ms" }\n'
     )
     store = str(tmp_path / "store")
     started = start_server(
@@ -73,7 +89,7 @@ def server(on_cluster: SparkCluster, tmp_path: Path) -> Iterator[ServerProcess]:
 
 @pytest.mark.timeout(600)  # six JVMs (master, worker, two drivers, their executors), two cores
 async def test_compaction_and_sql_run_on_a_standalone_cluster(
-    server: ServerProcess, on_cluster: SparkCluster, connect: Connect, tmp_path: Path
+    server: ServerProcess, on_cluster: SparkCluster, where: Lake, connect: Connect, tmp_path: Path
 ) -> None:
     nc = await connect(server)
     js = nc.jetstream()
@@ -90,19 +106,22 @@ async def test_compaction_and_sql_run_on_a_standalone_cluster(
 
     await poll(landed, f"CLUSTER in the lake up to seq {COUNT}", deadline=LAKE_SECONDS)
     assert "jetlake-compact" in await _apps(on_cluster)
+    assert SECRET_KEY not in server.log()  # handed to the executors, never printed
     # Small appends go without Spark; a delete is a Delta DELETE, run by the executor.
     await js.delete_msg("CLUSTER", GONE)
     sent[SUBJECTS[(GONE - 1) % len(SUBJECTS)]] -= 1
     ref = StreamRef.load(tmp_path / "store" / STREAMS / "CLUSTER")
-    table = str(ref.table_path(default_lake_dir(tmp_path / "store")))
+    table = ref.table_path(where)
 
     def erased() -> bool:
-        seqs = DeltaTable(table).to_pyarrow_table(columns=["seq"]).column("seq").to_pylist()
+        found = DeltaTable(table.uri, storage_options=table.delta_options)
+        seqs = found.to_pyarrow_table(columns=["seq"]).column("seq").to_pylist()
         return len(seqs) == COUNT - 1 and GONE not in seqs
 
     await poll(erased, f"seq {GONE} erased from {table}", deadline=LAKE_SECONDS)
     jars = {p.name for p in on_cluster.work_dir.glob("app-*/*/*.jar")}
     assert any(name.startswith("delta-spark_") for name in jars), jars
+    assert not where.remote or any(name.startswith("hadoop-aws-") for name in jars), jars
 
     query = "SELECT subject, count(*) AS n, count(DISTINCT seq) AS d FROM CLUSTER GROUP BY 1"
     done = subprocess.run(
@@ -111,6 +130,8 @@ async def test_compaction_and_sql_run_on_a_standalone_cluster(
             "sql",
             "--store",
             str(tmp_path / "store"),
+            "--lake",
+            where.root,
             "--spark_master",
             on_cluster.url,
             "--format",
