@@ -8,7 +8,6 @@ here are forced: both writers read the progress before either commits.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from log.compactor import compact
 from log.compactor.compact import Compactor, lake_progress
 from log.compactor.direct import append_direct
 from log.compactor.layout import default_lake_dir
@@ -106,33 +104,3 @@ def test_of_two_writers_that_read_the_same_progress_one_commits(
         second(spark, table, rows_of(folder, 21, 40), 20, 40, app)
     assert seqs(table) == list(range(1, 51))
     assert lake_progress(table, app) == 50
-
-
-def test_two_compactors_racing_through_the_direct_path_commit_each_seq_once(
-    spark: SparkSession, folder: Folder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    folder.publish(20)
-    assert compactor(spark, folder).run_once().rows == 20
-    folder.publish(15)
-    folder.publish(15)
-    real = compact.append_direct
-    both_read = threading.Barrier(2, timeout=60)
-
-    def after_both_read(*args: object, **kwargs: object) -> None:
-        both_read.wait()  # both compactors have read the table's progress: 20
-        real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(compact, "append_direct", after_both_read)
-    results: list[compact.Summary] = []
-    threads = [
-        threading.Thread(target=lambda: results.append(compactor(spark, folder).run_once()))
-        for _ in range(2)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert sorted(r.rows for r in results) == [0, 30] and not any(r.errors for r in results)
-    assert seqs(folder.ref.table_path(default_lake_dir(folder.dir.parents[3]))) == list(
-        range(1, 51)
-    )
