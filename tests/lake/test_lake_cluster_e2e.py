@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from log.compactor.compact import lake_progress
 from log.compactor.layout import STREAMS, StreamRef
+from log.compactor.location import Lake, LakePath
 from sql.session import refresh
 from tests.jscluster.support import (
     connect,
@@ -30,15 +31,19 @@ from tests.jscluster.support import (
     start_js_cluster,
     stream_messages,
 )
+from tests.support.seaweed import SeaweedS3
 from tests.support.servers import ServerError, ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
-LAKE_DEADLINE = 120.0  # a compactor's JVM starts in seconds, in tens on a loaded machine
+LAKE_DEADLINE = 240.0  # a compactor's JVM and first commits: seconds, minutes on a loaded machine
+
+
+TIMING = 'seal_interval: "200ms", compact_interval: 1'
 
 
 def lake_conf(lake_dir: Path) -> str:
-    return f'lake {{ dir: "{lake_dir}", seal_interval: "200ms", compact_interval: 1 }}\n'
+    return f'lake {{ dir: "{lake_dir}", {TIMING} }}\n'
 
 
 def store_of(server: ServerProcess) -> Path:
@@ -50,12 +55,13 @@ def compacting(servers: list[ServerProcess]) -> list[str]:
     return [server_name(s) for s in servers if s.running and jsz(s)["lake"]["compactor"]["running"]]
 
 
-def lake_seqs(table: Path) -> list[int]:
-    rows = DeltaTable(str(table)).to_pyarrow_dataset().to_table(columns=["seq"])
+def lake_seqs(table: LakePath) -> list[int]:
+    opened = DeltaTable(table.uri, storage_options=table.delta_options)
+    rows = opened.to_pyarrow_dataset().to_table(columns=["seq"])
     return sorted(rows.column("seq").to_pylist())
 
 
-async def lake_reaches(table: Path, app_id: str, seq: int) -> None:
+async def lake_reaches(table: LakePath, app_id: str, seq: int) -> None:
     await eventually(
         lambda: asyncio.sleep(0, lake_progress(table, app_id) >= seq),
         f"the lake holding seq {seq}",
@@ -75,11 +81,29 @@ async def test_repeated_failovers_keep_the_lake_exact(tmp_path: Path, spark: Spa
     await failovers(tmp_path, spark, rounds=4, batch=500)
 
 
-async def failovers(tmp_path: Path, spark: SparkSession, *, rounds: int, batch: int) -> None:
+@pytest.mark.soak  # three servers and their compactors' JVMs on a bucket
+@pytest.mark.timeout(900)
+async def test_failover_keeps_the_lake_in_a_bucket_exact(
+    tmp_path: Path, spark: SparkSession, seaweed: SeaweedS3, bucket_lake: Lake
+) -> None:
+    config = seaweed.lake_config(bucket_lake.root, TIMING)
+    await failovers(tmp_path, spark, rounds=1, batch=100, lake=(bucket_lake, config))
+
+
+async def failovers(
+    tmp_path: Path,
+    spark: SparkSession,
+    *,
+    rounds: int,
+    batch: int,
+    lake: tuple[Lake, str] | None = None,
+) -> None:
     """Publish, kill the stream leader with SIGKILL mid-way, publish on; `rounds` times (the
-    killed server comes back between rounds, as a follower). Then check the lake."""
-    lake_dir = tmp_path / "shared-lake"
-    servers = start_js_cluster("jetlake", tmp_path, config=lake_conf(lake_dir))
+    killed server comes back between rounds, as a follower). Then check the lake, a shared
+    folder unless `lake` names another and the servers' config for it."""
+    folder = tmp_path / "shared-lake"
+    lake_dir, config = lake or (Lake.at(folder), lake_conf(folder))
+    servers = start_js_cluster("jetlake", tmp_path, config=config)
     try:
         nc = await connect(servers)
         js = nc.jetstream(timeout=2)
