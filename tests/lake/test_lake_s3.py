@@ -3,6 +3,7 @@ disk, done there, and commits that stay exact with more than one writer."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -40,9 +41,10 @@ async def lake_reaches(server: ServerProcess, stream: str, seq: int) -> None:
     await poll(there, f"{stream} in the bucket up to seq {seq}", deadline=300)
 
 
-def server_conf(seaweed: SeaweedS3, uri: str) -> str:
+def server_conf(seaweed: SeaweedS3, uri: str, **keys: str) -> str:
     """A server whose lake is `uri` on the test server, its keys in the config file."""
-    return seaweed.lake_config(uri, 'seal_interval: "200ms", compact_interval: "500ms"')
+    timing = 'seal_interval: "200ms", compact_interval: "500ms"'
+    return seaweed.lake_config(uri, timing, **keys)
 
 
 @pytest.mark.timeout(600)  # a Delta table's first commits, an optimize and two views
@@ -155,10 +157,13 @@ async def test_the_servers_compactor_fills_a_bucket_through_an_outage(
     assert sorted(seqs.column("seq").to_pylist()) == list(range(1, 301))
 
 
-async def test_a_missing_bucket_is_named_once_and_publishes_go_on(
-    lake: LakeServer, seaweed: SeaweedS3, connect: Connect
+@pytest.mark.parametrize("refused", ["bucket", "keys"])
+async def test_a_missing_bucket_or_refused_keys_are_named_once_and_publishes_go_on(
+    lake: LakeServer, seaweed: SeaweedS3, connect: Connect, refused: str
 ) -> None:
-    server = lake.start(config=server_conf(seaweed, "s3://no-such-bucket/lake"))
+    bucket = "no-such-bucket" if refused == "bucket" else seaweed.bucket()
+    wrong = {"secret_key": "not-the-secret"} if refused == "keys" else {}
+    server = lake.start(config=server_conf(seaweed, f"s3://{bucket}/lake", **wrong))
     nc = await connect(server)
     js = nc.jetstream()
     await js.add_stream(name="HELD", subjects=["h.>"])
@@ -167,15 +172,16 @@ async def test_a_missing_bucket_is_named_once_and_publishes_go_on(
 
     async def named() -> bool:
         doc = (await get_json(server.http_url + "/jsz"))["lake"]
-        return "no-such-bucket" in doc.get("error", "")
+        return f"lake bucket {bucket}: " in doc.get("error", "")
 
-    await poll(named, "the missing bucket named in /jsz")
+    await poll(named, f"the {refused} refused, naming the bucket in /jsz")
     await lake.sealed("HELD", 50)
     doc = (await get_json(server.http_url + "/jsz"))["lake"]
     assert doc["compactor"] == {"running": False, "pid": 0}  # nothing to restart in a loop
     assert doc["streams"]["HELD"]["lag_messages"] == 50
     assert (await http_get(server.http_url + "/healthz")).status == 200
-    assert server.log().count("Lake unavailable: lake bucket no-such-bucket") == 1
+    assert server.log().count(f"Lake unavailable: lake bucket {bucket}: ") == 1
+    assert "not-the-secret" not in server.log() + json.dumps(doc)
 
 
 @pytest.mark.soak  # two compactor JVMs racing for minutes on two cores

@@ -101,13 +101,13 @@ class SeaweedS3:
             allow_http=True,
         )
 
-    def lake_config(self, uri: str, timing: str) -> str:
+    def lake_config(self, uri: str, timing: str, *, secret_key: str = SECRET_KEY) -> str:
         """A server's `lake { }` block for `uri` on this server, keys in it, with `timing`
         (its seal and compact intervals)."""
         return (
             f'lake {{ dir: "{uri}", {timing},\n'
             f'  s3 {{ endpoint: "{self.endpoint}", access_key: "{ACCESS_KEY}",\n'
-            f'    secret_key: "{SECRET_KEY}", path_style: true, region: "us-east-1" }} }}\n'
+            f'    secret_key: "{secret_key}", path_style: true, region: "us-east-1" }} }}\n'
         )
 
     def lake(self, bucket: str, prefix: str = "lake") -> Lake:
