@@ -339,7 +339,7 @@ class Server:
         if routes is not None:
             framed = routes.deliver_tail(subject, reply, hdr, payload)
             if framed is not None:
-                self._count_tails(sublist, 1, framed, framed * size)
+                self.count_tails(sublist, 1, framed, framed * size)
                 return framed > 0
         if self.mapper is not None and shown is None and account is self.accounts.global_account:
             subject = self.mapper.map_bytes(subject)
@@ -424,6 +424,10 @@ class Server:
                         delivered += 1
         self.out_msgs += delivered
         self.out_bytes += delivered * size
+        routes = account.sublist.routes
+        if delivered and not reply and hdr is None and routes is not None and self.mapper is None:
+            # PubAcks for a client here from a peer's stream: framed in runs (`Route`)
+            learn_tail(routes, account.sublist, subject, partial(self.local_under, account))
 
     def mark_dirty(self, client: Client) -> None:
         self._dirty.append(client)
@@ -575,7 +579,7 @@ class Server:
         while at < len(answers):
             if routes is not None:
                 done, _, framed, framed_bytes = routes.deliver_tails(answers, at)
-                self._count_tails(sublist, done, framed, framed_bytes)
+                self.count_tails(sublist, done, framed, framed_bytes)
                 at += done
                 if at == len(answers):
                     return
@@ -595,7 +599,7 @@ class Server:
         cluster = self.cluster
         return cluster is None or not cluster.wants_under(account.name, prefix)
 
-    def _count_tails(self, sublist: Sublist[Any], msgs: int, framed: int, size: int) -> None:
+    def count_tails(self, sublist: Sublist[Any], msgs: int, framed: int, size: int) -> None:
         """What `route` counts for messages the compiled table framed without a match."""
         sublist.matches += msgs
         sublist.cache_hits += msgs

@@ -56,3 +56,36 @@ async def test_a_peer_subscribing_later_gets_what_the_leader_routed_fast(
         finally:
             await pub.close()
             await watch.close()
+
+
+async def test_a_peer_client_publishing_in_runs_gets_each_puback_once(
+    kind: str, tmp_path: Path
+) -> None:
+    """A publisher on a follower: its PUBs cross the route to the leader, which takes them
+    in runs, and the PubAcks come back in runs to its inbox, framed without a match. Every
+    message is stored once and acknowledged once, in order; a subscriber that joins the
+    inbox later on that server gets the next PubAck too."""
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        await c.add_stream("ORDERS", [SUBJECT])
+        leader = await c.leader("ORDERS")
+        follower = next(s for s in c.servers if server_name(s) != server_name(leader))
+        pub = await nats.connect(follower.url, allow_reconnect=False)
+        try:
+            acks = await pub.subscribe(f"{INBOX}.*")
+            await pub.flush()
+            await asyncio.to_thread(
+                poll, lambda: has_route_interest(leader, f"{INBOX}.*"), "the inbox at the leader"
+            )
+            for i in range(300):  # one flush: the route carries them to the leader together
+                await pub.publish(SUBJECT, b"%d" % i, reply=f"{INBOX}.{i}")
+            await pub.flush()
+            got = [await acks.next_msg(timeout=10) for _ in range(300)]
+            assert [m.subject for m in got] == [f"{INBOX}.{i}" for i in range(300)]
+            assert [json.loads(m.data)["seq"] for m in got] == list(range(1, 301))
+            late = await pub.subscribe(f"{INBOX}.*")
+            await pub.publish(SUBJECT, b"after", reply=f"{INBOX}.after")
+            assert json.loads((await late.next_msg(timeout=5)).data)["seq"] == 301
+            assert json.loads((await acks.next_msg(timeout=5)).data)["seq"] == 301
+            assert (await c.js.stream_info("ORDERS")).state.messages == 301
+        finally:
+            await pub.close()

@@ -128,10 +128,54 @@ class Route(asyncio.Protocol):
             log.error("%s - Route protocol error: %s", self.where, exc)
             self.close("Protocol Violation")
             return
-        for op in ops:
-            if self.closed:
-                return
-            self._dispatch(op)
+        at = 0
+        while at < len(ops) and not self.closed:
+            end = _run_end(ops, at)
+            if end - at > 1:
+                at += self._take_run(cast(list[proto.RMsg], ops[at:end]))
+            for op in ops[at:end]:
+                if self.closed:
+                    return
+                self._dispatch(op)
+            at = end
+
+    def _take_run(self, msgs: list[proto.RMsg]) -> int:
+        """How many of a run of plain messages (no header block, no queue group) were taken
+        in one call rather than routed one by one (`route_from_peer`): all of them where
+        they share a subject that a stream's intake alone takes here (a peer's client
+        publishing to this stream leader), as for a client's run (`PubRun`); else the
+        leading ones without a reply that the compiled table frames straight to the
+        client inboxes it learnt (PubAcks for a client here, `learn_tail`)."""
+        if not (self.registered or self.superseded):
+            return 0
+        server = self.cluster.server
+        account = server.accounts.get(msgs[0].account)
+        if account is None:
+            return 0
+        sublist = account.sublist
+        payloads = [m.payload for m in msgs]
+        subject = msgs[0].subject
+        taken = 0
+        if all(m.subject == subject for m in msgs):
+            match = sublist.match(subject)
+            sub = match.plain[0] if len(match.plain) == 1 and not match.queues else None
+            intake = getattr(sub, "intake", None)
+            if intake is not None and getattr(sub, "announced", False):  # not a follower's
+                intake(subject, [m.reply for m in msgs], payloads)
+                taken = len(msgs)
+                sublist.matches += taken - 1  # as one match a message would have counted
+                sublist.cache_hits += taken - 1
+        elif sublist.routes is not None and server.mapper is None:
+            answers = [(m.subject, m.payload) for m in msgs if not m.reply]
+            if len(answers) == len(msgs):
+                taken, _, framed, framed_bytes = sublist.routes.deliver_tails(answers, 0)
+                server.count_tails(sublist, taken, framed, framed_bytes)
+        size = sum(map(len, payloads[:taken]))
+        self.in_msgs += taken
+        self.in_bytes += size
+        server.in_msgs += taken
+        server.in_bytes += size
+        return taken
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.close("Client Closed" if exc is None else "Read Error")
@@ -312,3 +356,20 @@ def _reason_for(message: str) -> str:
     if message == AUTH_VIOLATION:
         return "Authentication Failure"
     return "Parse Error"
+
+
+def _run_end(ops: list[proto.RouteOp], at: int) -> int:
+    """Where the run that starts at `ops[at]` ends: plain RMSGs (no header block, no queue
+    group to serve) in one account; any other operation is a run of one."""
+    first = ops[at]
+    if type(first) is not proto.RMsg or first.hdr is not None or first.queues:
+        return at + 1
+    end = at + 1
+    while end < len(ops):
+        op = ops[end]
+        if type(op) is not proto.RMsg or op.hdr is not None or op.queues:
+            break
+        if op.account != first.account:
+            break
+        end += 1
+    return end
