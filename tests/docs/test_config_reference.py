@@ -6,6 +6,8 @@ page not regenerated after an edit, fails here rather than drifting unnoticed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from ingest.server.reference import keys
@@ -27,20 +29,22 @@ def test_the_page_in_the_repository_is_what_the_tables_render() -> None:
     )
 
 
-def test_every_flag_is_on_the_page_and_no_other() -> None:
+@pytest.mark.parametrize(
+    ("rows", "accepted", "shown"),
+    [
+        (FLAGS, keys.flag_names, "`-{}`"),
+        (TOP_LEVEL, keys.top_level_keys, "`{}`"),
+    ],
+    ids=["flags", "top-level keys"],
+)
+def test_every_flag_and_top_level_key_is_on_the_page_and_no_other(
+    rows: tuple[Key, ...], accepted: Callable[[], set[str]], shown: str
+) -> None:
     page = PAGE.read_text(encoding="utf-8")
-    accepted = keys.flag_names()
-    assert _names(FLAGS) == accepted
-    missing = sorted(name for name in accepted if f"`-{name}`" not in page)
-    assert not missing, f"flags missing from the page: {missing}"
-
-
-def test_every_top_level_key_is_on_the_page_and_no_other() -> None:
-    page = PAGE.read_text(encoding="utf-8")
-    accepted = keys.top_level_keys()
-    assert _names(TOP_LEVEL) == accepted
-    missing = sorted(name for name in accepted if f"`{name}`" not in page)
-    assert not missing, f"top-level keys missing from the page: {missing}"
+    names = accepted()
+    assert _names(rows) == names
+    missing = sorted(name for name in names if shown.format(name) not in page)
+    assert not missing, f"missing from the page: {missing}"
 
 
 def test_every_section_the_parsers_read_has_a_table() -> None:
