@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -291,8 +291,9 @@ class JetStreamCluster:
         hosted = self.hosted.get(sa.key)
         here = self.me in sa.peers and change.kind != "removed"
         if hosted is not None and change.kind == "updated" and not here:
+            if self.me in hosted.assignment.peers:  # the first update without it: leave once
+                self._spawn(self._leaving(hosted))  # moved off, or the replicas went down
             hosted.assignment = sa
-            self._leave(hosted)  # moved off this server, or the replicas went down
             return
         if hosted is not None and (change.kind == "added" or not here):
             self._drop(hosted)  # deleted, or created anew
@@ -321,7 +322,11 @@ class JetStreamCluster:
         if hosted.reconciling or hosted.group.node.role is not Role.LEADER:
             return
         hosted.reconciling = True
-        task = asyncio.get_running_loop().create_task(self._reconcile_steps(hosted))
+        self._spawn(self._reconcile_steps(hosted))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in the background, held until it ends."""
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -440,15 +445,10 @@ class JetStreamCluster:
         elif reply:
             engine.api.created(hosted.stream, reply)
 
-    def _leave(self, hosted: Hosted) -> None:
+    async def _leaving(self, hosted: Hosted) -> None:
         """Drop this replica once its group has let it go. Until the leader's change
         removing it commits, its vote may be needed: taking two replicas off an R3
         stream, the second removal commits on the leader and the departing one."""
-        task = asyncio.get_running_loop().create_task(self._leaving(hosted))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _leaving(self, hosted: Hosted) -> None:
         node = hosted.group.node
         deadline = time.monotonic() + LEAVE_SECONDS
         while self.hosted.get(hosted.assignment.key) is hosted:
