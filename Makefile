@@ -31,7 +31,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
-	$(VENV)/bin/pytest -q -n 2 --dist loadfile
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=30
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -45,11 +45,11 @@ def _default_jetlake_cmd() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    names = ", ".join(w.name for w in WORKLOADS)
     parser = argparse.ArgumentParser(
         prog="jetlake bench",
         description="Run the same workloads against nats-server and jetlake, print ratios.",
-        epilog=f"Workloads: {names}. Groups: core, js, lake, raft, mqtt, cluster, natscli.",
+        epilog=f"{len(WORKLOADS)} workloads (`--list` names them) in groups: core, js, lake, "
+        "raft, mqtt, cluster, natscli.",
     )
     add = parser.add_argument
     add(

@@ -56,7 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jetlake: unknown command {args[0]!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     command: Callable[[list[str]], int] = import_module(entry[0]).main
-    return command(args[1:])
+    if not {"-h", "--help"} & set(args[1:]):
+        return command(args[1:])
+    try:
+        status = command(args[1:])
+    except SystemExit as done:  # argparse ends its help this way
+        status = done.code if isinstance(done.code, int) else 0
+    print(f"\nDocumentation: {entry[2]} (`make docs` builds the site)")
+    return status
 
 
 if __name__ == "__main__":

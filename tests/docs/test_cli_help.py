@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from jobs import cli
 from tests.docs.test_readme import ROOT, _anchors
 
@@ -13,3 +15,15 @@ def test_every_page_the_usage_names_exists() -> None:
         assert page.is_file(), f"jetlake {name}: {target} does not exist"
         assert not anchor or anchor in _anchors(page), f"jetlake {name}: no #{anchor}"
     assert (ROOT / "docs" / "getting-started.md").is_file()
+
+
+@pytest.mark.parametrize("name", list(cli._COMMANDS))
+def test_each_commands_help_names_its_page_and_fits_a_screen(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main([name, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(
+        f"Documentation: {cli._COMMANDS[name][2]} (`make docs` builds the site)"
+    )
+    assert len(out.splitlines()) <= 60, f"jetlake {name} --help is {len(out.splitlines())} lines"
