@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import json
 import re
+import subprocess
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from tests.support.servers import ServerProcess, start_server
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 DASHBOARD = DOCS / "assets" / "grafana-dashboard.json"
+NODE_TOOLS = DOCS.parent / ".venv" / "node"  # scripts/install-node-tools, from the set-up
+GRAFANA_TYPES = "@grafana/schema/dist/esm/raw/dashboard/x/Dashboard_types.gen"
 METRIC = re.compile(r"\bjetlake_[a-z_]+\b")
 
 
@@ -41,7 +44,8 @@ def _panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _queried(dashboard: dict[str, Any]) -> set[str]:
     exprs = [t["expr"] for p in _panels(dashboard) for t in p.get("targets", [])]
-    exprs += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    variables = dashboard["templating"]["list"]
+    exprs += [v["query"]["query"] for v in variables if isinstance(v.get("query"), dict)]
     return {name for expr in exprs for name in METRIC.findall(expr)}
 
 
@@ -97,6 +101,32 @@ def test_the_dashboard_is_a_grafana_dashboard() -> None:
     names = {v["name"] for v in dashboard["templating"]["list"]}
     used = set(re.findall(r"\$\{?(\w+)", json.dumps(panels)))
     assert used - {"__rate_interval", "__interval"} <= names, "undefined template variables"
+
+
+def test_grafanas_own_dashboard_schema_accepts_the_dashboard(tmp_path: Path) -> None:
+    """Grafana's published types for a dashboard's JSON (the package its front end is built
+    from), checked by TypeScript with the dashboard as an object literal: a wrong type, a
+    missing required field or an unknown key fails here as it would when Grafana loads it.
+    The import envelope (`__inputs`, `__requires`: the data source the import screen asks
+    for) is read by that screen and is not part of the saved dashboard."""
+    tsc = NODE_TOOLS / "node_modules" / "typescript" / "bin" / "tsc"
+    assert tsc.is_file(), f"{tsc} missing: run the set-up (make test installs it)"
+    saved = {key: value for key, value in _dashboard().items() if not key.startswith("__")}
+    check = tmp_path / "dashboard.ts"
+    check.write_text(
+        f'import type {{ Dashboard }} from "{GRAFANA_TYPES}";\n'
+        f"export const dashboard: Dashboard = {json.dumps(saved, indent=1)};\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "node_modules").symlink_to(NODE_TOOLS / "node_modules")
+    options = {"strict": True, "noEmit": True, "module": "esnext", "target": "es2022"}
+    options |= {"moduleResolution": "bundler", "skipLibCheck": True}
+    config = {"compilerOptions": options, "files": [check.name]}
+    (tmp_path / "tsconfig.json").write_text(json.dumps(config), encoding="utf-8")
+    done = subprocess.run(
+        ["node", str(tsc), "-p", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_every_metric_the_dashboard_queries_is_exported(exported: set[str]) -> None:
