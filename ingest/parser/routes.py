@@ -277,6 +277,15 @@ def encode_runsub(account: str, subject: str, queue: str | None) -> bytes:
     return f"RS- {account} {subject}{tail}\r\n".encode("utf-8", "surrogateescape")
 
 
+def reply_and_queues(reply: bytes, queues: tuple[bytes, ...] | list[bytes]) -> bytes:
+    """The part of a routed message's control line between subject and sizes, with its
+    leading space (empty for neither): `+ reply q…`, `| q…`, or the reply alone."""
+    if queues:
+        lead = b"+ " + reply + b" " if reply else b"| "
+        return b" " + lead + b" ".join(queues)
+    return b" " + reply if reply else b""
+
+
 def encode_rmsg(
     account: bytes,
     subject: bytes,
@@ -286,11 +295,7 @@ def encode_rmsg(
     payload: bytes,
 ) -> bytes:
     """One RMSG (or HMSG with headers) in a single format, so the payload is copied once."""
-    if queues:
-        lead = b"+ " + reply + b" " if reply else b"| "
-        middle = b" " + lead + b" ".join(queues)
-    else:
-        middle = b" " + reply if reply else b""
+    middle = reply_and_queues(reply, queues)
     if hdr is None:
         return b"RMSG %b %b%b %d\r\n%b\r\n" % (account, subject, middle, len(payload), payload)
     total = len(hdr) + len(payload)
