@@ -7,11 +7,15 @@ verdicts per subject so the hot path pays one dict lookup.
 from __future__ import annotations
 
 import hmac
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from ingest.parser.subjects import is_subset, subject_matches, subjects_overlap
 from ingest.server.accounts.settings import GLOBAL_ACCOUNT
+from ingest.server.jwt import nkey, trust
+from ingest.server.jwt.claims import JWTError
+from ingest.server.jwt.store import AccountStore
 
 AUTH_VIOLATION = "Authorization Violation"
 STANDARD = "STANDARD"  # connection types a user's `allowed_connection_types` names
@@ -19,7 +23,15 @@ MQTT = "MQTT"
 
 
 class AuthError(Exception):
-    """Credentials were missing or wrong; the client gets -ERR 'Authorization Violation'."""
+    """Credentials were missing or wrong; the client gets -ERR 'Authorization Violation'.
+
+    `who` names the credentials tried, for the log line, as the reference writes it;
+    `detail` says what was wrong with a JWT, which the reference logs only in debug."""
+
+    def __init__(self, message: str, who: str = "", detail: str = "") -> None:
+        super().__init__(message)
+        self.who = who
+        self.detail = detail
 
 
 class _SubjectPermission(Protocol):
@@ -34,7 +46,8 @@ class _Permissions(Protocol):
 
 class _User(Protocol):
     user: str
-    password: str
+    password: str | None
+    nkey: str | None
     permissions: _Permissions | None
     allowed_connection_types: frozenset[str]
 
@@ -66,6 +79,8 @@ class Grant:
     pub_deny: tuple[str, ...] = ()
     sub_allow: tuple[str, ...] = ()
     sub_deny: tuple[str, ...] = ()
+    expires: int = 0  # a JWT user's expiry, Unix seconds; 0: never
+    issued_at: int = 0  # a JWT user's `iat`, which revocations compare with
     _pub_cache: dict[bytes, bool] = field(default_factory=dict)
 
     @property
@@ -128,32 +143,55 @@ def _grant_for(user: _User, account: str) -> Grant:
 
 
 class Authenticator:
-    """Checks CONNECT credentials against token, single user, or the users list."""
+    """Checks CONNECT credentials against token, single user, the users list, nkeys, or
+    (operator mode) the user JWT and the account JWT the store holds for it."""
 
-    def __init__(self, opts: _AuthOptions) -> None:
+    def __init__(self, opts: _AuthOptions, store: AccountStore | None = None) -> None:
         self._token = opts.auth_token
-        # Each user name is bound to one account (the config refuses duplicates).
-        self._users: dict[str, tuple[_User, str]] = {
-            u.user: (u, GLOBAL_ACCOUNT) for u in opts.users
-        }
-        for account in opts.accounts:
-            self._users.update((u.user, (u, account.name)) for u in account.users)
+        # Each user name is bound to one account (the config refuses duplicates); nkey
+        # users are found by key only, so they never log in by name.
+        self._users: dict[str, tuple[_User, str]] = {}
+        self._nkeys: dict[str, tuple[_User, str]] = {}
+        bound = [(u, GLOBAL_ACCOUNT) for u in opts.users]
+        bound += [(u, account.name) for account in opts.accounts for u in account.users]
+        for user, account in bound:
+            (self._nkeys if user.nkey else self._users)[user.user] = (user, account)
         self._single = (opts.username, opts.password) if opts.username else None
         self._no_auth_user = opts.no_auth_user
+        self.store = store
 
     @property
     def required(self) -> bool:
-        return bool(self._token or self._users or self._single)
+        return bool(self._token or self._users or self._nkeys or self._single or self.store)
 
-    def authenticate(self, connect: dict[str, object], connection_type: str = STANDARD) -> Grant:
-        """The grant for a CONNECT's credentials arriving over `connection_type`."""
+    @property
+    def nonce_required(self) -> bool:
+        """The INFO carries a nonce for clients to sign when nkeys or JWTs may log in."""
+        return bool(self._nkeys or self.store)
+
+    def authenticate(
+        self, connect: dict[str, object], connection_type: str = STANDARD, nonce: str = ""
+    ) -> Grant:
+        """The grant for a CONNECT's credentials arriving over `connection_type`, after
+        an INFO that carried `nonce`."""
         if not self.required:
             return Grant()
+        if self.store is not None and connect.get("jwt"):
+            return self._jwt(connect, connection_type, nonce)
+        key = connect.get("nkey")
+        if key:
+            found = self._nkeys.get(key) if isinstance(key, str) else None
+            if found is None or not _admits(found[0], connection_type):
+                raise AuthError(AUTH_VIOLATION, f"Nkey {_quote(key)}")
+            if not nkey.verify_nonce(key, nkey.USER, nonce, connect.get("sig")):
+                raise AuthError(AUTH_VIOLATION, f"Nkey {_quote(key)}")
+            return _grant_for(*found)
+        name = connect.get("user")
+        who = f"User {_quote(name)}" if name else ""
         if self._token is not None:
             if _same(connect.get("auth_token"), self._token):
                 return Grant()
-            raise AuthError(AUTH_VIOLATION)
-        name = connect.get("user")
+            raise AuthError(AUTH_VIOLATION, who)
         if not name and self._no_auth_user and not connect.get("pass"):
             bound = self._users.get(self._no_auth_user)
             if bound is not None and _admits(bound[0], connection_type):
@@ -166,4 +204,27 @@ class Authenticator:
             user, account = self._users[name]
             if _same(connect.get("pass"), user.password or "") and _admits(user, connection_type):
                 return _grant_for(user, account)
-        raise AuthError(AUTH_VIOLATION)
+        raise AuthError(AUTH_VIOLATION, who)
+
+    def _jwt(self, connect: dict[str, object], connection_type: str, nonce: str) -> Grant:
+        assert self.store is not None
+        try:
+            found = trust.authenticate(connect, nonce, self.store.get, time.time(), connection_type)
+        except JWTError as exc:
+            raise AuthError(AUTH_VIOLATION, detail=str(exc)) from exc
+        return Grant(
+            user=found.user,
+            account=found.account,
+            pub_allow=found.pub_allow,
+            pub_deny=found.pub_deny,
+            sub_allow=found.sub_allow,
+            sub_deny=found.sub_deny,
+            expires=found.expires,
+            issued_at=found.issued_at,
+        )
+
+
+def _quote(value: object) -> str:
+    """Go's %q of a string, which the reference's log lines use."""
+    text = str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -26,6 +26,7 @@ from ingest.parser.outlet import Outlet
 from ingest.parser.subjects import is_valid_literal_subject, is_valid_subject
 from ingest.server.auth import AUTH_VIOLATION, AuthError, Grant
 from ingest.server.gofmt import go_duration
+from ingest.server.jwt.nkey import new_nonce
 from ingest.server.logs import TRACE
 from ingest.server.subscription import Subscription, learn_acks, learn_route
 from ingest.server.tls import TLSLayer
@@ -55,6 +56,7 @@ class Client(asyncio.Protocol):
         self.grant = Grant()
         self.account = server.accounts.global_account  # until CONNECT names another
         self.authenticated = not server.auth.required
+        self.nonce = new_nonce() if server.auth.nonce_required else ""  # signed by nkey users
         self.verbose = True  # the reference's defaults until CONNECT says otherwise
         self.pedantic = True
         self._pub_checks = True  # verbose, pedantic or a restricted grant: see _pub_allowed
@@ -332,14 +334,23 @@ class Client(asyncio.Protocol):
         self.rtt = time.monotonic() - self._rtt_start
         if not self.authenticated:
             try:
-                self.grant = self.server.auth.authenticate(o)
-            except AuthError:
-                log.error("%s:%d - cid:%d - authentication error", self.host, self.port, self.cid)
+                self.grant = self.server.auth.authenticate(o, nonce=self.nonce)
+            except AuthError as exc:
+                who = f" - {exc.who}" if exc.who else ""
+                peer = (self.host, self.port, self.cid)
+                log.error("%s:%d - cid:%d - authentication error%s", *peer, who)
+                if exc.detail:
+                    log.debug("%s:%d - cid:%d - %s", *peer, exc.detail)
                 self.send_err(AUTH_VIOLATION)
                 self._close("Authentication Failure", flush=True)
                 return
-            self.account = self.server.accounts[self.grant.account]
+            self.account = self.server.accounts.ensure(self.grant.account)
             self.authenticated = True
+            if self.grant.expires:
+                wait = max(0.0, self.grant.expires - time.time())
+                self._timers["expiry"] = asyncio.get_running_loop().call_later(
+                    wait, self.cut_off, "User Authentication Expired", "Authentication Expired"
+                )
         self._pub_checks = self.verbose or self.pedantic or self.grant.restricted
         self._fast_path()
         if self.verbose:
@@ -486,6 +497,13 @@ class Client(asyncio.Protocol):
         if not self.authenticated and not self.closed:
             self.send_err("Authentication Timeout")
             self._close("Authentication Timeout", flush=True)
+
+    def cut_off(self, error: str, reason: str) -> None:
+        """End an authenticated connection whose credentials stopped counting (a JWT that
+        expired or was revoked), with the reference's -ERR."""
+        if not self.closed:
+            self.send_err(error)
+            self._close(reason, flush=True)
 
     def _auth_violation(self) -> None:
         self.send_err(AUTH_VIOLATION)

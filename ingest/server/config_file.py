@@ -13,6 +13,7 @@ from typing import Any
 from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
 from ingest.parser.conf import ConfigError, Table
 from ingest.parser.subjects import is_valid_subject
+from ingest.server import auth_config
 from ingest.server.accounts.config_section import read_accounts
 from ingest.server.cluster.config_section import read_cluster, single_user_authorization
 from ingest.server.mappings import read_mappings
@@ -201,7 +202,7 @@ def _users(parent: _Section, key: str, defaults: Permissions | None) -> list[Use
             elif lowered in ("allowed_connection_types", "connection_types", "clients"):
                 fields["allowed_connection_types"] = _connection_types(section, name)
             elif lowered == "nkey":
-                raise section.error(name, "nkey users are not supported by jetlake")
+                fields["nkey"] = fields["user"] = auth_config.nkey_user(section, name, entry)
             else:
                 section.unknown(name)
         if "user" not in fields:
@@ -244,9 +245,11 @@ def _authorization(top: _Section, key: str, out: dict[str, Any]) -> None:
         if out.get("auth_token"):
             raise top.error(key, "Can not have a token and a users array")
         seen: set[str] = set()
+        nkeys = {user.nkey for user in users if user.nkey}
         for user in users:
             if user.user in seen:
-                raise top.error(key, f'Duplicate user "{user.user}" detected')
+                kind = "nkey" if user.user in nkeys else "user"
+                raise top.error(key, f'Duplicate {kind} "{user.user}" detected')
             seen.add(user.user)
         out["users"] = tuple(users)
 
@@ -546,6 +549,10 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "accounts": _accounts,
     "system_account": _setter("system_account", _Section.string),
     "system": _setter("system_account", _Section.string),
+    "operator": auth_config.operators,
+    "operators": auth_config.operators,
+    "resolver": auth_config.resolver,
+    "resolver_preload": auth_config.resolver_preload,
     "mqtt": _mqtt,
     "store_dir": _store_dir,
     "storedir": _store_dir,

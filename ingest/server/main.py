@@ -95,6 +95,8 @@ async def _serve(opts: Options) -> int:
         server.jetstream_cluster = cluster_engines(server, account_js.engines())
     system = SystemServices(server)
     system.start()
+    if server.resolver is not None:
+        server.resolver.start(server, system)
     if monitor is not None:
         await monitor.start()
     if server.jetstream is not None:

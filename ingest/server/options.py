@@ -21,6 +21,7 @@ from typing import Any
 
 from ingest.parser.conf import ConfigError, Loader, parse_file
 from ingest.server.accounts.settings import DEFAULT_SYSTEM_ACCOUNT
+from ingest.server.auth_config import check_operator_mode
 from ingest.server.cluster.settings import (
     ClusterConfig,
     RouteURLError,
@@ -229,7 +230,10 @@ def validate_options(opts: Options) -> None:
         raise ConfigError("server name cannot contain spaces")
     if opts.busy_poll < 0:
         raise ConfigError(f"busy_poll ({_go(opts.busy_poll)}) cannot be negative")
-    _check_accounts(opts)
+    if opts.operators:
+        check_operator_mode(opts)
+    else:
+        _check_accounts(opts)
     if opts.no_auth_user is not None:
         users = opts.users + tuple(u for account in opts.accounts for u in account.users)
         if not users:

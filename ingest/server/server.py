@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.parser import nats
 from ingest.server.accounts.registry import Account, Accounts
 from ingest.server.auth import Authenticator
+from ingest.server.auth_resolver import Resolver
 from ingest.server.busypoll import BusyPoll
 from ingest.server.client import Client
 from ingest.server.cluster.settings import local_addresses
@@ -107,7 +108,8 @@ class Server:
         self.opts = opts
         self.server_id = new_server_id()
         self.server_name = opts.server_name or self.server_id
-        self.auth = Authenticator(opts)
+        self.resolver = Resolver(opts) if opts.operators else None  # operator mode
+        self.auth = Authenticator(opts, self.resolver.store if self.resolver else None)
         self.sublist: Sublist[Any] = Sublist()  # the global account's
         self.accounts = Accounts(opts, self.sublist, jetstream=opts.jetstream.enabled)
         # None without mappings: route() tests it for every message.
@@ -251,6 +253,8 @@ class Server:
             info["jetstream"] = True  # server-wide, whatever the account; false is omitted
         if self.auth.required:
             info["auth_required"] = True
+        if client.nonce:
+            info["nonce"] = client.nonce
         if self.tls_context is not None:
             info["tls_required"] = True
             if opts.tls.verify:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
 from ingest.server.accounts.settings import AccountConfig
 from ingest.server.cluster.settings import ClusterConfig
+from ingest.server.jwt.settings import ResolverConfig
 from ingest.server.mappings import SubjectMapping
 from log.compactor.location import S3Options
 
@@ -42,8 +43,9 @@ class Permissions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class User:
-    user: str
+    user: str  # an nkey user's is its public key, so names and nkeys share one namespace
     password: str | None = None
+    nkey: str | None = None  # set: the client proves this key by signing the INFO's nonce
     permissions: Permissions | None = None
     allowed_connection_types: frozenset[str] = frozenset()  # empty: any kind of connection
 
@@ -142,6 +144,9 @@ class Options:
     no_auth_user: str | None = None
     accounts: tuple[AccountConfig, ...] = ()
     system_account: str | None = None  # None: $SYS, created when not configured
+    operators: tuple[str, ...] = ()  # operator JWTs: set, accounts and users come from JWTs
+    resolver: ResolverConfig | None = None
+    resolver_preload: tuple[tuple[str, str], ...] = ()  # (account public key, account JWT)
     auth_timeout: float = DEFAULT_AUTH_TIMEOUT
     tls: TLSConfig | None = None
     jetstream: JetStreamConfig = field(default_factory=JetStreamConfig)

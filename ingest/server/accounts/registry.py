@@ -60,6 +60,14 @@ class Accounts:
             self._by_name[system] = Account(system, Sublist(), jetstream_enabled=False)
         self.system_account = self._by_name[system]
 
+    def ensure(self, name: str) -> Account:
+        """The account `name`; in operator mode accounts are known from their JWTs only,
+        so one is created empty the first time a user of it connects."""
+        account = self._by_name.get(name)
+        if account is None:
+            account = self._by_name[name] = Account(name, Sublist(), jetstream_enabled=False)
+        return account
+
     def get(self, name: str) -> Account | None:
         return self._by_name.get(name)
 

@@ -1,0 +1,137 @@
+"""The account resolver: where operator mode finds the account JWT of a connecting user,
+and how an operator changes accounts while the server runs.
+
+`MEMORY` holds the `resolver_preload` JWTs. `full` also keeps every account JWT as
+`<dir>/<account>.jwt`, takes new ones pushed to `$SYS.REQ.CLAIMS.UPDATE` (what `nsc
+push` sends) or `$SYS.REQ.ACCOUNT.<id>.CLAIMS.UPDATE`, answers `…CLAIMS.LOOKUP` and
+`$SYS.REQ.CLAIMS.LIST`. An update applies at once: users it revokes, and users of an
+account that expired, are cut off with the reference's errors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ingest.parser.conf import ConfigError
+from ingest.server.jwt import claims as jwt
+from ingest.server.jwt.claims import Claims, JWTError
+from ingest.server.jwt.settings import FULL
+from ingest.server.jwt.store import AccountStore
+from ingest.server.jwt.trust import Operators, revoked
+
+if TYPE_CHECKING:
+    from ingest.server.server import Server
+    from ingest.server.system import SystemServices
+
+log = logging.getLogger("jetlake")
+
+UPDATE = "$SYS.REQ.CLAIMS.UPDATE"
+ACCOUNT_UPDATE = "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE"
+LOOKUP = "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP"
+LIST = "$SYS.REQ.CLAIMS.LIST"
+REVOKED = ("User Authentication Revoked", "Authentication Revoked")
+
+
+class Resolver:
+    def __init__(self, opts: Any) -> None:
+        self.config = opts.resolver
+        self.store = AccountStore(Operators(jwt.decode(t, "operator") for t in opts.operators))
+        now = time.time()
+        self.dir = Path(self.config.dir) if self.config.type == FULL else None
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            for path in sorted(self.dir.glob("*.jwt")):
+                self._load(path.read_text().strip(), now, str(path))
+        for account, token in opts.resolver_preload:
+            # The directory's later JWTs take precedence over the preloaded ones.
+            if self.store.get(account) is None:
+                self._load(token, now, f"resolver_preload {account}")
+        self._server: Server | None = None
+        self._system: SystemServices | None = None
+
+    def _load(self, token: str, now: float, where: str) -> None:
+        try:
+            self.store.put(token, now)
+        except JWTError as exc:
+            if "expired" not in str(exc):
+                raise ConfigError(f"{where}: invalid account JWT: {exc}") from exc
+            log.warning("%s: %s", where, exc)
+
+    def start(self, server: Server, system: SystemServices) -> None:
+        self._server, self._system = server, system
+        if self.dir is None:
+            return
+        sys_account = server.accounts.system_account
+        handlers = [(UPDATE, self._update), (ACCOUNT_UPDATE, self._update)]
+        handlers += [(LOOKUP, self._lookup), (LIST, self._list)]
+        for subject, handler in handlers:
+            server.subscribe(subject, handler, account=sys_account)
+
+    # ---- requests ----------------------------------------------------------------------
+
+    def _update(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        tokens = subject.split(".")
+        expected = tokens[3] if len(tokens) == 6 else None
+        token = data.decode("utf-8", "replace").strip()
+        try:
+            if token.count(".") != 2:
+                raise JWTError("expected 3 chunks")
+            claims = jwt.decode(token, "account")
+            if expected is not None and claims.subject != expected:
+                raise JWTError("subject does not match jwt content")
+            claims = self.store.put(token, time.time())
+        except JWTError as exc:
+            account = expected or "n/a"
+            log.error("jwt update resulted in error - %s - %s", account, exc)
+            error = {"account": account, "code": 500}
+            error["description"] = f"jwt update resulted in error - {exc}"
+            self._answer(reply, {"error": error})
+            return
+        assert self.dir is not None
+        _write(self.dir / f"{claims.subject}.jwt", token)
+        self.apply(claims)
+        data_out = {"account": claims.subject, "code": 200, "message": "jwt updated"}
+        self._answer(reply, {"data": data_out})
+
+    def _lookup(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        claims = self.store.get(subject.split(".")[3])
+        if reply and self._server is not None:
+            body = claims.token.encode() if claims is not None else b""
+            system = self._server.accounts.system_account
+            self._server.publish(reply, None, None, body, account=system)
+
+    def _list(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        self._answer(reply, {"data": sorted(c.subject for c in self.store)})
+
+    def _answer(self, reply: str | None, body: dict[str, Any]) -> None:
+        server, system = self._server, self._system
+        if not reply or server is None or system is None:
+            return
+        doc = {"server": system.envelope(), **body}
+        data = json.dumps(doc, separators=(",", ":")).encode()
+        server.publish(reply, None, None, data, account=server.accounts.system_account)
+
+    # ---- applying an account's new JWT to its connections ------------------------------
+
+    def apply(self, claims: Claims) -> None:
+        """Cut off the account's users that the new JWT revokes."""
+        server = self._server
+        if server is None:
+            return
+        for client in list(server.clients.values()):
+            grant = client.grant
+            mine = client.authenticated and grant.account == claims.subject
+            if mine and revoked(claims, grant.user, grant.issued_at):
+                client.cut_off(*REVOKED)
+
+
+def _write(path: Path, token: str) -> None:
+    """Replace the file whole, so a crash mid-write never leaves half a JWT behind."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(token)
+    os.replace(tmp, path)
