@@ -14,7 +14,7 @@ NATIVE := native/pyproject.toml native/Cargo.toml native/Cargo.lock $(wildcard n
 LAKE_JARS := scripts/install-lake-jars scripts/lake-jars.pom.xml log/compactor/logstore/pom.xml \
 	$(wildcard log/compactor/logstore/src/main/java/io/jetlake/delta/*.java)
 
-$(STAMP): pyproject.toml $(LAKE_JARS) scripts/install-weed scripts/install-node-tools \
+$(STAMP): pyproject.toml $(LAKE_JARS) scripts/install-weed scripts/install-nsc scripts/install-node-tools \
 	scripts/node/package.json $(NATIVE)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml $(LAKE_JARS) scripts/install-weed scripts/install-node-
 	scripts/install-nats-cli $(VENV)/bin/nats
 	scripts/install-lake-jars $(VENV)/jars
 	scripts/install-weed $(VENV)/bin/weed
+	scripts/install-nsc $(VENV)/bin/nsc
 	scripts/install-node-tools $(VENV)/node
 	touch $(STAMP)
 
