@@ -12,7 +12,8 @@ NATIVE := native/pyproject.toml native/Cargo.toml native/Cargo.lock $(wildcard n
 # The lake's jars (Maven Central, and jetlake's log store built from log/compactor/logstore/)
 # and SeaweedFS's `weed`, the S3 server the lake tests run; both skip what is installed.
 LAKE_JARS := scripts/install-lake-jars scripts/lake-jars.pom.xml log/compactor/logstore/pom.xml \
-	$(wildcard log/compactor/logstore/src/main/java/io/jetlake/delta/*.java)
+	$(wildcard log/compactor/logstore/src/main/java/io/jetlake/delta/*.java) \
+	$(wildcard sql/views_ext/*.java)
 
 $(STAMP): pyproject.toml $(LAKE_JARS) scripts/install-weed scripts/install-nsc scripts/install-node-tools \
 	scripts/node/package.json $(NATIVE)

@@ -2,6 +2,12 @@
 
     jetlake sql --store ./data "SELECT subject, count(*) FROM ORDERS GROUP BY 1"
     jetlake sql --store ./data --format json "SELECT seq, data FROM ORDERS WHERE seq > 10"
+    jetlake sql serve --store ./data         # the long-lived SQL service (`sql.service`)
+
+A query goes to the SQL service when one is up (the one `<store>/jetlake-sql.json`
+names, or `--service sc://host:port`): no JVM starts, and the answer takes
+about a second. Without one (or with `--local`) a Spark session starts here for
+the query, which costs 15-20 s. Which of the two answered is said on stderr.
 
 Output formats are `jetlake inspect`'s (the same writers), so scripts can
 switch between the DuckDB and the Spark answer. A query running longer than
@@ -13,14 +19,19 @@ otherwise.
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sql.inspect import add_output_args, to_result, write_result
+from sql.service import SERVICE_FILE, Endpoints, split_hostport
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 _QUIET = 2.0  # seconds before the first progress line
@@ -77,25 +88,73 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--store", required=True, help="store dir (the server's -sd)")
     p.add_argument("--lake", help="lake dir or s3://bucket/prefix (default: <store>/lake)")
     p.add_argument("--spark_master", help="Spark master (default: JETLAKE_SPARK_MASTER, local[*])")
+    p.add_argument("--service", help="the SQL service's sc://host:port (default: the store's)")
+    p.add_argument("--local", action="store_true", help="start a local session, not the service")
     add_output_args(p)
     return p
 
 
-def main(argv: list[str]) -> int:
+def service_url(store: Path, explicit: str | None) -> str | None:
+    """The SQL service to ask: `explicit`, else the store's while its process and port live."""
+    if explicit:
+        return explicit
+    found = Endpoints.read(store)
+    if found is None:
+        return None
     try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
+        os.kill(found.pid, 0)
+        host, port = split_hostport(found.connect.removeprefix("sc://"), SERVICE_FILE)
+        socket.create_connection((host, port), timeout=1.0).close()
+    except (OSError, ValueError):
+        return None
+    return found.connect
+
+
+def _remote(url: str, query: str) -> pa.Table:
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    spark = ConnectSession.builder.remote(url).getOrCreate()
+    try:
+        return spark.sql(query).toArrow()
+    finally:
+        spark.stop()
+
+
+def _local(args: argparse.Namespace) -> pa.Table:
     from sql.session import session
 
     spark = session(store_dir=args.store, lake_dir=args.lake, master=args.spark_master)
     try:
         with Progress(spark):
-            table = spark.sql(args.sql).toArrow()
-    except Exception as exc:  # Spark's analysis and execution errors arrive through py4j
-        print(f"jetlake sql: {exc}", file=sys.stderr)
-        return 1
+            return spark.sql(args.sql).toArrow()
     finally:
         spark.stop()
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["serve"]:
+        from sql.service import main as serve
+
+        return serve(argv[1:])
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    url = None if args.local else service_url(Path(args.store), args.service)
+    try:
+        if url is not None:
+            print(f"jetlake sql: querying the SQL service at {url}", file=sys.stderr)
+            table = _remote(url, args.sql)
+        else:
+            print("jetlake sql: no SQL service up; starting a local Spark session", file=sys.stderr)
+            table = _local(args)
+    except Exception as exc:  # Spark's errors arrive through py4j or gRPC
+        print(f"jetlake sql: {_first_line(exc)}", file=sys.stderr)
+        return 1
     write_result(to_result(table), sys.stdout, fmt=args.format, limit=args.limit)
     return 0
+
+
+def _first_line(exc: Exception) -> str:
+    """Spark's message without the JVM stack trace Connect appends."""
+    return str(exc).split("\n\nJVM stacktrace:", 1)[0].strip()

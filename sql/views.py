@@ -18,6 +18,7 @@ import functools
 import logging
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -65,10 +66,12 @@ def _tail_frame(spark: SparkSession, name: str, tail: pa.Table) -> DataFrame | N
 
     Converting a large tail (a stream whose lake is off, or far behind) with
     `createDataFrame` takes the driver minutes; Parquet takes it a second. The
-    file lives in this process's temp folder until the view is refreshed or the
-    process exits; a cluster master gets the rows through `createDataFrame`,
-    as its executors cannot see a local temp file. An empty tail, the common
-    case once the lake has caught up, costs neither a file nor a union.
+    file lives in this process's temp folder until the process exits or a while
+    after the view is refreshed (`_RETAIN`: a query the SQL service planned
+    over the old view may still be reading it); a cluster master gets the rows
+    through `createDataFrame`, as its executors cannot see a local temp file.
+    An empty tail, the common case once the lake has caught up, costs neither a
+    file nor a union.
     """
     old = _STAGED.pop(name, None)
     try:
@@ -82,10 +85,19 @@ def _tail_frame(spark: SparkSession, name: str, tail: pa.Table) -> DataFrame | N
         return spark.read.schema(spark_schema(tail.schema)).parquet(str(path))
     finally:
         if old is not None:
-            old.unlink(missing_ok=True)
+            _retire(old)
 
 
 _STAGED: dict[str, Path] = {}
+_RETIRED: list[tuple[float, Path]] = []
+_RETAIN = 600.0  # seconds a replaced tail file stays for the queries still reading it
+
+
+def _retire(path: Path) -> None:
+    now = time.monotonic()
+    _RETIRED.append((now, path))
+    while _RETIRED and now - _RETIRED[0][0] > _RETAIN:
+        _RETIRED.pop(0)[1].unlink(missing_ok=True)
 
 
 @functools.cache

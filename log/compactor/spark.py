@@ -64,15 +64,21 @@ def under_submit() -> bool:
 
 
 def build_session(
-    app_name: str, *, master: str | None = None, lake: Lake | None = None
+    app_name: str,
+    *,
+    master: str | None = None,
+    lake: Lake | None = None,
+    conf: dict[str, str] | None = None,
 ) -> SparkSession:
     """A session with Delta configured (or the running one, e.g. in a notebook or under submit),
-    able to reach `lake` (its S3A settings and jars when it is in object storage)."""
+    able to reach `lake` (its S3A settings and jars when it is in object storage); `conf` adds
+    to or overrides the defaults (the SQL service's extension and ports)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
     remote = lake is not None and lake.remote
-    for key, value in {**_CONF, **(lake.spark_conf() if lake is not None else {})}.items():
+    settings = {**_CONF, **(lake.spark_conf() if lake is not None else {}), **(conf or {})}
+    for key, value in settings.items():
         builder = builder.config(key, value)
     if not under_submit():
         jars = local_jars(s3a=remote)

@@ -1,0 +1,269 @@
+"""The SQL service: one warm Spark session beside the lake, serving every client's queries.
+
+    jetlake sql serve --store ./data [--listen 127.0.0.1:15002] [--jdbc 127.0.0.1:10000]
+                      [--nats nats://127.0.0.1:4222]
+
+A query through it costs a plan and a scan, not a JVM: the session starts
+once, and three doors lead in. Spark Connect (`sc://host:port`, any PySpark
+client and `jetlake sql`), the Spark Thrift server (JDBC/ODBC, `jdbc:hive2://`:
+beeline, DBeaver, Superset, Tableau) and SQL over NATS (`sql.nats_service`).
+
+Connect and Thrift give each client a Spark session of its own, and a
+temporary view lives in one session, so the views are registered in the
+service's own session as `sql.views` builds them, then published as global
+temporary views; the analyzer rule in `sql/views_ext` (`StreamViews`) resolves
+a bare name (`ORDERS`) to the global view. That rule calls back here
+(`SharedViews.refresh`, over py4j) before it looks, so the views are rebuilt
+at each query rather than on a timer or a watch of the store: a query then
+sees every message acknowledged before it started, and streams created,
+deleted or retyped since, which no period short of "each query" guarantees.
+Concurrent queries share one rebuild that started after they asked.
+
+`<store>/jetlake-sql.json` holds the addresses while the service runs, so
+`jetlake sql` finds it (`sql.cli`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from log.compactor.layout import lake_at
+from log.compactor.location import Lake
+from log.compactor.spark import build_session
+from sql.views import register_views
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("jetlake.sql")
+
+SERVICE_FILE = "jetlake-sql.json"
+DEFAULT_LISTEN = "127.0.0.1:15002"  # Spark Connect's own default port
+_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension,io.jetlake.sql.StreamViews"
+_RULE = "io.jetlake.sql.StreamViews"
+
+
+def split_hostport(value: str, what: str) -> tuple[str, int]:
+    """`host:port` (IPv6 in brackets); a clear error naming `what` otherwise."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{what}: {value!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def _quoted(name: str) -> str:
+    return f"`{name.replace('`', '``')}`"
+
+
+class SharedViews:
+    """The views of a store as global temporary views, rebuilt on demand (py4j's callback)."""
+
+    def __init__(self, spark: SparkSession, store_dir: Path, lake: Lake) -> None:
+        self._spark = spark
+        self._store = store_dir
+        self._lake = lake
+        self._lock = threading.Lock()
+        self._last_start = 0
+        self._names: set[str] = set()
+        self._seen: frozenset[tuple[str, int, int]] | None = None
+
+    def refresh(self) -> None:
+        """Rebuild unless a rebuild that started after this call did already (one for a burst)."""
+        asked = time.monotonic_ns()
+        with self._lock:
+            if self._last_start >= asked:
+                return
+            self._last_start = time.monotonic_ns()
+            try:
+                seen = self._fingerprint()
+                if seen is None or seen != self._seen:
+                    self._rebuild()
+                    self._seen = seen
+            except Exception:  # a broken stream folder must not fail every query's analysis
+                log.exception("sql service: rebuilding the views of %s failed", self._store)
+
+    def _fingerprint(self) -> frozenset[tuple[str, int, int]] | None:
+        """Every file's (path, size, mtime) under the store and a local lake, data files of
+        the lake aside (a commit adds a log entry); None for a lake in object storage."""
+        if self._lake.remote:
+            return None
+        found: set[tuple[str, int, int]] = set()
+        for root in {self._store, Path(self._lake.root)}:
+            for folder, _, files in os.walk(root):
+                for name in files:
+                    if name.endswith((".parquet", ".crc")):
+                        continue
+                    path = os.path.join(folder, name)
+                    with contextlib.suppress(FileNotFoundError):  # reclaimed meanwhile
+                        st = os.stat(path)
+                        found.add((path, st.st_size, st.st_mtime_ns))
+        return frozenset(found)
+
+    def _rebuild(self) -> None:
+        spark = self._spark
+        names = set(register_views(spark, self._store, self._lake))
+        for name in names:
+            spark.table(_quoted(name)).createOrReplaceGlobalTempView(_quoted(name))
+        for gone in self._names - names:
+            spark.catalog.dropTempView(gone)
+            spark.catalog.dropGlobalTempView(gone)
+        self._names = names
+
+    class Java:
+        implements = [f"{_RULE}$Refresher"]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    """What `<store>/jetlake-sql.json` records: the doors, and the process to check is alive."""
+
+    pid: int
+    connect: str  # sc://host:port
+    jdbc: str | None = None  # jdbc:hive2://host:port
+    nats: str | None = None  # the server the `$JL.SQL` service answers on
+
+    def write(self, store_dir: Path) -> None:
+        tmp = store_dir / f".{SERVICE_FILE}.tmp"
+        tmp.write_text(json.dumps(asdict(self)))
+        tmp.replace(store_dir / SERVICE_FILE)
+
+    @classmethod
+    def read(cls, store_dir: Path) -> Endpoints | None:
+        try:
+            return cls(**json.loads((store_dir / SERVICE_FILE).read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+
+def start_session(
+    *,
+    store_dir: Path,
+    lake: Lake,
+    listen: tuple[str, int],
+    jdbc: tuple[str, int] | None,
+    master: str | None,
+) -> tuple[SparkSession, SharedViews]:
+    """The service's session with its views published, Connect (and Thrift) listening."""
+    if jdbc is not None:  # Hive's Thrift service reads these before its own configuration
+        os.environ["HIVE_SERVER2_THRIFT_BIND_HOST"] = jdbc[0]
+        os.environ["HIVE_SERVER2_THRIFT_PORT"] = str(jdbc[1])
+    conf = {
+        "spark.sql.extensions": _EXTENSIONS,
+        "spark.connect.grpc.binding.address": listen[0],
+        "spark.connect.grpc.binding.port": str(listen[1]),
+    }
+    spark = build_session("jetlake-sql-service", master=master, lake=lake, conf=conf)
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    views = SharedViews(spark, store_dir, lake)
+    views.refresh()
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None
+    ensure_callback_server_started(gateway)
+    jvm = spark._jvm
+    assert jvm is not None
+    jvm.io.jetlake.sql.StreamViews.setRefresher(views)
+    jvm.org.apache.spark.sql.connect.service.SparkConnectService.start(spark._jsc.sc())
+    if jdbc is not None:
+        thrift = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
+        thrift.startWithContext(spark._jsparkSession.sqlContext())
+    return spark, views
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jetlake sql serve",
+        description="Serve Spark SQL over every stream: Spark Connect, JDBC and NATS.",
+    )
+    p.add_argument("--store", required=True, help="store dir (the server's -sd)")
+    p.add_argument("--lake", help="lake dir or s3://bucket/prefix (default: <store>/lake)")
+    p.add_argument("--spark_master", help="Spark master (default: JETLAKE_SPARK_MASTER, local[*])")
+    p.add_argument("--listen", default=DEFAULT_LISTEN, help="Spark Connect's host:port")
+    p.add_argument("--jdbc", help="the Thrift (JDBC/ODBC) server's host:port (default: none)")
+    p.add_argument("--nats", help="serve $JL.SQL on this NATS server (e.g. nats://127.0.0.1:4222)")
+    p.add_argument("--nats_creds", help="credentials file for --nats")
+    p.add_argument("--parent", type=int, help="exit when this process (the server) is gone")
+    return p
+
+
+async def _serve(args: argparse.Namespace, spark: SparkSession, stop: asyncio.Event) -> None:
+    """Until stopped or orphaned: the NATS door (if asked for) and the parent watch."""
+    nats_door = None
+    if args.nats:
+        from sql.nats_service import NatsSql
+
+        nats_door = NatsSql(spark, args.nats, creds=args.nats_creds)
+        await nats_door.start()
+    try:
+        while not stop.is_set():
+            if args.parent is not None and os.getppid() != args.parent:
+                log.info("sql service: server %d is gone; exiting", args.parent)
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+    finally:
+        if nats_door is not None:
+            await nats_door.stop()
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        listen = split_hostport(args.listen, "--listen")
+        jdbc = split_hostport(args.jdbc, "--jdbc") if args.jdbc else None
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    except ValueError as exc:
+        print(f"jetlake sql serve: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    store = Path(args.store)
+    if not store.is_dir():
+        print(f"jetlake sql serve: store dir {store} does not exist", file=sys.stderr)
+        return 2
+    spark, _ = start_session(
+        store_dir=store,
+        lake=lake_at(args.lake, store),
+        listen=listen,
+        jdbc=jdbc,
+        master=args.spark_master,
+    )
+    endpoints = Endpoints(
+        pid=os.getpid(),
+        connect=f"sc://{args.listen}",
+        jdbc=f"jdbc:hive2://{args.jdbc}" if args.jdbc else None,
+        nats=args.nats,
+    )
+    endpoints.write(store)
+    log.info("sql service: Spark Connect on %s%s", endpoints.connect, _and_jdbc(endpoints))
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await _serve(args, spark, stop)
+
+    try:
+        asyncio.run(run())
+    finally:
+        if Endpoints.read(store) == endpoints:
+            (store / SERVICE_FILE).unlink(missing_ok=True)
+        spark.stop()
+    return 0
+
+
+def _and_jdbc(endpoints: Endpoints) -> str:
+    return f", JDBC on {endpoints.jdbc}" if endpoints.jdbc else ""

@@ -1,0 +1,115 @@
+package io.jetlake.sql;
+
+import java.util.List;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation;
+import org.apache.spark.sql.catalyst.catalog.SessionCatalog;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.rules.Rule;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+import scala.runtime.AbstractFunction1;
+import scala.runtime.BoxedUnit;
+
+/**
+ * Makes the SQL service's views visible to every session of its JVM by their bare names.
+ *
+ * <p>Spark Connect and the Thrift server give each client a session of its own, and a
+ * temporary view lives in one session; a permanent view cannot hold the union of a Delta
+ * version and a staged tail. The service registers each view as a global temporary view
+ * instead, and this analyzer rule resolves a one-part name that is no temporary view of the
+ * session (`ORDERS`) to the global one (`global_temp.ORDERS`). Before it looks, it asks the
+ * service to re-register the views (the {@link Refresher}), so a query sees every message
+ * acknowledged before it started, and streams created or deleted since.
+ */
+public final class StreamViews extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
+
+  /** The service's side: re-register the views (implemented in Python, called over py4j). */
+  public interface Refresher {
+    void refresh();
+  }
+
+  private static volatile Refresher refresher;
+
+  public static void setRefresher(Refresher r) {
+    refresher = r;
+  }
+
+  @Override
+  public BoxedUnit apply(SparkSessionExtensions extensions) {
+    extensions.injectResolutionRule(
+        new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+          @Override
+          public Rule<LogicalPlan> apply(SparkSession session) {
+            return new Resolve((org.apache.spark.sql.classic.SparkSession) session);
+          }
+        });
+    return BoxedUnit.UNIT;
+  }
+
+  static final class Resolve extends Rule<LogicalPlan> {
+    private final org.apache.spark.sql.classic.SparkSession session;
+
+    Resolve(org.apache.spark.sql.classic.SparkSession session) {
+      this.session = session;
+    }
+
+    @Override
+    public LogicalPlan apply(LogicalPlan plan) {
+      if (plan.resolved()) {
+        return plan;
+      }
+      return new Pass(session.sessionState().catalog()).rewrite(plan);
+    }
+  }
+
+  /** One walk over a plan: refreshes at most once, at the first bare name it meets. */
+  static final class Pass {
+    private final SessionCatalog catalog;
+    private boolean refreshed;
+
+    Pass(SessionCatalog catalog) {
+      this.catalog = catalog;
+    }
+
+    LogicalPlan rewrite(LogicalPlan plan) {
+      if (plan.resolved()) {
+        return plan;
+      }
+      if (plan instanceof UnresolvedRelation relation) {
+        return shared(relation);
+      }
+      Pass pass = this;
+      return plan.mapChildren(
+          new AbstractFunction1<LogicalPlan, LogicalPlan>() {
+            @Override
+            public LogicalPlan apply(LogicalPlan child) {
+              return pass.rewrite(child);
+            }
+          });
+    }
+
+    private LogicalPlan shared(UnresolvedRelation relation) {
+      Seq<String> parts = relation.multipartIdentifier();
+      if (parts.size() != 1) {
+        return relation;
+      }
+      String name = parts.head();
+      if (catalog.getTempView(name).isDefined()) {
+        return relation;
+      }
+      Refresher r = refresher;
+      if (r != null && !refreshed) {
+        refreshed = true;
+        r.refresh();
+      }
+      if (catalog.getGlobalTempView(name).isEmpty()) {
+        return relation;
+      }
+      Seq<String> global =
+          CollectionConverters.asScala(List.of(catalog.globalTempDatabase(), name)).toList();
+      return new UnresolvedRelation(global, relation.options(), relation.isStreaming());
+    }
+  }
+}
