@@ -20,6 +20,8 @@ LS+, `RUnsub` for LS-, `RMsg` for LMSG/HMSG.
 from __future__ import annotations
 
 from ingest.parser.routes import (
+    PING,
+    PONG,
     Connect,
     Err,
     Info,
@@ -33,10 +35,14 @@ from ingest.parser.routes import (
     RSub,
     RUnsub,
     encode_connect,
+    encode_err,
+    encode_info,
     reply_and_queues,
 )
 
 __all__ = [
+    "PING",
+    "PONG",
     "Connect",
     "Err",
     "Info",
@@ -50,6 +56,8 @@ __all__ = [
     "RSub",
     "RUnsub",
     "encode_connect",
+    "encode_err",
+    "encode_info",
     "encode_lmsg",
     "encode_lsub",
     "encode_lunsub",

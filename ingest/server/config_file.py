@@ -16,6 +16,7 @@ from ingest.parser.subjects import is_valid_subject
 from ingest.server import auth_config
 from ingest.server.accounts.config_section import read_accounts
 from ingest.server.cluster.config_section import read_cluster, single_user_authorization
+from ingest.server.leafnode.config_section import read_leafnodes
 from ingest.server.mappings import read_mappings
 from ingest.server.settings import (
     CONNECTION_TYPES,
@@ -79,6 +80,10 @@ class _Section:
 
     def section(self, key: str) -> _Section:
         table = self.typed(key, Table, "a map")
+        return _Section(table, self.warnings)
+
+    def entry(self, table: Table) -> _Section:
+        """A table inside a list (a leafnode remote), read like a section."""
         return _Section(table, self.warnings)
 
     def duration(self, key: str) -> float:
@@ -545,6 +550,8 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "jetstream": _jetstream,
     "lake": _lake,
     "cluster": lambda s, k, out: out.update(cluster=read_cluster(s, k)),
+    "leafnodes": lambda s, k, out: out.update(leafnodes=read_leafnodes(s, k)),
+    "leaf": lambda s, k, out: out.update(leafnodes=read_leafnodes(s, k)),
     "mappings": lambda s, k, out: out.update(mappings=read_mappings(s, k)),
     "accounts": _accounts,
     "system_account": _setter("system_account", _Section.string),

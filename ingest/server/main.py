@@ -84,6 +84,11 @@ async def _serve(opts: Options) -> int:
 
         server.cluster = Cluster(server, opts.cluster)
         await server.cluster.start()
+    if opts.leafnodes is not None:
+        from ingest.server.leafnode.manager import Leafnodes
+
+        server.leafnodes = Leafnodes(server, opts.leafnodes)
+        await server.leafnodes.start()
     if account_js is not None and server.cluster is not None:
         from ingest.server.jetstream.cluster.controller import cluster_engines
 

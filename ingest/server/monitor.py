@@ -212,7 +212,7 @@ class Monitor:
             "/healthz": self._healthz,
             "/routez": self._routez,
             "/raftz": self._raftz,
-            "/leafz": self._none,
+            "/leafz": self._leafz,
             "/gatewayz": self._none,
             "/metrics": self._metrics,
         }
@@ -328,7 +328,7 @@ class Monitor:
             max_pending=o.max_pending,
             cluster={} if s.cluster is None else varz_cluster(s.cluster),
             gateway={},
-            leaf={},
+            leaf={} if s.leafnodes is None else s.leafnodes.varz(),
             mqtt={} if s.mqtt is None else s.mqtt.varz(),
             websocket={},
             jetstream={} if js is None else js.varz(),
@@ -345,7 +345,7 @@ class Monitor:
             total_connections=st["total_connections"],
             routes=0 if s.cluster is None else len(s.cluster.routes),
             remotes=0 if s.cluster is None else len(s.cluster.routes),
-            leafnodes=0,
+            leafnodes=0 if s.leafnodes is None else s.leafnodes.leafz()["leafnodes"],
         )
         v.update({k: st[k] for k in ("in_msgs", "in_bytes", "out_msgs", "out_bytes")})
         v.update(
@@ -469,6 +469,14 @@ class Monitor:
         """Every Raft group on this server, by account (jetlake's are all `$SYS`'s)."""
         cluster = self.server.jetstream_cluster
         return _json(cluster.raftz() if cluster is not None else {})
+
+    async def _leafz(self, req: Request) -> Response:
+        leafnodes = self.server.leafnodes
+        if leafnodes is None:
+            return await self._none(req)
+        out = self._envelope()
+        out.update(leafnodes.leafz(subs=bool_arg(req, "subs"), account=req.arg("acc") or None))
+        return _json(out)
 
     async def _none(self, req: Request) -> Response:
         """Routes, leaf nodes, gateways: jetlake has none; exporters still poll for them."""

@@ -127,6 +127,7 @@ class Server:
         self.jetstream_cluster: Any = None  # the meta group's controller, when clustered
         self.cluster: Cluster | None = None  # set by the composition root with --cluster
         self.mqtt: Any = None  # the MQTT listener, set by the composition root with mqtt {}
+        self.leafnodes: Any = None  # the leafnode links, set by the composition root
         self._advertised: list[str] = []  # connect_urls the clients were last told
         # The client whose message is being routed (None: the server's own), for system
         # services that answer about the requester.
@@ -197,6 +198,8 @@ class Server:
             listener.close()
         if self.cluster is not None:  # first: peers need no RS- for each closing client
             await self.cluster.stop()
+        if self.leafnodes is not None:
+            await self.leafnodes.stop()
         for client in list(self.clients.values()):
             client.close_with("Server Shutdown")
         if self.jetstream is not None:
@@ -319,9 +322,13 @@ class Server:
         shown: bytes | None = None,
         account: Account | None = None,
         internal: bool = False,
+        queues: frozenset[str] | None = None,
     ) -> bool:
         """Deliver one message to every plain subscriber and one member of each queue group;
         whether anyone, internal subscribers included, received it.
+
+        `queues`, from a leafnode, names the only queue groups to serve: the leaf chose
+        them (its own members took the others).
 
         `shown` is the subject subscribers see when it differs from the one routed on
         (JetStream delivers a stored message to an inbox under its own subject). The
@@ -366,7 +373,11 @@ class Server:
             delivered += 1
             if sub.conn is not None:
                 counted += 1
+        if queues is not None and remote is not None:
+            remote.keep(queues)
         for members in match.queues:
+            if queues is not None and members[0].queue not in queues:
+                continue
             if skip_self:
                 members = [m for m in members if m.conn is not sender]
                 if not members:

@@ -13,6 +13,7 @@ from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
 from ingest.server.accounts.settings import AccountConfig
 from ingest.server.cluster.settings import ClusterConfig
 from ingest.server.jwt.settings import ResolverConfig
+from ingest.server.leafnode.settings import LeafnodeConfig
 from ingest.server.mappings import SubjectMapping
 from log.compactor.location import S3Options
 
@@ -153,6 +154,7 @@ class Options:
     lake: LakeConfig = field(default_factory=LakeConfig)
     mqtt: MQTTConfig | None = None
     cluster: ClusterConfig | None = None  # None: no route listener, no routes
+    leafnodes: LeafnodeConfig | None = None  # None: no leafnode listener, no remotes
     debug: bool = False
     trace: bool = False
     logtime: bool = True

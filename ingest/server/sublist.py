@@ -74,6 +74,9 @@ class Sublist(Generic[S]):
         # Counters /subsz reports as the reference does (lookups answered by a cache are hits).
         self.inserts = self.removes = self.matches = self.cache_hits = 0
         self.on_change: Callable[[], None] | None = None  # interest came or went (JetStream)
+        # Told of each insert (+1) and remove (-1) with the subscription: leafnode links
+        # announce the account's interest from it.
+        self.watch: Callable[[str, str | None, S, int], None] | None = None
         # The compiled codec's table of where subjects go (None without the extension):
         # filled by clients from this sublist's matches, cleared with its caches.
         self.routes: Any = fast.routes()
@@ -94,6 +97,8 @@ class Sublist(Generic[S]):
         self._clear_caches(subject)
         if self.on_change is not None:
             self.on_change()
+        if self.watch is not None:
+            self.watch(subject, queue, sub, 1)
 
     def remove(self, subject: str, queue: str | None, sub: S) -> bool:
         path: list[tuple[_Node[S], str]] = []
@@ -119,6 +124,8 @@ class Sublist(Generic[S]):
         self._clear_caches(subject)
         if self.on_change is not None:
             self.on_change()
+        if self.watch is not None:
+            self.watch(subject, queue, sub, -1)
         return True
 
     def peek(self, subject: bytes) -> Match[S] | None:
@@ -286,15 +293,21 @@ class Sublist(Generic[S]):
 
     def subjects(self) -> list[str]:
         """Every subscribed subject, for monitoring."""
-        out: list[str] = []
+        return list(dict.fromkeys(subject for subject, _, _ in self.entries()))
+
+    def entries(self) -> Iterator[tuple[str, str | None, S]]:
+        """Every subscription with its subject and queue group (a leafnode link announces
+        them all when it comes up)."""
         stack: list[tuple[_Node[S], str]] = [(self._root, "")]
         while stack:
             node, prefix = stack.pop()
-            if node.plain or node.queues:
-                out.append(prefix)
+            for sub in node.plain:
+                yield prefix, None, sub
+            for name, members in node.queues.items():
+                for sub in members:
+                    yield prefix, name, sub
             for tok, child in node.children.items():
                 stack.append((child, f"{prefix}.{tok}" if prefix else tok))
-        return out
 
     def cache_size(self) -> int:
         return len(self._cache)

@@ -36,7 +36,7 @@ def read_cluster(top: SectionReader, key: str) -> ClusterConfig | None:
     for name in section.table:
         lowered = name.lower()
         if lowered == "listen":
-            fields.update(_listen(section, name))
+            fields.update(listen_address(section, name))
         elif lowered in ("host", "net"):
             fields["host"] = section.string(name)
         elif lowered == "port":
@@ -63,7 +63,7 @@ def read_cluster(top: SectionReader, key: str) -> ClusterConfig | None:
     return dataclasses.replace(ClusterConfig(), **fields)
 
 
-def _listen(section: SectionReader, key: str) -> dict[str, Any]:
+def listen_address(section: SectionReader, key: str) -> dict[str, Any]:
     value = section.typed(key, (int, str), "a port or host:port")
     if isinstance(value, int):
         return {"port": 0 if value == -1 else value}

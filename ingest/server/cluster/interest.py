@@ -157,6 +157,10 @@ class Forwarding(Generic[P]):
         self._assign(remote, weights)
         return True
 
+    def keep(self, queues: frozenset[str]) -> None:
+        """Serve only these queue groups (the others were served where the message came from)."""
+        self._groups = {q: m for q, m in self._groups.items() if q in queues}
+
     def targets(self) -> dict[P, list[bytes]]:
         """Routes to send the message to, each with the queue groups it is to serve."""
         for remote in self._groups.values():  # groups with no member here

@@ -1,0 +1,124 @@
+"""The `leafnodes { … }` section of a config file, read with the reference's keys."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+from ingest.parser.conf import Table
+from ingest.server.cluster.config_section import SectionReader, listen_address
+from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
+from ingest.server.leafnode.settings import LeafnodeConfig, RemoteLeaf
+
+
+class Reader(SectionReader, Protocol):
+    """A section reader that also reads a table inside a list (a remote)."""
+
+    warnings: list[str]
+
+    def entry(self, table: Table) -> Reader: ...
+
+
+def read_leafnodes(top: Reader, key: str) -> LeafnodeConfig:
+    section = top.section(key)
+    fields: dict[str, Any] = {}
+    for name in section.table:
+        lowered = name.lower()
+        if lowered == "listen":
+            fields.update(listen_address(section, name))
+        elif lowered in ("host", "net"):
+            fields["host"] = section.string(name)
+        elif lowered == "port":
+            port = section.integer(name)
+            fields["port"] = 0 if port == -1 else port
+        elif lowered in ("authorization", "authentication"):
+            fields.update(_authorization(section, name))
+        elif lowered == "remotes":
+            fields["remotes"] = _remotes(section, name)
+        elif lowered in ("reconnect", "reconnect_delay", "reconnect_interval"):
+            fields["reconnect"] = _seconds(section, name)
+        elif lowered == "advertise":
+            fields["advertise"] = section.string(name)
+        elif lowered == "no_advertise":
+            fields["no_advertise"] = section.boolean(name)
+        elif lowered == "tls":
+            raise section.error(name, "leafnode TLS is not supported by jetlake yet")
+        else:
+            section.unknown(name)
+    return dataclasses.replace(LeafnodeConfig(), **fields)
+
+
+def _seconds(section: SectionReader, key: str) -> float:
+    """An integer of seconds or a duration string, as the reference reads `reconnect`."""
+    if isinstance(section.table[key], int):
+        return float(section.integer(key))
+    return section.timeout(key, "leafnode reconnect")
+
+
+def _authorization(parent: SectionReader, key: str) -> dict[str, Any]:
+    section = parent.section(key)
+    fields: dict[str, Any] = {}
+    for name in section.table:
+        lowered = name.lower()
+        if lowered in ("user", "username"):
+            fields["username"] = section.string(name)
+        elif lowered in ("pass", "password"):
+            fields["password"] = section.string(name)
+        elif lowered == "account":
+            fields["account"] = section.string(name)
+        elif lowered == "timeout":
+            fields["auth_timeout"] = section.timeout(name, "authorization config")
+        elif lowered == "users":
+            raise parent.error(key, "leafnode authorization with users is not supported by jetlake")
+        else:
+            section.unknown(name)
+    return fields
+
+
+def _remotes(parent: Reader, key: str) -> tuple[RemoteLeaf, ...]:
+    value = parent.table[key]
+    if not isinstance(value, list):
+        raise parent.error(key, f"Expected remotes field to be an array, got {value!r}")
+    return tuple(_remote(parent, key, item) for item in value)
+
+
+def _remote(parent: Reader, key: str, item: object) -> RemoteLeaf:
+    if not isinstance(item, Table):
+        raise parent.error(key, f"Expected remote leafnode entry to be a map/struct, got {item!r}")
+    section = parent.entry(item)
+    fields: dict[str, Any] = {}
+    for name in item:
+        lowered = name.lower()
+        if lowered in ("url", "urls"):
+            fields["urls"] = _urls(section, name)
+        elif lowered in ("account", "local"):
+            fields["account"] = section.string(name)
+        elif lowered in ("credentials", "creds"):
+            fields["credentials"] = section.string(name)
+        elif lowered == "hub":
+            fields["hub"] = section.boolean(name)
+        elif lowered in ("deny_imports", "deny_import"):
+            fields["deny_imports"] = section.subjects(name, queue=False)
+        elif lowered in ("deny_exports", "deny_export"):
+            fields["deny_exports"] = section.subjects(name, queue=False)
+        elif lowered == "tls":
+            raise section.error(name, "leafnode TLS is not supported by jetlake yet")
+        else:
+            section.unknown(name)
+    if not fields.get("urls"):
+        raise parent.error(key, "remote leafnode entry has no url")
+    return RemoteLeaf(**fields)
+
+
+def _urls(section: SectionReader, key: str) -> tuple[RouteURL, ...]:
+    value = section.table[key]
+    items = value if isinstance(value, list) else [value]
+    urls = []
+    for item in items:
+        if not isinstance(item, str):
+            raise section.error(key, f"Expected remote leafnode url to be a string, got {item!r}")
+        try:
+            urls.append(parse_route_url(item))
+        except RouteURLError as exc:
+            raise section.error(key, str(exc).replace("route url", "leafnode url")) from None
+    return tuple(urls)

@@ -1,0 +1,406 @@
+"""One leafnode connection: an asyncio Protocol around the leafnode codec.
+
+The accepting side (the hub) greets with INFO and waits for CONNECT; the dialling
+side (the leaf) answers the hub's INFO with CONNECT. From then on both announce
+their account's interest (LS+/LS-) and send each other the messages the other side
+wants (LMSG). What the remote announced becomes subscriptions of this server's
+account (`LeafSub`), so the router, the fast paths' checks and monitoring see a
+leaf's interest the way they see a client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+from ingest.parser import leafnodes as proto
+from ingest.server.auth import Grant
+from ingest.server.leafnode.interest import JETSTREAM_DENIED, Advertised, Denied
+
+if TYPE_CHECKING:
+    from ingest.server.accounts.registry import Account
+    from ingest.server.cluster.settings import RouteURL
+    from ingest.server.leafnode.manager import Leafnodes
+    from ingest.server.leafnode.settings import RemoteLeaf
+
+log = logging.getLogger("jetlake")
+
+AUTH_VIOLATION = "Authorization Violation"
+WRONG_PORT = "Attempted To Connect To Leafnode Port"
+
+
+class LeafSub:
+    """The remote's interest in one subject (and queue group): delivering to it sends the
+    message over the link. `weight` is the group's member count there."""
+
+    __slots__ = ("account", "announced", "conn", "queue", "subject", "weight")
+
+    def __init__(self, conn: LeafConnection, subject: str, queue: str | None, weight: int) -> None:
+        self.conn = conn
+        self.account = conn.account
+        self.subject = subject
+        self.queue = queue
+        self.weight = weight
+        self.announced = False
+
+    def deliver(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
+        self.conn.send_msg(self.queue, subject, reply, hdr, payload)
+
+
+class LeafConnection(asyncio.Protocol):
+    def __init__(
+        self,
+        leafnodes: Leafnodes,
+        cid: int,
+        *,
+        remote: RemoteLeaf | None = None,
+        url: RouteURL | None = None,
+    ) -> None:
+        self.leafnodes = leafnodes
+        server = leafnodes.server
+        self.server = server
+        self.cid = cid
+        self.remote = remote  # set when this server dialled
+        self.url = url
+        self.solicited = remote is not None
+        self.spoke = remote is not None and not remote.hub
+        self.codec = proto.LeafCodec(max_payload=server.opts.max_payload)
+        self.transport: asyncio.Transport | None = None
+        self.host, self.port = "", 0
+        self.account: Account = server.accounts.global_account
+        self.grant = Grant()  # what system services answer about the "sender"
+        self.echo = False  # the router never sends a message back where it came from
+        self.remote_id = self.remote_name = self.remote_cluster = self.remote_domain = ""
+        self.remote_info: dict[str, Any] = {}
+        self.registered = self.closed = self.loop_detected = False
+        self.close_reason = ""
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.start = time.time()
+        self.rtt = 0.0
+        self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
+        self.subs: dict[tuple[str, str | None], LeafSub] = {}
+        self.advertised = Advertised()
+        self.deny_out = Denied(JETSTREAM_DENIED)  # not sent to the remote
+        self.deny_in = Denied(JETSTREAM_DENIED)  # not taken from the remote
+        if remote is not None:
+            self.deny_out.extend(remote.deny_exports)
+            self.deny_in.extend(remote.deny_imports)
+        self._held: list[Any] | None = None  # a message being sent, its queue groups growing
+        self._out: list[bytes] = []
+        self._dirty = False
+        self._rtt_start = 0.0
+        self._pings_out = 0
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port} - lid:{self.cid}"
+
+    # ---- connection ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = self.transport.get_extra_info("peername") or ("", 0)
+        self.host, self.port = str(peer[0]), int(peer[1])
+        self.leafnodes.connections.add(self)
+        loop = asyncio.get_running_loop()
+        if self.solicited:
+            log.debug("%s - Leafnode connection created, waiting for the hub's INFO", self.where)
+            return
+        log.info("%s - Leafnode connection created", self.where)
+        self.queue(proto.encode_info(self.leafnodes.info(self.cid)))
+        timeout = self.leafnodes.config.auth_timeout
+        self._timers["auth"] = loop.call_later(timeout, self._auth_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close("Client Closed" if exc is None else "Read Error")
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            ops = self.codec.receive(data)
+        except proto.LeafProtocolError as exc:
+            log.error("%s - Leafnode protocol error: %s", self.where, exc)
+            self.queue(proto.encode_err("Protocol Violation"))
+            self.close("Protocol Violation", flush=True)
+            return
+        for op in ops:
+            if self.closed:
+                return
+            self._dispatch(op)
+
+    def _dispatch(self, op: proto.LeafOp) -> None:
+        if isinstance(op, proto.RMsg):
+            if self.registered:
+                self._inbound(op)
+        elif isinstance(op, proto.RSub):
+            if self.registered:
+                self._remote_sub(op.subject, op.queue, op.weight)
+        elif isinstance(op, proto.RUnsub):
+            if self.registered:
+                self._remote_unsub(op.subject, op.queue)
+        elif isinstance(op, proto.Ping):
+            self.queue(proto.PONG)
+        elif isinstance(op, proto.Pong):
+            if self._pings_out:
+                self.rtt = time.monotonic() - self._rtt_start
+            self._pings_out = 0
+        elif isinstance(op, proto.Info):
+            self._on_info(op.info)
+        elif isinstance(op, proto.Connect):
+            self._on_connect(op.options)
+        elif isinstance(op, proto.Err):
+            self._on_err(op.message)
+
+    # ---- handshake ------------------------------------------------------------------------
+
+    def _on_info(self, info: dict[str, Any]) -> None:
+        if not self.solicited:
+            return  # an accepting side learns the remote from its CONNECT
+        if self.registered:
+            self.leafnodes.learn_urls(self, info.get("leafnode_urls"))
+            return
+        if not info.get("client_id") or info.get("leafnode_urls") is None:
+            log.error("%s - Attempted to connect to a port that is not a leafnode port", self.where)
+            self.close("Wrong Port")
+            return
+        self.remote_info = dict(info)
+        self.remote_id = str(info.get("server_id") or "")
+        self.remote_name = str(info.get("server_name") or self.remote_id)
+        self.remote_cluster = str(info.get("cluster") or "")
+        self.remote_domain = str(info.get("domain") or "")
+        assert self.remote is not None
+        account = self.server.accounts.get(self.remote.account)
+        if account is None:
+            self.close("Missing Account")
+            return
+        self.account = account
+        self.queue(proto.encode_connect(self.leafnodes.connect_options(self, info)))
+        self.leafnodes.learn_urls(self, info.get("leafnode_urls"))
+        self._register()
+
+    def _on_connect(self, options: dict[str, Any]) -> None:
+        if self.solicited or self.registered:
+            return
+        leafnodes = self.leafnodes
+        if "lang" in options:  # a client dialled the leafnode port
+            log.error("%s - %s", self.where, WRONG_PORT.lower())
+            self.queue(proto.encode_err(WRONG_PORT))
+            self.close("Wrong Port", flush=True)
+            return
+        account = leafnodes.authenticate(options)
+        if account is None:
+            user = options.get("user")
+            who = f' - User "{user}"' if isinstance(user, str) and user else ""
+            log.error("%s - authentication error%s", self.where, who)
+            self.queue(proto.encode_err(AUTH_VIOLATION))
+            self.close("Authentication Failure", flush=True)
+            return
+        cluster = options.get("cluster")
+        if isinstance(cluster, str) and cluster and cluster == leafnodes.cluster_name():
+            message = "remote leafnode has same cluster name"
+            log.error("%s - %s", self.where, message)
+            self.queue(proto.encode_err(message))
+            self.close("Cluster Names Identical", flush=True)
+            return
+        timer = self._timers.pop("auth", None)
+        if timer is not None:
+            timer.cancel()
+        self.account = account
+        self.spoke = bool(options.get("hub"))  # the remote declared itself our hub
+        self.remote_info = dict(options)
+        self.remote_name = str(options.get("name") or options.get("server_id") or "")
+        self.remote_id = str(options.get("server_id") or self.remote_name)
+        self.remote_cluster = cluster if isinstance(cluster, str) else ""
+        domain = options.get("domain")
+        self.remote_domain = domain if isinstance(domain, str) else ""
+        deny = options.get("deny_pub")
+        if isinstance(deny, list):  # what the leaf will not import: never sent
+            self.deny_out.extend(s for s in deny if isinstance(s, str))
+        self._register()
+
+    def _register(self) -> None:
+        self.registered = True
+        self.leafnodes.register(self)
+        self.queue(self.advertised.snapshot())
+        self._send_ping()
+
+    def _on_err(self, message: str) -> None:
+        log.error("%s - Leafnode Error '%s'", self.where, message)
+        if "Loop detected" in message:
+            self.loop_detected = True
+        self.close(_reason_for(message))
+
+    def _auth_timeout(self) -> None:
+        if not self.registered and not self.closed:
+            self.queue(proto.encode_err("Authentication Timeout"))
+            self.close("Authentication Timeout", flush=True)
+
+    # ---- the remote's interest --------------------------------------------------------------
+
+    def _remote_sub(self, subject: str, queue: str | None, weight: int) -> None:
+        leafnodes = self.leafnodes
+        if subject == leafnodes.loop_subject(self.account):
+            self._loop_detected()
+            return
+        if self.deny_out.interest(subject):
+            return  # nothing on it would be sent
+        key = (subject, queue)
+        sub = self.subs.get(key)
+        if sub is not None:  # a queue group's new weight
+            delta = weight - sub.weight
+            sub.weight = weight
+            leafnodes.weight_changed(self, sub, delta, update=True)
+            return
+        sub = LeafSub(self, subject, queue, max(weight, 1))
+        self.subs[key] = sub
+        self.account.sublist.insert(subject, queue, sub)
+        leafnodes.weight_changed(self, sub, sub.weight, update=False)
+
+    def _remote_unsub(self, subject: str, queue: str | None) -> None:
+        sub = self.subs.pop((subject, queue), None)
+        if sub is not None:
+            self.account.sublist.remove(subject, queue, sub)
+            self.leafnodes.weight_changed(self, sub, -sub.weight, update=False)
+
+    def _loop_detected(self) -> None:
+        delay = self.leafnodes.loop_delay(self)
+        message = (
+            f'Loop detected for leafnode account="{self.account.name}". '
+            f"Delaying attempt to reconnect for {_go_seconds(delay)}"
+        )
+        log.error("%s - %s", self.where, message)
+        self.loop_detected = True
+        self.queue(proto.encode_err(message))
+        self.close("Protocol Violation", flush=True)
+
+    # ---- messages ----------------------------------------------------------------------------
+
+    def _inbound(self, msg: proto.RMsg) -> None:
+        """A message the remote sent: routed here as a publish from this link, serving only
+        the queue groups it names (its own members served the others)."""
+        size = len(msg.payload) + (len(msg.hdr) if msg.hdr else 0)
+        self.in_msgs += 1
+        self.in_bytes += size
+        if self.deny_in and self.deny_in.message(msg.subject.decode("utf-8", "surrogateescape")):
+            return
+        queues = frozenset(q.decode("utf-8", "surrogateescape") for q in msg.queues)
+        self.server.route(
+            self, msg.subject, msg.reply, msg.hdr, msg.payload, size,
+            account=self.account, queues=queues,
+        )  # fmt: skip
+
+    def send_msg(
+        self, queue: str | None, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes
+    ) -> None:
+        """One delivery to the remote's interest. The router delivers a message once per
+        matching subscription; the remote wants it once, naming each of its queue groups
+        that is to get it, so deliveries of one message are gathered until the next
+        message or the flush (the same message: the same match count of the account and
+        the same subject and payload objects)."""
+        held = self._held
+        token = self.account.sublist.matches
+        if held is not None and held[0] == token and held[1] is subject and held[4] is payload:
+            if queue is not None:
+                held[5].append(queue.encode("utf-8", "surrogateescape"))
+            return
+        if self.deny_out.message(subject.decode("utf-8", "surrogateescape")):
+            return
+        self._emit()
+        queues = [queue.encode("utf-8", "surrogateescape")] if queue is not None else []
+        self._held = [token, subject, reply, hdr, payload, queues]
+        if not self._dirty:
+            self._dirty = True
+            self.server.mark_dirty(self)  # type: ignore[arg-type]  # flushed like a client
+
+    def _emit(self) -> None:
+        held = self._held
+        if held is None:
+            return
+        self._held = None
+        _, subject, reply, hdr, payload, queues = held
+        self.out_msgs += 1
+        self.out_bytes += len(payload) + (len(hdr) if hdr else 0)
+        self._out.append(proto.encode_lmsg(subject, reply, queues, hdr, payload))
+
+    # ---- output -------------------------------------------------------------------------------
+
+    def queue(self, data: bytes) -> None:
+        if self.closed or not data:
+            return
+        self._emit()
+        self._out.append(data)
+        if not self._dirty:
+            self._dirty = True
+            self.server.mark_dirty(self)  # type: ignore[arg-type]
+
+    def flush(self) -> None:
+        self._dirty = False
+        self._emit()
+        if self.transport is None or self.closed or not self._out:
+            self._out.clear()
+            return
+        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        self._out = []
+        self.transport.write(data)
+        if self.transport.get_write_buffer_size() > self.server.opts.max_pending:
+            log.info("%s - Slow Consumer Detected: leafnode", self.where)
+            self.close("Slow Consumer (Pending Bytes)", abort=True)
+
+    def _send_ping(self) -> None:
+        if self.closed:
+            return
+        opts = self.server.opts
+        if self._pings_out + 1 > opts.ping_max:
+            self.close("Stale Connection")
+            return
+        self._pings_out += 1
+        self._rtt_start = time.monotonic()
+        self.queue(proto.PING)
+        loop = asyncio.get_running_loop()
+        self._timers["ping"] = loop.call_later(opts.ping_interval, self._send_ping)
+
+    def close(self, reason: str, *, flush: bool = False, abort: bool = False) -> None:
+        if self.closed:
+            return
+        if flush:
+            self.flush()
+        self.closed = True
+        self.close_reason = reason
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._held = None
+        self.leafnodes.unregister(self)
+        for (subject, queue), sub in list(self.subs.items()):
+            self.account.sublist.remove(subject, queue, sub)
+            self.leafnodes.weight_changed(self, sub, -sub.weight, update=False)
+        self.subs.clear()
+        name = f" - Remote: {self.remote_name}" if self.remote_name else ""
+        log.info("%s - Leafnode connection closed: %s%s", self.where, reason, name)
+        if self.transport is not None:
+            if abort:
+                self.transport.abort()
+            else:
+                self.transport.close()
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+def _reason_for(message: str) -> str:
+    if message == AUTH_VIOLATION:
+        return "Authentication Failure"
+    if "Loop detected" in message:
+        return "Protocol Violation"
+    if "same cluster name" in message:
+        return "Cluster Names Identical"
+    return "Parse Error"
+
+
+def _go_seconds(seconds: float) -> str:
+    """A whole number of seconds as Go prints a Duration (30s, 1m0s)."""
+    whole = int(seconds)
+    return f"{whole // 60}m{whole % 60}s" if whole >= 60 else f"{whole}s"

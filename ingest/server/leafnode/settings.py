@@ -1,0 +1,43 @@
+"""The `leafnodes {}` settings, apart from the connections so option parsing imports no
+server code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ingest.server.accounts.settings import GLOBAL_ACCOUNT
+from ingest.server.cluster.settings import RouteURL
+
+DEFAULT_LEAFNODE_PORT = 7422
+DEFAULT_LEAF_AUTH_TIMEOUT = 2.0  # seconds, the reference's for leafnode connections
+DEFAULT_RECONNECT = 1.0  # seconds between attempts to dial a remote (the reference's)
+LOOP_RECONNECT_DELAY = 30.0  # a link that closed a loop is redialled this much later
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteLeaf:
+    """One `remotes [ … ]` entry: where this server dials a hub, and as whom."""
+
+    urls: tuple[RouteURL, ...]
+    account: str = GLOBAL_ACCOUNT  # the local account the link is bound to
+    credentials: str | None = None  # a .creds file: its JWT and a nonce signed by its seed
+    hub: bool = False  # this server is the hub of the link although it dials
+    deny_imports: tuple[str, ...] = ()  # subjects not taken from the hub
+    deny_exports: tuple[str, ...] = ()  # subjects not sent to the hub
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeafnodeConfig:
+    """`leafnodes { … }`. `port` None: no listener (a server with remotes only); 0 asks
+    the OS for a free port (the user's -1)."""
+
+    host: str = "0.0.0.0"
+    port: int | None = None
+    username: str | None = None
+    password: str | None = None
+    account: str | None = None  # the account accepted leafs are bound to (default $G)
+    auth_timeout: float = DEFAULT_LEAF_AUTH_TIMEOUT
+    advertise: str | None = None
+    no_advertise: bool = False
+    remotes: tuple[RemoteLeaf, ...] = ()
+    reconnect: float = DEFAULT_RECONNECT
