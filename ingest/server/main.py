@@ -98,6 +98,10 @@ async def _serve(opts: Options) -> int:
                 "or solicited leafnode for the system account"
             )
         server.jetstream_cluster = cluster_engines(server, account_js.engines())
+    if any(account.imports for account in opts.accounts):
+        from ingest.server.accounts.sharing import Sharing
+
+        Sharing(server, opts.accounts).start()
     system = SystemServices(server)
     system.start()
     if server.resolver is not None:

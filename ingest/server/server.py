@@ -132,6 +132,9 @@ class Server:
         # The client whose message is being routed (None: the server's own), for system
         # services that answer about the requester.
         self.sender: Client | None = None
+        # The subject the message being delivered was routed on (a JetStream delivery is
+        # shown under another): what a service import's reply mapping is keyed by.
+        self.routed = b""
         self.closed_clients: list[dict[str, Any]] = []
         self._next_cid = 0
         self._dirty: list[Client] = []
@@ -323,6 +326,7 @@ class Server:
         account: Account | None = None,
         internal: bool = False,
         queues: frozenset[str] | None = None,
+        local: bool = False,
     ) -> bool:
         """Deliver one message to every plain subscriber and one member of each queue group;
         whether anyone, internal subscribers included, received it.
@@ -334,7 +338,8 @@ class Server:
         (JetStream delivers a stored message to an inbox under its own subject). The
         counters are the reference's: `in` counts what connections sent (an `internal`
         message, the server's own, is not input), `out` what went to connections (a
-        client, a route; not the server's own subscriptions).
+        client, a route; not the server's own subscriptions). A `local` message stays on
+        this server (a stream import's copy: each server makes its own).
         """
         if not internal:
             self.in_msgs += 1
@@ -355,9 +360,10 @@ class Server:
         if self.mapper is not None and shown is None and account is self.accounts.global_account:
             subject = self.mapper.map_bytes(subject)
         match = sublist.match(subject)
+        self.routed = subject
         if routes is not None:
             learn_tail(routes, sublist, subject, partial(self.local_under, account))
-        cluster = self.cluster
+        cluster = None if local else self.cluster
         if cluster is None and not match.plain and not match.queues:
             return False  # no interest: the common case of a publish nobody listens to
         remote = cluster.forwarding(account.name, subject) if cluster is not None else None
@@ -420,6 +426,7 @@ class Server:
         self.in_msgs += 1
         self.in_bytes += size
         self.sender = None
+        self.routed = subject
         match = account.sublist.match(subject)
         delivered = 0  # to connections: what `route` counts out
         for sub in match.plain:

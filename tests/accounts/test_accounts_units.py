@@ -69,7 +69,7 @@ def test_an_array_names_accounts_without_users(tmp_path: Path) -> None:
         ("accounts { A: 3 }", "Expected map entries for accounts"),
         ("accounts { A { foo: 1 } }", 'unknown field "foo"'),
         ("accounts { A { users [ {password: a} ] } }", "User entry requires a user"),
-        ("accounts { A { imports: [] } }", "not supported by jetlake yet"),
+        ("accounts { A { mappings: {} } }", "not supported by jetlake yet"),
     ],
 )
 def test_config_errors_name_the_place(tmp_path: Path, text: str, message: str) -> None:

@@ -11,10 +11,17 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ingest.parser.conf import ConfigError, Table
-from ingest.server.accounts.settings import GLOBAL_ACCOUNT, AccountConfig
+from ingest.server.accounts.config_sharing import (
+    check_sharing,
+    read_exports,
+    read_imports,
+    read_jetstream_limits,
+    read_limits,
+)
+from ingest.server.accounts.settings import GLOBAL_ACCOUNT, AccountConfig, AccountLimits
 
 # Account keys the reference knows that jetlake refuses rather than ignores.
-_LATER = ("imports", "exports", "mappings", "limits", "nkey", "default_permissions")
+_LATER = ("mappings", "nkey", "default_permissions")
 
 
 class SectionReader(Protocol):
@@ -48,6 +55,7 @@ def read_accounts(
         if not isinstance(section.table[name], Table):
             raise section.error(name, "Expected map entries for accounts")
         accounts.append(_account(section.section(name), name, read_users, taken))
+    check_sharing(top, key, tuple(accounts))
     return tuple(accounts)
 
 
@@ -64,6 +72,9 @@ def _account(
 ) -> AccountConfig:
     users: tuple[Any, ...] = ()
     jetstream = False
+    shared: dict[str, Any] = {}
+    limits: dict[str, int] = {}
+    js_limits = None
     for field in section.table:
         lowered = field.lower()
         if lowered == "users":
@@ -78,11 +89,26 @@ def _account(
                 taken.add(user.user)
         elif lowered == "jetstream":
             jetstream = _jetstream(section, field)
+            value = section.table[field]
+            if isinstance(value, Table):
+                js_limits = read_jetstream_limits(section, field, value)
+        elif lowered == "exports":
+            shared["exports"] = read_exports(section, field)
+        elif lowered == "imports":
+            shared["imports"] = read_imports(section, field)
+        elif lowered == "limits":
+            limits = read_limits(section, field)
         elif lowered in _LATER:
             raise section.error(field, f'account "{field}" is not supported by jetlake yet')
         else:
             section.unknown(field)
-    return AccountConfig(name=name, users=users, jetstream=jetstream)
+    return AccountConfig(
+        name=name,
+        users=users,
+        jetstream=jetstream,
+        limits=AccountLimits(**limits, jetstream=js_limits),
+        **shared,
+    )
 
 
 def _jetstream(section: SectionReader, field: str) -> bool:
@@ -94,7 +120,5 @@ def _jetstream(section: SectionReader, field: str) -> bool:
             raise ConfigError(f"Expected 'enabled' or 'disabled' for string value, got '{value}'")
         return value.lower().startswith("enable")
     if isinstance(value, Table):
-        if any(key not in value.variables for key in value):
-            raise section.error(field, "account JetStream limits are not supported by jetlake yet")
         return True
     raise section.error(field, f"Expected map, bool or string to define JetStream, got {value!r}")

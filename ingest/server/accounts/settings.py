@@ -6,11 +6,76 @@ importing any server code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 GLOBAL_ACCOUNT = "$G"  # users outside any account block land here, as on the reference
 DEFAULT_SYSTEM_ACCOUNT = "$SYS"
+# How long a stream or chunked response mapping lives after its last use (the reference's).
+DEFAULT_RESPONSE_THRESHOLD = 120.0
+
+SINGLETON, STREAM, CHUNKED = "Singleton", "Stream", "Chunked"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Latency:
+    """Where a service export reports how long its responses took, and for what share."""
+
+    sampling: int  # percent of requests, 1-100
+    subject: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Export:
+    """`{stream: …}` or `{service: …}`; `accounts` None is public."""
+
+    service: bool
+    subject: str
+    accounts: tuple[str, ...] | None = None
+    response_type: str = SINGLETON
+    response_threshold: float = DEFAULT_RESPONSE_THRESHOLD
+    latency: Latency | None = None
+
+    def allows(self, account: str) -> bool:
+        return self.accounts is None or account in self.accounts
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Import:
+    """`{stream: {account, subject}, prefix|to}` or `{service: {account, subject}, to}`.
+
+    `local` is the subject importers see: a stream's exported subject under its
+    prefix or `to`, or the subject a service is requested on in the importing account.
+    """
+
+    service: bool
+    account: str
+    subject: str
+    to: str = ""
+    prefix: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccountLimits:
+    """An account's `limits { … }` and its JetStream limits; -1 is unlimited."""
+
+    max_connections: int = -1
+    max_subscriptions: int = -1
+    max_payload: int = -1
+    max_leafnodes: int = -1
+    jetstream: JetStreamLimits | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JetStreamLimits:
+    max_memory: int = -1
+    max_file: int = -1
+    max_streams: int = -1
+    max_consumers: int = -1
+    max_ack_pending: int = -1
+    max_bytes_required: bool = False
+    memory_max_stream_bytes: int = -1
+    disk_max_stream_bytes: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -20,3 +85,6 @@ class AccountConfig:
     name: str
     users: tuple[Any, ...] = ()
     jetstream: bool = False
+    exports: tuple[Export, ...] = ()
+    imports: tuple[Import, ...] = ()
+    limits: AccountLimits = field(default_factory=AccountLimits)

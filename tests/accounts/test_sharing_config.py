@@ -1,0 +1,142 @@
+"""Exports, imports and limits as the config file writes them: what is read, and the
+reference's refusals, word for word (each checked against nats-server 2.15.1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ingest.server.accounts.settings import (
+    CHUNKED,
+    SINGLETON,
+    STREAM,
+    AccountLimits,
+    Export,
+    Import,
+    JetStreamLimits,
+    Latency,
+)
+from ingest.server.options import ConfigError, Options, load_config
+
+EXPORTER = 'A { exports [ {stream: "a.>"}, {service: "svc.>", accounts: [B]} ] }\n'
+
+
+def load(tmp_path: Path, text: str) -> Options:
+    path = tmp_path / "server.conf"
+    path.write_text(text)
+    return load_config(str(path))
+
+
+def test_exports_and_imports_are_read(tmp_path: Path) -> None:
+    opts = load(
+        tmp_path,
+        """accounts {
+          A { exports [
+                {stream: "a.>"},
+                {service: "svc.>", accounts: [B], response_type: stream},
+                {service: "c.>", response: chunked, response_threshold: "5s"},
+                {service: "one", latency: {sampling: 50%, subject: "lat.one"}},
+                {service: "two", latency: "lat.two"} ] }
+          B { imports [
+                {stream: {account: A, subject: "a.>"}, prefix: "p"},
+                {stream: {account: A, subject: "a.x"}, to: "x"},
+                {service: {account: A, subject: "svc.x"}, to: "local.x"} ] }
+        }""",
+    )
+    exports, imports = opts.accounts[0].exports, opts.accounts[1].imports
+    assert exports == (
+        Export(service=False, subject="a.>"),
+        Export(service=True, subject="svc.>", accounts=("B",), response_type=STREAM),
+        Export(service=True, subject="c.>", response_type=CHUNKED, response_threshold=5.0),
+        Export(service=True, subject="one", latency=Latency(sampling=50, subject="lat.one")),
+        Export(service=True, subject="two", latency=Latency(sampling=100, subject="lat.two")),
+    )
+    assert exports[1].response_type != SINGLETON and exports[0].allows("anyone")
+    assert not exports[1].allows("C")
+    assert imports == (
+        Import(service=False, account="A", subject="a.>", prefix="p"),
+        Import(service=False, account="A", subject="a.x", to="x"),
+        Import(service=True, account="A", subject="svc.x", to="local.x"),
+    )
+
+
+def test_limits_are_read(tmp_path: Path) -> None:
+    opts = load(
+        tmp_path,
+        "accounts { A { limits { max_conn: 2, max_subs: 3, max_payload: 100, "
+        "max_leafnodes: 1 }, jetstream { max_mem: 1MB, max_file: 2048, max_streams: 1, "
+        "max_consumers: 2 } } }",
+    )
+    account = opts.accounts[0]
+    assert account.jetstream
+    assert account.limits == AccountLimits(
+        max_connections=2,
+        max_subscriptions=3,
+        max_payload=100,
+        max_leafnodes=1,
+        jetstream=JetStreamLimits(
+            max_memory=1 << 20, max_file=2048, max_streams=1, max_consumers=2
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'A { exports [ {stream: "a.>", accounts: [C]} ] }\n'
+            'B { imports [ {stream: {account: A, subject: "a.>"}} ] }\nC {}',
+            'Error adding stream import "a.>": stream import not authorized',
+        ),
+        (
+            EXPORTER + 'C { imports [ {service: {account: A, subject: "svc.x"}} ] }',
+            'Error adding service import "svc.x": service import not authorized',
+        ),
+        (
+            'B { imports [ {service: {account: Z, subject: "q"}} ] }',
+            '"Z" account not defined for service import',
+        ),
+        (
+            EXPORTER + 'B { imports [ {stream: {account: A, subject: "b.>"}} ] }',
+            'Error adding stream import "b.>": stream import not authorized',
+        ),
+        (
+            EXPORTER + 'B { imports [ {service: {account: A, subject: "svc.>"}, to: "b.*"} ] }',
+            'Error adding service import "svc.>": failed to create mapping transform for '
+            'service import subject from "b.*" to "svc.>": invalid subject',
+        ),
+        (
+            'A { exports [ {stream: "a.>", response_type: singleton} ] }',
+            "Detected response directive on non-service",
+        ),
+        (
+            'A { exports [ {service: "a.>", response_type: bogus} ] }',
+            'Unknown response type: "bogus"',
+        ),
+        (
+            'A { exports [ {service: "a", latency: {sampling: 200, subject: "l"}} ] }',
+            "bad sampling percentage, should be 1-100",
+        ),
+        (
+            'A { exports [ {service: "a", latency: {sampling: 50}} ] }',
+            "Latency subject required, but missing",
+        ),
+        ('A { exports [ {stream: "a.>", bogus: 1} ] }', 'unknown field "bogus"'),
+        ('A { exports [ "x" ] }', "Export Items should be a map with type entry, got string"),
+        (
+            'A { exports [ {stream: "a", service: "b"} ] }',
+            'Detected service "b" but already saw a stream',
+        ),
+        ("B { imports [ {stream: {account: A}} ] }", "Expect an account name and a subject"),
+        ("B { imports [ {foo: 1} ] }", 'unknown field "foo"'),
+        ("A { limits { bogus: 1 } }", 'Unknown field "bogus" parsing account limits'),
+        ("A { limits: 1 }", "Expected account limits to be a map/struct, got 1"),
+        ("A { jetstream { bogus: 1 } }", 'unknown field "bogus"'),
+    ],
+)
+def test_refusals(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, "accounts {\n" + text + "\n}\n")
+    assert message in str(caught.value)
+    assert str(caught.value).startswith(str(tmp_path))
