@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from log.compactor.layout import lake_at
 from log.compactor.location import Lake
-from log.compactor.spark import build_session
+from log.compactor.spark import build_session, local_jars
 from sql.views import register_views
 
 if TYPE_CHECKING:
@@ -160,6 +160,9 @@ def start_session(
         os.environ["HIVE_SERVER2_THRIFT_BIND_HOST"] = jdbc[0]
         os.environ["HIVE_SERVER2_THRIFT_PORT"] = str(jdbc[1])
     conf = {
+        # The Thrift server opens sessions on threads of its own, whose class loader sees the
+        # JVM's class path, not the jars Spark adds at run time: Delta's catalog and the rule.
+        "spark.driver.extraClassPath": os.pathsep.join(local_jars(s3a=lake.remote)),
         "spark.sql.extensions": _EXTENSIONS,
         "spark.connect.grpc.binding.address": listen[0],
         "spark.connect.grpc.binding.port": str(listen[1]),
@@ -177,6 +180,8 @@ def start_session(
     jvm.io.jetlake.sql.StreamViews.setRefresher(views)
     jvm.org.apache.spark.sql.connect.service.SparkConnectService.start(spark._jsc.sc())
     if jdbc is not None:
+        # Hive's scratch metastore (Derby) logs to ./derby.log unless told otherwise.
+        jvm.java.lang.System.setProperty("derby.stream.error.file", os.devnull)
         thrift = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
         thrift.startWithContext(spark._jsparkSession.sqlContext())
     return spark, views

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,10 @@ from nats.aio.client import Client as NATS
 from tests.support.servers import ServerError, ServerProcess, enabled_kinds, start_server
 
 KIND_IDS = {"nats-server": "ref", "jetlake": "jl"}
+
+# A lake server starts the SQL service (a JVM) by default; the suite's many lake servers do
+# not need it, and the SQL service's tests start theirs with this unset.
+os.environ.setdefault("JETLAKE_SQL", "off")
 
 MakeServer = Callable[..., ServerProcess]
 Connect = Callable[..., Awaitable[NATS]]

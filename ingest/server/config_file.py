@@ -25,6 +25,7 @@ from ingest.server.settings import (
     MAX_INT32,
     MQTTConfig,
     Permissions,
+    SqlConfig,
     SubjectPermission,
     TLSConfig,
     User,
@@ -378,9 +379,32 @@ def _lake(top: _Section, key: str, out: dict[str, Any]) -> None:
             lake[lowered] = seconds
         elif lowered == "s3":
             lake["s3"] = _lake_s3(section.section(name))
+        elif lowered == "sql":
+            lake["sql"] = _lake_sql(section, name)
         else:
             section.unknown(name)
     out["lake"] = lake
+
+
+def _lake_sql(lake: _Section, key: str) -> SqlConfig | None:
+    """`sql: off` or `sql { listen, jdbc, nats }`: Connect's address, and each other door's
+    address, `true` (its default) or `false`/`off`."""
+    if isinstance(lake.table[key], bool):
+        return SqlConfig() if lake.boolean(key) else None
+    section = lake.section(key)
+    doors: dict[str, str | None] = {}
+    for name in section.table:
+        lowered = name.lower()
+        if lowered not in ("listen", "jdbc", "nats"):
+            section.unknown(name)
+        elif lowered != "listen" and isinstance(section.table[name], bool):
+            doors[lowered] = getattr(SqlConfig(), lowered) if section.boolean(name) else None
+        else:
+            doors[lowered] = value = section.string(name)
+            host, _, port = value.rpartition(":")
+            if lowered != "nats" and (not host or not port.isdigit() or int(port) > 65535):
+                raise section.error(name, f"lake sql {lowered} {value!r} is not host:port")
+    return SqlConfig(**doors)
 
 
 def _lake_s3(section: _Section) -> S3Options:

@@ -13,12 +13,17 @@ import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from ingest.server.cluster.system_account import SystemAccount
 from ingest.server.logs import setup_logging
 from ingest.server.options import ConfigError, FlagError, Options, parse_serve_args
 from ingest.server.server import JETLAKE_VERSION, VERSION, Server
 from ingest.server.system import SystemServices
+
+if TYPE_CHECKING:
+    from ingest.server.lake import LakeSupervisor
+    from ingest.server.sql_service import SqlServiceProcess
 
 log = logging.getLogger("jetlake")
 
@@ -40,7 +45,7 @@ async def _serve(opts: Options) -> int:
     if opts.pid_file:
         with open(opts.pid_file, "w") as f:
             f.write(str(os.getpid()))
-    lake = None
+    lake = sql = None
     if opts.jetstream.enabled and opts.lake.enabled:
         from ingest.server.lake import LakeSupervisor
 
@@ -112,6 +117,7 @@ async def _serve(opts: Options) -> int:
         await server.jetstream.start()
         if lake is not None:
             lake.start(server.jetstream)
+            sql = _sql_service(opts, lake, server.port)
     if account_js is not None:
         await account_js.start()
         if server.jetstream_cluster is not None:
@@ -146,6 +152,8 @@ async def _serve(opts: Options) -> int:
         await account_js.stop()
     if mqtt is not None:
         mqtt.stop()
+    if sql is not None:
+        await sql.stop()
     if lake is not None:
         await lake.stop()
     if monitor is not None:
@@ -155,6 +163,24 @@ async def _serve(opts: Options) -> int:
         with contextlib.suppress(OSError):
             os.unlink(opts.pid_file)
     return 0
+
+
+def _sql_service(opts: Options, lake: LakeSupervisor, port: int) -> SqlServiceProcess | None:
+    """The SQL service over this server's store and lake (`lake { sql }`), started."""
+    from ingest.server.sql_service import sql_service
+
+    host = opts.host if opts.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    found = sql_service(
+        opts.lake.sql,
+        store_dir=lake.store_base,
+        lake_root=lake.lake.root,
+        spark_master=opts.lake.spark_master,
+        client_url=f"nats://{host}:{port}",
+        env=lake.lake.child_env(),
+    )
+    if found is not None:
+        found.start()
+    return found
 
 
 USAGE = """Usage: jetlake serve [options]

@@ -75,6 +75,19 @@ class JetStreamConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SqlConfig:
+    """`lake { sql { … } }`: the SQL service beside the lake (`sql: off` leaves it out).
+
+    Addresses are host:port; `jdbc` and `nats` None: that door stays shut;
+    `nats` "": this server's own client port.
+    """
+
+    listen: str = "127.0.0.1:15002"  # Spark Connect
+    jdbc: str | None = "127.0.0.1:10000"  # the Spark Thrift server
+    nats: str | None = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LakeConfig:
     """`lake { … }` and `--lake`/`--lake_dir`/`--spark_master`; seconds for intervals.
 
@@ -92,6 +105,7 @@ class LakeConfig:
     seal_interval: float = 0.5
     compact_interval: float = 1.0
     optimize_interval: float = 3600.0  # 0: never
+    sql: SqlConfig | None = SqlConfig()  # None: no SQL service (`sql: off`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

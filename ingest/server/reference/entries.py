@@ -14,7 +14,14 @@ from typing import Any
 from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
 from ingest.server.cluster.settings import ClusterConfig
 from ingest.server.gofmt import go_duration
-from ingest.server.settings import JetStreamConfig, LakeConfig, MQTTConfig, Options, TLSConfig
+from ingest.server.settings import (
+    JetStreamConfig,
+    LakeConfig,
+    MQTTConfig,
+    Options,
+    SqlConfig,
+    TLSConfig,
+)
 from log.compactor.location import S3Options
 
 
@@ -76,6 +83,7 @@ def _binary(size: int) -> str:
 
 
 OPT, JS, LK, MQ, CL, TL = Options, JetStreamConfig, LakeConfig, MQTTConfig, ClusterConfig, TLSConfig
+SQ = SqlConfig
 
 # Flags, by the setting they share (flags.py's `_FLAG_SPECS`).
 FLAGS: tuple[Key, ...] = (
@@ -348,6 +356,27 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "seconds or duration",
             "Optimize (bin-pack, Z-order) cadence; `0` never.",
             Field(LK, "optimize_interval"),
+        ),
+        K(
+            "sql",
+            "map or boolean",
+            "The SQL service beside the lake: see [lake.sql](#lake-sql); `off` leaves it out.",
+            "on",
+        ),
+    ),
+    "lake.sql": (
+        K("listen", "host:port", "Spark Connect's address (`sc://`).", Field(SQ, "listen")),
+        K(
+            "jdbc",
+            "host:port or boolean",
+            "The Spark Thrift server's address (JDBC/ODBC, `jdbc:hive2://`); `off` shuts it.",
+            Field(SQ, "jdbc"),
+        ),
+        K(
+            "nats",
+            "URL or boolean",
+            "The NATS server the `$JL.SQL` service answers on; `off` shuts it.",
+            "this server's client port",
         ),
     ),
     "lake.s3": (

@@ -28,6 +28,7 @@ SECTION_READERS: dict[str, tuple[Callable[..., Any], ...]] = {
     "jetstream": (config_file._jetstream_key,),
     "lake": (config_file._lake,),
     "lake.s3": (config_file._lake_s3,),
+    "lake.sql": (config_file._lake_sql,),
     "cluster": (cluster_section.read_cluster,),
     "cluster.authorization": (cluster_section.single_user_authorization,),
     "mqtt": (config_file._mqtt,),

@@ -46,6 +46,7 @@ _SECTION_TITLES = {
     "jetstream": "`jetstream { … }`; `jetstream: enabled` (or `true`) turns it on with defaults.",
     "lake": "`lake { … }`, jetlake's own; `lake: true` turns it on with defaults.",
     "lake.s3": "`lake { s3 { … } }`: see [the lake on object storage](../lake-object-storage.md).",
+    "lake.sql": "`lake { sql { … } }`: see [the SQL service](../lake.md#the-sql-service).",
     "cluster": "`cluster { … }`: routes to the other servers of a cluster.",
     "cluster.authorization": "`cluster { authorization { … } }`: what routes present.",
     "mqtt": "`mqtt { … }`: the MQTT 3.1.1 listener.",

@@ -1,0 +1,83 @@
+"""The SQL service beside a lake server: `jetlake sql serve` as a child process.
+
+A process of its own, like the compactor: its JVM's pauses and memory never
+reach the event loop, and a crash of one leaves the other serving. It exits
+with the server (`--parent`) and is restarted, after a pause, if it dies.
+`JETLAKE_SQL=off` in the environment keeps it from starting whatever the
+configuration says: for test rigs and machines where no second JVM may run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ingest.server.settings import SqlConfig
+
+log = logging.getLogger("jetlake")
+
+DISABLE_ENV = "JETLAKE_SQL"
+_RESTART_PAUSE = 10.0
+_STOP_WAIT = 10.0
+
+
+class SqlServiceProcess:
+    """Runs and watches the service; `argv` says what it serves."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self._argv = argv
+        self._env = env
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            self._proc = subprocess.Popen(self._argv, stdin=subprocess.DEVNULL, env=self._env)
+            log.info("Started the SQL service (pid %d)", self._proc.pid)
+            code = await asyncio.to_thread(self._proc.wait)
+            log.error("SQL service (pid %d) exited with code %d", self._proc.pid, code)
+            await asyncio.sleep(_RESTART_PAUSE)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                await asyncio.to_thread(proc.wait, _STOP_WAIT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def sql_service(
+    config: SqlConfig | None,
+    *,
+    store_dir: Path,
+    lake_root: str,
+    spark_master: str | None,
+    client_url: str,
+    env: dict[str, str],
+) -> SqlServiceProcess | None:
+    """The service for this server's lake, unless it is off (configured, or by the env)."""
+    if config is None or os.environ.get(DISABLE_ENV, "").lower() == "off":
+        return None
+    argv = [sys.executable, "-m", "jobs.cli", "sql", "serve", "--store", str(store_dir)]
+    argv += ["--lake", lake_root, "--listen", config.listen, "--parent", str(os.getpid())]
+    if config.jdbc is not None:
+        argv += ["--jdbc", config.jdbc]
+    if config.nats is not None:
+        argv += ["--nats", config.nats or client_url]
+    if spark_master:
+        argv += ["--spark_master", spark_master]
+    return SqlServiceProcess(argv, {**os.environ, **env})
