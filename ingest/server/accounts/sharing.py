@@ -167,27 +167,38 @@ class Sharing:
         data: bytes,
         *,
         local: bool = False,
+        shown: bytes | None = None,
     ) -> bool:
         """Publish in `account` as the server; False when nobody took it (or a cycle of
         imports was cut)."""
         if self._depth >= _MAX_DEPTH:
             return False
         self._depth += 1
+        # Routed from inside another message's delivery: that one's later receivers still
+        # read its sender and routed subject.
+        server = self.server
+        sender, routed = server.sender, server.routed
         try:
             size = len(data) + (len(hdr) if hdr else 0)
-            return self.server.route(
-                None, subject, reply, hdr, data, size, account=account, internal=True, local=local
-            )
+            return server.route(
+                None, subject, reply, hdr, data, size,
+                account=account, internal=True, local=local, shown=shown,
+            )  # fmt: skip
         finally:
             self._depth -= 1
+            server.sender, server.routed = sender, routed
 
     def _import_stream(self, importer: Account, exporter: Account, imp: Import) -> None:
         rename = _stream_rename(imp)
 
         def carry(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
-            local = rename(subject).encode("utf-8", "surrogateescape")
+            # A JetStream delivery (a push consumer's, a source's) is routed on its deliver
+            # subject and shown under the stored one: it crosses the same way.
+            routed = self.server.routed.decode("utf-8", "surrogateescape")
+            shown = subject.encode("utf-8", "surrogateescape") if routed != subject else None
+            local = rename(routed).encode("utf-8", "surrogateescape")
             back = reply.encode("utf-8", "surrogateescape") if reply else b""
-            self.publish(importer, local, back, hdr, data, local=True)
+            self.publish(importer, local, back, hdr, data, local=True, shown=shown)
 
         sub = self.server.subscribe(imp.subject, carry, account=exporter)
         self.server.announce(sub)
