@@ -1,0 +1,101 @@
+"""Imports across a cluster's routes, on the reference and jetlake alike: a stream import
+reaches importers on every server exactly once, and a service request from one server is
+answered by a responder on another through the mapped reply."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from tests.conftest import Connect
+from tests.support.clients import barrier, drain_pending, sync
+from tests.support.cluster import ONE_ROUTE_PER_PEER, start_cluster, stop_all, wait_mesh
+from tests.support.servers import ServerProcess
+
+CONFIG = (
+    ONE_ROUTE_PER_PEER
+    + """
+accounts {
+  A {
+    users [ {user: a, password: a} ]
+    exports [ {stream: "a.>"}, {service: "svc.>"} ]
+  }
+  B {
+    users [ {user: b, password: b} ]
+    imports [
+      {stream: {account: A, subject: "a.>"}, prefix: "p"}
+      {service: {account: A, subject: "svc.x"}, to: "local.x"}
+    ]
+  }
+}
+"""
+)
+
+
+def url(server: ServerProcess, user: str) -> str:
+    return f"nats://{user}:{user}@{server.host}:{server.port}"
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 15.0) -> None:
+    """Interest crosses a route on its own time: try until it has."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+
+
+async def test_imports_across_routes(server_kind: str, tmp_path: Path, connect: Connect) -> None:
+    servers = start_cluster(server_kind, tmp_path, 2, config=CONFIG)
+    try:
+        wait_mesh(servers, ["S0", "S1"])
+        a0 = await connect(url(servers[0], "a"))
+        b0, b1 = [await connect(url(s, "b")) for s in servers]
+        subs = [await b0.subscribe("p.a.>"), await b1.subscribe("p.a.>")]
+        await barrier(b0, b1)
+
+        async def reaches(nc: NATS, sub: Subscription, payload: bytes) -> bool:
+            await nc.publish("a.probe", payload)
+            await sync(nc)
+            try:
+                while True:
+                    msg = await sub.next_msg(timeout=0.2)
+                    if msg.data == payload:
+                        return True
+            except TimeoutError:
+                return False
+
+        await until(lambda: reaches(a0, subs[1], b"probe"), "A's messages on S1")
+        for sub in subs:
+            await drain_pending(sub)
+        await a0.publish("a.once", b"marker")
+        await a0.publish("a.done", b"end")
+        await sync(a0)
+        for sub, nc in zip(subs, (b0, b1), strict=True):
+            got = [(await sub.next_msg(5)).data, (await sub.next_msg(5)).data]
+            await barrier(a0, nc)
+            got += [m.data for m in await drain_pending(sub)]
+            assert got == [b"marker", b"end"], f"each importer gets one copy, got {got}"
+
+        # A responder on S0 answers B's requests made on S1.
+        a_responder = await connect(url(servers[0], "a"))
+
+        async def respond(msg: Msg) -> None:
+            await a_responder.publish(msg.reply, b"answer to " + msg.data)
+
+        await a_responder.subscribe("svc.>", cb=respond)
+        await sync(a_responder)
+
+        async def answered() -> bool:
+            try:
+                reply = await b1.request("local.x", b"q", timeout=0.5)
+            except Exception:  # no responders or a timeout until the interest arrived
+                return False
+            return bool(reply.data == b"answer to q")
+
+        await until(answered, "an answer from S0's responder")
+    finally:
+        stop_all(servers)
