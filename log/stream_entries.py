@@ -18,6 +18,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ingest.parser.fast import native
 from log.segments.api import NewMsg
 
 ROLLUPS = ("", "sub", "all")
@@ -333,6 +334,19 @@ def _decode_restored(data: bytes) -> Restored:
 
 
 def _decode_publishes(data: bytes, at: int, count: int, kind: str) -> tuple[Publish, ...]:
+    """Each follower reads every replicated message here: in the compiled extension when
+    it is there (native/src/entries.rs), which leaves what it cannot read exactly as
+    below (a malformed entry, a string that is not UTF-8) to this code."""
+    if native is not None and type(data) is bytes:
+        decoded: tuple[Publish, ...] | None = native.decode_publishes(
+            data, at, count, NewMsg, Publish, ROLLUPS
+        )
+        if decoded is not None:
+            return decoded
+    return _read_publishes(data, at, count, kind)
+
+
+def _read_publishes(data: bytes, at: int, count: int, kind: str) -> tuple[Publish, ...]:
     msgs = []
     for _ in range(count):
         (size,) = _LEN.unpack_from(data, at)

@@ -18,6 +18,7 @@
 //! the consumer whole. Likewise consecutive PUBs (no headers) to one subject only a
 //! stream takes are one `PubRun`, which the stream admits and proposes whole.
 
+mod entries;
 mod ipc;
 mod outlet;
 mod routes;
@@ -596,6 +597,7 @@ fn jetlake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<AckRun>()?;
     m.add_class::<PubRun>()?;
     m.add_function(wrap_pyfunction!(ipc::encode_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(entries::decode_publishes, m)?)?;
     m.add_function(wrap_pyfunction!(encode_msg, m)?)?;
     m.add_function(wrap_pyfunction!(encode_hmsg, m)?)?;
     Ok(())

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import jetlake_native
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from log.segments.api import NewMsg
 from log.stream_entries import (
+    _BATCH_HEAD,
     ROLLUPS,
     Barrier,
     ConsumerOp,
@@ -21,6 +23,7 @@ from log.stream_entries import (
     Remove,
     Restored,
     Run,
+    _read_publishes,
     decode,
     encode,
     pack_run,
@@ -117,3 +120,43 @@ def test_a_packed_run_unpacks_to_its_publishes_in_place(
         assert packed == run  # one publish, or a fast batch's: as it is
     log = [*around, *packed, *around]
     assert unpack_runs(log) == [*unpack_runs(around), *run, *unpack_runs(around)]
+
+
+run_publishes = st.lists(publishes.map(lambda p: p._replace(fast=None)), max_size=4).map(tuple)
+
+
+@given(run_publishes, st.data())
+def test_the_compiled_decoder_reads_a_run_as_the_reference_or_leaves_it(
+    msgs: tuple[Publish, ...], data: st.DataObject
+) -> None:
+    """native/src/entries.rs gives what `_decode_publishes` gives, or None for the
+    reference to read (and name what is wrong): also for a run with one byte changed."""
+    raw = bytearray(encode(Run(msgs)))
+    assert _compiled(bytes(raw), len(msgs)) == msgs
+    at = data.draw(st.integers(0, len(raw) - 1))
+    raw[at] = data.draw(st.integers(0, 255))
+    if at < _BATCH_HEAD.size:
+        return  # the kind and count are read by the Python side
+    compiled = _compiled(bytes(raw), len(msgs))
+    try:
+        reference = _read_publishes(bytes(raw), _BATCH_HEAD.size, len(msgs), "run")
+    except EntryDecodeError:
+        assert compiled is None
+        return
+    if compiled is not None:
+        assert compiled == reference
+        assert all(type(p) is Publish and type(p.msg) is NewMsg for p in compiled)
+
+
+def test_the_compiled_decoder_leaves_escaped_bytes_to_the_reference() -> None:
+    msg = Publish(NewMsg("a\udcff", None, b"x", 1), 7, msg_id="id\udc80")
+    raw = encode(Run((msg, msg)))
+    assert _compiled(raw, 2) is None
+    assert decode(raw) == Run((msg, msg))
+
+
+def _compiled(raw: bytes, count: int) -> tuple[Publish, ...] | None:
+    found: tuple[Publish, ...] | None = jetlake_native.decode_publishes(
+        raw, _BATCH_HEAD.size, count, NewMsg, Publish, ROLLUPS
+    )
+    return found
