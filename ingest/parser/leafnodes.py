@@ -61,11 +61,33 @@ __all__ = [
     "encode_lmsg",
     "encode_lsub",
     "encode_lunsub",
+    "shown_suffix_at",
 ]
 
 LOOP_DETECTION_PREFIX = "$LDS."
 """Each account announces one subject under this prefix to its leafnodes; hearing its
 own back over a link means the link closes a loop."""
+
+JS_ACK = b"$JS.ACK."
+
+
+def shown_suffix_at(reply: bytes) -> int:
+    """Where `@<subject>` starts in a JetStream delivery's reply, else -1.
+
+    Across a link a consumer's delivery travels on its deliver subject, the stored
+    subject its client is shown appended to the ack reply after `@`, as the reference
+    writes it: `$JS.ACK.<stream>.<consumer>.<n>.<sseq>.<cseq>.<ts>.<pending>@<subject>`.
+    Tokens before may hold `@` too, so only one after the eighth dot counts."""
+    if not reply.startswith(JS_ACK):
+        return -1
+    dots = 0
+    for at, byte in enumerate(reply):
+        if byte == 0x2E:
+            dots += 1
+        elif byte == 0x40 and dots >= 8:
+            return at
+    return -1
+
 
 LeafOp = RouteOp
 LeafProtocolError = RouteProtocolError

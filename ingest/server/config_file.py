@@ -350,6 +350,16 @@ def _jetstream_key(section: _Section, name: str, out: dict[str, Any]) -> dict[st
             raise section.error(name, f"{label} {exc}") from exc
     if lowered in ("enable", "enabled"):
         return {"enabled": section.boolean(name)}
+    if lowered == "domain":
+        domain = section.string(name)
+        derived = f"$JS.{domain}.API"
+        if domain and not is_valid_subject(derived):
+            raise section.error(
+                name, f'invalid domain name: derived "{derived}" is not a valid subject'
+            )
+        if any(c in domain for c in ".*>"):
+            raise section.error(name, "invalid domain name: may not contain ., * or >")
+        return {"domain": domain or None}
     section.unknown(name)
     return {}
 

@@ -113,6 +113,10 @@ async def _serve(opts: Options) -> int:
         server.resolver.start(server, system)
     if monitor is not None:
         await monitor.start()
+    if opts.jetstream.enabled and opts.jetstream.domain:
+        from ingest.server.jetstream.domain import serve_domain
+
+        serve_domain(server, opts.jetstream.domain)
     if server.jetstream is not None:
         await server.jetstream.start()
         if lake is not None:

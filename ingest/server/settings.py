@@ -72,6 +72,7 @@ class JetStreamConfig:
     # None: `always`, fsync before every PubAck; else writes are fsynced within this
     # interval, 10 ms unless set (the reference: 2 minutes); see consensus.durability.
     sync_interval_ns: int | None = DEFAULT_SYNC_INTERVAL_NS
+    domain: str | None = None  # `$JS.<domain>.API` answers too (leafnodes reach it)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -46,6 +46,11 @@ class LeafSub:
         self.announced = False
 
     def deliver(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
+        routed = self.conn.server.routed
+        if routed != subject:  # a JetStream delivery, shown under its stored subject
+            if reply and proto.shown_suffix_at(reply) < 0:
+                reply = reply + b"@" + subject
+            subject = routed
         self.conn.send_msg(self.queue, subject, reply, hdr, payload)
 
 
@@ -288,9 +293,13 @@ class LeafConnection(asyncio.Protocol):
         if self.deny_in and self.deny_in.message(msg.subject.decode("utf-8", "surrogateescape")):
             return
         queues = frozenset(q.decode("utf-8", "surrogateescape") for q in msg.queues)
+        reply, shown = msg.reply, None
+        at = proto.shown_suffix_at(reply)
+        if at >= 0:
+            reply, shown = reply[:at], reply[at + 1 :]
         self.server.route(
-            self, msg.subject, msg.reply, msg.hdr, msg.payload, size,
-            account=self.account, queues=queues,
+            self, msg.subject, reply, msg.hdr, msg.payload, size,
+            shown=shown, account=self.account, queues=queues,
         )  # fmt: skip
 
     def send_msg(

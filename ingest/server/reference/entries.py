@@ -14,6 +14,7 @@ from typing import Any
 from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
 from ingest.server.cluster.settings import ClusterConfig
 from ingest.server.gofmt import go_duration
+from ingest.server.leafnode.settings import LeafnodeConfig, RemoteLeaf
 from ingest.server.settings import (
     JetStreamConfig,
     LakeConfig,
@@ -84,6 +85,7 @@ def _binary(size: int) -> str:
 
 OPT, JS, LK, MQ, CL, TL = Options, JetStreamConfig, LakeConfig, MQTTConfig, ClusterConfig, TLSConfig
 SQ = SqlConfig
+LN, RL = LeafnodeConfig, RemoteLeaf
 
 # Flags, by the setting they share (flags.py's `_FLAG_SPECS`).
 FLAGS: tuple[Key, ...] = (
@@ -217,6 +219,7 @@ TOP_LEVEL: tuple[Key, ...] = (
     K("lake", "map or boolean", "The lake (jetlake's own): see [lake](#lake).", "off"),
     K("cluster", "map", "Routes: see [cluster](#cluster).", "none"),
     K("mqtt", "map", "MQTT listener: see [mqtt](#mqtt).", "none"),
+    K("leafnodes leaf", "map", "Leafnode links: see [leafnodes](#leafnodes).", "none"),
     K("accounts", "map or array", "Accounts: see [accounts](#accounts).", "none"),
     K(
         "system_account system",
@@ -317,6 +320,12 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "size",
             "File streams' limit on this server (used in placement).",
             "three quarters of the disk's free space",
+        ),
+        K(
+            "domain",
+            "string",
+            "JetStream domain: `$JS.<domain>.API` answers too; see [Leafnodes](../leafnodes.md).",
+            "none",
         ),
     ),
     "lake": (
@@ -483,6 +492,58 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "Timeout of MQTT's JetStream requests.",
             Field(MQ, "js_api_timeout"),
         ),
+    ),
+    "leafnodes": (
+        K("listen", "host:port", "Leafnode listener (a hub's); without a port none.", "none"),
+        K("host net", "string", "Leafnode listener's address.", Field(LN, "host")),
+        K("port", "integer", "Leafnode port (usually 7422); `-1` a free one.", "none"),
+        K(
+            "authorization authentication",
+            "map",
+            "What leafs present: see [leafnodes.authorization](#leafnodes-authorization).",
+            "the server's users",
+        ),
+        K(
+            "remotes",
+            "array of maps",
+            "Hubs this server dials as a leaf: see [leafnodes.remotes](#leafnodes-remotes).",
+            "none",
+        ),
+        K(
+            "reconnect reconnect_delay reconnect_interval",
+            "seconds or duration",
+            "Pause before a remote is redialled (30 s after a loop was detected).",
+            Field(LN, "reconnect"),
+        ),
+        K("advertise", "host:port", "Leafnode URL told to leafs instead of the listener.", "none"),
+        K("no_advertise", "boolean", "Tell leafs no leafnode URLs.", Field(LN, "no_advertise")),
+        K("tls", "—", "Refused: TLS on leafnode links is not supported.", "—"),
+    ),
+    "leafnodes.authorization": (
+        K("user username", "string", "Leaf user.", "none"),
+        K("password pass", "string", "Leaf password.", "none"),
+        K("account", "string", "Account accepted leafs are bound to.", "`$G`"),
+        K(
+            "timeout",
+            "seconds or duration",
+            "Leaf authentication timeout.",
+            Field(LN, "auth_timeout"),
+        ),
+        K("users", "—", "Refused: one leaf user only.", "—"),
+    ),
+    "leafnodes.remotes": (
+        K("url urls", "URL or array of URLs", "The hub's leafnode URLs, dialled in turn.", "none"),
+        K("account local", "string", "Local account the link is bound to.", Field(RL, "account")),
+        K(
+            "credentials creds",
+            "path",
+            "A `.creds` file: its JWT and the hub's nonce signed with its seed.",
+            "none",
+        ),
+        K("hub", "boolean", "This server is the hub of the link although it dials.", "false"),
+        K("deny_imports deny_import", "subjects", "Not taken from the hub.", "none"),
+        K("deny_exports deny_export", "subjects", "Not sent to the hub.", "none"),
+        K("tls", "—", "Refused: TLS on leafnode links is not supported.", "—"),
     ),
     "mqtt.authorization": (
         K("user username", "string", "MQTT user.", "none"),

@@ -18,6 +18,7 @@ from typing import Any
 from ingest.server import config_file, flags
 from ingest.server.accounts import config_section as accounts_section
 from ingest.server.cluster import config_section as cluster_section
+from ingest.server.leafnode import config_section as leafnode_section
 
 # A section of the config file -> the functions whose `lowered` comparisons name its keys.
 SECTION_READERS: dict[str, tuple[Callable[..., Any], ...]] = {
@@ -31,6 +32,9 @@ SECTION_READERS: dict[str, tuple[Callable[..., Any], ...]] = {
     "lake.sql": (config_file._lake_sql,),
     "cluster": (cluster_section.read_cluster,),
     "cluster.authorization": (cluster_section.single_user_authorization,),
+    "leafnodes": (leafnode_section.read_leafnodes,),
+    "leafnodes.authorization": (leafnode_section._authorization,),
+    "leafnodes.remotes": (leafnode_section._remote,),
     "mqtt": (config_file._mqtt,),
     "mqtt.authorization": (cluster_section.single_user_authorization,),
     "accounts.NAME": (accounts_section._account,),
