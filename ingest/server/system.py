@@ -17,6 +17,7 @@ from ingest.server.server import VERSION
 from log.timefmt import now_ns, rfc3339
 
 if TYPE_CHECKING:
+    from ingest.server.accounts.registry import Account
     from ingest.server.server import Server
 
 USER_INFO = "$SYS.REQ.USER.INFO"
@@ -30,7 +31,11 @@ class SystemServices:
 
     def start(self) -> None:
         for account in self._server.accounts:
-            self._server.subscribe(USER_INFO, self._user_info, account=account)
+            self._serve(account)
+        self._server.accounts.on_create.append(self._serve)
+
+    def _serve(self, account: Account) -> None:
+        self._server.subscribe(USER_INFO, self._user_info, account=account)
 
     def _user_info(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         if not reply:

@@ -8,7 +8,7 @@ before; the system account always exists, configured or not, as on the reference
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from ingest.server.accounts.settings import (
@@ -59,6 +59,7 @@ class Accounts:
         if system not in self._by_name:
             self._by_name[system] = Account(system, Sublist(), jetstream_enabled=False)
         self.system_account = self._by_name[system]
+        self.on_create: list[Callable[[Account], None]] = []  # services every account has
 
     def ensure(self, name: str) -> Account:
         """The account `name`; in operator mode accounts are known from their JWTs only,
@@ -66,6 +67,8 @@ class Accounts:
         account = self._by_name.get(name)
         if account is None:
             account = self._by_name[name] = Account(name, Sublist(), jetstream_enabled=False)
+            for hook in self.on_create:
+                hook(account)
         return account
 
     def get(self, name: str) -> Account | None:

@@ -62,13 +62,14 @@ def is_public(key: object, role: int) -> bool:
 
 
 def decode_signature(sig: str) -> bytes | None:
-    """Clients send base64url without padding; the reference also takes standard base64."""
-    for decode in (base64.urlsafe_b64decode, base64.b64decode):
-        try:
-            return decode(sig + "=" * (-len(sig) % 4))
-        except (binascii.Error, ValueError):
-            continue
-    return None
+    """Clients send base64url without padding; the reference also takes standard base64
+    (padded), and nothing else: a padded base64url signature is refused."""
+    try:
+        if "=" not in sig:
+            return base64.b64decode(sig + "=" * (-len(sig) % 4), altchars=b"-_", validate=True)
+        return base64.b64decode(sig, validate=True)
+    except (binascii.Error, ValueError):
+        return None
 
 
 def verify(key: str, role: int, data: bytes, signature: bytes) -> bool:

@@ -1,0 +1,251 @@
+"""Operator mode with the memory resolver, differentially: an operator, its accounts and
+users issued with `nsc`, users logging in with `.creds` (nats-py `user_credentials=`,
+natscli `--creds`), and every kind of bad JWT refused with the reference's error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nkeys
+import pytest
+
+from tests.conftest import Connect, ServerPool
+from tests.e2e.test_core_auth import AUTH_VIOLATION, expect_auth_failure
+from tests.e2e.test_nats_cli import cli
+from tests.support.nsc import Nsc, creds_file, mint_user
+from tests.support.raw import Outcome, RawClient
+from tests.support.servers import ServerProcess
+
+
+@dataclass
+class Keystore:
+    nsc: Nsc
+    config: str
+    account: str  # account A's public key
+    account_seed: bytes
+    signing_seed: bytes  # A's unscoped signing key
+    scoped: str  # A's scoped signing key (role dev)
+    files: Path
+
+
+@pytest.fixture(scope="module")
+def keystore(tmp_path_factory: pytest.TempPathFactory) -> Keystore:
+    home = tmp_path_factory.mktemp("nsc")
+    nsc = Nsc(home)
+    nsc.operator()
+    nsc.run("add", "account", "A")
+    account = nsc.public("account", "A")
+    nsc.run("edit", "account", "A", "--sk", "generate")
+    nsc.run("edit", "account", "A", "--sk", "generate")
+    signing, scoped = nsc.describe("account", "A")["nats"]["signing_keys"]
+    nsc.run("edit", "signing-key", "-a", "A", "--sk", scoped, "--role", "dev")
+    nsc.run("edit", "signing-key", "-a", "A", "--sk", scoped, "--allow-pub", "{{name()}}.>")
+    nsc.run("add", "user", "-a", "A", "plain")
+    nsc.run("add", "user", "-a", "A", "limited", "--allow-pub", "foo.>", "--allow-sub", "_INBOX.>")
+    nsc.run("edit", "user", "-a", "A", "limited", "--allow-pub", "$SYS.REQ.USER.INFO")
+    nsc.run("add", "user", "-a", "A", "bearer", "--bearer")
+    nsc.run("add", "user", "-a", "A", "websocket")
+    nsc.run("edit", "user", "-a", "A", "websocket", "--conn-type", "WEBSOCKET")
+    nsc.run("add", "user", "-a", "A", "by_signing_key", "-K", signing)
+    nsc.run("add", "user", "-a", "A", "dev1", "-K", "dev")
+    nsc.run("add", "user", "-a", "A", "revoked")
+    nsc.run("revocations", "add-user", "-a", "A", "-n", "revoked")
+    return Keystore(
+        nsc=nsc,
+        config=nsc.memory_config(),
+        account=account,
+        account_seed=nsc.seed(account),
+        signing_seed=nsc.seed(signing),
+        scoped=scoped,
+        files=home,
+    )
+
+
+@pytest.fixture
+def op_server(server_kind: str, server_pool: ServerPool, keystore: Keystore) -> ServerProcess:
+    """Shared by the module: logins and expiries change no server state."""
+    return server_pool.get(server_kind, config=keystore.config)
+
+
+def _sign(seed: bytes, nonce: str) -> str:
+    return base64.urlsafe_b64encode(nkeys.from_seed(seed).sign(nonce.encode())).decode().rstrip("=")
+
+
+async def _login(
+    server: ServerProcess, token: str, seed: bytes | None, *, nonce: str | None = None
+) -> Outcome:
+    """A raw CONNECT with `token`, the nonce signed by `seed` (None: no signature)."""
+    async with await RawClient.connect(server.host, server.port) as c:
+        fields: dict[str, object] = {"verbose": True, "jwt": token}
+        if seed is not None:
+            fields["sig"] = _sign(seed, nonce if nonce is not None else c.info["nonce"])
+        return await c.outcome(b"CONNECT " + json.dumps(fields).encode() + b"\r\n")
+
+
+def _seed_of(creds: Path) -> bytes:
+    lines = creds.read_text().splitlines()
+    return next(line for line in lines if line.startswith("SU")).encode()
+
+
+async def test_creds_login_binds_the_account(
+    op_server: ServerProcess, keystore: Keystore, connect: Connect
+) -> None:
+    nc = await connect(op_server, user_credentials=str(keystore.nsc.creds("A", "plain")))
+    assert nc._server_info["nonce"]
+    sub = await nc.subscribe("hello")
+    await nc.publish("hello", b"world")
+    assert (await sub.next_msg(timeout=2)).data == b"world"
+    info = json.loads((await nc.request("$SYS.REQ.USER.INFO", b"", timeout=2)).data)["data"]
+    assert info["account"] == keystore.account
+    assert info["user"] == keystore.nsc.public("user", "-a", "A", "-n", "plain")
+
+
+async def test_user_permissions_from_the_jwt(
+    op_server: ServerProcess, keystore: Keystore, connect: Connect
+) -> None:
+    errors: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+
+    creds = str(keystore.nsc.creds("A", "limited"))
+    nc = await connect(op_server, user_credentials=creds, error_cb=on_error)
+    info = json.loads((await nc.request("$SYS.REQ.USER.INFO", b"", timeout=2)).data)["data"]
+    assert sorted(info["permissions"]["publish"]["allow"]) == ["$SYS.REQ.USER.INFO", "foo.>"]
+    await nc.publish("bar", b"x")
+    await nc.flush()
+    await _until(lambda: bool(errors))
+    assert 'permissions violation for publish to "bar"' in str(errors[0]).lower()
+
+
+async def test_natscli_creds(op_server: ServerProcess, keystore: Keystore) -> None:
+    code, out = await cli(
+        op_server.url, "--creds", str(keystore.nsc.creds("A", "plain")), "pub", "x", "y"
+    )
+    assert code == 0, out
+    garbage = keystore.files / "garbage.creds"
+    garbage.write_text("-----BEGIN NATS USER JWT-----\nnot.a.jwt\n------END NATS USER JWT------\n")
+    code, out = await cli(op_server.url, "--creds", str(garbage), "pub", "x", "y")
+    assert code != 0
+
+
+async def test_bearer_token_needs_no_signature(
+    op_server: ServerProcess, keystore: Keystore
+) -> None:
+    token = keystore.nsc.user_jwt("A", "bearer")
+    assert await _login(op_server, token, None) == Outcome((b"+OK",), closed=False)
+    plain = keystore.nsc.user_jwt("A", "plain")
+    assert await _login(op_server, plain, None) == Outcome((AUTH_VIOLATION,), closed=True)
+
+
+async def test_signing_keys(op_server: ServerProcess, keystore: Keystore, connect: Connect) -> None:
+    """A user issued by a signing key logs in; one issued by a scoped key gets the
+    scope's permissions, `{{name()}}` filled in."""
+    nc = await connect(op_server, user_credentials=str(keystore.nsc.creds("A", "by_signing_key")))
+    assert nc.is_connected
+    errors: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+
+    dev = await connect(
+        op_server, user_credentials=str(keystore.nsc.creds("A", "dev1")), error_cb=on_error
+    )
+    watcher = await nc.subscribe("dev1.>")
+    await nc.flush()
+    await dev.publish("dev1.x", b"mine")
+    assert (await watcher.next_msg(timeout=2)).data == b"mine"
+    await dev.publish("other", b"x")
+    await dev.flush()
+    await _until(lambda: bool(errors))
+    assert 'publish to "other"' in str(errors[0]).lower()
+
+
+def _forged(keystore: Keystore) -> tuple[str, bytes]:
+    """A user JWT claiming account A, signed by a key A never named."""
+    stranger = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_ACCOUNT)
+    return mint_user(stranger, issuer_account=keystore.account)
+
+
+def _tampered(keystore: Keystore) -> tuple[str, bytes]:
+    """A genuine JWT whose claims were edited after signing (a bearer flag added)."""
+    token = keystore.nsc.user_jwt("A", "plain")
+    head, body, sig = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    claims["nats"]["bearer_token"] = True
+    raw = json.dumps(claims, separators=(",", ":")).encode()
+    forged_body = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return f"{head}.{forged_body}.{sig}", _seed_of(keystore.nsc.creds("A", "plain"))
+
+
+def _unknown_account(keystore: Keystore) -> tuple[str, bytes]:
+    return mint_user(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_ACCOUNT))
+
+
+REFUSED = {
+    "revoked": lambda k: (k.nsc.user_jwt("A", "revoked"), _seed_of(k.nsc.creds("A", "revoked"))),
+    "expired": lambda k: mint_user(k.account_seed, exp=int(time.time()) - 5),
+    "not yet valid": lambda k: mint_user(k.account_seed, nbf=int(time.time()) + 3600),
+    "forged issuer": _forged,
+    "tampered claims": _tampered,
+    "unknown account": _unknown_account,
+    "websocket only": lambda k: (
+        k.nsc.user_jwt("A", "websocket"),
+        _seed_of(k.nsc.creds("A", "websocket")),
+    ),
+    "other user's seed": lambda k: (
+        k.nsc.user_jwt("A", "plain"),
+        _seed_of(k.nsc.creds("A", "bearer")),
+    ),
+    "account JWT as user": lambda k: (k.nsc.account_jwt("A"), k.account_seed),
+    "garbage": lambda k: ("eyJ.garbage.jwt", _seed_of(k.nsc.creds("A", "plain"))),
+    "scoped user with own permissions": lambda k: mint_user(
+        k.nsc.seed(k.scoped), issuer_account=k.account, pub={"allow": [">"]}
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+async def test_refused_jwts(op_server: ServerProcess, keystore: Keystore, case: str) -> None:
+    token, seed = REFUSED[case](keystore)
+    got = await _login(op_server, token, seed)
+    assert got == Outcome((AUTH_VIOLATION,), closed=True)
+
+
+async def test_signature_over_another_nonce(op_server: ServerProcess, keystore: Keystore) -> None:
+    token, seed = keystore.nsc.user_jwt("A", "plain"), _seed_of(keystore.nsc.creds("A", "plain"))
+    got = await _login(op_server, token, seed, nonce="AAAAAAAAAAAAAAA")
+    assert got == Outcome((AUTH_VIOLATION,), closed=True)
+
+
+async def test_garbage_creds_file(op_server: ServerProcess, keystore: Keystore) -> None:
+    token, seed = mint_user(keystore.account_seed)
+    path = creds_file(keystore.files / "broken.creds", token[: len(token) // 2], seed)
+    await expect_auth_failure(op_server, user_credentials=str(path))
+    await expect_auth_failure(op_server)  # no credentials at all
+
+
+async def test_expiry_cuts_the_client_off(op_server: ServerProcess, keystore: Keystore) -> None:
+    """A JWT that expires while its client is connected ends the connection then."""
+    token, seed = mint_user(keystore.account_seed, exp=int(time.time()) + 2)
+    async with await RawClient.connect(op_server.host, op_server.port) as c:
+        fields = {"verbose": False, "jwt": token, "sig": _sign(seed, c.info["nonce"])}
+        assert await c.outcome(b"CONNECT " + json.dumps(fields).encode() + b"\r\n") == Outcome(
+            (), closed=False
+        )
+        lines = await c.read_until(rb"^-ERR", timeout=5)
+        assert lines[-1] == b"-ERR 'User Authentication Expired'"
+
+
+async def _until(check: object, timeout: float = 3.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():  # type: ignore[operator]
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
