@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.parser import fast, nats
 from ingest.parser.outlet import Outlet
 from ingest.parser.subjects import is_valid_literal_subject, is_valid_subject
+from ingest.server.accounts import limits
 from ingest.server.auth import AUTH_VIOLATION, AuthError, Grant
 from ingest.server.gofmt import go_duration
 from ingest.server.jwt.nkey import new_nonce
@@ -56,6 +57,7 @@ class Client(asyncio.Protocol):
         self.grant = Grant()
         self.account = server.accounts.global_account  # until CONNECT names another
         self.authenticated = not server.auth.required
+        self.max_payload = opts.max_payload  # the account's, if lower, once bound to one
         self.nonce = new_nonce() if server.auth.nonce_required else ""  # signed by nkey users
         self.verbose = True  # the reference's defaults until CONNECT says otherwise
         self.pedantic = True
@@ -351,7 +353,10 @@ class Client(asyncio.Protocol):
                 self._timers["expiry"] = asyncio.get_running_loop().call_later(
                     wait, self.cut_off, "User Authentication Expired", "Authentication Expired"
                 )
+        if not limits.admit(self):
+            return
         self._pub_checks = self.verbose or self.pedantic or self.grant.restricted
+        self._pub_checks = self._pub_checks or self.max_payload < self.server.opts.max_payload
         self._fast_path()
         if self.verbose:
             self.queue(nats.OK)
@@ -380,7 +385,7 @@ class Client(asyncio.Protocol):
         size = len(payload) if hdr is None else len(payload) + len(hdr)
         self.in_msgs += 1
         self.in_bytes += size
-        if self._pub_checks and not self._pub_allowed(subject):
+        if self._pub_checks and not self._pub_allowed(subject, size):
             return
         reply = op.reply
         routes = self._routes
@@ -414,8 +419,11 @@ class Client(asyncio.Protocol):
         self._count_fast((n, run.size, 0, 0))
         run.sink(run.subject, run.replies, run.payloads)
 
-    def _pub_allowed(self, subject: bytes) -> bool:
-        """Pedantic subject check, publish permission, verbose +OK; False when refused."""
+    def _pub_allowed(self, subject: bytes, size: int) -> bool:
+        """Account payload limit, pedantic subject check, publish permission, verbose +OK;
+        False when refused."""
+        if not limits.payload_allowed(self, size):
+            return False
         if self.pedantic and not is_valid_literal_subject(subject.decode("utf-8", "replace")):
             self.send_err("Invalid Publish Subject")
         if self.grant.restricted and not self.grant.can_publish(subject):
@@ -453,6 +461,8 @@ class Client(asyncio.Protocol):
                 self.send_err(f'Permissions Violation for Subscription to "{op.subject}"')
             return
         if op.sid not in self.subs:
+            if not limits.subscription_allowed(self):
+                return
             sub = Subscription(self, op.subject, op.queue, op.sid)
             sub.filtered = grant.restricted and grant.filters_delivery(op.subject)
             self.subs[op.sid] = sub
@@ -597,6 +607,7 @@ class Client(asyncio.Protocol):
         self.outlet.close()
         self.server.stalled.discard(self)
         self.server.unregister(self)
+        limits.leave(self)
         if self.transport is not None:
             if abort:
                 self.transport.abort()

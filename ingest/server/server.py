@@ -248,7 +248,7 @@ class Server:
             "host": opts.host,
             "port": self.port,
             "headers": True,
-            "max_payload": opts.max_payload,
+            "max_payload": client.max_payload,
             "client_id": client.cid,
             "client_ip": client.host,
         }

@@ -15,6 +15,7 @@ from ingest.server.accounts.settings import (
     DEFAULT_SYSTEM_ACCOUNT,
     GLOBAL_ACCOUNT,
     AccountConfig,
+    AccountLimits,
 )
 from ingest.server.sublist import Sublist
 
@@ -25,15 +26,25 @@ class _Options(Protocol):
 
 
 class Account:
-    """One subject space; `jetstream` is its engine once the composition root built one."""
+    """One subject space; `jetstream` is its engine once the composition root built one.
+    `clients` are its connections on this server, which `limits.max_connections` bounds."""
 
-    __slots__ = ("jetstream", "jetstream_enabled", "name", "sublist")
+    __slots__ = ("clients", "jetstream", "jetstream_enabled", "limits", "name", "sublist")
 
-    def __init__(self, name: str, sublist: Sublist[Any], *, jetstream_enabled: bool) -> None:
+    def __init__(
+        self,
+        name: str,
+        sublist: Sublist[Any],
+        *,
+        jetstream_enabled: bool,
+        limits: AccountLimits | None = None,
+    ) -> None:
         self.name = name
         self.sublist = sublist
         self.jetstream_enabled = jetstream_enabled
+        self.limits = limits or AccountLimits()
         self.jetstream: Any = None
+        self.clients: set[Any] = set()
 
     def __repr__(self) -> str:
         return f"Account({self.name!r})"
@@ -54,7 +65,10 @@ class Accounts:
         self._by_name: dict[str, Account] = {GLOBAL_ACCOUNT: self.global_account}
         for name, config in configured.items():
             self._by_name[name] = Account(
-                name, Sublist(), jetstream_enabled=jetstream and config.jetstream
+                name,
+                Sublist(),
+                jetstream_enabled=jetstream and config.jetstream,
+                limits=config.limits,
             )
         if system not in self._by_name:
             self._by_name[system] = Account(system, Sublist(), jetstream_enabled=False)

@@ -1,0 +1,74 @@
+"""An account's connection limits (`limits { … }`), as the reference enforces them: its
+connections on this server, subscriptions per connection, and a payload size below
+the server's. `max_leafnodes` is read and kept for the leafnode listener.
+
+Each check answers with the reference's -ERR and log line; the connection stays
+open after a refused subscription and closes after a connection or payload refusal.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ingest.server.client import Client
+
+log = logging.getLogger("jetlake")
+
+MAX_CONNECTIONS = "maximum account active connections exceeded"
+MAX_SUBSCRIPTIONS = "maximum subscriptions exceeded"
+MAX_PAYLOAD = "Maximum Payload Violation"
+
+
+def admit(client: Client) -> bool:
+    """Count a newly authenticated client in its account; False, with the connection
+    refused, when the account already has its connections here."""
+    account = client.account
+    if client in account.clients:  # a second CONNECT
+        return True
+    limit = account.limits.max_connections
+    if 0 <= limit <= len(account.clients):
+        log.error("%s - %s", _where(client), MAX_CONNECTIONS)
+        client.cut_off(MAX_CONNECTIONS, "Maximum Account Connections Exceeded")
+        return False
+    account.clients.add(client)
+    payload = account.limits.max_payload
+    if 0 <= payload < client.max_payload:
+        client.max_payload = payload
+    return True
+
+
+def leave(client: Client) -> None:
+    client.account.clients.discard(client)
+
+
+def subscription_allowed(client: Client) -> bool:
+    """Whether one more subscription fits this connection (the reference counts them per
+    connection against the account's max_subscriptions)."""
+    limit = client.account.limits.max_subscriptions
+    if limit < 0 or len(client.subs) < limit:
+        return True
+    log.error('%s - "%s" - %s', _where(client), _user(client), MAX_SUBSCRIPTIONS)
+    client.send_err(MAX_SUBSCRIPTIONS)
+    return False
+
+
+def payload_allowed(client: Client, size: int) -> bool:
+    """Whether a message fits the account's max_payload; the connection is closed if not."""
+    if size <= client.max_payload:
+        return True
+    log.error(
+        '%s - "%s" - maximum payload exceeded: %d vs %d',
+        _where(client), _user(client), size, client.max_payload,
+    )  # fmt: skip
+    client.cut_off(MAX_PAYLOAD, "Maximum Payload Exceeded")
+    return False
+
+
+def _where(client: Client) -> str:
+    return f"{client.host}:{client.port} - cid:{client.cid}"
+
+
+def _user(client: Client) -> str:
+    return f"{client.account.name}/user:{client.grant.user}"
