@@ -1,0 +1,95 @@
+"""The full resolver, differentially: account JWTs pushed with `nsc push` to a running
+server, stored in its directory, answered on lookup, and applied at once (a revoked user
+is cut off within a second)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client as NATS
+
+from tests.conftest import Connect, MakeServer
+from tests.e2e.test_operator_mode import AUTH_VIOLATION, _login, _seed_of, _sign
+from tests.support.nsc import Nsc
+from tests.support.raw import Outcome, RawClient
+from tests.support.servers import ServerProcess
+
+
+@pytest.fixture
+def nsc(tmp_path: Path) -> Nsc:
+    nsc = Nsc(tmp_path / "nsc")
+    nsc.operator()
+    nsc.run("add", "account", "B")
+    nsc.run("add", "user", "-a", "B", "alice")
+    nsc.run("add", "user", "-a", "B", "mallory")
+    return nsc
+
+
+@pytest.fixture
+def full_server(make_server: MakeServer, nsc: Nsc, tmp_path: Path) -> ServerProcess:
+    server = make_server(config=nsc.full_config(tmp_path / "jwt"))
+    nsc.run("edit", "operator", "--account-jwt-server-url", server.url)
+    return server
+
+
+async def test_push_lookup_and_revocation(
+    full_server: ServerProcess, nsc: Nsc, connect: Connect, tmp_path: Path
+) -> None:
+    alice = str(nsc.creds("B", "alice"))
+    out = nsc.run("push", "-a", "B")
+    assert "jwt updated" in out
+    account = nsc.public("account", "B")
+    assert (tmp_path / "jwt" / f"{account}.jwt").read_text().strip() == nsc.account_jwt("B")
+    nc = await connect(full_server, user_credentials=alice)
+    assert nc.is_connected
+    sys_nc = await connect(full_server, user_credentials=str(nsc.creds("SYS", "sys")))
+    lookup = await sys_nc.request(f"$SYS.REQ.ACCOUNT.{account}.CLAIMS.LOOKUP", b"", timeout=2)
+    assert lookup.data.decode() == nsc.account_jwt("B")
+    listed = json.loads((await sys_nc.request("$SYS.REQ.CLAIMS.LIST", b"", timeout=2)).data)
+    assert account in listed["data"]
+
+    # mallory is connected; revoking her and pushing B cuts her off, alice stays.
+    token, seed = nsc.user_jwt("B", "mallory"), _seed_of(nsc.creds("B", "mallory"))
+    async with await RawClient.connect(full_server.host, full_server.port) as victim:
+        fields = {"verbose": False, "jwt": token, "sig": _sign(seed, victim.info["nonce"])}
+        connected = await victim.outcome(b"CONNECT " + json.dumps(fields).encode() + b"\r\n")
+        assert connected == Outcome((), closed=False)
+        nsc.run("revocations", "add-user", "-a", "B", "-n", "mallory")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        nsc.run("push", "-a", "B")
+        lines = await victim.read_until(rb"^-ERR", timeout=1.0)
+        assert lines[-1] == b"-ERR 'User Authentication Revoked'"
+        assert loop.time() - started < 1.0 + 0.5  # nsc's own run included
+    assert await _login(full_server, token, seed) == Outcome((AUTH_VIOLATION,), closed=True)
+    await nc.flush(timeout=2)
+    assert nc.is_connected
+    await _bad_updates(sys_nc, nsc)
+    await sys_nc.close()
+    await nc.close()
+    # The pushed JWT is in the directory: after a restart alice logs in again.
+    await full_server.restart_async()
+    again = await connect(full_server, user_credentials=alice)
+    assert again.is_connected
+
+
+async def _bad_updates(sys_nc: NATS, nsc: Nsc) -> None:
+    """Updates that are no JWT, or name another account than the subject, are refused."""
+
+    reply = await sys_nc.request("$SYS.REQ.CLAIMS.UPDATE", b"garbage", timeout=2)
+    assert json.loads(reply.data)["error"] == {
+        "account": "n/a",
+        "code": 500,
+        "description": "jwt update resulted in error - expected 3 chunks",
+    }
+    account = nsc.public("account", "SYS")
+    other = nsc.account_jwt("B").encode()
+    reply = await sys_nc.request(f"$SYS.REQ.ACCOUNT.{account}.CLAIMS.UPDATE", other, timeout=2)
+    assert json.loads(reply.data)["error"] == {
+        "account": account,
+        "code": 500,
+        "description": "jwt update resulted in error - subject does not match jwt content",
+    }
