@@ -79,6 +79,7 @@ def test_wrong_credentials_are_refused(tmp_path: Path, hub_kind: str, leaf_kind:
         hub.stop(expect_code=None)
 
 
+@pytest.mark.soak  # the default run redials through a cut relay (test_domains)
 @pytest.mark.parametrize("hub_kind", KINDS, ids=lambda k: KIND_IDS[k] + "-hub")
 async def test_the_leaf_redials_a_restarted_hub(tmp_path: Path, hub_kind: str) -> None:
     link = start_link(hub_kind, "jetlake", tmp_path)
