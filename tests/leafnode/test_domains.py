@@ -73,8 +73,17 @@ class Domains:
     relay: Relay
 
 
-@pytest.fixture
-async def domains(tmp_path: Path) -> AsyncIterator[Domains]:
+@pytest.fixture(
+    params=[
+        pytest.param(("jetlake", "jetlake"), id="jl-hub/jl-edge"),
+        pytest.param(("nats-server", "jetlake"), id="ref-hub/jl-edge", marks=pytest.mark.soak),
+        pytest.param(("jetlake", "nats-server"), id="jl-hub/ref-edge", marks=pytest.mark.soak),
+    ]
+)
+async def domains(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Domains]:
+    """A hub and an edge (each kind given), the edge's link through a relay. The
+    reference pairings run under soak: the default run keeps to jetlake's own."""
+    hub_kind, edge_kind = request.param
     hub_port, relay_port = free_port(), free_port()
     relay = Relay(relay_port, hub_port)
     await relay.start()
@@ -89,10 +98,10 @@ async def domains(tmp_path: Path) -> AsyncIterator[Domains]:
     )
     hub, edge = await asyncio.gather(  # the edge redials until the hub is up
         asyncio.to_thread(
-            start_server, "jetlake", "-m", "-1", config=hub_config, tmp_path=tmp_path, name="hub"
+            start_server, hub_kind, "-m", "-1", config=hub_config, tmp_path=tmp_path, name="hub"
         ),
         asyncio.to_thread(
-            start_server, "jetlake", "-m", "-1", config=edge_config, tmp_path=tmp_path, name="edge"
+            start_server, edge_kind, "-m", "-1", config=edge_config, tmp_path=tmp_path, name="edge"
         ),
     )
     await asyncio.to_thread(poll, lambda: linked(hub) and linked(edge), "the link", LINK_TIMEOUT)
