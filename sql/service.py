@@ -234,6 +234,8 @@ def main(argv: list[str]) -> int:
         print(f"jetlake sql serve: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # PySpark logs each failed query's error with its JVM stack; the client gets the error.
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     store = Path(args.store)
     if not store.is_dir():
         print(f"jetlake sql serve: store dir {store} does not exist", file=sys.stderr)
