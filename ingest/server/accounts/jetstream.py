@@ -52,6 +52,7 @@ class AccountJetStreams:
                 account.jetstream = server.jetstream
                 continue
             account.jetstream = build(account, AccountMessaging(server, account))
+            account.jetstream.limits = account.limits.jetstream
             self._engines.append(account.jetstream)
 
     async def start(self) -> None:

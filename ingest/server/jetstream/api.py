@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.subjects import subjects_overlap
+from ingest.server.accounts import js_limits
 from ingest.server.jetstream.backup import Backups
 from log import config as streamconfig
 from log import errors
@@ -187,23 +188,15 @@ class Api:
 
     def _account_info(self, tokens: list[str], data: bytes) -> Response:
         usage = self._js.usage()
+        configs = self._js.configs()
         return {
             "memory": usage["memory"],
             "storage": usage["storage"],
-            "reserved_memory": 0,
-            "reserved_storage": 0,
+            "reserved_memory": js_limits.reserved(configs, memory=True),
+            "reserved_storage": js_limits.reserved(configs, memory=False),
             "streams": len(self._js.streams),
             "consumers": self._js.consumers.total(),
-            "limits": {
-                "max_memory": -1,
-                "max_storage": -1,
-                "max_streams": -1,
-                "max_consumers": -1,
-                "max_ack_pending": -1,
-                "memory_max_stream_bytes": -1,
-                "storage_max_stream_bytes": -1,
-                "max_bytes_required": False,
-            },
+            "limits": js_limits.limits_document(self._js.limits),
             "api": {"level": streamconfig.API_LEVEL, "total": self.total, "errors": self.errors},
         }
 

@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import secrets
 import string
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from consensus.commits import settle
 from ingest.parser.headers import encode_headers, header_value
 from ingest.parser.subjects import subjects_overlap
+from ingest.server.accounts import js_limits
 from ingest.server.jetstream.api import HEADERS, LIST_LIMIT, NAMES_LIMIT, Response
 from ingest.server.jetstream.api import optional_json as _json_object
 from ingest.server.jetstream.consumer_runner import Runner
@@ -122,6 +123,10 @@ class Consumers:
 
     def total(self) -> int:
         return sum(len(v) for v in self._by_stream.values())
+
+    def _runners(self) -> Iterator[Runner]:
+        for runners in self._by_stream.values():
+            yield from runners.values()
 
     def _consumer(self, stream: str, name: str) -> Runner:
         self._js.stream(stream)
@@ -281,6 +286,8 @@ class Consumers:
         if existing is not None:
             cfg = dataclasses.replace(cfg, pause_until=existing.consumer.cfg.pause_until)
             cfg = sourcing.kept_start(cfg, existing.consumer.cfg)
+        if self._js.limits is not None:
+            cfg = js_limits.with_account_default(self._js.limits, cfg)
         cfg = ccfg.with_defaults(cfg, stream.config)
         ccfg.check(cfg, stream.config)
         if existing is not None:
@@ -366,6 +373,9 @@ class Consumers:
         count = sum(1 for r in self._by_stream[stream.name].values() if _limitable(r))
         if scfg.max_consumers > 0 and count >= scfg.max_consumers:
             raise cerr.max_consumers()
+        if self._js.limits is not None:
+            limitable = sum(1 for r in self._runners() if _limitable(r))
+            js_limits.check_consumer(self._js.limits, limitable, cfg)
         if scfg.retention == "workqueue":
             if cfg.ack_policy not in ("explicit", "flow_control"):
                 raise cerr.wq_requires_explicit_ack()

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ingest.parser.headers import HeaderError, parse_headers
 from ingest.parser.subjects import subjects_overlap
+from ingest.server.accounts import js_limits
+from ingest.server.accounts.settings import JetStreamLimits
 from ingest.server.jetstream import direct
 from ingest.server.jetstream.cluster.placement import capacity
 from ingest.server.jetstream.port import Messaging
@@ -116,6 +118,8 @@ class JetStream:
         base = Path(config.store_dir or Path(tempfile.gettempdir()) / "nats")
         self.store_dir = base / "jetstream"
         self.account = account
+        # The account's JetStream limits (`accounts.js_limits`); None: unlimited.
+        self.limits: JetStreamLimits | None = None
         self._root = self.store_dir / account / "streams"
         self._open_store = store_opener
         self.streams: dict[str, Stream] = {}
@@ -199,6 +203,8 @@ class JetStream:
             if existing.config == cfg:
                 return existing
             raise errors.stream_name_exists()
+        if self.limits is not None:
+            js_limits.check_stream(self.limits, self.configs(), cfg)
         self._check_overlap(cfg)
         stream = self._open(cfg, now_ns())
         self._persist(stream)
@@ -208,6 +214,8 @@ class JetStream:
         stream = self.stream(cfg.name)
         new = check_update(stream.config, cfg, clustered=self.cluster is not None)
         new = self.sources.checked(new)
+        if self.limits is not None:
+            js_limits.check_stream(self.limits, self.configs(), new)
         self._check_overlap(new)
         self.sources.retire(cfg.name, new)
         self._detach(cfg.name)
@@ -385,6 +393,8 @@ class JetStream:
             if name not in timers and _timed(stream.config):
                 self._arm_expiry(stream)
 
+        if self.limits is not None:
+            return js_limits.limited(self, stream, on_msg)
         return on_msg, on_run
 
     def _direct_subs(self, stream: Stream, name: str) -> list[object]:
@@ -512,6 +522,9 @@ class JetStream:
     def _cluster_block(self, stream: Stream) -> dict[str, Any]:
         assert self.cluster is not None
         return self.cluster.stream_info(self.account, stream.name)
+
+    def configs(self) -> dict[str, StreamConfig]:
+        return {name: stream.config for name, stream in self.streams.items()}
 
     def usage(self) -> dict[str, int]:
         used = {"memory": 0, "storage": 0}

@@ -1,0 +1,130 @@
+"""An account's JetStream limits (the map form of its `jetstream`), checked as the
+reference checks them when streams and consumers are created or updated, and the
+figures `$JS.API.INFO` reports.
+
+Storage is reserved by a stream's `max_bytes`: a stream whose reservation would take
+its account past `max_memory`/`max_file` is refused, as is one past the per-stream
+caps, or one without `max_bytes` where the account requires it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from ingest.server.accounts.settings import JetStreamLimits
+from log.config import StreamConfig
+from log.consumers.config import ConsumerConfig
+from log.errors import ApiError
+from log.publish import error_ack
+from log.segments.api import msg_size
+from log.stream import Stream
+
+UNLIMITED = JetStreamLimits()
+RESOURCES_EXCEEDED = "resource limits exceeded for account"
+
+
+def limits_document(limits: JetStreamLimits | None) -> dict[str, Any]:
+    """The `limits` of an account info response."""
+    limits = limits or UNLIMITED
+    return {
+        "max_memory": limits.max_memory,
+        "max_storage": limits.max_file,
+        "max_streams": limits.max_streams,
+        "max_consumers": limits.max_consumers,
+        "max_ack_pending": limits.max_ack_pending,
+        "memory_max_stream_bytes": limits.memory_max_stream_bytes,
+        "storage_max_stream_bytes": limits.disk_max_stream_bytes,
+        "max_bytes_required": limits.max_bytes_required,
+    }
+
+
+def reserved(configs: Mapping[str, StreamConfig], *, memory: bool, but: str = "") -> int:
+    """Bytes the streams' `max_bytes` hold back in one kind of storage (`but` left out)."""
+    return sum(
+        cfg.max_bytes * max(cfg.num_replicas, 1)
+        for name, cfg in configs.items()
+        if name != but and cfg.max_bytes > 0 and (cfg.storage == "memory") == memory
+    )
+
+
+def check_stream(
+    limits: JetStreamLimits, configs: Mapping[str, StreamConfig], cfg: StreamConfig
+) -> None:
+    """Refuse a stream created or updated past the account's limits; `configs` are the
+    account's streams as they are now."""
+    if cfg.name not in configs and 0 <= limits.max_streams <= len(configs):
+        raise ApiError(400, 10027, "maximum number of streams reached")
+    if limits.max_bytes_required and cfg.max_bytes <= 0:
+        raise ApiError(400, 10113, "account requires a stream config to have max bytes set")
+    memory = cfg.storage == "memory"
+    cap = limits.memory_max_stream_bytes if memory else limits.disk_max_stream_bytes
+    if cap > 0 and cfg.max_bytes > cap:
+        raise ApiError(400, 10122, "stream max bytes exceeds account limit max stream bytes")
+    total = limits.max_memory if memory else limits.max_file
+    if total >= 0 and cfg.max_bytes > 0:
+        wanted = cfg.max_bytes * max(cfg.num_replicas, 1)
+        if reserved(configs, memory=memory, but=cfg.name) + wanted > total:
+            if memory:
+                raise ApiError(500, 10028, "insufficient memory resources available")
+            raise ApiError(500, 10047, "insufficient storage resources available")
+
+
+def check_consumer(limits: JetStreamLimits, consumers: int, cfg: ConsumerConfig) -> None:
+    """Refuse a new consumer past the account's count or ack-pending limit."""
+    if 0 <= limits.max_consumers <= consumers:
+        raise ApiError(400, 10026, "maximum consumers limit reached")
+    if limits.max_ack_pending >= 0 and cfg.max_ack_pending > limits.max_ack_pending:
+        raise ApiError(
+            400,
+            10121,
+            f"consumer max ack pending exceeds system limit of {limits.max_ack_pending}",
+        )
+
+
+def with_account_default(limits: JetStreamLimits, cfg: ConsumerConfig) -> ConsumerConfig:
+    """A consumer that names no max_ack_pending gets the account's, as on the reference."""
+    if limits.max_ack_pending >= 0 and cfg.max_ack_pending == 0 and cfg.ack_policy != "none":
+        return dataclasses.replace(cfg, max_ack_pending=limits.max_ack_pending)
+    return cfg
+
+
+PublishHandler = Callable[[str, "str | None", "bytes | None", bytes], None]
+RunHandler = Callable[[bytes, list[bytes], list[bytes]], None]
+
+
+class _Engine(Protocol):
+    limits: JetStreamLimits | None
+    messaging: Any
+
+    def usage(self) -> dict[str, int]: ...
+
+
+def limited(
+    engine: _Engine, stream: Stream, on_msg: PublishHandler
+) -> tuple[PublishHandler, RunHandler]:
+    """A stream's publish handlers in an account with a storage limit: a message that
+    would take the account's stored bytes past it is refused (10002), one at a time."""
+    limits = engine.limits
+    assert limits is not None
+    memory = stream.config.storage == "memory"
+    cap = limits.max_memory if memory else limits.max_file
+    kind = "memory" if memory else "storage"
+
+    def checked(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        if cap >= 0:
+            size = msg_size(subject, hdr, data, stream.store.overhead)
+            if engine.usage()[kind] + size > cap:
+                if reply and not stream.config.no_ack:
+                    body = error_ack(stream.name, ApiError(400, 10002, RESOURCES_EXCEEDED))
+                    engine.messaging.publish(reply, None, None, body)
+                return
+        on_msg(subject, reply, hdr, data)
+
+    def run(subject: bytes, replies: list[bytes], payloads: list[bytes]) -> None:
+        text = subject.decode("utf-8", "surrogateescape")
+        for reply, data in zip(replies, payloads, strict=True):
+            checked(text, reply.decode("utf-8", "surrogateescape") or None, None, data)
+
+    return checked, run
