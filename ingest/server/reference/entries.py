@@ -14,6 +14,7 @@ from typing import Any
 from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
 from ingest.server.cluster.settings import ClusterConfig
 from ingest.server.gofmt import go_duration
+from ingest.server.jwt.settings import ResolverConfig
 from ingest.server.leafnode.settings import LeafnodeConfig, RemoteLeaf
 from ingest.server.settings import (
     JetStreamConfig,
@@ -85,6 +86,7 @@ def _binary(size: int) -> str:
 
 OPT, JS, LK, MQ, CL, TL = Options, JetStreamConfig, LakeConfig, MQTTConfig, ClusterConfig, TLSConfig
 SQ = SqlConfig
+RS = ResolverConfig
 LN, RL = LeafnodeConfig, RemoteLeaf
 
 # Flags, by the setting they share (flags.py's `_FLAG_SPECS`).
@@ -227,6 +229,25 @@ TOP_LEVEL: tuple[Key, ...] = (
         "The system account.",
         Field(OPT, "system_account", "`$SYS`"),
     ),
+    K(
+        "operator operators",
+        "string or array",
+        "Operator JWT (inline or a file, as `nsc` writes it): turns on operator mode, see "
+        "[Security](../security.md#operator-mode).",
+        "none",
+    ),
+    K(
+        "resolver",
+        "`MEMORY` or map",
+        "Where operator mode finds account JWTs: see [resolver](#resolver).",
+        "none",
+    ),
+    K(
+        "resolver_preload",
+        "map",
+        "Account JWTs the resolver starts with (account public key: JWT).",
+        "none",
+    ),
     K("mappings", "map", "Subject mappings of the global account (subject: destination).", "none"),
     K("debug", "boolean", "Debug logging.", Field(OPT, "debug")),
     K("trace", "boolean", "Protocol trace logging.", Field(OPT, "trace")),
@@ -279,7 +300,27 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "Kinds of connection the user may make (`STANDARD`, `MQTT`, …).",
             "any",
         ),
-        K("nkey", "—", "Refused: nkey users are not supported.", "—"),
+        K(
+            "nkey",
+            "string",
+            "A user's public nkey (`U…`) instead of user and password: the client signs "
+            "the server's nonce with its seed.",
+            "none",
+        ),
+    ),
+    "resolver": (
+        K("type", "string", "`full`: JWTs kept in `dir` and updated by `nsc push`.", "none"),
+        K("dir", "path", "Folder of the account JWTs (`<account>.jwt`).", Field(RS, "dir", "none")),
+        K(
+            "allow_delete",
+            "boolean",
+            "Accepted; deleting accounts is not built.",
+            Field(RS, "allow_delete"),
+        ),
+        K("interval", "duration", "Accepted; no cluster synchronisation.", Field(RS, "interval")),
+        K("timeout", "duration", "Accepted; lookups are local.", Field(RS, "timeout")),
+        K("limit", "integer", "Accepted; JWTs are not limited in number.", Field(RS, "limit")),
+        K("hard_delete", "boolean", "Accepted and ignored.", "false"),
     ),
     "permissions": (
         K("publish pub import", "array or map", "Subjects the user may publish to.", "all"),

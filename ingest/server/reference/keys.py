@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from ingest.server import config_file, flags
+from ingest.server import auth_config, config_file, flags
 from ingest.server.accounts import config_section as accounts_section
 from ingest.server.cluster import config_section as cluster_section
 from ingest.server.leafnode import config_section as leafnode_section
@@ -35,6 +35,7 @@ SECTION_READERS: dict[str, tuple[Callable[..., Any], ...]] = {
     "leafnodes": (leafnode_section.read_leafnodes,),
     "leafnodes.authorization": (leafnode_section._authorization,),
     "leafnodes.remotes": (leafnode_section._remote,),
+    "resolver": (auth_config.resolver,),
     "mqtt": (config_file._mqtt,),
     "mqtt.authorization": (cluster_section.single_user_authorization,),
     "accounts.NAME": (accounts_section._account,),
