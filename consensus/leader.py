@@ -175,17 +175,24 @@ class LeaderRole:
         self._maybe_commit()
         if self._role != Role.LEADER or peer not in self._progress:
             return
-        self._replicate(peer, allow_empty=pr.sent_commit < self._commit)
+        self._replicate(peer, allow_empty=False)
         if peer == self._transferee and pr.match == self._log.last_index:
             self._send(T.TIMEOUT_NOW, peer)
 
     def _append_as_leader(self, entries: list[Entry]) -> None:
         self._log.append(entries)
-        if not self._maybe_commit():
+        self._maybe_commit()
+        if self._role == Role.LEADER:
             self._bcast_append(allow_empty=False)
 
-    def _maybe_commit(self) -> bool:
-        """Advance the commit to what a quorum holds; tell followers. True if it moved."""
+    def _maybe_commit(self) -> None:
+        """Advance the commit to what a quorum holds.
+
+        Followers learn a new commit from the next APPEND or heartbeat (every tick), not
+        from an empty APPEND of its own: that round cost each follower a read, a
+        hard-state write and an answer per commit, which with one publish at a time is
+        every message. Only what followers apply waits for it; what is committed (and
+        acknowledged to clients) does not."""
         moved = False
         while self._role == Role.LEADER:
             index = self._quorum_index()
@@ -193,12 +200,9 @@ class LeaderRole:
                 break
             self._commit_to(index)
             moved = True
-        if not moved or self._role != Role.LEADER:
-            return moved
-        self._bcast_append(allow_empty=True)
-        if self._id not in self._membership.conf.voters:
+        if moved and self._role == Role.LEADER and self._id not in self._membership.conf.voters:
+            self._bcast_append(allow_empty=True)  # its last word: no heartbeat follows
             self._become_follower(self._term, None)  # its own removal committed
-        return True
 
     def _conf_changed(self, change: ConfChange) -> None:
         if self._role != Role.LEADER:
@@ -206,6 +210,7 @@ class LeaderRole:
         node = change.node
         if change.op == ConfOp.ADD_LEARNER and node != self._id:
             self._progress[node] = Progress(match=0, next=self._log.last_index + 1)
+            self._replicate(node, allow_empty=True)  # probe now: its catch-up starts at once
         elif change.op == ConfOp.REMOVE and node in self._progress:
             self._farewell(node, self._progress.pop(node))
             if self._transferee == node:

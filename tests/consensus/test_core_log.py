@@ -192,7 +192,7 @@ def test_snapshot_installs_on_a_follower_behind_compaction() -> None:
     net.restart("c")
     assert net.nodes["c"].commit == 6 and net.items("c") == net.items("a")
     net.propose("a", b"6")
-    net.stabilize()
+    net.heartbeat()
     assert net.items("c") == [b"1", b"2", b"3", b"4", b"5", b"6"]
 
 

@@ -178,6 +178,15 @@ class Net:
                 return
         raise AssertionError("messages kept flowing: livelock")
 
+    def heartbeat(self) -> None:
+        """Stabilize, then one tick on each leader and stabilize again: followers learn
+        a commit from the next APPEND or heartbeat, not from an APPEND of its own."""
+        self.stabilize()
+        for node, core in self.nodes.items():
+            if core.role == Role.LEADER:
+                self.tick(node)
+        self.stabilize()
+
     def isolate(self, node: NodeId) -> None:
         for other in self.nodes:
             if other != node:
