@@ -1,0 +1,195 @@
+"""The jwt package without sockets: nkey checks, JWT decoding and the operator → account
+→ user chain, and the config keys of operator mode with the reference's errors."""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from pathlib import Path
+
+import nkeys
+import pytest
+
+from ingest.server.jwt import claims as jwt
+from ingest.server.jwt import nkey, trust
+from ingest.server.jwt.store import AccountStore
+from ingest.server.options import ConfigError, load_config, validate_options
+from tests.support.nsc import encode_jwt, mint_user
+
+
+def _seed(prefix: int) -> bytes:
+    return nkeys.encode_seed(os.urandom(32), prefix)
+
+
+def _pub(seed: bytes) -> str:
+    return nkeys.from_seed(seed).public_key.decode()
+
+
+OPERATOR = _seed(nkeys.PREFIX_BYTE_OPERATOR)
+OP_SIGNER = _seed(nkeys.PREFIX_BYTE_OPERATOR)
+ACCOUNT = _seed(nkeys.PREFIX_BYTE_ACCOUNT)
+ACC_SIGNER = _seed(nkeys.PREFIX_BYTE_ACCOUNT)
+
+
+def _claims(subject: str, issuer: bytes, kind: str, **nats: object) -> dict[str, object]:
+    now = int(time.time())
+    return {
+        "jti": "x",
+        "iat": now,
+        "iss": _pub(issuer),
+        "name": kind,
+        "sub": subject,
+        "nats": {"type": kind, "version": 2, **nats},
+    }
+
+
+def _operator_jwt(**nats: object) -> str:
+    claims = _claims(_pub(OPERATOR), OPERATOR, "operator", signing_keys=[_pub(OP_SIGNER)], **nats)
+    return encode_jwt(claims, OPERATOR)
+
+
+def _account_jwt(issuer: bytes = OP_SIGNER, **nats: object) -> str:
+    return encode_jwt(_claims(_pub(ACCOUNT), issuer, "account", **nats), issuer)
+
+
+def _store(**account: object) -> AccountStore:
+    store = AccountStore(trust.Operators([jwt.decode(_operator_jwt(), "operator")]))
+    store.put(_account_jwt(**account), time.time())
+    return store
+
+
+def _connect(token: str, seed: bytes, nonce: str = "NONCE") -> dict[str, object]:
+    sig = base64.urlsafe_b64encode(nkeys.from_seed(seed).sign(nonce.encode())).decode()
+    return {"jwt": token, "sig": sig.rstrip("=")}
+
+
+def test_nkey_roles_and_checksums() -> None:
+    user = _pub(_seed(nkeys.PREFIX_BYTE_USER))
+    assert nkey.is_public(user, nkey.USER)
+    assert not nkey.is_public(user, nkey.ACCOUNT)
+    flipped = user[:-1] + ("A" if user[-1] != "A" else "B")
+    assert not nkey.is_public(flipped, nkey.USER)
+    assert not nkey.is_public("U" + "A" * 55, nkey.USER)
+
+
+def test_a_user_logs_in_and_gets_its_permissions() -> None:
+    store = _store()
+    token, seed = mint_user(ACCOUNT, pub={"allow": ["a.>"]}, sub={"deny": ["b"]})
+    found = trust.authenticate(_connect(token, seed), "NONCE", store.get, time.time(), "STANDARD")
+    assert (found.account, found.pub_allow, found.sub_deny) == (_pub(ACCOUNT), ("a.>",), ("b",))
+
+
+@pytest.mark.parametrize(
+    ("case", "why"),
+    [
+        ("wrong nonce", "does not verify the nonce"),
+        ("expired", "has expired"),
+        ("revoked", "has been revoked"),
+        ("unknown signer", "issuer is not known"),
+        ("websocket only", "may not connect as STANDARD"),
+    ],
+)
+def test_refusals_say_why(case: str, why: str) -> None:
+    now = time.time()
+    fields: dict[str, object] = {}
+    signer = ACCOUNT
+    if case == "expired":
+        fields["exp"] = int(now) - 1
+    if case == "websocket only":
+        fields["allowed_connection_types"] = ["WEBSOCKET"]
+    if case == "unknown signer":
+        signer, fields["issuer_account"] = ACC_SIGNER, _pub(ACCOUNT)
+    token, seed = mint_user(signer, **fields)
+    user = jwt.decode(token, "user").subject
+    store = _store(revocations={user: int(now) + 5} if case == "revoked" else {})
+    nonce = "OTHER" if case == "wrong nonce" else "NONCE"
+    with pytest.raises(jwt.JWTError, match=why):
+        trust.authenticate(_connect(token, seed, nonce), "NONCE", store.get, now, "STANDARD")
+
+
+def test_scoped_signing_key_fills_the_template() -> None:
+    scope = {
+        "kind": "user_scope",
+        "key": _pub(ACC_SIGNER),
+        "role": "dev",
+        "template": {"pub": {"allow": ["{{name()}}.>", "t.{{tag(team)}}"]}},
+    }
+    store = _store(signing_keys=[scope])
+    token, seed = mint_user(
+        ACC_SIGNER,
+        name="ann",
+        issuer_account=_pub(ACCOUNT),
+        tags=["team:x"],
+        subs=0,
+        data=0,
+        payload=0,
+    )
+    found = trust.authenticate(_connect(token, seed), "NONCE", store.get, time.time(), "STANDARD")
+    assert found.pub_allow == ("ann.>", "t.x")
+
+
+def test_the_store_keeps_the_newest_jwt_and_trusts_only_the_operator() -> None:
+    store = _store()
+    older = encode_jwt({**_claims(_pub(ACCOUNT), OP_SIGNER, "account"), "iat": 1}, OP_SIGNER)
+    with pytest.raises(jwt.JWTError, match="older"):
+        store.put(older, time.time())
+    stranger = _seed(nkeys.PREFIX_BYTE_OPERATOR)
+    with pytest.raises(jwt.JWTError, match="not issued by a trusted operator"):
+        store.put(_account_jwt(stranger), time.time())
+
+
+def _load(tmp_path: Path, text: str) -> object:
+    path = tmp_path / "server.conf"
+    path.write_text(text)
+    opts = load_config(str(path))
+    validate_options(opts)
+    return opts
+
+
+USER = _pub(_seed(nkeys.PREFIX_BYTE_USER))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("authorization { users: [ { nkey: UBAD } ] }", "Not a valid public nkey for a user"),
+        (f"authorization {{ users: [ {{ nkey: {USER}, user: b }} ] }}", "do not take usernames"),
+        (f"authorization {{ users: [ {{nkey: {USER}}}, {{nkey: {USER}}} ] }}", "Duplicate nkey"),
+        ("operator: /nonexistent/op.jwt", "error parsing operator JWT: open /nonexistent/op.jwt"),
+        ("operator: OPJWT\nresolver: { type: bogus }", "error parsing account resolver"),
+        (
+            "operator: OPJWT\nresolver: MEMORY\nresolver_preload: { AX: garbage }",
+            "invalid account JWT",
+        ),
+        (
+            "operator: OPJWT\nresolver: MEMORY\nauthorization { users: [ {user: a} ] }",
+            "operators do not allow users to be configured directly",
+        ),
+        (
+            "operator: OPJWT\nresolver: MEMORY\naccounts { X {} }",
+            "operators do not allow Accounts to be configured directly",
+        ),
+        (
+            f"operator: OPJWT\nresolver: MEMORY\nsystem_account: {_pub(ACCOUNT)}",
+            "system_account in config and operator JWT must be identical",
+        ),
+    ],
+)
+def test_config_errors(tmp_path: Path, text: str, message: str) -> None:
+    token = _operator_jwt(system_account=_pub(ACC_SIGNER))
+    with pytest.raises(ConfigError, match=message):
+        _load(tmp_path, text.replace("OPJWT", token))
+
+
+def test_operator_config_is_read(tmp_path: Path) -> None:
+    token = _operator_jwt(system_account=_pub(ACCOUNT))
+    (tmp_path / "op.jwt").write_text(f"-----BEGIN NATS OPERATOR JWT-----\n{token}\n------END\n")
+    opts = _load(
+        tmp_path,
+        f"operator: {tmp_path / 'op.jwt'}\nresolver {{ type: full, dir: {tmp_path / 'jwt'} }}\n"
+        f"resolver_preload: {{ {_pub(ACCOUNT)}: {_account_jwt()} }}",
+    )
+    assert opts.operators == (token,)  # type: ignore[attr-defined]
+    assert opts.system_account == _pub(ACCOUNT)  # type: ignore[attr-defined]
+    assert opts.resolver.dir == str(tmp_path / "jwt")  # type: ignore[attr-defined]
