@@ -1,0 +1,100 @@
+"""The SQL service's pure parts: its `lake { sql }` keys, and SQL over NATS's chunking."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import Row
+
+from ingest.server.options import ConfigError, load_config
+from ingest.server.settings import SqlConfig
+from sql.nats_service import QueryError, chunks, encode_arrow, encode_json, first_line
+from sql.service import Endpoints, split_hostport
+
+
+def lake_sql(tmp_path: Path, text: str) -> SqlConfig | None:
+    path = tmp_path / "server.conf"
+    path.write_text(f"jetstream: true\nlake {{ {text} }}\n")
+    return load_config(str(path)).lake.sql
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("dir: /tmp/l", SqlConfig()),
+        ("sql: off", None),
+        ("sql: true", SqlConfig()),
+        ('sql { listen: "0.0.0.0:15010" }', SqlConfig(listen="0.0.0.0:15010")),
+        (
+            'sql { jdbc: off, nats: "nats://a:4222" }',
+            SqlConfig(jdbc=None, nats="nats://a:4222"),
+        ),
+        ('sql { jdbc: "[::1]:10001", nats: false }', SqlConfig(jdbc="[::1]:10001", nats=None)),
+        ("sql { jdbc: true }", SqlConfig()),
+    ],
+)
+def test_lake_sql_keys(tmp_path: Path, text: str, expected: SqlConfig | None) -> None:
+    assert lake_sql(tmp_path, text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('sql { listen: "15002" }', "lake sql listen '15002' is not host:port"),
+        ('sql { jdbc: "h:port" }', "lake sql jdbc 'h:port' is not host:port"),
+        ("sql { listen: 15002 }", "listen"),
+        ('sql { catalog: "hive" }', "catalog"),
+    ],
+)
+def test_bad_lake_sql_keys_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        lake_sql(tmp_path, text)
+
+
+def test_split_hostport() -> None:
+    assert split_hostport("[::1]:15002", "--listen") == ("::1", 15002)
+    with pytest.raises(ValueError, match="--jdbc: 'x' is not host:port"):
+        split_hostport("x", "--jdbc")
+
+
+def test_endpoints_round_trip_and_a_torn_file_reads_as_none(tmp_path: Path) -> None:
+    found = Endpoints(pid=1, connect="sc://127.0.0.1:1", jdbc=None, nats="nats://h:4222")
+    found.write(tmp_path)
+    assert Endpoints.read(tmp_path) == found
+    (tmp_path / "jetlake-sql.json").write_text('{"pid": 1')
+    assert Endpoints.read(tmp_path) is None
+
+
+SCHEMA = pa.schema([("seq", pa.int64()), ("data", pa.binary())])
+ROW = Row("seq", "data")
+
+
+def test_chunks_stay_under_the_limit_and_keep_every_row_in_order() -> None:
+    rows = [ROW(i, b"x" * 100) for i in range(500)]
+    bodies = list(chunks(rows, lambda r: encode_arrow(r, SCHEMA), 8_000))
+    assert len(bodies) > 1 and all(len(b) <= 8_000 for b in bodies)
+    back = [pa.ipc.open_stream(b).read_all() for b in bodies]
+    assert [r["seq"] for t in back for r in t.to_pylist()] == list(range(500))
+
+
+def test_a_row_over_the_limit_is_an_error_naming_its_size() -> None:
+    with pytest.raises(QueryError, match=r"a row of \d+ bytes exceeds max_payload 1000"):
+        list(chunks([ROW(1, b"x" * 5000)], encode_json, 1000))
+
+
+def test_json_rows_carry_text_as_text_and_other_bytes_as_base64() -> None:
+    lines = encode_json([ROW(1, b"hi"), ROW(2, b"\xff\x00")]).splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"seq": 1, "data": "hi"},
+        {"seq": 2, "data": "/wA="},
+    ]
+
+
+def test_first_line_drops_the_plan_and_the_jvm_stack() -> None:
+    text = "[TABLE_OR_VIEW_NOT_FOUND] `NOPE` cannot be found.; line 1 pos 14;\n'Project [*]"
+    assert first_line(Exception(text + "\n\nJVM stacktrace:\nat x")) == (
+        "[TABLE_OR_VIEW_NOT_FOUND] `NOPE` cannot be found.; line 1 pos 14"
+    )
