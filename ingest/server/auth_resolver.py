@@ -4,7 +4,8 @@ and how an operator changes accounts while the server runs.
 `MEMORY` holds the `resolver_preload` JWTs. `full` also keeps every account JWT as
 `<dir>/<account>.jwt`, takes new ones pushed to `$SYS.REQ.CLAIMS.UPDATE` (what `nsc
 push` sends) or `$SYS.REQ.ACCOUNT.<id>.CLAIMS.UPDATE`, answers `…CLAIMS.LOOKUP` and
-`$SYS.REQ.CLAIMS.LIST`. An update applies at once: users it revokes, and users of an
+`$SYS.REQ.CLAIMS.LIST`. These subscriptions are announced to the cluster, so every
+server of it takes an update pushed to any one. An update applies at once: users it revokes, and users of an
 account that expired, are cut off with the reference's errors.
 """
 
@@ -70,7 +71,8 @@ class Resolver:
         handlers = [(UPDATE, self._update), (ACCOUNT_UPDATE, self._update)]
         handlers += [(LOOKUP, self._lookup), (LIST, self._list)]
         for subject, handler in handlers:
-            server.subscribe(subject, handler, account=sys_account)
+            # Cluster-wide, as the reference's: a JWT pushed to one server reaches them all.
+            server.announce(server.subscribe(subject, handler, account=sys_account))
 
     # ---- requests ----------------------------------------------------------------------
 

@@ -1,21 +1,29 @@
 """The full resolver, differentially: account JWTs pushed with `nsc push` to a running
-server, stored in its directory, answered on lookup, and applied at once (a revoked user
-is cut off within a second)."""
+cluster, stored in each server's directory, answered on lookup, and applied at once (a
+revoked user is cut off within a second)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from nats.aio.client import Client as NATS
 
-from tests.conftest import Connect, MakeServer
+from tests.conftest import Connect
 from tests.e2e.test_operator_mode import AUTH_VIOLATION, _login, _seed_of, _sign
+from tests.support.cluster import (
+    ONE_ROUTE_PER_PEER,
+    cluster_args,
+    free_port,
+    stop_all,
+    wait_mesh,
+)
 from tests.support.nsc import Nsc
 from tests.support.raw import Outcome, RawClient
-from tests.support.servers import ServerProcess
+from tests.support.servers import ServerProcess, start_server
 
 
 @pytest.fixture
@@ -29,23 +37,41 @@ def nsc(tmp_path: Path) -> Nsc:
 
 
 @pytest.fixture
-def full_server(make_server: MakeServer, nsc: Nsc, tmp_path: Path) -> ServerProcess:
-    server = make_server(config=nsc.full_config(tmp_path / "jwt"))
-    nsc.run("edit", "operator", "--account-jwt-server-url", server.url)
-    return server
+def pair(server_kind: str, nsc: Nsc, tmp_path: Path) -> Iterator[list[ServerProcess]]:
+    """Two routed servers, each with a full resolver and its own directory; nsc pushes
+    to the first."""
+    ports = [free_port(), free_port()]
+    servers = []
+    try:
+        for i in range(2):
+            config = nsc.full_config(tmp_path / f"jwt{i}") + ONE_ROUTE_PER_PEER
+            args = cluster_args(f"S{i}", ports[i], [ports[0]] if i else [])
+            servers.append(
+                start_server(server_kind, *args, config=config, tmp_path=tmp_path, name=f"S{i}")
+            )
+        wait_mesh(servers, ["S0", "S1"])
+        nsc.run("edit", "operator", "--account-jwt-server-url", servers[0].url)
+        yield servers
+    finally:
+        stop_all(servers)
 
 
 async def test_push_lookup_and_revocation(
-    full_server: ServerProcess, nsc: Nsc, connect: Connect, tmp_path: Path
+    pair: list[ServerProcess], nsc: Nsc, connect: Connect, tmp_path: Path
 ) -> None:
+    """A JWT pushed to one server of a cluster reaches both, and its revocation cuts off
+    a user connected to the other."""
+    first, second = pair
     alice = str(nsc.creds("B", "alice"))
     out = nsc.run("push", "-a", "B")
-    assert "jwt updated" in out
+    assert out.count("jwt updated") == 2, out
     account = nsc.public("account", "B")
-    assert (tmp_path / "jwt" / f"{account}.jwt").read_text().strip() == nsc.account_jwt("B")
-    nc = await connect(full_server, user_credentials=alice)
+    for i in range(2):
+        stored = (tmp_path / f"jwt{i}" / f"{account}.jwt").read_text().strip()
+        assert stored == nsc.account_jwt("B")
+    nc = await connect(second, user_credentials=alice)
     assert nc.is_connected
-    sys_nc = await connect(full_server, user_credentials=str(nsc.creds("SYS", "sys")))
+    sys_nc = await connect(first, user_credentials=str(nsc.creds("SYS", "sys")))
     lookup = await sys_nc.request(f"$SYS.REQ.ACCOUNT.{account}.CLAIMS.LOOKUP", b"", timeout=2)
     assert lookup.data.decode() == nsc.account_jwt("B")
     listed = json.loads((await sys_nc.request("$SYS.REQ.CLAIMS.LIST", b"", timeout=2)).data)
@@ -53,7 +79,7 @@ async def test_push_lookup_and_revocation(
 
     # mallory is connected; revoking her and pushing B cuts her off, alice stays.
     token, seed = nsc.user_jwt("B", "mallory"), _seed_of(nsc.creds("B", "mallory"))
-    async with await RawClient.connect(full_server.host, full_server.port) as victim:
+    async with await RawClient.connect(second.host, second.port) as victim:
         fields = {"verbose": False, "jwt": token, "sig": _sign(seed, victim.info["nonce"])}
         connected = await victim.outcome(b"CONNECT " + json.dumps(fields).encode() + b"\r\n")
         assert connected == Outcome((), closed=False)
@@ -64,15 +90,15 @@ async def test_push_lookup_and_revocation(
         lines = await victim.read_until(rb"^-ERR", timeout=1.0)
         assert lines[-1] == b"-ERR 'User Authentication Revoked'"
         assert loop.time() - started < 1.0 + 0.5  # nsc's own run included
-    assert await _login(full_server, token, seed) == Outcome((AUTH_VIOLATION,), closed=True)
+    assert await _login(second, token, seed) == Outcome((AUTH_VIOLATION,), closed=True)
     await nc.flush(timeout=2)
     assert nc.is_connected
     await _bad_updates(sys_nc, nsc)
     await sys_nc.close()
     await nc.close()
     # The pushed JWT is in the directory: after a restart alice logs in again.
-    await full_server.restart_async()
-    again = await connect(full_server, user_credentials=alice)
+    await second.restart_async()
+    again = await connect(second, user_credentials=alice)
     assert again.is_connected
 
 
