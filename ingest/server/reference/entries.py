@@ -317,7 +317,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "Accepted; deleting accounts is not built.",
             Field(RS, "allow_delete"),
         ),
-        K("interval", "duration", "Accepted; no cluster synchronisation.", Field(RS, "interval")),
+        K("interval", "duration", "Accepted; no periodic catch-up.", Field(RS, "interval")),
         K("timeout", "duration", "Accepted; lookups are local.", Field(RS, "timeout")),
         K("limit", "integer", "Accepted; JWTs are not limited in number.", Field(RS, "limit")),
         K("hard_delete", "boolean", "Accepted and ignored.", "false"),
