@@ -583,7 +583,7 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "tls": lambda s, k, out: out.update(tls=_tls(s, k)),
     "jetstream": _jetstream,
     "lake": _lake,
-    "cluster": lambda s, k, out: out.update(cluster=read_cluster(s, k)),
+    "cluster": lambda s, k, out: out.update(cluster=read_cluster(s, k, tls=_tls)),
     "leafnodes": lambda s, k, out: out.update(leafnodes=read_leafnodes(s, k)),
     "leaf": lambda s, k, out: out.update(leafnodes=read_leafnodes(s, k)),
     "mappings": lambda s, k, out: out.update(mappings=read_mappings(s, k)),

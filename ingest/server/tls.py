@@ -1,4 +1,9 @@
-"""Server-side TLS context from the `tls {}` options (Python's ssl, no extra deps)."""
+"""TLS contexts from `tls {}` options (Python's ssl, no extra deps), and the memory-BIO
+layer every connection kind drives its handshake and records through.
+
+Routes use both sides: the server that dialled is the TLS client, presenting the
+same certificate as its server side, and checks the peer's against `ca_file` and
+the route URL's host, as the reference does."""
 
 from __future__ import annotations
 
@@ -30,8 +35,38 @@ def make_server_context(tls: _TLSOptions) -> ssl.SSLContext:
     return ctx
 
 
+def make_client_context(tls: _TLSOptions) -> ssl.SSLContext:
+    """The dialling side of a route: our certificate (the peer may demand it), the peer's
+    checked against `ca_file` (else the system's roots) and the host dialled."""
+    if not tls.cert_file or not tls.key_file:
+        raise ValueError("TLS needs both a certificate (cert_file) and a key (key_file)")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.ca_file:
+        ctx.load_verify_locations(tls.ca_file)
+    else:
+        ctx.load_default_certs()
+    return ctx
+
+
+def route_contexts(tls: _TLSOptions | None) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+    """The accepting and the dialling contexts of `cluster { tls {} }`; None without it."""
+    if tls is None:
+        return None
+    return make_server_context(tls), make_client_context(tls)
+
+
+def handshake_error(exc: ssl.SSLError) -> str:
+    """What went wrong, for the log line naming the peer: the certificate check's
+    verdict when there is one."""
+    detail = getattr(exc, "verify_message", None)
+    return f"certificate verify failed: {detail}" if detail else str(exc.reason or exc)
+
+
 class TLSLayer:
-    """Server-side TLS over memory BIOs, owned by one connection.
+    """TLS over memory BIOs, owned by one connection (the server side unless given the
+    host it dialled).
 
     asyncio's start_tls hands decrypted bytes to the protocol before it returns
     the new transport, so a reply could leave in plain text; feeding the
@@ -40,10 +75,12 @@ class TLSLayer:
 
     __slots__ = ("_in", "_obj", "_out", "established", "peer_closed")
 
-    def __init__(self, ctx: ssl.SSLContext) -> None:
+    def __init__(self, ctx: ssl.SSLContext, *, dialled: str | None = None) -> None:
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
-        self._obj = ctx.wrap_bio(self._in, self._out, server_side=True)
+        self._obj = ctx.wrap_bio(
+            self._in, self._out, server_side=dialled is None, server_hostname=dialled
+        )
         self.established = False
         self.peer_closed = False  # the client sent close_notify: answer and close
 

@@ -78,7 +78,7 @@ def test_config_section_and_flags_over_it(tmp_path: Path) -> None:
         ('port: 7000\nname: "a b"', "cluster name cannot contain spaces"),
         ("port: 7000\nauthorization { token: t }", "does not support tokens"),
         ("port: 7000\nauthorization { users: [] }", "does not allow multiple users"),
-        ("port: 7000\ntls { cert_file: x }", "cluster TLS is not supported"),
+        ("port: 7000\ntls { bogus: x }", 'error parsing tls config, unknown field "bogus"'),
     ],
 )
 def test_config_errors(tmp_path: Path, body: str, error: str) -> None:

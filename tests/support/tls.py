@@ -1,8 +1,9 @@
 """Throw-away PKI for TLS tests, made with the openssl CLI at test time.
 
 Checked-in certificates expire and tempt reuse outside tests; generating a CA,
-a server certificate (SAN localhost and 127.0.0.1) and a client certificate
-takes well under a second, once per session.
+a server certificate (SAN localhost and 127.0.0.1), a client certificate and a
+route certificate (both, as a server that dials routes presents one cert either
+way) takes well under a second, once per session.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class Pki:
     server_key: Path
     client_cert: Path
     client_key: Path
+    route_cert: Path
+    route_key: Path
 
     def client_context(self, *, with_cert: bool = False) -> ssl.SSLContext:
         """A client context trusting the test CA, optionally presenting the client cert."""
@@ -51,7 +54,10 @@ def make_pki(directory: Path) -> Pki:
         "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
     )
     (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for name in ("server", "client"):
+    (d / "route.ext").write_text(
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n"
+    )
+    for name in ("server", "client", "route"):
         _openssl(
             "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
             "-out", f"{name}.csr", "-subj", f"/CN={name}",
@@ -68,4 +74,6 @@ def make_pki(directory: Path) -> Pki:
         server_key=d / "server.key",
         client_cert=d / "client.pem",
         client_key=d / "client.key",
+        route_cert=d / "route.pem",
+        route_key=d / "route.key",
     )

@@ -7,6 +7,7 @@ which keys a cluster has, so the connections' code stays out of option parsing.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ingest.parser.conf import ConfigError, Table
@@ -28,9 +29,12 @@ class SectionReader(Protocol):
     def timeout(self, key: str, context: str) -> float: ...
 
 
-def read_cluster(top: SectionReader, key: str) -> ClusterConfig | None:
+def read_cluster(
+    top: SectionReader, key: str, *, tls: Callable[[Any, str], Any]
+) -> ClusterConfig | None:
     """None without a port (`listen` or `port`): the reference then opens no route
-    listener and dials no route, whatever else the block says."""
+    listener and dials no route, whatever else the block says. `tls` reads a `tls {}`
+    block as the top level's does."""
     section = top.section(key)
     fields: dict[str, Any] = {}
     for name in section.table:
@@ -55,7 +59,7 @@ def read_cluster(top: SectionReader, key: str) -> ClusterConfig | None:
         elif lowered == "pool_size":
             fields["pool_size"] = section.integer(name)
         elif lowered == "tls":
-            raise section.error(name, "cluster TLS is not supported by jetlake yet")
+            fields["tls"] = tls(section, name)
         else:
             section.unknown(name)
     if "port" not in fields:

@@ -23,6 +23,7 @@ from ingest.server.cluster.interest import Forwarding, LocalInterest, RemoteInte
 from ingest.server.cluster.route import Route
 from ingest.server.cluster.settings import ClusterConfig, RouteURL, parse_route_url
 from ingest.server.server import VERSION
+from ingest.server.tls import route_contexts
 
 if TYPE_CHECKING:
     from ingest.server.server import Server
@@ -48,6 +49,7 @@ class Cluster:
         self._tasks: set[asyncio.Task[None]] = set()
         self._dialling: set[str] = set()  # route URLs being dialled for gossip
         self.self_urls: set[tuple[str, int]] = set()
+        self.tls_contexts = route_contexts(config.tls)  # (accepting, dialling) or None
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -110,6 +112,9 @@ class Cluster:
             info["tags"] = list(server.opts.server_tags)  # for JetStream placement
         if self.config.username is not None:
             info["auth_required"] = True
+        if self.config.tls is not None:
+            info["tls_required"] = True
+            info["tls_verify"] = self.config.tls.verify
         if not self.config.no_advertise:
             info["connect_urls"] = server.own_client_urls()
         if self.lame_duck:
@@ -122,7 +127,7 @@ class Cluster:
             "echo": True,
             "verbose": False,
             "pedantic": False,
-            "tls_required": False,
+            "tls_required": self.config.tls is not None,
             "headers": True,
             "name": self.server.server_id,
             "cluster": self.name,

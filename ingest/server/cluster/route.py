@@ -5,17 +5,23 @@ sends CONNECT (credentials, cluster name). A route is handed to the mesh for
 registration once it knows who the peer is: on the dialler when the peer's
 INFO arrives, on the accepting side when CONNECT has passed the checks too.
 Output is queued and flushed once per loop turn, like a client's.
+
+With `cluster { tls {} }` a route starts with the TLS handshake, before either
+INFO (the reference's order): the dialler is the TLS client. What is queued
+meanwhile waits for the handshake; a failed one is logged naming the peer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ingest.parser import routes as proto
 from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
+from ingest.server.tls import TLSLayer, handshake_error
 
 if TYPE_CHECKING:
     from ingest.server.cluster.mesh import Cluster
@@ -65,6 +71,8 @@ class Route(asyncio.Protocol):
         self._out: list[bytes] = []
         self._dirty = False
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.tls: TLSLayer | None = None
+        self.connect_options: dict[str, Any] = {}  # an accepted route's CONNECT
 
     # ---- identity ---------------------------------------------------------------------
 
@@ -110,6 +118,7 @@ class Route(asyncio.Protocol):
         log.info("%s - Route connection created", self.where)
         cluster = self.cluster
         cluster.connections.add(self)
+        self._start_tls()
         if self.solicited:
             self.queue(proto.encode_connect(cluster.connect_options(self.dialled)))
             log.debug("%s - Route connect msg sent", self.where)
@@ -118,10 +127,61 @@ class Route(asyncio.Protocol):
         if not self.solicited:
             self._timers["auth"] = loop.call_later(cluster.config.auth_timeout, self._auth_timeout)
 
+    def _start_tls(self) -> None:
+        contexts = self.cluster.tls_contexts
+        if contexts is None:
+            return
+        server_side, client_side = contexts
+        if self.dialled is None:
+            self.tls = TLSLayer(server_side)
+        else:
+            self.tls = TLSLayer(client_side, dialled=self.dialled.host)
+            self.tls.receive(b"")  # the ClientHello
+            self._write_raw(self.tls.outgoing())
+        timeout = self.cluster.config.tls.timeout  # type: ignore[union-attr]
+        loop = asyncio.get_running_loop()
+        self._timers["tls"] = loop.call_later(timeout, self._tls_timeout)
+
+    def _tls_receive(self, tls: TLSLayer, data: bytes) -> bytes | None:
+        """Decrypt; None when the handshake failed and the route is gone."""
+        was_established = tls.established
+        try:
+            plain = tls.receive(data)
+        except ssl.SSLError as exc:
+            log.error("%s - TLS route handshake error: %s", self.where, handshake_error(exc))
+            self._write_raw(tls.outgoing())
+            self.close("TLS Handshake Failure")
+            return None
+        self._write_raw(tls.outgoing())
+        if tls.established and not was_established:
+            log.debug("%s - TLS handshake complete", self.where)
+            timer = self._timers.pop("tls", None)
+            if timer is not None:
+                timer.cancel()
+            self.flush()  # what waited for the handshake: CONNECT, INFO
+        if tls.peer_closed:
+            self.close("Client Closed")
+            return None
+        return plain
+
+    def _tls_timeout(self) -> None:
+        if self.tls is not None and not self.tls.established and not self.closed:
+            log.error("%s - TLS route handshake error: timeout", self.where)
+            self.close("TLS Handshake Failure")
+
+    def _write_raw(self, data: bytes) -> None:
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
         self.last_activity = time.time()
+        if self.tls is not None:
+            plain = self._tls_receive(self.tls, data)
+            if not plain:
+                return
+            data = plain
         try:
             ops = self.codec.receive(data)
         except proto.RouteProtocolError as exc:
@@ -213,6 +273,7 @@ class Route(asyncio.Protocol):
         if self.got_connect or self.solicited:
             return
         self.got_connect = True
+        self.connect_options = options
         cluster = self.cluster
         config = cluster.config
         if config.username is not None and (
@@ -295,9 +356,12 @@ class Route(asyncio.Protocol):
         if self.transport is None or self.closed or not self._out:
             self._out.clear()
             return
+        tls = self.tls
+        if tls is not None and not tls.established:
+            return  # sent once the handshake completes
         data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
         self._out = []
-        self.transport.write(data)
+        self.transport.write(data if tls is None else tls.encrypt(data))
         if self.transport.get_write_buffer_size() > self.cluster.server.opts.max_pending:
             log.info("%s - Slow Consumer Detected: route", self.where)
             self.close("Slow Consumer (Pending Bytes)", abort=True)
@@ -344,6 +408,8 @@ class Route(asyncio.Protocol):
             if abort:
                 self.transport.abort()
             else:
+                if self.tls is not None and self.tls.established:
+                    self._write_raw(self.tls.shutdown())
                 self.transport.close()
         if not self.done.done():
             self.done.set_result(None)

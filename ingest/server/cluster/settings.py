@@ -9,7 +9,11 @@ from __future__ import annotations
 import contextlib
 import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
+
+if TYPE_CHECKING:
+    from ingest.server.settings import TLSConfig
 
 DEFAULT_CLUSTER_PORT = 6222
 DEFAULT_ROUTE_AUTH_TIMEOUT = 2.0
@@ -47,6 +51,7 @@ class ClusterConfig:
     no_advertise: bool = False
     connect_retries: int = 0  # implicit routes: attempts after the first failure
     pool_size: int = -1  # accepted for compatibility; jetlake keeps one route per peer
+    tls: TLSConfig | None = None  # set: every route, dialled or accepted, starts with TLS
 
 
 def parse_route_url(text: str, *, listen: bool = False) -> RouteURL:
