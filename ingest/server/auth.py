@@ -81,6 +81,7 @@ class Grant:
     sub_deny: tuple[str, ...] = ()
     expires: int = 0  # a JWT user's expiry, Unix seconds; 0: never
     issued_at: int = 0  # a JWT user's `iat`, which revocations compare with
+    expiry_error: str = "User Authentication Expired"  # or the account's, if it ends first
     _pub_cache: dict[bytes, bool] = field(default_factory=dict)
 
     @property
@@ -221,6 +222,11 @@ class Authenticator:
             sub_deny=found.sub_deny,
             expires=found.expires,
             issued_at=found.issued_at,
+            expiry_error=(
+                "Account Authentication Expired"
+                if found.account_expires_first
+                else "User Authentication Expired"
+            ),
         )
 
 

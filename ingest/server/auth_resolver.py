@@ -5,8 +5,8 @@ and how an operator changes accounts while the server runs.
 `<dir>/<account>.jwt`, takes new ones pushed to `$SYS.REQ.CLAIMS.UPDATE` (what `nsc
 push` sends) or `$SYS.REQ.ACCOUNT.<id>.CLAIMS.UPDATE`, answers `…CLAIMS.LOOKUP` and
 `$SYS.REQ.CLAIMS.LIST`. These subscriptions are announced to the cluster, so every
-server of it takes an update pushed to any one. An update applies at once: users it revokes, and users of an
-account that expired, are cut off with the reference's errors.
+server of it takes an update pushed to any one. An update applies at once: the users it
+revokes are cut off with the reference's error.
 """
 
 from __future__ import annotations

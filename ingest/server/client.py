@@ -351,7 +351,7 @@ class Client(asyncio.Protocol):
             if self.grant.expires:
                 wait = max(0.0, self.grant.expires - time.time())
                 self._timers["expiry"] = asyncio.get_running_loop().call_later(
-                    wait, self.cut_off, "User Authentication Expired", "Authentication Expired"
+                    wait, self.cut_off, self.grant.expiry_error, "Authentication Expired"
                 )
         if not limits.admit(self):
             return

@@ -193,3 +193,20 @@ def test_operator_config_is_read(tmp_path: Path) -> None:
     assert opts.operators == (token,)  # type: ignore[attr-defined]
     assert opts.system_account == _pub(ACCOUNT)  # type: ignore[attr-defined]
     assert opts.resolver.dir == str(tmp_path / "jwt")  # type: ignore[attr-defined]
+
+
+def test_the_earlier_expiry_counts_and_names_who_expired() -> None:
+    now = time.time()
+    store = _store()
+    store.put(
+        encode_jwt(
+            {**_claims(_pub(ACCOUNT), OP_SIGNER, "account"), "exp": int(now) + 60}, OP_SIGNER
+        ),
+        now,
+    )
+    token, seed = mint_user(ACCOUNT, exp=int(now) + 120)
+    found = trust.authenticate(_connect(token, seed), "NONCE", store.get, now, "STANDARD")
+    assert (found.expires, found.account_expires_first) == (int(now) + 60, True)
+    token, seed = mint_user(ACCOUNT, exp=int(now) + 30)
+    found = trust.authenticate(_connect(token, seed), "NONCE", store.get, now, "STANDARD")
+    assert (found.expires, found.account_expires_first) == (int(now) + 30, False)

@@ -39,6 +39,7 @@ class JWTUser:
     sub_allow: tuple[str, ...] = ()
     sub_deny: tuple[str, ...] = ()
     expires: int = 0  # the earlier of the user's and the account's expiry; 0: never
+    account_expires_first: bool = False  # the client is then told the account expired
 
 
 class Operators:
@@ -185,6 +186,7 @@ def authenticate(
         defaults = account.nats.get("default_permissions") or {}
         pub, sub = _rule(defaults.get("pub")), _rule(defaults.get("sub"))
     ends = [t for t in (user.expires, account.expires) if t]
+    account_first = bool(account.expires) and (not user.expires or account.expires < user.expires)
     return JWTUser(
         user=user.subject,
         name=user.name,
@@ -195,4 +197,5 @@ def authenticate(
         sub_allow=sub[0],
         sub_deny=sub[1],
         expires=min(ends) if ends else 0,
+        account_expires_first=account_first,
     )
