@@ -29,10 +29,16 @@ from consensus.driver import RaftNode
 from consensus.types import ConfChange, ConfOp, Entry, EntryKind, RaftError, Role
 from consensus.wal_recovery import LogStoreError
 from ingest.server.cluster.raft_transport import RaftRoutes
+from ingest.server.cluster.system_account import PING
 from ingest.server.jetstream.cluster import info, meta
 from ingest.server.jetstream.cluster.catchup import CatchUp
 from ingest.server.jetstream.cluster.founding import Founding
-from ingest.server.jetstream.cluster.groups import META_GROUP, group_dir, open_node
+from ingest.server.jetstream.cluster.groups import (
+    META_GROUP,
+    group_dir,
+    open_node,
+    stand_first,
+)
 from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
 from ingest.server.jetstream.cluster.peer_requests import PeerRequests
 from ingest.server.jetstream.cluster.placement import STORAGE_KEYS, choose_peers, placement_of
@@ -52,6 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake.jetstream")
 
 STATSZ_EVENTS = "$SYS.SERVER.*.STATSZ"
+STATSZ_ANSWERS = "_INBOX.{id}.jsc.statsz"  # the servers' answers to a new meta leader's ping
 RECONCILE_POLL = 0.1  # seconds between looks at a learner catching up
 LEAVE_SECONDS = 60  # how long a replica moved off this server waits for its removal
 # A Raft group's log (a stream's, the meta group's) is snapshotted every so many entries
@@ -130,8 +137,9 @@ class JetStreamCluster:
         log.info("Starting JetStream cluster")
         self.routes.start()
         system = self.server.accounts.system_account
-        events = self.server.subscribe(STATSZ_EVENTS, self._on_statsz, account=system)
-        self.server.announce(events)
+        answers = STATSZ_ANSWERS.format(id=self.server.server_id)
+        for subject in (STATSZ_EVENTS, answers):
+            self.server.announce(self.server.subscribe(subject, self._on_statsz, account=system))
         SystemRequests(self).start()
         self.server.cluster_listeners.append(self._learn_tags)
         self.requests.start()
@@ -237,6 +245,7 @@ class JetStreamCluster:
             )
             return
         self.meta.on_leader_change(self._meta_leader_changed)
+        stand_first(self.meta, voters, self.me)
         self.meta.start()
 
     def _meta_leader_changed(self, leader: str | None, term: int) -> None:
@@ -245,6 +254,11 @@ class JetStreamCluster:
         if leader == self.me:
             self.meta_leader_since = _now()
             log.info("Self is new JetStream cluster metadata leader")
+            # Placement by free storage reads every server's STATSZ; a leader elected as
+            # the routes come up may have missed their first events, so it asks at once.
+            system = self.server.accounts.system_account
+            answers = STATSZ_ANSWERS.format(id=self.server.server_id)
+            self.server.publish(f"{PING}.STATSZ", answers, None, b"", account=system)
         else:
             log.info("JetStream cluster new metadata leader: %s/%s", leader, self.name)
 
@@ -416,6 +430,7 @@ class JetStreamCluster:
         hosted.group.node.on_leader_change(
             lambda leader, term: self._stream_leader_changed(engine, hosted, leader)
         )
+        stand_first(hosted.group.node, sa.bootstrap, self.me)
 
     def _stream_leader_changed(self, engine: JetStream, hosted: Hosted, leader: str | None) -> None:
         if self.hosted.get(hosted.assignment.key) is not hosted:

@@ -8,7 +8,7 @@ the state machine, the log is how members agree on it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from consensus.core import Config
@@ -44,7 +44,7 @@ def open_node(
     )
     seed = int.from_bytes(os.urandom(4), "big")  # distinct per node: no split votes in lockstep
     return RaftNode(
-        Config(routes.me, seed=seed),
+        Config(routes.me, seed=seed, lazy_commit=group != META_GROUP),
         voters,
         store,
         restored,
@@ -55,3 +55,13 @@ def open_node(
         restore=restore,
         snapshot_entries=snapshot_entries,
     )
+
+
+def stand_first(node: RaftNode, voters: Sequence[str], me: str) -> None:
+    """A brand-new group's first voter (placement's pick for a stream: up and least
+    loaded; the first name for the meta group) stands at once, so a cluster's start and
+    a stream's create take a round trip rather than an election timeout. If its vote
+    reaches the others before they open the group, the ordinary timeout elects as before;
+    a node with a term has been in an election already and waits its turn."""
+    if node.status()["term"] == 0 and list(voters[:1]) == [me]:
+        node.campaign()
