@@ -21,49 +21,11 @@ import pytest
 from nats.js.api import ExternalStream, StreamConfig, StreamSource
 
 from tests.leafnode.conftest import LINK_TIMEOUT, linked
+from tests.leafnode.relay import Relay
 from tests.support.cluster import free_port, poll
 from tests.support.servers import ServerProcess, start_server
 
 TIMEOUT = 10.0
-
-
-class Relay:
-    """A TCP relay to `target` on `port` that the test can cut and restore."""
-
-    def __init__(self, port: int, target: int) -> None:
-        self.port = port
-        self.target = target
-        self._server: asyncio.base_events.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
-
-    async def cut(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-        self._server = None
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._writers |= {writer, up_writer}
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError):
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        writer.transport.abort()
-        self._writers.discard(writer)
 
 
 @dataclass

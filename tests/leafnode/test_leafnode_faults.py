@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import nats
 import pytest
 
 from tests.conftest import KIND_IDS
-from tests.leafnode.conftest import LINK_TIMEOUT, knows, leaf_config, linked, start_link
+from tests.leafnode.conftest import LINK_TIMEOUT, knows, leaf_config, leafz, linked, start_link
+from tests.leafnode.relay import Relay
 from tests.support.cluster import free_port, poll
 from tests.support.servers import start_server
 
@@ -100,3 +102,58 @@ async def test_the_leaf_redials_a_restarted_hub(tmp_path: Path, hub_kind: str) -
     finally:
         link.leaf.stop(expect_code=None)
         link.hub.stop(expect_code=None)
+
+
+@pytest.mark.parametrize(
+    ("hub_kind", "leaf_kind"),
+    [
+        ("jetlake", "nats-server"),
+        pytest.param("jetlake", "jetlake", marks=pytest.mark.soak),
+        pytest.param("nats-server", "jetlake", marks=pytest.mark.soak),
+    ],
+    ids=["jl-hub/ref-leaf", "jl-hub/jl-leaf", "ref-hub/jl-leaf"],
+)
+async def test_a_leaf_back_from_a_silent_cut_replaces_its_stale_link(
+    tmp_path: Path, hub_kind: str, leaf_kind: str
+) -> None:
+    """The leaf's network went away without closing the hub's end: when the leaf dials
+    again, the hub drops the stale link rather than sending everything twice."""
+    hub_port, relay_port = free_port(), free_port()
+    relay = Relay(relay_port, hub_port)
+    await relay.start()
+    hub = start_server(
+        hub_kind,
+        "-m",
+        "-1",
+        config=f"server_name: hub\nleafnodes {{ listen: 127.0.0.1:{hub_port} }}\n",
+        tmp_path=tmp_path,
+        name="hub",
+    )
+    config = leaf_config(relay_port).replace("reconnect: 1", 'reconnect: "250ms"')
+    leaf = start_server(leaf_kind, "-m", "-1", config=config, tmp_path=tmp_path, name="leaf")
+    try:
+        await asyncio.to_thread(poll, lambda: linked(hub) and linked(leaf), "link", LINK_TIMEOUT)
+        await relay.cut(silently=True)
+        await asyncio.to_thread(poll, lambda: not linked(leaf), "the link lost", LINK_TIMEOUT)
+        assert linked(hub)  # the hub still holds the link, unaware
+        await relay.start()
+        replaced = "Replacing connection from same server"
+        await asyncio.to_thread(hub.wait_for_log, replaced, timeout=LINK_TIMEOUT)
+        one = lambda: linked(leaf) and leafz(hub)["leafnodes"] == 1  # noqa: E731
+        await asyncio.to_thread(poll, one, "one link", LINK_TIMEOUT)
+        hub_nc = await nats.connect(hub.url)
+        leaf_nc = await nats.connect(leaf.url)
+        sub = await leaf_nc.subscribe("once")
+        fence = await leaf_nc.subscribe("fence")
+        await leaf_nc.flush()
+        await knows(hub, "fence")
+        await hub_nc.publish("once", b"1")
+        await hub_nc.publish("fence", b"")
+        await fence.next_msg(5)
+        assert [(await sub.next_msg(1)).data] == [b"1"]
+        assert sub.pending_msgs == 0
+        await hub_nc.close()
+        await leaf_nc.close()
+    finally:
+        leaf.stop(expect_code=None)
+        hub.stop(expect_code=None)

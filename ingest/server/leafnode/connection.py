@@ -79,6 +79,7 @@ class LeafConnection(asyncio.Protocol):
         self.echo = False  # the router never sends a message back where it came from
         self.remote_id = self.remote_name = self.remote_cluster = self.remote_domain = ""
         self.remote_info: dict[str, Any] = {}
+        self.remote_account = ""  # the account the link is bound to on the other side
         self.registered = self.closed = self.loop_detected = False
         self.close_reason = ""
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -222,6 +223,7 @@ class LeafConnection(asyncio.Protocol):
         self.remote_cluster = cluster if isinstance(cluster, str) else ""
         domain = options.get("domain")
         self.remote_domain = domain if isinstance(domain, str) else ""
+        self.remote_account = str(options.get("remote_account") or "")
         deny = options.get("deny_pub")
         if isinstance(deny, list):  # what the leaf will not import: never sent
             self.deny_out.extend(s for s in deny if isinstance(s, str))

@@ -21,7 +21,7 @@ import re
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from ingest.parser.leafnodes import LOOP_DETECTION_PREFIX
+from ingest.parser.leafnodes import LOOP_DETECTION_PREFIX, encode_err
 from ingest.server.auth import AuthError
 from ingest.server.cluster.settings import RouteURL, local_addresses, parse_route_url
 from ingest.server.gofmt import rtt
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetlake")
 
+DUPLICATE = "Duplicate Remote LeafNode Connection"
 _CREDS = re.compile(rb"\s*(?:(?:[-]{3,}.*[-]{3,}\r?\n)([\w\-.=]+)(?:\r?\n[-]{3,}.*[-]{3,}\r?\n))")
 
 
@@ -240,6 +241,8 @@ class Leafnodes:
     def register(self, conn: LeafConnection) -> None:
         account = conn.account
         links = self.links.setdefault(account.name, [])
+        if not conn.solicited:
+            self._replace_stale(conn, links)
         links.append(conn)
         sublist = account.sublist
         if sublist.watch is None:
@@ -259,6 +262,21 @@ class Leafnodes:
             role,
             account.name,
         )
+
+    @staticmethod
+    def _replace_stale(conn: LeafConnection, links: list[LeafConnection]) -> None:
+        """A leaf that dials again while its old link still stands here (its network went
+        away without a FIN) replaces it: both would take the same messages."""
+        for old in list(links):
+            same = (old.remote_name, old.remote_cluster, old.remote_account)
+            if not old.solicited and same == (
+                conn.remote_name,
+                conn.remote_cluster,
+                conn.remote_account,
+            ):
+                old.queue(encode_err(DUPLICATE))
+                old.close(DUPLICATE, flush=True)
+                log.warning("%s - Replacing connection from same server", conn.where)
 
     def unregister(self, conn: LeafConnection) -> None:
         self.connections.discard(conn)
