@@ -4,7 +4,8 @@ and how an operator changes accounts while the server runs.
 `MEMORY` holds the `resolver_preload` JWTs. `full` also keeps every account JWT as
 `<dir>/<account>.jwt`, takes new ones pushed to `$SYS.REQ.CLAIMS.UPDATE` (what `nsc
 push` sends) or `$SYS.REQ.ACCOUNT.<id>.CLAIMS.UPDATE`, answers `…CLAIMS.LOOKUP` and
-`$SYS.REQ.CLAIMS.LIST`. These subscriptions are announced to the cluster, so every
+`$SYS.REQ.CLAIMS.LIST`, and with `allow_delete` removes accounts on
+`$SYS.REQ.CLAIMS.DELETE`. These subscriptions are announced to the cluster, so every
 server of it takes an update pushed to any one. An update applies at once: the users it
 revokes are cut off with the reference's error.
 """
@@ -35,6 +36,7 @@ UPDATE = "$SYS.REQ.CLAIMS.UPDATE"
 ACCOUNT_UPDATE = "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE"
 LOOKUP = "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP"
 LIST = "$SYS.REQ.CLAIMS.LIST"
+DELETE = "$SYS.REQ.CLAIMS.DELETE"
 REVOKED = ("User Authentication Revoked", "Authentication Revoked")
 
 
@@ -52,6 +54,8 @@ class Resolver:
             # The directory's later JWTs take precedence over the preloaded ones.
             if self.store.get(account) is None:
                 self._load(token, now, f"resolver_preload {account}")
+                if self.dir is not None:
+                    _write(self.dir / f"{account}.jwt", token)
         self._server: Server | None = None
         self._system: SystemServices | None = None
 
@@ -69,7 +73,7 @@ class Resolver:
             return
         sys_account = server.accounts.system_account
         handlers = [(UPDATE, self._update), (ACCOUNT_UPDATE, self._update)]
-        handlers += [(LOOKUP, self._lookup), (LIST, self._list)]
+        handlers += [(LOOKUP, self._lookup), (LIST, self._list), (DELETE, self._delete)]
         for subject, handler in handlers:
             # Cluster-wide, as the reference's: a JWT pushed to one server reaches them all.
             server.announce(server.subscribe(subject, handler, account=sys_account))
@@ -109,6 +113,29 @@ class Resolver:
 
     def _list(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         self._answer(reply, {"data": sorted(c.subject for c in self.store)})
+
+    def _delete(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        """`nsc push --prune`: the accounts are forgotten, their files renamed to
+        `.jwt.deleted` (an operator may restore one), their clients disconnected."""
+        try:
+            if not self.config.allow_delete:
+                raise JWTError("delete not enabled")
+            accounts = self.store.operators.deletion(data.decode("utf-8", "replace").strip())
+        except JWTError as exc:
+            log.error("delete accounts request by  failed - %s", exc)
+            self._answer(reply, {"error": {"code": 500, "description": str(exc)}})
+            return
+        assert self.dir is not None and self._server is not None
+        for account in accounts:
+            self.store.remove(account)
+            path = self.dir / f"{account}.jwt"
+            if path.exists():
+                os.replace(path, path.with_name(path.name + ".deleted"))
+            for client in list(self._server.clients.values()):
+                if client.authenticated and client.grant.account == account:
+                    client.cut_off("", "Account Deleted")
+        message = f"deleted {len(accounts)} accounts"
+        self._answer(reply, {"data": {"code": 200, "message": message}})
 
     def _answer(self, reply: str | None, body: dict[str, Any]) -> None:
         server, system = self._server, self._system

@@ -510,9 +510,10 @@ class Client(asyncio.Protocol):
 
     def cut_off(self, error: str, reason: str) -> None:
         """End an authenticated connection whose credentials stopped counting (a JWT that
-        expired or was revoked), with the reference's -ERR."""
+        expired or was revoked), with the reference's -ERR (none when `error` is empty)."""
         if not self.closed:
-            self.send_err(error)
+            if error:
+                self.send_err(error)
             self._close(reason, flush=True)
 
     def _auth_violation(self) -> None:

@@ -45,6 +45,7 @@ def pair(server_kind: str, nsc: Nsc, tmp_path: Path) -> Iterator[list[ServerProc
     try:
         for i in range(2):
             config = nsc.full_config(tmp_path / f"jwt{i}") + ONE_ROUTE_PER_PEER
+            config = config.replace("allow_delete: false", "allow_delete: true")
             args = cluster_args(f"S{i}", ports[i], [ports[0]] if i else [])
             servers.append(
                 start_server(server_kind, *args, config=config, tmp_path=tmp_path, name=f"S{i}")
@@ -98,8 +99,22 @@ async def test_push_lookup_and_revocation(
     await nc.close()
     # The pushed JWT is in the directory: after a restart alice logs in again.
     await second.restart_async()
-    again = await connect(second, user_credentials=alice)
+    closed = asyncio.Event()
+
+    async def on_closed() -> None:
+        closed.set()
+
+    again = await connect(second, user_credentials=alice, closed_cb=on_closed)
     assert again.is_connected
+    # `nsc push --prune` deletes B from both servers and disconnects its users.
+    await asyncio.to_thread(wait_mesh, pair, ["S0", "S1"])
+    nsc.run("delete", "account", "B")
+    pruned = nsc.run("push", "--prune", "--force")
+    assert pruned.count(": deleted ") == 2, pruned
+    await asyncio.wait_for(closed.wait(), 2)
+    for i in range(2):
+        assert (tmp_path / f"jwt{i}" / f"{account}.jwt.deleted").exists()
+        assert not (tmp_path / f"jwt{i}" / f"{account}.jwt").exists()
 
 
 async def _bad_updates(sys_nc: NATS, nsc: Nsc) -> None:

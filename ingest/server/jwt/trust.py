@@ -64,6 +64,17 @@ class Operators:
                 return value
         return None
 
+    def deletion(self, token: object) -> list[str]:
+        """The accounts a full resolver's delete request (a generic JWT an operator key
+        signed, listing `accounts`) names; JWTError when no trusted operator signed it."""
+        request = jwt.decode(token, "generic")
+        if request.issuer not in self._keys | {op.subject for op in self.claims}:
+            raise JWTError("delete request is not issued by a trusted operator")
+        accounts = request.nats.get("accounts")
+        if not isinstance(accounts, list) or not all(isinstance(a, str) for a in accounts):
+            raise JWTError("delete request names no accounts")
+        return accounts
+
     def account(self, token: object, now: float) -> Claims:
         """A verified account JWT this server trusts, or JWTError saying why not."""
         account = jwt.decode(token, "account")
