@@ -314,7 +314,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         K(
             "allow_delete",
             "boolean",
-            "Accepted; deleting accounts is not built.",
+            "Let `nsc push --prune` delete accounts (their files renamed `.jwt.deleted`).",
             Field(RS, "allow_delete"),
         ),
         K("interval", "duration", "Accepted; no periodic catch-up.", Field(RS, "interval")),
