@@ -15,8 +15,8 @@ the message once cluster-wide and a message never crosses a second route.
 from __future__ import annotations
 
 import random
-from collections.abc import Hashable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar
 
 from ingest.parser.routes import encode_rsub, encode_runsub
 from ingest.server.accounts.settings import GLOBAL_ACCOUNT
@@ -80,6 +80,9 @@ class RemoteInterestMap(Generic[P]):
     def __init__(self) -> None:
         self._tries: dict[str, Sublist[RemoteInterest[P]]] = {}
         self._by_peer: dict[P, dict[tuple[str, str, str | None], RemoteInterest[P]]] = {}
+        # Told (account, subject, queue, change in members) as peers' interest changes:
+        # a hub's leafnode links pass it on.
+        self.watch: Callable[[str, str, str | None, int], None] | None = None
 
     def add(
         self, peer: P, subject: str, queue: str | None, weight: int, account: str = GLOBAL_ACCOUNT
@@ -88,11 +91,13 @@ class RemoteInterestMap(Generic[P]):
         entries = self._by_peer.setdefault(peer, {})
         entry = entries.get((account, subject, queue))
         if entry is not None:
-            entry.weight = weight
+            before, entry.weight = entry.weight, weight
+            self._told(account, entry, weight - before)
             return
         entry = RemoteInterest(peer, subject, queue, weight)
         entries[(account, subject, queue)] = entry
         self._tries.setdefault(account, Sublist()).insert(subject, queue, entry)
+        self._told(account, entry, _members(entry))
 
     def remove(
         self, peer: P, subject: str, queue: str | None, account: str = GLOBAL_ACCOUNT
@@ -100,11 +105,26 @@ class RemoteInterestMap(Generic[P]):
         entry = self._by_peer.get(peer, {}).pop((account, subject, queue), None)
         if entry is not None:
             self._tries[account].remove(subject, queue, entry)
+            self._told(account, entry, -_members(entry))
 
     def drop(self, peer: P) -> None:
         """The peer is gone: everything it announced goes with it."""
         for (account, subject, queue), entry in self._by_peer.pop(peer, {}).items():
             self._tries[account].remove(subject, queue, entry)
+            self._told(account, entry, -_members(entry))
+
+    def entries(self, account: str) -> list[tuple[str, str | None, int]]:
+        """(subject, queue, members) of every peer's interest in `account`."""
+        return [
+            (entry.subject, entry.queue, _members(entry))
+            for entries in self._by_peer.values()
+            for (name, _, _), entry in entries.items()
+            if name == account
+        ]
+
+    def _told(self, account: str, entry: RemoteInterest[P], delta: int) -> None:
+        if self.watch is not None and delta:
+            self.watch(account, entry.subject, entry.queue, delta)
 
     def count(self, peer: P) -> int:
         return len(self._by_peer.get(peer, ()))
@@ -126,6 +146,11 @@ class RemoteInterestMap(Generic[P]):
         """Whether a peer announced interest that matches some subject `prefix.<tokens…>`."""
         trie = self._tries.get(account)
         return trie is not None and trie.reaches_under(prefix)
+
+
+def _members(entry: RemoteInterest[Any]) -> int:
+    """What one peer's interest counts for: a queue group its weight, a subject one."""
+    return max(entry.weight, 1) if entry.queue is not None else 1
 
 
 class Forwarding(Generic[P]):

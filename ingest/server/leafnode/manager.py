@@ -65,6 +65,8 @@ class Leafnodes:
             )
             self.port = self._listener.sockets[0].getsockname()[1]
             log.info("Listening for leafnode connections on %s", _hostport(config.host, self.port))
+        if self.server.cluster is not None:
+            self.server.cluster.remote.watch = self._peers_changed
         for remote in config.remotes:
             self._urls[remote] = list(remote.urls)
             task = loop.create_task(self._solicit(remote))
@@ -254,6 +256,11 @@ class Leafnodes:
         for subject, queue, sub in sublist.entries():
             if self._announces(conn, subject, sub):
                 advertised.change(subject, queue, _weight(sub))
+        cluster = self.server.cluster
+        if cluster is not None and not conn.spoke:
+            for subject, queue, members in cluster.remote.entries(account.name):
+                if not conn.deny_in.interest(subject):
+                    advertised.change(subject, queue, members)
         role = "spoke" if conn.spoke else "hub"
         log.info(
             "%s - Leafnode connection registered: %s (this side is the %s, account %s)",
@@ -297,6 +304,13 @@ class Leafnodes:
         for link in self.links.get(account.name, ()):
             if self._announces(link, subject, sub):
                 link.queue(link.advertised.change(subject, queue, delta * _weight(sub)) or b"")
+
+    def _peers_changed(self, account: str, subject: str, queue: str | None, delta: int) -> None:
+        """The cluster's interest changed: a hub passes it on to its leafs (a spoke only
+        ever announces its own side's)."""
+        for link in self.links.get(account, ()):
+            if not link.spoke and not link.deny_in.interest(subject):
+                link.queue(link.advertised.change(subject, queue, delta) or b"")
 
     def weight_changed(
         self, conn: LeafConnection, sub: LeafSub, delta: int, *, update: bool
