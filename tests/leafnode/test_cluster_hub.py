@@ -5,7 +5,9 @@ to its cluster."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -23,6 +25,19 @@ _LEAF_PORT = re.compile(r"Listening for leafnode connections on \S+:(\d+)")
 class HubCluster:
     servers: list[ServerProcess]  # S0 (the leaf's) and S1
     leaf: ServerProcess
+
+
+def leaf_port(server: ServerProcess) -> int:
+    found = server.find_log(_LEAF_PORT)
+    assert found is not None
+    return int(found.group(1))
+
+
+def leafnode_urls(port: int) -> set[str]:
+    """The `leafnode_urls` of the INFO a leafnode port greets with."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        line = sock.makefile("rb").readline()
+    return set(json.loads(line.removeprefix(b"INFO "))["leafnode_urls"])
 
 
 @pytest.fixture(
@@ -43,9 +58,7 @@ def hub_cluster(
     leaf = None
     try:
         wait_mesh(servers, ["S0", "S1"])
-        found = servers[0].find_log(_LEAF_PORT)
-        assert found is not None
-        config = leaf_config(int(found.group(1)))
+        config = leaf_config(leaf_port(servers[0]))
         leaf = start_server(leaf_kind, "-m", "-1", config=config, tmp_path=tmp, name="leaf")
         poll(lambda: linked(servers[0]) and linked(leaf), "the link", LINK_TIMEOUT)
         yield HubCluster(servers, leaf)
@@ -79,3 +92,10 @@ async def test_the_leaf_and_the_far_hub_server_reach_each_other(hub_cluster: Hub
     await knows(hub_cluster.leaf, "far.*", present=False)
     await far.close()
     await leaf.close()
+
+
+def test_the_hub_tells_leafs_every_server_that_takes_them(hub_cluster: HubCluster) -> None:
+    want = {f"127.0.0.1:{leaf_port(server)}" for server in hub_cluster.servers}
+    for server in hub_cluster.servers:
+        port = leaf_port(server)
+        poll(lambda p=port: leafnode_urls(p) == want, "both leafnode URLs", LINK_TIMEOUT)

@@ -117,6 +117,8 @@ class Cluster:
             info["tls_verify"] = self.config.tls.verify
         if not self.config.no_advertise:
             info["connect_urls"] = server.own_client_urls()
+        if server.leafnodes is not None and server.leafnodes.own_urls():
+            info["leafnode_urls"] = server.leafnodes.own_urls()  # told to the peers' leafs
         if self.lame_duck:
             info["ldm"] = True
         return info

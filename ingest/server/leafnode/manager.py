@@ -21,7 +21,7 @@ import re
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from ingest.parser.leafnodes import LOOP_DETECTION_PREFIX, encode_err
+from ingest.parser.leafnodes import LOOP_DETECTION_PREFIX, encode_err, encode_info
 from ingest.server.auth import AuthError
 from ingest.server.cluster.settings import RouteURL, local_addresses, parse_route_url
 from ingest.server.gofmt import rtt
@@ -49,6 +49,7 @@ class Leafnodes:
         self._urls: dict[RemoteLeaf, list[RouteURL]] = {}  # each remote's, discovered too
         self._delay: dict[RemoteLeaf, float] = {}  # a remote's next redial, when not default
         self._listener: asyncio.base_events.Server | None = None
+        self._told: list[str] = []  # the leafnode URLs accepted leafs last heard
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -65,8 +66,13 @@ class Leafnodes:
             )
             self.port = self._listener.sockets[0].getsockname()[1]
             log.info("Listening for leafnode connections on %s", _hostport(config.host, self.port))
-        if self.server.cluster is not None:
-            self.server.cluster.remote.watch = self._peers_changed
+        cluster = self.server.cluster
+        if cluster is not None:
+            cluster.remote.watch = self._peers_changed
+            self.server.cluster_listeners.append(self._cluster_changed)
+            update = encode_info(cluster.info())  # peers learn this server's leafnode URLs
+            for route in cluster.routes.values():
+                route.queue(update)
         for remote in config.remotes:
             self._urls[remote] = list(remote.urls)
             task = loop.create_task(self._solicit(remote))
@@ -175,7 +181,7 @@ class Leafnodes:
             info["cluster"] = server.cluster.name
         return info
 
-    def leafnode_urls(self) -> list[str]:
+    def own_urls(self) -> list[str]:
         """Where leafs reach this server (each address when listening on all)."""
         if self.config.no_advertise or self.config.port is None:
             return []
@@ -184,6 +190,29 @@ class Leafnodes:
         host = self.config.host
         hosts = local_addresses() if host in ("0.0.0.0", "::", "") else [host]
         return [_hostport(h, self.port) for h in hosts]
+
+    def leafnode_urls(self) -> list[str]:
+        """Where leafs reach the hub: this server and the cluster peers that take leafs
+        (their route INFO's `leafnode_urls`), so a leaf redials another when one goes."""
+        urls = self.own_urls()
+        cluster = self.server.cluster
+        if cluster is not None and urls:
+            for route in cluster.routes.values():
+                theirs = route.remote_info.get("leafnode_urls")
+                if isinstance(theirs, list) and not route.lame_duck:
+                    urls += [u for u in theirs if isinstance(u, str) and u not in urls]
+        return urls
+
+    def _cluster_changed(self) -> None:
+        """Peers came, went or changed: accepted leafs hear the hub's URLs again."""
+        urls = self.leafnode_urls()
+        if urls == self._told:
+            return
+        self._told = urls
+        for links in self.links.values():
+            for link in links:
+                if not link.solicited:
+                    link.queue(encode_info(self.info(link.cid)))
 
     def connect_options(self, conn: LeafConnection, info: dict[str, Any]) -> dict[str, Any]:
         """CONNECT for a link this server dialled, with the remote's credentials."""
