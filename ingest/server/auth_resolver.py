@@ -12,6 +12,7 @@ revokes are cut off with the reference's error.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -38,6 +39,7 @@ LOOKUP = "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP"
 LIST = "$SYS.REQ.CLAIMS.LIST"
 DELETE = "$SYS.REQ.CLAIMS.DELETE"
 REVOKED = ("User Authentication Revoked", "Authentication Revoked")
+_SETTLE = 1.0  # seconds after a route change before asking the cluster for its JWTs
 
 
 class Resolver:
@@ -58,6 +60,9 @@ class Resolver:
                     _write(self.dir / f"{account}.jwt", token)
         self._server: Server | None = None
         self._system: SystemServices | None = None
+        self._inbox = ""  # where answers of the other servers come back, in a cluster
+        self._pending: asyncio.TimerHandle | None = None
+        self._periodic: asyncio.TimerHandle | None = None
 
     def _load(self, token: str, now: float, where: str) -> None:
         try:
@@ -77,6 +82,61 @@ class Resolver:
         for subject, handler in handlers:
             # Cluster-wide, as the reference's: a JWT pushed to one server reaches them all.
             server.announce(server.subscribe(subject, handler, account=sys_account))
+        if server.cluster is not None:
+            self._inbox = f"_INBOX.{server.server_id}.claims."
+            inbox = server.subscribe(self._inbox + "*", self._synced, account=sys_account)
+            server.announce(inbox)
+            server.cluster_listeners.append(self._soon)
+            self._every()
+
+    # ---- catching up with the other servers of a cluster ---------------------------------
+
+    def _soon(self) -> None:
+        """A peer came or went: ask once the routes have told each other their interest."""
+        if self._pending is not None:
+            self._pending.cancel()
+        self._pending = asyncio.get_running_loop().call_later(_SETTLE, self._sync)
+
+    def _every(self) -> None:
+        self._sync()
+        self._periodic = asyncio.get_running_loop().call_later(self.config.interval, self._every)
+
+    def _sync(self) -> None:
+        """Ask the cluster which accounts it holds; each answer is looked up (`_synced`),
+        so a server that was down during a push, or joined later, gets the JWTs."""
+        self._pending = None
+        server = self._server
+        if server is not None and self._inbox:
+            system = server.accounts.system_account
+            server.publish(LIST, self._inbox + "list", None, b"", account=system)
+
+    def _synced(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        server = self._server
+        if server is None:
+            return
+        system = server.accounts.system_account
+        if subject.endswith(".list"):
+            try:
+                accounts = json.loads(data).get("data") or []
+            except (ValueError, AttributeError):
+                return
+            for account in accounts:
+                if isinstance(account, str):
+                    lookup = f"$SYS.REQ.ACCOUNT.{account}.CLAIMS.LOOKUP"
+                    server.publish(lookup, self._inbox + "jwt", None, b"", account=system)
+            return
+        token = data.decode("utf-8", "replace").strip()
+        held = self.store.get(jwt.peek_subject(token))
+        if not token or (held is not None and held.token == token):
+            return
+        try:
+            claims = self.store.put(token, time.time())
+        except JWTError as exc:
+            log.debug("resolver catch-up: %s", exc)
+            return
+        assert self.dir is not None
+        _write(self.dir / f"{claims.subject}.jwt", token)
+        self.apply(claims)
 
     # ---- requests ----------------------------------------------------------------------
 

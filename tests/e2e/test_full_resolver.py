@@ -95,19 +95,13 @@ async def test_push_lookup_and_revocation(
     await nc.flush(timeout=2)
     assert nc.is_connected
     await _bad_updates(sys_nc, nsc)
-    await sys_nc.close()
-    await nc.close()
-    # The pushed JWT is in the directory: after a restart alice logs in again.
-    await second.restart_async()
     closed = asyncio.Event()
 
     async def on_closed() -> None:
         closed.set()
 
-    again = await connect(second, user_credentials=alice, closed_cb=on_closed)
-    assert again.is_connected
+    await connect(second, user_credentials=alice, closed_cb=on_closed)
     # `nsc push --prune` deletes B from both servers and disconnects its users.
-    await asyncio.to_thread(wait_mesh, pair, ["S0", "S1"])
     nsc.run("delete", "account", "B")
     pruned = nsc.run("push", "--prune", "--force")
     assert pruned.count(": deleted ") == 2, pruned
@@ -115,6 +109,26 @@ async def test_push_lookup_and_revocation(
     for i in range(2):
         assert (tmp_path / f"jwt{i}" / f"{account}.jwt.deleted").exists()
         assert not (tmp_path / f"jwt{i}" / f"{account}.jwt").exists()
+
+
+@pytest.mark.soak
+async def test_a_server_back_up_catches_up(pair: list[ServerProcess], nsc: Nsc) -> None:
+    """While the second server is down, account C is pushed to the first; back up, the
+    second gets C from the first, and B from its own directory."""
+    second = pair[1]
+    assert nsc.run("push", "-a", "B").count("jwt updated") == 2
+    await second.stop_async()
+    nsc.run("add", "account", "C")
+    nsc.run("add", "user", "-a", "C", "carol")
+    assert "jwt updated" in nsc.run("push", "-a", "C")
+    await second.restart_async()
+    alice = (nsc.user_jwt("B", "alice"), _seed_of(nsc.creds("B", "alice")))
+    assert await _login(second, *alice) == Outcome((b"+OK",), closed=False)
+    carol = (nsc.user_jwt("C", "carol"), _seed_of(nsc.creds("C", "carol")))
+    deadline = asyncio.get_running_loop().time() + 10
+    while await _login(second, *carol) != Outcome((b"+OK",), closed=False):
+        assert asyncio.get_running_loop().time() < deadline, "C never reached the second server"
+        await asyncio.sleep(0.1)
 
 
 async def _bad_updates(sys_nc: NATS, nsc: Nsc) -> None:

@@ -180,11 +180,12 @@ def read_limits(section: _Reader, field: str) -> dict[str, int]:
         )
     out: dict[str, int] = {}
     for key, value in table.items():
-        name = _LIMITS.get(key.lower())
-        if name is None:
+        lowered = key.lower()
+        if lowered not in _LIMITS:
             if key in table.variables:
                 continue
             raise _error(table, key, f'Unknown field "{key}" parsing account limits')
+        name = _LIMITS[lowered]
         if not isinstance(value, int) or isinstance(value, bool):
             kind = _go_type(value)
             raise _error(table, key, f"interface conversion: interface {{}} is {kind}, not int64")
@@ -200,11 +201,11 @@ def read_jetstream_limits(section: _Reader, field: str, table: Table) -> JetStre
         if lowered == "max_bytes_required":
             values["max_bytes_required"] = bool(value)
             continue
-        name = _JS_LIMITS.get(lowered)
-        if name is None:
+        if lowered not in _JS_LIMITS:
             if key in table.variables:
                 continue
             raise _error(table, key, f'unknown field "{key}"')
+        name = _JS_LIMITS[lowered]
         try:
             values[name] = storage_size(value) if isinstance(value, str) else int(value)
         except ValueError as exc:

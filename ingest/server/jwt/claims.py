@@ -119,6 +119,15 @@ def decode(token: object, kind: str) -> Claims:
     )
 
 
+def peek_subject(token: str) -> str:
+    """The `sub` of a token, unverified: only to find the JWT it would replace."""
+    try:
+        subject = _json(token.split(".")[1]).get("sub")
+    except (IndexError, JWTError):
+        return ""
+    return subject if isinstance(subject, str) else ""
+
+
 def key_list(nats: dict[str, Any], field: str = "signing_keys") -> list[Any]:
     value = nats.get(field)
     return value if isinstance(value, list) else []

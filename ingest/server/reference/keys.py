@@ -17,6 +17,7 @@ from typing import Any
 
 from ingest.server import auth_config, config_file, flags
 from ingest.server.accounts import config_section as accounts_section
+from ingest.server.accounts import config_sharing
 from ingest.server.cluster import config_section as cluster_section
 from ingest.server.leafnode import config_section as leafnode_section
 
@@ -39,6 +40,10 @@ SECTION_READERS: dict[str, tuple[Callable[..., Any], ...]] = {
     "mqtt": (config_file._mqtt,),
     "mqtt.authorization": (cluster_section.single_user_authorization,),
     "accounts.NAME": (accounts_section._account,),
+    "accounts.NAME.exports": (config_sharing._export,),
+    "accounts.NAME.imports": (config_sharing._import,),
+    "accounts.NAME.limits": (config_sharing.read_limits,),
+    "accounts.NAME.jetstream": (config_sharing.read_jetstream_limits,),
 }
 
 

@@ -56,6 +56,10 @@ _SECTION_TITLES = {
     "mqtt": "`mqtt { … }`: the MQTT 3.1.1 listener.",
     "mqtt.authorization": "`mqtt { authorization { … } }`: replaces the server's users for MQTT.",
     "accounts.NAME": "Each account of `accounts { NAME { … } }`.",
+    "accounts.NAME.exports": "Each entry of an account's `exports [ … ]`: a stream or a service.",
+    "accounts.NAME.imports": "Each entry of an account's `imports [ … ]`: a stream or a service.",
+    "accounts.NAME.limits": "An account's `limits { … }`, as the reference enforces them.",
+    "accounts.NAME.jetstream": "An account's `jetstream { … }` map: its JetStream limits.",
 }
 
 
