@@ -6,8 +6,10 @@ and how an operator changes accounts while the server runs.
 push` sends) or `$SYS.REQ.ACCOUNT.<id>.CLAIMS.UPDATE`, answers `…CLAIMS.LOOKUP` and
 `$SYS.REQ.CLAIMS.LIST`, and with `allow_delete` removes accounts on
 `$SYS.REQ.CLAIMS.DELETE`. These subscriptions are announced to the cluster, so every
-server of it takes an update pushed to any one. An update applies at once: the users it
-revokes are cut off with the reference's error.
+server of it takes an update pushed to any one; a server that missed one (it was down,
+or joined later) asks the cluster for its accounts a second after its routes change and
+every `interval`, and looks up each. An update applies at once: the users it revokes are
+cut off with the reference's error.
 """
 
 from __future__ import annotations
