@@ -1,4 +1,4 @@
-"""A real S3-compatible server for the lake tests: SeaweedFS's `weed server -s3`.
+"""A real S3-compatible server for the lake's tests and benchmarks: SeaweedFS's `weed server -s3`.
 
 `make` builds `weed` into the venv (`scripts/install-weed`). One process runs a
 master, a volume server, a filer and the S3 gateway on loopback ports in a

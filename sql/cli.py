@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sql.inspect import add_output_args, to_result, write_result
-from sql.service import SERVICE_FILE, Endpoints, split_hostport
+from sql.service import SERVICE_FILE, Endpoints, first_line, quiet_query_errors, split_hostport
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -140,6 +140,7 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
+    quiet_query_errors()
     url = None if args.local else service_url(Path(args.store), args.service)
     try:
         if url is not None:
@@ -149,12 +150,7 @@ def main(argv: list[str]) -> int:
             print("jetlake sql: no SQL service up; starting a local Spark session", file=sys.stderr)
             table = _local(args)
     except Exception as exc:  # Spark's errors arrive through py4j or gRPC
-        print(f"jetlake sql: {_first_line(exc)}", file=sys.stderr)
+        print(f"jetlake sql: {first_line(exc)}", file=sys.stderr)
         return 1
     write_result(to_result(table), sys.stdout, fmt=args.format, limit=args.limit)
     return 0
-
-
-def _first_line(exc: Exception) -> str:
-    """Spark's message without the JVM stack trace Connect appends."""
-    return str(exc).split("\n\nJVM stacktrace:", 1)[0].strip()

@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from sql.service import first_line
+
 if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
@@ -66,12 +68,6 @@ class QueryError(Exception):
     def __init__(self, code: str, text: str) -> None:
         super().__init__(text)
         self.code = code
-
-
-def first_line(exc: BaseException) -> str:
-    """Spark's message without the JVM stack trace and plan it may append."""
-    text = str(exc).split("\n\nJVM stacktrace:", 1)[0]
-    return text.split(";\n", 1)[0].strip()
 
 
 def _json_value(value: Any) -> Any:

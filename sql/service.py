@@ -63,6 +63,17 @@ def split_hostport(value: str, what: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def first_line(exc: BaseException) -> str:
+    """Spark's message without the JVM stack trace and plan it may append."""
+    text = str(exc).split("\n\nJVM stacktrace:", 1)[0]
+    return text.split(";\n", 1)[0].strip()
+
+
+def quiet_query_errors() -> None:
+    """PySpark logs each failed query's error with its JVM stack; the caller reports it."""
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+
+
 def _quoted(name: str) -> str:
     return f"`{name.replace('`', '``')}`"
 
@@ -234,8 +245,7 @@ def main(argv: list[str]) -> int:
         print(f"jetlake sql serve: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    # PySpark logs each failed query's error with its JVM stack; the client gets the error.
-    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    quiet_query_errors()
     store = Path(args.store)
     if not store.is_dir():
         print(f"jetlake sql serve: store dir {store} does not exist", file=sys.stderr)

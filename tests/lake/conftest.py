@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
+from benchmarks.seaweed import SeaweedS3, spark_shape
 from log.compactor.compact import Compactor, Summary
 from log.compactor.layout import META_FILE, STREAMS, StreamRef
 from log.compactor.location import Lake as LakeAt
@@ -25,7 +26,6 @@ from log.compactor.spark import build_session
 from log.segments import FileStore, NewMsg, list_segments
 from log.timefmt import rfc3339
 from sql.session import refresh
-from tests.support.seaweed import SeaweedS3, spark_shape
 from tests.support.servers import ServerError, ServerProcess, start_server
 
 LAKE_CONF = 'lake { seal_interval: "200ms", compact_interval: 0 }\n'
@@ -74,7 +74,9 @@ class Lake:
         self.spark = spark
         self.servers: list[ServerProcess] = []
 
-    def start(self, *args: str, config: str = LAKE_CONF) -> ServerProcess:
+    def start(
+        self, *args: str, config: str = LAKE_CONF, wrapper: Sequence[str] = ()
+    ) -> ServerProcess:
         server = start_server(
             "jetlake",
             "-js",
@@ -86,6 +88,7 @@ class Lake:
             config=config,
             tmp_path=self.tmp_path,
             name=f"jl{len(self.servers)}",
+            wrapper=wrapper,
         )
         self.servers.append(server)
         return server
@@ -108,7 +111,7 @@ class Lake:
         return summary
 
     def sql(self, query: str) -> list[Any]:
-        refresh(self.spark, store_dir=self.store)
+        refresh(self.spark, store_dir=self.store, lake_dir=self.lake_dir)
         return self.spark.sql(query).collect()
 
     def stop(self) -> None:

@@ -18,6 +18,7 @@ from deltalake import DeltaTable
 from nats.js.api import StreamConfig
 from pyspark.sql import SparkSession
 
+from benchmarks.seaweed import SeaweedS3
 from log.compactor.compact import lake_progress
 from log.compactor.layout import STREAMS, StreamRef
 from log.compactor.location import Lake, LakePath
@@ -31,7 +32,6 @@ from tests.jscluster.support import (
     start_js_cluster,
     stream_messages,
 )
-from tests.support.seaweed import SeaweedS3
 from tests.support.servers import ServerError, ServerProcess
 
 pytestmark = pytest.mark.timeout(300)

@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from benchmarks.seaweed import SECRET_KEY, SeaweedS3
 from log.compactor.layout import STREAMS, StreamRef
 from log.compactor.location import Lake
 from tests.conftest import Connect
 from tests.lake.conftest import poll
 from tests.support.http import get_json, http_get
-from tests.support.seaweed import SECRET_KEY, SeaweedS3
 from tests.support.servers import ServerProcess, start_server
 from tests.support.spark_cluster import SparkCluster, start_cluster
 

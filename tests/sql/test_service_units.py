@@ -11,8 +11,8 @@ from pyspark.sql import Row
 
 from ingest.server.options import ConfigError, load_config
 from ingest.server.settings import SqlConfig
-from sql.nats_service import QueryError, chunks, encode_arrow, encode_json, first_line
-from sql.service import Endpoints, split_hostport
+from sql.nats_service import QueryError, chunks, encode_arrow, encode_json
+from sql.service import Endpoints, first_line, split_hostport
 
 
 def lake_sql(tmp_path: Path, text: str) -> SqlConfig | None:

@@ -1,0 +1,286 @@
+"""The SQL service a lake server starts, through each door: Spark Connect, `jetlake sql`,
+SQL over NATS, and (soak) JDBC with beeline.
+
+One server and one service JVM for the module: the service starts as `jetlake serve`
+starts it (`lake { sql { … } }`), and every test asks it over real sockets with the
+real clients, right after nats-py's PubAcks, with no refresh between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+import pyarrow as pa
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+from sql.service import Endpoints, quiet_query_errors
+from tests.support.cluster import free_port
+from tests.support.servers import ServerProcess, start_server
+
+START_DEADLINE = 180.0  # a JVM on a loaded two-core machine
+NATS = Path(sys.executable).parent / "nats"
+JETLAKE = Path(sys.executable).parent / "jetlake"
+SUBJECTS = ("orders.eu", "orders.us", "orders.apac")
+
+
+@dataclass
+class Service:
+    server: ServerProcess
+    store: Path
+    connect: str
+    jdbc: str
+    spark: SparkSession
+
+
+def _wait_for_service(server: ServerProcess, store: Path) -> Endpoints:
+    deadline = time.monotonic() + START_DEADLINE
+    while time.monotonic() < deadline:
+        found = Endpoints.read(store)
+        if found is not None and found.nats:
+            return found
+        assert server.running, server.log
+        time.sleep(0.2)
+    raise AssertionError(f"no SQL service in {START_DEADLINE}s:\n{server.log}")
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    quiet_query_errors()  # the tests check the errors; PySpark need not log them
+    tmp = tmp_path_factory.mktemp("sql-service")
+    store = tmp / "store"
+    listen, jdbc = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    conf = (
+        f'jetstream {{ store_dir: "{store}" }}\n'
+        f'lake {{ seal_interval: "200ms", compact_interval: 0,\n'
+        f'  sql {{ listen: "{listen}", jdbc: "{jdbc}" }} }}\n'
+    )
+    saved = os.environ.pop("JETLAKE_SQL", None)  # the suite keeps it off elsewhere
+    try:
+        server = start_server("jetlake", config=conf, tmp_path=tmp)
+    finally:
+        if saved is not None:
+            os.environ["JETLAKE_SQL"] = saved
+    try:
+        found = _wait_for_service(server, store)
+        assert found.connect == f"sc://{listen}" and found.jdbc == f"jdbc:hive2://{jdbc}"
+        spark = ConnectSession.builder.remote(found.connect).getOrCreate()
+        yield Service(server, store, found.connect, found.jdbc, spark)
+        spark.stop()
+    finally:
+        server.stop()
+    # The service leaves with its server, and takes its address file along.
+    deadline = time.monotonic() + 30
+    while Endpoints.read(store) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert Endpoints.read(store) is None
+
+
+async def _publish(url: str, stream: str, subjects: tuple[str, ...], n: int) -> Counter[str]:
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=stream, subjects=[f"{s.split('.')[0]}.>" for s in subjects[:1]])
+        sent: Counter[str] = Counter()
+        for i in range(n):
+            subject = subjects[i % len(subjects)]
+            await js.publish(subject, b"m-%d" % i)
+            sent[subject] += 1
+        return sent
+    finally:
+        await nc.close()
+
+
+def _counts(spark: SparkSession, stream: str) -> Counter[str]:
+    rows = spark.sql(f"SELECT subject, count(*) AS n FROM {stream} GROUP BY 1").collect()
+    return Counter({r.subject: r.n for r in rows})
+
+
+async def test_connect_sees_every_acknowledged_message_and_new_and_deleted_streams(
+    service: Service,
+) -> None:
+    spark, url = service.spark, service.server.url
+    sent = await _publish(url, "ORDERS", SUBJECTS, 30)
+    assert _counts(spark, "ORDERS") == sent
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        ack = await js.publish("orders.eu", b"just now")  # no refresh: the next query has it
+        row = spark.sql(f"SELECT data FROM ORDERS WHERE seq = {ack.seq}").collect()
+        assert [r.data for r in row] == [b"just now"]
+        await js.add_stream(name="LATE", subjects=["late.>"])
+        await js.publish("late.x", b"1")
+        assert spark.sql("SELECT count(*) AS n FROM LATE").collect()[0].n == 1
+        kv = await js.create_key_value(bucket="CFG")
+        await kv.put("region", b"eu")
+        rows = spark.sql("SELECT key, CAST(value AS STRING) AS v FROM kv_CFG").collect()
+        assert [(r.key, r.v) for r in rows] == [("region", "eu")]
+        await js.delete_stream("LATE")
+        with pytest.raises(AnalysisException, match="`LATE`"):
+            spark.sql("SELECT count(*) FROM LATE").collect()
+    finally:
+        await nc.close()
+    # Other sessions of the service see the same views (each client has its own session).
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    other = ConnectSession.builder.remote(service.connect).create()
+    assert other.sql("SELECT count(*) AS n FROM ORDERS").collect()[0].n == 31
+
+
+async def test_jetlake_sql_goes_to_the_service_and_says_so(service: Service) -> None:
+    await _publish(service.server.url, "CLI", ("cli.a",), 3)
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(JETLAKE), "sql", "--store", str(service.store), "SELECT count(*) AS n FROM CLI"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert f"querying the SQL service at {service.connect}" in done.stderr
+    assert re.search(r"^\s*3\s*$", done.stdout, re.M), done.stdout
+    print(f"jetlake sql through the service: {took:.2f}s end to end")
+    bad = subprocess.run(
+        [str(JETLAKE), "sql", "--store", str(service.store), "SELECT * FROM NOPE"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 1 and "`NOPE` cannot be found" in bad.stderr
+    assert "JVM stacktrace" not in bad.stderr
+
+
+class _Answer:
+    """What one `$JL.SQL.query` request got back: chunks, the end, or an error."""
+
+    def __init__(self, *, ack: bool) -> None:
+        self.ack = ack
+        self.chunks: list[nats.aio.msg.Msg] = []
+        self.end: nats.aio.msg.Msg | None = None
+        self.done = asyncio.Event()
+        self.moved = asyncio.Event()
+
+    async def on_msg(self, msg: nats.aio.msg.Msg) -> None:
+        headers = msg.headers or {}
+        if "Jl-Sql-Chunk" in headers:
+            self.chunks.append(msg)
+            if self.ack:
+                await msg.respond(b"")
+        else:
+            self.end = msg
+            self.done.set()
+        self.moved.set()
+
+    def table(self) -> pa.Table:
+        return pa.concat_tables(pa.ipc.open_stream(m.data).read_all() for m in self.chunks)
+
+
+async def _ask(
+    nc: nats.NATS, sql: str, *, ack: bool = True, headers: dict[str, str] | None = None
+) -> _Answer:
+    answer = _Answer(ack=ack)
+    inbox = nc.new_inbox()
+    await nc.subscribe(inbox, cb=answer.on_msg)
+    await nc.publish("$JL.SQL.query", sql.encode(), reply=inbox, headers=headers)
+    return answer
+
+
+async def _until(event: asyncio.Event, what: str, timeout: float = 60.0) -> None:
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except TimeoutError:
+        raise AssertionError(f"no {what} in {timeout}s") from None
+
+
+async def test_sql_over_nats_streams_arrow_json_and_errors(service: Service) -> None:
+    listed = subprocess.run(
+        [str(NATS), "-s", service.server.url, "micro", "ls"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert listed.returncode == 0 and "jetlake-sql" in listed.stdout, listed
+    await _publish(service.server.url, "NQ", ("nq.a", "nq.b"), 10)
+    nc = await nats.connect(service.server.url)
+    try:
+        arrow = await _ask(nc, "SELECT seq, subject, data FROM NQ ORDER BY seq")
+        await _until(arrow.done, "end of the Arrow answer")
+        assert arrow.end is not None and arrow.end.headers == {"Jl-Sql-Rows": "10"}
+        table = arrow.table()
+        assert table.column("seq").to_pylist() == list(range(1, 11))
+        assert table.column("data").to_pylist()[0] == b"m-0"
+
+        as_json = await _ask(
+            nc, "SELECT subject FROM NQ WHERE seq = 2", headers={"Jl-Sql-Format": "json"}
+        )
+        await _until(as_json.done, "end of the JSON answer")
+        assert [m.data for m in as_json.chunks] == [b'{"subject": "nq.b"}\n']
+
+        for sql, code, text in (
+            ("SELECT * FROM NOPE", "400", "`NOPE` cannot be found"),
+            ("SELEC 1", "400", "PARSE_SYNTAX_ERROR"),
+        ):
+            bad = await _ask(nc, sql)
+            await _until(bad.done, f"error for {sql!r}")
+            assert bad.end is not None and bad.end.headers is not None
+            assert bad.end.headers["Nats-Service-Error-Code"] == code
+            assert text in bad.end.headers["Nats-Service-Error"]
+    finally:
+        await nc.close()
+
+
+async def test_sql_over_nats_sends_no_more_than_a_window_ahead_of_the_acks(
+    service: Service,
+) -> None:
+    nc = await nats.connect(service.server.url)
+    try:
+        slow = await _ask(
+            nc, "SELECT id FROM range(20000)", ack=False, headers={"Jl-Sql-Window": "2"}
+        )
+        while len(slow.chunks) < 2:
+            slow.moved.clear()
+            await _until(slow.moved, "the first chunks")
+        slow.moved.clear()
+        with pytest.raises(TimeoutError):  # a third chunk would mean no flow control
+            await asyncio.wait_for(slow.moved.wait(), 1.0)
+        assert len(slow.chunks) == 2
+        slow.ack = True
+        for msg in slow.chunks:
+            await msg.respond(b"")
+        await _until(slow.done, "the rest of the answer")
+        assert slow.end is not None and slow.end.headers == {"Jl-Sql-Rows": "20000"}
+        assert slow.table().column("id").to_pylist() == list(range(20000))
+    finally:
+        await nc.close()
+
+
+@pytest.mark.soak
+async def test_beeline_over_jdbc_sees_the_views(service: Service) -> None:
+    import pyspark
+
+    await _publish(service.server.url, "BEE", ("bee.a", "bee.b"), 5)
+    beeline = Path(pyspark.__file__).parent / "bin" / "beeline"
+    query = "SELECT subject, count(*) AS n FROM BEE GROUP BY 1 ORDER BY 1"
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [str(beeline), "-u", service.jdbc, "--silent=true", "--outputformat=csv2", "-e", query],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "bee.a,3" in done.stdout and "bee.b,2" in done.stdout, done.stdout
