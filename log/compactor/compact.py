@@ -309,10 +309,17 @@ class Compactor:
         with every core and a query reads the table with every core; the schema
         is given, so Spark runs no job to infer it.
         """
-        if rows.schema.names == LAKE_SCHEMA.names and self._direct_ok(table, rows):
+        if rows.schema.names == LAKE_SCHEMA.names and len(rows) <= DIRECT_ROWS:
             if not after:
                 self._create(stream, table, spark_schema(rows.schema))
-            append_direct(str(table), rows, app_id=stream.app_id, after=after, version=version)
+            append_direct(
+                table.uri,
+                rows,
+                app_id=stream.app_id,
+                after=after,
+                version=version,
+                storage_options=table.delta_options,
+            )
             self._direct.add(str(table))
             return
         self._direct.discard(str(table))
@@ -350,12 +357,6 @@ class Compactor:
             )
         finally:
             staging.remove_tree()
-
-    @staticmethod
-    def _direct_ok(table: object, rows: pa.Table) -> bool:
-        """Whether a raw append goes through delta-rs (`log.compactor.direct`): a few rows
-        to a table on a local disk (named by a plain path, not a URI)."""
-        return "://" not in str(table) and len(rows) <= DIRECT_ROWS
 
     def _stage(self, staging: LakePath, rows: pa.Table) -> DataFrame:
         """The rows as Parquet files Spark reads (see `_append`), one per core when large."""

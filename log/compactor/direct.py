@@ -12,16 +12,18 @@ The guarantee is `log.compactor.txn`'s: commit only if the table records
 exactly `after` for the app id. The table is opened at its current version V,
 the condition checked there, and the commit is made against V, carrying the
 new version in a `txn` action. Its commit writes version V+1 only if that
-file does not exist yet (an atomic rename on a disk); if another writer got
+file does not exist yet (an atomic rename on a disk; on S3 a PUT with
+`If-None-Match: *`, which the store refuses with 412 once the file is there,
+the same condition Spark's commits meet through `ConditionalS3LogStore`); if
+another writer got
 there, delta-rs checks the commits in between and refuses to retry over one
 that recorded a version for the same app id ("Concurrent transaction"), just
 as Delta's Spark writer does. Either way the loser raises `LakeMoved` and the
 next pass starts from what the table holds; no row lands twice or goes
 missing, whichever engine each writer used.
 
-Used for a raw stream's table in a lake on a local disk (object storage takes
-Spark's path and its log store); typed tables, schema changes and large
-catch-up appends keep Spark's.
+Used for a raw stream's small appends, in a lake on a disk or in a bucket;
+typed tables, schema changes and large catch-up appends keep Spark's.
 """
 
 from __future__ import annotations

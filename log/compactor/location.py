@@ -28,12 +28,14 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from consensus.wal_recovery import replace_durably
+from log.compactor.awsprofile import read_profile
 
 S3_SCHEMES = ("s3://", "s3a://")
 ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 REGION_ENV = ("AWS_REGION", "AWS_DEFAULT_REGION")
 KEY_ENV = "AWS_ACCESS_KEY_ID"
 SECRET_ENV = "AWS_SECRET_ACCESS_KEY"
+TOKEN_ENV = "AWS_SESSION_TOKEN"
 ALLOW_HTTP_ENV = "AWS_ALLOW_HTTP"  # delta-rs's name
 VIRTUAL_HOSTED_ENV = "AWS_VIRTUAL_HOSTED_STYLE_REQUEST"  # delta-rs's name: false = path style
 DEFAULT_REGION = "us-east-1"
@@ -63,24 +65,33 @@ class S3Options:
     region: str | None = None
     access_key: str | None = field(default=None, repr=False)
     secret_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)  # temporary keys' third part
     path_style: bool | None = None  # None: path style with a custom endpoint, else virtual hosts
     allow_http: bool | None = None  # None: when the endpoint says http://
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> S3Options:
+        """The AWS environment variables, then the profile's keys and region (AWS_PROFILE or
+        `default`), in the AWS CLI's order."""
         env = os.environ if env is None else env
         hosted = _truthy(env.get(VIRTUAL_HOSTED_ENV))
+        profile = read_profile(env)
+        keyed = bool(env.get(KEY_ENV) and env.get(SECRET_ENV))
         return cls(
             endpoint=_first_env(env, ENDPOINT_ENV),
-            region=_first_env(env, REGION_ENV),
-            access_key=env.get(KEY_ENV) or None,
-            secret_key=env.get(SECRET_ENV) or None,
+            region=_first_env(env, REGION_ENV) or profile.region,
+            access_key=env.get(KEY_ENV) if keyed else profile.access_key,
+            secret_key=env.get(SECRET_ENV) if keyed else profile.secret_key,
+            session_token=(env.get(TOKEN_ENV) or None) if keyed else profile.session_token,
             path_style=None if hosted is None else not hosted,
             allow_http=_truthy(env.get(ALLOW_HTTP_ENV)),
         )
 
     def over(self, base: S3Options) -> S3Options:
-        """These options, with `base`'s where these say nothing."""
+        """These options, with `base`'s where these say nothing (keys given here come without
+        `base`'s session token, which belongs to its own keys)."""
+        if self.access_key is not None:
+            base = replace(base, session_token=None)
         given = {f: getattr(self, f) for f in self.__dataclass_fields__}
         return replace(base, **{k: v for k, v in given.items() if v is not None})
 
@@ -101,6 +112,7 @@ class S3Options:
             REGION_ENV[0]: self.region,
             KEY_ENV: self.access_key,
             SECRET_ENV: self.secret_key,
+            TOKEN_ENV: self.session_token,
             ALLOW_HTTP_ENV: "true" if self.uses_http else None,
             VIRTUAL_HOSTED_ENV: None if self.path_style is None else str(not self.path_style),
         }
@@ -166,6 +178,7 @@ class Lake:
         return pafs.S3FileSystem(
             access_key=o.access_key,
             secret_key=o.secret_key,
+            session_token=o.session_token,
             region=o.region or DEFAULT_REGION,
             endpoint_override=endpoint,
             scheme=scheme,
@@ -186,8 +199,15 @@ class Lake:
             "AWS_REGION": o.region or DEFAULT_REGION,
             "AWS_ACCESS_KEY_ID": o.access_key,
             "AWS_SECRET_ACCESS_KEY": o.secret_key,
+            "AWS_SESSION_TOKEN": o.session_token,
             "AWS_ALLOW_HTTP": "true" if o.uses_http else None,
             "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false" if o.uses_path_style else "true",
+            # As S3A's below: a store that is gone, refusing or stalled fails a call within
+            # REQUEST_TIMEOUT (delta-rs's defaults retry ten times for up to three minutes).
+            "connect_timeout": f"{CONNECT_TIMEOUT:g}s",
+            "timeout": f"{REQUEST_TIMEOUT:g}s",
+            "max_retries": "3",
+            "retry_timeout": f"{REQUEST_TIMEOUT:g}s",
         }
         return {k: v for k, v in out.items() if v}
 
@@ -204,10 +224,17 @@ class Lake:
             "fs.s3a.aws.credentials.provider": (
                 "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
             ),
-            # A store that is gone fails a pass in seconds; the follower's next pass retries.
+            # A store that is gone, refusing (500) or throttling (503 SlowDown) fails a pass
+            # in seconds, and one that stalls within REQUEST_TIMEOUT; the follower's next pass
+            # retries after its own backoff. (S3A's defaults retry a throttled call 20 times,
+            # doubling, and wait 200 s on a silent socket: a pass held for minutes.)
             "fs.s3a.attempts.maximum": "2",
             "fs.s3a.retry.limit": "2",
+            "fs.s3a.retry.throttle.limit": "2",
+            "fs.s3a.retry.throttle.interval": "500ms",
             "fs.s3a.connection.establish.timeout": str(int(CONNECT_TIMEOUT * 1000)),
+            "fs.s3a.connection.request.timeout": str(int(REQUEST_TIMEOUT * 1000)),
+            "fs.s3a.connection.timeout": str(int(REQUEST_TIMEOUT * 1000)),
             "fs.s3a.create.conditional.enabled": "true",
         }
         if o.endpoint:

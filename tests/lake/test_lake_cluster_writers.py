@@ -116,7 +116,7 @@ def test_two_compactors_racing_commit_each_seq_once(
 
         return after_both_read
 
-    # Whichever way the append goes: Spark's, or delta-rs's for a few rows on a disk.
+    # Whichever way the append goes: Spark's, or delta-rs's for a few rows (disk or bucket).
     for name in ("append_after", "append_direct"):
         monkeypatch.setattr(compact, name, racing(getattr(compact, name)))
     results: dict[str, compact.Summary] = {}

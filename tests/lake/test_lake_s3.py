@@ -8,12 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from benchmarks.seaweed import ACCESS_KEY, SECRET_KEY, SeaweedS3
 from log.compactor import maintain
 from log.compactor.compact import Compactor, lake_progress
 from log.compactor.layout import StreamRef, read_shared_pin
@@ -25,7 +27,7 @@ from tests.lake.conftest import Folder, poll
 from tests.lake.conftest import Lake as LakeServer
 from tests.lake.test_lake_cluster_writers import Replica
 from tests.support.http import get_json, http_get
-from tests.support.seaweed import SECRET_KEY, SeaweedS3
+from tests.support.s3faults import Fault, FaultProxy
 from tests.support.servers import ServerProcess
 
 
@@ -108,12 +110,46 @@ def test_the_store_lets_one_writer_create_a_table_version(
     assert commit.read_bytes() == b'{"first":1}\n'
 
 
+PASS_FAILED = "ERROR compact S3: table s3://"  # the compactor's log: a pass failed
+
+
+@pytest.fixture
+def proxy(seaweed: SeaweedS3) -> Iterator[FaultProxy]:
+    """A fault-injecting proxy before the test S3 server (no fault until one is set)."""
+    made = FaultProxy(seaweed.s3).start()
+    yield made
+    made.stop()
+
+
+def profile_env(home: Path) -> list[str]:
+    """An `env` wrapper for a server whose keys come only from the AWS profile chain: a HOME
+    whose `~/.aws` names them under a profile, AWS_PROFILE naming it, no key variables."""
+    aws = home / ".aws"
+    aws.mkdir(parents=True)
+    (aws / "credentials").write_text(
+        f"[lake]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n"
+    )
+    (aws / "config").write_text("[profile lake]\nregion = us-east-1\n")
+    unset = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE")
+    unset += ("AWS_SHARED_CREDENTIALS_FILE",)
+    return ["env", *(f"-u{name}" for name in unset), f"HOME={home}", "AWS_PROFILE=lake"]
+
+
 @pytest.mark.timeout(600)  # the server's compactor is a JVM of its own
-async def test_the_servers_compactor_fills_a_bucket_through_an_outage(
-    lake: LakeServer, seaweed: SeaweedS3, connect: Connect
+async def test_the_servers_compactor_fills_a_bucket_through_store_faults(
+    lake: LakeServer, seaweed: SeaweedS3, proxy: FaultProxy, connect: Connect, tmp_path: Path
 ) -> None:
+    """The keys from an AWS profile only; the store behind a proxy that answers 503 SlowDown,
+    then 500, then nothing at all. Through each: publishes acknowledged, /healthz ok, the lag
+    growing and the store's answer naming the bucket on /jsz, the compactor retrying; after,
+    the table caught up with every seq once."""
     bucket = seaweed.bucket()
-    server = lake.start(config=server_conf(seaweed, f"s3://{bucket}/lake"))
+    timing = 'seal_interval: "200ms", compact_interval: "500ms"'
+    config = (
+        f'lake {{ dir: "s3://{bucket}/lake", {timing},\n'
+        f'  s3 {{ endpoint: "{proxy.endpoint}", path_style: true }} }}\n'
+    )
+    server = lake.start(config=config, wrapper=profile_env(tmp_path / "home"))
     nc = await connect(server)
     js = nc.jetstream()
     await js.add_stream(name="S3", subjects=["s3.>"])
@@ -123,38 +159,46 @@ async def test_the_servers_compactor_fills_a_bucket_through_an_outage(
     jsz = (await get_json(server.http_url + "/jsz"))["lake"]
     assert jsz["dir"] == f"s3://{bucket}/lake" and "error" not in jsz
     assert jsz["streams"]["S3"]["table"].startswith(f"s3://{bucket}/lake/S3/")
-    ref = StreamRef.load(lake.stream_dir("S3"))
-    assert lake_progress(ref.table_path(seaweed.lake(bucket)), ref.app_id) == 200
-    for page in ("/varz", "/jsz", "/metrics"):
-        assert SECRET_KEY not in (await http_get(server.http_url + page)).body.decode()
-    assert SECRET_KEY not in server.log()
 
-    # The store stops answering for a while: publishes are still acknowledged, the lag
-    # grows on /jsz while /healthz stays ok, and once the store answers again the table
-    # catches up with every seq once.
-    seaweed.pause()
-    try:
-        for i in range(100):
-            assert (await js.publish("s3.late", b"%d" % i)).seq == 201 + i
-        await lake.sealed("S3", 300)
+    said = {Fault.SLOW_DOWN: "SLOW_DOWN", Fault.INTERNAL: "INTERNAL_FAILURE"}
+    seq = 200
+    for fault in (Fault.SLOW_DOWN, Fault.INTERNAL, Fault.STALL):
+        proxy.set(fault)
+        failed = server.log().count(PASS_FAILED)
+        for i in range(50):
+            seq += 1
+            assert (await js.publish("s3.late", b"%d" % i)).seq == seq  # the live log buffers
+        await lake.sealed("S3", seq)
 
-        async def lagging() -> bool:
-            doc = (await get_json(server.http_url + "/jsz"))["lake"]["streams"]["S3"]
-            assert doc["lake_seq"] == 200 and doc["lag_messages"] == 100
-            return bool(doc["lag_seconds"] >= 3.0)
+        async def held(fault: Fault = fault, seq: int = seq, failed: int = failed) -> bool:
+            doc = (await get_json(server.http_url + "/jsz"))["lake"]
+            lag = doc["streams"]["S3"]
+            assert lag["lake_seq"] == 200 and lag["lag_messages"] == seq - 200
+            named = f"lake bucket {bucket}: " in doc.get("error", "")
+            if fault is Fault.STALL:  # calls time out slowly: the last answer stays on /jsz
+                return named and proxy.counts[fault] > 0 and lag["lag_seconds"] >= 3.0
+            retried = server.log().count(PASS_FAILED) > failed  # a pass failed, naming the table
+            return named and said[fault] in doc["error"] and retried
 
-        await poll(lagging, "the lake's lag growing to 3 s while the store is gone")
+        await poll(held, f"{fault.value}: the lag growing, /jsz naming the bucket", deadline=180)
+        assert (await http_get(server.http_url + "/healthz")).status == 200
         metrics = (await http_get(server.http_url + "/metrics")).body.decode()
         assert 'jetlake_lake_lag_messages{server_id="' in metrics
-        assert (await http_get(server.http_url + "/healthz")).status == 200
-    finally:
-        seaweed.resume()
-    await lake_reaches(server, "S3", 300)
-    table = ref.table_path(seaweed.lake(bucket))
+    proxy.set(Fault.NONE)
+    await lake_reaches(server, "S3", seq)
+
+    async def cleared() -> bool:
+        return "error" not in (await get_json(server.http_url + "/jsz"))["lake"]
+
+    await poll(cleared, "/jsz's lake error gone once the store answers")
+    table = StreamRef.load(lake.stream_dir("S3")).table_path(seaweed.lake(bucket))
     seqs = DeltaTable(table.uri, storage_options=table.delta_options).to_pyarrow_table(
         columns=["seq"]
     )
-    assert sorted(seqs.column("seq").to_pylist()) == list(range(1, 301))
+    assert sorted(seqs.column("seq").to_pylist()) == list(range(1, seq + 1))
+    for page in ("/varz", "/jsz", "/metrics"):
+        assert SECRET_KEY not in (await http_get(server.http_url + page)).body.decode()
+    assert SECRET_KEY not in server.log()
 
 
 @pytest.mark.parametrize("refused", ["bucket", "keys"])
@@ -181,7 +225,10 @@ async def test_a_missing_bucket_or_refused_keys_are_named_once_and_publishes_go_
     assert doc["streams"]["HELD"]["lag_messages"] == 50
     assert (await http_get(server.http_url + "/healthz")).status == 200
     assert server.log().count(f"Lake unavailable: lake bucket {bucket}: ") == 1
-    assert "not-the-secret" not in server.log() + json.dumps(doc)
+    pages = [
+        (await http_get(server.http_url + page)).body.decode() for page in ("/varz", "/metrics")
+    ]
+    assert "not-the-secret" not in server.log() + json.dumps(doc) + "".join(pages)
 
 
 @pytest.mark.soak  # two compactor JVMs racing for minutes on two cores

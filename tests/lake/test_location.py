@@ -68,3 +68,52 @@ def test_the_config_block_keeps_its_secret_out_of_sight(tmp_path: Path) -> None:
     assert lake.dir == "s3://b/p" and lake.s3 is not None
     assert lake.s3.secret_key == "topsecret" and lake.s3.path_style
     assert "topsecret" not in repr(lake)
+
+
+def _aws_files(home: Path) -> None:
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(
+        "[default]\naws_access_key_id = DEFAULTKEY\naws_secret_access_key = defaultsecret\n"
+        "[lake]\naws_access_key_id = LAKEKEY\naws_secret_access_key = lakesecret\n"
+        "aws_session_token = laketoken\n"
+    )
+    (home / ".aws" / "config").write_text(
+        "[default]\nregion = eu-north-1\n[profile lake]\nregion = ap-east-1\n"
+        "[profile half]\naws_access_key_id = ONLYKEY\n"
+    )
+
+
+def test_a_profile_gives_its_keys_to_every_sdk(tmp_path: Path) -> None:
+    """delta-rs reads no profile itself: the keys AWS_PROFILE names reach it, Arrow and S3A
+    alike, as the AWS CLI would pick them (the key variables first)."""
+    _aws_files(tmp_path)
+    home = {"HOME": str(tmp_path)}
+    lake_profile = S3Options.from_env({**home, "AWS_PROFILE": "lake"})
+    assert (lake_profile.access_key, lake_profile.region) == ("LAKEKEY", "ap-east-1")
+    assert lake_profile.session_token == "laketoken"
+    assert "lakesecret" not in repr(lake_profile) + repr(Lake("s3://b", lake_profile))
+    lake = Lake("s3://b/p", lake_profile)
+    assert lake.storage_options()["AWS_SESSION_TOKEN"] == "laketoken"
+    assert lake.child_env()["AWS_SECRET_ACCESS_KEY"] == "lakesecret"
+    default = S3Options.from_env(home)
+    assert (default.access_key, default.region) == ("DEFAULTKEY", "eu-north-1")
+    keyed = {
+        **home,
+        "AWS_PROFILE": "lake",
+        "AWS_ACCESS_KEY_ID": "ENV",
+        "AWS_SECRET_ACCESS_KEY": "s",
+    }
+    from_env = S3Options.from_env(keyed)
+    assert (from_env.access_key, from_env.session_token, from_env.region) == (
+        "ENV",
+        None,
+        "ap-east-1",
+    )
+    half = S3Options.from_env({**home, "AWS_PROFILE": "half"})  # half a pair: the SDKs decide
+    assert half.access_key is None and half.secret_key is None
+    moved = {"AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / ".aws" / "credentials")}
+    assert S3Options.from_env({"HOME": "/nonexistent", **moved}).access_key == "DEFAULTKEY"
+    assert S3Options.from_env({"HOME": "/nonexistent"}).access_key is None
+    # Keys given in the block come without the profile's token, which is not theirs.
+    given = S3Options(access_key="AK", secret_key="SK").over(lake_profile)
+    assert (given.access_key, given.session_token) == ("AK", None)
