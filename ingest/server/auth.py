@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ingest.parser.subjects import is_subset, subject_matches, subjects_overlap
+from ingest.parser.subjects import subject_matches, subjects_overlap
 from ingest.server.accounts.settings import GLOBAL_ACCOUNT
 from ingest.server.jwt import nkey, trust
 from ingest.server.jwt.claims import JWTError
@@ -99,10 +99,11 @@ class Grant:
         return verdict
 
     def can_subscribe(self, subject: str) -> bool:
-        """A wildcard subscription is allowed when it lies inside an allow and not inside a deny."""
-        if self.sub_allow and not any(is_subset(subject, a) for a in self.sub_allow):
+        """The reference matches the subscription's subject against allow and deny as if its
+        wildcards were plain tokens: `>` falls under an allowed `*`, `a.*` under `a.>`."""
+        if self.sub_allow and not any(subject_matches(a, subject) for a in self.sub_allow):
             return False
-        return not any(is_subset(subject, d) for d in self.sub_deny)
+        return not any(subject_matches(d, subject) for d in self.sub_deny)
 
     def filters_delivery(self, subject: str) -> bool:
         """True when a subscription may see messages a deny rule must hold back."""
