@@ -78,6 +78,11 @@ class Config:
     max_append_entries: int = 256  # entries per APPEND message
     max_append_bytes: int = 256 * 1024  # and their data's bytes (past one entry)
     max_inflight: int = 64  # unacknowledged APPENDs per follower
+    # Followers learn a new commit from the next APPEND or heartbeat, not from an empty
+    # APPEND sent at once: for a group whose followers only apply what commits (a
+    # stream's), that round is a read, a hard-state write and an answer per commit on
+    # each; one whose followers act on it (the meta group's assignments) wants it.
+    lazy_commit: bool = False
     seed: int = 0  # seeds the core's own random.Random (deterministic runs)
 
 

@@ -175,7 +175,9 @@ class LeaderRole:
         self._maybe_commit()
         if self._role != Role.LEADER or peer not in self._progress:
             return
-        self._replicate(peer, allow_empty=False)
+        self._replicate(
+            peer, allow_empty=not self._cfg.lazy_commit and pr.sent_commit < self._commit
+        )
         if peer == self._transferee and pr.match == self._log.last_index:
             self._send(T.TIMEOUT_NOW, peer)
 
@@ -186,13 +188,9 @@ class LeaderRole:
             self._bcast_append(allow_empty=False)
 
     def _maybe_commit(self) -> None:
-        """Advance the commit to what a quorum holds.
-
-        Followers learn a new commit from the next APPEND or heartbeat (every tick), not
-        from an empty APPEND of its own: that round cost each follower a read, a
-        hard-state write and an answer per commit, which with one publish at a time is
-        every message. Only what followers apply waits for it; what is committed (and
-        acknowledged to clients) does not."""
+        """Advance the commit to what a quorum holds and, unless `lazy_commit`, tell
+        followers at once. Only what followers apply waits for them to learn it; what is
+        committed (and acknowledged to clients) does not."""
         moved = False
         while self._role == Role.LEADER:
             index = self._quorum_index()
@@ -200,8 +198,12 @@ class LeaderRole:
                 break
             self._commit_to(index)
             moved = True
-        if moved and self._role == Role.LEADER and self._id not in self._membership.conf.voters:
-            self._bcast_append(allow_empty=True)  # its last word: no heartbeat follows
+        if not moved or self._role != Role.LEADER:
+            return
+        removed = self._id not in self._membership.conf.voters
+        if removed or not self._cfg.lazy_commit:
+            self._bcast_append(allow_empty=True)  # a removed leader's last word: no heartbeat
+        if removed:
             self._become_follower(self._term, None)  # its own removal committed
 
     def _conf_changed(self, change: ConfChange) -> None:

@@ -98,6 +98,7 @@ class SimNode:
             seed=self.seed * 7919 + self.restarts,
             max_append_entries=batch,
             max_inflight=inflight,
+            lazy_commit=bool(self.seed & 1),  # either way, mixed in one cluster
         )
         self.restarts += 1
         self.core = RaftCore(config, bootstrap, restored)

@@ -30,7 +30,7 @@ def test_transfer_to_a_chosen_peer() -> None:
     c = net.nodes["c"]
     assert c.role == Role.LEADER and c.term == 2 and net.nodes["a"].leader == "c"
     net.propose("c", b"2")
-    net.heartbeat()
+    net.stabilize()
     assert all(net.items(n) == [b"1", b"2"] for n in "abc")
 
 
@@ -110,7 +110,7 @@ def test_read_index_on_the_leader_needs_a_heartbeat_quorum() -> None:
 def test_read_index_waits_for_an_entry_of_the_leaders_term() -> None:
     net = Net("abc", check_quorum=False)  # no lease: b can win at once
     net.elect("a")
-    net.heartbeat()
+    net.stabilize()
     net.isolate("a")
     net.nodes["b"].campaign()
     net.process("b")

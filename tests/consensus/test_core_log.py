@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+import pytest
+
 from consensus.core import Config, RaftCore
 from consensus.types import (
     ConfState,
@@ -192,7 +194,7 @@ def test_snapshot_installs_on_a_follower_behind_compaction() -> None:
     net.restart("c")
     assert net.nodes["c"].commit == 6 and net.items("c") == net.items("a")
     net.propose("a", b"6")
-    net.heartbeat()
+    net.stabilize()
     assert net.items("c") == [b"1", b"2", b"3", b"4", b"5", b"6"]
 
 
@@ -329,3 +331,25 @@ def test_an_append_is_capped_in_bytes_but_always_carries_an_entry() -> None:
         assert sum(sizes[:-1]) < 100, sizes  # cut once the bytes reach the cap
     assert max(len(m.entries) for m in to_c) == 2
     assert net.items("c") == payloads
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_followers_learn_a_commit_at_once_or_with_the_next_append_or_heartbeat(
+    lazy: bool,
+) -> None:
+    net = Net("abc", lazy_commit=lazy)
+    net.elect("a")
+    net.heartbeat()
+    sent = len(net.sent)
+    net.propose("a", b"1")
+    net.stabilize()
+    a, b = net.nodes["a"], net.nodes["b"]
+    assert a.commit == 2 and net.items("a") == [b"1"]  # the client hears of it either way
+    empty = [m for m in net.sent[sent:] if m.type == T.APPEND and not m.entries]
+    assert len(empty) == (0 if lazy else 2)
+    assert b.commit == (1 if lazy else 2)
+    net.propose("a", b"2")
+    net.deliver(of(T.APPEND))
+    assert b.commit == 2 and net.items("b") == [b"1"]  # carried by the next APPEND
+    net.heartbeat()
+    assert all(net.items(n) == [b"1", b"2"] for n in "abc")

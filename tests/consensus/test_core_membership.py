@@ -82,7 +82,7 @@ def test_promote_is_refused_until_the_learner_caught_up() -> None:
     assert a.commit == index
     net.heal()
     net.tick("a")
-    net.heartbeat()
+    net.stabilize()
     assert a.commit == index + 1 and net.items("d") == [b"x"]
 
 
@@ -186,7 +186,7 @@ def test_remove_the_leader() -> None:
     assert net.nodes["b"].conf.voters == frozenset("bc")
     leader = net.run_until_leader(among="bc")
     net.propose(leader, b"2")
-    net.heartbeat()
+    net.stabilize()
     assert net.items("b") == net.items("c") == [b"1", b"2"]
     assert net.nodes["a"].role == Role.FOLLOWER
 
