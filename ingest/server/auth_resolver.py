@@ -27,9 +27,10 @@ from ingest.server.jwt import claims as jwt
 from ingest.server.jwt.claims import Claims, JWTError
 from ingest.server.jwt.settings import FULL
 from ingest.server.jwt.store import AccountStore
-from ingest.server.jwt.trust import Operators, revoked
+from ingest.server.jwt.trust import Operators, account_limits, revoked
 
 if TYPE_CHECKING:
+    from ingest.server.accounts.registry import Account
     from ingest.server.server import Server
     from ingest.server.system import SystemServices
 
@@ -76,6 +77,9 @@ class Resolver:
 
     def start(self, server: Server, system: SystemServices) -> None:
         self._server, self._system = server, system
+        for account in server.accounts:
+            self._limit(account)
+        server.accounts.on_create.append(self._limit)
         if self.dir is None:
             return
         sys_account = server.accounts.system_account
@@ -209,11 +213,19 @@ class Resolver:
 
     # ---- applying an account's new JWT to its connections ------------------------------
 
+    def _limit(self, account: Account) -> None:
+        claims = self.store.get(account.name)
+        if claims is not None:
+            account.limits = account_limits(claims)
+
     def apply(self, claims: Claims) -> None:
-        """Cut off the account's users that the new JWT revokes."""
+        """Take the new JWT's limits; cut off the account's users that it revokes."""
         server = self._server
         if server is None:
             return
+        account = server.accounts.get(claims.subject)
+        if account is not None:
+            self._limit(account)
         for client in list(server.clients.values()):
             grant = client.grant
             mine = client.authenticated and grant.account == claims.subject

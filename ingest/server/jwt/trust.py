@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.server.accounts.settings import AccountLimits
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt import nkey
 from ingest.server.jwt.claims import Claims, JWTError
@@ -82,6 +83,24 @@ class Operators:
             raise JWTError(f"account JWT {account.subject} is not issued by a trusted operator")
         account.check_time(now)
         return account
+
+
+def account_limits(account: Claims) -> AccountLimits:
+    """The connection limits of an account JWT (`nsc edit account --conn --subs
+    --payload --leaf`), in the shape an `accounts {}` block's `limits` takes."""
+    limits = account.nats.get("limits")
+    limits = limits if isinstance(limits, dict) else {}
+
+    def limit(name: str) -> int:
+        value = limits.get(name, -1)
+        return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+    return AccountLimits(
+        max_connections=limit("conn"),
+        max_subscriptions=limit("subs"),
+        max_payload=limit("payload"),
+        max_leafnodes=limit("leaf"),
+    )
 
 
 def revoked(account: Claims, user: str, issued_at: int) -> bool:
