@@ -292,7 +292,7 @@ class LeafConnection(asyncio.Protocol):
         size = len(msg.payload) + (len(msg.hdr) if msg.hdr else 0)
         self.in_msgs += 1
         self.in_bytes += size
-        if self.deny_in and self.deny_in.message(msg.subject.decode("utf-8", "surrogateescape")):
+        if self.deny_in.message(msg.subject):
             return
         queues = frozenset(q.decode("utf-8", "surrogateescape") for q in msg.queues)
         reply, shown = msg.reply, None
@@ -318,7 +318,7 @@ class LeafConnection(asyncio.Protocol):
             if queue is not None:
                 held[5].append(queue.encode("utf-8", "surrogateescape"))
             return
-        if self.deny_out.message(subject.decode("utf-8", "surrogateescape")):
+        if self.deny_out.message(subject):
             return
         self._emit()
         queues = [queue.encode("utf-8", "surrogateescape")] if queue is not None else []
