@@ -30,7 +30,7 @@ from ingest.server.jwt.store import AccountStore
 from ingest.server.jwt.trust import Operators, account_limits, revoked
 
 if TYPE_CHECKING:
-    from ingest.server.accounts.registry import Account
+    from ingest.server.accounts.registry import Account, Accounts
     from ingest.server.server import Server
     from ingest.server.system import SystemServices
 
@@ -74,6 +74,15 @@ class Resolver:
             if "expired" not in str(exc):
                 raise ConfigError(f"{where}: invalid account JWT: {exc}") from exc
             log.warning("%s: %s", where, exc)
+
+    def register(self, accounts: Accounts, *, jetstream: bool) -> None:
+        """Make the accounts held known before the server builds JetStream: those whose
+        JWT allows it get an engine at start (an account pushed later gets one after a
+        restart)."""
+        for claims in self.store:
+            account = accounts.ensure(claims.subject)
+            account.limits = account_limits(claims)
+            account.jetstream_enabled = jetstream and account.limits.jetstream is not None
 
     def start(self, server: Server, system: SystemServices) -> None:
         self._server, self._system = server, system
@@ -217,6 +226,8 @@ class Resolver:
         claims = self.store.get(account.name)
         if claims is not None:
             account.limits = account_limits(claims)
+            if account.jetstream is not None and account.limits.jetstream is not None:
+                account.jetstream.limits = account.limits.jetstream
 
     def apply(self, claims: Claims) -> None:
         """Take the new JWT's limits; cut off the account's users that it revokes."""

@@ -112,6 +112,8 @@ class Server:
         self.auth = Authenticator(opts, self.resolver.store if self.resolver else None)
         self.sublist: Sublist[Any] = Sublist()  # the global account's
         self.accounts = Accounts(opts, self.sublist, jetstream=opts.jetstream.enabled)
+        if self.resolver is not None:
+            self.resolver.register(self.accounts, jetstream=opts.jetstream.enabled)
         # None without mappings: route() tests it for every message.
         self.mapper = SubjectMapper(opts.mappings) if opts.mappings else None
         self.clients: dict[int, Client] = {}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import nkeys
 import pytest
+from nats.js.errors import BadRequestError, ServiceUnavailableError
 
 from tests.conftest import Connect, ServerPool
 from tests.e2e.test_core_auth import AUTH_VIOLATION, expect_auth_failure
@@ -60,6 +61,10 @@ def keystore(tmp_path_factory: pytest.TempPathFactory) -> Keystore:
     nsc.run("add", "account", "L")
     nsc.run("edit", "account", "L", "--conns", "1", "--payload", "64", "--subscriptions", "1")
     nsc.run("add", "user", "-a", "L", "limited_user")
+    nsc.run("add", "account", "J")
+    nsc.run("edit", "account", "J", "--js-mem-storage", "-1", "--js-disk-storage", "-1")
+    nsc.run("edit", "account", "J", "--js-streams", "1")
+    nsc.run("add", "user", "-a", "J", "streamer")
     return Keystore(
         nsc=nsc,
         config=nsc.memory_config(),
@@ -73,8 +78,10 @@ def keystore(tmp_path_factory: pytest.TempPathFactory) -> Keystore:
 
 @pytest.fixture
 def op_server(server_kind: str, server_pool: ServerPool, keystore: Keystore) -> ServerProcess:
-    """Shared by the module: logins and expiries change no server state."""
-    return server_pool.get(server_kind, config=keystore.config)
+    """Shared by the module (logins and expiries change no server state); JetStream on,
+    for the accounts whose JWT allows it."""
+    store = str(keystore.files / f"js-{server_kind}")
+    return server_pool.get(server_kind, "-js", "-sd", store, config=keystore.config)
 
 
 def _sign(seed: bytes, nonce: str) -> str:
@@ -267,6 +274,23 @@ async def test_account_jwt_limits(
         assert await c.outcome(too_big) == Outcome(
             (b"-ERR 'Maximum Payload Violation'",), closed=True
         )
+
+
+async def test_jetstream_where_the_account_jwt_allows_it(
+    op_server: ServerProcess, keystore: Keystore, connect: Connect
+) -> None:
+    nc = await connect(op_server, user_credentials=str(keystore.nsc.creds("J", "streamer")))
+    js = nc.jetstream()
+    await js.add_stream(name="ORDERS", subjects=["orders.>"])
+    ack = await js.publish("orders.1", b"x")
+    assert (ack.stream, ack.seq) == ("ORDERS", 1)
+    with pytest.raises(BadRequestError) as refused:  # --js-streams 1
+        await js.add_stream(name="MORE", subjects=["more.>"])
+    assert refused.value.err_code == 10027
+    other = await connect(op_server, user_credentials=str(keystore.nsc.creds("A", "plain")))
+    with pytest.raises(ServiceUnavailableError) as disabled:
+        await other.jetstream().account_info()
+    assert disabled.value.err_code == 10039
 
 
 async def _until(check: object, timeout: float = 3.0) -> None:

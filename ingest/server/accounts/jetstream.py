@@ -58,13 +58,15 @@ class AccountJetStreams:
     async def start(self) -> None:
         for engine in self._engines:
             await engine.start()
-        system = self._server.accounts.system_account
         for account in self._server.accounts:
-            if account.jetstream is None:
-                refuse = _refuser(self._server, account, system=account is system)
-                self._refusals.append(
-                    self._server.subscribe(API_PREFIX + ">", refuse, account=account)
-                )
+            self._refuse(account)
+        self._server.accounts.on_create.append(self._refuse)  # operator mode's accounts
+
+    def _refuse(self, account: Account) -> None:
+        if account.jetstream is None:
+            system = account is self._server.accounts.system_account
+            refuse = _refuser(self._server, account, system=system)
+            self._refusals.append(self._server.subscribe(API_PREFIX + ">", refuse, account=account))
 
     async def stop(self) -> None:
         for token in self._refusals:

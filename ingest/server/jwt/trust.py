@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.server.accounts.settings import AccountLimits
+from ingest.server.accounts.settings import AccountLimits, JetStreamLimits
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt import nkey
 from ingest.server.jwt.claims import Claims, JWTError
@@ -86,8 +86,9 @@ class Operators:
 
 
 def account_limits(account: Claims) -> AccountLimits:
-    """The connection limits of an account JWT (`nsc edit account --conn --subs
-    --payload --leaf`), in the shape an `accounts {}` block's `limits` takes."""
+    """The limits of an account JWT (`nsc edit account --conns --subscriptions --payload
+    --leaf-conns`, and `--js-*`), in the shape an `accounts {}` block's `limits` takes.
+    JetStream is on for the account when its memory or disk storage is not 0."""
     limits = account.nats.get("limits")
     limits = limits if isinstance(limits, dict) else {}
 
@@ -95,11 +96,25 @@ def account_limits(account: Claims) -> AccountLimits:
         value = limits.get(name, -1)
         return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
+    memory, disk = limits.get("mem_storage", 0), limits.get("disk_storage", 0)
+    jetstream = None
+    if memory or disk:
+        jetstream = JetStreamLimits(
+            max_memory=limit("mem_storage"),
+            max_file=limit("disk_storage"),
+            max_streams=limit("streams"),
+            max_consumers=limit("consumer"),
+            max_ack_pending=limit("max_ack_pending"),
+            max_bytes_required=bool(limits.get("max_bytes_required")),
+            memory_max_stream_bytes=limit("mem_max_stream_bytes"),
+            disk_max_stream_bytes=limit("disk_max_stream_bytes"),
+        )
     return AccountLimits(
         max_connections=limit("conn"),
         max_subscriptions=limit("subs"),
         max_payload=limit("payload"),
         max_leafnodes=limit("leaf"),
+        jetstream=jetstream,
     )
 
 
