@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nats
@@ -23,16 +24,24 @@ def test_a_loop_is_refused(tmp_path: Path, other: str) -> None:
     """A jetlake server and another that dial each other: one hears its own loop
     detection subject back and the link is refused with the reference's error."""
     ports = free_port(), free_port()
-    servers = []
-    for name, kind, listen, dial in (
-        ("A", "jetlake", ports[0], ports[1]),
-        ("B", other, *ports[::-1]),
-    ):
-        config = (
+    configs = [
+        (
+            name,
+            kind,
             f"server_name: {name}\nleafnodes {{ listen: 127.0.0.1:{listen}\n"
-            f'  remotes [ {{ url: "nats://127.0.0.1:{dial}" }} ] }}\n'
+            f'  remotes [ {{ url: "nats://127.0.0.1:{dial}" }} ] }}\n',
         )
-        servers.append(start_server(kind, config=config, tmp_path=tmp_path, name=name))
+        for name, kind, listen, dial in (
+            ("A", "jetlake", ports[0], ports[1]),
+            ("B", other, ports[1], ports[0]),
+        )
+    ]
+    with ThreadPoolExecutor(2) as pool:  # both at once: each dials the other until it is up
+        servers = list(
+            pool.map(
+                lambda c: start_server(c[1], config=c[2], tmp_path=tmp_path, name=c[0]), configs
+            )
+        )
     try:
         poll(
             lambda: any(s.find_log("Loop detected for leafnode account") for s in servers),
