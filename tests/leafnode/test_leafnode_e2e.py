@@ -163,3 +163,12 @@ async def _until(check: Callable[[], bool], timeout: float = TIMEOUT) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("timed out")
         await asyncio.sleep(0.02)
+
+
+async def test_leafz_entries_have_the_same_fields_on_both_ends(link: Link) -> None:
+    """With the reference on one end, jetlake's entry has the reference's fields."""
+    hub = leafz(link.hub)["leafs"][0]
+    leaf = leafz(link.leaf)["leafs"][0]
+    assert set(hub) == set(leaf)
+    if "jetlake" in (link.hub.kind, link.leaf.kind):  # links with jetlake run uncompressed
+        assert hub["compression"] == leaf["compression"] == "not supported"

@@ -396,7 +396,7 @@ class Leafnodes:
                     "in_bytes": conn.in_bytes,
                     "out_bytes": conn.out_bytes,
                     "subscriptions": len(conn.subs),
-                    "compression": "off",
+                    "compression": "not supported",
                 }
                 if subs and conn.subs:
                     entry["subscriptions_list"] = sorted({s for s, _ in conn.subs})
