@@ -52,6 +52,7 @@ def error(code: int, err_code: int, description: str) -> dict[str, Any]:
 async def test_account_limits_and_their_errors(server: ServerProcess, connect: Connect) -> None:
     a = await connect(f"nats://a:a@{server.host}:{server.port}")
     info = await api(a, "$JS.API.INFO")
+    assert info["api"]["total"] == 0  # a request is counted once answered
     assert info["limits"] == {
         "max_memory": MB,
         "max_storage": 2 * MB,

@@ -198,7 +198,7 @@ def read_jetstream_limits(section: _Reader, field: str, table: Table) -> JetStre
     values: dict[str, Any] = {}
     for key, value in table.items():
         lowered = key.lower()
-        if lowered == "max_bytes_required":
+        if lowered in ("max_bytes_required", "max_stream_bytes"):
             values["max_bytes_required"] = bool(value)
             continue
         if lowered not in _JS_LIMITS:

@@ -189,6 +189,7 @@ class Api:
     def _account_info(self, tokens: list[str], data: bytes) -> Response:
         usage = self._js.usage()
         configs = self._js.configs()
+        domain = {"domain": self._js.config.domain} if self._js.config.domain else {}
         return {
             "memory": usage["memory"],
             "storage": usage["storage"],
@@ -197,7 +198,13 @@ class Api:
             "streams": len(self._js.streams),
             "consumers": self._js.consumers.total(),
             "limits": js_limits.limits_document(self._js.limits),
-            "api": {"level": streamconfig.API_LEVEL, "total": self.total, "errors": self.errors},
+            # The reference counts a request once answered: this one is not in it yet.
+            "api": {
+                "level": streamconfig.API_LEVEL,
+                "total": self.total - 1,
+                "errors": self.errors,
+            },
+            **domain,
         }
 
     # -- streams -------------------------------------------------------------

@@ -722,7 +722,12 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "Highest `max_ack_pending` of a consumer, and its default.",
             "-1",
         ),
-        K("max_bytes_required", "boolean", "Streams must set `max_bytes`.", "false"),
+        K(
+            "max_bytes_required max_stream_bytes",
+            "boolean",
+            "Streams must set `max_bytes`.",
+            "false",
+        ),
         K(
             "mem_max_stream_bytes memory_max_stream_bytes",
             "size",
