@@ -79,7 +79,8 @@ class Progress:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="jetlake sql",
-        description="Spark SQL over every stream: Delta table up to L plus live segments after L.",
+        description="Spark SQL over every stream: Delta table up to L plus live segments after L."
+        " `jetlake sql serve --help`: the long-lived SQL service.",
     )
     p.add_argument(
         "sql",
@@ -147,7 +148,8 @@ def main(argv: list[str]) -> int:
             print(f"jetlake sql: querying the SQL service at {url}", file=sys.stderr)
             table = _remote(url, args.sql)
         else:
-            print("jetlake sql: no SQL service up; starting a local Spark session", file=sys.stderr)
+            why = "--local" if args.local else f"no SQL service up for {args.store}"
+            print(f"jetlake sql: {why}; starting a local Spark session", file=sys.stderr)
             table = _local(args)
     except Exception as exc:  # Spark's errors arrive through py4j or gRPC
         print(f"jetlake sql: {first_line(exc)}", file=sys.stderr)

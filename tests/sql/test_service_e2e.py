@@ -284,3 +284,19 @@ async def test_beeline_over_jdbc_sees_the_views(service: Service) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "bee.a,3" in done.stdout and "bee.b,2" in done.stdout, done.stdout
+
+
+@pytest.mark.soak
+def test_jetlake_sql_without_a_service_starts_a_local_session_and_says_so(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "jetstream").mkdir()
+    done = subprocess.run(
+        [str(JETLAKE), "sql", "--store", str(tmp_path), "SELECT 41 + 1 AS answer"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"no SQL service up for {tmp_path}; starting a local Spark session" in done.stderr
+    assert re.search(r"^\s*42\s*$", done.stdout, re.M), done.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -98,3 +99,27 @@ def test_first_line_drops_the_plan_and_the_jvm_stack() -> None:
     assert first_line(Exception(text + "\n\nJVM stacktrace:\nat x")) == (
         "[TABLE_OR_VIEW_NOT_FOUND] `NOPE` cannot be found.; line 1 pos 14"
     )
+
+
+def test_jetlake_sql_takes_the_service_only_while_its_process_and_port_live(
+    tmp_path: Path,
+) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from sql.cli import service_url
+
+    assert service_url(tmp_path, None) is None  # no file
+    assert service_url(tmp_path, "sc://elsewhere:1") == "sc://elsewhere:1"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"sc://127.0.0.1:{listener.getsockname()[1]}"
+        Endpoints(pid=int(gone.stdout), connect=url).write(tmp_path)
+        assert service_url(tmp_path, None) is None  # its process is gone
+        Endpoints(pid=os.getpid(), connect=url).write(tmp_path)
+        assert service_url(tmp_path, None) == url
+    assert service_url(tmp_path, None) is None  # its port is closed
