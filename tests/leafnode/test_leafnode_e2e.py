@@ -19,6 +19,7 @@ from nats.errors import NoRespondersError
 
 from tests.leafnode.conftest import Link, knows, leafz
 from tests.support.clients import sync
+from tests.support.http import _get
 
 TIMEOUT = 5.0
 
@@ -172,3 +173,16 @@ async def test_leafz_entries_have_the_same_fields_on_both_ends(link: Link) -> No
     assert set(hub) == set(leaf)
     if "jetlake" in (link.hub.kind, link.leaf.kind):  # links with jetlake run uncompressed
         assert hub["compression"] == leaf["compression"] == "not supported"
+
+
+async def test_varz_counts_and_describes_the_links(link: Link) -> None:
+    hub = _get(link.hub.http_url + "/varz").json()
+    leaf = _get(link.leaf.http_url + "/varz").json()
+    assert hub["leafnodes"] == leaf["leafnodes"] == 1
+    assert (hub["leaf"]["host"], hub["leaf"]["port"]) == ("127.0.0.1", link.leaf_port)
+    (remote,) = leaf["leaf"]["remotes"]
+    assert remote == {
+        "local_account": "$G",
+        "urls": [f"127.0.0.1:{link.leaf_port}"],
+        "deny": {"exports": ["private.>"], "imports": ["local.>"]},
+    }

@@ -24,9 +24,14 @@ from typing import TYPE_CHECKING, Any
 from ingest.parser.leafnodes import LOOP_DETECTION_PREFIX, encode_err, encode_info
 from ingest.server.auth import AuthError
 from ingest.server.cluster.settings import RouteURL, local_addresses, parse_route_url
-from ingest.server.gofmt import rtt
+from ingest.server.gofmt import number, rtt
 from ingest.server.leafnode.connection import LeafConnection, LeafSub
-from ingest.server.leafnode.settings import LOOP_RECONNECT_DELAY, LeafnodeConfig, RemoteLeaf
+from ingest.server.leafnode.settings import (
+    DEFAULT_LEAF_AUTH_TIMEOUT,
+    LOOP_RECONNECT_DELAY,
+    LeafnodeConfig,
+    RemoteLeaf,
+)
 
 if TYPE_CHECKING:
     from ingest.server.accounts.registry import Account
@@ -408,18 +413,18 @@ class Leafnodes:
         out: dict[str, Any] = {}
         if self.config.port is not None:
             out.update(host=self.config.host, port=self.port)
-            out["auth_timeout"] = self.config.auth_timeout
+        out["auth_timeout"] = number(self.config.auth_timeout)
+        out["tls_timeout"] = number(DEFAULT_LEAF_AUTH_TIMEOUT)  # the reference's default
         remotes = []
         for remote in self.config.remotes:
             entry: dict[str, Any] = {
                 "local_account": remote.account,
                 "urls": [u.hostport for u in remote.urls],
             }
-            if remote.deny_imports or remote.deny_exports:
-                entry["deny"] = {
-                    "exports": list(remote.deny_exports),
-                    "imports": list(remote.deny_imports),
-                }
+            deny = {"exports": list(remote.deny_exports), "imports": list(remote.deny_imports)}
+            deny = {key: subjects for key, subjects in deny.items() if subjects}
+            if deny:
+                entry["deny"] = deny
             remotes.append(entry)
         if remotes:
             out["remotes"] = remotes
