@@ -328,7 +328,6 @@ class Server:
         account: Account | None = None,
         internal: bool = False,
         queues: frozenset[str] | None = None,
-        local: bool = False,
     ) -> bool:
         """Deliver one message to every plain subscriber and one member of each queue group;
         whether anyone, internal subscribers included, received it.
@@ -340,8 +339,7 @@ class Server:
         (JetStream delivers a stored message to an inbox under its own subject). The
         counters are the reference's: `in` counts what connections sent (an `internal`
         message, the server's own, is not input), `out` what went to connections (a
-        client, a route; not the server's own subscriptions). A `local` message stays on
-        this server (a stream import's copy: each server makes its own).
+        client, a route; not the server's own subscriptions).
         """
         if not internal:
             self.in_msgs += 1
@@ -365,7 +363,7 @@ class Server:
         self.routed = subject
         if routes is not None:
             learn_tail(routes, sublist, subject, partial(self.local_under, account))
-        cluster = None if local else self.cluster
+        cluster = self.cluster
         if cluster is None and not match.plain and not match.queues:
             return False  # no interest: the common case of a publish nobody listens to
         remote = cluster.forwarding(account.name, subject) if cluster is not None else None

@@ -1,6 +1,7 @@
 """Imports across a cluster's routes, on the reference and jetlake alike: a stream import
-reaches importers on every server exactly once, and a service request from one server is
-answered by a responder on another through the mapped reply."""
+reaches importers on every server exactly once (one queue member in the whole cluster),
+and a service request from one server is answered by a responder on another through the
+mapped reply."""
 
 from __future__ import annotations
 
@@ -79,6 +80,26 @@ async def test_imports_across_routes(server_kind: str, tmp_path: Path, connect: 
             await barrier(a0, nc)
             got += [m.data for m in await drain_pending(sub)]
             assert got == [b"marker", b"end"], f"each importer gets one copy, got {got}"
+
+        # One member of a queue group in the whole cluster takes each copy.
+        queues = [
+            await b0.subscribe("p.a.q", queue="workers"),
+            await b1.subscribe("p.a.q", queue="workers"),
+        ]
+        await barrier(b0, b1)
+        for i in range(20):
+            await a0.publish("a.q", str(i).encode())
+        await sync(a0)
+        got: list[bytes] = []
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(got) < 20 and asyncio.get_running_loop().time() < deadline:
+            for sub in queues:
+                got += [m.data for m in await drain_pending(sub)]
+            await barrier(a0, b0, b1)
+        await barrier(a0, b0, b1)
+        for sub in queues:
+            got += [m.data for m in await drain_pending(sub)]
+        assert sorted(got, key=int) == [str(i).encode() for i in range(20)]
 
         # A responder on S0 answers B's requests made on S1.
         a_responder = await connect(url(servers[0], "a"))

@@ -2,9 +2,10 @@
 
 A stream import is a subscription in the exporting account on the imported
 subject; each message it takes is published again in the importing account
-under the import's prefix or `to` subject, to this server's subscribers only.
-Every server holds the same subscription and announces it to its peers, so a
-message published anywhere reaches each server's importers exactly once.
+under the import's prefix or `to` subject. The subscription is this server's
+alone (never announced to peers): the server a message is published on copies
+it, and the importing account's interest across routes takes the copy to its
+subscribers anywhere, one member of each queue group in the whole cluster.
 
 A service import is a subscription in the importing account on the import's
 local subject; a request it takes is published in the exporting account on the
@@ -166,7 +167,6 @@ class Sharing:
         hdr: bytes | None,
         data: bytes,
         *,
-        local: bool = False,
         shown: bytes | None = None,
     ) -> bool:
         """Publish in `account` as the server; False when nobody took it (or a cycle of
@@ -182,7 +182,7 @@ class Sharing:
             size = len(data) + (len(hdr) if hdr else 0)
             return server.route(
                 None, subject, reply, hdr, data, size,
-                account=account, internal=True, local=local, shown=shown,
+                account=account, internal=True, shown=shown,
             )  # fmt: skip
         finally:
             self._depth -= 1
@@ -198,11 +198,9 @@ class Sharing:
             shown = subject.encode("utf-8", "surrogateescape") if routed != subject else None
             local = rename(routed).encode("utf-8", "surrogateescape")
             back = reply.encode("utf-8", "surrogateescape") if reply else b""
-            self.publish(importer, local, back, hdr, data, local=True, shown=shown)
+            self.publish(importer, local, back, hdr, data, shown=shown)
 
-        sub = self.server.subscribe(imp.subject, carry, account=exporter)
-        self.server.announce(sub)
-        self._subs.append(sub)
+        self._subs.append(self.server.subscribe(imp.subject, carry, account=exporter))
 
     def _import_service(
         self, importer: Account, exporter: Account, imp: Import, export: Export
