@@ -46,6 +46,7 @@ accounts {
     ]
   }
   C { users [ {user: c, password: c} ] }
+  D { users [ {user: d, password: d} ], jetstream: enabled }
 }
 """
 
@@ -218,3 +219,29 @@ async def test_a_source_in_another_account_through_the_api_prefix(
         await asyncio.sleep(0.1)
     msg = await b.jetstream().get_msg(copy, 5)
     assert (msg.subject, msg.data) == (f"{name.lower()}.4", b"m4")
+
+
+async def test_no_way_into_another_accounts_jetstream_without_an_import(
+    shared: ServerProcess, connect: Connect
+) -> None:
+    """D has JetStream of its own and no imports: A's API, acks and deliveries stay out of
+    its reach, under any prefix a mirror or source could name."""
+    a, d = await users(connect, shared, "a", "d")
+    name = f"PRIVATE{id(d) % 10000}"
+    await a.jetstream().add_stream(name=name, subjects=[f"{name.lower()}.>"])
+    for subject in (
+        "$JS.A.API.INFO",
+        f"$JS.A.API.STREAM.INFO.{name}",
+        f"$JS.A.API.CONSUMER.CREATE.{name}",
+        f"$JS.ACK.{name}.C.1.1.1.0.0",
+    ):
+        with pytest.raises(NoRespondersError):
+            await d.request(subject, b"{}", timeout=5)
+    names = await d.request("$JS.API.STREAM.NAMES", b"", timeout=5)
+    assert json.loads(names.data)["streams"] is None  # D's own JetStream: empty
+    in_d = await d.subscribe(">")
+    await sync(d)
+    await a.jetstream().publish(f"{name.lower()}.x", b"secret")
+    await a.publish("deliver.S.x", b"delivery")
+    await barrier(a, d)
+    assert await drain_pending(in_d) == []
