@@ -47,6 +47,8 @@ from sql.views import register_views
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from sql.nats_service import NatsSql
+
 log = logging.getLogger("jetlake.sql")
 
 SERVICE_FILE = "jetlake-sql.json"
@@ -194,7 +196,10 @@ def start_session(
         # Hive's scratch metastore (Derby) logs to ./derby.log unless told otherwise.
         jvm.java.lang.System.setProperty("derby.stream.error.file", os.devnull)
         thrift = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
-        thrift.startWithContext(spark._jsparkSession.sqlContext())
+        try:
+            thrift.startWithContext(spark._jsparkSession.sqlContext())
+        except Exception as exc:  # the port taken: Connect and NATS still serve
+            log.error("sql service: no JDBC on %s:%d: %s", *jdbc, first_line(exc))
     return spark, views
 
 
@@ -215,13 +220,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _serve(args: argparse.Namespace, spark: SparkSession, stop: asyncio.Event) -> None:
-    """Until stopped or orphaned: the NATS door (if asked for) and the parent watch."""
-    nats_door = None
+    """Until stopped or orphaned: the NATS door (if asked for) and the parent watch.
+
+    The NATS door starts aside: a server still starting, or refusing the service's
+    credentials, must keep neither the parent watch nor the other doors waiting."""
+    door = None
+    opening = None
     if args.nats:
         from sql.nats_service import NatsSql
 
-        nats_door = NatsSql(spark, args.nats, creds=args.nats_creds)
-        await nats_door.start()
+        door = NatsSql(spark, args.nats, creds=args.nats_creds)
+        opening = asyncio.get_running_loop().create_task(_open(door, args.nats))
     try:
         while not stop.is_set():
             if args.parent is not None and os.getppid() != args.parent:
@@ -230,8 +239,19 @@ async def _serve(args: argparse.Namespace, spark: SparkSession, stop: asyncio.Ev
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
     finally:
-        if nats_door is not None:
-            await nats_door.stop()
+        if opening is not None:
+            opening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await opening
+        if door is not None:
+            await door.stop()
+
+
+async def _open(door: NatsSql, url: str) -> None:
+    try:
+        await door.start()
+    except Exception as exc:  # refused (authorization), unreachable: the others serve
+        log.error("sql service: no $JL.SQL on %s: %s", url, exc)
 
 
 def main(argv: list[str]) -> int:

@@ -22,7 +22,7 @@ from ingest.server.settings import SqlConfig
 log = logging.getLogger("jetlake")
 
 DISABLE_ENV = "JETLAKE_SQL"
-_RESTART_PAUSE = 10.0
+_RESTART_PAUSE = 30.0  # a JVM start each time: not in a tight loop
 _STOP_WAIT = 10.0
 
 

@@ -45,14 +45,26 @@ class Service:
 
 
 def _wait_for_service(server: ServerProcess, store: Path) -> Endpoints:
+    """The service's addresses, once its NATS door answers `$SRV.PING` too."""
     deadline = time.monotonic() + START_DEADLINE
     while time.monotonic() < deadline:
         found = Endpoints.read(store)
-        if found is not None and found.nats:
+        if found is not None and asyncio.run(_pings(server.url)):
             return found
         assert server.running, server.log
         time.sleep(0.2)
     raise AssertionError(f"no SQL service in {START_DEADLINE}s:\n{server.log}")
+
+
+async def _pings(url: str) -> bool:
+    nc = await nats.connect(url)
+    try:
+        await nc.request("$SRV.PING.jetlake-sql", b"", timeout=1.0)
+        return True
+    except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+        return False
+    finally:
+        await nc.close()
 
 
 @pytest.fixture(scope="module")
