@@ -17,7 +17,7 @@
 
 use crate::outlet::Outlet;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList};
 use pyo3::{intern, PyTraverseError, PyVisit};
 use std::collections::HashMap;
 
@@ -242,15 +242,23 @@ impl Routes {
     /// `deliver_tail` for each (subject, payload) of `msgs` from `start` on (no reply, no
     /// headers: PubAcks), in order, up to the first Python must route: how many it
     /// framed, their payloads' bytes, their receivers and the bytes those received.
+    /// Only the items it reads are converted: Python calls it again past each answer it
+    /// routes itself, so converting the whole list each time made a run of answers to a
+    /// peer's inboxes quadratic.
     fn deliver_tails(
         &mut self,
         py: Python<'_>,
-        msgs: Vec<(Bound<'_, PyBytes>, Bound<'_, PyBytes>)>,
+        msgs: &Bound<'_, PyList>,
         start: usize,
     ) -> PyResult<(usize, u64, u64, u64)> {
         let mut notices = Vec::new();
         let (mut done, mut size, mut out, mut out_size) = (0usize, 0u64, 0u64, 0u64);
-        for (subject, payload) in msgs.iter().skip(start) {
+        for i in start..msgs.len() {
+            let item = msgs.get_item(i)?;
+            let Ok((subject, payload)) = item.extract::<(Bound<'_, PyBytes>, Bound<'_, PyBytes>)>()
+            else {
+                break; // Python routes what is not (bytes, bytes), and says what is wrong
+            };
             let data = payload.as_bytes();
             let Some(n) = self.tail(py, subject.as_bytes(), b"", None, data, &mut notices) else {
                 break;
