@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import time
 from pathlib import Path
@@ -210,3 +211,22 @@ def test_the_earlier_expiry_counts_and_names_who_expired() -> None:
     token, seed = mint_user(ACCOUNT, exp=int(now) + 30)
     found = trust.authenticate(_connect(token, seed), "NONCE", store.get, now, "STANDARD")
     assert (found.expires, found.account_expires_first) == (int(now) + 30, False)
+
+
+def test_v1_tokens_sign_the_claims_only() -> None:
+    """Operators made before JWT v2 (`alg: ed25519`, `type` outside `nats`) still load."""
+
+    def part(doc: dict[str, object]) -> str:
+        raw = json.dumps(doc).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    body = part({"iss": _pub(OPERATOR), "sub": _pub(OPERATOR), "type": "operator", "iat": 1})
+    header = part({"typ": "jwt", "alg": "ed25519"})
+
+    def signed(seed: bytes) -> str:
+        sig = nkeys.from_seed(seed).sign(body.encode())
+        return f"{header}.{body}." + base64.urlsafe_b64encode(sig).decode().rstrip("=")
+
+    assert jwt.decode(signed(OPERATOR), "operator").subject == _pub(OPERATOR)
+    with pytest.raises(jwt.JWTError, match="invalid signature"):
+        jwt.decode(signed(OP_SIGNER), "operator")

@@ -102,7 +102,9 @@ def decode(token: object, kind: str) -> Claims:
         raise JWTError(f"{kind} JWT issuer {issuer!r} may not issue it")
     assert isinstance(issuer, str)
     subject = subject if isinstance(subject, str) else ""
-    signed = f"{header_part}.{body_part}".encode()
+    # v2 signs header and claims; v1 (`ed25519`, still in old operators' files) the claims.
+    v1 = header.get("alg") == "ed25519"
+    signed = (body_part if v1 else f"{header_part}.{body_part}").encode()
     if not nkey.verify(issuer, _ISSUERS[kind], signed, _b64(sig_part)):
         raise JWTError(f"{kind} JWT {subject} has an invalid signature")
     name = body.get("name", "")
