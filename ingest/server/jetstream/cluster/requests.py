@@ -17,6 +17,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.subjects import subjects_overlap
+from ingest.server.accounts import js_limits
 from ingest.server.jetstream.api import (
     LIST_LIMIT,
     NAMES_LIMIT,
@@ -124,6 +125,7 @@ class ClusterRequests:
             if streamconfig.from_request(existing.config) != cfg:
                 raise errors.stream_name_exists()
             return None  # the stream's leader answers the same request with its info
+        self._check_limits(cfg)
         self._check_overlap(cfg.subjects, cfg.name)
         self._assign(cfg, placement_of(raw))
         return None
@@ -179,6 +181,7 @@ class ClusterRequests:
             raise errors.stream_not_found()
         old = streamconfig.from_request(sa.config)
         new = streamconfig.check_update(old, cfg, clustered=True)
+        self._check_limits(new)
         self._check_overlap(new.subjects, new.name)
         return self._after_commit(new, sa)
 
@@ -240,6 +243,16 @@ class ClusterRequests:
             raise errors.peer_remap_failed()
         await cluster.propose_meta(meta.update_stream(self._account, sa.config, peers))
         return {"success": True}
+
+    def _check_limits(self, cfg: streamconfig.StreamConfig) -> None:
+        """The account's JetStream limits, against its streams anywhere in the cluster."""
+        limits = self._js.limits
+        if limits is not None:
+            configs = {
+                sa.name: streamconfig.from_request(sa.config)
+                for sa in self._cluster.state.in_account(self._account)
+            }
+            js_limits.check_stream(limits, configs, cfg)
 
     def _check_overlap(self, subjects: tuple[str, ...] | list[str], name: str) -> None:
         for sa in self._cluster.state.in_account(self._account):
