@@ -31,6 +31,7 @@ from ingest.server.cluster.settings import (
 from ingest.server.config_file import apply_table, bind_port, blank_fields, monitor_port
 from ingest.server.flags import FlagError, parse_flags
 from ingest.server.gofmt import go_duration
+from ingest.server.leafnode.config_section import check_leafnode_accounts
 from ingest.server.mqtt.validate import check_mqtt_options
 from ingest.server.settings import (
     JetStreamConfig,
@@ -246,6 +247,7 @@ def validate_options(opts: Options) -> None:
                 "authorization block or account configuration"
             )
     check_mqtt_options(opts)
+    check_leafnode_accounts(opts)
     if opts.jetstream.enabled and opts.cluster is not None:
         if not opts.server_name:
             raise ConfigError("jetstream cluster requires `server_name` to be set")

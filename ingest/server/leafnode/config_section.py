@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
-from ingest.parser.conf import Table
+from ingest.parser.conf import ConfigError, Table
+from ingest.server.accounts.settings import DEFAULT_SYSTEM_ACCOUNT, GLOBAL_ACCOUNT
 from ingest.server.cluster.config_section import SectionReader, listen_address
 from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
 from ingest.server.leafnode.settings import LeafnodeConfig, RemoteLeaf
@@ -78,13 +79,13 @@ def _authorization(parent: SectionReader, key: str) -> dict[str, Any]:
 def _remotes(parent: Reader, key: str) -> tuple[RemoteLeaf, ...]:
     value = parent.table[key]
     if not isinstance(value, list):
-        raise parent.error(key, f"Expected remotes field to be an array, got {value!r}")
+        raise parent.error(key, f"Expected remotes field to be an array, got {_go_type(value)}")
     return tuple(_remote(parent, key, item) for item in value)
 
 
 def _remote(parent: Reader, key: str, item: object) -> RemoteLeaf:
     if not isinstance(item, Table):
-        raise parent.error(key, f"Expected remote leafnode entry to be a map/struct, got {item!r}")
+        raise parent.error(key, f"Expected remote leafnode entry to be a map/struct, got {item}")
     section = parent.entry(item)
     fields: dict[str, Any] = {}
     for name in item:
@@ -105,9 +106,7 @@ def _remote(parent: Reader, key: str, item: object) -> RemoteLeaf:
             raise section.error(name, "leafnode TLS is not supported by jetlake yet")
         else:
             section.unknown(name)
-    if not fields.get("urls"):
-        raise parent.error(key, "remote leafnode entry has no url")
-    return RemoteLeaf(**fields)
+    return RemoteLeaf(**fields)  # without a URL it is never dialled, as on the reference
 
 
 def _urls(section: SectionReader, key: str) -> tuple[RouteURL, ...]:
@@ -122,3 +121,24 @@ def _urls(section: SectionReader, key: str) -> tuple[RouteURL, ...]:
         except RouteURLError as exc:
             raise section.error(key, str(exc).replace("route url", "leafnode url")) from None
     return tuple(urls)
+
+
+def _go_type(value: object) -> str:
+    """The Go type the reference names in a type error."""
+    names = {bool: "bool", int: "int64", float: "float64", str: "string", list: "[]interface {}"}
+    return "map[string]interface {}" if isinstance(value, Table) else names.get(type(value), "?")
+
+
+def check_leafnode_accounts(opts: Any) -> None:
+    """As the reference at start: every account a leafnode setting binds links to exists
+    (the global account always does, the system account unless another is named)."""
+    leafnodes = opts.leafnodes
+    if leafnodes is None or getattr(opts, "operators", ()):
+        return
+    known = {GLOBAL_ACCOUNT, opts.system_account or DEFAULT_SYSTEM_ACCOUNT}
+    known |= {account.name for account in opts.accounts}
+    named = [(leafnodes.account, "authorization")]
+    named += [(remote.account, "remote") for remote in leafnodes.remotes]
+    for name, where in named:
+        if name and name not in known:
+            raise ConfigError(f'cannot find local account "{name}" specified in leafnode {where}')

@@ -79,6 +79,8 @@ class Leafnodes:
             for route in cluster.routes.values():
                 route.queue(update)
         for remote in config.remotes:
+            if not remote.urls:
+                continue
             self._urls[remote] = list(remote.urls)
             task = loop.create_task(self._solicit(remote))
             self._tasks.add(task)

@@ -18,7 +18,7 @@ LOOP_RECONNECT_DELAY = 30.0  # a link that closed a loop is redialled this much 
 class RemoteLeaf:
     """One `remotes [ … ]` entry: where this server dials a hub, and as whom."""
 
-    urls: tuple[RouteURL, ...]
+    urls: tuple[RouteURL, ...] = ()  # none: accepted, never dialled (as the reference)
     account: str = GLOBAL_ACCOUNT  # the local account the link is bound to
     credentials: str | None = None  # a .creds file: its JWT and a nonce signed by its seed
     hub: bool = False  # this server is the hub of the link although it dials
