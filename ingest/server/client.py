@@ -103,7 +103,7 @@ class Client(asyncio.Protocol):
             self._close("Max Connections Exceeded", flush=True)
             return
         loop = asyncio.get_running_loop()
-        ctx = server.tls_context
+        ctx = self.own_tls()
         if ctx is not None:
             self.tls = TLSLayer(ctx)
             timeout = server.opts.tls.timeout
@@ -113,6 +113,17 @@ class Client(asyncio.Protocol):
         if not self.authenticated:
             self._timers["auth"] = loop.call_later(server.opts.auth_timeout, self._auth_timeout)
         self._timers["ping"] = loop.call_later(server.opts.ping_interval, self._ping)
+
+    def own_tls(self) -> ssl.SSLContext | None:
+        """The TLS this connection speaks in its byte stream (a WebSocket's is the listener's)."""
+        return self.server.tls_context
+
+    def authenticate(self, options: dict[str, object]) -> Grant:
+        """The grant for CONNECT's credentials (a WebSocket listener may have its own)."""
+        return self.server.auth.authenticate(options, nonce=self.nonce)
+
+    def adjust_info(self, info: dict[str, Any]) -> None:
+        """Change the INFO this connection is sent (a WebSocket's names its own port)."""
 
     def _tls_receive(self, tls: TLSLayer, data: bytes) -> bytes | None:
         """Decrypt; None when the handshake failed and the connection is gone."""
@@ -336,7 +347,7 @@ class Client(asyncio.Protocol):
         self.rtt = time.monotonic() - self._rtt_start
         if not self.authenticated:
             try:
-                self.grant = self.server.auth.authenticate(o, nonce=self.nonce)
+                self.grant = self.authenticate(o)
             except AuthError as exc:
                 who = f" - {exc.who}" if exc.who else ""
                 peer = (self.host, self.port, self.cid)

@@ -17,6 +17,7 @@ from ingest.server import auth_config
 from ingest.server.accounts.config_section import read_accounts
 from ingest.server.cluster.config_section import read_cluster, single_user_authorization
 from ingest.server.leafnode.config_section import read_leafnodes
+from ingest.server.websocket.config_section import read_websocket
 from ingest.server.mappings import read_mappings
 from ingest.server.settings import (
     CONNECTION_TYPES,
@@ -595,6 +596,8 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "resolver": auth_config.resolver,
     "resolver_preload": auth_config.resolver_preload,
     "mqtt": _mqtt,
+    "websocket": lambda s, k, out: out.update(websocket=read_websocket(s, k, tls=_tls)),
+    "ws": lambda s, k, out: out.update(websocket=read_websocket(s, k, tls=_tls)),
     "store_dir": _store_dir,
     "storedir": _store_dir,
     "debug": _setter("debug", _Section.boolean),

@@ -133,10 +133,17 @@ async def _serve(opts: Options) -> int:
 
         server.mqtt = mqtt = MQTTListener(server, opts.mqtt)
         await mqtt.start()
+    if opts.websocket is not None:  # after MQTT: it carries MQTT too
+        from ingest.server.websocket.listener import WebSocketListener
+
+        server.websocket = WebSocketListener(server, opts.websocket)
+        await server.websocket.start()
 
     async def shutdown() -> None:
         if mqtt is not None:  # first: sessions hand unacknowledged messages back to JetStream
             mqtt.stop()
+        if server.websocket is not None:
+            server.websocket.stop()
         if server.jetstream_cluster is not None:
             await server.jetstream_cluster.stop()
         await server.shutdown()

@@ -330,7 +330,7 @@ class Monitor:
             gateway={},
             leaf={} if s.leafnodes is None else s.leafnodes.varz(),
             mqtt={} if s.mqtt is None else s.mqtt.varz(),
-            websocket={},
+            websocket={} if s.websocket is None else s.websocket.varz(),
             jetstream={} if js is None else js.varz(),
             tls_timeout=number(tls_timeout),
             **({"connect_urls": s.client_urls()} if s.client_urls() else {}),

@@ -33,6 +33,7 @@ from ingest.server.flags import FlagError, parse_flags
 from ingest.server.gofmt import go_duration
 from ingest.server.leafnode.config_section import check_leafnode_accounts
 from ingest.server.mqtt.validate import check_mqtt_options
+from ingest.server.websocket.validate import check_websocket_options
 from ingest.server.settings import (
     JetStreamConfig,
     LakeConfig,
@@ -247,6 +248,7 @@ def validate_options(opts: Options) -> None:
                 "authorization block or account configuration"
             )
     check_mqtt_options(opts)
+    check_websocket_options(opts)
     check_leafnode_accounts(opts)
     if opts.jetstream.enabled and opts.cluster is not None:
         if not opts.server_name:

@@ -129,6 +129,7 @@ class Server:
         self.jetstream_cluster: Any = None  # the meta group's controller, when clustered
         self.cluster: Cluster | None = None  # set by the composition root with --cluster
         self.mqtt: Any = None  # the MQTT listener, set by the composition root with mqtt {}
+        self.websocket: Any = None  # the WebSocket listener, likewise with websocket {}
         self.leafnodes: Any = None  # the leafnode links, set by the composition root
         self._advertised: list[str] = []  # connect_urls the clients were last told
         # The client whose message is being routed (None: the server's own), for system
@@ -275,6 +276,7 @@ class Server:
             urls = self.client_urls()
             if urls:
                 info["connect_urls"] = urls
+        client.adjust_info(info)
         return nats.encode_info(info)
 
     # ---- cluster: what clients are told about the other servers --------------------------

@@ -14,6 +14,7 @@ from ingest.server.accounts.settings import AccountConfig
 from ingest.server.cluster.settings import ClusterConfig
 from ingest.server.jwt.settings import ResolverConfig
 from ingest.server.leafnode.settings import LeafnodeConfig
+from ingest.server.websocket.settings import WebSocketConfig
 from ingest.server.mappings import SubjectMapping
 from log.compactor.location import S3Options
 
@@ -168,6 +169,7 @@ class Options:
     jetstream: JetStreamConfig = field(default_factory=JetStreamConfig)
     lake: LakeConfig = field(default_factory=LakeConfig)
     mqtt: MQTTConfig | None = None
+    websocket: WebSocketConfig | None = None
     cluster: ClusterConfig | None = None  # None: no route listener, no routes
     leafnodes: LeafnodeConfig | None = None  # None: no leafnode listener, no remotes
     debug: bool = False
