@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser import mqtt
 from ingest.parser.mqtt_topics import to_subject
-from ingest.server.auth import MQTT, Authenticator, Grant
+from ingest.server.auth import MQTT, Grant
+from ingest.server.listener_auth import listener_authenticator
 from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.mqtt.sessions import SessionManager
 from ingest.server.settings import DEFAULT_TLS_TIMEOUT, MQTTConfig
@@ -26,36 +26,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake")
 
 
-@dataclass(frozen=True, slots=True)
-class _MQTTAuth:
-    """The `mqtt { authorization {…} }` block in the shape `Authenticator` reads."""
-
-    auth_token: str | None
-    username: str | None
-    password: str | None
-    users: tuple[Any, ...]
-    no_auth_user: str | None
-    accounts: tuple[Any, ...]
-
-
 class MQTTListener:
     def __init__(self, server: Server, config: MQTTConfig) -> None:
         self.server = server
         self.config = config
         opts = server.opts
-        if config.username or config.token or config.no_auth_user:
-            self.auth = Authenticator(
-                _MQTTAuth(
-                    config.token,
-                    config.username,
-                    config.password,
-                    opts.users,
-                    config.no_auth_user,
-                    opts.accounts,
-                )
-            )
-        else:
-            self.auth = server.auth
+        self.auth = listener_authenticator(server, config)
         self.auth_timeout = config.auth_timeout or opts.auth_timeout
         self.sessions = SessionManager(server, config)
         self.connections: dict[int, MQTTConnection] = {}
