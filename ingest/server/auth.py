@@ -82,6 +82,8 @@ class Grant:
     expires: int = 0  # a JWT user's expiry, Unix seconds; 0: never
     issued_at: int = 0  # a JWT user's `iat`, which revocations compare with
     expiry_error: str = "User Authentication Expired"  # or the account's, if it ends first
+    max_subscriptions: int = -1  # a JWT user's own limits; -1: the account's only
+    max_payload: int = -1
     _pub_cache: dict[bytes, bool] = field(default_factory=dict)
 
     @property
@@ -223,6 +225,8 @@ class Authenticator:
             sub_deny=found.sub_deny,
             expires=found.expires,
             issued_at=found.issued_at,
+            max_subscriptions=found.max_subscriptions,
+            max_payload=found.max_payload,
             expiry_error=(
                 "Account Authentication Expired"
                 if found.account_expires_first

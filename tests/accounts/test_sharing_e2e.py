@@ -47,6 +47,10 @@ accounts {
   }
   C { users [ {user: c, password: c} ] }
   D { users [ {user: d, password: d} ], jetstream: enabled }
+  E {
+    users [ {user: e, password: e} ]
+    imports [ {service: {account: A, subject: "$JS.API.>"}} ]
+  }
 }
 """
 
@@ -245,3 +249,19 @@ async def test_no_way_into_another_accounts_jetstream_without_an_import(
     await a.publish("deliver.S.x", b"delivery")
     await barrier(a, d)
     assert await drain_pending(in_d) == []
+
+
+async def test_an_account_without_jetstream_uses_the_imported_api_on_its_own_subjects(
+    shared: ServerProcess, connect: Connect
+) -> None:
+    """E has no JetStream and imports A's API unprefixed: A answers, and nothing says
+    "JetStream not enabled" besides."""
+    (e,) = await users(connect, shared, "e")
+    inbox = e.new_inbox()
+    answers = await e.subscribe(inbox)
+    await sync(e)
+    await e.publish("$JS.API.INFO", b"", reply=inbox)
+    info = json.loads((await answers.next_msg(5)).data)
+    assert "error" not in info and info["type"] == "io.nats.jetstream.api.v1.account_info_response"
+    await sync(e)  # a refusal would be answered while the request is routed
+    assert await drain_pending(answers) == []

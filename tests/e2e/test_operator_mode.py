@@ -58,6 +58,8 @@ def keystore(tmp_path_factory: pytest.TempPathFactory) -> Keystore:
     nsc.run("add", "user", "-a", "A", "dev1", "-K", "dev")
     nsc.run("add", "user", "-a", "A", "revoked")
     nsc.run("revocations", "add-user", "-a", "A", "-n", "revoked")
+    nsc.run("add", "user", "-a", "A", "capped")
+    nsc.run("edit", "user", "-a", "A", "capped", "--subs", "1", "--payload", "64")
     nsc.run("add", "account", "L")
     nsc.run("edit", "account", "L", "--conns", "1", "--payload", "64", "--subscriptions", "1")
     nsc.run("add", "user", "-a", "L", "limited_user")
@@ -254,22 +256,22 @@ async def test_expiry_cuts_the_client_off(op_server: ServerProcess, keystore: Ke
         assert lines[-1] == b"-ERR 'User Authentication Expired'"
 
 
-async def test_account_jwt_limits(
-    op_server: ServerProcess, keystore: Keystore, connect: Connect
-) -> None:
-    """The account JWT's connection, subscription and payload limits, with the
-    reference's errors."""
-    creds = keystore.nsc.creds("L", "limited_user")
-    token, seed = keystore.nsc.user_jwt("L", "limited_user"), _seed_of(creds)
+@pytest.mark.parametrize("holder", ["account", "user"])
+async def test_jwt_limits(op_server: ServerProcess, keystore: Keystore, holder: str) -> None:
+    """The account JWT's connection, subscription and payload limits, and a user JWT's
+    own subscription and payload limits, with the reference's errors."""
+    account, user = ("L", "limited_user") if holder == "account" else ("A", "capped")
+    creds = keystore.nsc.creds(account, user)
+    token, seed = keystore.nsc.user_jwt(account, user), _seed_of(creds)
     async with await RawClient.connect(op_server.host, op_server.port) as c:
         fields = {"verbose": False, "jwt": token, "sig": _sign(seed, c.info["nonce"])}
         login = b"CONNECT " + json.dumps(fields).encode() + b"\r\n"
         assert await c.outcome(login + b"SUB a 1\r\n") == Outcome((), closed=False)
         refused = Outcome((b"-ERR 'maximum subscriptions exceeded'",), closed=False)
         assert await c.outcome(b"SUB b 2\r\n") == refused
-        # A second connection of the account is one too many.
-        second = Outcome((b"-ERR 'maximum account active connections exceeded'",), closed=True)
-        assert await _login(op_server, token, seed) == second
+        if holder == "account":  # a second connection of the account is one too many
+            second = Outcome((b"-ERR 'maximum account active connections exceeded'",), closed=True)
+            assert await _login(op_server, token, seed) == second
         too_big = b"PUB a 65\r\n" + b"x" * 65 + b"\r\n"
         assert await c.outcome(too_big) == Outcome(
             (b"-ERR 'Maximum Payload Violation'",), closed=True

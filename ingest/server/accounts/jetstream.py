@@ -13,8 +13,10 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ingest.parser.subjects import subjects_overlap
 from ingest.server.accounts.messaging import AccountMessaging
 from ingest.server.accounts.registry import Account
+from ingest.server.accounts.settings import AccountConfig
 
 if TYPE_CHECKING:
     from ingest.server.jetstream import JetStream
@@ -45,6 +47,7 @@ class AccountJetStreams:
         self._server = server
         self._engines: list[JetStream] = []
         self._refusals: list[object] = []
+        self._importers = _api_importers(server.opts.accounts)
         for account in server.accounts:
             if not account.jetstream_enabled:
                 continue
@@ -63,7 +66,7 @@ class AccountJetStreams:
         self._server.accounts.on_create.append(self._refuse)  # operator mode's accounts
 
     def _refuse(self, account: Account) -> None:
-        if account.jetstream is None:
+        if account.jetstream is None and account.name not in self._importers:
             system = account is self._server.accounts.system_account
             refuse = _refuser(self._server, account, system=system)
             self._refusals.append(self._server.subscribe(API_PREFIX + ">", refuse, account=account))
@@ -78,6 +81,17 @@ class AccountJetStreams:
     def engines(self) -> list[JetStream]:
         """Every running engine, the global account's first when it has one."""
         return [a.jetstream for a in self._server.accounts if a.jetstream is not None]
+
+
+def _api_importers(configs: tuple[AccountConfig, ...]) -> set[str]:
+    """Accounts that import another's JetStream API on their own `$JS.API.…` subjects:
+    the import answers them, not the refusal."""
+    return {
+        config.name
+        for config in configs
+        for imp in config.imports
+        if imp.service and subjects_overlap(imp.to or imp.subject, API_PREFIX + ">")
+    }
 
 
 def _refuser(

@@ -47,6 +47,8 @@ def subscription_allowed(client: Client) -> bool:
     """Whether one more subscription fits this connection (the reference counts them per
     connection against the account's max_subscriptions)."""
     limit = client.account.limits.max_subscriptions
+    own = client.grant.max_subscriptions  # a JWT user's
+    limit = own if limit < 0 or 0 <= own < limit else limit
     if limit < 0 or len(client.subs) < limit:
         return True
     log.error('%s - "%s" - %s', _where(client), _user(client), MAX_SUBSCRIPTIONS)

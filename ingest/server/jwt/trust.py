@@ -41,6 +41,8 @@ class JWTUser:
     sub_deny: tuple[str, ...] = ()
     expires: int = 0  # the earlier of the user's and the account's expiry; 0: never
     account_expires_first: bool = False  # the client is then told the account expired
+    max_subscriptions: int = -1  # the user JWT's `subs`; -1: only the account's limit
+    max_payload: int = -1  # the user JWT's `payload`
 
 
 class Operators:
@@ -243,4 +245,13 @@ def authenticate(
         sub_deny=sub[1],
         expires=min(ends) if ends else 0,
         account_expires_first=account_first,
+        max_subscriptions=_limit(limits, "subs"),
+        max_payload=_limit(limits, "payload"),
     )
+
+
+def _limit(limits: dict[str, Any], name: str) -> int:
+    """A user limit; a missing one (or a scope template's 0) is no limit."""
+    value = limits.get(name, -1)
+    valid = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if valid else -1
