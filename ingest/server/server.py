@@ -392,7 +392,7 @@ class Server:
                     continue
             if remote is not None and remote.takes(members[0].queue, len(members)):
                 continue  # a member on a peer serves the group this time
-            member = members[0] if len(members) == 1 else random.choice(members)
+            member = members[0] if len(members) == 1 else _pick(members)
             member.deliver(subject, reply, hdr, payload)
             delivered += 1
             if member.conn is not None:
@@ -629,6 +629,13 @@ class Server:
         sublist.cache_hits += msgs
         self.out_msgs += framed
         self.out_bytes += size
+
+
+def _pick(members: list[Any]) -> Any:
+    """One member of a queue group, among this server's own when it has any: as on the
+    reference, a leafnode's members (`leaf`) take a message only when none is here."""
+    local = [m for m in members if not getattr(m, "leaf", False)]
+    return random.choice(local or members)
 
 
 def _reachable(sub: Any) -> bool:

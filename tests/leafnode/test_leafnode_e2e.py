@@ -89,15 +89,20 @@ async def test_unsubscribe_reaches_the_other_end(link: Link, ends: tuple[NATS, N
 
 
 async def test_queue_group_spans_the_link(link: Link, ends: tuple[NATS, NATS]) -> None:
-    """A group with members on both ends gets each message once, wherever it was sent."""
+    """A group with members on both ends gets each message once, from the member on the
+    end it was sent to (the other end's member only stands in); a group with a member
+    on one end only gets what the other end sends."""
     hub, leaf = ends
-    got: list[bytes] = []
+    got: list[tuple[bytes, bytes]] = []  # (the member's end, the message)
 
-    async def take(msg: Msg) -> None:
-        got.append(msg.data)
+    async def at_hub(msg: Msg) -> None:
+        got.append((b"hub", msg.data))
 
-    hub_q = await hub.subscribe("work", queue="workers", cb=take)
-    leaf_q = await leaf.subscribe("work", queue="workers", cb=take)
+    async def at_leaf(msg: Msg) -> None:
+        got.append((b"leaf", msg.data))
+
+    hub_q = await hub.subscribe("work", queue="workers", cb=at_hub)
+    leaf_q = await leaf.subscribe("work", queue="workers", cb=at_leaf)
     only_hub = await hub.subscribe("solo", queue="one")  # a group on one end only
     await sync(hub)
     await sync(leaf)
@@ -112,7 +117,8 @@ async def test_queue_group_spans_the_link(link: Link, ends: tuple[NATS, NATS]) -
     await _until(lambda: len(got) >= len(sent))
     await sync(hub)
     await sync(leaf)
-    assert sorted(got) == sorted(sent)  # each once, none twice
+    assert sorted(data for _, data in got) == sorted(sent)  # each once, none twice
+    assert all(data.startswith(end) for end, data in got)  # served where it was sent
     for sub in (hub_q, leaf_q, only_hub):
         await sub.unsubscribe()
 

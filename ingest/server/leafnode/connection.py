@@ -36,6 +36,7 @@ class LeafSub:
     message over the link. `weight` is the group's member count there."""
 
     __slots__ = ("account", "announced", "conn", "queue", "subject", "weight")
+    leaf = True  # a queue group serves a message here only when no member is local
 
     def __init__(self, conn: LeafConnection, subject: str, queue: str | None, weight: int) -> None:
         self.conn = conn
