@@ -359,6 +359,8 @@ class Client(asyncio.Protocol):
                 return
             self.account = self.server.accounts.ensure(self.grant.account)
             self.authenticated = True
+            if 0 <= self.grant.max_payload < self.max_payload:
+                self.max_payload = self.grant.max_payload  # a JWT user's own limit
             if self.grant.expires:
                 wait = max(0.0, self.grant.expires - time.time())
                 self._timers["expiry"] = asyncio.get_running_loop().call_later(
