@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from ingest.server.accounts.latency import sampled
 from ingest.server.accounts.settings import (
     CHUNKED,
+    HEADERS_SAMPLING,
     SINGLETON,
     STREAM,
     AccountLimits,
@@ -37,7 +39,8 @@ def test_exports_and_imports_are_read(tmp_path: Path) -> None:
                 {service: "svc.>", accounts: [B], response_type: stream},
                 {service: "c.>", response: chunked, response_threshold: "5s"},
                 {service: "one", latency: {sampling: 50%, subject: "lat.one"}},
-                {service: "two", latency: "lat.two"} ] }
+                {service: "two", latency: "lat.two"}
+                {service: "three", latency: {sampling: headers, subject: "lat.three"}} ] }
           B { imports [
                 {stream: {account: A, subject: "a.>"}, prefix: "p"},
                 {stream: {account: A, subject: "a.x"}, to: "x"},
@@ -51,6 +54,11 @@ def test_exports_and_imports_are_read(tmp_path: Path) -> None:
         Export(service=True, subject="c.>", response_type=CHUNKED, response_threshold=5.0),
         Export(service=True, subject="one", latency=Latency(sampling=50, subject="lat.one")),
         Export(service=True, subject="two", latency=Latency(sampling=100, subject="lat.two")),
+        Export(
+            service=True,
+            subject="three",
+            latency=Latency(sampling=HEADERS_SAMPLING, subject="lat.three"),
+        ),
     )
     assert exports[1].response_type != SINGLETON and exports[0].allows("anyone")
     assert not exports[1].allows("C")
@@ -133,6 +141,10 @@ def test_limits_are_read(tmp_path: Path) -> None:
         ("A { limits { bogus: 1 } }", 'Unknown field "bogus" parsing account limits'),
         ("A { limits: 1 }", "Expected account limits to be a map/struct, got 1"),
         ("A { jetstream { bogus: 1 } }", 'unknown field "bogus"'),
+        (
+            'A { exports [ {service: "a", latency: {sampling: "x", subject: "l"}} ] }',
+            'Failed to parse latency sample: strconv.Atoi: parsing "x": invalid syntax',
+        ),
     ],
 )
 def test_refusals(tmp_path: Path, text: str, message: str) -> None:
@@ -140,3 +152,25 @@ def test_refusals(tmp_path: Path, text: str, message: str) -> None:
         load(tmp_path, "accounts {\n" + text + "\n}\n")
     assert message in str(caught.value)
     assert str(caught.value).startswith(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", True),
+        ("traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", False),
+        ("Uber-Trace-Id: 7f1b:5a9c:0:1", True),
+        ("Uber-Trace-Id: 7f1b:5a9c:0:0", False),
+        ("X-B3-Sampled: 1", True),
+        ("X-B3-Sampled: 0", False),
+        ("X-B3-TraceId: 80f198ee56343ba864fe8b2a57d3eff7", True),
+        ("b3: 80f198ee56343ba864fe8b2a57d3eff7-e457b5a2e4d86bd1-1", True),
+        ("b3: 0", False),
+        ("Other: 1", False),
+    ],
+)
+def test_latency_sampled_by_trace_headers(header: str, expected: bool) -> None:
+    by_headers = Latency(sampling=HEADERS_SAMPLING, subject="lat")
+    assert sampled(by_headers, f"NATS/1.0\r\n{header}\r\n\r\n".encode()) is expected
+    assert sampled(by_headers, None) is False
+    assert sampled(Latency(sampling=100, subject="lat"), None) is True

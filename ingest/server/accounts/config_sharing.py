@@ -7,6 +7,7 @@ server at start, naming the import, as the reference does.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Protocol
 
 from ingest.parser.conf import ConfigError, Table
@@ -14,6 +15,7 @@ from ingest.parser.mapping import MappingError, compile_transform, tokenize_wild
 from ingest.parser.subjects import is_subset
 from ingest.server.accounts.settings import (
     CHUNKED,
+    HEADERS_SAMPLING,
     SINGLETON,
     STREAM,
     AccountConfig,
@@ -134,13 +136,19 @@ def _latency(item: Table, key: str, value: Any) -> Latency:
         raise _error(item, key, f"Expected latency to be a map or a subject, got {value!r}")
     subject = value.get("subject")
     sampling = value.get("sampling", 100)
-    if isinstance(sampling, str) and sampling.endswith("%"):
-        sampling = sampling[:-1]
-    try:
-        percent = int(sampling)
-    except (TypeError, ValueError) as exc:
-        raise _error(value, "sampling", f"bad sampling percentage: {sampling!r}") from exc
-    if not 1 <= percent <= 100:
+    if isinstance(sampling, str) and sampling.lower() == "headers":
+        sampling = HEADERS_SAMPLING
+    elif isinstance(sampling, str):
+        digits = sampling.removesuffix("%")
+        if not re.fullmatch(r"[+-]?[0-9]+", digits):
+            raise _error(
+                value,
+                "sampling",
+                f'Failed to parse latency sample: strconv.Atoi: parsing "{digits}": invalid syntax',
+            )
+        sampling = int(digits)
+    percent = int(sampling)
+    if percent != HEADERS_SAMPLING and not 1 <= percent <= 100:
         raise _error(value, "sampling", "bad sampling percentage, should be 1-100")
     if not subject:
         raise _error(item, key, "Latency subject required, but missing")

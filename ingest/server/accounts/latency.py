@@ -4,10 +4,13 @@ reference publishes it to the export's latency subject in the exporting account.
 from __future__ import annotations
 
 import json
+import random
 import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
+from ingest.parser.headers import HeaderError, parse_headers
+from ingest.server.accounts.settings import HEADERS_SAMPLING, Latency
 from log.timefmt import rfc3339
 
 if TYPE_CHECKING:
@@ -78,3 +81,42 @@ def _client_info(client: Client | None, account: str) -> dict[str, Any]:
     if client.name:
         info["name"] = client.name
     return {key: value for key, value in info.items() if value not in ("", None)}
+
+
+def sampled(latency: Latency, hdr: bytes | None) -> bool:
+    """Whether to report this request: a share of them, or (`sampling: headers`) those
+    whose trace headers say the trace is sampled (W3C, Jaeger, Zipkin B3)."""
+    if latency.sampling != HEADERS_SAMPLING:
+        return random.randint(1, 100) <= latency.sampling
+    if hdr is None:
+        return False
+    try:
+        _, _, headers = parse_headers(hdr)
+    except HeaderError:
+        return False
+    found = {name.lower(): values[0] for name, values in headers.items() if values}
+    return _traced(found)
+
+
+def _traced(headers: dict[str, str]) -> bool:
+    parent = headers.get("traceparent", "").split("-")
+    if len(parent) == 4:
+        return _flag(parent[3])
+    uber = headers.get("uber-trace-id", "").split(":")
+    if len(uber) == 4:
+        return _flag(uber[3])
+    b3 = headers.get("b3")
+    if b3 is not None:
+        parts = b3.split("-")
+        flag = parts[0] if len(parts) == 1 else parts[2] if len(parts) > 2 else "1"
+        return flag in ("1", "d")
+    if "x-b3-sampled" in headers:
+        return headers["x-b3-sampled"] == "1"
+    return headers.get("x-b3-flags") == "1" or "x-b3-traceid" in headers
+
+
+def _flag(text: str) -> bool:
+    try:
+        return bool(int(text, 16) & 1)
+    except ValueError:
+        return False

@@ -15,13 +15,15 @@ DEFAULT_SYSTEM_ACCOUNT = "$SYS"
 DEFAULT_RESPONSE_THRESHOLD = 120.0
 
 SINGLETON, STREAM, CHUNKED = "Singleton", "Stream", "Chunked"
+# `sampling: headers`: a request is sampled when it carries a sampled trace header.
+HEADERS_SAMPLING = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Latency:
     """Where a service export reports how long its responses took, and for what share."""
 
-    sampling: int  # percent of requests, 1-100
+    sampling: int  # percent of requests, 1-100, or HEADERS_SAMPLING
     subject: str
 
 

@@ -20,7 +20,6 @@ reference: the importer reaches it only if it imports that subject too.
 from __future__ import annotations
 
 import json
-import random
 import secrets
 import string
 import time
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING
 from ingest.parser.headers import set_header
 from ingest.parser.mapping import Transform, compile_transform, tokenize_wildcards
 from ingest.server.accounts.config_sharing import find_export
-from ingest.server.accounts.latency import LatencyReport
+from ingest.server.accounts.latency import LatencyReport, sampled
 from ingest.server.accounts.registry import Account
 from ingest.server.accounts.settings import SINGLETON, AccountConfig, Export, Import
 
@@ -219,7 +218,7 @@ class Sharing:
             mapped = b""
             if reply:
                 report = None
-                if once and latency is not None and random.randint(1, 100) <= latency.sampling:
+                if once and latency is not None and sampled(latency, hdr):
                     report = LatencyReport(exporter, latency.subject, importer.name, rtt, self)
                 mapped = self.replies(exporter).add(
                     importer, reply.encode("utf-8", "surrogateescape"), once=once,

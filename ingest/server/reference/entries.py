@@ -658,8 +658,9 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         ),
         K(
             "latency",
-            "subject, or map of `sampling` (1-100, %) and `subject`",
-            "Publish a service latency report for this share of singleton requests.",
+            "subject, or map of `sampling` (1-100, %, or `headers`) and `subject`",
+            "Publish a service latency report for this share of singleton requests "
+            "(`headers`: those whose trace headers are sampled).",
             "none",
         ),
         K("allow_trace", "boolean", "Accepted; no effect.", "false"),
