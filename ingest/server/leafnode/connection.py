@@ -185,7 +185,13 @@ class LeafConnection(asyncio.Protocol):
             self.close("Missing Account")
             return
         self.account = account
-        self.queue(proto.encode_connect(self.leafnodes.connect_options(self, info)))
+        try:
+            options = self.leafnodes.connect_options(self, info)
+        except (OSError, ValueError) as exc:  # an unreadable or malformed credentials file
+            log.error("%s - %s", self.where, exc)
+            self.close("Authentication Failure")
+            return
+        self.queue(proto.encode_connect(options))
         self.leafnodes.learn_urls(self, info.get("leafnode_urls"))
         self._register()
 

@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake")
 
 DUPLICATE = "Duplicate Remote LeafNode Connection"
-_CREDS = re.compile(rb"\s*(?:(?:[-]{3,}.*[-]{3,}\r?\n)([\w\-.=]+)(?:\r?\n[-]{3,}.*[-]{3,}\r?\n))")
+_CREDS = re.compile(
+    rb"\s*(?:(?:[-]{3,}.*[-]{3,}\r?\n)([\w\-.=]+)(?:\r?\n[-]{3,}.*[-]{3,}(?:\r?\n|\Z)))"
+)
 
 
 class Leafnodes:
