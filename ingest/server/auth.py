@@ -173,6 +173,17 @@ class Authenticator:
         """The INFO carries a nonce for clients to sign when nkeys or JWTs may log in."""
         return bool(self._nkeys or self.store)
 
+    def listed_account(self, connect: dict[str, object]) -> str | None:
+        """The account of the listed user or nkey a CONNECT names; None when no list has
+        it (a config reload closes such a connection, as the reference does)."""
+        key, name = connect.get("nkey"), connect.get("user")
+        found = None
+        if isinstance(key, str) and key:
+            found = self._nkeys.get(key)
+        elif isinstance(name, str):
+            found = self._users.get(name)
+        return found[1] if found is not None else None
+
     def authenticate(
         self, connect: dict[str, object], connection_type: str = STANDARD, nonce: str = ""
     ) -> Grant:

@@ -55,6 +55,7 @@ class Client(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.subs: dict[bytes, Subscription] = {}
         self.grant = Grant()
+        self.connect_options: dict[str, object] = {}  # a config reload judges them again
         self.account = server.accounts.global_account  # until CONNECT names another
         self.authenticated = not server.auth.required
         self.max_payload = opts.max_payload  # the account's, if lower, once bound to one
@@ -333,7 +334,7 @@ class Client(asyncio.Protocol):
     # ---- operations -------------------------------------------------------------------
 
     def _on_connect(self, op: nats.Connect) -> None:
-        o = op.options
+        o = self.connect_options = op.options
         self.verbose = bool(o.get("verbose", self.verbose))
         self.pedantic = bool(o.get("pedantic", self.pedantic))
         self.echo = bool(o.get("echo", True))
@@ -368,11 +369,20 @@ class Client(asyncio.Protocol):
                 )
         if not limits.admit(self):
             return
-        self._pub_checks = self.verbose or self.pedantic or self.grant.restricted
-        self._pub_checks = self._pub_checks or self.max_payload < self.server.opts.max_payload
-        self._fast_path()
+        self.regrant(self.grant)
         if self.verbose:
             self.queue(nats.OK)
+
+    def regrant(self, grant: Grant) -> None:
+        """Take `grant`'s permissions (at CONNECT, or from a config reload): the checks
+        each message pays follow them, and so does the tracing switch."""
+        self.grant = grant
+        self.trace = bool(self.server.opts.trace)
+        self._pub_checks = self.verbose or self.pedantic or grant.restricted
+        self._pub_checks = self._pub_checks or self.max_payload < self.server.opts.max_payload
+        for sub in self.subs.values():
+            sub.filtered = grant.restricted and grant.filters_delivery(sub.subject)
+        self._fast_path()
 
     def _fast_path(self) -> None:
         """Let the compiled codec route this connection's PUBs where nothing is checked per

@@ -27,6 +27,7 @@ class Flags:
     check_config: bool = False
     show_help: bool = False
     show_version: bool = False
+    signal: str | None = None  # `--signal reload=<pid>`: send it, start nothing
 
 
 # flag name -> (setting, kind); several spellings share a setting as in the reference.
@@ -44,6 +45,7 @@ _FLAG_SPECS: dict[str, tuple[str, type]] = {
     **dict.fromkeys(("sd", "store_dir"), ("store_dir", str)),
     **dict.fromkeys(("h", "help"), ("help", bool)),
     **dict.fromkeys(("v", "version"), ("version", bool)),
+    **dict.fromkeys(("sl", "signal"), ("signal", str)),
     "lake": ("lake", bool),
     "lake_dir": ("lake_dir", str),
     "spark_master": ("spark_master", str),
@@ -133,6 +135,8 @@ def _record_flag(parsed: Flags, setting: str, value: Any) -> None:
         parsed.show_help = value
     elif setting == "version":
         parsed.show_version = value
+    elif setting == "signal":
+        parsed.signal = value
     elif setting == "DV":
         parsed.values.update(debug=value, trace=value)
     else:

@@ -1,7 +1,8 @@
 """`jetlake serve`: parse nats-server style flags and config, run until a signal.
 
 SIGTERM/SIGINT shut down gracefully (flush, close, exit 0); SIGUSR2 enters
-lame-duck mode; SIGHUP is accepted and ignored as nothing is reloadable yet.
+lame-duck mode; SIGHUP reloads the config file (`ingest/server/reload`).
+`--signal <command>[=<pid>]` sends one of those signals to a running server.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 from ingest.server.cluster.system_account import SystemAccount
 from ingest.server.logs import setup_logging
 from ingest.server.options import ConfigError, FlagError, Options, parse_serve_args
+from ingest.server.reload import SignalError, reload_config, send_signal
 from ingest.server.server import JETLAKE_VERSION, VERSION, Server
 from ingest.server.system import SystemServices
 
@@ -36,7 +38,7 @@ def _event_loop_policy() -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-async def _serve(opts: Options) -> int:
+async def _serve(opts: Options, argv: list[str]) -> int:
     server = Server(opts)
     loop = asyncio.get_running_loop()
     log.info("Starting jetlake (nats-server compatible %s)", VERSION)
@@ -106,7 +108,8 @@ async def _serve(opts: Options) -> int:
     if any(account.imports for account in opts.accounts):
         from ingest.server.accounts.sharing import Sharing
 
-        Sharing(server, opts.accounts).start()
+        server.sharing = Sharing(server, opts.accounts)
+        server.sharing.start()
     system = SystemServices(server)
     system.start()
     if server.resolver is not None:
@@ -151,7 +154,8 @@ async def _serve(opts: Options) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: loop.create_task(shutdown()))
     loop.add_signal_handler(signal.SIGUSR2, lambda: loop.create_task(server.enter_lame_duck()))
-    loop.add_signal_handler(signal.SIGHUP, lambda: log.info("Reload is not supported; ignored"))
+    loop.add_signal_handler(signal.SIGHUP, lambda: reload_config(server, argv))
+    loop.add_signal_handler(signal.SIGUSR1, lambda: setup_logging(server.opts))  # log rotation
     # Messages churn many short-lived objects; the default gen-0 threshold (700)
     # ran collections thousands of times a second, each walking the long-lived
     # heap (indexes, caches). Freeze what start-up built and collect less often.
@@ -204,6 +208,8 @@ Server Options:
     -c, --config <file>              Configuration file
     -t                               Test configuration and exit
     -P, --pid <file>                 File to store PID
+    -sl, --signal <signal>[=<pid>]   Send signal to jetlake process (ldm, stop, quit, term,
+                                     reopen, reload); <pid> is a PID or a PID file's path
         --busy_poll <duration>       Longest poll before sleeping (jetlake; default 200us, 0: off)
 
 Logging Options:
@@ -264,6 +270,13 @@ def main(argv: list[str]) -> int:
     if opts.show_version:
         print(f"jetlake: v{JETLAKE_VERSION} (nats-server protocol {VERSION})")
         return 0
+    if opts.signal:
+        try:
+            send_signal(opts.signal)
+        except SignalError as exc:
+            print(f"jetlake: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if opts.check_config:
         print(f"jetlake: configuration file {opts.config_file} is valid", file=sys.stderr)
         return 0
@@ -272,7 +285,7 @@ def main(argv: list[str]) -> int:
         log.warning("%s", warning)
     _event_loop_policy()
     try:
-        return asyncio.run(_serve(opts))
+        return asyncio.run(_serve(opts, argv))
     except OSError as exc:
         log.critical("Error listening on port: %s, %s", opts.port, exc)
         return 1

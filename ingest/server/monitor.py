@@ -352,7 +352,7 @@ class Monitor:
             slow_consumers=st["slow_consumers"],
             subscriptions=st["subscriptions"],
             http_req_stats=dict(self.http_req_stats),
-            config_load_time=timestamp(s.start_time),
+            config_load_time=timestamp(s.config_load_time),
             slow_consumer_stats={
                 "clients": st["slow_consumers"],
                 "routes": 0,

@@ -159,6 +159,8 @@ def parse_serve_args(argv: list[str], *, loader: Loader | None = None) -> Option
     parsed = parse_flags(argv)
     if parsed.show_help or parsed.show_version:
         return Options(show_help=parsed.show_help, show_version=parsed.show_version)
+    if parsed.signal:  # sent before any config file is read, as the reference does
+        return Options(signal=parsed.signal)
     out = blank_fields()
     if parsed.config_file:
         apply_table(parse_file(parsed.config_file, loader=loader), parsed.config_file, out)

@@ -119,6 +119,7 @@ class Server:
         self.clients: dict[int, Client] = {}
         self.tls_context: ssl.SSLContext | None = None
         self.start_time = time.time()
+        self.config_load_time = self.start_time  # a config reload moves it (/varz)
         self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
         self.slow_consumers = 0
         self.stalled: set[Client] = set()  # clients over half their max_pending
@@ -131,6 +132,7 @@ class Server:
         self.mqtt: Any = None  # the MQTT listener, set by the composition root with mqtt {}
         self.websocket: Any = None  # the WebSocket listener, likewise with websocket {}
         self.leafnodes: Any = None  # the leafnode links, set by the composition root
+        self.sharing: Any = None  # the accounts' imports, when any account has some
         self._advertised: list[str] = []  # connect_urls the clients were last told
         # The client whose message is being routed (None: the server's own), for system
         # services that answer about the requester.

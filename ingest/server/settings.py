@@ -185,6 +185,7 @@ class Options:
     check_config: bool = False
     show_help: bool = False
     show_version: bool = False
+    signal: str | None = None  # `--signal`: a command for a running server
 
 
 # -- durations and sizes -----------------------------------------------------

@@ -1,0 +1,236 @@
+"""What a config reload would change, and whether it may: old settings against new ones.
+
+Pure: two frozen `Options` in, a `Plan` out or `ReloadRefused` with the reference's
+message (`config reload not supported for …`). Fields are visited in the order of
+the reference's own Options struct, so when several unreloadable keys changed the
+same one is named first. A key missing from every table below is refused, so a
+setting added later is safe until someone decides it can change at run time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.server.gofmt import go_duration
+from ingest.server.settings import Options
+
+
+class ReloadRefused(Exception):
+    """A change the running server cannot take; the old configuration stays in force."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """What the apply step redoes; `notices` are the reference's `Reloaded: …` lines."""
+
+    notices: tuple[str, ...] = ()
+    logging: bool = False  # debug, trace, log file, timestamps
+    auth: bool = False  # users, permissions, accounts, tokens: re-check every client
+    cluster: bool = False  # route credentials or route TLS
+    pid_file: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.notices)
+
+
+# Our field -> the reference's Options field, in the reference's order.
+_GO_NAMES: dict[str, str] = {
+    "server_name": "ServerName",
+    "host": "Host",
+    "port": "Port",
+    "trace": "Trace",
+    "debug": "Debug",
+    "logtime": "Logtime",
+    "logtime_utc": "LogtimeUTC",
+    "max_connections": "MaxConn",
+    "users": "Users",
+    "accounts": "Accounts",
+    "no_auth_user": "NoAuthUser",
+    "system_account": "SystemAccount",
+    "username": "Username",
+    "password": "Password",
+    "auth_token": "Authorization",
+    "ping_interval": "PingInterval",
+    "ping_max": "MaxPingsOut",
+    "http_host": "HTTPHost",
+    "http_port": "HTTPPort",
+    "auth_timeout": "AuthTimeout",
+    "max_control_line": "MaxControlLine",
+    "max_payload": "MaxPayload",
+    "max_pending": "MaxPending",
+    "cluster": "Cluster",
+    "leafnodes": "LeafNode",
+    "jetstream": "JetStream",
+    "mqtt": "MQTT",
+    "pid_file": "PidFile",
+    "logfile": "LogFile",
+    "tls": "TLSConfig",
+    "write_deadline": "WriteDeadline",
+    "lame_duck_duration": "LameDuckDuration",
+    "lame_duck_grace_period": "LameDuckGracePeriod",
+    "operators": "TrustedOperators",
+    "resolver": "AccountResolver",
+    "resolver_preload": "AccountResolver",
+    "server_tags": "Tags",
+    # jetlake's own settings, after the reference's
+    "mappings": "Mappings",
+    "busy_poll": "BusyPoll",
+    "lake": "Lake",
+}
+# Not settings of the running server: how it was started, or what parsing found.
+_IGNORED = frozenset(
+    ("warnings", "config_file", "check_config", "show_help", "show_version", "signal")
+)
+_LOGGING = {
+    "trace": "trace",
+    "debug": "debug",
+    "logtime": "logtime",
+    "logtime_utc": "logtime_utc",
+    "logfile": "log_file",
+}
+# Read from the options whenever used: new connections and timers take the new value.
+_PLAIN = {
+    "max_connections": "max_connections",
+    "max_control_line": "max_control_line",
+    "max_payload": "max_payload",
+    "ping_max": "ping_max",
+}
+_DURATIONS = {"ping_interval": "ping_interval", "write_deadline": "write_deadline"}
+_AUTH = {
+    "users": "authorization users",
+    "username": "authorization username",
+    "password": "authorization password",
+    "auth_token": "authorization token",
+    "accounts": "accounts",
+    "mappings": "accounts",
+}
+_CLUSTER_RELOADABLE = frozenset(("username", "password", "auth_timeout", "tls"))
+
+
+def plan(old: Options, new: Options) -> Plan:
+    """The changes from `old` to `new`; raises `ReloadRefused` on the first one that
+    cannot be made while running."""
+    notices: list[str] = []
+    flags: dict[str, bool] = {}
+    unknown = [f.name for f in dataclasses.fields(Options)]
+    names = list(_GO_NAMES) + [n for n in unknown if n not in _GO_NAMES and n not in _IGNORED]
+    for name in names:
+        before, after = getattr(old, name), getattr(new, name)
+        if before == after:
+            continue
+        if name in _LOGGING:
+            notices.append(f"Reloaded: {_LOGGING[name]} = {_go(after)}")
+            flags["logging"] = True
+        elif name in _PLAIN:
+            notices.append(f"Reloaded: {_PLAIN[name]} = {_go(after)}")
+        elif name in _DURATIONS:
+            notices.append(f"Reloaded: {_DURATIONS[name]} = {go_duration(round(after * 1e9))}")
+        elif name in _AUTH:
+            notices.append(f"Reloaded: {_AUTH[name]}")
+            flags["auth"] = True
+        elif name == "auth_timeout":
+            notices.append(f"Reloaded: authorization timeout = {_go(after)}")
+        elif name == "no_auth_user":
+            _no_auth_user(before, after, new)
+            flags["auth"] = True
+        elif name == "server_tags":
+            notices.append("Reloaded: tags")
+        elif name == "pid_file":
+            notices.append(f"Reloaded: pid_file = {_go(after)}")
+            flags["pid_file"] = True
+        elif name == "tls":
+            notices.append(f"Reloaded: tls = {'enabled' if after else 'disabled'}")
+        elif name == "cluster":
+            _cluster(before, after)
+            notices.append("Reloaded: cluster")
+            flags["cluster"] = True
+        elif name == "jetstream":
+            _jetstream(before, after)
+        elif name == "accounts":
+            pass  # listed in _AUTH
+        else:
+            go = _GO_NAMES.get(name, name)
+            raise ReloadRefused(
+                f"config reload not supported for {go}: old={_go(before)}, new={_go(after)}"
+            )
+    if any(a.jetstream != b.jetstream for a, b in _same_accounts(old, new)):
+        raise ReloadRefused("config reload not supported for an account's jetstream")
+    return Plan(notices=tuple(dict.fromkeys(notices)), **flags)
+
+
+def _no_auth_user(before: str | None, after: str | None, new: Options) -> None:
+    """Only dropping it is allowed, and only with the user it named gone too."""
+    users = new.users + tuple(u for account in new.accounts for u in account.users)
+    if before and not after and all(user.user != before for user in users):
+        return
+    raise ReloadRefused(
+        f"config reload not supported for NoAuthUser: old={_go(before)}, new={_go(after)}"
+    )
+
+
+def _cluster(before: Any, after: Any) -> None:
+    if before is None or after is None:
+        raise ReloadRefused(
+            f"config reload not supported for Cluster: old={_go(before)}, new={_go(after)}"
+        )
+    if before.host != after.host:
+        raise ReloadRefused(
+            f"config reload not supported for cluster host: old={before.host}, new={after.host}"
+        )
+    if before.port != after.port:
+        raise ReloadRefused(
+            f"config reload not supported for cluster port: old={before.port}, new={after.port}"
+        )
+    for field in dataclasses.fields(before):
+        name = field.name
+        if name not in _CLUSTER_RELOADABLE and getattr(before, name) != getattr(after, name):
+            old, new = _go(getattr(before, name)), _go(getattr(after, name))
+            raise ReloadRefused(f"config reload not supported for cluster {name}: "
+                                f"old={old}, new={new}")  # fmt: skip
+
+
+def _jetstream(before: Any, after: Any) -> None:
+    """The reference's messages for the store and its limits; any other JetStream change
+    (switching it on or off, the domain, sync) needs a restart of jetlake."""
+    if before.store_dir != after.store_dir:
+        raise ReloadRefused("config reload not supported for jetstream storage directory")
+    for field in ("max_memory_store", "max_file_store"):
+        old, new = getattr(before, field), getattr(after, field)
+        if old != new:
+            if old == -1:
+                raise ReloadRefused(
+                    "config reload not supported for jetstream dynamic max memory and store"
+                )
+            raise ReloadRefused(
+                "config reload not supported for decreasing jetstream max memory and store"
+                if new < old or new == -1
+                else "config reload not supported for jetstream max memory and max store"
+            )
+    for field in dataclasses.fields(before):
+        old, new = getattr(before, field.name), getattr(after, field.name)
+        if old != new:
+            raise ReloadRefused(
+                f"config reload not supported for jetstream {field.name}: "
+                f"old={_go(old)}, new={_go(new)}"
+            )
+
+
+def _same_accounts(old: Options, new: Options) -> list[tuple[Any, Any]]:
+    by_name = {account.name: account for account in new.accounts}
+    return [(a, by_name[a.name]) for a in old.accounts if a.name in by_name]
+
+
+def _go(value: Any) -> str:
+    """A value as Go's %v prints the reference's: true/false, empty for unset."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return "[" + " ".join(_go(v) for v in value) + "]"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

@@ -1,0 +1,148 @@
+"""Config reload (SIGHUP, `--signal reload=<pid>`), the reference and jetlake side by side.
+
+A reload keeps every connection its new config still allows. What clients observe
+is the reference's: a subscription the new permissions refuse is removed with
+-ERR 'Permissions Violation for Subscription to "…" (sid "…")', a publish gets the
+usual violation, a user whose password changed gets 'Authorization Violation',
+and a user removed from the file is closed without a word. A change that cannot
+be made while running, or a broken file, leaves the old configuration in force.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MakeServer
+from tests.support.http import _get
+from tests.support.raw import RawClient
+from tests.support.servers import ServerProcess, server_command
+
+pytestmark = pytest.mark.timeout(60)
+
+RELOADED = re.escape("Reloaded server configuration")
+FAILED = "Failed to reload server configuration: "
+
+BEFORE = """
+authorization {
+  users = [
+    {user: alice, password: pa, permissions: {publish: ["foo", "bar"], subscribe: ["foo", "bar"]}}
+    {user: bob, password: pb}
+    {user: carol, password: pc}
+  ]
+}
+"""
+AFTER = """
+debug: true
+authorization {
+  users = [
+    {user: alice, password: pa, permissions: {publish: ["foo"], subscribe: ["foo"]}}
+    {user: carol, password: changed}
+    {user: dave, password: pd}
+  ]
+}
+"""
+
+
+async def login(server: ServerProcess, user: str, password: str) -> RawClient:
+    client = await RawClient.connect(server.host, server.port)
+    await client.handshake(user=user, password=password, **{"pass": password})
+    return client
+
+
+def reload(server: ServerProcess, text: str) -> None:
+    """Write the server's config file anew and send SIGHUP."""
+    assert server.config_path is not None
+    server.config_path.write_text(text)
+    server.send_signal(signal.SIGHUP)
+
+
+def config_load_time(server: ServerProcess) -> str:
+    return str(_get(server.http_url + "/varz").json()["config_load_time"])
+
+
+async def test_reload_applies_users_and_permissions_to_live_connections(
+    make_server: MakeServer,
+) -> None:
+    server = make_server("-m", "-1", config=BEFORE)
+    loaded = config_load_time(server)
+    alice = await login(server, "alice", "pa")
+    bob = await login(server, "bob", "pb")
+    carol = await login(server, "carol", "pc")
+    await alice.send("SUB foo 1\r\nSUB bar 2\r\nPING\r\n")
+    await alice.read_until(rb"^PONG$")
+    time.sleep(0.01)  # config_load_time has millisecond steps on some clocks
+    reload(server, AFTER)
+    await server.wait_for_log_async(RELOADED)
+    assert server.find_log(re.escape("Reloaded: debug = true"))
+    assert server.find_log(re.escape("Reloaded: authorization users"))
+    # alice keeps her connection and "foo"; "bar" is taken away.
+    await alice.send("PUB bar 1\r\nx\r\nPUB foo 1\r\ny\r\nPING\r\n")
+    lines = await alice.read_until(rb"^PONG$")
+    assert lines == [
+        b'-ERR \'Permissions Violation for Subscription to "bar" (sid "2")\'',
+        b"-ERR 'Permissions Violation for Publish to \"bar\"'",
+        b"MSG foo 1 1",
+        b"PONG",
+    ]
+    await server.wait_for_log_async(
+        re.escape('Removed sub "bar" (sid "2") for User "alice" - not authorized')
+    )
+    # bob's user is gone: closed, nothing said; carol's password changed: told.
+    assert await bob.expect_closed() == []
+    assert await carol.expect_closed() == [b"-ERR 'Authorization Violation'"]
+    await server.wait_for_log_async(r'cid:\d+ - .*authentication error - User "carol"')
+    # The new file decides who logs in from now on.
+    await (await login(server, "dave", "pd")).close()
+    refused = await RawClient.connect(server.host, server.port)
+    await refused.send('CONNECT {"user":"bob","pass":"pb","verbose":false}\r\nPING\r\n')
+    assert await refused.expect_closed() == [b"-ERR 'Authorization Violation'"]
+    assert config_load_time(server) != loaded
+    await alice.close()
+
+
+async def test_a_change_that_cannot_be_reloaded_leaves_the_old_config(
+    make_server: MakeServer,
+) -> None:
+    server = make_server("-m", "-1", config=BEFORE)
+    loaded = config_load_time(server)
+    alice = await login(server, "alice", "pa")
+    reload(server, "server_name: renamed\n" + AFTER)
+    await server.wait_for_log_async(
+        re.escape(FAILED + "config reload not supported for ServerName: old=, new=renamed")
+    )
+    # A broken file changes nothing either, and says where it is wrong.
+    reload(server, BEFORE + "\nauthorization {\n  users = [ {user: x password: \n")
+    await server.wait_for_log_async(re.escape(FAILED) + r".*(line \d+|\.conf:\d+:)")
+    # The old permissions still hold, and bob still logs in.
+    await alice.send("SUB bar 2\r\nPUB bar 1\r\nx\r\nPING\r\n")
+    assert await alice.read_until(rb"^PONG$") == [b"MSG bar 2 1", b"PONG"]
+    await (await login(server, "bob", "pb")).close()
+    assert config_load_time(server) == loaded
+    await alice.close()
+
+
+def signal_command(kind: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`<server> --signal …`, as an operator would type it."""
+    return subprocess.run(
+        [*server_command(kind), *args], capture_output=True, text=True, timeout=30, check=False
+    )
+
+
+async def test_signal_reload_by_pid_file(
+    make_server: MakeServer, server_kind: str, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / f"{server_kind}.pid"
+    server = make_server("-P", str(pid_file), config=BEFORE)
+    server.config_path.write_text(AFTER)  # type: ignore[union-attr]
+    done = signal_command(server_kind, "--signal", f"reload={pid_file}")
+    assert (done.returncode, done.stderr) == (0, "")
+    await server.wait_for_log_async(RELOADED)
+    done = signal_command(server_kind, "--signal", "reload=abc")
+    assert (done.returncode, done.stderr.split(": ", 1)[-1]) == (1, "invalid pid: abc\n")
+    assert server.running

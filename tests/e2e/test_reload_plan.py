@@ -1,0 +1,126 @@
+"""The pure side of a config reload: which changes may be made while running (with the
+reference's refusals), and the `--signal` command's answers. No server, no sockets."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from ingest.server.options import load_config
+from ingest.server.reload import ReloadRefused, SignalError, plan, send_signal
+from ingest.server.settings import Options
+
+
+def options(tmp_path: Path, text: str) -> Options:
+    path = tmp_path / "server.conf"
+    path.write_text(text)
+    return load_config(str(path))
+
+
+BASE = """
+port: 4222
+authorization { users = [ {user: a, password: p, permissions: {publish: ["x"]}} ] }
+cluster { name: C, listen: 127.0.0.1:6222, authorization { user: r, password: s } }
+jetstream { store_dir: /tmp/js, max_memory_store: 1G }
+"""
+
+
+@pytest.mark.parametrize(
+    ("change", "notices", "flag"),
+    [
+        (('publish: ["x"]', 'publish: ["y"]'), ["Reloaded: authorization users"], "auth"),
+        (("port: 4222", "port: 4222\ndebug: true"), ["Reloaded: debug = true"], "logging"),
+        (("port: 4222", "port: 4222\nmax_connections: 7"), ["Reloaded: max_connections = 7"], None),
+        (
+            ("port: 4222", 'port: 4222\nping_interval: "30s"'),
+            ["Reloaded: ping_interval = 30s"],
+            None,
+        ),
+        (("password: s", "password: t"), ["Reloaded: cluster"], "cluster"),
+    ],
+)
+def test_reloadable_changes(
+    tmp_path: Path, change: tuple[str, str], notices: list[str], flag: str | None
+) -> None:
+    old = options(tmp_path, BASE)
+    new = options(tmp_path, BASE.replace(*change))
+    found = plan(old, new)
+    assert list(found.notices) == notices
+    if flag is not None:
+        assert getattr(found, flag)
+
+
+def test_nothing_changed_is_an_empty_plan(tmp_path: Path) -> None:
+    assert not plan(options(tmp_path, BASE), options(tmp_path, BASE)).changed
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("port: 4222", "port: 4223"), "config reload not supported for Port: old=4222, new=4223"),
+        (
+            ("port: 4222", "port: 4222\nserver_name: n"),
+            "config reload not supported for ServerName: old=, new=n",
+        ),
+        (
+            ("127.0.0.1:6222", "127.0.0.1:6223"),
+            "config reload not supported for cluster port: old=6222, new=6223",
+        ),
+        (
+            ("/tmp/js", "/tmp/other"),
+            "config reload not supported for jetstream storage directory",
+        ),
+        (
+            ("max_memory_store: 1G", "max_memory_store: 512M"),
+            "config reload not supported for decreasing jetstream max memory and store",
+        ),
+        (("name: C", "name: D"), "config reload not supported for cluster name: old=C, new=D"),
+    ],
+)
+def test_changes_a_running_server_refuses(
+    tmp_path: Path, change: tuple[str, str], message: str
+) -> None:
+    old = options(tmp_path, BASE)
+    new = options(tmp_path, BASE.replace(*change))
+    with pytest.raises(ReloadRefused) as refused:
+        plan(old, new)
+    assert str(refused.value) == message
+
+
+def test_the_first_refused_field_is_the_references_first(tmp_path: Path) -> None:
+    """Both changed: the reference's struct names ServerName before Port."""
+    old = options(tmp_path, BASE)
+    new = options(tmp_path, BASE.replace("port: 4222", "port: 4223\nserver_name: n"))
+    with pytest.raises(ReloadRefused, match="ServerName"):
+        plan(old, new)
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ("reload=abc", "invalid pid: abc"),
+        ("reload=1=2", "invalid signal parameters: [2]"),
+        (f"bogus={os.getpid()}", 'unknown signal "bogus"'),
+        ("reload=999999999", 'signal "reload" 999999999: no such process'),
+    ],
+)
+def test_signal_command_errors(spec: str, error: str) -> None:
+    with pytest.raises(SignalError) as failed:
+        send_signal(spec)
+    assert str(failed.value).strip() == error
+
+
+def test_signal_command_reads_a_pid_file(tmp_path: Path) -> None:
+    """`reload=<file>` signals the pid the file holds (here this test's own, trapped)."""
+    got: list[int] = []
+    previous = signal.signal(signal.SIGHUP, lambda signum, frame: got.append(signum))
+    try:
+        pid_file = tmp_path / "jetlake.pid"
+        pid_file.write_text(str(os.getpid()))
+        send_signal(f"reload={pid_file}")
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert got == [signal.SIGHUP]
