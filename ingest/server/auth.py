@@ -185,14 +185,18 @@ class Authenticator:
         return found[1] if found is not None else None
 
     def authenticate(
-        self, connect: dict[str, object], connection_type: str = STANDARD, nonce: str = ""
+        self,
+        connect: dict[str, object],
+        connection_type: str = STANDARD,
+        nonce: str = "",
+        host: str = "",
     ) -> Grant:
-        """The grant for a CONNECT's credentials arriving over `connection_type`, after
-        an INFO that carried `nonce`."""
+        """The grant for a CONNECT's credentials arriving over `connection_type` from
+        `host`, after an INFO that carried `nonce`."""
         if not self.required:
             return Grant()
         if self.store is not None and connect.get("jwt"):
-            return self._jwt(connect, connection_type, nonce)
+            return self._jwt(connect, connection_type, nonce, host)
         key = connect.get("nkey")
         if key:
             found = self._nkeys.get(key) if isinstance(key, str) else None
@@ -221,10 +225,13 @@ class Authenticator:
                 return _grant_for(user, account)
         raise AuthError(AUTH_VIOLATION, who)
 
-    def _jwt(self, connect: dict[str, object], connection_type: str, nonce: str) -> Grant:
+    def _jwt(
+        self, connect: dict[str, object], connection_type: str, nonce: str, host: str
+    ) -> Grant:
         assert self.store is not None
+        now = time.time()
         try:
-            found = trust.authenticate(connect, nonce, self.store.get, time.time(), connection_type)
+            found = trust.authenticate(connect, nonce, self.store.get, now, connection_type, host)
         except JWTError as exc:
             raise AuthError(AUTH_VIOLATION, detail=str(exc)) from exc
         return Grant(

@@ -121,7 +121,7 @@ class Client(asyncio.Protocol):
 
     def authenticate(self, options: dict[str, object]) -> Grant:
         """The grant for CONNECT's credentials (a WebSocket listener may have its own)."""
-        return self.server.auth.authenticate(options, nonce=self.nonce)
+        return self.server.auth.authenticate(options, nonce=self.nonce, host=self.host)
 
     def adjust_info(self, info: dict[str, Any]) -> None:
         """Change the INFO this connection is sent (a WebSocket's names its own port)."""

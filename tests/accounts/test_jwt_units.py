@@ -230,3 +230,24 @@ def test_v1_tokens_sign_the_claims_only() -> None:
     assert jwt.decode(signed(OPERATOR), "operator").subject == _pub(OPERATOR)
     with pytest.raises(jwt.JWTError, match="invalid signature"):
         jwt.decode(signed(OP_SIGNER), "operator")
+
+
+@pytest.mark.parametrize(
+    ("src", "host", "admitted"),
+    [
+        (["127.0.0.0/8"], "127.0.0.1", True),
+        ("10.0.0.0/8, 127.0.0.1/32", "127.0.0.1", True),  # the older comma-separated form
+        (["192.0.2.0/24"], "127.0.0.1", False),
+        (["::1/128"], "::1", True),
+        (["127.0.0.0/8"], "", False),  # an unknown address is not admitted
+    ],
+)
+def test_source_networks(src: object, host: str, admitted: bool) -> None:
+    store = _store()
+    token, seed = mint_user(ACCOUNT, src=src)
+    args = (_connect(token, seed), "NONCE", store.get, time.time(), "STANDARD", host)
+    if admitted:
+        assert trust.authenticate(*args).user == jwt.decode(token, "user").subject
+    else:
+        with pytest.raises(jwt.JWTError, match="may not connect from"):
+            trust.authenticate(*args)

@@ -58,6 +58,8 @@ def keystore(tmp_path_factory: pytest.TempPathFactory) -> Keystore:
     nsc.run("add", "user", "-a", "A", "dev1", "-K", "dev")
     nsc.run("add", "user", "-a", "A", "revoked")
     nsc.run("revocations", "add-user", "-a", "A", "-n", "revoked")
+    nsc.run("add", "user", "-a", "A", "local", "--source-network", "127.0.0.0/8")
+    nsc.run("add", "user", "-a", "A", "elsewhere", "--source-network", "192.0.2.0/24")
     nsc.run("add", "user", "-a", "A", "capped")
     nsc.run("edit", "user", "-a", "A", "capped", "--subs", "1", "--payload", "64")
     nsc.run("add", "account", "L")
@@ -148,6 +150,11 @@ async def test_natscli_creds(op_server: ServerProcess, keystore: Keystore) -> No
     assert code != 0
 
 
+async def test_source_network(op_server: ServerProcess, keystore: Keystore) -> None:
+    token, seed = keystore.nsc.user_jwt("A", "local"), _seed_of(keystore.nsc.creds("A", "local"))
+    assert await _login(op_server, token, seed) == Outcome((b"+OK",), closed=False)
+
+
 async def test_bearer_token_needs_no_signature(
     op_server: ServerProcess, keystore: Keystore
 ) -> None:
@@ -212,6 +219,10 @@ REFUSED = {
         k.nsc.user_jwt("A", "websocket"),
         _seed_of(k.nsc.creds("A", "websocket")),
     ),
+    "outside its source network": lambda k: (
+        k.nsc.user_jwt("A", "elsewhere"),
+        _seed_of(k.nsc.creds("A", "elsewhere")),
+    ),
     "other user's seed": lambda k: (
         k.nsc.user_jwt("A", "plain"),
         _seed_of(k.nsc.creds("A", "bearer")),
@@ -246,7 +257,7 @@ async def test_garbage_creds_file(op_server: ServerProcess, keystore: Keystore) 
 
 async def test_expiry_cuts_the_client_off(op_server: ServerProcess, keystore: Keystore) -> None:
     """A JWT that expires while its client is connected ends the connection then."""
-    token, seed = mint_user(keystore.account_seed, exp=int(time.time()) + 2)
+    token, seed = mint_user(keystore.account_seed, exp=int(time.time()) + 3)
     async with await RawClient.connect(op_server.host, op_server.port) as c:
         fields = {"verbose": False, "jwt": token, "sig": _sign(seed, c.info["nonce"])}
         assert await c.outcome(b"CONNECT " + json.dumps(fields).encode() + b"\r\n") == Outcome(

@@ -11,6 +11,7 @@ templates filled in from the user and account.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -199,6 +200,7 @@ def authenticate(
     lookup: AccountLookup,
     now: float,
     connection_type: str,
+    host: str = "",
 ) -> JWTUser:
     """The user a CONNECT's `jwt` and `sig` prove, or JWTError saying why not."""
     user = jwt.decode(connect.get("jwt"), "user")
@@ -225,6 +227,8 @@ def authenticate(
         user.subject, nkey.USER, nonce, connect.get("sig")
     ):
         raise JWTError(f"signature of user {user.subject} does not verify the nonce")
+    if not _from_allowed_network(limits.get("src"), host):
+        raise JWTError(f"user {user.subject} may not connect from {host or 'here'}")
     allowed = limits.get("allowed_connection_types") or []
     if allowed and connection_type not in {str(t).upper() for t in allowed}:
         raise JWTError(f"user {user.subject} may not connect as {connection_type}")
@@ -248,6 +252,27 @@ def authenticate(
         max_subscriptions=_limit(limits, "subs"),
         max_payload=_limit(limits, "payload"),
     )
+
+
+def _from_allowed_network(src: object, host: str) -> bool:
+    """A user JWT's `src` (CIDR blocks, a list or one comma-separated string) admits
+    only clients from those networks; an unknown client address is not admitted."""
+    if not src:
+        return True
+    blocks = src.split(",") if isinstance(src, str) else src
+    if not isinstance(blocks, list):
+        return False
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    for block in blocks:
+        try:
+            if address in ipaddress.ip_network(str(block).strip(), strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def _limit(limits: dict[str, Any], name: str) -> int:

@@ -48,7 +48,7 @@ class WebSocketClient(Client):
     def authenticate(self, options: dict[str, object]) -> Grant:
         if self.cookie_jwt and not options.get("jwt"):
             options = {**options, "jwt": self.cookie_jwt}
-        return self.listener.auth.authenticate(options, WEBSOCKET, nonce=self.nonce)
+        return self.listener.auth.authenticate(options, WEBSOCKET, nonce=self.nonce, host=self.host)
 
     def adjust_info(self, info: dict[str, Any]) -> None:
         listener = self.listener
