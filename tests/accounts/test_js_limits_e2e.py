@@ -7,31 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from nats.aio.client import Client as NATS
 
-from tests.conftest import KIND_IDS, Connect, ServerPool
+from tests.conftest import Connect
 from tests.support.servers import ServerProcess
 
-CONFIG = """
-accounts {
-  A { users [ {user: a, password: a} ]
-      jetstream { max_mem: 1MB, max_file: 2MB, max_streams: 3, max_consumers: 1 } }
-  B { users [ {user: b, password: b} ]
-      jetstream { max_file: 2MB, max_bytes_required: true, disk_max_stream_bytes: 1MB,
-                  max_ack_pending: 10 } }
-}
-"""
 MB = 1024 * 1024
-
-
-@pytest.fixture
-def server(
-    server_pool: ServerPool, server_kind: str, tmp_path_factory: pytest.TempPathFactory
-) -> ServerProcess:
-    """One server per kind; each test works in an account of its own."""
-    store = tmp_path_factory.getbasetemp() / f"js-limits-{KIND_IDS[server_kind]}"
-    return server_pool.get(server_kind, "-js", "-sd", str(store), config=CONFIG)
 
 
 async def api(nc: NATS, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -49,8 +30,8 @@ def error(code: int, err_code: int, description: str) -> dict[str, Any]:
     return {"code": code, "err_code": err_code, "description": description}
 
 
-async def test_account_limits_and_their_errors(server: ServerProcess, connect: Connect) -> None:
-    a = await connect(f"nats://a:a@{server.host}:{server.port}")
+async def test_account_limits_and_their_errors(shared: ServerProcess, connect: Connect) -> None:
+    a = await connect(f"nats://qa:qa@{shared.host}:{shared.port}")
     info = await api(a, "$JS.API.INFO")
     assert info["api"]["total"] == 0  # a request is counted once answered
     assert info["limits"] == {
@@ -97,8 +78,8 @@ async def test_account_limits_and_their_errors(server: ServerProcess, connect: C
     }
 
 
-async def test_stream_bytes_and_ack_pending_rules(server: ServerProcess, connect: Connect) -> None:
-    b = await connect(f"nats://b:b@{server.host}:{server.port}")
+async def test_stream_bytes_and_ack_pending_rules(shared: ServerProcess, connect: Connect) -> None:
+    b = await connect(f"nats://qb:qb@{shared.host}:{shared.port}")
     assert await create(b, "T1", storage="file") == error(
         400, 10113, "account requires a stream config to have max bytes set"
     )

@@ -4,26 +4,8 @@ reference's -ERR lines and which of them close the connection."""
 
 from __future__ import annotations
 
-import pytest
-
-from tests.conftest import ServerPool
 from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess
-
-CONFIG = """
-accounts {
-  A {
-    users [ {user: a, password: a} ]
-    limits { max_connections: 2, max_subscriptions: 2, max_payload: 100, max_leafnodes: 1 }
-  }
-  B { users [ {user: b, password: b} ] }
-}
-"""
-
-
-@pytest.fixture
-def limited(server_pool: ServerPool, server_kind: str) -> ServerProcess:
-    return server_pool.get(server_kind, config=CONFIG)
 
 
 async def login(server: ServerProcess, user: str) -> RawClient:
@@ -32,31 +14,31 @@ async def login(server: ServerProcess, user: str) -> RawClient:
     return client
 
 
-async def test_connections_per_account(limited: ServerProcess) -> None:
-    first, second = await login(limited, "a"), await login(limited, "a")
+async def test_connections_per_account(shared: ServerProcess) -> None:
+    first, second = await login(shared, "lim"), await login(shared, "lim")
     try:
-        third = await RawClient.connect(limited.host, limited.port)
-        out = await third.outcome(b'CONNECT {"user":"a","pass":"a","verbose":false}\r\n')
+        third = await RawClient.connect(shared.host, shared.port)
+        out = await third.outcome(b'CONNECT {"user":"lim","pass":"lim","verbose":false}\r\n')
         assert out.closed
         assert out.lines == (b"-ERR 'maximum account active connections exceeded'",)
-        other = await login(limited, "b")  # another account is not counted
+        other = await login(shared, "c")  # another account is not counted
         await other.close()
         await second.close()
         # A closed connection frees its place.
-        fourth = await RawClient.connect(limited.host, limited.port)
+        fourth = await RawClient.connect(shared.host, shared.port)
         for _ in range(50):  # the server may see the close after the next CONNECT
-            out = await fourth.outcome(b'CONNECT {"user":"a","pass":"a","verbose":false}\r\n')
+            out = await fourth.outcome(b'CONNECT {"user":"lim","pass":"lim","verbose":false}\r\n')
             if not out.closed:
                 break
-            fourth = await RawClient.connect(limited.host, limited.port)
+            fourth = await RawClient.connect(shared.host, shared.port)
         assert not out.closed
         await fourth.close()
     finally:
         await first.close()
 
 
-async def test_subscriptions_per_connection(limited: ServerProcess) -> None:
-    one, two = await login(limited, "a"), await login(limited, "a")
+async def test_subscriptions_per_connection(shared: ServerProcess) -> None:
+    one, two = await login(shared, "lim"), await login(shared, "lim")
     try:
         assert (await one.outcome(b"SUB x 1\r\nSUB y 2\r\n")).lines == ()
         assert (await two.outcome(b"SUB x 1\r\nSUB y 2\r\n")).lines == ()  # each its own
@@ -69,10 +51,10 @@ async def test_subscriptions_per_connection(limited: ServerProcess) -> None:
         await two.close()
 
 
-async def test_payload_of_the_account(limited: ServerProcess) -> None:
-    client = await RawClient.connect(limited.host, limited.port)
+async def test_payload_of_the_account(shared: ServerProcess) -> None:
+    client = await RawClient.connect(shared.host, shared.port)
     try:
-        await client.handshake(user="a", **{"pass": "a"})
+        await client.handshake(user="lim", **{"pass": "lim"})
         assert (await client.outcome(b"PUB x 100\r\n" + b"x" * 100 + b"\r\n")).lines == ()
         # The INFO answering CONNECT (after the first PONG) carries the account's size.
         assert [info["max_payload"] for info in client.infos] == [100]

@@ -13,54 +13,9 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
-from tests.conftest import KIND_IDS, Connect, ServerPool
+from tests.conftest import Connect
 from tests.support.clients import barrier, drain_pending, sync
 from tests.support.servers import ServerProcess
-
-CONFIG = """
-accounts {
-  A {
-    users [ {user: a, password: a} ]
-    jetstream: enabled
-    exports [
-      {stream: "a.>"}
-      {stream: "secret.>", accounts: [C]}
-      {service: "svc.>", response_type: stream}
-      {service: "one.>", latency: {sampling: 100, subject: "lat.one"}}
-      {service: "$JS.API.>", response_type: stream}
-      {service: "$JS.ACK.>"}
-      {stream: "deliver.>"}
-    ]
-  }
-  B {
-    users [ {user: b, password: b} ]
-    jetstream: enabled
-    imports [
-      {stream: {account: A, subject: "a.>"}, prefix: "p"}
-      {stream: {account: A, subject: "a.x"}, to: "mapped.x"}
-      {service: {account: A, subject: "svc.x"}, to: "local.x"}
-      {service: {account: A, subject: "one.>"}}
-      {service: {account: A, subject: "$JS.API.>"}, to: "$JS.A.API.>"}
-      {service: {account: A, subject: "$JS.ACK.>"}}
-      {stream: {account: A, subject: "deliver.>"}}
-    ]
-  }
-  C { users [ {user: c, password: c} ] }
-  D { users [ {user: d, password: d} ], jetstream: enabled }
-  E {
-    users [ {user: e, password: e} ]
-    imports [ {service: {account: A, subject: "$JS.API.>"}} ]
-  }
-}
-"""
-
-
-@pytest.fixture
-def shared(
-    server_pool: ServerPool, server_kind: str, tmp_path_factory: pytest.TempPathFactory
-) -> ServerProcess:
-    store = tmp_path_factory.getbasetemp() / f"sharing-{KIND_IDS[server_kind]}"
-    return server_pool.get(server_kind, "-js", "-sd", str(store), config=CONFIG)
 
 
 def url(server: ServerProcess, user: str) -> str:
