@@ -42,6 +42,11 @@ accounts {
     users [ {user: e, password: e} ]
     imports [ {service: {account: A, subject: "$JS.API.>"}} ]
   }
+  WA { users [ {user: wa, password: wa} ]
+       exports [ {stream: "ev.*.*"}, {service: "quote.*"} ] }
+  WB { users [ {user: wb, password: wb} ]
+       imports [ {stream: {account: WA, subject: "ev.*.*"}, to: "got.$2.$1"}
+                 {service: {account: WA, subject: "quote.*"}, to: "quote_for.*"} ] }
   LIM {
     users [ {user: lim, password: lim} ]
     limits { max_connections: 2, max_subscriptions: 2, max_payload: 100, max_leafnodes: 1 }

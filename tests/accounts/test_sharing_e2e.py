@@ -220,3 +220,20 @@ async def test_an_account_without_jetstream_uses_the_imported_api_on_its_own_sub
     assert "error" not in info and info["type"] == "io.nats.jetstream.api.v1.account_info_response"
     await sync(e)  # a refusal would be answered while the request is routed
     assert await drain_pending(answers) == []
+
+
+async def test_imports_map_wildcards_token_by_token(
+    shared: ServerProcess, connect: Connect
+) -> None:
+    wa, wb = await users(connect, shared, "wa", "wb")
+
+    async def quote(msg: Msg) -> None:
+        await msg.respond(("quote for " + msg.subject).encode())
+
+    await wa.subscribe("quote.*", cb=quote)
+    seen = await wb.subscribe("got.>")
+    await barrier(wa, wb)
+    await wa.publish("ev.x.y", b"event")
+    assert (await seen.next_msg(5)).subject == "got.y.x"
+    reply = await wb.request("quote_for.abc", b"", timeout=5)
+    assert reply.data == b"quote for quote.abc"
