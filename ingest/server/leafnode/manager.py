@@ -77,8 +77,9 @@ class Leafnodes:
         if cluster is not None:
             cluster.remote.watch = self._peers_changed
             self.server.cluster_listeners.append(self._cluster_changed)
-            update = encode_info(cluster.info())  # peers learn this server's leafnode URLs
-            for route in cluster.routes.values():
+            # Peers learn this server's leafnode URLs, whichever INFO they got before.
+            update = encode_info(cluster.info())
+            for route in cluster.connections:
                 route.queue(update)
         for remote in config.remotes:
             if not remote.urls:
@@ -191,8 +192,9 @@ class Leafnodes:
         return info
 
     def own_urls(self) -> list[str]:
-        """Where leafs reach this server (each address when listening on all)."""
-        if self.config.no_advertise or self.config.port is None:
+        """Where leafs reach this server (each address when listening on all); none before
+        the listener is up."""
+        if self.config.no_advertise or self._listener is None:
             return []
         if self.config.advertise:
             return [self.config.advertise]
