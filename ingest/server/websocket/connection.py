@@ -63,11 +63,10 @@ class FrameTransport:
         return self._outer.transport.get_extra_info(name, default)
 
     def pause_reading(self) -> None:
-        self._outer.transport.pause_reading()
+        self._outer.pause_reading()
 
     def resume_reading(self) -> None:
-        if not self._outer.closing:
-            self._outer.transport.resume_reading()
+        self._outer.resume_reading()
 
     def get_write_buffer_size(self) -> int:
         return self._outer.transport.get_write_buffer_size()
@@ -84,6 +83,10 @@ class WebSocketConnection(asyncio.Protocol):
         self._compress = False
         self._timer: asyncio.TimerHandle | None = None
         self._peer = ("", 0)
+        # While the connection inside has paused reading, what one socket read decoded
+        # waits here: it must not see data between its pause and its resume.
+        self._paused = False
+        self._backlog: list[frames.Event] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -137,34 +140,34 @@ class WebSocketConnection(asyncio.Protocol):
         self.transport.close()
 
     def _frames(self, data: bytes) -> None:
-        decoder = self._decoder
-        assert decoder is not None
-        self._deliver_stream(decoder.feed(data))
-        exc = decoder.error
-        if exc is not None and not self.closing:
+        assert self._decoder is not None
+        self._backlog.extend(self._decoder.feed(data))
+        self._deliver()
+
+    def _deliver(self) -> None:
+        """Hand the backlog on, up to a pause of the connection inside; then any violation."""
+        if self._paused or self.closing:
+            return
+        events, self._backlog = self._backlog, []
+        for i, event in enumerate(events):
+            if self._paused:
+                self._backlog = events[i:] + self._backlog
+                return
+            self._handle(event)
+            if self.closing:
+                return
+        exc = self._decoder.error if self._decoder is not None else None
+        if exc is not None:
             log.error("%s:%d - wid:%d - read error: %s", *self._peer, self.inner.cid, exc)
             self._end(frames.close_frame(exc.code, str(exc)))
 
-    def _deliver_stream(self, events: list[frames.Event]) -> None:
-        pending: list[bytes] = []
-        for event in events:
-            if self.closing:
-                return
-            if type(event) is bytes:
-                pending.append(event)
-                continue
-            if pending:
-                self.inner.data_received(b"".join(pending))
-                pending = []
-            if self.closing:
-                return
-            if isinstance(event, frames.Ping):
-                self.transport.write(frames.frame(frames.PONG, event.payload))
-            elif isinstance(event, frames.Close):
-                self._end(frames.close_frame(event.code, event.reason))
-                return
-        if pending and not self.closing:
-            self.inner.data_received(b"".join(pending))
+    def _handle(self, event: frames.Event) -> None:
+        if type(event) is bytes:
+            self.inner.data_received(event)
+        elif isinstance(event, frames.Ping):
+            self.transport.write(frames.frame(frames.PONG, event.payload))
+        elif isinstance(event, frames.Close):
+            self._end(frames.close_frame(event.code, event.reason))
 
     def _end(self, close: bytes) -> None:
         """The peer closed or broke the rules: answer with `close`, then close both layers."""
@@ -191,6 +194,17 @@ class WebSocketConnection(asyncio.Protocol):
     def abort(self) -> None:
         self.closing = True
         self.transport.abort()
+
+    def pause_reading(self) -> None:
+        self._paused = True
+        self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._paused = False
+        if not self.closing:
+            self.transport.resume_reading()
+            if self._backlog:
+                asyncio.get_running_loop().call_soon(self._deliver)
 
     # ---- the socket -------------------------------------------------------------------------
 

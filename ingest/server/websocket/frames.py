@@ -129,7 +129,10 @@ class FrameDecoder:
                 if not remaining and self._final:
                     events.append(self._inflate())
             elif chunk:
-                events.append(chunk)
+                if events and type(events[-1]) is bytes:
+                    events[-1] += chunk  # type: ignore[operator]  # one hand-over per read
+                else:
+                    events.append(chunk)
             if remaining:
                 return
 

@@ -1,0 +1,245 @@
+"""WebSocket end to end against both servers: the upgrade, frames, NATS and MQTT inside."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import paho.mqtt.client as paho
+import pytest
+
+from tests.conftest import Connect, ServerPool
+from tests.support.http import get_json
+from tests.support.servers import server_command
+from tests.websocket.conftest import TIMEOUT, OpenWS, WSServer, ws_port
+
+NODE_TOOLS = Path(__file__).resolve().parents[2] / ".venv" / "node"
+
+
+CONFIGURED = """
+websocket {
+  port: -1, no_tls: true, compression: true, handshake_timeout: "3s"
+  allowed_origins: ["http://a.example"]
+  authorization { user: web, password: pw }
+}
+"""
+
+
+@pytest.fixture
+def configured(server_kind: str, server_pool: ServerPool) -> WSServer:
+    """A server with every option a browser deployment sets (shared by the tests below)."""
+    server = server_pool.get(server_kind, "-m", "-1", config=CONFIGURED)
+    return WSServer(server, ws_port(server))
+
+
+async def test_varz_block(configured: WSServer) -> None:
+    varz = await get_json(f"{configured.process.http_url}/varz")
+    assert varz["websocket"] == {
+        "host": "0.0.0.0",
+        "port": configured.port,
+        "handshake_timeout": 3_000_000_000,
+        "no_tls": True,
+        "allowed_origins": ["http://a.example"],
+        "compression": True,
+    }
+
+
+def test_refused_without_tls(server_kind: str, tmp_path: Path) -> None:
+    path = tmp_path / "ws.conf"
+    path.write_text("websocket { port: -1 }")
+    done = subprocess.run(
+        [*server_command(server_kind), "-c", str(path)], capture_output=True, text=True, timeout=20
+    )
+    assert done.returncode != 0
+    assert "websocket requires TLS configuration" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("request_text", "status"),
+    [
+        ("POST / HTTP/1.1\r\nHost: x\r\n\r\n", 405),
+        ("GET / HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (
+            "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: short\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            400,
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 8\r\n\r\n",
+            400,
+        ),
+    ],
+    ids=["post", "no-upgrade", "bad-key", "old-version"],
+)
+async def test_handshake_refused(ws_server: WSServer, request_text: str, status: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", ws_server.port)
+    writer.write(request_text.encode())
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+    assert int(head.split(b" ")[1]) == status
+    writer.close()
+
+
+async def test_origin_checks(configured: WSServer, open_ws: OpenWS) -> None:
+    port = configured.port
+    assert (await open_ws(port, headers="Origin: http://a.example\r\n")).status == 101
+    assert (await open_ws(port, headers="Origin: http://a.example:80\r\n")).status == 101
+    assert (await open_ws(port, headers="Origin: http://b.example\r\n")).status == 403
+    assert (await open_ws(port, headers="Origin: https://a.example\r\n")).status == 403
+    assert (await open_ws(port)).status == 101  # no Origin: not a browser, accepted
+    assert "origin not allowed: not in the allowed list" in configured.process.log()
+
+
+async def test_nats_inside_frames(ws_server: WSServer, open_ws: OpenWS) -> None:
+    """INFO names the WebSocket port; a PUB split over fragments and a ping are answered."""
+    ws = await open_ws(ws_server.port)
+    assert ws.status == 101
+    info = await ws.read_data(b"\r\n")
+    assert json.loads(info[5:])["port"] == ws_server.port
+    ws.send(b'CONNECT {"verbose":false}\r\nSUB ws.frag 1\r\n')
+    ws.send_frame(2, b"PUB ws.frag 5\r\nhe", fin=False)
+    ws.send_frame(9, b"ping-in-the-middle")  # control frames may come between fragments
+    ws.send_frame(0, b"llo\r\nPI", fin=False)
+    ws.send_frame(0, b"NG\r\n")
+    opcode, payload = await ws.read_frame()
+    assert (opcode, payload) == (10, b"ping-in-the-middle")
+    data = await ws.read_data(b"PONG\r\n")
+    assert b"MSG ws.frag 1 5\r\nhello\r\n" in data
+    ws.send_frame(8, b"\x03\xe8bye")
+    assert await ws.closed() == (1000, b"bye")
+
+
+async def test_compressed_both_ways(ws_server: WSServer, open_ws: OpenWS) -> None:
+    ws = await open_ws(ws_server.port, headers="Sec-WebSocket-Extensions: permessage-deflate\r\n")
+    assert "permessage-deflate" in (ws.header("Sec-WebSocket-Extensions") or "")
+    await ws.read_data(b"\r\n")
+    body = b"x" * 5000
+    ws.send(b'CONNECT {"verbose":false}\r\nSUB ws.z 1\r\nPUB ws.z 5000\r\n' + body + b"\r\n")
+    ws.send(b"PING\r\n", compress=True)
+    data = await ws.read_data(b"PONG\r\n")
+    assert b"MSG ws.z 1 5000\r\n" + body in data
+
+
+BAD_FRAMES = [
+    ("unmasked", dict(opcode=2, payload=b"PING\r\n", mask=False)),
+    ("unknown-opcode", dict(opcode=3, payload=b"")),
+    ("rsv1-without-deflate", dict(opcode=2, payload=b"x", rsv1=True)),
+    ("fragmented-control", dict(opcode=9, payload=b"", fin=False)),
+    ("orphan-continuation", dict(opcode=0, payload=b"x")),
+    ("big-ping", dict(opcode=9, payload=b"p" * 126)),
+    ("one-byte-close", dict(opcode=8, payload=b"\x03")),
+    ("bad-close-code", dict(opcode=8, payload=b"\x03\x00")),
+]
+
+
+@pytest.mark.parametrize(("name", "frame"), BAD_FRAMES, ids=[name for name, _ in BAD_FRAMES])
+async def test_bad_frame_closes_only_its_connection(
+    ws_server: WSServer, open_ws: OpenWS, connect: Connect, name: str, frame: dict
+) -> None:
+    """The offender is cut off (jetlake says why in a 1002 close frame; the reference
+    mostly just drops the socket); a client beside it goes on undisturbed."""
+    bystander = await connect(ws_server.process)
+    sub = await bystander.subscribe("ws.bystander")
+    ws = await open_ws(ws_server.port)
+    await ws.read_data(b"\r\n")
+    ws.send_frame(**frame)
+    code, _ = await ws.closed()
+    if ws_server.kind == "jetlake":
+        assert code == 1002
+    await bystander.publish("ws.bystander", b"still here")
+    assert (await sub.next_msg(TIMEOUT)).data == b"still here"
+
+
+async def test_huge_frame_costs_no_memory(ws_server: WSServer, open_ws: OpenWS) -> None:
+    """A frame announcing 1 TiB is read as a stream: the PUB inside it over max_payload
+    is refused as over TCP, long before the frame would end."""
+    ws = await open_ws(ws_server.port)
+    await ws.read_data(b"\r\n")
+    ws.writer.write(b"\x82\xff" + (1 << 40).to_bytes(8, "big") + b"\0\0\0\0")
+    ws.writer.write(b'CONNECT {"verbose":false}\r\nPUB ws.huge 999999999\r\n')
+    data = await ws.read_data(b"-ERR")
+    assert b"-ERR 'Maximum Payload Violation'" in data
+
+
+def _node_client(url: str, *args: str, tmp_path: Path) -> subprocess.Popen[str]:
+    node = shutil.which("node")
+    modules = NODE_TOOLS / "node_modules" / "@nats-io" / "nats-core"
+    assert node and modules.is_dir(), "Node and .venv/node (scripts/install-node-tools) needed"
+    (tmp_path / "node_modules").symlink_to(NODE_TOOLS / "node_modules")
+    script = tmp_path / "client.mjs"
+    shutil.copy(Path(__file__).with_name("nats_ws_client.mjs"), script)
+    return subprocess.Popen(
+        [node, "--experimental-websocket", str(script), url, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def test_nats_javascript_client(
+    ws_server: WSServer, connect: Connect, tmp_path: Path
+) -> None:
+    """The official JavaScript client (wsconnect, as in a browser) under Node: messages up
+    to 300 kB both ways, request/reply, and a message from a TCP client."""
+    proc = _node_client(f"ws://127.0.0.1:{ws_server.port}", tmp_path=tmp_path)
+    try:
+        assert proc.stdout is not None
+        ready = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 20)
+        assert json.loads(ready or "{}").get("ready"), proc.stderr.read() if proc.stderr else ""
+        nc = await connect(ws_server.process)
+        await nc.publish("ws.from.tcp", b"hello from tcp")
+        await nc.flush()
+        out, err = await asyncio.wait_for(asyncio.to_thread(proc.communicate), 20)
+    finally:
+        proc.kill()
+    result = json.loads(out.strip().splitlines()[-1])
+    assert "error" not in result, (result, err)
+    assert result["port"] == ws_server.port
+    sizes = [0, 1, 100, 4096, 70000, 300000]
+    assert result["received"] == [[f"ws.data.{n}", n, True] for n in sizes]
+    assert result["reply"] == "ping"
+    assert result["tcp"] == ["hello from tcp"]
+
+
+async def test_websocket_authorization(configured: WSServer, tmp_path: Path) -> None:
+    """`websocket { authorization }` replaces the server's (open) port's for these clients."""
+    url = f"ws://127.0.0.1:{configured.port}"
+    bad = _node_client(url, "web", "wrong", tmp_path=tmp_path)
+    out, _ = await asyncio.wait_for(asyncio.to_thread(bad.communicate), 20)
+    assert json.loads(out.strip().splitlines()[-1]) == {"error": "Authorization Violation"}
+
+
+def test_mqtt_over_websocket(ws_server: WSServer) -> None:
+    """paho's WebSocket transport on /mqtt: QoS 1 in, QoS 1 out, to a second paho client."""
+    got: list[tuple[str, bytes, int]] = []
+    received = threading.Event()
+
+    def client(name: str) -> paho.Client:
+        c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=name, transport="websockets")
+        c.ws_set_options(path="/mqtt")
+        c.connect("127.0.0.1", ws_server.port, keepalive=30)
+        c.loop_start()
+        return c
+
+    sub = client(f"ws-sub-{ws_server.kind}")
+
+    def on_message(_c: paho.Client, _u: object, msg: paho.MQTTMessage) -> None:
+        got.append((msg.topic, msg.payload, msg.qos))
+        received.set()
+
+    subscribed = threading.Event()
+    sub.on_message = on_message
+    sub.on_subscribe = lambda *_args: subscribed.set()
+    sub.subscribe("ws/t", qos=1)
+    assert subscribed.wait(TIMEOUT)
+    pub = client(f"ws-pub-{ws_server.kind}")
+    pub.publish("ws/t", b"over websocket", qos=1).wait_for_publish(TIMEOUT)
+    assert received.wait(TIMEOUT)
+    assert got == [("ws/t", b"over websocket", 1)]
+    for c in (pub, sub):
+        c.disconnect()
+        c.loop_stop()
