@@ -30,6 +30,7 @@ from ingest.server.jwt.store import AccountStore
 from ingest.server.jwt.trust import Operators, account_limits, revoked
 
 if TYPE_CHECKING:
+    from ingest.server.accounts.jetstream import AccountJetStreams
     from ingest.server.accounts.registry import Account, Accounts
     from ingest.server.server import Server
     from ingest.server.system import SystemServices
@@ -64,6 +65,7 @@ class Resolver:
         self._server: Server | None = None
         self._system: SystemServices | None = None
         self._inbox = ""  # where answers of the other servers come back, in a cluster
+        self.jetstreams: AccountJetStreams | None = None  # set when the server runs JetStream
         self._pending: asyncio.TimerHandle | None = None
         self._periodic: asyncio.TimerHandle | None = None
 
@@ -77,8 +79,7 @@ class Resolver:
 
     def register(self, accounts: Accounts, *, jetstream: bool) -> None:
         """Make the accounts held known before the server builds JetStream: those whose
-        JWT allows it get an engine at start (an account pushed later gets one after a
-        restart)."""
+        JWT allows it get an engine at start (one pushed later, when it is pushed)."""
         for claims in self.store:
             account = accounts.ensure(claims.subject)
             account.limits = account_limits(claims)
@@ -234,9 +235,10 @@ class Resolver:
         server = self._server
         if server is None:
             return
-        account = server.accounts.get(claims.subject)
-        if account is not None:
-            self._limit(account)
+        account = server.accounts.ensure(claims.subject)
+        self._limit(account)
+        if account.limits.jetstream is not None and self.jetstreams is not None:
+            self.jetstreams.enable(account)
         for client in list(server.clients.values()):
             grant = client.grant
             mine = client.authenticated and grant.account == claims.subject

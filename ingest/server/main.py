@@ -127,6 +127,8 @@ async def _serve(opts: Options, argv: list[str]) -> int:
             sql = _sql_service(opts, lake, server.port)
     if account_js is not None:
         await account_js.start()
+        if server.resolver is not None:
+            server.resolver.jetstreams = account_js
         if server.jetstream_cluster is not None:
             await server.jetstream_cluster.start()
     SystemAccount(server, system, monitor, account_js).start()

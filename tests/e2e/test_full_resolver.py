@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from nats.aio.client import Client as NATS
+from nats.js.errors import ServiceUnavailableError
 
 from tests.conftest import Connect
 from tests.e2e.test_operator_mode import AUTH_VIOLATION, _login, _seed_of, _sign
@@ -148,3 +149,32 @@ async def _bad_updates(sys_nc: NATS, nsc: Nsc) -> None:
         "code": 500,
         "description": "jwt update resulted in error - subject does not match jwt content",
     }
+
+
+@pytest.mark.soak
+async def test_a_pushed_account_gets_jetstream(
+    server_kind: str, nsc: Nsc, connect: Connect, tmp_path: Path
+) -> None:
+    """An account pushed to a running server with JetStream storage in its JWT can make
+    streams at once."""
+    config = nsc.full_config(tmp_path / "jwt")
+    store = str(tmp_path / "js")
+    server = start_server(server_kind, "-js", "-sd", store, config=config, tmp_path=tmp_path)
+    try:
+        nsc.run("edit", "operator", "--account-jwt-server-url", server.url)
+        nsc.run("edit", "account", "B", "--js-mem-storage", "-1", "--js-disk-storage", "-1")
+        assert "jwt updated" in nsc.run("push", "-a", "B")
+        nc = await connect(server, user_credentials=str(nsc.creds("B", "alice")))
+        js = nc.jetstream()
+        deadline = asyncio.get_running_loop().time() + 5
+        while True:  # the account's JetStream starts as the JWT arrives
+            try:
+                await js.add_stream(name="PUSHED", subjects=["pushed.>"])
+                break
+            except ServiceUnavailableError:
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.1)
+        ack = await js.publish("pushed.1", b"x")
+        assert (ack.stream, ack.seq) == ("PUSHED", 1)
+    finally:
+        stop_all([server])

@@ -9,6 +9,7 @@ account's existing data is where it always was.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -45,8 +46,10 @@ class AccountJetStreams:
 
     def __init__(self, server: Server, build: EngineFactory) -> None:
         self._server = server
+        self._build = build
         self._engines: list[JetStream] = []
-        self._refusals: list[object] = []
+        self._refusals: dict[str, object] = {}  # account name -> its refusal subscription
+        self._starting: set[asyncio.Task[None]] = set()
         self._importers = _api_importers(server.opts.accounts)
         for account in server.accounts:
             if not account.jetstream_enabled:
@@ -69,12 +72,34 @@ class AccountJetStreams:
         if account.jetstream is None and account.name not in self._importers:
             system = account is self._server.accounts.system_account
             refuse = _refuser(self._server, account, system=system)
-            self._refusals.append(self._server.subscribe(API_PREFIX + ">", refuse, account=account))
+            self._refusals[account.name] = self._server.subscribe(
+                API_PREFIX + ">", refuse, account=account
+            )
+
+    def enable(self, account: Account) -> None:
+        """Give a running server's account an engine (operator mode: a pushed account JWT
+        that allows JetStream); the refusal answers until the engine has started."""
+        if account.jetstream is not None or self._server.jetstream_cluster is not None:
+            return
+        engine = self._build(account, AccountMessaging(self._server, account))
+        engine.limits = account.limits.jetstream
+        account.jetstream_enabled = True
+        task = asyncio.get_running_loop().create_task(self._start(account, engine))
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
+
+    async def _start(self, account: Account, engine: JetStream) -> None:
+        await engine.start()
+        self._engines.append(engine)
+        account.jetstream = engine
+        refusal = self._refusals.pop(account.name, None)
+        if refusal is not None:
+            self._server.unsubscribe(refusal)
 
     async def stop(self) -> None:
-        for token in self._refusals:
+        for token in self._refusals.values():
             self._server.unsubscribe(token)
-        self._refusals = []
+        self._refusals = {}
         for engine in self._engines:
             await engine.stop()
 
