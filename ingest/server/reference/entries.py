@@ -107,6 +107,14 @@ FLAGS: tuple[Key, ...] = (
     K("DV", "boolean", "Debug and trace together.", "false"),
     K("l log", "path", "Log file instead of standard error.", Field(OPT, "logfile", "stderr")),
     K("P pid", "path", "File the process id is written to.", Field(OPT, "pid_file", "none")),
+    K(
+        "sl signal",
+        "command[=pid]",
+        "Signal a running server and exit: `reload`, `ldm`, `term`, `quit`, `stop`,"
+        " `reopen`; the pid is a number or a pid file (see"
+        " [Operations](../operations.md#start-and-stop)).",
+        "none",
+    ),
     K("user", "string", "The single user's name.", "none"),
     K("pass", "string", "The single user's password.", "none"),
     K("auth", "string", "Token clients must present.", "none"),
@@ -482,7 +490,13 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             Field(CL, "connect_retries"),
         ),
         K("pool_size", "integer", "Accepted; one route per peer is kept.", Field(CL, "pool_size")),
-        K("tls", "—", "Refused: TLS on routes is not supported.", "—"),
+        K(
+            "tls",
+            "map",
+            "TLS on every route, both ways (as [tls](#tls); the certificate serves as client"
+            " and server one): see [Clustering](../clustering.md#tls-on-routes).",
+            "none",
+        ),
     ),
     "cluster.authorization": (
         K("user username", "string", "Route user.", "none"),

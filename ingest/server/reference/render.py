@@ -10,12 +10,9 @@ import sys
 from pathlib import Path
 
 from ingest.server.reference.entries import FLAGS, SECTIONS, TOP_LEVEL, Key, render_default
+from ingest.server.reload.plan import RELOADS
 
 PAGE = Path(__file__).resolve().parents[3] / "docs" / "reference" / "configuration.md"
-
-# Keys a running server picks up again without a restart. None: `jetlake serve` logs
-# and ignores SIGHUP (ingest/server/main.py), so every change needs a restart.
-RELOADABLE: frozenset[str] = frozenset()
 
 _INTRO = """\
 # Configuration reference
@@ -29,9 +26,13 @@ Every flag of `jetlake serve` and every key of its config file, with its type, i
 default and whether it reloads. The syntax of the file (sizes, durations, `include`,
 variables) and worked examples are in [Configuration](../configuration.md).
 
-**Reloading.** No option reloads: `jetlake serve` logs `Reload is not supported;
-ignored` on SIGHUP. To change a setting, restart the server; on a cluster, one server at
-a time (see [Operations](../operations.md#upgrades-and-restarts)).
+**Reloading.** SIGHUP (or `jetlake serve --signal reload=<pid>`) re-reads the command
+line and the config file; a key marked *yes* takes effect without a restart, on the
+connections already open too (see [Operations](../operations.md#reloading-the-configuration)).
+Changing any other key refuses the whole reload with the reference's `config reload not
+supported for …` and the old configuration stays in force: restart the server for it; on
+a cluster, one server at a time (see [Operations](../operations.md#upgrades-and-restarts)).
+Flags are fixed for the life of the process and win over the file at every reload.
 
 Keys are case-insensitive; where a key has several spellings, all are listed. A key the
 reference server knows but jetlake does not implement is refused at start with the
@@ -42,7 +43,8 @@ _SECTION_TITLES = {
     "authorization": "Client authentication: `authorization { … }`.",
     "authorization.users": "Each user of `authorization { users [ … ] }` and of an account.",
     "permissions": "A user's `permissions { … }` (and `default_permissions`).",
-    "tls": "`tls { … }` at the top level and inside `mqtt { … }`.",
+    "tls": "`tls { … }` at the top level and inside `cluster { … }` and `mqtt { … }`"
+    " (a reload takes the first two).",
     "jetstream": "`jetstream { … }`; `jetstream: enabled` (or `true`) turns it on with defaults.",
     "lake": "`lake { … }`, jetlake's own; `lake: true` turns it on with defaults.",
     "lake.s3": "`lake { s3 { … } }`: see [the lake on object storage](../lake-object-storage.md).",
@@ -72,17 +74,17 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _row(key: Key, *, flag: bool) -> str:
+def _row(key: Key, *, flag: bool, section: str) -> str:
     spell = [f"`-{n}`" if flag else f"`{n}`" for n in key.names]
-    reloads = "yes" if key.names[0] in RELOADABLE else "no"
+    reloads = "yes" if key.names[0] in RELOADS.get(section, ()) else "no"
     cells = (", ".join(spell), key.kind, render_default(key) or "none", key.meaning, reloads)
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
-def _table(keys: tuple[Key, ...], *, flag: bool = False) -> list[str]:
+def _table(keys: tuple[Key, ...], section: str, *, flag: bool = False) -> list[str]:
     head = "flag" if flag else "key"
     lines = [f"| {head} | type | default | meaning | reloads |", "|---|---|---|---|---|"]
-    return lines + [_row(key, flag=flag) for key in keys]
+    return lines + [_row(key, flag=flag, section=section) for key in keys]
 
 
 def render() -> str:
@@ -93,12 +95,12 @@ def render() -> str:
         "same. A flag given with `-c` overrides the file's key.",
         "",
     ]
-    out += _table(FLAGS, flag=True)
+    out += _table(FLAGS, "flags", flag=True)
     out += ["", "## Top level {#top-level}", ""]
-    out += _table(TOP_LEVEL)
+    out += _table(TOP_LEVEL, "top-level")
     for section, keys in SECTIONS.items():
         out += ["", f"## {section} {{#{anchor(section)}}}", "", _SECTION_TITLES[section], ""]
-        out += _table(keys)
+        out += _table(keys, section)
     return "\n".join(out) + "\n"
 
 

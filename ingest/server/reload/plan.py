@@ -108,6 +108,35 @@ _AUTH = {
     "mappings": "accounts",
 }
 _CLUSTER_RELOADABLE = frozenset(("username", "password", "auth_timeout", "tls"))
+_OTHERS = ("auth_timeout", "no_auth_user", "server_tags", "pid_file", "tls", "cluster")
+_FIELDS = (*_LOGGING, *_PLAIN, *_DURATIONS, *_AUTH, *_OTHERS)
+_IN_AUTHORIZATION = frozenset(("users", "username", "password", "auth_token", "auth_timeout"))
+
+# The keys of the configuration reference whose change a running server takes, by
+# section (`ingest/server/reference/render.py` writes its `reloads` column from this).
+# Top-level keys come from the tables above; `cluster` reloads its credentials and TLS
+# only, and a key of a section below reloads with it.
+RELOADS: dict[str, frozenset[str]] = {
+    "top-level": frozenset(
+        "authorization" if name in _IN_AUTHORIZATION else name
+        for name in _FIELDS
+        if name != "cluster"
+    ),
+    "authorization": frozenset(("user", "password", "token", "timeout", "users")),
+    "authorization.users": frozenset(("user", "password", "permissions", "nkey")),
+    "permissions": frozenset(("publish", "subscribe", "allow", "deny")),
+    "tls": frozenset(("cert_file", "key_file", "ca_file", "verify", "timeout")),
+    "cluster": frozenset(("authorization", "tls")),
+    "cluster.authorization": frozenset(("user", "password", "timeout")),
+    "accounts.NAME": frozenset(("users", "exports", "imports", "limits")),
+    "accounts.NAME.exports": frozenset(
+        ("stream", "service", "accounts", "response_type", "response_threshold", "latency")
+    ),
+    "accounts.NAME.imports": frozenset(("stream", "service", "prefix", "to")),
+    "accounts.NAME.limits": frozenset(
+        ("max_connections", "max_subscriptions", "max_payload", "max_leafnodes")
+    ),
+}
 
 
 def plan(old: Options, new: Options) -> Plan:
