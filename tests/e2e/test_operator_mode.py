@@ -9,6 +9,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +21,12 @@ from nats.js.errors import BadRequestError, ServiceUnavailableError
 from tests.conftest import Connect, ServerPool
 from tests.e2e.test_core_auth import AUTH_VIOLATION, expect_auth_failure
 from tests.e2e.test_nats_cli import cli
+from tests.e2e.test_nkey_auth import logged_once_more
 from tests.support.nsc import Nsc, creds_file, mint_user
 from tests.support.raw import Outcome, RawClient
 from tests.support.servers import ServerProcess
+
+_LOGGED = re.compile(re.escape("authentication error") + "$", re.M)
 
 
 @dataclass
@@ -237,9 +241,12 @@ REFUSED = {
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
 async def test_refused_jwts(op_server: ServerProcess, keystore: Keystore, case: str) -> None:
+    """Each refused with the reference's -ERR, and logged as it logs them."""
     token, seed = REFUSED[case](keystore)
+    before = len(_LOGGED.findall(op_server.log()))
     got = await _login(op_server, token, seed)
     assert got == Outcome((AUTH_VIOLATION,), closed=True)
+    await logged_once_more(op_server, "authentication error", before)
 
 
 async def test_signature_over_another_nonce(op_server: ServerProcess, keystore: Keystore) -> None:
