@@ -24,6 +24,7 @@ from ingest.server.settings import (
     SqlConfig,
     TLSConfig,
 )
+from ingest.server.websocket.settings import WebSocketConfig
 from log.compactor.location import S3Options
 
 
@@ -88,6 +89,7 @@ OPT, JS, LK, MQ, CL, TL = Options, JetStreamConfig, LakeConfig, MQTTConfig, Clus
 SQ = SqlConfig
 RS = ResolverConfig
 LN, RL = LeafnodeConfig, RemoteLeaf
+WS = WebSocketConfig
 
 # Flags, by the setting they share (flags.py's `_FLAG_SPECS`).
 FLAGS: tuple[Key, ...] = (
@@ -229,6 +231,7 @@ TOP_LEVEL: tuple[Key, ...] = (
     K("lake", "map or boolean", "The lake (jetlake's own): see [lake](#lake).", "off"),
     K("cluster", "map", "Routes: see [cluster](#cluster).", "none"),
     K("mqtt", "map", "MQTT listener: see [mqtt](#mqtt).", "none"),
+    K("websocket ws", "map", "WebSocket listener: see [websocket](#websocket).", "none"),
     K("leafnodes leaf", "map", "Leafnode links: see [leafnodes](#leafnodes).", "none"),
     K("accounts", "map or array", "Accounts: see [accounts](#accounts).", "none"),
     K(
@@ -604,6 +607,58 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         K("deny_imports deny_import", "subjects", "Not taken from the hub.", "none"),
         K("deny_exports deny_export", "subjects", "Not sent to the hub.", "none"),
         K("tls", "—", "Refused: TLS on leafnode links is not supported.", "—"),
+    ),
+    "websocket": (
+        K("listen", "host:port", "WebSocket address and port in one value.", "none"),
+        K("host net", "string", "WebSocket listener's address.", Field(WS, "host")),
+        K("port", "integer", "WebSocket port; without one there is no listener.", "none"),
+        K("advertise", "host:port", "Shown in /varz.", "none"),
+        K("tls", "map", "TLS on the WebSocket port (`wss://`): as [tls](#tls).", "none"),
+        K("no_tls", "boolean", "Allow plain `ws://`; without it `tls` is required.", "false"),
+        K(
+            "compression compress",
+            "boolean",
+            "Offer permessage-deflate; used when the client asks for it.",
+            "false",
+        ),
+        K(
+            "same_origin",
+            "boolean",
+            "Refuse (403) a browser whose `Origin` is not this server's scheme, host and port.",
+            "false",
+        ),
+        K(
+            "allowed_origins allowed_origin allow_origins allow_origin origins",
+            "array of URLs",
+            "Refuse (403) a browser whose `Origin` is not listed.",
+            "none (any)",
+        ),
+        K(
+            "handshake_timeout",
+            "duration",
+            "Time a connection has to complete the HTTP upgrade (and TLS).",
+            "the TLS timeout (`2s`)",
+        ),
+        K(
+            "authorization authentication",
+            "map",
+            "WebSocket clients' own credentials: see"
+            " [websocket.authorization](#websocket-authorization).",
+            "the server's users",
+        ),
+        K("no_auth_user", "string", "User a WebSocket client without credentials gets.", "none"),
+        K(
+            "jwt_cookie",
+            "string",
+            "Cookie whose value is the user JWT when CONNECT has none (operator mode only).",
+            "none",
+        ),
+    ),
+    "websocket.authorization": (
+        K("user username", "string", "WebSocket user.", "none"),
+        K("password pass", "string", "WebSocket password.", "none"),
+        K("token", "string", "WebSocket token.", "none"),
+        K("timeout", "seconds or duration", "Authentication timeout.", "the server's"),
     ),
     "mqtt.authorization": (
         K("user username", "string", "MQTT user.", "none"),

@@ -20,6 +20,7 @@ from ingest.server.accounts import config_section as accounts_section
 from ingest.server.accounts import config_sharing
 from ingest.server.cluster import config_section as cluster_section
 from ingest.server.leafnode import config_section as leafnode_section
+from ingest.server.websocket import config_section as websocket_section
 
 # A section of the config file -> the functions whose `lowered` comparisons name its keys.
 SECTION_READERS: dict[str, tuple[Callable[..., Any], ...]] = {
@@ -39,6 +40,8 @@ SECTION_READERS: dict[str, tuple[Callable[..., Any], ...]] = {
     "resolver": (auth_config.resolver,),
     "mqtt": (config_file._mqtt,),
     "mqtt.authorization": (cluster_section.single_user_authorization,),
+    "websocket": (websocket_section.read_websocket,),
+    "websocket.authorization": (cluster_section.single_user_authorization,),
     "accounts.NAME": (accounts_section._account,),
     "accounts.NAME.exports": (config_sharing._export,),
     "accounts.NAME.imports": (config_sharing._import,),

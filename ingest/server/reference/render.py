@@ -57,6 +57,8 @@ _SECTION_TITLES = {
     "resolver": "`resolver { … }`: the full resolver of operator mode (or `resolver: MEMORY`).",
     "mqtt": "`mqtt { … }`: the MQTT 3.1.1 listener.",
     "mqtt.authorization": "`mqtt { authorization { … } }`: replaces the server's users for MQTT.",
+    "websocket": "`websocket { … }`: NATS and MQTT over WebSocket ([WebSocket](../websocket.md)).",
+    "websocket.authorization": "`websocket { authorization { … } }`: replaces the users there.",
     "accounts.NAME": "Each account of `accounts { NAME { … } }`.",
     "accounts.NAME.exports": "Each entry of an account's `exports [ … ]`: a stream or a service.",
     "accounts.NAME.imports": "Each entry of an account's `imports [ … ]`: a stream or a service.",
