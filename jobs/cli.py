@@ -29,7 +29,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "sql": (
         "sql.cli",
-        "Spark SQL over every stream's history: the lake plus the live tail",
+        "Spark SQL over every stream's history; `sql serve`: the SQL service",
         "docs/lake.md",
     ),
     "job": ("jobs.lake_job", "lake batch jobs: compact, optimize, vacuum", "docs/lake.md#jobs"),
