@@ -24,9 +24,6 @@ class AccountStore:
     def __iter__(self) -> Iterator[Claims]:
         return iter(self._accounts.values())
 
-    def __len__(self) -> int:
-        return len(self._accounts)
-
     def put(self, token: object, now: float, *, expected: str | None = None) -> Claims:
         """Verify and keep `token`; JWTError when it is not trusted, names another
         account than `expected`, or is older than the one held."""

@@ -60,14 +60,6 @@ class Operators:
                 continue
             self._keys.add(op.subject)
 
-    @property
-    def system_account(self) -> str | None:
-        for op in self.claims:
-            value = op.nats.get("system_account")
-            if isinstance(value, str) and value:
-                return value
-        return None
-
     def deletion(self, token: object) -> list[str]:
         """The accounts a full resolver's delete request (a generic JWT an operator key
         signed, listing `accounts`) names; JWTError when no trusted operator signed it."""
