@@ -112,10 +112,13 @@ class ReplyMap:
         pending = self._pending.get(token)
         if pending is None:
             return
-        if pending.once:
+        now = time.monotonic()
+        if pending.once or pending.expires <= now:
             del self._pending[token]
+            if pending.expires <= now:  # past its threshold, not yet swept
+                return
         else:
-            pending.expires = time.monotonic() + pending.threshold
+            pending.expires = now + pending.threshold
         responder = self._server.sender
         back = reply.encode("utf-8", "surrogateescape") if reply else b""
         self._sharing.publish(pending.account, pending.subject, back, hdr, data)
