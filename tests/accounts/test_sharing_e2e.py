@@ -14,6 +14,7 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from tests.conftest import Connect
+from tests.e2e.test_nats_cli import cli
 from tests.support.clients import barrier, drain_pending, sync
 from tests.support.servers import ServerProcess
 
@@ -237,3 +238,18 @@ async def test_imports_map_wildcards_token_by_token(
     assert (await seen.next_msg(5)).subject == "got.y.x"
     reply = await wb.request("quote_for.abc", b"", timeout=5)
     assert reply.data == b"quote for quote.abc"
+
+
+async def test_natscli_reaches_the_exported_jetstream_with_an_api_prefix(
+    shared: ServerProcess, connect: Connect
+) -> None:
+    """natscli (nats.go) as B: `--js-api-prefix` lists and reads A's stream."""
+    (a,) = await users(connect, shared, "a")
+    name = f"CLI{id(a) % 10000}"
+    await a.jetstream().add_stream(name=name, subjects=[f"{name.lower()}.>"])
+    await a.jetstream().publish(f"{name.lower()}.x", b"seen from B")
+    prefix = ("--js-api-prefix", "$JS.A.API")
+    code, out = await cli(url(shared, "b"), *prefix, "stream", "ls", "--names")
+    assert code == 0 and name in out.split(), out
+    code, out = await cli(url(shared, "b"), *prefix, "stream", "get", name, "1")
+    assert code == 0 and "seen from B" in out, out
