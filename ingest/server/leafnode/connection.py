@@ -79,9 +79,8 @@ class LeafConnection(asyncio.Protocol):
         self.grant = Grant()  # what system services answer about the "sender"
         self.echo = False  # the router never sends a message back where it came from
         self.remote_id = self.remote_name = self.remote_cluster = self.remote_domain = ""
-        self.remote_info: dict[str, Any] = {}
         self.remote_account = ""  # the account the link is bound to on the other side
-        self.registered = self.closed = self.loop_detected = False
+        self.registered = self.closed = False
         self.close_reason = ""
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.start = time.time()
@@ -174,7 +173,6 @@ class LeafConnection(asyncio.Protocol):
             log.error("%s - Attempted to connect to a port that is not a leafnode port", self.where)
             self.close("Wrong Port")
             return
-        self.remote_info = dict(info)
         self.remote_id = str(info.get("server_id") or "")
         self.remote_name = str(info.get("server_name") or self.remote_id)
         self.remote_cluster = str(info.get("cluster") or "")
@@ -224,7 +222,6 @@ class LeafConnection(asyncio.Protocol):
             timer.cancel()
         self.account = account
         self.spoke = bool(options.get("hub"))  # the remote declared itself our hub
-        self.remote_info = dict(options)
         self.remote_name = str(options.get("name") or options.get("server_id") or "")
         self.remote_id = str(options.get("server_id") or self.remote_name)
         self.remote_cluster = cluster if isinstance(cluster, str) else ""
@@ -237,6 +234,9 @@ class LeafConnection(asyncio.Protocol):
         self._register()
 
     def _register(self) -> None:
+        domain = self.leafnodes.domain
+        if domain and self.remote_domain != domain:  # this domain's API stays on this side
+            self.deny_out.extend([f"$JS.{domain}.API.>"])
         self.registered = True
         self.leafnodes.register(self)
         self.queue(self.advertised.snapshot())
@@ -245,7 +245,7 @@ class LeafConnection(asyncio.Protocol):
     def _on_err(self, message: str) -> None:
         log.error("%s - Leafnode Error '%s'", self.where, message)
         if "Loop detected" in message:
-            self.loop_detected = True
+            self.leafnodes.loop_delay(self)  # the other side found the loop: wait as long
         self.close(_reason_for(message))
 
     def _auth_timeout(self) -> None:
@@ -287,7 +287,6 @@ class LeafConnection(asyncio.Protocol):
             f"Delaying attempt to reconnect for {_go_seconds(delay)}"
         )
         log.error("%s - %s", self.where, message)
-        self.loop_detected = True
         self.queue(proto.encode_err(message))
         self.close("Protocol Violation", flush=True)
 

@@ -57,6 +57,7 @@ class Leafnodes:
         self._delay: dict[RemoteLeaf, float] = {}  # a remote's next redial, when not default
         self._listener: asyncio.base_events.Server | None = None
         self._told: list[str] = []  # the leafnode URLs accepted leafs last heard
+        self.domain = _domain(server.opts)  # this server's JetStream domain, "" for none
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -184,9 +185,8 @@ class Leafnodes:
             info["auth_required"] = True
         if opts.jetstream.enabled:
             info["jetstream"] = True
-        domain = _domain(opts)
-        if domain:
-            info["domain"] = domain
+        if self.domain:
+            info["domain"] = self.domain
         if server.cluster is not None:
             info["cluster"] = server.cluster.name
         return info
@@ -239,9 +239,8 @@ class Leafnodes:
             "jetstream": bool(conn.account.jetstream_enabled),
             "remote_account": conn.account.name,
         }
-        domain = _domain(server.opts)
-        if domain:
-            options["domain"] = domain
+        if self.domain:
+            options["domain"] = self.domain
         if remote.hub:
             options["hub"] = True
         if remote.deny_imports:
