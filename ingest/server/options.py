@@ -33,7 +33,6 @@ from ingest.server.flags import FlagError, parse_flags
 from ingest.server.gofmt import go_duration
 from ingest.server.leafnode.config_section import check_leafnode_accounts
 from ingest.server.mqtt.validate import check_mqtt_options
-from ingest.server.websocket.validate import check_websocket_options
 from ingest.server.settings import (
     JetStreamConfig,
     LakeConfig,
@@ -44,6 +43,7 @@ from ingest.server.settings import (
     User,
     parse_duration,
 )
+from ingest.server.websocket.validate import check_websocket_options
 
 __all__ = [
     "ConfigError",
@@ -257,5 +257,3 @@ def validate_options(opts: Options) -> None:
             raise ConfigError("jetstream cluster requires `server_name` to be set")
         if not opts.cluster.name:
             raise ConfigError("jetstream cluster requires `cluster.name` to be set")
-        if opts.mqtt is not None:  # its sessions and retained messages are per server yet
-            raise ConfigError("mqtt on a JetStream cluster is not supported by jetlake yet")
