@@ -119,33 +119,35 @@ async def test_natscli_nkey(nkey_server: ServerProcess, tmp_path: Path) -> None:
     assert "Authorization Violation" in out
 
 
-@pytest.mark.parametrize(
-    ("case", "connect", "who"),
-    [
-        ("good", {"nkey": public(ALICE), "sig": lambda n: sign(ALICE, n)}, None),
-        ("standard base64", {"nkey": public(ALICE), "sig": lambda n: sign_std(ALICE, n)}, None),
-        (
-            "padded base64url",
-            {"nkey": public(ALICE), "sig": lambda n: sign(ALICE, n, pad=True)},
-            public(ALICE),
-        ),
-        ("other key", {"nkey": public(ALICE), "sig": lambda n: sign(STRANGER, n)}, public(ALICE)),
-        (
-            "wrong nonce",
-            {"nkey": public(ALICE), "sig": lambda n: sign(ALICE, n[::-1])},
-            public(ALICE),
-        ),
-        ("garbage sig", {"nkey": public(ALICE), "sig": "!!not base64!!"}, public(ALICE)),
-        ("no sig", {"nkey": public(ALICE)}, public(ALICE)),
-        (
-            "unknown key",
-            {"nkey": public(STRANGER), "sig": lambda n: sign(STRANGER, n)},
-            public(STRANGER),
-        ),
-        ("not a key", {"nkey": "UBAD", "sig": "AAAA"}, "UBAD"),
-        ("no credentials", {}, ""),
-    ],
-)
+# Ids are the case names: the keys are made per run, and pytest-xdist needs every worker
+# to collect the same ids.
+WIRE_CASES: list[tuple[str, dict[str, object], str | None]] = [
+    ("good", {"nkey": public(ALICE), "sig": lambda n: sign(ALICE, n)}, None),
+    ("standard base64", {"nkey": public(ALICE), "sig": lambda n: sign_std(ALICE, n)}, None),
+    (
+        "padded base64url",
+        {"nkey": public(ALICE), "sig": lambda n: sign(ALICE, n, pad=True)},
+        public(ALICE),
+    ),
+    ("other key", {"nkey": public(ALICE), "sig": lambda n: sign(STRANGER, n)}, public(ALICE)),
+    (
+        "wrong nonce",
+        {"nkey": public(ALICE), "sig": lambda n: sign(ALICE, n[::-1])},
+        public(ALICE),
+    ),
+    ("garbage sig", {"nkey": public(ALICE), "sig": "!!not base64!!"}, public(ALICE)),
+    ("no sig", {"nkey": public(ALICE)}, public(ALICE)),
+    (
+        "unknown key",
+        {"nkey": public(STRANGER), "sig": lambda n: sign(STRANGER, n)},
+        public(STRANGER),
+    ),
+    ("not a key", {"nkey": "UBAD", "sig": "AAAA"}, "UBAD"),
+    ("no credentials", {}, ""),
+]
+
+
+@pytest.mark.parametrize(("case", "connect", "who"), WIRE_CASES, ids=[c[0] for c in WIRE_CASES])
 async def test_wire_outcomes(
     nkey_server: ServerProcess, case: str, connect: dict[str, object], who: str | None
 ) -> None:
