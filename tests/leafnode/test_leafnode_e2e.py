@@ -9,6 +9,7 @@ got the sentinel published after a message, that message would have arrived firs
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Callable
 
 import nats
@@ -192,3 +193,12 @@ async def test_varz_counts_and_describes_the_links(link: Link) -> None:
         "urls": [f"127.0.0.1:{link.leaf_port}"],
         "deny": {"exports": ["private.>"], "imports": ["local.>"]},
     }
+
+
+def test_a_client_on_the_leafnode_port_is_refused(link: Link) -> None:
+    """A client (its CONNECT names a `lang`) dialled the hub's leafnode port."""
+    with socket.create_connection(("127.0.0.1", link.leaf_port), timeout=TIMEOUT) as sock:
+        lines = sock.makefile("rb")
+        assert lines.readline().startswith(b"INFO ")
+        sock.sendall(b'CONNECT {"lang":"python","verbose":false}\r\nPING\r\n')
+        assert lines.readline() == b"-ERR 'attempted to connect to leaf node port'\r\n"

@@ -166,3 +166,19 @@ async def test_a_leaf_back_from_a_silent_cut_replaces_its_stale_link(
     finally:
         leaf.stop(expect_code=None)
         hub.stop(expect_code=None)
+
+
+@pytest.mark.parametrize(
+    "leaf_kind",
+    ["jetlake", pytest.param("nats-server", marks=pytest.mark.soak)],
+    ids=lambda k: KIND_IDS[k] + "-leaf",
+)
+def test_a_leaf_dialling_a_client_port_gives_up_on_it(tmp_path: Path, leaf_kind: str) -> None:
+    """A remote that names a client port: its INFO is not a leafnode port's."""
+    plain = start_server("nats-server", tmp_path=tmp_path, name="plain")
+    leaf = start_server(leaf_kind, config=leaf_config(plain.port), tmp_path=tmp_path, name="leaf")
+    try:
+        leaf.wait_for_log("attempted to connect to wrong port", timeout=LINK_TIMEOUT)
+    finally:
+        leaf.stop(expect_code=None)
+        plain.stop(expect_code=None)

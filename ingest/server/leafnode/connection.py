@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake")
 
 AUTH_VIOLATION = "Authorization Violation"
-WRONG_PORT = "Attempted To Connect To Leafnode Port"
+WRONG_PORT = "attempted to connect to leaf node port"
 
 
 class LeafSub:
@@ -170,7 +170,7 @@ class LeafConnection(asyncio.Protocol):
             self.leafnodes.learn_urls(self, info.get("leafnode_urls"))
             return
         if not info.get("client_id") or info.get("leafnode_urls") is None:
-            log.error("%s - Attempted to connect to a port that is not a leafnode port", self.where)
+            log.error("%s - attempted to connect to wrong port", self.where)
             self.close("Wrong Port")
             return
         self.remote_id = str(info.get("server_id") or "")
@@ -198,7 +198,7 @@ class LeafConnection(asyncio.Protocol):
             return
         leafnodes = self.leafnodes
         if "lang" in options:  # a client dialled the leafnode port
-            log.error("%s - %s", self.where, WRONG_PORT.lower())
+            log.error("%s - %s", self.where, WRONG_PORT)
             self.queue(proto.encode_err(WRONG_PORT))
             self.close("Wrong Port", flush=True)
             return
