@@ -212,7 +212,7 @@ class Authenticator:
                 return Grant()
             raise AuthError(AUTH_VIOLATION, who)
         if not name and self._no_auth_user and not connect.get("pass"):
-            bound = self._users.get(self._no_auth_user)
+            bound = self._users.get(self._no_auth_user) or self._nkeys.get(self._no_auth_user)
             if bound is not None and _admits(bound[0], connection_type):
                 return _grant_for(*bound)
         if self._single is not None:

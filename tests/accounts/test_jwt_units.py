@@ -12,6 +12,7 @@ from pathlib import Path
 import nkeys
 import pytest
 
+from ingest.server.auth import Authenticator
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt import nkey, trust
 from ingest.server.jwt.store import AccountStore
@@ -251,3 +252,13 @@ def test_source_networks(src: object, host: str, admitted: bool) -> None:
     else:
         with pytest.raises(jwt.JWTError, match="may not connect from"):
             trust.authenticate(*args)
+
+
+def test_no_auth_user_may_name_an_nkey_user(tmp_path: Path) -> None:
+    """A client without credentials is logged in as the nkey user `no_auth_user` names."""
+    opts = _load(
+        tmp_path,
+        f"authorization {{ users: [ {{ nkey: {USER} }} ] }}\nno_auth_user: {USER}",
+    )
+    grant = Authenticator(opts).authenticate({}, nonce="NONCE")  # type: ignore[arg-type]
+    assert grant.user == USER
