@@ -4,6 +4,7 @@ import java.util.List;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
 import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation;
+import org.apache.spark.sql.catalyst.analysis.UnresolvedTableOrView;
 import org.apache.spark.sql.catalyst.catalog.SessionCatalog;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.rules.Rule;
@@ -19,7 +20,7 @@ import scala.runtime.BoxedUnit;
  * temporary view lives in one session; a permanent view cannot hold the union of a Delta
  * version and a staged tail. The service registers each view as a global temporary view
  * instead, and this analyzer rule resolves a one-part name that is no temporary view of the
- * session (`ORDERS`) to the global one (`global_temp.ORDERS`). Before it looks, it asks the
+ * session (`ORDERS`, in a query or a DESCRIBE) to the global one (`global_temp.ORDERS`). Before it looks, it asks the
  * service to re-register the views (the {@link Refresher}), so a query sees every message
  * acknowledged before it started, and streams created or deleted since.
  */
@@ -78,7 +79,20 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
         return plan;
       }
       if (plan instanceof UnresolvedRelation relation) {
-        return shared(relation);
+        Seq<String> global = shared(relation.multipartIdentifier());
+        return global == null
+            ? relation
+            : new UnresolvedRelation(global, relation.options(), relation.isStreaming());
+      }
+      if (plan instanceof UnresolvedTableOrView named && named.allowTempView()) { // DESCRIBE
+        Seq<String> global = shared(named.multipartIdentifier());
+        return global == null
+            ? named
+            : named.copy(
+                global,
+                named.commandName(),
+                named.allowTempView(),
+                named.tableNotFoundSearchPathMode());
       }
       Pass pass = this;
       return plan.mapChildren(
@@ -90,14 +104,14 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
           });
     }
 
-    private LogicalPlan shared(UnresolvedRelation relation) {
-      Seq<String> parts = relation.multipartIdentifier();
+    /** The global view's name for a bare name that is one (and no temporary view), or null. */
+    private Seq<String> shared(Seq<String> parts) {
       if (parts.size() != 1) {
-        return relation;
+        return null;
       }
       String name = parts.head();
       if (catalog.getTempView(name).isDefined()) {
-        return relation;
+        return null;
       }
       Refresher r = refresher;
       if (r != null && !refreshed) {
@@ -105,11 +119,9 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
         r.refresh();
       }
       if (catalog.getGlobalTempView(name).isEmpty()) {
-        return relation;
+        return null;
       }
-      Seq<String> global =
-          CollectionConverters.asScala(List.of(catalog.globalTempDatabase(), name)).toList();
-      return new UnresolvedRelation(global, relation.options(), relation.isStreaming());
+      return CollectionConverters.asScala(List.of(catalog.globalTempDatabase(), name)).toList();
     }
   }
 }

@@ -128,6 +128,8 @@ async def test_connect_sees_every_acknowledged_message_and_new_and_deleted_strea
     spark, url = service.spark, service.server.url
     sent = await _publish(url, "ORDERS", SUBJECTS, 30)
     assert _counts(spark, "ORDERS") == sent
+    described = [r.col_name for r in spark.sql("DESCRIBE ORDERS").collect()]
+    assert described[:4] == ["stream", "seq", "ts", "subject"]
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
