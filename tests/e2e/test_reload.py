@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import re
 import signal
+import ssl
 import subprocess
 import time
 from pathlib import Path
 
+import nats
 import pytest
 
 from tests.conftest import MakeServer
 from tests.support.http import _get
 from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess, server_command
+from tests.support.tls import Pki, make_pki
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -146,3 +149,34 @@ async def test_signal_reload_by_pid_file(
     done = signal_command(server_kind, "--signal", "reload=abc")
     assert (done.returncode, done.stderr.split(": ", 1)[-1]) == (1, "invalid pid: abc\n")
     assert server.running
+
+
+@pytest.fixture(scope="module")
+def two_cas(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pki, Pki]:
+    return make_pki(tmp_path_factory.mktemp("ca1")), make_pki(tmp_path_factory.mktemp("ca2"))
+
+
+def tls_block(pki: Pki) -> str:
+    return f'tls {{ cert_file: "{pki.server_cert}", key_file: "{pki.server_key}" }}\n'
+
+
+async def test_reload_swaps_the_certificate_for_new_connections(
+    make_server: MakeServer, two_cas: tuple[Pki, Pki]
+) -> None:
+    old_ca, new_ca = two_cas
+    server = make_server(config=tls_block(old_ca))
+    url = f"tls://localhost:{server.port}"
+    kept = await nats.connect(url, tls=old_ca.client_context(), max_reconnect_attempts=0)
+    try:
+        reload(server, tls_block(new_ca))
+        await server.wait_for_log_async(RELOADED)
+        assert server.find_log(re.escape("Reloaded: tls = enabled"))
+        await kept.flush(timeout=5)  # the open session is kept
+        fresh = await nats.connect(url, tls=new_ca.client_context(), max_reconnect_attempts=0)
+        await fresh.close()
+        with pytest.raises((ssl.SSLError, OSError, nats.errors.Error)):
+            await nats.connect(
+                url, tls=old_ca.client_context(), max_reconnect_attempts=0, allow_reconnect=False
+            )
+    finally:
+        await kept.close()
