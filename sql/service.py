@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake.sql")
 
 SERVICE_FILE = "jetlake-sql.json"
+ADDRESS_TAKEN = 3  # the exit code that tells the server not to start it again
 DEFAULT_LISTEN = "127.0.0.1:15002"  # Spark Connect's own default port
 _EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension,io.jetlake.sql.StreamViews"
 _RULE = "io.jetlake.sql.StreamViews"
@@ -270,6 +272,10 @@ def main(argv: list[str]) -> int:
     if not store.is_dir():
         print(f"jetlake sql serve: store dir {store} does not exist", file=sys.stderr)
         return 2
+    for what, address in (("--listen", listen), ("--jdbc", jdbc)):
+        if address is not None and not _free(address):
+            print(f"jetlake sql serve: {what} {address[0]}:{address[1]} is taken", file=sys.stderr)
+            return ADDRESS_TAKEN
     spark, _ = start_session(
         store_dir=store,
         lake=lake_at(args.lake, store),
@@ -300,6 +306,19 @@ def main(argv: list[str]) -> int:
             (store / SERVICE_FILE).unlink(missing_ok=True)
         spark.stop()
     return 0
+
+
+def _free(address: tuple[str, int]) -> bool:
+    """Whether the address can be listened on now (checked before a JVM is spent on it)."""
+    try:
+        with socket.create_server(address, family=_family(address[0])):
+            return True
+    except OSError:
+        return False
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def _and_jdbc(endpoints: Endpoints) -> str:

@@ -2,7 +2,8 @@
 
 A process of its own, like the compactor: its JVM's pauses and memory never
 reach the event loop, and a crash of one leaves the other serving. It exits
-with the server (`--parent`) and is restarted, after a pause, if it dies.
+with the server (`--parent`) and is restarted, after a pause, if it dies, unless it
+found its address taken (a second server on the machine with the same `lake { sql }`).
 `JETLAKE_SQL=off` in the environment keeps it from starting whatever the
 configuration says: for test rigs and machines where no second JVM may run.
 """
@@ -22,6 +23,7 @@ from ingest.server.settings import SqlConfig
 log = logging.getLogger("jetlake")
 
 DISABLE_ENV = "JETLAKE_SQL"
+ADDRESS_TAKEN = 3  # `jetlake sql serve`'s exit code when its port is in use
 _RESTART_PAUSE = 30.0  # a JVM start each time: not in a tight loop
 _STOP_WAIT = 10.0
 
@@ -43,6 +45,9 @@ class SqlServiceProcess:
             self._proc = subprocess.Popen(self._argv, stdin=subprocess.DEVNULL, env=self._env)
             log.info("Started the SQL service (pid %d)", self._proc.pid)
             code = await asyncio.to_thread(self._proc.wait)
+            if code == ADDRESS_TAKEN:  # another server's service, most likely: no retry
+                log.error("SQL service not started: its address is taken (see its error above)")
+                return
             log.error("SQL service (pid %d) exited with code %d", self._proc.pid, code)
             await asyncio.sleep(_RESTART_PAUSE)
 

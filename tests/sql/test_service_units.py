@@ -123,3 +123,19 @@ def test_jetlake_sql_takes_the_service_only_while_its_process_and_port_live(
         Endpoints(pid=os.getpid(), connect=url).write(tmp_path)
         assert service_url(tmp_path, None) == url
     assert service_url(tmp_path, None) is None  # its port is closed
+
+
+def test_sql_serve_refuses_a_taken_address_before_starting_a_jvm(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "sql", "serve", "--store", str(tmp_path),
+             "--listen", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 3  # the server does not start it again
+    assert f"--listen 127.0.0.1:{port} is taken" in done.stderr
