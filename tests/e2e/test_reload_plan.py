@@ -11,6 +11,7 @@ import pytest
 
 from ingest.server.options import load_config
 from ingest.server.reload import ReloadRefused, SignalError, plan, send_signal
+from ingest.server.reload.plan import RELOADS
 from ingest.server.settings import Options
 
 
@@ -124,3 +125,37 @@ def test_signal_command_reads_a_pid_file(tmp_path: Path) -> None:
     finally:
         signal.signal(signal.SIGHUP, previous)
     assert got == [signal.SIGHUP]
+
+
+# One change of each top-level key the configuration reference marks as reloading.
+_RELOADING_EXAMPLES = {
+    "accounts": "accounts { A { users = [ {user: b, password: q} ] } }",
+    "authorization": "authorization { users = [ {user: a, password: other} ] }",
+    "debug": "debug: true",
+    "logfile": "logfile: /tmp/jetlake.log",
+    "logtime": "logtime: false",
+    "logtime_utc": "logtime_utc: true",
+    "mappings": 'mappings { "a.>": "b.>" }',
+    "max_connections": "max_connections: 5",
+    "max_control_line": "max_control_line: 2048",
+    "max_payload": "max_payload: 2048",
+    "no_auth_user": "authorization { users = [ {user: a, password: p} ] }",
+    "pid_file": "pid_file: /tmp/jetlake.pid",
+    "ping_interval": 'ping_interval: "1m"',
+    "ping_max": "ping_max: 5",
+    "server_tags": 'server_tags: ["zone:a"]',
+    "tls": 'tls { cert_file: "c.pem", key_file: "k.pem" }',
+    "trace": "trace: true",
+    "write_deadline": 'write_deadline: "5s"',
+}
+
+
+@pytest.mark.parametrize("key", sorted(RELOADS["top-level"]))
+def test_every_key_the_reference_page_marks_as_reloading_reloads(tmp_path: Path, key: str) -> None:
+    """The page's `reloads` column is read from the plan's tables: each such key's change
+    is planned, not refused (`no_auth_user` may go when its user goes too)."""
+    base = "authorization { users = [ {user: a, password: p}, {user: n, password: q} ] }\n"
+    old = options(tmp_path, base + ("no_auth_user: n\n" if key == "no_auth_user" else ""))
+    changed = _RELOADING_EXAMPLES[key]
+    new = options(tmp_path, changed if key in ("authorization", "no_auth_user") else base + changed)
+    assert plan(old, new).changed
