@@ -19,7 +19,11 @@ from tests.support.servers import start_server
 KINDS = ["nats-server", "jetlake"]
 
 
-@pytest.mark.parametrize("other", KINDS, ids=lambda k: KIND_IDS[k])
+@pytest.mark.parametrize(
+    "other",
+    ["jetlake", pytest.param("nats-server", marks=pytest.mark.soak)],
+    ids=lambda k: KIND_IDS[k],
+)
 def test_a_loop_is_refused(tmp_path: Path, other: str) -> None:
     """A jetlake server and another that dial each other: one hears its own loop
     detection subject back and the link is refused with the reference's error."""
@@ -58,7 +62,7 @@ def test_a_loop_is_refused(tmp_path: Path, other: str) -> None:
 
 @pytest.mark.parametrize(
     ("hub_kind", "leaf_kind"),
-    [("jetlake", "nats-server"), ("nats-server", "jetlake")],
+    [("jetlake", "nats-server"), pytest.param("nats-server", "jetlake", marks=pytest.mark.soak)],
     ids=["jl-hub/ref-leaf", "ref-hub/jl-leaf"],
 )
 def test_wrong_credentials_are_refused(tmp_path: Path, hub_kind: str, leaf_kind: str) -> None:
