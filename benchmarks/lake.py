@@ -28,9 +28,11 @@ from benchmarks.client import Counter as Deliveries
 from benchmarks.client import latency_metrics
 from benchmarks.jetstream import js_context, publish_all
 from benchmarks.model import Incomplete, Params
+from benchmarks.seaweed import SeaweedS3
+from benchmarks.servers import server_process
 from log.compactor.compact import Compactor, lake_progress
 from log.compactor.layout import META_FILE, STREAMS, StreamRef, default_lake_dir
-from log.compactor.location import LakePath
+from log.compactor.location import Lake, LakePath
 from log.compactor.spark import build_session
 from log.segments import FileStore, NewMsg
 from log.timefmt import rfc3339
@@ -39,6 +41,7 @@ from sql.inspect import query as inspect_query
 from sql.session import refresh
 
 if TYPE_CHECKING:
+    from nats.js.client import JetStreamContext
     from pyspark.sql import SparkSession
 
 FRESH_STREAM = "FRESH"
@@ -46,8 +49,9 @@ FRESH_SAMPLES = 100
 FRESH_GAP = 0.25  # seconds between publishes: a steady trickle, each message timed alone
 UNION_SAMPLES = 20
 POLL = 0.05  # seconds between looks at the Delta log or the view
-FIRST_ROW_SECONDS = 120.0  # the server's first segment also waits for its compactor's JVM
+FIRST_ROW_SECONDS = 300.0  # the first row waits for the compactor's JVM and Spark's table
 ROW_SECONDS = 60.0  # any later row must reach Delta well within this
+S3_START_SECONDS = 30.0  # the jetlake server beside the S3 one (its compactor starts later)
 
 HISTORY_STREAM = "HIST"
 HISTORY_SUBJECTS = tuple(f"hist.{i}" for i in range(16))
@@ -81,11 +85,12 @@ async def _until(
     return perf_counter()
 
 
-def _table(store: Path | None, stream: str) -> tuple[LakePath, str]:
-    """The Delta table and transaction app id of a stream the server created."""
+def _table(store: Path | None, stream: str, lake: Lake | None = None) -> tuple[LakePath, str]:
+    """The Delta table and transaction app id of a stream the server created (its lake the
+    server's default unless given)."""
     assert store is not None, "the harness sets the store of every run"
     ref = StreamRef.load(store / STREAMS / stream)
-    return ref.table_path(default_lake_dir(store)), ref.app_id
+    return ref.table_path(lake or default_lake_dir(store)), ref.app_id
 
 
 def _progress_reader(table: LakePath, app_id: str) -> Callable[[], int]:
@@ -94,7 +99,7 @@ def _progress_reader(table: LakePath, app_id: str) -> Callable[[], int]:
     the compactor being measured."""
     from deltalake import DeltaTable
 
-    opened = DeltaTable(str(table))
+    opened = DeltaTable(table.uri, storage_options=table.delta_options)
 
     def read() -> int:
         opened.update_incremental()
@@ -115,49 +120,13 @@ def _seconds(samples: list[float], prefix: str, scale: float = 1.0) -> dict[str,
 async def freshness(url: str, p: Params) -> dict[str, float]:
     """Seconds from PubAck to the row in Delta (default settings), and ms to the union view.
 
-    Delta: ``FRESH_SAMPLES`` messages a quarter second apart, each timed from
-    its ack until the Delta log's transaction version (the lake's last seq,
-    read with the ``deltalake`` package) covers it. A first message, not
-    timed, waits out the compactor's start. Union: a message, then the
-    session's views refreshed and queried for it until it is there; the
-    target is that the first query after the ack already sees it.
+    Delta: see `delta_freshness`. Union: a message, then the session's views
+    refreshed and queried for it until it is there; the target is that the
+    first query after the ack already sees it.
     """
     spark = await asyncio.to_thread(_spark)
     async with js_context(url, p, "bench-lake") as js:
-        await js.add_stream(name=FRESH_STREAM, subjects=[FRESH_STREAM])
-        await js.publish(FRESH_STREAM, p.payload)
-        table, app_id = _table(p.store, FRESH_STREAM)
-
-        async def started() -> bool:
-            return await asyncio.to_thread(lake_progress, table, app_id) >= 1
-
-        await _until(started, "the first row in Delta", FIRST_ROW_SECONDS)
-        progress = _progress_reader(table, app_id)
-        acked: dict[int, float] = {}
-        delta: list[float] = []
-        publishing = True
-
-        async def watch() -> None:
-            """Time each acked seq to the first look at the Delta log that covers it."""
-            while publishing or acked:
-                done = await asyncio.to_thread(progress)
-                now = perf_counter()
-                for seq in [s for s in acked if s <= done]:
-                    delta.append(now - acked.pop(seq))
-                if any(now - at > ROW_SECONDS for at in acked.values()):
-                    raise Incomplete(f"a row not in Delta within {ROW_SECONDS:g} s")
-                await asyncio.sleep(POLL)
-
-        watcher = asyncio.ensure_future(watch())
-        try:
-            for _ in range(FRESH_SAMPLES):
-                ack = await js.publish(FRESH_STREAM, p.payload)
-                acked[ack.seq] = perf_counter()
-                await asyncio.sleep(FRESH_GAP)
-            publishing = False
-            await watcher
-        finally:
-            watcher.cancel()
+        delta = await delta_freshness(js, p, None)
 
         def visible(seq: int) -> bool:
             refresh(spark, store_dir=p.store)
@@ -185,6 +154,70 @@ async def freshness(url: str, p: Params) -> dict[str, float]:
         | _seconds(union, "union_ms", 1e3)
         | {"union_first_pct": 100.0 * first_look / UNION_SAMPLES}
     )
+
+
+async def freshness_s3(_url: str, p: Params) -> dict[str, float]:
+    """PubAck -> row in Delta with the lake in a bucket: SeaweedFS's S3 server on this machine
+    (`benchmarks.seaweed`, the tests' own) and a server started here on it, at the
+    defaults otherwise (`--lake_dir s3://…`, the keys in its environment as a user's)."""
+    assert p.store is not None, "the harness sets the store of every run"
+    seaweed = await asyncio.to_thread(SeaweedS3(p.store.parent / "seaweed").start)
+    try:
+        lake = seaweed.lake(await asyncio.to_thread(seaweed.bucket))
+        jetlake = [str(Path(sys.executable).parent / "jetlake"), "serve", "-a", "127.0.0.1"]
+        args = [*jetlake, "-p", "-1", "-js", "-sd", str(p.store), "--lake_dir", lake.root]
+        env = {**os.environ, **lake.child_env()}
+        log = p.store.parent / "server-s3.log"
+        async with (
+            server_process(args, log, S3_START_SECONDS, env) as (_, target),
+            js_context(target.url, p, "bench-lake-s3") as js,
+        ):
+            return _seconds(await delta_freshness(js, p, lake), "delta_s")
+    finally:
+        await asyncio.to_thread(seaweed.stop)
+
+
+async def delta_freshness(js: JetStreamContext, p: Params, lake: Lake | None) -> list[float]:
+    """Seconds from PubAck to the row in Delta, for ``FRESH_SAMPLES`` messages a quarter
+    second apart: each timed from its ack until the Delta log's transaction version (the
+    lake's last seq, read with the ``deltalake`` package) covers it. A first message, not
+    timed, waits out the compactor's start. ``lake``: where the server keeps its lake
+    (None: its default folder)."""
+    await js.add_stream(name=FRESH_STREAM, subjects=[FRESH_STREAM])
+    await js.publish(FRESH_STREAM, p.payload)
+    table, app_id = _table(p.store, FRESH_STREAM, lake)
+
+    async def started() -> bool:
+        return await asyncio.to_thread(lake_progress, table, app_id) >= 1
+
+    await _until(started, "the first row in Delta", FIRST_ROW_SECONDS)
+    progress = _progress_reader(table, app_id)
+    acked: dict[int, float] = {}
+    delta: list[float] = []
+    publishing = True
+
+    async def watch() -> None:
+        """Time each acked seq to the first look at the Delta log that covers it."""
+        while publishing or acked:
+            done = await asyncio.to_thread(progress)
+            now = perf_counter()
+            for seq in [s for s in acked if s <= done]:
+                delta.append(now - acked.pop(seq))
+            if any(now - at > ROW_SECONDS for at in acked.values()):
+                raise Incomplete(f"a row not in Delta within {ROW_SECONDS:g} s")
+            await asyncio.sleep(POLL)
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        for _ in range(FRESH_SAMPLES):
+            ack = await js.publish(FRESH_STREAM, p.payload)
+            acked[ack.seq] = perf_counter()
+            await asyncio.sleep(FRESH_GAP)
+        publishing = False
+        await watcher
+    finally:
+        watcher.cancel()
+    return delta
 
 
 async def history_sql(url: str, p: Params) -> dict[str, float]:

@@ -11,7 +11,7 @@ import asyncio
 import re
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from time import perf_counter
@@ -129,7 +129,7 @@ async def running_server(
 
 @asynccontextmanager
 async def server_process(
-    args: list[str], log: Path, start_timeout: float
+    args: list[str], log: Path, start_timeout: float, env: Mapping[str, str] | None = None
 ) -> AsyncIterator[tuple[subprocess.Popen[bytes], Target]]:
     """Start ``args`` logging to ``log``, yield the process once it is ready; stop it after.
 
@@ -140,7 +140,7 @@ async def server_process(
     with log.open("wb") as sink:
         try:
             proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
+                args, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env
             )
         except OSError as exc:
             raise ServerError(f"cannot start {args[0]}: {exc}") from exc

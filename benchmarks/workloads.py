@@ -293,6 +293,19 @@ WORKLOADS: tuple[Workload, ...] = (
         timeout=300.0,
     ),
     Workload(
+        "lake-freshness-s3",
+        Profile.OFFLINE,  # the measure starts the S3 server, then jetlake on it
+        lake.freshness_s3,
+        (
+            Metric("delta_s_p50", "PubAck → row in Delta (S3) p50", SECONDS, False),
+            Metric("delta_s_p99", "PubAck → row in Delta (S3) p99", SECONDS, False, bound=5.0),
+        ),
+        "jetlake -js --lake_dir s3://… on SeaweedFS's S3 server on this machine, defaults "
+        "otherwise: 100 publishes 0.25 s apart timed to Delta (deltalake)",
+        sides=("jetlake",),
+        timeout=400.0,
+    ),
+    Workload(
         "lake-history",
         Profile.JS,
         lake.history_sql,
