@@ -21,6 +21,7 @@ import nats
 import pytest
 
 from tests.conftest import MakeServer
+from tests.support.cluster import ONE_ROUTE_PER_PEER, free_port, peers, poll, route_url, wait_mesh
 from tests.support.http import _get
 from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess, server_command
@@ -180,3 +181,22 @@ async def test_reload_swaps_the_certificate_for_new_connections(
             )
     finally:
         await kept.close()
+
+
+def test_reload_closes_a_route_whose_credentials_no_longer_pass(make_server: MakeServer) -> None:
+    port = free_port()
+    text = (
+        f"server_name: A\ncluster {{ name: C, listen: 127.0.0.1:{port}, pool_size: -1\n"
+        "  authorization { user: ru, password: %s } }\n"
+    )
+    a = make_server("-m", "-1", config=text % "rp")
+    b = make_server(
+        "-m", "-1", "-n", "B", "--cluster", route_url(free_port()), "--cluster_name", "C",
+        "--routes", route_url(port, "ru:rp"), config=ONE_ROUTE_PER_PEER,
+    )  # fmt: skip
+    wait_mesh([a, b], ["A", "B"])
+    reload(a, text % "changed")
+    a.wait_for_log(RELOADED)
+    assert a.find_log(re.escape("Reloaded: cluster"))
+    a.wait_for_log("Router connection closed: Authentication Failure")
+    poll(lambda: not peers(a), "A without routes")

@@ -275,15 +275,7 @@ class Route(asyncio.Protocol):
         self.got_connect = True
         self.connect_options = options
         cluster = self.cluster
-        config = cluster.config
-        if config.username is not None and (
-            options.get("user") != config.username or options.get("pass") != config.password
-        ):
-            user = options.get("user")
-            who = f' - User "{user}"' if isinstance(user, str) and user else ""
-            log.error("%s - authentication error%s", self.where, who)
-            self.queue(proto.encode_err(AUTH_VIOLATION))
-            self.close("Authentication Failure", flush=True)
+        if not self._authorized(options):
             return
         theirs = options.get("cluster")
         if isinstance(theirs, str) and not cluster.accepts_cluster_name(
@@ -303,6 +295,27 @@ class Route(asyncio.Protocol):
         self.connected = True
         if self.remote_id:
             self.cluster.register(self)
+
+    def _authorized(self, options: dict[str, Any]) -> bool:
+        """Whether an accepted route's CONNECT carries the cluster's credentials; if not,
+        the peer is told and the route closed."""
+        config = self.cluster.config
+        if config.username is None or (
+            options.get("user") == config.username and options.get("pass") == config.password
+        ):
+            return True
+        user = options.get("user")
+        who = f' - User "{user}"' if isinstance(user, str) and user else ""
+        log.error("%s - authentication error%s", self.where, who)
+        self.queue(proto.encode_err(AUTH_VIOLATION))
+        self.close("Authentication Failure", flush=True)
+        return False
+
+    def recheck_authorization(self) -> None:
+        """After a config reload: an accepted route whose credentials no longer pass is
+        closed, as on the reference (a route this server dialled keeps its own)."""
+        if self.got_connect and not self.closed:
+            self._authorized(self.connect_options)
 
     def _on_info(self, info: dict[str, Any]) -> None:
         server_id = info.get("server_id")

@@ -99,6 +99,9 @@ def _apply(server: Server, prepared: _Prepared) -> None:
     if server.cluster is not None and opts.cluster is not None:
         server.cluster.config = opts.cluster
         server.cluster.tls_contexts = prepared.route_tls
+        if changes.cluster:
+            for route in list(server.cluster.connections):
+                route.recheck_authorization()
     if changes.auth:
         _swap_auth(server, prepared)
     for client in list(server.clients.values()):
