@@ -200,3 +200,46 @@ def test_reload_closes_a_route_whose_credentials_no_longer_pass(make_server: Mak
     assert a.find_log(re.escape("Reloaded: cluster"))
     a.wait_for_log("Router connection closed: Authentication Failure")
     poll(lambda: not peers(a), "A without routes")
+
+
+ACCOUNTS_BEFORE = """
+accounts {
+  A { users = [ {user: a, password: a}, {user: m, password: m} ] }
+  B { users = [ {user: b, password: b} ] }
+}
+"""
+ACCOUNTS_AFTER = """
+accounts {
+  A { users = [ {user: a, password: a} ], exports = [ {stream: "events.>"} ] }
+  B {
+    users = [ {user: b, password: b}, {user: m, password: m} ]
+    imports = [ {stream: {account: A, subject: "events.>"}} ]
+  }
+}
+"""
+
+
+async def test_reload_moves_users_between_accounts_and_adds_an_import(
+    make_server: MakeServer,
+) -> None:
+    server = make_server(config=ACCOUNTS_BEFORE)
+    a = await login(server, "a", "a")
+    b = await login(server, "b", "b")
+    moved = await login(server, "m", "m")
+    await b.send("SUB events.> 1\r\nPING\r\n")
+    await b.read_until(rb"^PONG$")
+    reload(server, ACCOUNTS_AFTER)
+    await server.wait_for_log_async(RELOADED)
+    assert server.find_log(re.escape("Reloaded: accounts"))
+    assert await moved.expect_closed() == []  # in another account now: it logs in again
+    await a.send("PUB events.one 2\r\nhi\r\nPING\r\n")
+    await a.read_until(rb"^PONG$")
+    line, payload = await b.read_op()
+    assert (line, payload) == (b"MSG events.one 1 2", b"hi")
+    again = await login(server, "m", "m")
+    await again.send("SUB events.> 1\r\nPING\r\n")
+    await again.read_until(rb"^PONG$")
+    await a.send("PUB events.two 2\r\nhi\r\nPING\r\n")
+    assert (await again.read_op())[0] == b"MSG events.two 1 2"
+    for client in (a, b, again):
+        await client.close()
