@@ -17,7 +17,6 @@ from ingest.server import auth_config
 from ingest.server.accounts.config_section import read_accounts
 from ingest.server.cluster.config_section import read_cluster, single_user_authorization
 from ingest.server.leafnode.config_section import read_leafnodes
-from ingest.server.websocket.config_section import read_websocket
 from ingest.server.mappings import read_mappings
 from ingest.server.settings import (
     CONNECTION_TYPES,
@@ -33,6 +32,7 @@ from ingest.server.settings import (
     parse_duration,
     storage_size,
 )
+from ingest.server.websocket.config_section import read_websocket
 from log.compactor.location import S3Options
 
 # -- typed access to a table ------------------------------------------------

@@ -14,8 +14,8 @@ from ingest.server.accounts.settings import AccountConfig
 from ingest.server.cluster.settings import ClusterConfig
 from ingest.server.jwt.settings import ResolverConfig
 from ingest.server.leafnode.settings import LeafnodeConfig
-from ingest.server.websocket.settings import WebSocketConfig
 from ingest.server.mappings import SubjectMapping
+from ingest.server.websocket.settings import WebSocketConfig
 from log.compactor.location import S3Options
 
 DEFAULT_PORT = 4222
