@@ -202,3 +202,11 @@ def test_a_client_on_the_leafnode_port_is_refused(link: Link) -> None:
         assert lines.readline().startswith(b"INFO ")
         sock.sendall(b'CONNECT {"lang":"python","verbose":false}\r\nPING\r\n')
         assert lines.readline() == b"-ERR 'attempted to connect to leaf node port'\r\n"
+
+
+def test_interest_before_connect_is_refused(link: Link) -> None:
+    with socket.create_connection(("127.0.0.1", link.leaf_port), timeout=TIMEOUT) as sock:
+        lines = sock.makefile("rb")
+        assert lines.readline().startswith(b"INFO ")
+        sock.sendall(b"LS+ early.bird\r\n")
+        assert lines.readline() == b"-ERR 'Authorization Violation'\r\n"

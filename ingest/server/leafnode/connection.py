@@ -139,15 +139,16 @@ class LeafConnection(asyncio.Protocol):
             self._dispatch(op)
 
     def _dispatch(self, op: proto.LeafOp) -> None:
+        if not self.registered and isinstance(op, proto.RMsg | proto.RSub | proto.RUnsub):
+            self.queue(proto.encode_err(AUTH_VIOLATION))  # interest or messages before CONNECT
+            self.close("Authentication Failure", flush=True)
+            return
         if isinstance(op, proto.RMsg):
-            if self.registered:
-                self._inbound(op)
+            self._inbound(op)
         elif isinstance(op, proto.RSub):
-            if self.registered:
-                self._remote_sub(op.subject, op.queue, op.weight)
+            self._remote_sub(op.subject, op.queue, op.weight)
         elif isinstance(op, proto.RUnsub):
-            if self.registered:
-                self._remote_unsub(op.subject, op.queue)
+            self._remote_unsub(op.subject, op.queue)
         elif isinstance(op, proto.Ping):
             self.queue(proto.PONG)
         elif isinstance(op, proto.Pong):
