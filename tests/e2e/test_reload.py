@@ -147,9 +147,7 @@ async def test_signal_reload_by_pid_file(
     done = signal_command(server_kind, "--signal", f"reload={pid_file}")
     assert (done.returncode, done.stderr) == (0, "")
     await server.wait_for_log_async(RELOADED)
-    done = signal_command(server_kind, "--signal", "reload=abc")
-    assert (done.returncode, done.stderr.split(": ", 1)[-1]) == (1, "invalid pid: abc\n")
-    assert server.running
+    assert server.running  # the command's errors: test_reload_plan.py
 
 
 @pytest.fixture(scope="module")
