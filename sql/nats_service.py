@@ -142,15 +142,15 @@ class NatsSql:
         import nats
         from nats.micro import add_service
 
-        async def closed_or_reconnect(*_: object) -> None:
-            log.info("sql service: NATS connection to %s: %s", self._url, "reconnecting")
+        async def disconnected() -> None:
+            log.info("sql service: disconnected from %s; reconnecting", self._url)
 
         self._nc = await nats.connect(
             self._url,
             name="jetlake sql service",
             user_credentials=self._creds,
             max_reconnect_attempts=-1,
-            disconnected_cb=closed_or_reconnect,
+            disconnected_cb=disconnected,
         )
         self._service = await add_service(
             self._nc,
@@ -177,6 +177,8 @@ class NatsSql:
         stream its rows from a task of their own so other requests go on meanwhile."""
         from nats.micro.request import ServiceError
 
+        if not request._msg.reply:  # a publish, not a request: nowhere to answer
+            return
         headers = request.headers or {}
         fmt = headers.get(FORMAT, "arrow").lower()
         try:
@@ -224,13 +226,13 @@ class NatsSql:
         sent = 0
         try:
             schema = to_arrow_schema(frame.schema, timezone="UTC")
+            encode = encode_json if as_json else (lambda r: encode_arrow(r, schema))
             it = await asyncio.to_thread(frame.toLocalIterator, False)
             while True:
                 batch = await asyncio.to_thread(_rows, it, _ROWS_PER_CHUNK)
                 if not batch:
                     break
                 rows += len(batch)
-                encode = encode_json if as_json else (lambda r: encode_arrow(r, schema))
                 for body in chunks(batch, encode, limit):
                     await acks.room(sent, window)
                     await nc.publish(
