@@ -63,6 +63,7 @@ class Client(asyncio.Protocol):
         self.verbose = True  # the reference's defaults until CONNECT says otherwise
         self.pedantic = True
         self._pub_checks = True  # verbose, pedantic or a restricted grant: see _pub_allowed
+        self._deny_filter = False  # see _filter_deliveries
         self.echo = True
         self.headers = False
         self.no_responders = False
@@ -380,9 +381,21 @@ class Client(asyncio.Protocol):
         self.trace = bool(self.server.opts.trace)
         self._pub_checks = self.verbose or self.pedantic or grant.restricted
         self._pub_checks = self._pub_checks or self.max_payload < self.server.opts.max_payload
-        for sub in self.subs.values():
-            sub.filtered = grant.restricted and grant.filters_delivery(sub.subject)
+        self._deny_filter = False
+        for sub in list(self.subs.values()):
+            self._filter_deliveries(sub)
         self._fast_path()
+
+    def _filter_deliveries(self, sub: Subscription) -> None:
+        """As on the reference, once a wildcard subscription overlaps a subscribe deny rule,
+        every delivery on the connection is checked against the deny rules, on whichever
+        subscription (a JetStream deliver subject too)."""
+        grant = self.grant
+        if not self._deny_filter and grant.restricted and grant.filters_delivery(sub.subject):
+            self._deny_filter = True
+            for other in self.subs.values():
+                other.filtered = True
+        sub.filtered = self._deny_filter
 
     def _fast_path(self) -> None:
         """Let the compiled codec route this connection's PUBs where nothing is checked per
@@ -487,7 +500,7 @@ class Client(asyncio.Protocol):
             if not limits.subscription_allowed(self):
                 return
             sub = Subscription(self, op.subject, op.queue, op.sid)
-            sub.filtered = grant.restricted and grant.filters_delivery(op.subject)
+            self._filter_deliveries(sub)
             self.subs[op.sid] = sub
             self.account.sublist.insert(op.subject, op.queue, sub)
             if self.server.cluster is not None:

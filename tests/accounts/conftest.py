@@ -37,7 +37,9 @@ accounts {
     ]
   }
   C { users [ {user: c, password: c} ] }
-  D { users [ {user: d, password: d} ], jetstream: enabled }
+  D { users [ {user: d, password: d}
+              {user: dd, password: dd, permissions: {subscribe: {deny: "dny.bar"}}} ]
+      jetstream: enabled }
   E {
     users [ {user: e, password: e} ]
     imports [ {service: {account: A, subject: "$JS.API.>"}} ]
