@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ingest.parser import leafnodes as proto
+from ingest.parser.subjects import subject_matches
 from ingest.server.auth import Grant
 from ingest.server.leafnode.interest import JETSTREAM_DENIED, Advertised, Denied
 
@@ -48,7 +49,9 @@ class LeafSub:
 
     def deliver(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
         routed = self.conn.server.routed
-        if routed != subject:  # a JetStream delivery, shown under its stored subject
+        if routed != subject and not subject_matches(
+            self.subject, subject.decode("utf-8", "surrogateescape")
+        ):  # a JetStream delivery shown under its stored subject (not a nested route's)
             if reply and proto.shown_suffix_at(reply) < 0:
                 reply = reply + b"@" + subject
             subject = routed
