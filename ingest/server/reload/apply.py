@@ -76,9 +76,10 @@ def _prepare(server: Server, argv: list[str]) -> _Prepared:
     tls = make_server_context(opts.tls) if opts.tls is not None else None
     route_tls = route_contexts(opts.cluster.tls) if opts.cluster is not None else None
     fresh = Accounts(opts, Sublist(), jetstream=opts.jetstream.enabled)
-    for account in fresh:
+    for account in fresh:  # an account's JetStream engine is built at start only
         live = server.accounts.get(account.name)
-        if live is not None and live.jetstream_enabled != account.jetstream_enabled:
+        enabled = live.jetstream_enabled if live is not None else False
+        if enabled != account.jetstream_enabled:
             raise ReloadRefused(
                 f"config reload not supported for jetstream of account {account.name}"
             )
