@@ -250,8 +250,8 @@ def validate_options(opts: Options) -> None:
                 "authorization block or account configuration"
             )
     check_mqtt_options(opts)
-    check_websocket_options(opts)
     check_leafnode_accounts(opts)
+    check_websocket_options(opts)
     if opts.jetstream.enabled and opts.cluster is not None:
         if not opts.server_name:
             raise ConfigError("jetstream cluster requires `server_name` to be set")

@@ -23,6 +23,9 @@ class FakeServer:
         self.callback = callback
         return self
 
+    def announce(self, token: object) -> None:
+        """The reply inbox is made cluster-wide; nothing to do without a cluster."""
+
     def unsubscribe(self, token: object) -> None:
         self.callback = None
 

@@ -15,6 +15,7 @@ the same timeout, so send order is deadline order).
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 from collections.abc import Callable
@@ -26,6 +27,13 @@ if TYPE_CHECKING:
 
 class JetStreamError(Exception):
     """A JetStream request for MQTT state failed or timed out; names the subject."""
+
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code  # the API's err_code, 0 for a timeout
+
+
+NO_MESSAGE = 10037  # err_code of a STREAM.MSG.GET that finds nothing
 
 
 Answered = Callable[[bytes], None]
@@ -56,6 +64,7 @@ class JSAccess:
         self._token: object | None = server.subscribe_raw(
             self._prefix.decode() + "*", self._on_reply
         )
+        server.announce(self._token)  # on a cluster the answer may come from another server
 
     def close(self) -> None:
         if self._token is None:
@@ -135,8 +144,31 @@ class JSAccess:
             raise JetStreamError(f"{subject}: reply is not JSON") from None
         error = answer.get("error") if isinstance(answer, dict) else None
         if error:
-            raise JetStreamError(f"{subject}: {error.get('description', error)}")
+            description = error.get("description", error)
+            raise JetStreamError(f"{subject}: {description}", int(error.get("err_code") or 0))
         return answer
+
+    async def last_msg(self, stream: str, subject: str) -> tuple[bytes | None, bytes] | None:
+        """The header block and data of a subject's last message, or None: read through the
+        API, so on a cluster from the stream's leader whichever server asks."""
+        try:
+            answer = await self.request(
+                f"$JS.API.STREAM.MSG.GET.{stream}", {"last_by_subj": subject}
+            )
+        except JetStreamError as exc:
+            if exc.code == NO_MESSAGE:
+                return None
+            raise
+        msg = answer.get("message") or {}
+        hdrs = msg.get("hdrs")
+        return (base64.b64decode(hdrs) if hdrs else None), base64.b64decode(msg.get("data") or "")
+
+    async def subjects(self, stream: str, filter_subject: str) -> list[str]:
+        """The subjects of a stream under `filter_subject` that hold messages."""
+        info = await self.request(
+            f"$JS.API.STREAM.INFO.{stream}", {"subjects_filter": filter_subject}
+        )
+        return sorted((info.get("state") or {}).get("subjects") or {})
 
     def publish(self, subject: bytes, data: bytes) -> None:
         """Fire and forget (acks of deliveries, NAKs)."""

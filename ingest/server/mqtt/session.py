@@ -22,7 +22,6 @@ from ingest.server.mqtt.subscriptions import nats_subjects, published_qos, topic
 if TYPE_CHECKING:
     from ingest.server.mqtt.connection import MQTTConnection
     from ingest.server.mqtt.sessions import SessionManager
-    from log.segments.api import MsgStore
 
 MSGS_STREAM = "$MQTT_msgs"
 MSGS_PREFIX = "$MQTT.msgs."
@@ -182,18 +181,21 @@ class Session:
         )
         await self.manager.jsa.request(self._held_subject(packet.packet_id), packet.payload, hdr)
 
-    def restore_held(self, store: MsgStore) -> None:
-        """QoS 2 messages received before a restart whose PUBREL has not come yet."""
+    async def restore_held(self) -> None:
+        """QoS 2 messages received before a restart (or by another server of the cluster)
+        whose PUBREL has not come yet."""
         prefix = f"{QOS2_PREFIX}{self.id_hash}."
-        for name in store.subjects(prefix + "*"):
-            msg = store.load_last(name)
-            subject = header_value(msg.hdr, b"Nmqtt-Subject") if msg else None
-            topic = header_value(msg.hdr, b"Nmqtt-Topic") if msg else None
+        jsa = self.manager.jsa
+        for name in await jsa.subjects(QOS2_STREAM, prefix + "*"):
+            found = await jsa.last_msg(QOS2_STREAM, name)
+            hdr, data = found if found is not None else (None, b"")
+            subject = header_value(hdr, b"Nmqtt-Subject")
+            topic = header_value(hdr, b"Nmqtt-Topic")
             pid = name[len(prefix) :]
-            if msg is None or subject is None or topic is None or not pid.isdigit():
+            if subject is None or topic is None or not pid.isdigit():
                 continue
-            retain = header_value(msg.hdr, b"Nmqtt-Retain") == b"1"
-            packet = mqtt.Publish(topic, msg.data, 2, retain, False, int(pid))
+            retain = header_value(hdr, b"Nmqtt-Retain") == b"1"
+            packet = mqtt.Publish(topic, data, 2, retain, False, int(pid))
             self._qos2_in[int(pid)] = (subject.decode(), packet)
 
     # ---- subscriptions ---------------------------------------------------------------------
@@ -265,9 +267,9 @@ class Session:
 
     def _listen(self, deliver_subject: str) -> None:
         if deliver_subject not in self._delivery_subs:
-            self._delivery_subs[deliver_subject] = self.manager.server.subscribe_raw(
-                deliver_subject, self._on_delivery
-            )
+            token = self.manager.server.subscribe_raw(deliver_subject, self._on_delivery)
+            self.manager.server.announce(token)  # the consumer may run on another server
+            self._delivery_subs[deliver_subject] = token
 
     # ---- deliveries to the client ----------------------------------------------------------
 

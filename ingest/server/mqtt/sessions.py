@@ -56,6 +56,18 @@ STREAMS = (
 )
 
 
+STREAM_NOT_FOUND = 10059
+_START_PATIENCE = 60.0  # seconds a cluster may take to elect the leader MQTT's streams need
+
+
+def _default_replicas(server: Server) -> int:
+    """The reference's default: as many replicas as servers, at most 3 (1 when standalone)."""
+    cluster = server.opts.cluster
+    if cluster is None or server.jetstream_cluster is None:
+        return 1
+    return max(1, min(3, len(cluster.routes) + 1))
+
+
 def _lost(exc: JetStreamError | None) -> None:
     """A QoS 1 message JetStream did not confirm: no PUBACK, so the client sends it again."""
     if exc is not None:
@@ -72,21 +84,63 @@ class SessionManager:
         self.sessions: dict[str, Session] = {}  # persistent sessions known in this run
         self.live: dict[str, MQTTConnection] = {}  # client id -> its connection
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def start(self) -> None:
-        replicas = self.config.stream_replicas or 1
+        """Standalone, the streams are ready when the server is; on a cluster they need a
+        meta leader, which needs the other servers, so they are made in the background
+        and a client's CONNECT waits for them (the reference's order too)."""
+        if self.server.jetstream_cluster is None:
+            await self._prepare()
+            self._ready.set_result(None)
+            return
+        self.spawn(self._prepared())
+
+    async def _prepared(self) -> None:
+        try:
+            await self._prepare()
+        except JetStreamError as exc:
+            self._ready.set_exception(exc)
+            raise
+        self._ready.set_result(None)
+
+    async def _prepare(self) -> None:
+        """Create the streams (retrying while a cluster has no meta leader), then read back
+        the retained messages."""
+        replicas = self.config.stream_replicas or _default_replicas(self.server)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _START_PATIENCE
         for doc in STREAMS:
-            try:
-                await self.jsa.request(
-                    "$JS.API.STREAM.CREATE." + doc["name"], {**doc, "num_replicas": replicas}
-                )
-            except JetStreamError as exc:
-                if "already in use" not in str(exc):
-                    raise
-        store = self.server.jetstream.stream(retained.STREAM).store
-        self.retained.load(store)
+            while not await self._stream_made(doc, replicas):
+                if loop.time() > deadline:
+                    raise JetStreamError(f"MQTT stream {doc['name']} could not be created")
+                await asyncio.sleep(0.25)
+        await self.retained.load()
+
+    async def _stream_made(self, doc: dict[str, Any], replicas: int) -> bool:
+        """Whether the stream exists, creating it when it does not. Asked first, as every
+        server of a cluster makes the same streams at start (a creation that raced another
+        server's is then seen on the next try)."""
+        name = doc["name"]
+        try:
+            await self.jsa.request("$JS.API.STREAM.INFO." + name)
+            return True
+        except JetStreamError as exc:
+            if exc.code != STREAM_NOT_FOUND:  # no meta leader yet, or no answer in time
+                log.debug("MQTT: %s; trying again", exc)
+                return False
+        try:
+            await self.jsa.request(
+                "$JS.API.STREAM.CREATE." + name, {**doc, "num_replicas": replicas}
+            )
+        except JetStreamError as exc:
+            if "already in use" not in str(exc):
+                log.debug("MQTT: %s; trying again", exc)
+                return False
+        return True
 
     def stop(self) -> None:
+        self.retained.close()
         self.jsa.close()
 
     def spawn(self, work: Any, conn: MQTTConnection | None = None) -> None:
@@ -108,13 +162,14 @@ class SessionManager:
     async def connect(
         self, conn: MQTTConnection, clean: bool, ready: Callable[[Session, bool], None]
     ) -> None:
+        await asyncio.shield(self._ready)
         client_id = conn.client_id
         old = self.live.get(client_id)
         if old is not None and old is not conn:
             old.close("Duplicate Client ID")  # takeover: no Will ([MQTT-3.1.4-2])
         self.live[client_id] = conn
         id_hash = name_hash(client_id)
-        session = self.sessions.pop(client_id, None) or self._load(client_id, id_hash)
+        session = self.sessions.pop(client_id, None) or await self._load(client_id, id_hash)
         present = session is not None and not clean
         if clean and session is not None:
             await session.destroy()
@@ -125,17 +180,17 @@ class SessionManager:
             self.sessions[client_id] = session
         ready(session, present)
 
-    def _load(self, client_id: str, id_hash: str) -> Session | None:
-        store = self.server.jetstream.stream("$MQTT_sess").store
-        msg = store.load_last(SESS_PREFIX + id_hash)
-        if msg is None or not msg.data:
+    async def _load(self, client_id: str, id_hash: str) -> Session | None:
+        """A session saved by this server or (on a cluster) any other, through the API."""
+        found = await self.jsa.last_msg("$MQTT_sess", SESS_PREFIX + id_hash)
+        if found is None or not found[1]:
             return None
-        doc = json.loads(msg.data)
+        doc = json.loads(found[1])
         if doc.get("id") != client_id:
             return None
         session = Session(self, client_id, id_hash, clean=False)
         session.restore(doc)
-        session.restore_held(self.server.jetstream.stream(QOS2_STREAM).store)
+        await session.restore_held()
         return session
 
     def detached(self, session: Session) -> None:

@@ -136,6 +136,7 @@ class SubscriptionSet:
                 subs = [MQTTSubscription(self.conn, topic_filter, s, qos) for s in subjects]
                 for sub in subs:
                     sublist.insert(sub.subject, None, sub)
+                    self._interest(sub.subject, added=True)
                 self.by_filter[topic_filter] = subs
             codes.append(qos)
         return tuple(codes)
@@ -145,6 +146,18 @@ class SubscriptionSet:
         for topic_filter in filters:
             for sub in self.by_filter.pop(topic_filter, []):
                 sublist.remove(sub.subject, None, sub)
+                self._interest(sub.subject, added=False)
+
+    def _interest(self, subject: str, *, added: bool) -> None:
+        """Tell the cluster's other servers, so what is published there reaches this client."""
+        server = self.conn.server
+        if server.cluster is None:
+            return
+        account = server.accounts.global_account.name
+        if added:
+            server.cluster.local_added(subject, None, account)
+        else:
+            server.cluster.local_removed(subject, None, account)
 
     def clear(self) -> None:
         self.remove(tuple(self.by_filter))
