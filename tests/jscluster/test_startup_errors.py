@@ -31,14 +31,3 @@ def test_jetstream_cluster_requirements(
     done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
     assert done.returncode == 1
     assert message in done.stderr
-
-
-def test_mqtt_on_a_jetstream_cluster_is_refused_clearly(tmp_path: Path) -> None:
-    """jetlake's own limit (the reference runs MQTT on a cluster): a clear refusal at
-    start, not a listener whose sessions cannot be found on the next server."""
-    conf = tmp_path / "mqtt.conf"
-    conf.write_text("server_name: A\ncluster { name: C, port: -1 }\nmqtt { port: -1 }\n")
-    argv = [*server_command("jetlake"), "-c", str(conf), "-p", "-1", "-js", "-sd", str(tmp_path)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    assert done.returncode == 1
-    assert "mqtt on a JetStream cluster is not supported by jetlake yet" in done.stderr
