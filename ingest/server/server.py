@@ -332,12 +332,14 @@ class Server:
         account: Account | None = None,
         internal: bool = False,
         queues: frozenset[str] | None = None,
+        local: bool = False,
     ) -> bool:
         """Deliver one message to every plain subscriber and one member of each queue group;
         whether anyone, internal subscribers included, received it.
 
         `queues`, from a leafnode, names the only queue groups to serve: the leaf chose
-        them (its own members took the others).
+        them (its own members took the others). A `local` message stays off the cluster's
+        routes (one a hub sent over a spoke's link: it sends each server its own copy).
 
         `shown` is the subject subscribers see when it differs from the one routed on
         (JetStream delivers a stored message to an inbox under its own subject). The
@@ -367,7 +369,7 @@ class Server:
         self.routed = subject
         if routes is not None:
             learn_tail(routes, sublist, subject, partial(self.local_under, account))
-        cluster = self.cluster
+        cluster = None if local else self.cluster
         if cluster is None and not match.plain and not match.queues:
             return False  # no interest: the common case of a publish nobody listens to
         remote = cluster.forwarding(account.name, subject) if cluster is not None else None

@@ -10,12 +10,20 @@ import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import nats
 import pytest
 
-from tests.leafnode.conftest import LINK_TIMEOUT, knows, leaf_config, linked
-from tests.support.cluster import ONE_ROUTE_PER_PEER, poll, start_cluster, stop_all, wait_mesh
+from tests.leafnode.conftest import LINK_TIMEOUT, hub_config, knows, leaf_config, leafz, linked
+from tests.support.cluster import (
+    ONE_ROUTE_PER_PEER,
+    free_port,
+    poll,
+    start_cluster,
+    stop_all,
+    wait_mesh,
+)
 from tests.support.servers import ServerProcess, start_server
 
 _LEAF_PORT = re.compile(r"Listening for leafnode connections on \S+:(\d+)")
@@ -99,3 +107,50 @@ def test_the_hub_tells_leafs_every_server_that_takes_them(hub_cluster: HubCluste
     for server in hub_cluster.servers:
         port = leaf_port(server)
         poll(lambda p=port: leafnode_urls(p) == want, "both leafnode URLs", LINK_TIMEOUT)
+
+
+@pytest.mark.parametrize(
+    ("hub_kind", "edge_kind"),
+    [
+        ("nats-server", "jetlake"),
+        pytest.param("jetlake", "jetlake", marks=pytest.mark.soak),
+        pytest.param("nats-server", "nats-server", marks=pytest.mark.soak),
+    ],
+    ids=["ref-hub/jl-edges", "jl-hub/jl-edges", "ref-hub/ref-edges"],
+)
+async def test_an_edge_cluster_gets_each_hub_message_once_per_subscriber(
+    tmp_path: Path, hub_kind: str, edge_kind: str
+) -> None:
+    """Two edge servers in one cluster, each a leaf of the hub: the hub sends each its
+    own copy, which stays off the edge cluster's routes."""
+    port = free_port()
+    hub = start_server(hub_kind, "-m", "-1", config=hub_config(port), tmp_path=tmp_path)
+    config = ONE_ROUTE_PER_PEER + leaf_config(port).replace("server_name: leaf\n", "")
+    edges = start_cluster(edge_kind, tmp_path, 2, config=config)
+    try:
+        wait_mesh(edges, ["S0", "S1"])
+        poll(lambda: leafz(hub)["leafnodes"] == 2, "both edges linked", LINK_TIMEOUT)
+        hub_nc = await nats.connect(hub.url)
+        subs = []
+        for edge in edges:
+            nc = await nats.connect(edge.url)
+            subs.append((nc, await nc.subscribe("fan.out"), await nc.subscribe("fan.fence")))
+            await nc.flush()
+        both = lambda: all(  # noqa: E731
+            {"fan.out", "fan.fence"} <= set(leaf.get("subscriptions_list", []))
+            for leaf in leafz(hub)["leafs"]
+        )
+        await asyncio.to_thread(poll, both, "both edges' interest", LINK_TIMEOUT)
+        for i in range(10):
+            await hub_nc.publish("fan.out", str(i).encode())
+        await hub_nc.publish("fan.fence", b"")
+        for nc, sub, fence in subs:
+            await fence.next_msg(5)
+            await nc.flush()
+            got = [int((await sub.next_msg(1)).data) for _ in range(sub.pending_msgs)]
+            assert got == list(range(10))
+            await nc.close()
+        await hub_nc.close()
+    finally:
+        stop_all(edges)
+        hub.stop(expect_code=None)

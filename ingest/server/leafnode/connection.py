@@ -311,7 +311,7 @@ class LeafConnection(asyncio.Protocol):
             reply, shown = reply[:at], reply[at + 1 :]
         self.server.route(
             self, msg.subject, reply, msg.hdr, msg.payload, size,
-            shown=shown, account=self.account, queues=queues,
+            shown=shown, account=self.account, queues=queues, local=self.spoke,
         )  # fmt: skip
 
     def send_msg(
