@@ -535,7 +535,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "stream_replicas",
             "integer",
             "Replicas of the MQTT streams.",
-            "`1`",
+            "`1`; on a cluster the servers, at most 3",
         ),
         K(
             "consumer_memory_storage",
