@@ -241,3 +241,18 @@ async def test_reload_moves_users_between_accounts_and_adds_an_import(
     assert (await again.read_op())[0] == b"MSG events.two 1 2"
     for client in (a, b, again):
         await client.close()
+
+
+async def test_a_lowered_max_connections_closes_the_excess(make_server: MakeServer) -> None:
+    server = make_server(config="max_connections: 10\n")
+    clients = [await RawClient.connect(server.host, server.port) for _ in range(3)]
+    for client in clients:
+        await client.handshake()
+    reload(server, "max_connections: 1\n")
+    await server.wait_for_log_async(RELOADED)
+    await server.wait_for_log_async("Closed 2 connections to fall within max_connections")
+    outcomes = [await client.outcome() for client in clients]
+    closed = [o.lines for o in outcomes if o.closed]
+    assert closed == [(b"-ERR 'maximum connections exceeded'",)] * 2
+    for client in clients:
+        await client.close()

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake")
 
 NO_CONFIG_FILE = "can only reload config when a file is provided using -c or --config"
+MAX_CONNECTIONS = "maximum connections exceeded"
 
 
 @dataclass(slots=True)
@@ -105,6 +106,7 @@ def _apply(server: Server, prepared: _Prepared) -> None:
                 route.recheck_authorization()
     if changes.auth:
         _swap_auth(server, prepared)
+    _fall_within_max_connections(server, opts.max_connections)
     for client in list(server.clients.values()):
         if client.closed:
             continue
@@ -114,6 +116,16 @@ def _apply(server: Server, prepared: _Prepared) -> None:
             client.regrant(client.grant)  # tracing decides the fast path too
     server.config_load_time = time.time()
     log.info("Reloaded server configuration")
+
+
+def _fall_within_max_connections(server: Server, limit: int) -> None:
+    """A lowered `max_connections` closes clients until the server is within it, as the
+    reference does (which ones is not chosen: the most recent here)."""
+    excess = list(server.clients.values())[max(0, limit) :]
+    for client in excess:
+        client.cut_off(MAX_CONNECTIONS, "Max Connections Exceeded")
+    if excess:
+        log.info("Closed %d connections to fall within max_connections", len(excess))
 
 
 def _swap_auth(server: Server, prepared: _Prepared) -> None:
