@@ -421,19 +421,24 @@ class Server:
         hdr: bytes | None,
         payload: bytes,
         queues: tuple[bytes, ...],
+        *,
+        shown: bytes | None = None,
     ) -> None:
         """A message a peer routed here: to this server's clients only, and to the queue
         groups the peer named (it decided which server serves each group).
 
         Internal subscribers (JetStream's API) are left out unless announced: each
         server's own clients reach its own services, while every server answers a
-        system-account request."""
+        system-account request. A stream import's subscription is one of those left
+        out: the peer the message was published on made the importers' copies.
+        `shown` is as for `route`."""
         size = len(payload) + (len(hdr) if hdr else 0)
         self.in_msgs += 1
         self.in_bytes += size
         self.sender = None
         self.routed = subject
         match = account.sublist.match(subject)
+        routed, subject = subject, shown or subject
         delivered = 0  # to connections: what `route` counts out
         for sub in match.plain:
             if not _reachable(sub):
@@ -453,9 +458,10 @@ class Server:
         self.out_msgs += delivered
         self.out_bytes += delivered * size
         routes = account.sublist.routes
-        if delivered and not reply and hdr is None and routes is not None and self.mapper is None:
+        framed = not reply and hdr is None and shown is None and self.mapper is None
+        if delivered and framed and routes is not None:
             # PubAcks for a client here from a peer's stream: framed in runs (`Route`)
-            learn_tail(routes, account.sublist, subject, partial(self.local_under, account))
+            learn_tail(routes, account.sublist, routed, partial(self.local_under, account))
 
     def mark_dirty(self, client: Client) -> None:
         self._dirty.append(client)

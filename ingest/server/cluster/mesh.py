@@ -348,19 +348,17 @@ class Cluster:
 
     def deliver_inbound(self, msg: RMsg) -> None:
         """A message from a peer, delivered in its account; one this server does not know
-        has no subscriber here."""
+        has no subscriber here. A JetStream delivery too goes to this server's clients
+        alone: the peer made its stream imports' copies and sent them where importers are."""
         account = self.server.accounts.get(msg.account)
         if account is None:
             return
-        hdr = msg.hdr
+        hdr, shown = msg.hdr, None
         if hdr is not None and hdr.startswith(SHOWN_PREFIX):
             shown, hdr = split_shown(hdr)
-            self.server.route(
-                None, msg.subject, msg.reply, hdr, msg.payload,
-                len(msg.payload) + (len(hdr) if hdr else 0), shown=shown, account=account,
-            )  # fmt: skip
-            return
-        self.server.route_from_peer(account, msg.subject, msg.reply, hdr, msg.payload, msg.queues)
+        self.server.route_from_peer(
+            account, msg.subject, msg.reply, hdr, msg.payload, msg.queues, shown=shown
+        )
 
     # ---- what clients are told -------------------------------------------------------------
 
