@@ -322,6 +322,15 @@ async def test_beeline_over_jdbc_sees_the_views(service: Service) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "bee.a,3" in done.stdout and "bee.b,2" in done.stdout, done.stdout
+    # A BI tool's table browser asks the driver's metadata: the views are under global_temp.
+    listed = await asyncio.to_thread(
+        subprocess.run,
+        [str(beeline), "-u", service.jdbc, "--silent=true", "--outputformat=csv2", "-e", "!tables"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert ",global_temp,bee,VIEW," in listed.stdout, listed.stdout
 
 
 @pytest.mark.soak
