@@ -11,6 +11,7 @@ import base64
 import contextlib
 import os
 import re
+import ssl
 import struct
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -70,9 +71,15 @@ class RawWS:
 
     @classmethod
     async def open(
-        cls, port: int, *, path: str = "/", headers: str = "", upgrade: bool = True
+        cls,
+        port: int,
+        *,
+        path: str = "/",
+        headers: str = "",
+        upgrade: bool = True,
+        tls: ssl.SSLContext | None = None,
     ) -> RawWS:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
         ws = cls(reader, writer)
         if upgrade:
             key = base64.b64encode(os.urandom(16)).decode()

@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import Connect, ServerPool
 from tests.support.http import get_json
 from tests.support.servers import server_command
+from tests.support.tls import Pki, make_pki
 from tests.websocket.conftest import TIMEOUT, OpenWS, WSServer, ws_port
 
 NODE_TOOLS = Path(__file__).resolve().parents[2] / ".venv" / "node"
@@ -203,6 +204,27 @@ async def test_nats_javascript_client(
     assert result["received"] == [[f"ws.data.{n}", n, True] for n in sizes]
     assert result["reply"] == "ping"
     assert result["tcp"] == ["hello from tcp"]
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("ws-pki"))
+
+
+async def test_wss(server_kind: str, server_pool: ServerPool, pki: Pki, open_ws: OpenWS) -> None:
+    """With `tls {}` the listener speaks wss://: the INFO inside says TLS is required and
+    the NATS stream inside is plain (no second TLS layer)."""
+    config = (
+        f'websocket {{ port: -1, tls {{ cert_file: "{pki.server_cert}",'
+        f' key_file: "{pki.server_key}" }} }}'
+    )
+    server = server_pool.get(server_kind, config=config)
+    ws = await open_ws(ws_port(server), tls=pki.client_context())
+    assert ws.status == 101
+    info = json.loads((await ws.read_data(b"\r\n"))[5:])
+    assert info["tls_required"] is True
+    ws.send(b'CONNECT {"verbose":false}\r\nPING\r\n')
+    assert b"PONG\r\n" in await ws.read_data(b"PONG\r\n")
 
 
 async def test_websocket_authorization(configured: WSServer, tmp_path: Path) -> None:
