@@ -112,6 +112,10 @@ async def _serve(opts: Options, argv: list[str]) -> int:
         server.sharing.start()
     system = SystemServices(server)
     system.start()
+    if server.cluster is not None:
+        from ingest.server.accounts.conns import ClusterConns
+
+        ClusterConns(server, system).start()
     if server.resolver is not None:
         server.resolver.start(server, system)
     if monitor is not None:

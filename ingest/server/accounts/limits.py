@@ -1,6 +1,7 @@
 """An account's connection limits (`limits { … }`), as the reference enforces them: its
-connections on this server, subscriptions per connection, and a payload size below
-the server's. `max_leafnodes` is read and kept for the leafnode listener.
+connections in the whole cluster (the peers' counts come from `conns`), subscriptions
+per connection, and a payload size below the server's. `max_leafnodes` is read and kept for
+the leafnode listener.
 
 Each check answers with the reference's -ERR and log line; the connection stays
 open after a refused subscription and closes after a connection or payload refusal.
@@ -12,7 +13,9 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ingest.server.accounts.registry import Account
     from ingest.server.client import Client
+    from ingest.server.server import Server
 
 log = logging.getLogger("jetlake")
 
@@ -28,19 +31,41 @@ def admit(client: Client) -> bool:
     if client in account.clients:  # a second CONNECT
         return True
     limit = account.limits.max_connections
-    if 0 <= limit <= len(account.clients):
-        log.error("%s - %s", _where(client), MAX_CONNECTIONS)
-        client.cut_off(MAX_CONNECTIONS, "Maximum Account Connections Exceeded")
+    if 0 <= limit <= len(account.clients) + remote_count(client.server, account):
+        refuse(client)
         return False
     account.clients.add(client)
     payload = account.limits.max_payload
     if 0 <= payload < client.max_payload:
         client.max_payload = payload
+    _counted(client)
     return True
 
 
+def remote_count(server: Server, account: Account) -> int:
+    """The account's connections on the peers this server is routed to."""
+    cluster = server.cluster
+    if cluster is None or not account.remote_conns:
+        return 0
+    return sum(n for peer, n in account.remote_conns.items() if peer in cluster.routes)
+
+
+def refuse(client: Client) -> None:
+    """End a connection its account has no room for."""
+    log.error("%s - %s", _where(client), MAX_CONNECTIONS)
+    client.cut_off(MAX_CONNECTIONS, "Maximum Account Connections Exceeded")
+
+
 def leave(client: Client) -> None:
-    client.account.clients.discard(client)
+    account = client.account
+    if client in account.clients:
+        account.clients.discard(client)
+        _counted(client)
+
+
+def _counted(client: Client) -> None:
+    for hook in client.server.accounts.on_count:
+        hook(client.account)
 
 
 def subscription_allowed(client: Client) -> bool:

@@ -27,9 +27,12 @@ class _Options(Protocol):
 
 class Account:
     """One subject space; `jetstream` is its engine once the composition root built one.
-    `clients` are its connections on this server, which `limits.max_connections` bounds."""
+    `clients` are its connections on this server; with `remote_conns`, its count on each
+    peer (by server id), they are what `limits.max_connections` bounds."""
 
-    __slots__ = ("clients", "jetstream", "jetstream_enabled", "limits", "name", "sublist")
+    __slots__ = (
+        "clients", "jetstream", "jetstream_enabled", "limits", "name", "remote_conns", "sublist",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -45,6 +48,7 @@ class Account:
         self.limits = limits or AccountLimits()
         self.jetstream: Any = None
         self.clients: set[Any] = set()
+        self.remote_conns: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"Account({self.name!r})"
@@ -74,6 +78,7 @@ class Accounts:
             self._by_name[system] = Account(system, Sublist(), jetstream_enabled=False)
         self.system_account = self._by_name[system]
         self.on_create: list[Callable[[Account], None]] = []  # services every account has
+        self.on_count: list[Callable[[Account], None]] = []  # a connection came or went
 
     def ensure(self, name: str) -> Account:
         """The account `name`; in operator mode accounts are known from their JWTs only,

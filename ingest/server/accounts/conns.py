@@ -1,0 +1,90 @@
+"""An account's connections counted across the cluster, as the reference counts them.
+
+Each server tells the others how many connections an account has on it, with the
+reference's `$SYS.ACCOUNT.<account>.SERVER.CONNS` event in the system account, sent
+whenever one of them comes or goes. Every server keeps the latest count of each
+peer, so `max_connections` bounds the account in the whole cluster: a CONNECT past it
+is refused wherever it lands, and when counts crossing at once put the account over
+its limit, each server ends its own newest connections until it fits (the reference
+is as harsh: clients reconnect when it ends more than needed). A peer whose route is
+gone no longer counts.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import string
+from typing import TYPE_CHECKING
+
+from ingest.server.accounts import limits
+from log.timefmt import now_ns, rfc3339
+
+if TYPE_CHECKING:
+    from ingest.server.accounts.registry import Account
+    from ingest.server.server import Server
+    from ingest.server.system import SystemServices
+
+EVENT = "$SYS.ACCOUNT.{}.SERVER.CONNS"
+EVENT_TYPE = "io.nats.server.advisory.v1.account_connections"
+_ALPHABET = string.ascii_letters + string.digits
+
+
+class ClusterConns:
+    """This server's side of the exchange: its counts out, the peers' counts in."""
+
+    def __init__(self, server: Server, system: SystemServices) -> None:
+        self._server = server
+        self._system = system
+
+    def start(self) -> None:
+        server = self._server
+        accounts = server.accounts
+        sub = server.subscribe(EVENT.format("*"), self._on_event, account=accounts.system_account)
+        server.announce(sub)
+        accounts.on_count.append(self.send)
+
+    def send(self, account: Account) -> None:
+        """Tell the peers this account's count here (the global account is never counted
+        across servers, as on the reference)."""
+        server = self._server
+        if account is server.accounts.global_account:
+            return
+        conns = len(account.clients)
+        event = {
+            "type": EVENT_TYPE,
+            "id": "".join(secrets.choice(_ALPHABET) for _ in range(22)),
+            "timestamp": rfc3339(now_ns()),
+            "server": self._system.envelope(),
+            "acc": account.name,
+            "name": account.name,
+            "conns": conns,
+            "leafnodes": 0,
+            "total_conns": conns,
+            "num_subscriptions": account.sublist.count,
+        }
+        data = json.dumps(event, separators=(",", ":")).encode()
+        server.publish(
+            EVENT.format(account.name), None, None, data, account=server.accounts.system_account
+        )
+
+    def _on_event(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        try:
+            event = json.loads(data)
+            peer, name, conns = event["server"]["id"], event["acc"], int(event["conns"])
+        except (ValueError, KeyError, TypeError):
+            return  # not a count this server can use
+        server = self._server
+        if peer == server.server_id or not isinstance(name, str):
+            return
+        account = server.accounts.get(name)
+        if account is None:
+            return
+        account.remote_conns[peer] = conns
+        limit = account.limits.max_connections
+        over = len(account.clients) + limits.remote_count(server, account) - limit
+        if limit < 0 or over <= 0:
+            return
+        newest = sorted(account.clients, key=lambda client: client.start, reverse=True)
+        for client in newest[:over]:
+            limits.refuse(client)
