@@ -52,7 +52,8 @@ async def connected(server: ServerProcess, client_id: str, **options: object) ->
 @pytest.mark.soak  # three servers of each kind, a kill -9 and re-elections: ~35 s a kind
 async def test_retained_and_session_move_between_servers(cluster: list[ServerProcess]) -> None:
     """A message retained through A reaches a subscriber on B; a persistent session made
-    on A, whose server is then killed, gets on C the QoS 1 messages sent meanwhile."""
+    on A, whose server is then killed, gets on C the QoS 1 and 2 messages sent meanwhile
+    (QoS 2 exactly once); a QoS 0 message crosses from A to B."""
     a, b, c = cluster
     publisher = await connected(a, "pub-a")
     await publisher.publish("edge/status", b"online", qos=1, retain=True)
@@ -61,25 +62,29 @@ async def test_retained_and_session_move_between_servers(cluster: list[ServerPro
     await reader.subscribe("edge/#", qos=1)
     msg = await asyncio.wait_for(anext(aiter(reader.messages)), DEADLINE)
     assert (msg.topic.value, msg.payload, msg.retain) == ("edge/status", b"online", True)
+    await publisher.publish("edge/live", b"qos0 across servers", qos=0)
+    msg = await asyncio.wait_for(anext(aiter(reader.messages)), DEADLINE)
+    assert (msg.topic.value, msg.payload, msg.qos) == ("edge/live", b"qos0 across servers", 0)
     await reader.__aexit__(None, None, None)
 
     device = await connected(a, "device-1", clean_session=False)
-    await device.subscribe("cmd/device-1", qos=1)
+    await device.subscribe("cmd/device-1", qos=2)
     await device.__aexit__(None, None, None)
     await publisher.__aexit__(None, None, None)
     a.kill()  # -9: the session's server is gone
 
     sender = await connected(b, "sender-b")
-    for i in range(5):
-        await sender.publish("cmd/device-1", b"%d" % i, qos=1)
+    for i in range(6):
+        await sender.publish("cmd/device-1", b"%d" % i, qos=1 + i % 2)
     await sender.__aexit__(None, None, None)
 
     device = await connected(c, "device-1", clean_session=False)
-    got = set()
+    got: list[tuple[bytes, int]] = []
     async with asyncio.timeout(DEADLINE):
         async for msg in device.messages:
-            got.add(msg.payload)
-            if len(got) == 5:
+            got.append((msg.payload, msg.qos))
+            if len({payload for payload, _ in got}) == 6:
                 break
-    assert got == {b"%d" % i for i in range(5)}
+    assert {(b"%d" % i, 1 + i % 2) for i in range(6)} == set(got)
+    assert len([q for _, q in got if q == 2]) == 3  # QoS 2: exactly once
     await device.__aexit__(None, None, None)
