@@ -256,3 +256,14 @@ async def test_a_lowered_max_connections_closes_the_excess(make_server: MakeServ
     assert closed == [(b"-ERR 'maximum connections exceeded'",)] * 2
     for client in clients:
         await client.close()
+
+
+def test_reload_moves_the_log_to_a_file(make_server: MakeServer, tmp_path: Path) -> None:
+    server = make_server(config=BEFORE)
+    log_file = tmp_path / f"{server.kind}.log"
+    reload(server, BEFORE + f'logfile: "{log_file}"\ntrace: true\n')
+    server.wait_for_log(re.escape(f"Reloaded: log_file = {log_file}"))
+    poll(
+        lambda: log_file.exists() and "Reloaded server configuration" in log_file.read_text(),
+        "the reload's last line in the new log file",
+    )
