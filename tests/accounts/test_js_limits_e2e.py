@@ -68,6 +68,9 @@ async def test_account_limits_and_their_errors(shared: ServerProcess, connect: C
     assert (await api(a, "$JS.API.CONSUMER.CREATE.S.C2", durable))["error"] == error(
         400, 10026, "maximum consumers limit reached"
     )
+    # The account's max_consumers bounds each stream, not the account: R takes one too.
+    durable = {"stream_name": "R", "config": {"durable_name": "C1", "ack_policy": "explicit"}}
+    assert "error" not in await api(a, "$JS.API.CONSUMER.CREATE.R.C1", durable)
     # Stored bytes: a publish that would pass max_file is refused.
     acks = [json.loads((await a.request("s", b"x" * 100_000, timeout=5)).data) for _ in range(21)]
     assert [ack.get("seq") for ack in acks[:20]] == list(range(1, 21))

@@ -72,7 +72,9 @@ def check_stream(
 
 
 def check_consumer(limits: JetStreamLimits, consumers: int, cfg: ConsumerConfig) -> None:
-    """Refuse a new consumer past the account's count or ack-pending limit."""
+    """Refuse a new consumer past the account's ack-pending limit, or when its stream has
+    `max_consumers` already: the reference bounds each stream's consumers by the account's
+    limit, not the account's consumers in all."""
     if 0 <= limits.max_consumers <= consumers:
         raise ApiError(400, 10026, "maximum consumers limit reached")
     if limits.max_ack_pending >= 0 and cfg.max_ack_pending > limits.max_ack_pending:

@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import secrets
 import string
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,10 +123,6 @@ class Consumers:
 
     def total(self) -> int:
         return sum(len(v) for v in self._by_stream.values())
-
-    def _runners(self) -> Iterator[Runner]:
-        for runners in self._by_stream.values():
-            yield from runners.values()
 
     def _consumer(self, stream: str, name: str) -> Runner:
         self._js.stream(stream)
@@ -374,8 +370,7 @@ class Consumers:
         if scfg.max_consumers > 0 and count >= scfg.max_consumers:
             raise cerr.max_consumers()
         if self._js.limits is not None:
-            limitable = sum(1 for r in self._runners() if _limitable(r))
-            js_limits.check_consumer(self._js.limits, limitable, cfg)
+            js_limits.check_consumer(self._js.limits, count, cfg)
         if scfg.retention == "workqueue":
             if cfg.ack_policy not in ("explicit", "flow_control"):
                 raise cerr.wq_requires_explicit_ack()
