@@ -53,7 +53,8 @@ async def connected(server: ServerProcess, client_id: str, **options: object) ->
 async def test_retained_and_session_move_between_servers(cluster: list[ServerProcess]) -> None:
     """A message retained through A reaches a subscriber on B; a persistent session made
     on A, whose server is then killed, gets on C the QoS 1 and 2 messages sent meanwhile
-    (QoS 2 exactly once); a QoS 0 message crosses from A to B."""
+    (QoS 2 exactly once) and then takes the id over on B; a QoS 0 message crosses from A
+    to B."""
     a, b, c = cluster
     publisher = await connected(a, "pub-a")
     await publisher.publish("edge/status", b"online", qos=1, retain=True)
@@ -87,4 +88,10 @@ async def test_retained_and_session_move_between_servers(cluster: list[ServerPro
                 break
     assert {(b"%d" % i, 1 + i % 2) for i in range(6)} == set(got)
     assert len([q for _, q in got if q == 2]) == 3  # QoS 2: exactly once
-    await device.__aexit__(None, None, None)
+
+    taker = await connected(b, "device-1", clean_session=False)  # the id moves to B: C lets go
+    with pytest.raises(aiomqtt.MqttError):
+        async with asyncio.timeout(DEADLINE):
+            async for _ in device.messages:
+                pass
+    await taker.__aexit__(None, None, None)

@@ -57,6 +57,7 @@ STREAMS = (
 
 
 STREAM_NOT_FOUND = 10059
+TAKEOVER_PREFIX = "$MQTT.takeover."  # outside every MQTT stream's subjects
 _START_PATIENCE = 60.0  # seconds a cluster may take to elect the leader MQTT's streams need
 
 
@@ -85,6 +86,9 @@ class SessionManager:
         self.live: dict[str, MQTTConnection] = {}  # client id -> its connection
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # A client connecting to another server of the cluster takes its id over from here.
+        self._takeovers: object | None = server.subscribe_raw(TAKEOVER_PREFIX + "*", self._taken)
+        server.announce(self._takeovers)
 
     async def start(self) -> None:
         """Standalone, the streams are ready when the server is; on a cluster they need a
@@ -141,6 +145,9 @@ class SessionManager:
 
     def stop(self) -> None:
         self.retained.close()
+        if self._takeovers is not None:
+            self.server.unsubscribe(self._takeovers)
+            self._takeovers = None
         self.jsa.close()
 
     def spawn(self, work: Any, conn: MQTTConnection | None = None) -> None:
@@ -169,6 +176,9 @@ class SessionManager:
             old.close("Duplicate Client ID")  # takeover: no Will ([MQTT-3.1.4-2])
         self.live[client_id] = conn
         id_hash = name_hash(client_id)
+        if self.server.cluster is not None:
+            notice = json.dumps({"id": client_id, "origin": self.origin}).encode()
+            self.jsa.publish((TAKEOVER_PREFIX + id_hash).encode(), notice)
         session = self.sessions.pop(client_id, None) or await self._load(client_id, id_hash)
         present = session is not None and not clean
         if clean and session is not None:
@@ -192,6 +202,21 @@ class SessionManager:
         session.restore(doc)
         await session.restore_held()
         return session
+
+    def _taken(self, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> None:
+        """Another server accepted this client id: close it here, and forget the copy of its
+        session held here (the stream has the one that counts from now on)."""
+        try:
+            notice = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(notice, dict) or notice.get("origin") == self.origin:
+            return
+        client_id = str(notice.get("id"))
+        self.sessions.pop(client_id, None)
+        conn = self.live.pop(client_id, None)
+        if conn is not None:
+            conn.close("Duplicate Client ID")
 
     def detached(self, session: Session) -> None:
         if session.clean:
