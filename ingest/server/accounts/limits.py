@@ -1,7 +1,6 @@
 """An account's connection limits (`limits { … }`), as the reference enforces them: its
 connections in the whole cluster (the peers' counts come from `conns`), subscriptions
-per connection, and a payload size below the server's. `max_leafnodes` is read and kept for
-the leafnode listener.
+per connection, a payload size below the server's, and the leafnodes it accepts.
 
 Each check answers with the reference's -ERR and log line; the connection stays
 open after a refused subscription and closes after a connection or payload refusal.
@@ -48,6 +47,13 @@ def remote_count(server: Server, account: Account) -> int:
     if cluster is None or not account.remote_conns:
         return 0
     return sum(n for peer, n in account.remote_conns.items() if peer in cluster.routes)
+
+
+def leafnode_allowed(account: Account, links: int) -> bool:
+    """Whether one more leafnode connection fits the account's max_leafnodes (counted on
+    this server; refused with the clients' -ERR, as the reference does)."""
+    limit = account.limits.max_leafnodes
+    return limit < 0 or links < limit
 
 
 def refuse(client: Client) -> None:

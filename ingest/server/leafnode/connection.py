@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ingest.parser import leafnodes as proto
 from ingest.parser.subjects import subject_matches
+from ingest.server.accounts import limits
 from ingest.server.auth import Grant
 from ingest.server.leafnode.interest import JETSTREAM_DENIED, Advertised, Denied
 
@@ -220,6 +221,11 @@ class LeafConnection(asyncio.Protocol):
             log.error("%s - %s", self.where, message)
             self.queue(proto.encode_err(message))
             self.close("Cluster Names Identical", flush=True)
+            return
+        if not limits.leafnode_allowed(account, len(leafnodes.links.get(account.name, ()))):
+            log.error("%s - %s", self.where, limits.MAX_CONNECTIONS)
+            self.queue(proto.encode_err(limits.MAX_CONNECTIONS))
+            self.close("Maximum Account Connections Exceeded", flush=True)
             return
         timer = self._timers.pop("auth", None)
         if timer is not None:
