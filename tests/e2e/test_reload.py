@@ -267,3 +267,24 @@ def test_reload_moves_the_log_to_a_file(make_server: MakeServer, tmp_path: Path)
         lambda: log_file.exists() and "Reloaded server configuration" in log_file.read_text(),
         "the reload's last line in the new log file",
     )
+
+
+async def test_reload_applies_an_accounts_new_limits(make_server: MakeServer) -> None:
+    """A client at or over its account's new subscription limit is told and closed."""
+    text = (
+        "accounts { A {\n  users = [ {user: a, password: a}, {user: b, password: b} ]\n  %s\n} }\n"
+    )
+    server = make_server(config=text % "")
+    over = await login(server, "a", "a")
+    under = await login(server, "b", "b")
+    await over.send("SUB x 1\r\nSUB y 2\r\nPING\r\n")
+    await over.read_until(rb"^PONG$")
+    reload(server, text % "limits { max_subscriptions: 1 }")
+    await server.wait_for_log_async(RELOADED)
+    assert await over.expect_closed() == [b"-ERR 'maximum subscriptions exceeded'"]
+    await under.send("SUB x 1\r\nSUB y 2\r\nPING\r\n")
+    assert await under.read_until(rb"^PONG$") == [
+        b"-ERR 'maximum subscriptions exceeded'",
+        b"PONG",
+    ]
+    await under.close()

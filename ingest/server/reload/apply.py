@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.conf import ConfigError
+from ingest.server.accounts.limits import MAX_SUBSCRIPTIONS
 from ingest.server.accounts.registry import Account, Accounts
 from ingest.server.auth import AUTH_VIOLATION, Authenticator, AuthError
 from ingest.server.flags import FlagError
@@ -174,6 +175,9 @@ def _recheck(server: Server, client: Client) -> None:
         if grant.restricted and not grant.can_subscribe(sub.subject):
             _drop(client, sub, grant.user)
     client.regrant(grant)
+    limit = client.account.limits.max_subscriptions
+    if 0 <= limit <= len(client.subs):  # the reference's rule when an account's limits change
+        client.cut_off(MAX_SUBSCRIPTIONS, "Maximum Subscriptions Exceeded")
 
 
 def _drop(client: Client, sub: Any, user: str) -> None:
