@@ -38,6 +38,7 @@ from ingest.server.jsz import account_detail, account_views, combined, jetstream
 from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.procstats import CpuMeter, rss
 from ingest.server.server import JETLAKE_VERSION, VERSION
+from ingest.server.websocket.listener import WebSocketClient
 
 if TYPE_CHECKING:
     from ingest.server.client import Client
@@ -138,13 +139,19 @@ def _sub_detail(sub: Any, cid: int, *, account: bool) -> dict[str, Any]:
     return out
 
 
+def _connection_type(c: Any) -> str:
+    if isinstance(c, MQTTConnection):
+        return "mqtt"
+    return "websocket" if isinstance(c, WebSocketClient) else "nats"
+
+
 def _conn_info(conn: _Conn, now: float, subs: str, auth: bool) -> dict[str, Any]:
     c = conn.client
     end = conn.end(now)
     out: dict[str, Any] = {
         "cid": c.cid,
         "kind": "Client",
-        "type": "mqtt" if isinstance(c, MQTTConnection) else "nats",
+        "type": _connection_type(c),
         "ip": c.host,
         "port": c.port,
         "start": timestamp(c.start),

@@ -57,7 +57,9 @@ def ws_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ws_server(server_kind: str, server_pool: ServerPool, ws_store: Path) -> WSServer:
     """A server shared by the tests of its kind (NATS and MQTT over WebSocket, compression)."""
     store = ws_store / server_kind
-    server = server_pool.get(server_kind, "-js", "-sd", str(store), config=SHARED_CONFIG)
+    server = server_pool.get(
+        server_kind, "-js", "-sd", str(store), "-m", "-1", config=SHARED_CONFIG
+    )
     return WSServer(server, ws_port(server))
 
 

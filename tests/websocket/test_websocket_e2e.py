@@ -191,6 +191,10 @@ async def test_nats_javascript_client(
         assert proc.stdout is not None
         ready = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 20)
         assert json.loads(ready or "{}").get("ready"), proc.stderr.read() if proc.stderr else ""
+        connz = await get_json(f"{ws_server.process.http_url}/connz")
+        assert {(c["type"], c.get("lang")) for c in connz["connections"]} >= {
+            ("websocket", "nats.ws")
+        }
         nc = await connect(ws_server.process)
         await nc.publish("ws.from.tcp", b"hello from tcp")
         await nc.flush()
