@@ -47,6 +47,7 @@ class Session:
         self.client_id = client_id
         self.id_hash = id_hash
         self.clean = clean
+        self.moved = False  # its client id was taken over by another server of the cluster
         self.conn: MQTTConnection | None = None
         self.subs: dict[str, int] = {}  # NATS subject -> granted QoS (persisted)
         self.cons: dict[str, dict[str, Any]] = {}  # NATS subject -> consumer config
@@ -78,12 +79,15 @@ class Session:
             doc["pubrel_pending"] = sorted(self._pubrel)
         await self.manager.jsa.request(SESS_PREFIX + self.id_hash, json.dumps(doc).encode())
 
-    async def destroy(self) -> None:
-        """Forget the session: its consumers, its record, QoS 2 messages awaiting PUBREL."""
+    async def destroy(self, *, records: bool = True) -> None:
+        """Forget the session: its consumers, and with `records` its record and the QoS 2
+        messages awaiting PUBREL (shared by id: another server's session may own them)."""
         for subject in list(self.cons):
             await self._drop_consumer(subject)
         self.subs.clear()
         self._qos2_in.clear()
+        if not records:
+            return
         purge = self.manager.jsa.request
         await purge("$JS.API.STREAM.PURGE.$MQTT_sess", {"filter": SESS_PREFIX + self.id_hash})
         await purge(

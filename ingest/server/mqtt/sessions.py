@@ -216,11 +216,13 @@ class SessionManager:
         self.sessions.pop(client_id, None)
         conn = self.live.pop(client_id, None)
         if conn is not None:
+            if conn.session is not None:
+                conn.session.moved = True
             conn.close("Duplicate Client ID")
 
     def detached(self, session: Session) -> None:
-        if session.clean:
-            self.spawn(session.destroy())
+        if session.clean:  # its records, unless its id lives on another server now
+            self.spawn(session.destroy(records=not session.moved))
 
     def closed(self, conn: MQTTConnection) -> None:
         if self.live.get(conn.client_id) is conn:
