@@ -25,7 +25,7 @@ CONFIGURED = """
 websocket {
   port: -1, no_tls: true, compression: true, handshake_timeout: "3s"
   allowed_origins: ["http://a.example"]
-  authorization { user: web, password: pw }
+  authorization { user: web, password: pw, timeout: 1 }
 }
 """
 
@@ -43,6 +43,7 @@ async def test_varz_block(configured: WSServer) -> None:
         "host": "0.0.0.0",
         "port": configured.port,
         "handshake_timeout": 3_000_000_000,
+        "auth_timeout": 1,
         "no_tls": True,
         "allowed_origins": ["http://a.example"],
         "compression": True,
@@ -83,6 +84,14 @@ async def test_handshake_refused(ws_server: WSServer, request_text: str, status:
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
     assert int(head.split(b" ")[1]) == status
     writer.close()
+
+
+async def test_auth_timeout(configured: WSServer, open_ws: OpenWS) -> None:
+    """The block's own authentication timeout: -ERR, then a close frame saying why."""
+    ws = await open_ws(configured.port)
+    data = await ws.read_data(b"-ERR")
+    assert b"-ERR 'Authentication Timeout'" in data
+    assert await ws.closed() == (1008, b"Authentication Timeout")
 
 
 async def test_origin_checks(configured: WSServer, open_ws: OpenWS) -> None:

@@ -42,6 +42,15 @@ class WebSocketClient(Client):
         self.cookie_jwt = cookie_jwt
         self.authenticated = not listener.auth.required
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        timeout = self.listener.config.auth_timeout
+        timer = self._timers.get("auth")
+        if timeout and timer is not None:  # `websocket { authorization { timeout } }`
+            timer.cancel()
+            loop = asyncio.get_running_loop()
+            self._timers["auth"] = loop.call_later(timeout, self._auth_timeout)
+
     def own_tls(self) -> ssl.SSLContext | None:
         return None  # the listener's TLS wraps the WebSocket, not the NATS stream inside
 
@@ -135,8 +144,9 @@ class WebSocketListener:
             info["jwt_cookie"] = config.jwt_cookie
         if config.handshake_timeout:
             info["handshake_timeout"] = round(config.handshake_timeout * 1e9)
-        if config.auth_timeout:
-            info["auth_timeout"] = config.auth_timeout
+        if config.auth_timeout:  # seconds, a whole number printed as one (Go's float64)
+            timeout = config.auth_timeout
+            info["auth_timeout"] = int(timeout) if timeout == int(timeout) else timeout
         if config.no_tls:
             info["no_tls"] = True
         if config.same_origin:
