@@ -36,13 +36,15 @@ def make_server_context(tls: _TLSOptions) -> ssl.SSLContext:
 
 
 def make_client_context(tls: _TLSOptions) -> ssl.SSLContext:
-    """The dialling side of a route: our certificate (the peer may demand it), the peer's
-    checked against `ca_file` (else the system's roots) and the host dialled."""
-    if not tls.cert_file or not tls.key_file:
+    """The dialling side of a route or leafnode link: our certificate when configured (the
+    peer may demand it), the peer's checked against `ca_file` (else the system's roots)
+    and the host dialled."""
+    if bool(tls.cert_file) != bool(tls.key_file):
         raise ValueError("TLS needs both a certificate (cert_file) and a key (key_file)")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.cert_file and tls.key_file:
+        ctx.load_cert_chain(tls.cert_file, tls.key_file)
     if tls.ca_file:
         ctx.load_verify_locations(tls.ca_file)
     else:

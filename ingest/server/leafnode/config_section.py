@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ingest.parser.conf import ConfigError, Table
@@ -10,6 +11,7 @@ from ingest.server.accounts.settings import DEFAULT_SYSTEM_ACCOUNT, GLOBAL_ACCOU
 from ingest.server.cluster.config_section import SectionReader, listen_address
 from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
 from ingest.server.leafnode.settings import LeafnodeConfig, RemoteLeaf
+from ingest.server.settings import TLSConfig
 
 
 class Reader(SectionReader, Protocol):
@@ -20,7 +22,11 @@ class Reader(SectionReader, Protocol):
     def entry(self, table: Table) -> Reader: ...
 
 
-def read_leafnodes(top: Reader, key: str) -> LeafnodeConfig:
+TLSReader = Callable[[Any, str], Any]
+
+
+def read_leafnodes(top: Reader, key: str, *, tls: TLSReader) -> LeafnodeConfig:
+    """`tls` reads a `tls {}` block as the top level's does."""
     section = top.section(key)
     fields: dict[str, Any] = {}
     for name in section.table:
@@ -35,7 +41,7 @@ def read_leafnodes(top: Reader, key: str) -> LeafnodeConfig:
         elif lowered in ("authorization", "authentication"):
             fields.update(_authorization(section, name))
         elif lowered == "remotes":
-            fields["remotes"] = _remotes(section, name)
+            fields["remotes"] = _remotes(section, name, tls)
         elif lowered in ("reconnect", "reconnect_delay", "reconnect_interval"):
             fields["reconnect"] = _seconds(section, name)
         elif lowered == "advertise":
@@ -43,7 +49,7 @@ def read_leafnodes(top: Reader, key: str) -> LeafnodeConfig:
         elif lowered == "no_advertise":
             fields["no_advertise"] = section.boolean(name)
         elif lowered == "tls":
-            raise section.error(name, "leafnode TLS is not supported by jetlake yet")
+            fields["tls"] = tls(section, name)
         else:
             section.unknown(name)
     return dataclasses.replace(LeafnodeConfig(), **fields)
@@ -76,14 +82,14 @@ def _authorization(parent: SectionReader, key: str) -> dict[str, Any]:
     return fields
 
 
-def _remotes(parent: Reader, key: str) -> tuple[RemoteLeaf, ...]:
+def _remotes(parent: Reader, key: str, tls: TLSReader) -> tuple[RemoteLeaf, ...]:
     value = parent.table[key]
     if not isinstance(value, list):
         raise parent.error(key, f"Expected remotes field to be an array, got {_go_type(value)}")
-    return tuple(_remote(parent, key, item) for item in value)
+    return tuple(_remote(parent, key, item, tls) for item in value)
 
 
-def _remote(parent: Reader, key: str, item: object) -> RemoteLeaf:
+def _remote(parent: Reader, key: str, item: object, tls: TLSReader) -> RemoteLeaf:
     if not isinstance(item, Table):
         raise parent.error(key, f"Expected remote leafnode entry to be a map/struct, got {item}")
     section = parent.entry(item)
@@ -92,6 +98,8 @@ def _remote(parent: Reader, key: str, item: object) -> RemoteLeaf:
         lowered = name.lower()
         if lowered in ("url", "urls"):
             fields["urls"] = _urls(section, name)
+            if _tls_scheme(section.table[name]):
+                fields.setdefault("tls", TLSConfig())  # the system's roots, no certificate
         elif lowered in ("account", "local"):
             fields["account"] = section.string(name)
         elif lowered in ("credentials", "creds"):
@@ -103,7 +111,7 @@ def _remote(parent: Reader, key: str, item: object) -> RemoteLeaf:
         elif lowered in ("deny_exports", "deny_export"):
             fields["deny_exports"] = section.subjects(name, queue=False)
         elif lowered == "tls":
-            raise section.error(name, "leafnode TLS is not supported by jetlake yet")
+            fields["tls"] = tls(section, name)
         else:
             section.unknown(name)
     return RemoteLeaf(**fields)  # without a URL it is never dialled, as on the reference
@@ -121,6 +129,12 @@ def _urls(section: SectionReader, key: str) -> tuple[RouteURL, ...]:
         except RouteURLError as exc:
             raise section.error(key, str(exc).replace("route url", "leafnode url")) from None
     return tuple(urls)
+
+
+def _tls_scheme(value: object) -> bool:
+    """A tls:// URL asks for TLS without a `tls {}` block, as on the reference."""
+    items = value if isinstance(value, list) else [value]
+    return any(isinstance(i, str) and i.strip().lower().startswith("tls://") for i in items)
 
 
 def _go_type(value: object) -> str:

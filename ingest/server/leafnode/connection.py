@@ -6,12 +6,18 @@ their account's interest (LS+/LS-) and send each other the messages the other si
 wants (LMSG). What the remote announced becomes subscriptions of this server's
 account (`LeafSub`), so the router, the fast paths' checks and monitoring see a
 leaf's interest the way they see a client's.
+
+With TLS the hub's INFO goes in plain text and the handshake follows (the leaf
+as TLS client, checking the hub's certificate and the host it dialled), as the
+reference orders it; with `handshake_first` on both ends the handshake comes
+first. CONNECT and everything after travel encrypted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,6 +26,8 @@ from ingest.parser.subjects import subject_matches
 from ingest.server.accounts import limits
 from ingest.server.auth import Grant
 from ingest.server.leafnode.interest import JETSTREAM_DENIED, Advertised, Denied
+from ingest.server.settings import TLSConfig
+from ingest.server.tls import TLSLayer, handshake_error
 
 if TYPE_CHECKING:
     from ingest.server.accounts.registry import Account
@@ -103,6 +111,7 @@ class LeafConnection(asyncio.Protocol):
         self._rtt_start = 0.0
         self._pings_out = 0
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.tls: TLSLayer | None = None
 
     @property
     def where(self) -> str:
@@ -117,10 +126,19 @@ class LeafConnection(asyncio.Protocol):
         self.leafnodes.connections.add(self)
         loop = asyncio.get_running_loop()
         if self.solicited:
+            assert self.remote is not None
+            if self.remote.tls is not None and self.remote.tls.handshake_first:
+                self._start_tls(self.remote.tls)
             log.debug("%s - Leafnode connection created, waiting for the hub's INFO", self.where)
             return
         log.info("%s - Leafnode connection created", self.where)
+        tls = self.leafnodes.config.tls
+        if tls is not None and tls.handshake_first:
+            self._start_tls(tls)  # the INFO waits for the handshake
         self.queue(proto.encode_info(self.leafnodes.info(self.cid)))
+        if tls is not None and not tls.handshake_first:
+            self.flush()  # the INFO in plain text, then the handshake
+            self._start_tls(tls)
         timeout = self.leafnodes.config.auth_timeout
         self._timers["auth"] = loop.call_later(timeout, self._auth_timeout)
 
@@ -130,6 +148,11 @@ class LeafConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        if self.tls is not None:
+            plain = self._tls_receive(self.tls, data)
+            if not plain:
+                return
+            data = plain
         try:
             ops = self.codec.receive(data)
         except proto.LeafProtocolError as exc:
@@ -183,6 +206,8 @@ class LeafConnection(asyncio.Protocol):
         self.remote_cluster = str(info.get("cluster") or "")
         self.remote_domain = str(info.get("domain") or "")
         assert self.remote is not None
+        if self.tls is None and (self.remote.tls is not None or info.get("tls_required")):
+            self._start_tls(self.remote.tls or TLSConfig())  # CONNECT waits for it
         account = self.server.accounts.get(self.remote.account)
         if account is None:
             self.close("Missing Account")
@@ -257,6 +282,51 @@ class LeafConnection(asyncio.Protocol):
         if "Loop detected" in message:
             self.leafnodes.loop_delay(self)  # the other side found the loop: wait as long
         self.close(_reason_for(message))
+
+    # ---- TLS ---------------------------------------------------------------------------------
+
+    def _start_tls(self, config: TLSConfig) -> None:
+        leafnodes = self.leafnodes
+        if self.url is None:
+            self.tls = TLSLayer(leafnodes.tls_context())
+        else:
+            assert self.remote is not None
+            self.tls = TLSLayer(leafnodes.tls_context(self.remote), dialled=self.url.host)
+            self.tls.receive(b"")  # the ClientHello
+            self._write_raw(self.tls.outgoing())
+        loop = asyncio.get_running_loop()
+        self._timers["tls"] = loop.call_later(config.timeout, self._tls_timeout)
+
+    def _tls_receive(self, tls: TLSLayer, data: bytes) -> bytes | None:
+        """Decrypt; None when the handshake failed and the link is gone."""
+        was_established = tls.established
+        try:
+            plain = tls.receive(data)
+        except ssl.SSLError as exc:
+            log.error("%s - TLS leafnode handshake error: %s", self.where, handshake_error(exc))
+            self._write_raw(tls.outgoing())
+            self.close("TLS Handshake Failure")
+            return None
+        self._write_raw(tls.outgoing())
+        if tls.established and not was_established:
+            log.debug("%s - TLS handshake complete", self.where)
+            timer = self._timers.pop("tls", None)
+            if timer is not None:
+                timer.cancel()
+            self.flush()  # what waited for the handshake: CONNECT, INFO
+        if tls.peer_closed:
+            self.close("Client Closed")
+            return None
+        return plain
+
+    def _tls_timeout(self) -> None:
+        if self.tls is not None and not self.tls.established and not self.closed:
+            log.error("%s - TLS leafnode handshake error: timeout", self.where)
+            self.close("TLS Handshake Failure")
+
+    def _write_raw(self, data: bytes) -> None:
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
 
     def _auth_timeout(self) -> None:
         if not self.registered and not self.closed:
@@ -370,9 +440,12 @@ class LeafConnection(asyncio.Protocol):
         if self.transport is None or self.closed or not self._out:
             self._out.clear()
             return
+        tls = self.tls
+        if tls is not None and not tls.established:
+            return  # sent once the handshake completes
         data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
         self._out = []
-        self.transport.write(data)
+        self.transport.write(data if tls is None else tls.encrypt(data))
         if self.transport.get_write_buffer_size() > self.server.opts.max_pending:
             log.info("%s - Slow Consumer Detected: leafnode", self.where)
             self.close("Slow Consumer (Pending Bytes)", abort=True)
@@ -412,6 +485,8 @@ class LeafConnection(asyncio.Protocol):
             if abort:
                 self.transport.abort()
             else:
+                if self.tls is not None and self.tls.established:
+                    self._write_raw(self.tls.shutdown())
                 self.transport.close()
         if not self.done.done():
             self.done.set_result(None)

@@ -19,6 +19,7 @@ import base64
 import logging
 import re
 import secrets
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.leafnodes import LOOP_DETECTION_PREFIX, encode_err, encode_info
@@ -32,6 +33,8 @@ from ingest.server.leafnode.settings import (
     LeafnodeConfig,
     RemoteLeaf,
 )
+from ingest.server.settings import TLSConfig
+from ingest.server.tls import make_client_context, make_server_context
 
 if TYPE_CHECKING:
     from ingest.server.accounts.registry import Account
@@ -59,12 +62,18 @@ class Leafnodes:
         self._told: list[str] = []  # the leafnode URLs accepted leafs last heard
         self.domain = _domain(server.opts)  # this server's JetStream domain, "" for none
         self._tasks: set[asyncio.Task[None]] = set()
+        self._tls: dict[RemoteLeaf | None, ssl.SSLContext] = {}  # built at start
 
     # ---- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
         config = self.config
         loop = asyncio.get_running_loop()
+        if config.tls is not None:  # unreadable certificates refuse the start
+            self._tls[None] = make_server_context(config.tls)
+        for remote in config.remotes:
+            if remote.tls is not None:
+                self._tls[remote] = make_client_context(remote.tls)
         if config.port is not None:
             self._listener = await loop.create_server(
                 lambda: LeafConnection(self, self.server.next_id()),
@@ -136,6 +145,14 @@ class Leafnodes:
             return None
         return conn
 
+    def tls_context(self, remote: RemoteLeaf | None = None) -> ssl.SSLContext:
+        """The listener's context, or the one a remote dials with: its `tls {}`, else
+        (the hub demanded TLS) the system's roots."""
+        ctx = self._tls.get(remote)
+        if ctx is None:
+            ctx = self._tls[remote] = make_client_context(TLSConfig())
+        return ctx
+
     def learn_urls(self, conn: LeafConnection, urls: object) -> None:
         """A hub's INFO names where else its cluster takes leafs: redial those too."""
         if conn.remote is None or not isinstance(urls, list):
@@ -183,6 +200,9 @@ class Leafnodes:
         }
         if self.config.username is not None or server.auth.required:
             info["auth_required"] = True
+        if self.config.tls is not None:
+            info["tls_required"] = True
+            info["tls_verify"] = self.config.tls.verify
         if opts.jetstream.enabled:
             info["jetstream"] = True
         if self.domain:
@@ -419,7 +439,12 @@ class Leafnodes:
         if self.config.port is not None:
             out.update(host=self.config.host, port=self.port)
         out["auth_timeout"] = number(self.config.auth_timeout)
-        out["tls_timeout"] = number(DEFAULT_LEAF_AUTH_TIMEOUT)  # the reference's default
+        tls = self.config.tls
+        out["tls_timeout"] = number(DEFAULT_LEAF_AUTH_TIMEOUT if tls is None else tls.timeout)
+        if tls is not None:
+            out["tls_required"] = True
+            if tls.verify:
+                out["tls_verify"] = True
         remotes = []
         for remote in self.config.remotes:
             entry: dict[str, Any] = {

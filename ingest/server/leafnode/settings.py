@@ -4,9 +4,13 @@ server code."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ingest.server.accounts.settings import GLOBAL_ACCOUNT
 from ingest.server.cluster.settings import RouteURL
+
+if TYPE_CHECKING:
+    from ingest.server.settings import TLSConfig
 
 DEFAULT_LEAFNODE_PORT = 7422
 DEFAULT_LEAF_AUTH_TIMEOUT = 2.0  # seconds, the reference's for leafnode connections
@@ -24,6 +28,7 @@ class RemoteLeaf:
     hub: bool = False  # this server is the hub of the link although it dials
     deny_imports: tuple[str, ...] = ()  # subjects not taken from the hub
     deny_exports: tuple[str, ...] = ()  # subjects not sent to the hub
+    tls: TLSConfig | None = None  # set (or a tls:// URL): the link runs over TLS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,3 +46,4 @@ class LeafnodeConfig:
     no_advertise: bool = False
     remotes: tuple[RemoteLeaf, ...] = ()
     reconnect: float = DEFAULT_RECONNECT
+    tls: TLSConfig | None = None  # set: accepted links run over TLS after the INFO

@@ -580,7 +580,13 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         ),
         K("advertise", "host:port", "Leafnode URL told to leafs instead of the listener.", "none"),
         K("no_advertise", "boolean", "Tell leafs no leafnode URLs.", Field(LN, "no_advertise")),
-        K("tls", "—", "Refused: TLS on leafnode links is not supported.", "—"),
+        K(
+            "tls",
+            "map",
+            "TLS on accepted links, after the INFO unless `handshake_first` (as [tls](#tls)):"
+            " see [Leafnodes](../leafnodes.md#tls-on-leafnode-links).",
+            "none",
+        ),
     ),
     "leafnodes.authorization": (
         K("user username", "string", "Leaf user.", "none"),
@@ -606,7 +612,12 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         K("hub", "boolean", "This server is the hub of the link although it dials.", "false"),
         K("deny_imports deny_import", "subjects", "Not taken from the hub.", "none"),
         K("deny_exports deny_export", "subjects", "Not sent to the hub.", "none"),
-        K("tls", "—", "Refused: TLS on leafnode links is not supported.", "—"),
+        K(
+            "tls",
+            "map",
+            "TLS to the hub (as [tls](#tls); a `tls://` URL alone uses the system's roots).",
+            "none",
+        ),
     ),
     "websocket": (
         K("listen", "host:port", "WebSocket address and port in one value.", "none"),
