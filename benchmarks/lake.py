@@ -28,7 +28,7 @@ from benchmarks.client import Counter as Deliveries
 from benchmarks.client import latency_metrics
 from benchmarks.jetstream import js_context, publish_all
 from benchmarks.model import Incomplete, Params
-from benchmarks.seaweed import SeaweedS3
+from benchmarks.seaweed import SeaweedS3, spark_shape
 from benchmarks.servers import server_process
 from log.compactor.compact import Compactor, lake_progress
 from log.compactor.layout import META_FILE, STREAMS, StreamRef, default_lake_dir
@@ -70,7 +70,9 @@ MB = 1_000_000
 
 @functools.cache
 def _spark() -> SparkSession:
-    return build_session("jetlake-bench")
+    """The one session of the run; built for a bucket's lake too (S3A's jars), since the S3
+    rows' buckets are made after it (`SeaweedS3.bind`)."""
+    return build_session("jetlake-bench", lake=spark_shape())
 
 
 async def _until(
@@ -359,13 +361,32 @@ async def compaction(_url: str, p: Params) -> dict[str, float]:
     segments, a small stream is compacted first to warm the session, then one
     timed pass over the big one. Per core divides by every core Spark may use.
     """
+    return await _compaction(p, None)
+
+
+async def compaction_s3(_url: str, p: Params) -> dict[str, float]:
+    """The same pass with the lake in a bucket of SeaweedFS on this machine."""
+    assert p.store is not None, "the harness sets the store of every run"
+    spark = await asyncio.to_thread(_spark)
+    seaweed = await asyncio.to_thread(SeaweedS3(p.store.parent / "seaweed").start)
+    try:
+        bucket = await asyncio.to_thread(seaweed.bucket)
+        seaweed.bind(spark, bucket)
+        return await _compaction(p, seaweed.lake(bucket))
+    finally:
+        await asyncio.to_thread(seaweed.stop)
+
+
+async def _compaction(p: Params, lake: Lake | None) -> dict[str, float]:
+    """`compaction` into `lake` (None: each store's default folder)."""
     assert p.store is not None, "the harness sets the store of every run"
     spark = await asyncio.to_thread(_spark)
     warm, main = p.store / "warm", p.store / "main"
     await asyncio.to_thread(_build_stream, warm, "WARM", WARM_ROWS, p.payload)
-    await asyncio.to_thread(Compactor(spark, warm, default_lake_dir(warm)).run_once)
+    await asyncio.to_thread(Compactor(spark, warm, lake or default_lake_dir(warm)).run_once)
     await asyncio.to_thread(_build_stream, main, "COMPACT", p.history, p.payload)
-    summary = await asyncio.to_thread(Compactor(spark, main, default_lake_dir(main)).run_once)
+    compactor = Compactor(spark, main, lake or default_lake_dir(main))
+    summary = await asyncio.to_thread(compactor.run_once)
     if summary.errors or summary.rows != p.history:
         raise Incomplete(f"compacted {summary.rows}/{p.history} rows: {summary.errors}")
     rate = summary.bytes / MB / summary.seconds

@@ -354,6 +354,19 @@ WORKLOADS: tuple[Workload, ...] = (
         timeout=600.0,
     ),
     Workload(
+        "lake-compaction-s3",
+        Profile.OFFLINE,
+        lake.compaction_s3,
+        (
+            Metric("mb_per_s", "compaction to S3 (segments → Delta)", MBPS, True),
+            Metric("mb_per_s_core", "compaction to S3 per core", MBPS, True),
+            Metric("rows_per_s", "compaction rows to S3", RATE, True),
+        ),
+        "lake-compaction with the lake in a bucket of SeaweedFS's S3 server on this machine",
+        sides=("jetlake",),
+        timeout=900.0,
+    ),
+    Workload(
         "lake-typed",
         Profile.OFFLINE,
         lake.typed_compaction,
