@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiomqtt
+import nats
 import pytest
 
 from tests.jscluster.support import start_js_cluster, stop
@@ -57,6 +58,10 @@ async def test_retained_and_session_move_between_servers(cluster: list[ServerPro
     to B."""
     a, b, c = cluster
     publisher = await connected(a, "pub-a")
+    nc = await nats.connect(b.url)
+    for stream in ("$MQTT_sess", "$MQTT_msgs", "$MQTT_rmsgs"):  # the cluster's size, up to 3
+        assert (await nc.jetstream().stream_info(stream)).config.num_replicas == 3
+    await nc.close()
     await publisher.publish("edge/status", b"online", qos=1, retain=True)
 
     reader = await connected(b, "reader-b")

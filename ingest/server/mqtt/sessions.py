@@ -63,10 +63,9 @@ _START_PATIENCE = 60.0  # seconds a cluster may take to elect the leader MQTT's 
 
 def _default_replicas(server: Server) -> int:
     """The reference's default: as many replicas as servers, at most 3 (1 when standalone)."""
-    cluster = server.opts.cluster
-    if cluster is None or server.jetstream_cluster is None:
+    if server.jetstream_cluster is None:
         return 1
-    return max(1, min(3, len(cluster.routes) + 1))
+    return max(1, min(3, server.jetstream_cluster.expected_size))
 
 
 def _lost(exc: JetStreamError | None) -> None:
