@@ -288,3 +288,26 @@ async def test_reload_applies_an_accounts_new_limits(make_server: MakeServer) ->
         b"PONG",
     ]
     await under.close()
+
+
+def cluster_text(name: str, port: int, routes: list[int]) -> str:
+    listed = ", ".join(f'"{route_url(p)}"' for p in routes)
+    return (
+        f"server_name: {name}\n"
+        f"cluster {{ name: C, listen: 127.0.0.1:{port}, pool_size: -1, routes: [{listed}] }}\n"
+    )
+
+
+def test_reload_solicits_an_added_route_and_drops_a_removed_one(make_server: MakeServer) -> None:
+    a_port, b_port = free_port(), free_port()
+    a = make_server("-m", "-1", config=cluster_text("A", a_port, []))
+    b = make_server("-m", "-1", config=cluster_text("B", b_port, []))
+    reload(a, cluster_text("A", a_port, [b_port]))
+    a.wait_for_log(RELOADED)
+    assert a.find_log(re.escape("Reloaded: cluster routes"))
+    assert not a.find_log(re.escape("Reloaded: cluster\n"))
+    wait_mesh([a, b], ["A", "B"])
+    reload(a, cluster_text("A", a_port, []))
+    a.wait_for_log(f"Removed route {re.escape(route_url(b_port))}")
+    assert a.find_log("Router connection closed: Route Removed - Remote: B")
+    poll(lambda: not peers(a) and not peers(b), "the removed route gone, and not redialled")

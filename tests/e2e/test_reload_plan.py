@@ -41,6 +41,11 @@ jetstream { store_dir: /tmp/js, max_memory_store: 1G }
             None,
         ),
         (("password: s", "password: t"), ["Reloaded: cluster"], "cluster"),
+        (
+            ("listen: 127.0.0.1:6222", 'listen: 127.0.0.1:6222, routes: ["nats://h:6223"]'),
+            ["Reloaded: cluster routes"],
+            "routes",
+        ),
     ],
 )
 def test_reloadable_changes(

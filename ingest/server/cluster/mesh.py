@@ -48,6 +48,7 @@ class Cluster:
         self._listener: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._dialling: set[str] = set()  # route URLs being dialled for gossip
+        self._explicit: dict[RouteURL, asyncio.Task[None]] = {}  # configured routes' diallers
         self.self_urls: set[tuple[str, int]] = set()
         self.tls_contexts = route_contexts(config.tls)  # (accepting, dialling) or None
 
@@ -66,8 +67,7 @@ class Cluster:
         )
         self.port = self._listener.sockets[0].getsockname()[1]
         log.info("Listening for route connections on %s", _hostport(self.config.host, self.port))
-        for url in self.config.routes:
-            self._spawn(self._dial_forever(url))
+        self.reroute(self.config.routes)
 
     async def stop(self) -> None:
         if self._listener is not None:
@@ -77,10 +77,25 @@ class Cluster:
         for route in list(self.connections):
             route.close("Server Shutdown", flush=True)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    def reroute(self, routes: tuple[RouteURL, ...]) -> None:
+        """Make `routes` the explicit routes: a removed one is closed and not redialled
+        (the peer is still reached through gossip if another route names it), an added
+        one is dialled, as the reference does on a config reload."""
+        for url in [url for url in self._explicit if url not in routes]:
+            self._explicit.pop(url).cancel()
+            for route in list(self.connections):
+                if route.dialled == url:
+                    route.close("Route Removed")
+                    log.info("Removed route %s", url)
+        for url in routes:
+            if url not in self._explicit:
+                self._explicit[url] = self._spawn(self._dial_forever(url))
 
     def enter_lame_duck(self) -> None:
         """Tell the peers, so they stop advertising this server to their clients."""

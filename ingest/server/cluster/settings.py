@@ -31,10 +31,16 @@ class RouteURL:
     port: int
     user: str | None = None
     password: str | None = None
+    scheme: str = "nats"
 
     @property
     def hostport(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def __str__(self) -> str:
+        """As the reference prints a configured route URL (credentials included)."""
+        userinfo = f"{self.user}:{self.password or ''}@" if self.user is not None else ""
+        return f"{self.scheme}://{userinfo}{self.hostport}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,7 +78,7 @@ def parse_route_url(text: str, *, listen: bool = False) -> RouteURL:
         raise RouteURLError(f'error parsing route url ["{text}"]')
     user = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password else None
-    return RouteURL(host=host, port=port, user=user, password=password)
+    return RouteURL(host=host, port=port, user=user, password=password, scheme=parts.scheme)
 
 
 def parse_route_list(text: str) -> tuple[RouteURL, ...]:

@@ -100,6 +100,8 @@ def _apply(server: Server, prepared: _Prepared) -> None:
         with open(opts.pid_file, "w") as f:
             f.write(str(os.getpid()))
     if server.cluster is not None and opts.cluster is not None:
+        if changes.routes:
+            server.cluster.reroute(opts.cluster.routes)
         server.cluster.config = opts.cluster
         server.cluster.tls_contexts = prepared.route_tls
         if changes.cluster:

@@ -29,6 +29,7 @@ class Plan:
     logging: bool = False  # debug, trace, log file, timestamps
     auth: bool = False  # users, permissions, accounts, tokens: re-check every client
     cluster: bool = False  # route credentials or route TLS
+    routes: bool = False  # the explicit routes: dial the added, close the removed
     pid_file: bool = False
 
     @property
@@ -107,15 +108,15 @@ _AUTH = {
     "accounts": "accounts",
     "mappings": "accounts",
 }
-_CLUSTER_RELOADABLE = frozenset(("username", "password", "auth_timeout", "tls"))
+_CLUSTER_RELOADABLE = frozenset(("username", "password", "auth_timeout", "tls", "routes"))
 _OTHERS = ("auth_timeout", "no_auth_user", "server_tags", "pid_file", "tls", "cluster")
 _FIELDS = (*_LOGGING, *_PLAIN, *_DURATIONS, *_AUTH, *_OTHERS)
 _IN_AUTHORIZATION = frozenset(("users", "username", "password", "auth_token", "auth_timeout"))
 
 # The keys of the configuration reference whose change a running server takes, by
 # section (`ingest/server/reference/render.py` writes its `reloads` column from this).
-# Top-level keys come from the tables above; `cluster` reloads its credentials and TLS
-# only, and a key of a section below reloads with it.
+# Top-level keys come from the tables above; `cluster` reloads its credentials, TLS and
+# routes only, and a key of a section below reloads with it.
 RELOADS: dict[str, frozenset[str]] = {
     "top-level": frozenset(
         "authorization" if name in _IN_AUTHORIZATION else name
@@ -126,7 +127,7 @@ RELOADS: dict[str, frozenset[str]] = {
     "authorization.users": frozenset(("user", "password", "permissions", "nkey")),
     "permissions": frozenset(("publish", "subscribe", "allow", "deny")),
     "tls": frozenset(("cert_file", "key_file", "ca_file", "verify", "timeout")),
-    "cluster": frozenset(("authorization", "tls")),
+    "cluster": frozenset(("authorization", "tls", "routes")),
     "cluster.authorization": frozenset(("user", "password", "timeout")),
     "accounts.NAME": frozenset(("users", "exports", "imports", "limits")),
     "accounts.NAME.exports": frozenset(
@@ -174,8 +175,12 @@ def plan(old: Options, new: Options) -> Plan:
             notices.append(f"Reloaded: tls = {'enabled' if after else 'disabled'}")
         elif name == "cluster":
             _cluster(before, after)
-            notices.append("Reloaded: cluster")
-            flags["cluster"] = True
+            if dataclasses.replace(before, routes=()) != dataclasses.replace(after, routes=()):
+                notices.append("Reloaded: cluster")
+                flags["cluster"] = True
+            if before.routes != after.routes:  # the reference's own option, after Cluster
+                notices.append("Reloaded: cluster routes")
+                flags["routes"] = True
         elif name == "jetstream":
             _jetstream(before, after)
         elif name == "accounts":
