@@ -222,6 +222,8 @@ class Server:
         log.info("Entering lame duck mode, stop accepting new clients")
         for listener in self._listeners:
             listener.close()
+        if self.websocket is not None:
+            self.websocket.stop()
         for client in list(self.clients.values()):
             client.queue(self.info_for(client, ldm=True))
         if self.cluster is not None:

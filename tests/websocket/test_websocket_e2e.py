@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
-from tests.conftest import Connect, ServerPool
+from tests.conftest import Connect, MakeServer, ServerPool
 from tests.support.http import get_json
 from tests.support.servers import server_command
 from tests.support.tls import Pki, make_pki
@@ -278,3 +279,21 @@ def test_mqtt_over_websocket(ws_server: WSServer) -> None:
     for c in (pub, sub):
         c.disconnect()
         c.loop_stop()
+
+
+async def test_lame_duck(make_server: MakeServer, open_ws: OpenWS) -> None:
+    """SIGUSR2: WebSocket clients get the INFO with ldm, and the WebSocket port stops
+    taking connections, as the client port does."""
+    server = make_server(
+        config='lame_duck_duration: "30s"\nlame_duck_grace_period: "100ms"\n'
+        "websocket { port: -1, no_tls: true }\n"
+    )
+    port = ws_port(server)
+    ws = await open_ws(port)
+    await ws.read_data(b"\r\n")
+    ws.send(b'CONNECT {"verbose":false,"protocol":1}\r\nPING\r\n')
+    await ws.read_data(b"PONG\r\n")
+    server.send_signal(signal.SIGUSR2)
+    assert b'"ldm":true' in await ws.read_data(b'"ldm":true')
+    with pytest.raises(OSError):
+        await open_ws(port)
