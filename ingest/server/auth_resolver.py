@@ -70,12 +70,45 @@ class Resolver:
         self._periodic: asyncio.TimerHandle | None = None
 
     def _load(self, token: str, now: float, where: str) -> None:
-        try:
+        if self._trusted(token, now, where):
             self.store.put(token, now)
+
+    def _trusted(self, token: str, now: float, where: str) -> bool:
+        """ConfigError for a JWT the operators do not sign; an expired one is only
+        warned about (and not taken), as on the reference."""
+        try:
+            self.store.operators.account(token, now)
         except JWTError as exc:
             if "expired" not in str(exc):
                 raise ConfigError(f"{where}: invalid account JWT: {exc}") from exc
             log.warning("%s: %s", where, exc)
+            return False
+        return True
+
+    def check_preloads(self, preloads: tuple[tuple[str, str], ...]) -> None:
+        """A config reload's `resolver_preload` judged as at start, before anything of it
+        is taken: ConfigError naming the account whose JWT is not trusted."""
+        now = time.time()
+        for account, token in preloads:
+            self._trusted(token, now, f"resolver_preload {account}")
+
+    def reload_preloads(self, preloads: tuple[tuple[str, str], ...]) -> None:
+        """A config reload's new or changed preloads are taken as a pushed update is: the
+        account's users log in with them, its limits apply, the users it revokes are cut
+        off. One older than the JWT held (pushed since) is ignored."""
+        now = time.time()
+        for account, token in preloads:
+            held = self.store.get(account)
+            if held is not None and held.token == token:
+                continue
+            try:
+                claims = self.store.put(token, now)
+            except JWTError as exc:
+                log.warning("resolver_preload %s: %s", account, exc)
+                continue
+            if self.dir is not None:
+                _write(self.dir / f"{account}.jwt", token)
+            self.apply(claims)
 
     def register(self, accounts: Accounts, *, jetstream: bool) -> None:
         """Make the accounts held known before the server builds JetStream: those whose

@@ -23,6 +23,7 @@ import pytest
 from tests.conftest import MakeServer
 from tests.support.cluster import ONE_ROUTE_PER_PEER, free_port, peers, poll, route_url, wait_mesh
 from tests.support.http import _get
+from tests.support.nsc import Nsc
 from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess, server_command
 from tests.support.tls import Pki, make_pki
@@ -311,3 +312,36 @@ def test_reload_solicits_an_added_route_and_drops_a_removed_one(make_server: Mak
     a.wait_for_log(f"Removed route {re.escape(route_url(b_port))}")
     assert a.find_log("Router connection closed: Route Removed - Remote: B")
     poll(lambda: not peers(a) and not peers(b), "the removed route gone, and not redialled")
+
+
+@pytest.fixture(scope="module")
+def operator(tmp_path_factory: pytest.TempPathFactory) -> Nsc:
+    nsc = Nsc(tmp_path_factory.mktemp("nsc"))
+    nsc.operator()
+    for account in ("A", "B"):
+        nsc.run("add", "account", account)
+        nsc.run("add", "user", "-a", account, "u")
+    return nsc
+
+
+async def test_reload_takes_a_new_resolver_preload(make_server: MakeServer, operator: Nsc) -> None:
+    full = operator.memory_config()
+    b_line = next(line for line in full.splitlines() if operator.public("account", "B") in line)
+    server = make_server(config=full.replace(b_line, ""))
+    url = f"nats://127.0.0.1:{server.port}"
+    kept = await nats.connect(url, user_credentials=str(operator.creds("A", "u")))
+    try:
+        with pytest.raises(nats.errors.Error):
+            await nats.connect(
+                url, user_credentials=str(operator.creds("B", "u")), allow_reconnect=False
+            )
+        reload(server, full.replace(b_line, b_line.split(":")[0] + ": garbage"))
+        await server.wait_for_log_async(FAILED + r".*\.conf:\d+:\d+: invalid account JWT")
+        reload(server, full)
+        await server.wait_for_log_async(RELOADED)
+        assert server.find_log(re.escape("Reloaded: accounts"))
+        fresh = await nats.connect(url, user_credentials=str(operator.creds("B", "u")))
+        await fresh.close()
+        await kept.flush(timeout=5)
+    finally:
+        await kept.close()

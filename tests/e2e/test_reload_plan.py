@@ -3,6 +3,7 @@ reference's refusals), and the `--signal` command's answers. No server, no socke
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 from pathlib import Path
@@ -161,6 +162,10 @@ def test_every_key_the_reference_page_marks_as_reloading_reloads(tmp_path: Path,
     is planned, not refused (`no_auth_user` may go when its user goes too)."""
     base = "authorization { users = [ {user: a, password: p}, {user: n, password: q} ] }\n"
     old = options(tmp_path, base + ("no_auth_user: n\n" if key == "no_auth_user" else ""))
-    changed = _RELOADING_EXAMPLES[key]
-    new = options(tmp_path, changed if key in ("authorization", "no_auth_user") else base + changed)
+    if key == "resolver_preload":  # operator mode: a JWT the plan does not read
+        new = dataclasses.replace(old, resolver_preload=(("AX", "eyJ.."),))
+    else:
+        changed = _RELOADING_EXAMPLES[key]
+        in_place = key in ("authorization", "no_auth_user")
+        new = options(tmp_path, changed if in_place else base + changed)
     assert plan(old, new).changed

@@ -77,6 +77,8 @@ def _prepare(server: Server, argv: list[str]) -> _Prepared:
     changes = plan(server.opts, opts)
     tls = make_server_context(opts.tls) if opts.tls is not None else None
     route_tls = route_contexts(opts.cluster.tls) if opts.cluster is not None else None
+    if changes.preloads and server.resolver is not None:
+        server.resolver.check_preloads(opts.resolver_preload)
     fresh = Accounts(opts, Sublist(), jetstream=opts.jetstream.enabled)
     for account in fresh:  # an account's JetStream engine is built at start only
         live = server.accounts.get(account.name)
@@ -109,6 +111,8 @@ def _apply(server: Server, prepared: _Prepared) -> None:
                 route.recheck_authorization()
     if changes.auth:
         _swap_auth(server, prepared)
+    if changes.preloads and server.resolver is not None:
+        server.resolver.reload_preloads(opts.resolver_preload)
     _fall_within_max_connections(server, opts.max_connections)
     for client in list(server.clients.values()):
         if client.closed:

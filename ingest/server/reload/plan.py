@@ -30,6 +30,7 @@ class Plan:
     auth: bool = False  # users, permissions, accounts, tokens: re-check every client
     cluster: bool = False  # route credentials or route TLS
     routes: bool = False  # the explicit routes: dial the added, close the removed
+    preloads: bool = False  # `resolver_preload`: take the new and changed account JWTs
     pid_file: bool = False
 
     @property
@@ -109,7 +110,15 @@ _AUTH = {
     "mappings": "accounts",
 }
 _CLUSTER_RELOADABLE = frozenset(("username", "password", "auth_timeout", "tls", "routes"))
-_OTHERS = ("auth_timeout", "no_auth_user", "server_tags", "pid_file", "tls", "cluster")
+_OTHERS = (
+    "auth_timeout",
+    "no_auth_user",
+    "server_tags",
+    "pid_file",
+    "tls",
+    "cluster",
+    "resolver_preload",
+)
 _FIELDS = (*_LOGGING, *_PLAIN, *_DURATIONS, *_AUTH, *_OTHERS)
 _IN_AUTHORIZATION = frozenset(("users", "username", "password", "auth_token", "auth_timeout"))
 
@@ -181,6 +190,9 @@ def plan(old: Options, new: Options) -> Plan:
             if before.routes != after.routes:  # the reference's own option, after Cluster
                 notices.append("Reloaded: cluster routes")
                 flags["routes"] = True
+        elif name == "resolver_preload":
+            notices.append("Reloaded: accounts")
+            flags["preloads"] = True
         elif name == "jetstream":
             _jetstream(before, after)
         elif name == "accounts":
