@@ -14,11 +14,16 @@ Wire forms, as the reference writes them:
     HMSG …the same… <header size> <size>         (with a header block)
 
 Operations come out as the route codec's types with an empty `account`: `RSub` for
-LS+, `RUnsub` for LS-, `RMsg` for LMSG/HMSG.
+LS+, `RUnsub` for LS-, `RMsg` for LMSG/HMSG. `receive_runs` also gathers consecutive
+plain LMSGs on one subject into an `LRun`, cut out by the compiled extension when it
+is installed (`split_leaf` in native/src/leafnodes.rs); the rest still parses here.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from ingest.parser.fast import native
 from ingest.parser.routes import (
     PING,
     PONG,
@@ -46,6 +51,7 @@ __all__ = [
     "Connect",
     "Err",
     "Info",
+    "LRun",
     "LeafCodec",
     "LeafOp",
     "LeafProtocolError",
@@ -94,10 +100,42 @@ LeafProtocolError = RouteProtocolError
 _NO_ACCOUNT = b""  # what the route codec's message parser reads in the account's place
 
 
+@dataclass(slots=True)
+class LRun:
+    """Consecutive plain LMSGs (no reply, queue group or header block) on one subject."""
+
+    subject: bytes
+    payloads: list[bytes]
+
+
+_split = getattr(native, "split_leaf", None)  # None: pure, or a build before it
+
+
 class LeafCodec(RouteCodec):
     """Parses what a hub or a leaf sends. After an error it must not be fed again."""
 
-    __slots__ = ()
+    __slots__ = ("_tail",)
+
+    def __init__(self, **limits: int) -> None:
+        super().__init__(**limits)
+        self._tail = b""  # a frame not whole yet, for `receive_runs`
+
+    def receive_runs(self, data: bytes) -> list[RouteOp | LRun]:
+        """`receive`, with runs of plain LMSGs as `LRun`s: the compiled walk hands this
+        codec only whole frames, so it never holds a partial one of its own (it does
+        only after input the walk could not read, which then all comes here)."""
+        if _split is None or self._buf or self._pending is not None:
+            return list(self.receive(data))
+        buf = self._tail + data if self._tail else data
+        items, used = _split(buf, self.max_control_line, self.max_payload)
+        self._tail = buf[used:]
+        ops: list[RouteOp | LRun] = []
+        for item in items:
+            if type(item) is bytes:
+                ops += self.receive(item)
+            else:
+                ops.append(LRun(item[0], item[1]))
+        return ops
 
     def _control(self, line: bytes) -> RouteOp | None:
         verb, _, rest = line.partition(b" ")

@@ -20,6 +20,7 @@
 
 mod entries;
 mod ipc;
+mod leafnodes;
 mod outlet;
 mod routes;
 mod runs;
@@ -600,5 +601,7 @@ fn jetlake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(entries::decode_publishes, m)?)?;
     m.add_function(wrap_pyfunction!(encode_msg, m)?)?;
     m.add_function(wrap_pyfunction!(encode_hmsg, m)?)?;
+    m.add_function(wrap_pyfunction!(leafnodes::split_leaf, m)?)?;
+    m.add_function(wrap_pyfunction!(leafnodes::frame_run, m)?)?;
     Ok(())
 }

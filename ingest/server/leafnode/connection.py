@@ -22,11 +22,13 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ingest.parser import leafnodes as proto
+from ingest.parser.fast import native
 from ingest.parser.subjects import subject_matches
 from ingest.server.accounts import limits
 from ingest.server.auth import Grant
 from ingest.server.leafnode.interest import JETSTREAM_DENIED, Advertised, Denied
 from ingest.server.settings import TLSConfig
+from ingest.server.subscription import learn_route
 from ingest.server.tls import TLSLayer, handshake_error
 
 if TYPE_CHECKING:
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from ingest.server.leafnode.settings import RemoteLeaf
 
 log = logging.getLogger("jetlake")
+
+frame_run = getattr(native, "frame_run", None)  # the compiled codec's; with `split_leaf`
 
 AUTH_VIOLATION = "Authorization Violation"
 WRONG_PORT = "attempted to connect to leaf node port"
@@ -154,7 +158,7 @@ class LeafConnection(asyncio.Protocol):
                 return
             data = plain
         try:
-            ops = self.codec.receive(data)
+            ops = self.codec.receive_runs(data)
         except proto.LeafProtocolError as exc:
             log.error("%s - Leafnode protocol error: %s", self.where, exc)
             self.queue(proto.encode_err("Protocol Violation"))
@@ -163,7 +167,10 @@ class LeafConnection(asyncio.Protocol):
         for op in ops:
             if self.closed:
                 return
-            self._dispatch(op)
+            if type(op) is proto.LRun:
+                self._take_run(op)
+            else:
+                self._dispatch(op)  # type: ignore[arg-type]
 
     def _dispatch(self, op: proto.LeafOp) -> None:
         if not self.registered and isinstance(op, proto.RMsg | proto.RSub | proto.RUnsub):
@@ -389,6 +396,42 @@ class LeafConnection(asyncio.Protocol):
             self, msg.subject, reply, msg.hdr, msg.payload, size,
             shown=shown, account=self.account, queues=queues, local=self.spoke,
         )  # fmt: skip
+
+    def _take_run(self, run: proto.LRun) -> None:
+        """Plain messages on one subject (a publisher's stream across the link): framed in
+        one compiled call into the client subscriptions the account's table learnt for
+        the subject, else routed one by one, the table learning the subject as a client's
+        PUB teaches it (the second time it is seen, and only if no peer wants it)."""
+        subject, payloads = run.subject, run.payloads
+        server = self.server
+        sublist = self.account.sublist
+        routes = sublist.routes
+        if (
+            routes is not None
+            and self.registered
+            and server.mapper is None
+            and not self.deny_in.message(subject)
+        ):
+            framed = frame_run(routes, subject, payloads)
+            if framed is not None:
+                n, size = len(payloads), sum(map(len, payloads))
+                self.in_msgs += n
+                self.in_bytes += size
+                server.in_msgs += n
+                server.in_bytes += size
+                server.count_tails(sublist, n, framed * n, framed * size)
+                return
+        learn = routes is not None and subject not in routes and sublist.peek(subject) is not None
+        for payload in payloads:
+            if self.closed:
+                return
+            self._dispatch(proto.RMsg("", subject, b"", (), None, payload))
+        if learn and self.registered:
+            match = sublist.peek(subject)  # None if delivering changed the interest
+            if match is not None and not server.local_only(self.account, subject):
+                routes.learn(subject, None)  # a peer wants it: Python routes it
+            elif match is not None:
+                learn_route(routes, match, subject)
 
     def send_msg(
         self, queue: str | None, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes
