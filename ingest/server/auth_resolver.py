@@ -92,11 +92,22 @@ class Resolver:
         for account, token in preloads:
             self._trusted(token, now, f"resolver_preload {account}")
 
-    def reload_preloads(self, preloads: tuple[tuple[str, str], ...]) -> None:
+    def reload_preloads(
+        self, before: tuple[tuple[str, str], ...], preloads: tuple[tuple[str, str], ...]
+    ) -> list[str]:
         """A config reload's new or changed preloads are taken as a pushed update is: the
         account's users log in with them, its limits apply, the users it revokes are cut
-        off. One older than the JWT held (pushed since) is ignored."""
+        off. One older than the JWT held (pushed since) is ignored. The MEMORY resolver
+        forgets the accounts no longer preloaded, as the reference's does; they are
+        returned so that their users are judged again."""
         now = time.time()
+        removed: list[str] = []
+        if self.dir is None:
+            kept = {account for account, _ in preloads}
+            for account in dict.fromkeys(a for a, _ in before if a not in kept):
+                if self.store.remove(account):
+                    log.info('Reloaded: deleting account [removed]: "%s"', account)
+                    removed.append(account)
         for account, token in preloads:
             held = self.store.get(account)
             if held is not None and held.token == token:
@@ -109,6 +120,7 @@ class Resolver:
             if self.dir is not None:
                 _write(self.dir / f"{account}.jwt", token)
             self.apply(claims)
+        return removed
 
     def register(self, accounts: Accounts, *, jetstream: bool) -> None:
         """Make the accounts held known before the server builds JetStream: those whose

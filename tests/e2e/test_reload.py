@@ -10,6 +10,7 @@ be made while running, or a broken file, leaves the old configuration in force.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import ssl
@@ -340,8 +341,22 @@ async def test_reload_takes_a_new_resolver_preload(make_server: MakeServer, oper
         reload(server, full)
         await server.wait_for_log_async(RELOADED)
         assert server.find_log(re.escape("Reloaded: accounts"))
-        fresh = await nats.connect(url, user_credentials=str(operator.creds("B", "u")))
-        await fresh.close()
+        closed = asyncio.Event()
+
+        async def on_closed() -> None:
+            closed.set()
+
+        b_user = await nats.connect(
+            url,
+            user_credentials=str(operator.creds("B", "u")),
+            closed_cb=on_closed,
+            allow_reconnect=False,
+        )
+        reload(server, full.replace(b_line, ""))  # the MEMORY resolver forgets B
+        b_key = operator.public("account", "B")
+        await server.wait_for_log_async(f'Reloaded: deleting account \\[removed\\]: "{b_key}"')
+        await asyncio.wait_for(closed.wait(), 5)  # B's user is cut off
+        assert isinstance(b_user.last_error, nats.errors.AuthorizationError)
         await kept.flush(timeout=5)
     finally:
         await kept.close()

@@ -92,7 +92,7 @@ def _prepare(server: Server, argv: list[str]) -> _Prepared:
 
 def _apply(server: Server, prepared: _Prepared) -> None:
     opts, changes = prepared.opts, prepared.plan
-    server.opts = opts
+    before, server.opts = server.opts, opts
     for notice in changes.notices:
         log.info("%s", notice)
     server.tls_context = prepared.tls  # certificates are read again even when unchanged
@@ -111,13 +111,14 @@ def _apply(server: Server, prepared: _Prepared) -> None:
                 route.recheck_authorization()
     if changes.auth:
         _swap_auth(server, prepared)
+    removed: list[str] = []
     if changes.preloads and server.resolver is not None:
-        server.resolver.reload_preloads(opts.resolver_preload)
+        removed = server.resolver.reload_preloads(before.resolver_preload, opts.resolver_preload)
     _fall_within_max_connections(server, opts.max_connections)
     for client in list(server.clients.values()):
         if client.closed:
             continue
-        if changes.auth and client.authenticated:
+        if client.authenticated and (changes.auth or client.account.name in removed):
             _recheck(server, client)
         elif changes.logging:
             client.regrant(client.grant)  # tracing decides the fast path too
