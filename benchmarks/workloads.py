@@ -14,7 +14,18 @@ the R5 row) have no target yet.
 
 from __future__ import annotations
 
-from benchmarks import cluster, consumers, core, jetstream, kv, lake, mqtt, natscli, raft
+from benchmarks import (
+    cluster,
+    consumers,
+    core,
+    jetstream,
+    kv,
+    lake,
+    leafnode,
+    mqtt,
+    natscli,
+    raft,
+)
 from benchmarks.model import Measure, Metric, Profile, Workload
 
 RATE = "msgs/s"
@@ -147,6 +158,15 @@ NATSCLI: tuple[Workload, ...] = (
     ),
     _natscli_row(
         "kv-put", Profile.JS, natscli.kv_put, "KV put", 0.8, "nats bench kv put, --sync-count"
+    ),
+    Workload(
+        "natscli-leafnode",
+        Profile.OFFLINE,  # each side starts its own hub and leaf (benchmarks/leafnode)
+        leafnode.measure("jetlake"),
+        (_rate("leaf → hub pub → sub (nats bench)"),),
+        "a hub and a leaf of each kind: nats bench pub on the leaf, sub on the hub, --count",
+        ref_measure=leafnode.measure("ref"),
+        timeout=300.0,
     ),
 )
 
