@@ -70,3 +70,55 @@ async def test_only_the_bound_account_reaches_the_leaf(bound: Link) -> None:
     assert (await at_leaf.next_msg(5)).data == b"from EDGE"
     for nc in (app, other, leaf):
         await nc.close()
+
+
+USERS_HUB = """server_name: hub
+accounts {{ EDGE {{}}, OTHER {{}} }}
+leafnodes {{
+  listen: 127.0.0.1:{port}
+  authorization {{ users [
+    {{ user: e, password: pe, account: EDGE }}
+    {{ user: o, password: po, account: OTHER }}
+  ] }}
+}}
+"""
+USERS_LEAF = """server_name: leaf
+accounts {{ SECOND {{}} }}
+leafnodes {{ reconnect: 1, remotes [
+  {{ url: "nats://o:po@127.0.0.1:{port}" }}
+  {{ url: "nats://e:wrong@127.0.0.1:{port}", account: SECOND }}
+] }}
+"""
+
+
+@pytest.mark.parametrize(
+    "hub_kind",
+    [
+        pytest.param("jetlake", id="jl"),
+        pytest.param("nats-server", id="ref", marks=pytest.mark.soak),
+    ],
+)
+def test_a_leafnode_user_list_binds_each_user_to_its_account(hub_kind: str, tmp_path: Path) -> None:
+    """`leafnodes { authorization { users [...] } }`: a leaf logging in as `o` lands in
+    OTHER; one with a wrong password is refused (a reference leaf on both hubs)."""
+    port = free_port()
+    hub = start_server(
+        hub_kind, "-m", "-1", config=USERS_HUB.format(port=port), tmp_path=tmp_path, name="hub"
+    )
+    try:
+        leaf = start_server(
+            "nats-server",
+            "-m",
+            "-1",
+            config=USERS_LEAF.format(port=port),
+            tmp_path=tmp_path,
+            name="leaf",
+        )
+        try:
+            poll(lambda: linked(hub), "the link", LINK_TIMEOUT)
+            leaf.wait_for_log("Authorization Violation", timeout=LINK_TIMEOUT)
+            assert [link["account"] for link in leafz(hub)["leafs"]] == ["OTHER"]
+        finally:
+            leaf.stop(expect_code=None)
+    finally:
+        hub.stop(expect_code=None)

@@ -10,7 +10,7 @@ from ingest.parser.conf import ConfigError, Table
 from ingest.server.accounts.settings import DEFAULT_SYSTEM_ACCOUNT, GLOBAL_ACCOUNT
 from ingest.server.cluster.config_section import SectionReader, listen_address
 from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
-from ingest.server.leafnode.settings import LeafnodeConfig, RemoteLeaf
+from ingest.server.leafnode.settings import LeafnodeConfig, LeafUser, RemoteLeaf
 from ingest.server.settings import TLSConfig
 
 
@@ -62,7 +62,7 @@ def _seconds(section: SectionReader, key: str) -> float:
     return section.timeout(key, "leafnode reconnect")
 
 
-def _authorization(parent: SectionReader, key: str) -> dict[str, Any]:
+def _authorization(parent: Reader, key: str) -> dict[str, Any]:
     section = parent.section(key)
     fields: dict[str, Any] = {}
     for name in section.table:
@@ -76,10 +76,36 @@ def _authorization(parent: SectionReader, key: str) -> dict[str, Any]:
         elif lowered == "timeout":
             fields["auth_timeout"] = section.timeout(name, "authorization config")
         elif lowered == "users":
-            raise parent.error(key, "leafnode authorization with users is not supported by jetlake")
+            fields["users"] = _users(section, name)
         else:
             section.unknown(name)
     return fields
+
+
+def _users(parent: Reader, key: str) -> tuple[LeafUser, ...]:
+    value = parent.table[key]
+    if not isinstance(value, list):
+        raise parent.error(key, f"Expected users field to be an array, got {_go_type(value)}")
+    users = []
+    for item in value:
+        if not isinstance(item, Table):
+            raise parent.error(key, f"Expected user entry to be a map/struct, got {item}")
+        section = parent.entry(item)
+        fields: dict[str, Any] = {}
+        for name in item:
+            lowered = name.lower()
+            if lowered in ("user", "username"):
+                fields["user"] = section.string(name)
+            elif lowered in ("pass", "password"):
+                fields["password"] = section.string(name)
+            elif lowered == "account":
+                fields["account"] = section.string(name)
+            else:
+                section.unknown(name)
+        if "user" not in fields:
+            raise parent.error(key, "User entry requires a user")
+        users.append(LeafUser(**fields))
+    return tuple(users)
 
 
 def _remotes(parent: Reader, key: str, tls: TLSReader) -> tuple[RemoteLeaf, ...]:
@@ -152,6 +178,7 @@ def check_leafnode_accounts(opts: Any) -> None:
     known = {GLOBAL_ACCOUNT, opts.system_account or DEFAULT_SYSTEM_ACCOUNT}
     known |= {account.name for account in opts.accounts}
     named = [(leafnodes.account, "authorization")]
+    named += [(user.account, "authorization") for user in leafnodes.users]
     named += [(remote.account, "remote") for remote in leafnodes.remotes]
     for name, where in named:
         if name and name not in known:

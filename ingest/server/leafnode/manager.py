@@ -23,6 +23,7 @@ import ssl
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.leafnodes import LOOP_DETECTION_PREFIX, encode_err, encode_info
+from ingest.server.accounts.settings import GLOBAL_ACCOUNT
 from ingest.server.auth import AuthError
 from ingest.server.cluster.settings import RouteURL, local_addresses, parse_route_url
 from ingest.server.gofmt import number, rtt
@@ -198,7 +199,7 @@ class Leafnodes:
             "client_id": cid,
             "leafnode_urls": self.leafnode_urls(),
         }
-        if self.config.username is not None or server.auth.required:
+        if self.config.username is not None or self.config.users or server.auth.required:
             info["auth_required"] = True
         if self.config.tls is not None:
             info["tls_required"] = True
@@ -286,6 +287,12 @@ class Leafnodes:
         users (a leaf logs in as one, with the user's account)."""
         config = self.config
         server = self.server
+        if config.users:
+            user, password = options.get("user"), options.get("pass")
+            for entry in config.users:
+                if entry.user == user and entry.password == password:
+                    return server.accounts.get(entry.account or GLOBAL_ACCOUNT)
+            return None
         if config.username is not None:
             if options.get("user") != config.username or options.get("pass") != config.password:
                 return None

@@ -19,6 +19,16 @@ LOOP_RECONNECT_DELAY = 30.0  # a link that closed a loop is redialled this much 
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LeafUser:
+    """One entry of `authorization { users [ … ] }`: a leaf logging in as `user` is bound
+    to `account` (the global account when unset)."""
+
+    user: str
+    password: str | None = None
+    account: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RemoteLeaf:
     """One `remotes [ … ]` entry: where this server dials a hub, and as whom."""
 
@@ -41,6 +51,7 @@ class LeafnodeConfig:
     username: str | None = None
     password: str | None = None
     account: str | None = None  # the account accepted leafs are bound to (default $G)
+    users: tuple[LeafUser, ...] = ()  # set: leafs log in as one of these
     auth_timeout: float = DEFAULT_LEAF_AUTH_TIMEOUT
     advertise: str | None = None
     no_advertise: bool = False

@@ -598,7 +598,13 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "Leaf authentication timeout.",
             Field(LN, "auth_timeout"),
         ),
-        K("users", "—", "Refused: one leaf user only.", "—"),
+        K(
+            "users",
+            "array of maps",
+            "Leaf users, each `user`, `password` and the `account` its links are bound to"
+            " (`$G` unless set).",
+            "none",
+        ),
     ),
     "leafnodes.remotes": (
         K("url urls", "URL or array of URLs", "The hub's leafnode URLs, dialled in turn.", "none"),
