@@ -6,6 +6,8 @@ tests, so `2m0s`, `1d0h0m5s` and RFC 3339 with nanoseconds must come out alike.
 
 from __future__ import annotations
 
+import math
+
 from log.timefmt import rfc3339
 
 NS = 1_000_000_000
@@ -66,3 +68,11 @@ def rtt(seconds: float) -> str:
 def number(seconds: float) -> int | float:
     """Go encodes a float64 2.0 as `2`; keep integral values integral."""
     return int(seconds) if float(seconds).is_integer() else seconds
+
+
+def friendly_bytes(size: int) -> str:
+    """A byte count as the reference logs one: binary units, two decimals (`1.86 GB`)."""
+    if size < 1024:
+        return f"{size} B"
+    exp = min(int(math.log(size) / math.log(1024)), 6)
+    return f"{size / 1024**exp:.2f} {'KMGTPE'[exp - 1]}B"

@@ -360,3 +360,21 @@ async def test_reload_takes_a_new_resolver_preload(make_server: MakeServer, oper
         await kept.flush(timeout=5)
     finally:
         await kept.close()
+
+
+def js_text(store: Path, memory: str, file: str) -> str:
+    limits = f"max_memory_store: {memory}, max_file_store: {file}"
+    return f"jetstream {{ store_dir: '{store}', {limits} }}\n"
+
+
+def test_reload_raises_the_jetstream_limits(make_server: MakeServer, tmp_path: Path) -> None:
+    store = tmp_path / "js"
+    server = make_server("-m", "-1", config=js_text(store, "1G", "1T"))
+    reload(server, js_text(store, "2G", "3T"))
+    server.wait_for_log(RELOADED)
+    assert server.find_log(re.escape("Reloaded: JetStream max_mem_store = 1.86 GB"))
+    assert server.find_log(re.escape("Reloaded: JetStream max_file_store = 2.73 TB"))
+    config = _get(server.http_url + "/jsz").json()["config"]
+    assert (config["max_memory"], config["max_storage"]) == (2 * 10**9, 3 * 10**12)
+    reload(server, js_text(store, "1G", "3T"))
+    server.wait_for_log(FAILED + "config reload not supported for decreasing jetstream max memory")

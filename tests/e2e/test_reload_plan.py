@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ingest.server.gofmt import friendly_bytes
 from ingest.server.options import load_config
 from ingest.server.reload import ReloadRefused, SignalError, plan, send_signal
 from ingest.server.reload.plan import RELOADS
@@ -46,6 +47,11 @@ jetstream { store_dir: /tmp/js, max_memory_store: 1G }
             ("listen: 127.0.0.1:6222", 'listen: 127.0.0.1:6222, routes: ["nats://h:6223"]'),
             ["Reloaded: cluster routes"],
             "routes",
+        ),
+        (
+            ("max_memory_store: 1G", "max_memory_store: 2G"),
+            ["Reloaded: JetStream max_mem_store = 1.86 GB"],
+            "jetstream_limits",
         ),
     ],
 )
@@ -169,3 +175,11 @@ def test_every_key_the_reference_page_marks_as_reloading_reloads(tmp_path: Path,
         in_place = key in ("authorization", "no_auth_user")
         new = options(tmp_path, changed if in_place else base + changed)
     assert plan(old, new).changed
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [(0, "0 B"), (1023, "1023 B"), (1024, "1.00 KB"), (1536, "1.50 KB"), (2 * 10**9, "1.86 GB")],
+)
+def test_sizes_in_notices_read_as_the_references(size: int, text: str) -> None:
+    assert friendly_bytes(size) == text

@@ -111,6 +111,10 @@ def _apply(server: Server, prepared: _Prepared) -> None:
                 route.recheck_authorization()
     if changes.auth:
         _swap_auth(server, prepared)
+    if changes.jetstream_limits:  # what /jsz and cluster placement read
+        for account in server.accounts:
+            if account.jetstream is not None:
+                account.jetstream.config = opts.jetstream
     removed: list[str] = []
     if changes.preloads and server.resolver is not None:
         removed = server.resolver.reload_preloads(before.resolver_preload, opts.resolver_preload)

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.server.gofmt import go_duration
+from ingest.server.gofmt import friendly_bytes, go_duration
 from ingest.server.settings import Options
 
 
@@ -31,6 +31,7 @@ class Plan:
     cluster: bool = False  # route credentials or route TLS
     routes: bool = False  # the explicit routes: dial the added, close the removed
     preloads: bool = False  # `resolver_preload`: take the new and changed account JWTs
+    jetstream_limits: bool = False  # raised `max_memory_store` / `max_file_store`
     pid_file: bool = False
 
     @property
@@ -120,6 +121,7 @@ _OTHERS = (
     "resolver_preload",
 )
 _FIELDS = (*_LOGGING, *_PLAIN, *_DURATIONS, *_AUTH, *_OTHERS)
+_JS_LIMITS = {"max_memory_store": "max_mem_store", "max_file_store": "max_file_store"}
 _IN_AUTHORIZATION = frozenset(("users", "username", "password", "auth_token", "auth_timeout"))
 
 # The keys of the configuration reference whose change a running server takes, by
@@ -138,6 +140,7 @@ RELOADS: dict[str, frozenset[str]] = {
     "tls": frozenset(("cert_file", "key_file", "ca_file", "verify", "timeout")),
     "cluster": frozenset(("authorization", "tls", "routes")),
     "cluster.authorization": frozenset(("user", "password", "timeout")),
+    "jetstream": frozenset(_JS_LIMITS),  # raised only
     "accounts.NAME": frozenset(("users", "exports", "imports", "limits")),
     "accounts.NAME.exports": frozenset(
         ("stream", "service", "accounts", "response_type", "response_threshold", "latency")
@@ -194,7 +197,8 @@ def plan(old: Options, new: Options) -> Plan:
             notices.append("Reloaded: accounts")
             flags["preloads"] = True
         elif name == "jetstream":
-            _jetstream(before, after)
+            notices += _jetstream(before, after)
+            flags["jetstream_limits"] = True
         elif name == "accounts":
             pass  # listed in _AUTH
         else:
@@ -238,30 +242,35 @@ def _cluster(before: Any, after: Any) -> None:
                                 f"old={old}, new={new}")  # fmt: skip
 
 
-def _jetstream(before: Any, after: Any) -> None:
-    """The reference's messages for the store and its limits; any other JetStream change
-    (switching it on or off, the domain, sync) needs a restart of jetlake."""
+def _jetstream(before: Any, after: Any) -> list[str]:
+    """Raised store limits reload, as on the reference; its messages for the store dir and
+    for limits made dynamic or lowered. Any other JetStream change (switching it on or
+    off, the domain, sync) needs a restart of jetlake."""
     if before.store_dir != after.store_dir:
         raise ReloadRefused("config reload not supported for jetstream storage directory")
-    for field in ("max_memory_store", "max_file_store"):
+    notices = []
+    for field, label in _JS_LIMITS.items():
         old, new = getattr(before, field), getattr(after, field)
         if old != new:
             if old == -1:
                 raise ReloadRefused(
                     "config reload not supported for jetstream dynamic max memory and store"
                 )
-            raise ReloadRefused(
-                "config reload not supported for decreasing jetstream max memory and store"
-                if new < old or new == -1
-                else "config reload not supported for jetstream max memory and max store"
-            )
+            if new < old or new == -1:
+                raise ReloadRefused(
+                    "config reload not supported for decreasing jetstream max memory and store"
+                )
+            notices.append(f"Reloaded: JetStream {label} = {friendly_bytes(new)}")
     for field in dataclasses.fields(before):
+        if field.name in _JS_LIMITS:
+            continue
         old, new = getattr(before, field.name), getattr(after, field.name)
         if old != new:
             raise ReloadRefused(
                 f"config reload not supported for jetstream {field.name}: "
                 f"old={_go(old)}, new={_go(new)}"
             )
+    return notices
 
 
 def _same_accounts(old: Options, new: Options) -> list[tuple[Any, Any]]:
