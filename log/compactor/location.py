@@ -24,11 +24,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatch
 from pathlib import Path
-
-import pyarrow.fs as pafs
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from consensus.wal_recovery import replace_durably
 from log.compactor.awsprofile import read_profile
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 S3_SCHEMES = ("s3://", "s3a://")
 ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
@@ -42,6 +45,15 @@ DEFAULT_REGION = "us-east-1"
 LOG_STORE = "io.jetlake.delta.ConditionalS3LogStore"  # log/compactor/logstore, built at set-up
 CONNECT_TIMEOUT = 3.0  # seconds: a store that is gone fails a call quickly, never hangs a pass
 REQUEST_TIMEOUT = 30.0
+
+
+def _arrow_fs() -> ModuleType:
+    """pyarrow's file systems, imported on first use: the server's settings know this module
+    (`S3Options`), and importing pyarrow there would double `jetlake serve`'s start-up time
+    for every server, lake or not."""
+    import pyarrow.fs
+
+    return pyarrow.fs
 
 
 class LakeStoreError(OSError):
@@ -169,13 +181,13 @@ class Lake:
 
     def _make_fs(self) -> pafs.FileSystem:
         if self.s3 is None:
-            return pafs.LocalFileSystem()
+            return _arrow_fs().LocalFileSystem()
         o = self.s3
         endpoint = o.endpoint
         scheme = "http" if o.uses_http else "https"
         if endpoint and "://" in endpoint:
             scheme, endpoint = endpoint.split("://", 1)
-        return pafs.S3FileSystem(
+        return _arrow_fs().S3FileSystem(
             access_key=o.access_key,
             secret_key=o.secret_key,
             session_token=o.session_token,
@@ -255,7 +267,7 @@ class Lake:
         if self.bucket is None:
             return
         try:
-            self.fs.get_file_info(pafs.FileSelector(self.bucket))
+            self.fs.get_file_info(_arrow_fs().FileSelector(self.bucket))
         except OSError as exc:
             raise LakeStoreError(f"lake bucket {self.bucket}: {_reason(exc)}") from exc
 
@@ -329,7 +341,7 @@ class LakePath:
     def is_dir(self) -> bool:
         """A folder on a disk; on S3, a key prefix with anything under it."""
         info = self.info()
-        return info is not None and info.type == pafs.FileType.Directory
+        return info is not None and info.type == _arrow_fs().FileType.Directory
 
     def is_delta_table(self) -> bool:
         return (self / "_delta_log").is_dir()
@@ -367,7 +379,7 @@ class LakePath:
         """Entries directly under this folder whose name matches `pattern` (fnmatch)."""
         try:
             found = self.lake.fs.get_file_info(
-                pafs.FileSelector(self.fs_path, allow_not_found=True)
+                _arrow_fs().FileSelector(self.fs_path, allow_not_found=True)
             )
         except OSError:
             return
@@ -383,12 +395,12 @@ class LakePath:
         """Files under this folder, at any depth, whose name ends with `suffix`."""
         try:
             found = self.lake.fs.get_file_info(
-                pafs.FileSelector(self.fs_path, recursive=True, allow_not_found=True)
+                _arrow_fs().FileSelector(self.fs_path, recursive=True, allow_not_found=True)
             )
         except OSError as exc:
             raise LakeStoreError(f"{self.uri}: {_reason(exc)}") from exc
         return sum(
-            1 for i in found if i.type == pafs.FileType.File and i.base_name.endswith(suffix)
+            1 for i in found if i.type == _arrow_fs().FileType.File and i.base_name.endswith(suffix)
         )
 
     def remove_tree(self) -> None:
