@@ -7,9 +7,13 @@ the route URL's host, as the reference does."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import ssl
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+log = logging.getLogger("jetlake")
 
 
 class _TLSOptions(Protocol):
@@ -123,3 +127,64 @@ class TLSLayer:
     def outgoing(self) -> bytes:
         """Handshake records (or alerts) waiting to be sent."""
         return self._out.read()
+
+
+class TLSLink:
+    """The TLS part of a server-to-server connection (a route, a leafnode link), mixed
+    into its asyncio.Protocol: the handshake driven through a `TLSLayer`, a timeout on
+    it, and a failure logged naming the peer. The connection keeps what waits for the
+    handshake in its output queue and encrypts in its own `flush`."""
+
+    tls_kind = ""  # in the log line: "route", "leafnode"
+    tls: TLSLayer | None = None
+    if TYPE_CHECKING:
+        transport: asyncio.Transport | None
+        closed: bool
+        _timers: dict[str, asyncio.TimerHandle]
+
+        @property
+        def where(self) -> str: ...
+        def flush(self) -> None: ...
+        def close(self, reason: str) -> None: ...
+
+    def begin_tls(self, ctx: ssl.SSLContext, timeout: float, *, dialled: str | None) -> None:
+        """Start the handshake: as the TLS client (sending the ClientHello) when this side
+        dialled `dialled`, else as the server."""
+        self.tls = TLSLayer(ctx, dialled=dialled)
+        if dialled is not None:
+            self.tls.receive(b"")  # the ClientHello
+            self._write_raw(self.tls.outgoing())
+        loop = asyncio.get_running_loop()
+        self._timers["tls"] = loop.call_later(timeout, self._tls_timeout)
+
+    def _tls_receive(self, tls: TLSLayer, data: bytes) -> bytes | None:
+        """Decrypt; None when the handshake failed and the connection is gone."""
+        was_established = tls.established
+        try:
+            plain = tls.receive(data)
+        except ssl.SSLError as exc:
+            error = handshake_error(exc)
+            log.error("%s - TLS %s handshake error: %s", self.where, self.tls_kind, error)
+            self._write_raw(tls.outgoing())
+            self.close("TLS Handshake Failure")
+            return None
+        self._write_raw(tls.outgoing())
+        if tls.established and not was_established:
+            log.debug("%s - TLS handshake complete", self.where)
+            timer = self._timers.pop("tls", None)
+            if timer is not None:
+                timer.cancel()
+            self.flush()  # what waited for the handshake: CONNECT, INFO
+        if tls.peer_closed:
+            self.close("Client Closed")
+            return None
+        return plain
+
+    def _tls_timeout(self) -> None:
+        if self.tls is not None and not self.tls.established and not self.closed:
+            log.error("%s - TLS %s handshake error: timeout", self.where, self.tls_kind)
+            self.close("TLS Handshake Failure")
+
+    def _write_raw(self, data: bytes) -> None:
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)

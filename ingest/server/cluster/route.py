@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ingest.parser import routes as proto
 from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
-from ingest.server.tls import TLSLayer, handshake_error
+from ingest.server.tls import TLSLink
 
 if TYPE_CHECKING:
     from ingest.server.cluster.mesh import Cluster
@@ -37,7 +36,9 @@ ROUTE_MAX_PAYLOAD = 64 * 1024 * 1024
 DUPLICATE_GRACE = 2.0
 
 
-class Route(asyncio.Protocol):
+class Route(TLSLink, asyncio.Protocol):
+    tls_kind = "route"
+
     def __init__(
         self, cluster: Cluster, rid: int, *, dialled: RouteURL | None, configured: bool
     ) -> None:
@@ -71,7 +72,6 @@ class Route(asyncio.Protocol):
         self._out: list[bytes] = []
         self._dirty = False
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self.tls: TLSLayer | None = None
         self.connect_options: dict[str, Any] = {}  # an accepted route's CONNECT
 
     # ---- identity ---------------------------------------------------------------------
@@ -132,46 +132,11 @@ class Route(asyncio.Protocol):
         if contexts is None:
             return
         server_side, client_side = contexts
-        if self.dialled is None:
-            self.tls = TLSLayer(server_side)
-        else:
-            self.tls = TLSLayer(client_side, dialled=self.dialled.host)
-            self.tls.receive(b"")  # the ClientHello
-            self._write_raw(self.tls.outgoing())
         timeout = self.cluster.config.tls.timeout  # type: ignore[union-attr]
-        loop = asyncio.get_running_loop()
-        self._timers["tls"] = loop.call_later(timeout, self._tls_timeout)
-
-    def _tls_receive(self, tls: TLSLayer, data: bytes) -> bytes | None:
-        """Decrypt; None when the handshake failed and the route is gone."""
-        was_established = tls.established
-        try:
-            plain = tls.receive(data)
-        except ssl.SSLError as exc:
-            log.error("%s - TLS route handshake error: %s", self.where, handshake_error(exc))
-            self._write_raw(tls.outgoing())
-            self.close("TLS Handshake Failure")
-            return None
-        self._write_raw(tls.outgoing())
-        if tls.established and not was_established:
-            log.debug("%s - TLS handshake complete", self.where)
-            timer = self._timers.pop("tls", None)
-            if timer is not None:
-                timer.cancel()
-            self.flush()  # what waited for the handshake: CONNECT, INFO
-        if tls.peer_closed:
-            self.close("Client Closed")
-            return None
-        return plain
-
-    def _tls_timeout(self) -> None:
-        if self.tls is not None and not self.tls.established and not self.closed:
-            log.error("%s - TLS route handshake error: timeout", self.where)
-            self.close("TLS Handshake Failure")
-
-    def _write_raw(self, data: bytes) -> None:
-        if data and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+        if self.dialled is None:
+            self.begin_tls(server_side, timeout, dialled=None)
+        else:
+            self.begin_tls(client_side, timeout, dialled=self.dialled.host)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:

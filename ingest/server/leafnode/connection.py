@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
 from typing import TYPE_CHECKING, Any, cast
 
@@ -29,7 +28,7 @@ from ingest.server.auth import Grant
 from ingest.server.leafnode.interest import JETSTREAM_DENIED, Advertised, Denied
 from ingest.server.settings import TLSConfig
 from ingest.server.subscription import learn_route
-from ingest.server.tls import TLSLayer, handshake_error
+from ingest.server.tls import TLSLink
 
 if TYPE_CHECKING:
     from ingest.server.accounts.registry import Account
@@ -71,7 +70,9 @@ class LeafSub:
         self.conn.send_msg(self.queue, subject, reply, hdr, payload)
 
 
-class LeafConnection(asyncio.Protocol):
+class LeafConnection(TLSLink, asyncio.Protocol):
+    tls_kind = "leafnode"
+
     def __init__(
         self,
         leafnodes: Leafnodes,
@@ -115,7 +116,6 @@ class LeafConnection(asyncio.Protocol):
         self._rtt_start = 0.0
         self._pings_out = 0
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self.tls: TLSLayer | None = None
 
     @property
     def where(self) -> str:
@@ -293,47 +293,12 @@ class LeafConnection(asyncio.Protocol):
     # ---- TLS ---------------------------------------------------------------------------------
 
     def _start_tls(self, config: TLSConfig) -> None:
-        leafnodes = self.leafnodes
         if self.url is None:
-            self.tls = TLSLayer(leafnodes.tls_context())
+            self.begin_tls(self.leafnodes.tls_context(), config.timeout, dialled=None)
         else:
             assert self.remote is not None
-            self.tls = TLSLayer(leafnodes.tls_context(self.remote), dialled=self.url.host)
-            self.tls.receive(b"")  # the ClientHello
-            self._write_raw(self.tls.outgoing())
-        loop = asyncio.get_running_loop()
-        self._timers["tls"] = loop.call_later(config.timeout, self._tls_timeout)
-
-    def _tls_receive(self, tls: TLSLayer, data: bytes) -> bytes | None:
-        """Decrypt; None when the handshake failed and the link is gone."""
-        was_established = tls.established
-        try:
-            plain = tls.receive(data)
-        except ssl.SSLError as exc:
-            log.error("%s - TLS leafnode handshake error: %s", self.where, handshake_error(exc))
-            self._write_raw(tls.outgoing())
-            self.close("TLS Handshake Failure")
-            return None
-        self._write_raw(tls.outgoing())
-        if tls.established and not was_established:
-            log.debug("%s - TLS handshake complete", self.where)
-            timer = self._timers.pop("tls", None)
-            if timer is not None:
-                timer.cancel()
-            self.flush()  # what waited for the handshake: CONNECT, INFO
-        if tls.peer_closed:
-            self.close("Client Closed")
-            return None
-        return plain
-
-    def _tls_timeout(self) -> None:
-        if self.tls is not None and not self.tls.established and not self.closed:
-            log.error("%s - TLS leafnode handshake error: timeout", self.where)
-            self.close("TLS Handshake Failure")
-
-    def _write_raw(self, data: bytes) -> None:
-        if data and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+            ctx = self.leafnodes.tls_context(self.remote)
+            self.begin_tls(ctx, config.timeout, dialled=self.url.host)
 
     def _auth_timeout(self) -> None:
         if not self.registered and not self.closed:
