@@ -130,6 +130,7 @@ async def _serve(opts: Options, argv: list[str]) -> int:
             lake.start(server.jetstream)
             sql = _sql_service(opts, lake, server.port)
     if account_js is not None:
+        server.account_jetstreams = account_js
         await account_js.start()
         if server.resolver is not None:
             server.resolver.jetstreams = account_js

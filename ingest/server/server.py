@@ -128,6 +128,7 @@ class Server:
         self.jetstream: Any = None  # set by the composition root when -js is on
         self.cluster_listeners: list[Callable[[], None]] = []  # peers came or went
         self.jetstream_cluster: Any = None  # the meta group's controller, when clustered
+        self.account_jetstreams: Any = None  # the accounts' engines, when -js is on
         self.cluster: Cluster | None = None  # set by the composition root with --cluster
         self.mqtt: Any = None  # the MQTT listener, set by the composition root with mqtt {}
         self.websocket: Any = None  # the WebSocket listener, likewise with websocket {}

@@ -378,3 +378,62 @@ def test_reload_raises_the_jetstream_limits(make_server: MakeServer, tmp_path: P
     assert (config["max_memory"], config["max_storage"]) == (2 * 10**9, 3 * 10**12)
     reload(server, js_text(store, "1G", "3T"))
     server.wait_for_log(FAILED + "config reload not supported for decreasing jetstream max memory")
+
+
+def account_js_text(store: Path, enabled: str) -> str:
+    return (
+        f"jetstream {{ store_dir: '{store}' }}\n"
+        "accounts {\n"
+        "  A { jetstream: enabled, users = [ {user: a, password: a} ] }\n"
+        f"  B {{ jetstream: {enabled}, users = [ {{user: b, password: b}} ] }}\n"
+        "}\n"
+    )
+
+
+def reloads(server: ServerProcess, count: int) -> None:
+    """The server has logged `count` successful reloads."""
+    done = "Reloaded server configuration"
+    poll(lambda: server.log().count(done) >= count, f"{count} reloads")
+
+
+async def js_info(nc: nats.NATS, want: str) -> str:
+    """$JS.API.INFO's answer once it contains `want` (an engine starts in the background)."""
+    deadline = time.monotonic() + 10
+    while True:
+        answer = (await nc.request("$JS.API.INFO", b"", timeout=5)).data.decode()
+        if want in answer or time.monotonic() > deadline:
+            return answer
+        await asyncio.sleep(0.05)  # the poll's pace
+
+
+NOT_ENABLED = '"err_code":10039,"description":"JetStream not enabled for account"'
+
+
+async def test_reload_switches_an_accounts_jetstream(
+    make_server: MakeServer, tmp_path: Path
+) -> None:
+    """On and off and on again: off, the API answers 10039; on again, the account's
+    streams are back with their messages."""
+    store = tmp_path / "js"
+    server = make_server(config=account_js_text(store, "disabled"))
+    nc = await nats.connect(f"nats://b:b@127.0.0.1:{server.port}")
+    try:
+        assert NOT_ENABLED in await js_info(nc, NOT_ENABLED)
+        reload(server, account_js_text(store, "enabled"))
+        await server.wait_for_log_async(RELOADED)
+        assert '"streams":0' in await js_info(nc, '"streams"')
+        js = nc.jetstream()
+        await js.add_stream(name="S", subjects=["s"])
+        await js.publish("s", b"kept")
+        reload(server, account_js_text(store, "disabled"))
+        reloads(server, 2)
+        assert NOT_ENABLED in await js_info(nc, NOT_ENABLED)
+        reload(server, account_js_text(store, "enabled"))
+        reloads(server, 3)
+        assert '"streams":1' in await js_info(nc, '"streams"')
+        assert (await js.stream_info("S")).state.messages == 1
+        reload(server, account_js_text(store, "{max_streams: 1}"))
+        reloads(server, 4)
+        assert '"max_streams":1' in await js_info(nc, '"max_streams":1')
+    finally:
+        await nc.close()

@@ -88,6 +88,20 @@ class AccountJetStreams:
         self._starting.add(task)
         task.add_done_callback(self._starting.discard)
 
+    def disable(self, account: Account) -> None:
+        """A config reload took the account's JetStream away: its engine stops (its
+        streams stay on disk for when it is enabled again) and the refusal answers."""
+        engine = account.jetstream
+        if engine is None or account is self._server.accounts.global_account:
+            return
+        account.jetstream, account.jetstream_enabled = None, False
+        if engine in self._engines:
+            self._engines.remove(engine)
+        self._refuse(account)
+        task = asyncio.get_running_loop().create_task(engine.stop())
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
+
     async def _start(self, account: Account, engine: JetStream) -> None:
         await engine.start()
         self._engines.append(engine)

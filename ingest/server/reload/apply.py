@@ -80,10 +80,10 @@ def _prepare(server: Server, argv: list[str]) -> _Prepared:
     if changes.preloads and server.resolver is not None:
         server.resolver.check_preloads(opts.resolver_preload)
     fresh = Accounts(opts, Sublist(), jetstream=opts.jetstream.enabled)
-    for account in fresh:  # an account's JetStream engine is built at start only
+    for account in fresh:
         live = server.accounts.get(account.name)
         enabled = live.jetstream_enabled if live is not None else False
-        if enabled != account.jetstream_enabled:
+        if enabled != account.jetstream_enabled and not _switchable(server, account):
             raise ReloadRefused(
                 f"config reload not supported for jetstream of account {account.name}"
             )
@@ -130,6 +130,16 @@ def _apply(server: Server, prepared: _Prepared) -> None:
     log.info("Reloaded server configuration")
 
 
+def _switchable(server: Server, account: Account) -> bool:
+    """A named account's JetStream goes on or off on a single server; the global
+    account's engine, and a cluster's meta group, are built at start only."""
+    return (
+        account.name != server.accounts.global_account.name
+        and server.account_jetstreams is not None
+        and server.jetstream_cluster is None
+    )
+
+
 def _fall_within_max_connections(server: Server, limit: int) -> None:
     """A lowered `max_connections` closes clients until the server is within it, as the
     reference does (which ones is not chosen: the most recent here)."""
@@ -144,9 +154,16 @@ def _swap_auth(server: Server, prepared: _Prepared) -> None:
     opts = prepared.opts
     server.auth = Authenticator(opts, server.resolver.store if server.resolver else None)
     server.mapper = SubjectMapper(opts.mappings) if opts.mappings else None
+    engines = server.account_jetstreams
     for fresh in prepared.accounts:
         live = server.accounts.get(fresh.name) or server.accounts.ensure(fresh.name)
         _configure(live, fresh)
+        if engines is not None and fresh.jetstream_enabled and live.jetstream is None:
+            engines.enable(live)  # its streams on disk come back with it
+        elif engines is not None and not fresh.jetstream_enabled and live.jetstream is not None:
+            engines.disable(live)
+        elif live.jetstream is not None:
+            live.jetstream.limits = live.limits.jetstream
     sharing = server.sharing
     if sharing is not None:
         sharing.stop()

@@ -141,11 +141,23 @@ RELOADS: dict[str, frozenset[str]] = {
     "cluster": frozenset(("authorization", "tls", "routes")),
     "cluster.authorization": frozenset(("user", "password", "timeout")),
     "jetstream": frozenset(_JS_LIMITS),  # raised only
-    "accounts.NAME": frozenset(("users", "exports", "imports", "limits")),
+    "accounts.NAME": frozenset(("users", "exports", "imports", "limits", "jetstream")),
     "accounts.NAME.exports": frozenset(
         ("stream", "service", "accounts", "response_type", "response_threshold", "latency")
     ),
     "accounts.NAME.imports": frozenset(("stream", "service", "prefix", "to")),
+    "accounts.NAME.jetstream": frozenset(
+        [
+            "max_memory",
+            "max_file",
+            "max_streams",
+            "max_consumers",
+            "max_ack_pending",
+            "max_bytes_required",
+            "mem_max_stream_bytes",
+            "disk_max_stream_bytes",
+        ]
+    ),
     "accounts.NAME.limits": frozenset(
         ("max_connections", "max_subscriptions", "max_payload", "max_leafnodes")
     ),
@@ -206,8 +218,6 @@ def plan(old: Options, new: Options) -> Plan:
             raise ReloadRefused(
                 f"config reload not supported for {go}: old={_go(before)}, new={_go(after)}"
             )
-    if any(a.jetstream != b.jetstream for a, b in _same_accounts(old, new)):
-        raise ReloadRefused("config reload not supported for an account's jetstream")
     return Plan(notices=tuple(dict.fromkeys(notices)), **flags)
 
 
@@ -271,11 +281,6 @@ def _jetstream(before: Any, after: Any) -> list[str]:
                 f"old={_go(old)}, new={_go(new)}"
             )
     return notices
-
-
-def _same_accounts(old: Options, new: Options) -> list[tuple[Any, Any]]:
-    by_name = {account.name: account for account in new.accounts}
-    return [(a, by_name[a.name]) for a in old.accounts if a.name in by_name]
 
 
 def _go(value: Any) -> str:
