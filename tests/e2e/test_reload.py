@@ -21,6 +21,7 @@ from pathlib import Path
 import nats
 import pytest
 
+from tests.cluster.test_route_tls import cluster_config as route_tls_config
 from tests.conftest import MakeServer
 from tests.support.cluster import ONE_ROUTE_PER_PEER, free_port, peers, poll, route_url, wait_mesh
 from tests.support.http import _get
@@ -437,3 +438,19 @@ async def test_reload_switches_an_accounts_jetstream(
         assert '"max_streams":1' in await js_info(nc, '"max_streams":1')
     finally:
         await nc.close()
+
+
+def test_reload_swaps_the_route_certificates_for_new_routes(
+    make_server: MakeServer, two_cas: tuple[Pki, Pki]
+) -> None:
+    """A's routes move to B's CA: B's redialled route, refused until then, is accepted."""
+    old_ca, new_ca = two_cas
+    a_port, b_port = free_port(), free_port()
+    a = make_server("-m", "-1", config=route_tls_config("A", a_port, [], old_ca))
+    b = make_server("-m", "-1", config=route_tls_config("B", b_port, [a_port], new_ca))
+    a.wait_for_log("TLS route handshake error")
+    assert not peers(a)
+    reload(a, route_tls_config("A", a_port, [], new_ca))
+    a.wait_for_log(RELOADED)
+    assert a.find_log(re.escape("Reloaded: cluster"))
+    wait_mesh([a, b], ["A", "B"])
