@@ -29,7 +29,7 @@ from ingest.server.auth import AUTH_VIOLATION, AuthError, Grant
 from ingest.server.gofmt import go_duration
 from ingest.server.jwt.nkey import new_nonce
 from ingest.server.logs import TRACE
-from ingest.server.subscription import Subscription, learn_acks, learn_route
+from ingest.server.subscription import Subscription, learn_acks, learn_routed
 from ingest.server.tls import TLSLayer
 
 if TYPE_CHECKING:
@@ -432,11 +432,7 @@ class Client(asyncio.Protocol):
         if not delivered and reply and self.no_responders:
             self._no_responders(subject, reply)
         if learn:
-            match = sublist.peek(subject)  # None if delivering changed the interest
-            if match is not None and not self.server.local_only(self.account, subject):
-                routes.learn(subject, None)  # a peer wants it: Python routes it
-            elif match is not None:
-                learn_route(routes, match, subject)
+            learn_routed(routes, sublist, subject, self.server.local_only(self.account, subject))
         elif routes is not None and subject.startswith(b"$JS.ACK."):
             learn_acks(routes, sublist, subject, partial(self.server.local_under, self.account))
 

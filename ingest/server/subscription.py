@@ -96,6 +96,17 @@ def learn_acks(
         routes.learn_acks(prefix + b".", sink)
 
 
+def learn_routed(routes: Any, sublist: Sublist[Any], subject: bytes, local: bool) -> None:
+    """After a publish on `subject` was routed: its match taught to the table, or that
+    Python routes it when a peer wants it (`local` false). Nothing if delivering changed
+    the interest (the match is gone)."""
+    match = sublist.peek(subject)
+    if match is not None and not local:
+        routes.learn(subject, None)
+    elif match is not None:
+        learn_route(routes, match, subject)
+
+
 def learn_route(routes: Any, match: Match[Any], subject: bytes) -> None:
     """Tell the codec's table where `subject` goes: to client subscriptions, to a stream's
     intake alone, or to Python: queue groups (a random member), other internal

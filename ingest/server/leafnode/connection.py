@@ -27,7 +27,7 @@ from ingest.server.accounts import limits
 from ingest.server.auth import Grant
 from ingest.server.leafnode.interest import JETSTREAM_DENIED, Advertised, Denied
 from ingest.server.settings import TLSConfig
-from ingest.server.subscription import learn_route
+from ingest.server.subscription import learn_routed
 from ingest.server.tls import TLSLink
 
 if TYPE_CHECKING:
@@ -392,11 +392,7 @@ class LeafConnection(TLSLink, asyncio.Protocol):
                 return
             self._dispatch(proto.RMsg("", subject, b"", (), None, payload))
         if learn and self.registered:
-            match = sublist.peek(subject)  # None if delivering changed the interest
-            if match is not None and not server.local_only(self.account, subject):
-                routes.learn(subject, None)  # a peer wants it: Python routes it
-            elif match is not None:
-                learn_route(routes, match, subject)
+            learn_routed(routes, sublist, subject, server.local_only(self.account, subject))
 
     def send_msg(
         self, queue: str | None, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes
