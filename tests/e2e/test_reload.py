@@ -454,3 +454,21 @@ def test_reload_swaps_the_route_certificates_for_new_routes(
     a.wait_for_log(RELOADED)
     assert a.find_log(re.escape("Reloaded: cluster"))
     wait_mesh([a, b], ["A", "B"])
+
+
+async def test_reload_changes_the_mqtt_consumers_settings(
+    make_server: MakeServer, tmp_path: Path
+) -> None:
+    port = free_port()
+    text = (
+        f"jetstream {{ store_dir: '{tmp_path / 'js'}' }}\nmqtt {{ listen: 127.0.0.1:{port}, %s }}\n"
+    )
+    server = make_server("-m", "-1", config=text % "ack_wait: 45s")
+    reload(server, text % "ack_wait: 90s, max_ack_pending: 7")
+    await server.wait_for_log_async(RELOADED)
+    for notice in ("ack_wait = 1m30s", "max_ack_pending = 7", "consumer_inactive_threshold = 0s"):
+        assert server.find_log(re.escape(f"Reloaded: MQTT {notice}")), notice
+    mqtt = _get(server.http_url + "/varz").json()["mqtt"]
+    assert (mqtt["ack_wait"], mqtt["max_ack_pending"]) == (90 * 10**9, 7)
+    reload(server, text.replace(str(port), str(free_port())) % "ack_wait: 90s")
+    await server.wait_for_log_async(FAILED + "config reload not supported for MQTT")

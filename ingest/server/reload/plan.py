@@ -32,6 +32,7 @@ class Plan:
     routes: bool = False  # the explicit routes: dial the added, close the removed
     preloads: bool = False  # `resolver_preload`: take the new and changed account JWTs
     jetstream_limits: bool = False  # raised `max_memory_store` / `max_file_store`
+    mqtt: bool = False  # the MQTT consumers' settings, for consumers made from now on
     pid_file: bool = False
 
     @property
@@ -121,6 +122,13 @@ _OTHERS = (
     "resolver_preload",
 )
 _FIELDS = (*_LOGGING, *_PLAIN, *_DURATIONS, *_AUTH, *_OTHERS)
+_MQTT = (
+    "ack_wait",
+    "max_ack_pending",
+    "stream_replicas",
+    "consumer_memory_storage",
+    "consumer_inactive_threshold",
+)
 _JS_LIMITS = {"max_memory_store": "max_mem_store", "max_file_store": "max_file_store"}
 _IN_AUTHORIZATION = frozenset(("users", "username", "password", "auth_token", "auth_timeout"))
 
@@ -141,6 +149,7 @@ RELOADS: dict[str, frozenset[str]] = {
     "cluster": frozenset(("authorization", "tls", "routes")),
     "cluster.authorization": frozenset(("user", "password", "timeout")),
     "jetstream": frozenset(_JS_LIMITS),  # raised only
+    "mqtt": frozenset(_MQTT),
     "accounts.NAME": frozenset(("users", "exports", "imports", "limits", "jetstream")),
     "accounts.NAME.exports": frozenset(
         ("stream", "service", "accounts", "response_type", "response_threshold", "latency")
@@ -208,6 +217,9 @@ def plan(old: Options, new: Options) -> Plan:
         elif name == "resolver_preload":
             notices.append("Reloaded: accounts")
             flags["preloads"] = True
+        elif name == "mqtt":
+            notices += _mqtt(before, after)
+            flags["mqtt"] = True
         elif name == "jetstream":
             notices += _jetstream(before, after)
             flags["jetstream_limits"] = True
@@ -250,6 +262,28 @@ def _cluster(before: Any, after: Any) -> None:
             old, new = _go(getattr(before, name)), _go(getattr(after, name))
             raise ReloadRefused(f"config reload not supported for cluster {name}: "
                                 f"old={old}, new={new}")  # fmt: skip
+
+
+def _mqtt(before: Any, after: Any) -> list[str]:
+    """The settings of the consumers MQTT subscriptions make reload; the reference then
+    logs each of them, changed or not."""
+    if (
+        before is None
+        or after is None
+        or (dataclasses.replace(before, **{name: getattr(after, name) for name in _MQTT}) != after)
+    ):
+        raise ReloadRefused(
+            f"config reload not supported for MQTT: old={_go(before)}, new={_go(after)}"
+        )
+    return [
+        f"Reloaded: MQTT ack_wait = {go_duration(round(after.ack_wait * 1e9))}",
+        f"Reloaded: MQTT max_ack_pending = {after.max_ack_pending}",
+        f"Reloaded: MQTT stream_replicas = {after.stream_replicas}",
+        "Reloaded: MQTT consumer_replicas = 0",  # not a setting of jetlake's
+        f"Reloaded: MQTT consumer_memory_storage = {_go(after.consumer_memory_storage)}",
+        "Reloaded: MQTT consumer_inactive_threshold = "
+        + go_duration(round(after.consumer_inactive_threshold * 1e9)),
+    ]
 
 
 def _jetstream(before: Any, after: Any) -> list[str]:
