@@ -40,7 +40,7 @@ LIST_LIMIT = 256
 SUBJECT_DETAILS_LIMIT = 100_000
 
 Response = dict[str, Any]
-Handler = Callable[[list[str], bytes], "Response | Awaitable[Response] | None"]
+Handler = Callable[[list[str], bytes], "Response | Awaitable[Response | None] | None"]
 HEADERS = "_headers"  # a response's key for the header block it goes out with (not sent)
 
 
@@ -130,9 +130,12 @@ class Api:
         elif result is not None:  # None: another server answers (clustered creates)
             self._send(reply, {"type": TYPE + kind, **result})
 
-    async def _finish(self, kind: str, result: Awaitable[Response], reply: str) -> None:
+    async def _finish(self, kind: str, result: Awaitable[Response | None], reply: str) -> None:
         try:
-            doc = {"type": TYPE + kind, **await result}
+            answer = await result
+            if answer is None:  # nobody to answer for after all (as a sync None)
+                return
+            doc = {"type": TYPE + kind, **answer}
         except ApiError as err:
             doc = self._error(kind, err)
         self._send(reply, doc)

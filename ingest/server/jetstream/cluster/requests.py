@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.subjects import subjects_overlap
@@ -112,7 +113,9 @@ class ClusterRequests:
 
     # -- the meta leader's ------------------------------------------------------------
 
-    def _create(self, tokens: list[str], data: bytes) -> Response | None:
+    def _create(
+        self, tokens: list[str], data: bytes
+    ) -> Response | Awaitable[Response | None] | None:
         raw = optional_json(data)
         if raw.get("name") != tokens[-1]:
             raise errors.stream_name_mismatch()
@@ -124,7 +127,7 @@ class ClusterRequests:
         if existing is not None:
             if streamconfig.from_request(existing.config) != cfg:
                 raise errors.stream_name_exists()
-            return None  # the stream's leader answers the same request with its info
+            return self._info_of(cfg.name)
         self._check_limits(cfg)
         self._check_overlap(cfg.subjects, cfg.name)
         self._assign(cfg, placement_of(raw))
@@ -194,15 +197,12 @@ class ClusterRequests:
         wanted = _without_metadata(new.to_json())
         deadline = asyncio.get_running_loop().time() + ASK_TIMEOUT
         while True:
-            doc = await self._ask(f"{PREFIX}STREAM.INFO.{new.name}", b"")
+            doc = await self._leader_info(new.name)
             if doc is not None and _without_metadata(doc.get("config") or {}) == wanted:
-                break
+                return doc
             if asyncio.get_running_loop().time() > deadline:
                 raise errors.cluster_unavailable()
             await asyncio.sleep(0.01)
-        for key in ("type", "total", "offset", "limit"):
-            doc.pop(key, None)
-        return doc
 
     async def _resized(self, sa: StreamAssignment, replicas: int) -> tuple[str, ...]:
         """The stream's peers for a new replica count. More: servers placed as a creation
@@ -323,6 +323,21 @@ class ClusterRequests:
         return {"success": True}
 
     # -- helpers ----------------------------------------------------------------------
+
+    async def _info_of(self, name: str) -> Response | None:
+        """A create repeating an existing stream's config is answered with its info, as
+        on one server; only the stream's leader has it, wherever that is (the reference
+        forwards the request there as a `STREAM.INFO`). Unanswered while it has none."""
+        info = await self._leader_info(name)
+        return None if info is None or "error" in info else info
+
+    async def _leader_info(self, name: str) -> Response | None:
+        """The stream's info as its leader gives it, less the envelope; None: no answer."""
+        doc = await self._ask(f"{PREFIX}STREAM.INFO.{name}", b"")
+        for key in ("type", "total", "offset", "limit"):
+            if doc is not None:
+                doc.pop(key, None)
+        return doc
 
     @property
     def _reply(self) -> str:
