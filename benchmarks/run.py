@@ -27,6 +27,7 @@ from benchmarks.model import Incomplete, Params, Skipped, Workload
 from benchmarks.report import JETLAKE_ONLY, NOT_RUN, Outcome, Row, figure, render, write_json
 from benchmarks.servers import ServerError, running_server
 from benchmarks.workloads import WORKLOADS, select
+from ingest.server.sql_service import DISABLE_ENV as SQL_SWITCH
 
 SIDES = ("ref", "jetlake")
 REAP_SECONDS = 10.0
@@ -211,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    # The lake rows measure the compactor: no SQL service JVM beside each lake server,
+    # on its fixed ports, competing for the CPU (an operator's environment still wins).
+    os.environ.setdefault(SQL_SWITCH, "off")
     if args.list:
         for w in (*WORKLOADS, *scale.workloads(scale.Sizes())):
             print(f"{w.name:<22} {w.profile.value:<15} {w.description}")
