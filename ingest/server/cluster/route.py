@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ingest.parser import routes as proto
 from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
-from ingest.server.tls import TLSLink
+from ingest.server.link import PeerLink
 
 if TYPE_CHECKING:
     from ingest.server.cluster.mesh import Cluster
+    from ingest.server.settings import Options
 
 log = logging.getLogger("jetlake")
 
@@ -36,7 +37,7 @@ ROUTE_MAX_PAYLOAD = 64 * 1024 * 1024
 DUPLICATE_GRACE = 2.0
 
 
-class Route(TLSLink, asyncio.Protocol):
+class Route(PeerLink, asyncio.Protocol):
     tls_kind = "route"
 
     def __init__(
@@ -79,6 +80,10 @@ class Route(TLSLink, asyncio.Protocol):
     @property
     def where(self) -> str:
         return f"{self.host}:{self.port} - rid:{self.rid}"
+
+    @property
+    def link_opts(self) -> Options:
+        return self.cluster.server.opts
 
     @property
     def solicitor_key(self) -> tuple[str, int]:
@@ -202,9 +207,6 @@ class Route(TLSLink, asyncio.Protocol):
         server.in_bytes += size
         return taken
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.close("Client Closed" if exc is None else "Read Error")
-
     def _dispatch(self, op: proto.RouteOp) -> None:
         cluster = self.cluster
         if isinstance(op, proto.RMsg):
@@ -223,9 +225,7 @@ class Route(TLSLink, asyncio.Protocol):
         elif isinstance(op, proto.Ping):
             self.queue(proto.PONG)
         elif isinstance(op, proto.Pong):
-            if self._pings_out:
-                self.rtt = time.monotonic() - self._rtt_start
-            self._pings_out = 0
+            self._on_pong()
         elif isinstance(op, proto.Info):
             self._on_info(op.info)
         elif isinstance(op, proto.Connect):
@@ -331,18 +331,7 @@ class Route(TLSLink, asyncio.Protocol):
 
     def flush(self) -> None:
         self._dirty = False
-        if self.transport is None or self.closed or not self._out:
-            self._out.clear()
-            return
-        tls = self.tls
-        if tls is not None and not tls.established:
-            return  # sent once the handshake completes
-        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
-        self._out = []
-        self.transport.write(data if tls is None else tls.encrypt(data))
-        if self.transport.get_write_buffer_size() > self.cluster.server.opts.max_pending:
-            log.info("%s - Slow Consumer Detected: route", self.where)
-            self.close("Slow Consumer (Pending Bytes)", abort=True)
+        self._write_out()
 
     def pending(self) -> int:
         if self.transport is None or self.closed:
@@ -351,46 +340,18 @@ class Route(TLSLink, asyncio.Protocol):
 
     # ---- timers and closing ---------------------------------------------------------------
 
-    def _send_ping(self) -> None:
-        if self.closed:
-            return
-        opts = self.cluster.server.opts
-        if self._pings_out + 1 > opts.ping_max:
-            self.close("Stale Connection")
-            return
-        self._pings_out += 1
-        self._rtt_start = time.monotonic()
-        self.queue(proto.PING)
-        loop = asyncio.get_running_loop()
-        self._timers["ping"] = loop.call_later(opts.ping_interval, self._send_ping)
-
     def _auth_timeout(self) -> None:
         if not self.connected and not self.closed:
             self.queue(proto.encode_err("Authentication Timeout"))
             self.close("Authentication Timeout", flush=True)
 
     def close(self, reason: str, *, flush: bool = False, abort: bool = False) -> None:
-        if self.closed:
+        if not self._closing(reason, flush=flush):
             return
-        if flush:
-            self.flush()
-        self.closed = True
-        self.close_reason = reason
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
         remote = f" - Remote: {self.remote_name}" if self.registered else ""
         self.cluster.unregister(self)
         log.info("%s - Router connection closed: %s%s", self.where, reason, remote)
-        if self.transport is not None:
-            if abort:
-                self.transport.abort()
-            else:
-                if self.tls is not None and self.tls.established:
-                    self._write_raw(self.tls.shutdown())
-                self.transport.close()
-        if not self.done.done():
-            self.done.set_result(None)
+        self._hang_up(abort=abort)
 
 
 def _reason_for(message: str) -> str:

@@ -26,15 +26,16 @@ from ingest.parser.subjects import subject_matches
 from ingest.server.accounts import limits
 from ingest.server.auth import Grant
 from ingest.server.leafnode.interest import JETSTREAM_DENIED, Advertised, Denied
+from ingest.server.link import PeerLink
 from ingest.server.settings import TLSConfig
 from ingest.server.subscription import learn_routed
-from ingest.server.tls import TLSLink
 
 if TYPE_CHECKING:
     from ingest.server.accounts.registry import Account
     from ingest.server.cluster.settings import RouteURL
     from ingest.server.leafnode.manager import Leafnodes
     from ingest.server.leafnode.settings import RemoteLeaf
+    from ingest.server.settings import Options
 
 log = logging.getLogger("jetlake")
 
@@ -70,7 +71,7 @@ class LeafSub:
         self.conn.send_msg(self.queue, subject, reply, hdr, payload)
 
 
-class LeafConnection(TLSLink, asyncio.Protocol):
+class LeafConnection(PeerLink, asyncio.Protocol):
     tls_kind = "leafnode"
 
     def __init__(
@@ -121,6 +122,10 @@ class LeafConnection(TLSLink, asyncio.Protocol):
     def where(self) -> str:
         return f"{self.host}:{self.port} - lid:{self.cid}"
 
+    @property
+    def link_opts(self) -> Options:
+        return self.server.opts
+
     # ---- connection ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -145,9 +150,6 @@ class LeafConnection(TLSLink, asyncio.Protocol):
             self._start_tls(tls)
         timeout = self.leafnodes.config.auth_timeout
         self._timers["auth"] = loop.call_later(timeout, self._auth_timeout)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.close("Client Closed" if exc is None else "Read Error")
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -186,9 +188,7 @@ class LeafConnection(TLSLink, asyncio.Protocol):
         elif isinstance(op, proto.Ping):
             self.queue(proto.PONG)
         elif isinstance(op, proto.Pong):
-            if self._pings_out:
-                self.rtt = time.monotonic() - self._rtt_start
-            self._pings_out = 0
+            self._on_pong()
         elif isinstance(op, proto.Info):
             self._on_info(op.info)
         elif isinstance(op, proto.Connect):
@@ -441,42 +441,11 @@ class LeafConnection(TLSLink, asyncio.Protocol):
     def flush(self) -> None:
         self._dirty = False
         self._emit()
-        if self.transport is None or self.closed or not self._out:
-            self._out.clear()
-            return
-        tls = self.tls
-        if tls is not None and not tls.established:
-            return  # sent once the handshake completes
-        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
-        self._out = []
-        self.transport.write(data if tls is None else tls.encrypt(data))
-        if self.transport.get_write_buffer_size() > self.server.opts.max_pending:
-            log.info("%s - Slow Consumer Detected: leafnode", self.where)
-            self.close("Slow Consumer (Pending Bytes)", abort=True)
-
-    def _send_ping(self) -> None:
-        if self.closed:
-            return
-        opts = self.server.opts
-        if self._pings_out + 1 > opts.ping_max:
-            self.close("Stale Connection")
-            return
-        self._pings_out += 1
-        self._rtt_start = time.monotonic()
-        self.queue(proto.PING)
-        loop = asyncio.get_running_loop()
-        self._timers["ping"] = loop.call_later(opts.ping_interval, self._send_ping)
+        self._write_out()
 
     def close(self, reason: str, *, flush: bool = False, abort: bool = False) -> None:
-        if self.closed:
+        if not self._closing(reason, flush=flush):
             return
-        if flush:
-            self.flush()
-        self.closed = True
-        self.close_reason = reason
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
         self._held = None
         self.leafnodes.unregister(self)
         for (subject, queue), sub in list(self.subs.items()):
@@ -485,15 +454,7 @@ class LeafConnection(TLSLink, asyncio.Protocol):
         self.subs.clear()
         name = f" - Remote: {self.remote_name}" if self.remote_name else ""
         log.info("%s - Leafnode connection closed: %s%s", self.where, reason, name)
-        if self.transport is not None:
-            if abort:
-                self.transport.abort()
-            else:
-                if self.tls is not None and self.tls.established:
-                    self._write_raw(self.tls.shutdown())
-                self.transport.close()
-        if not self.done.done():
-            self.done.set_result(None)
+        self._hang_up(abort=abort)
 
 
 def _reason_for(message: str) -> str:

@@ -1,0 +1,100 @@
+"""What a server-to-server connection (a route, a leafnode link) does the same way
+whichever protocol it speaks: writing its queued output (encrypted once the TLS
+handshake is done, closed as a slow consumer past `max_pending`), keeping itself alive
+with PINGs that measure the round trip, and hanging up."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from ingest.parser.framing import PING
+from ingest.server.tls import TLSLink
+
+if TYPE_CHECKING:
+    from ingest.server.settings import Options
+
+log = logging.getLogger("jetlake")
+
+
+class PeerLink(TLSLink):
+    """Mixed into the connection's asyncio.Protocol ahead of it. The connection owns the
+    state named below and says which server options apply (`link_opts`)."""
+
+    if TYPE_CHECKING:
+        close_reason: str
+        done: asyncio.Future[None]
+        rtt: float
+        _out: list[bytes]
+        _rtt_start: float
+        _pings_out: int
+
+        @property
+        def link_opts(self) -> Options: ...
+        def queue(self, data: bytes) -> None: ...
+        def close(self, reason: str, *, flush: bool = False, abort: bool = False) -> None: ...
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close("Client Closed" if exc is None else "Read Error")
+
+    def _write_out(self) -> None:
+        """Send what is queued; what waits for the TLS handshake stays queued."""
+        if self.transport is None or self.closed or not self._out:
+            self._out.clear()
+            return
+        tls = self.tls
+        if tls is not None and not tls.established:
+            return  # sent once the handshake completes
+        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        self._out = []
+        self.transport.write(data if tls is None else tls.encrypt(data))
+        if self.transport.get_write_buffer_size() > self.link_opts.max_pending:
+            log.info("%s - Slow Consumer Detected: %s", self.where, self.tls_kind)
+            self.close("Slow Consumer (Pending Bytes)", abort=True)
+
+    def _send_ping(self) -> None:
+        if self.closed:
+            return
+        opts = self.link_opts
+        if self._pings_out + 1 > opts.ping_max:
+            self.close("Stale Connection")
+            return
+        self._pings_out += 1
+        self._rtt_start = time.monotonic()
+        self.queue(PING)
+        loop = asyncio.get_running_loop()
+        self._timers["ping"] = loop.call_later(opts.ping_interval, self._send_ping)
+
+    def _on_pong(self) -> None:
+        if self._pings_out:
+            self.rtt = time.monotonic() - self._rtt_start
+        self._pings_out = 0
+
+    def _closing(self, reason: str, *, flush: bool) -> bool:
+        """Whether this call closes the link (not closed before): the last output sent
+        when asked, the reason kept and the timers stopped."""
+        if self.closed:
+            return False
+        if flush:
+            self.flush()
+        self.closed = True
+        self.close_reason = reason
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        return True
+
+    def _hang_up(self, *, abort: bool) -> None:
+        """Close the socket (our TLS close_notify first, unless aborting) and wake whoever
+        waits for the link to end."""
+        if self.transport is not None:
+            if abort:
+                self.transport.abort()
+            else:
+                if self.tls is not None and self.tls.established:
+                    self._write_raw(self.tls.shutdown())
+                self.transport.close()
+        if not self.done.done():
+            self.done.set_result(None)
