@@ -39,13 +39,9 @@ def read_cluster(
     fields: dict[str, Any] = {}
     for name in section.table:
         lowered = name.lower()
-        if lowered == "listen":
-            fields.update(listen_address(section, name))
-        elif lowered in ("host", "net"):
-            fields["host"] = section.string(name)
-        elif lowered == "port":
-            port = section.integer(name)
-            fields["port"] = 0 if port == -1 else port
+        listener = listener_fields(section, name, tls)
+        if listener is not None:
+            fields.update(listener)
         elif lowered == "name":
             fields["name"] = _name(section, name)
         elif lowered == "routes":
@@ -58,13 +54,29 @@ def read_cluster(
             fields["connect_retries"] = section.integer(name)
         elif lowered == "pool_size":
             fields["pool_size"] = section.integer(name)
-        elif lowered == "tls":
-            fields["tls"] = tls(section, name)
         else:
             section.unknown(name)
     if "port" not in fields:
         return None
     return dataclasses.replace(ClusterConfig(), **fields)
+
+
+def listener_fields(
+    section: SectionReader, key: str, tls: Callable[[Any, str], Any]
+) -> dict[str, Any] | None:
+    """The keys every listening section reads alike (listen, host/net, port, tls), as
+    fields; None for any other key."""
+    lowered = key.lower()
+    if lowered == "listen":
+        return listen_address(section, key)
+    if lowered in ("host", "net"):
+        return {"host": section.string(key)}
+    if lowered == "port":
+        port = section.integer(key)
+        return {"port": 0 if port == -1 else port}
+    if lowered == "tls":
+        return {"tls": tls(section, key)}
+    return None
 
 
 def listen_address(section: SectionReader, key: str) -> dict[str, Any]:

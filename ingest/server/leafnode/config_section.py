@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from ingest.parser.conf import ConfigError, Table
 from ingest.server.accounts.settings import DEFAULT_SYSTEM_ACCOUNT, GLOBAL_ACCOUNT
-from ingest.server.cluster.config_section import SectionReader, listen_address
+from ingest.server.cluster.config_section import SectionReader, listener_fields
 from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
 from ingest.server.leafnode.settings import LeafnodeConfig, LeafUser, RemoteLeaf
 from ingest.server.settings import TLSConfig
@@ -31,13 +31,9 @@ def read_leafnodes(top: Reader, key: str, *, tls: TLSReader) -> LeafnodeConfig:
     fields: dict[str, Any] = {}
     for name in section.table:
         lowered = name.lower()
-        if lowered == "listen":
-            fields.update(listen_address(section, name))
-        elif lowered in ("host", "net"):
-            fields["host"] = section.string(name)
-        elif lowered == "port":
-            port = section.integer(name)
-            fields["port"] = 0 if port == -1 else port
+        listener = listener_fields(section, name, tls)
+        if listener is not None:
+            fields.update(listener)
         elif lowered in ("authorization", "authentication"):
             fields.update(_authorization(section, name))
         elif lowered == "remotes":
@@ -48,8 +44,6 @@ def read_leafnodes(top: Reader, key: str, *, tls: TLSReader) -> LeafnodeConfig:
             fields["advertise"] = section.string(name)
         elif lowered == "no_advertise":
             fields["no_advertise"] = section.boolean(name)
-        elif lowered == "tls":
-            fields["tls"] = tls(section, name)
         else:
             section.unknown(name)
     return dataclasses.replace(LeafnodeConfig(), **fields)

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from ingest.server.cluster.config_section import (
     SectionReader,
-    listen_address,
+    listener_fields,
     single_user_authorization,
 )
 from ingest.server.websocket.settings import WebSocketConfig
@@ -27,19 +27,13 @@ def read_websocket(
     fields: dict[str, Any] = {}
     for name in section.table:
         lowered = name.lower()
-        if lowered == "listen":
-            fields.update(listen_address(section, name))
-        elif lowered in ("host", "net"):
-            fields["host"] = section.string(name)
-        elif lowered == "port":
-            port = section.integer(name)
-            fields["port"] = 0 if port == -1 else port
+        listener = listener_fields(section, name, tls)
+        if listener is not None:
+            fields.update(listener)
         elif lowered == "advertise":
             fields["advertise"] = section.string(name)
         elif lowered == "no_tls":
             fields["no_tls"] = section.boolean(name)
-        elif lowered == "tls":
-            fields["tls"] = tls(section, name)
         elif lowered in ("compression", "compress"):
             fields["compression"] = section.boolean(name)
         elif lowered == "same_origin":
