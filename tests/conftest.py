@@ -20,6 +20,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from tests.support.servers import ServerError, ServerProcess, enabled_kinds, start_server
+from tests.support.tls import Pki, make_pki
 
 KIND_IDS = {"nats-server": "ref", "jetlake": "jl"}
 
@@ -114,6 +115,18 @@ class ServerPool:
                     server.stop(expect_code=None)
                 except ServerError:
                     server.kill()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA with server, client and route certificates, for one test module."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def other_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """Certificates from a CA `pki`'s users do not trust."""
+    return make_pki(tmp_path_factory.mktemp("other-pki"))
 
 
 @pytest.fixture(scope="session")

@@ -20,20 +20,9 @@ from tests.conftest import MakeServer
 from tests.jscluster.support import eventually
 from tests.support.cluster import free_port, peers, poll, routez, stop_all, wait_mesh
 from tests.support.servers import ServerProcess, start_server
-from tests.support.tls import Pki, make_pki
+from tests.support.tls import Pki
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def other_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    """Certificates from a CA the cluster does not trust."""
-    return make_pki(tmp_path_factory.mktemp("other-pki"))
 
 
 def cluster_config(

@@ -14,7 +14,7 @@ from tests.leafnode.conftest import LINK_TIMEOUT, leafz, linked
 from tests.support.cluster import free_port, poll
 from tests.support.http import _get
 from tests.support.servers import ServerProcess, start_server
-from tests.support.tls import Pki, make_pki
+from tests.support.tls import Pki
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,17 +24,6 @@ PAIRS = [  # jetlake with the reference by default; the rest under soak
     pytest.param(("jetlake", "nats-server"), id="jl-hub/ref-leaf"),
     pytest.param(("jetlake", "jetlake"), id="jl-hub/jl-leaf", marks=pytest.mark.soak),
 ]
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def other_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    """Certificates from a CA neither end trusts."""
-    return make_pki(tmp_path_factory.mktemp("other-pki"))
 
 
 def tls_block(pki: Pki, *, ca: Pki | None = None, verify: bool = False) -> str:

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from ingest.server.tls import TLSLayer, make_server_context
-from tests.support.tls import Pki, make_pki
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(Path(tmp_path_factory.mktemp("pki")))
+from tests.support.tls import Pki
 
 
 def connected(pki: Pki) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO, TLSLayer]:

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import Connect, MakeServer, ServerPool
 from tests.support.http import get_json
 from tests.support.servers import server_command
-from tests.support.tls import Pki, make_pki
+from tests.support.tls import Pki
 from tests.websocket.conftest import TIMEOUT, OpenWS, WSServer, ws_port
 
 NODE_TOOLS = Path(__file__).resolve().parents[2] / ".venv" / "node"
@@ -218,11 +218,6 @@ async def test_nats_javascript_client(
     assert result["received"] == [[f"ws.data.{n}", n, True] for n in sizes]
     assert result["reply"] == "ping"
     assert result["tcp"] == ["hello from tcp"]
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("ws-pki"))
 
 
 async def test_wss(server_kind: str, server_pool: ServerPool, pki: Pki, open_ws: OpenWS) -> None:
