@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.parser.conf import ConfigError
 from ingest.server.auth import Authenticator
 
 
@@ -41,3 +42,31 @@ def listener_authenticator(server: Any, block: Any) -> Authenticator:
             opts.accounts,
         )
     )
+
+
+def check_no_auth_user(no_auth_user: str | None, users: tuple[Any, ...]) -> None:
+    """The reference refuses to start with a `no_auth_user` that names none of `users`."""
+    if no_auth_user is None:
+        return
+    if not users:
+        raise ConfigError(
+            f'no_auth_user: "{no_auth_user}" present, but users/nkeys are not defined'
+        )
+    if all(user.user != no_auth_user for user in users):
+        raise ConfigError(
+            f'no_auth_user: "{no_auth_user}" not present as user or nkey in '
+            "authorization block or account configuration"
+        )
+
+
+def check_block_credentials(kind: str, block: Any, users: tuple[Any, ...]) -> None:
+    """A listener block's own username or token cannot stand beside the server's users:
+    the reference refuses to start, naming the block (`kind`)."""
+    if users and block.username:
+        raise ConfigError(
+            f"{kind} authentication username not compatible with presence of users/nkeys"
+        )
+    if users and block.token:
+        raise ConfigError(
+            f"{kind} authentication token not compatible with presence of users/nkeys"
+        )

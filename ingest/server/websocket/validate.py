@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ingest.parser.conf import ConfigError
+from ingest.server.listener_auth import check_block_credentials, check_no_auth_user
 
 
 def check_websocket_options(opts: Any) -> None:
@@ -14,25 +15,10 @@ def check_websocket_options(opts: Any) -> None:
         return
     if ws.tls is None and not ws.no_tls:
         raise ConfigError("websocket requires TLS configuration")
-    users = opts.users + tuple(u for account in opts.accounts for u in account.users)
-    if ws.no_auth_user is not None:
-        if not users:
-            raise ConfigError(
-                f'no_auth_user: "{ws.no_auth_user}" present, but users/nkeys are not defined'
-            )
-        if all(user.user != ws.no_auth_user for user in users):
-            raise ConfigError(
-                f'no_auth_user: "{ws.no_auth_user}" not present as user or nkey in '
-                "authorization block or account configuration"
-            )
-    if opts.users and ws.username:
-        raise ConfigError(
-            "websocket authentication username not compatible with presence of users/nkeys"
-        )
-    if opts.users and ws.token:
-        raise ConfigError(
-            "websocket authentication token not compatible with presence of users/nkeys"
-        )
+    check_no_auth_user(
+        ws.no_auth_user, opts.users + tuple(u for account in opts.accounts for u in account.users)
+    )
+    check_block_credentials("websocket", ws, opts.users)
     if ws.jwt_cookie and not opts.operators:
         raise ConfigError(
             "trusted operators or trusted keys configuration is required for JWT "
