@@ -26,6 +26,7 @@ from ingest.parser.outlet import Outlet
 from ingest.parser.subjects import is_valid_literal_subject, is_valid_subject
 from ingest.server.accounts import limits
 from ingest.server.auth import AUTH_VIOLATION, AuthError, Grant
+from ingest.server.closing import Closing
 from ingest.server.gofmt import go_duration
 from ingest.server.jwt.nkey import new_nonce
 from ingest.server.logs import TRACE
@@ -42,7 +43,7 @@ STALL_MIN = 0.002
 STALL_MAX = 0.005
 
 
-class Client(asyncio.Protocol):
+class Client(Closing, asyncio.Protocol):
     """State of one TCP (or TLS) client connection."""
 
     def __init__(self, server: Server, cid: int) -> None:
@@ -626,15 +627,8 @@ class Client(asyncio.Protocol):
         self._close(reason, flush=flush)
 
     def _close(self, reason: str, *, flush: bool = False, abort: bool = False) -> None:
-        if self.closed:
+        if not self._closing(reason, flush=flush):
             return
-        if flush:
-            self.flush()
-        self.closed = True
-        self.close_reason = reason
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
         for sub in list(self.subs.values()):
             self.drop_sub(sub)
         self.outlet.close()

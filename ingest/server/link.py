@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ingest.parser.framing import PING
+from ingest.server.closing import Closing
 from ingest.server.tls import TLSLink
 
 if TYPE_CHECKING:
@@ -19,12 +20,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake")
 
 
-class PeerLink(TLSLink):
+class PeerLink(Closing, TLSLink):
     """Mixed into the connection's asyncio.Protocol ahead of it. The connection owns the
     state named below and says which server options apply (`link_opts`)."""
 
     if TYPE_CHECKING:
-        close_reason: str
         done: asyncio.Future[None]
         rtt: float
         _out: list[bytes]
@@ -71,20 +71,6 @@ class PeerLink(TLSLink):
         if self._pings_out:
             self.rtt = time.monotonic() - self._rtt_start
         self._pings_out = 0
-
-    def _closing(self, reason: str, *, flush: bool) -> bool:
-        """Whether this call closes the link (not closed before): the last output sent
-        when asked, the reason kept and the timers stopped."""
-        if self.closed:
-            return False
-        if flush:
-            self.flush()
-        self.closed = True
-        self.close_reason = reason
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
-        return True
 
     def _hang_up(self, *, abort: bool) -> None:
         """Close the socket (our TLS close_notify first, unless aborting) and wake whoever

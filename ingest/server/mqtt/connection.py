@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.parser import mqtt
 from ingest.parser.mqtt_topics import TopicError, to_subject
 from ingest.server.auth import AuthError, Grant
+from ingest.server.closing import Closing
 from ingest.server.mqtt.subscriptions import SubscriptionSet, subject_of
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class Inbox:
         return self.subject
 
 
-class MQTTConnection(asyncio.Protocol):
+class MQTTConnection(Closing, asyncio.Protocol):
     """State of one MQTT network connection (its session outlives it when persistent)."""
 
     def __init__(self, listener: MQTTListener, cid: int) -> None:
@@ -318,14 +319,8 @@ class MQTTConnection(asyncio.Protocol):
 
     def close(self, reason: str, *, abnormal: bool = False) -> None:
         """Close once; the Will goes out only when the close was not the client's choice."""
-        if self.closed:
+        if not self._closing(reason, flush=True):
             return
-        self.flush()
-        self.closed = True
-        self.close_reason = reason
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
         self.filters.clear()
         self.listener.unregister(self)
         self.listener.sessions.closed(self)
