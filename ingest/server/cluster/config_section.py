@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ingest.parser.conf import ConfigError, Table
-from ingest.server.cluster.settings import ClusterConfig, RouteURLError, parse_route_url
+from ingest.server.cluster.settings import ClusterConfig, RouteURL, RouteURLError, parse_route_url
 
 
 class SectionReader(Protocol):
@@ -99,17 +99,30 @@ def _name(section: SectionReader, key: str) -> str:
     return name
 
 
-def _routes(section: SectionReader, key: str) -> tuple[Any, ...]:
+def _routes(section: SectionReader, key: str) -> tuple[RouteURL, ...]:
+    return url_list(section, key, not_a_string=lambda item: f'error parsing route url ["{item}"]')
+
+
+def url_list(
+    section: SectionReader,
+    key: str,
+    *,
+    not_a_string: Callable[[object], str],
+    named: str = "route url",
+) -> tuple[RouteURL, ...]:
+    """One URL or a list of them, in route URL syntax (routes, leafnode remotes): an
+    item that is no string refused in `not_a_string`'s words, a bad URL in the parser's,
+    the URL `named` as the section calls it."""
     value = section.table[key]
     items = value if isinstance(value, list) else [value]
     urls = []
     for item in items:
         if not isinstance(item, str):
-            raise section.error(key, f'error parsing route url ["{item}"]')
+            raise section.error(key, not_a_string(item))
         try:
             urls.append(parse_route_url(item))
         except RouteURLError as exc:
-            raise section.error(key, str(exc)) from None
+            raise section.error(key, str(exc).replace("route url", named)) from None
     return tuple(urls)
 
 

@@ -8,8 +8,8 @@ from typing import Any, Protocol
 
 from ingest.parser.conf import ConfigError, Table
 from ingest.server.accounts.settings import DEFAULT_SYSTEM_ACCOUNT, GLOBAL_ACCOUNT
-from ingest.server.cluster.config_section import SectionReader, listener_fields
-from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
+from ingest.server.cluster.config_section import SectionReader, listener_fields, url_list
+from ingest.server.cluster.settings import RouteURL
 from ingest.server.leafnode.settings import LeafnodeConfig, LeafUser, RemoteLeaf
 from ingest.server.settings import TLSConfig
 
@@ -138,17 +138,12 @@ def _remote(parent: Reader, key: str, item: object, tls: TLSReader) -> RemoteLea
 
 
 def _urls(section: SectionReader, key: str) -> tuple[RouteURL, ...]:
-    value = section.table[key]
-    items = value if isinstance(value, list) else [value]
-    urls = []
-    for item in items:
-        if not isinstance(item, str):
-            raise section.error(key, f"Expected remote leafnode url to be a string, got {item!r}")
-        try:
-            urls.append(parse_route_url(item))
-        except RouteURLError as exc:
-            raise section.error(key, str(exc).replace("route url", "leafnode url")) from None
-    return tuple(urls)
+    return url_list(
+        section,
+        key,
+        not_a_string=lambda item: f"Expected remote leafnode url to be a string, got {item!r}",
+        named="leafnode url",
+    )
 
 
 def _tls_scheme(value: object) -> bool:
