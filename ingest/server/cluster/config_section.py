@@ -133,11 +133,17 @@ _REFUSED = {
 
 
 def single_user_authorization(
-    parent: SectionReader, key: str, *, token: bool, refused: dict[str, str] | None = None
+    parent: SectionReader,
+    key: str,
+    *,
+    token: bool,
+    refused: dict[str, str] | None = None,
+    more: Callable[[Any, str], dict[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
-    """The one-user `authorization {}` of `cluster {}` and `mqtt {}`: user/username,
-    pass/password, timeout, and a token where the block allows one. `refused` names
-    keys the reference rejects with a reason of their own instead of "unknown field"."""
+    """The `authorization {}` of a listener block (cluster, mqtt, websocket, leafnodes):
+    user/username, pass/password, timeout, and a token where the block allows one.
+    `refused` names keys the reference rejects with a reason of their own instead of
+    "unknown field"; `more` reads the block's own further keys (None: not one)."""
     section = parent.section(key)
     fields: dict[str, Any] = {}
     for name in section.table:
@@ -152,6 +158,8 @@ def single_user_authorization(
             fields["token"] = section.string(name)
         elif refused and lowered in refused:
             raise parent.error(key, refused[lowered])
+        elif more is not None and (extra := more(section, name)) is not None:
+            fields.update(extra)
         else:
             section.unknown(name)
     return fields

@@ -8,7 +8,12 @@ from typing import Any, Protocol
 
 from ingest.parser.conf import ConfigError, Table
 from ingest.server.accounts.settings import DEFAULT_SYSTEM_ACCOUNT, GLOBAL_ACCOUNT
-from ingest.server.cluster.config_section import SectionReader, listener_fields, url_list
+from ingest.server.cluster.config_section import (
+    SectionReader,
+    listener_fields,
+    single_user_authorization,
+    url_list,
+)
 from ingest.server.cluster.settings import RouteURL
 from ingest.server.leafnode.settings import LeafnodeConfig, LeafUser, RemoteLeaf
 from ingest.server.settings import TLSConfig
@@ -57,23 +62,18 @@ def _seconds(section: SectionReader, key: str) -> float:
 
 
 def _authorization(parent: Reader, key: str) -> dict[str, Any]:
-    section = parent.section(key)
-    fields: dict[str, Any] = {}
-    for name in section.table:
-        lowered = name.lower()
-        if lowered in ("user", "username"):
-            fields["username"] = section.string(name)
-        elif lowered in ("pass", "password"):
-            fields["password"] = section.string(name)
-        elif lowered == "account":
-            fields["account"] = section.string(name)
-        elif lowered == "timeout":
-            fields["auth_timeout"] = section.timeout(name, "authorization config")
-        elif lowered == "users":
-            fields["users"] = _users(section, name)
-        else:
-            section.unknown(name)
-    return fields
+    return single_user_authorization(parent, key, token=False, more=_authorization_more)
+
+
+def _authorization_more(section: Reader, key: str) -> dict[str, Any] | None:
+    """A leafnode block's keys beyond a single user's: the account a link binds to and
+    a list of users."""
+    lowered = key.lower()
+    if lowered == "account":
+        return {"account": section.string(key)}
+    if lowered == "users":
+        return {"users": _users(section, key)}
+    return None
 
 
 def _users(parent: Reader, key: str) -> tuple[LeafUser, ...]:
