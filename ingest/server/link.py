@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ingest.parser.framing import PING
+from ingest.parser import routes
+from ingest.parser.framing import PING, PONG
 from ingest.server.closing import Closing
 from ingest.server.tls import TLSLink
 
@@ -34,6 +35,8 @@ class PeerLink(Closing, TLSLink):
         @property
         def link_opts(self) -> Options: ...
         def queue(self, data: bytes) -> None: ...
+        def _on_info(self, info: dict[str, Any]) -> None: ...
+        def _on_connect(self, options: dict[str, Any]) -> None: ...
         def close(self, reason: str, *, flush: bool = False, abort: bool = False) -> None: ...
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -67,10 +70,19 @@ class PeerLink(Closing, TLSLink):
         loop = asyncio.get_running_loop()
         self._timers["ping"] = loop.call_later(opts.ping_interval, self._send_ping)
 
-    def _on_pong(self) -> None:
-        if self._pings_out:
-            self.rtt = time.monotonic() - self._rtt_start
-        self._pings_out = 0
+    def _control(self, op: object) -> None:
+        """The operations routes and leafnode links answer alike: PING, PONG (the round
+        trip measured), INFO and CONNECT (each kind's own handshake)."""
+        if isinstance(op, routes.Ping):
+            self.queue(PONG)
+        elif isinstance(op, routes.Pong):
+            if self._pings_out:
+                self.rtt = time.monotonic() - self._rtt_start
+            self._pings_out = 0
+        elif isinstance(op, routes.Info):
+            self._on_info(op.info)
+        elif isinstance(op, routes.Connect):
+            self._on_connect(op.options)
 
     def _hang_up(self, *, abort: bool) -> None:
         """Close the socket (our TLS close_notify first, unless aborting) and wake whoever

@@ -222,17 +222,11 @@ class Route(PeerLink, asyncio.Protocol):
             if self.registered:
                 cluster.remote.remove(self, op.subject, op.queue, op.account)
                 cluster.remote_changed(op.account, op.subject)
-        elif isinstance(op, proto.Ping):
-            self.queue(proto.PONG)
-        elif isinstance(op, proto.Pong):
-            self._on_pong()
-        elif isinstance(op, proto.Info):
-            self._on_info(op.info)
-        elif isinstance(op, proto.Connect):
-            self._on_connect(op.options)
         elif isinstance(op, proto.Err):
             log.error("%s - Route Error '%s'", self.where, op.message)
             self.close(_reason_for(op.message))
+        else:
+            self._control(op)
 
     def _on_connect(self, options: dict[str, Any]) -> None:
         if self.got_connect or self.solicited:

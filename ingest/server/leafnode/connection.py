@@ -185,16 +185,10 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             self._remote_sub(op.subject, op.queue, op.weight)
         elif isinstance(op, proto.RUnsub):
             self._remote_unsub(op.subject, op.queue)
-        elif isinstance(op, proto.Ping):
-            self.queue(proto.PONG)
-        elif isinstance(op, proto.Pong):
-            self._on_pong()
-        elif isinstance(op, proto.Info):
-            self._on_info(op.info)
-        elif isinstance(op, proto.Connect):
-            self._on_connect(op.options)
         elif isinstance(op, proto.Err):
             self._on_err(op.message)
+        else:
+            self._control(op)
 
     # ---- handshake ------------------------------------------------------------------------
 
