@@ -17,7 +17,9 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from time import perf_counter, time_ns
 from typing import TYPE_CHECKING
@@ -29,7 +31,7 @@ from benchmarks.client import latency_metrics
 from benchmarks.jetstream import js_context, publish_all
 from benchmarks.model import Incomplete, Params
 from benchmarks.seaweed import SeaweedS3, spark_shape
-from benchmarks.servers import server_process
+from benchmarks.servers import STORE, Target, server_process
 from log.compactor.compact import Compactor, lake_progress
 from log.compactor.layout import META_FILE, STREAMS, StreamRef, default_lake_dir
 from log.compactor.location import Lake, LakePath
@@ -159,22 +161,36 @@ async def freshness(url: str, p: Params) -> dict[str, float]:
 
 
 async def freshness_s3(_url: str, p: Params) -> dict[str, float]:
-    """PubAck -> row in Delta with the lake in a bucket: SeaweedFS's S3 server on this machine
-    (`benchmarks.seaweed`, the tests' own) and a server started here on it, at the
-    defaults otherwise (`--lake_dir s3://…`, the keys in its environment as a user's)."""
+    """PubAck -> row in Delta with the lake in a bucket (`_on_s3`), at the defaults otherwise."""
     assert p.store is not None, "the harness sets the store of every run"
-    seaweed = await asyncio.to_thread(SeaweedS3(p.store.parent / "seaweed").start)
+    async with (
+        _on_s3(p.store.parent, None) as (target, lake),
+        js_context(target.url, p, "bench-lake-s3") as js,
+    ):
+        return _seconds(await delta_freshness(js, replace(p, store=target.store), lake), "delta_s")
+
+
+@asynccontextmanager
+async def _on_s3(workdir: Path, spark: SparkSession | None) -> AsyncIterator[tuple[Target, Lake]]:
+    """A jetlake server with its lake in a bucket: SeaweedFS's S3 server on this machine
+    (`benchmarks.seaweed`, the tests' own) and the server started on it in `workdir`
+    (`--lake_dir s3://…`, the keys in its environment as a user's). `spark`, if given, is
+    pointed at the bucket (`SeaweedS3.bind`)."""
+    seaweed = await asyncio.to_thread(SeaweedS3(workdir / "seaweed").start)
     try:
-        lake = seaweed.lake(await asyncio.to_thread(seaweed.bucket))
+        bucket = await asyncio.to_thread(seaweed.bucket)
+        if spark is not None:
+            seaweed.bind(spark, bucket)
+        lake = seaweed.lake(bucket)
         jetlake = [str(Path(sys.executable).parent / "jetlake"), "serve", "-a", "127.0.0.1"]
-        args = [*jetlake, "-p", "-1", "-js", "-sd", str(p.store), "--lake_dir", lake.root]
+        store = workdir / STORE
+        args = [*jetlake, "-p", "-1", "-js", "-sd", str(store), "--lake_dir", lake.root]
         env = {**os.environ, **lake.child_env()}
-        log = p.store.parent / "server-s3.log"
-        async with (
-            server_process(args, log, S3_START_SECONDS, env) as (_, target),
-            js_context(target.url, p, "bench-lake-s3") as js,
+        async with server_process(args, workdir / "server.log", S3_START_SECONDS, env) as (
+            _,
+            target,
         ):
-            return _seconds(await delta_freshness(js, p, lake), "delta_s")
+            yield target, lake
     finally:
         await asyncio.to_thread(seaweed.stop)
 
@@ -233,11 +249,28 @@ async def history_sql(url: str, p: Params) -> dict[str, float]:
     (views built from the store and the Delta log on each query, one untimed
     first) and as the command (a new Python process each time, imports and all).
     """
+    return await _history(url, p, None)
+
+
+async def history_s3(_url: str, p: Params) -> dict[str, float]:
+    """`history_sql` with the lake in a bucket (`_on_s3`): the harness's server is left
+    idle, as the bucket exists only once the measure has started its S3 server."""
+    assert p.store is not None, "the harness sets the store of every run"
+    spark = await asyncio.to_thread(_spark)
+    async with _on_s3(p.store.parent / "s3", spark) as (target, lake):
+        return await _history(target.url, replace(p, store=target.store), lake)
+
+
+async def _history(url: str, p: Params, lake: Lake | None) -> dict[str, float]:
+    """`history_sql` against the server at `url` whose lake is `lake` (None: its default
+    folder)."""
+    assert p.store is not None, "the harness sets the store of every run"
+    store = p.store
     spark = await asyncio.to_thread(_spark)
     async with js_context(url, p, "bench-history") as js:
         await js.add_stream(name=HISTORY_STREAM, subjects=["hist.>"])
         await publish_all(js, p, p.history, HISTORY_SUBJECTS)
-        table, app_id = _table(p.store, HISTORY_STREAM)
+        table, app_id = _table(store, HISTORY_STREAM, lake)
 
         async def compacted() -> bool:
             return await asyncio.to_thread(lake_progress, table, app_id) >= p.history
@@ -246,16 +279,16 @@ async def history_sql(url: str, p: Params) -> dict[str, float]:
 
     def query() -> tuple[float, Counter[str]]:
         start = perf_counter()
-        refresh(spark, store_dir=p.store)
+        refresh(spark, store_dir=store, lake_dir=lake)
         rows = spark.sql(HISTORY_QUERY).collect()
         return perf_counter() - start, Counter({r.subject: r.n for r in rows})
 
     runs = [await asyncio.to_thread(query) for _ in range(WARM_QUERIES + QUERY_RUNS)]
     timed = runs[WARM_QUERIES:]
     _check_counts(timed[0][1], p.history)
-    duck = [await asyncio.to_thread(_duckdb_query, p.store) for _ in range(1 + QUERY_RUNS)][1:]
+    duck = [await asyncio.to_thread(_duckdb_query, store, lake) for _ in range(1 + QUERY_RUNS)][1:]
     _check_counts(duck[0][1], p.history)
-    cli = [await asyncio.to_thread(_duckdb_command, p.store) for _ in range(QUERY_RUNS)]
+    cli = [await asyncio.to_thread(_duckdb_command, store, lake) for _ in range(QUERY_RUNS)]
     _check_counts(cli[0][1], p.history)
     return {
         key: scale * sorted(t for t, _ in samples)[len(samples) // 2]
@@ -263,11 +296,10 @@ async def history_sql(url: str, p: Params) -> dict[str, float]:
     }
 
 
-def _duckdb_query(store: Path | None) -> tuple[float, Counter[str]]:
-    assert store is not None, "the harness sets the store of every run"
+def _duckdb_query(store: Path, lake: Lake | None) -> tuple[float, Counter[str]]:
     start = perf_counter()
     problems: list[str] = []
-    table = inspect_query(HISTORY_QUERY, find_stream_dirs(store), problems.append)
+    table = inspect_query(HISTORY_QUERY, find_stream_dirs(store), problems.append, lake)
     if table is None or problems:
         raise Incomplete(f"jetlake inspect answered nothing: {problems}")
     elapsed = perf_counter() - start
@@ -275,14 +307,18 @@ def _duckdb_query(store: Path | None) -> tuple[float, Counter[str]]:
     return elapsed, Counter(dict(zip(subjects, counts, strict=True)))
 
 
-def _duckdb_command(store: Path | None) -> tuple[float, Counter[str]]:
-    assert store is not None, "the harness sets the store of every run"
+def _duckdb_command(store: Path, lake: Lake | None) -> tuple[float, Counter[str]]:
+    """`jetlake inspect` as a user runs it: a bucket's lake named by --lake, its keys in the
+    environment."""
     jetlake = Path(sys.executable).parent / "jetlake"
+    where = ["--lake", lake.root] if lake else []
+    env = {**os.environ, **lake.child_env()} if lake else None
     start = perf_counter()
     done = subprocess.run(
-        [jetlake, "inspect", "--store", store, "--format", "json", HISTORY_QUERY],
+        [jetlake, "inspect", "--store", store, *where, "--format", "json", HISTORY_QUERY],
         capture_output=True,
         check=False,
+        env=env,
     )
     elapsed = perf_counter() - start
     if done.returncode:

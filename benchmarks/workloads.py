@@ -361,6 +361,23 @@ WORKLOADS: tuple[Workload, ...] = (
         timeout=600.0,
     ),
     Workload(
+        "lake-history-s3",
+        Profile.JS,  # the reference replays; the measure starts the S3 server, then jetlake on it
+        lake.history_s3,
+        tuple(
+            Metric(key, f"{label} (lake on S3)", unit, False)
+            for key, label, unit in (
+                ("seconds", "count by subject: Spark over lake vs replay", SECONDS),
+                ("duckdb_ms", "count by subject: DuckDB (jetlake inspect) vs replay", MILLIS),
+                ("duckdb_cli_ms", "the same, as a `jetlake inspect --lake s3://…` command", MILLIS),
+            )
+        ),
+        "lake-history with jetlake's lake in a bucket of SeaweedFS's S3 server on this machine "
+        "(--lake_dir s3://…); ref: the same nats-py replay",
+        ref_measure=lake.history_replay,
+        timeout=900.0,
+    ),
+    Workload(
         "lake-compaction",
         Profile.OFFLINE,
         lake.compaction,
