@@ -157,6 +157,13 @@ class TLSLink:
         loop = asyncio.get_running_loop()
         self._timers["tls"] = loop.call_later(timeout, self._tls_timeout)
 
+    def _plain(self, data: bytes) -> bytes:
+        """What the peer sent, decrypted when the link runs TLS: empty while the handshake
+        runs or once it failed (the connection then closed)."""
+        if self.tls is None:
+            return data
+        return self._tls_receive(self.tls, data) or b""
+
     def _tls_receive(self, tls: TLSLayer, data: bytes) -> bytes | None:
         """Decrypt; None when the handshake failed and the connection is gone."""
         was_established = tls.established

@@ -147,11 +147,9 @@ class Route(PeerLink, asyncio.Protocol):
         if self.closed:
             return
         self.last_activity = time.time()
-        if self.tls is not None:
-            plain = self._tls_receive(self.tls, data)
-            if not plain:
-                return
-            data = plain
+        data = self._plain(data)
+        if not data:
+            return
         try:
             ops = self.codec.receive(data)
         except proto.RouteProtocolError as exc:

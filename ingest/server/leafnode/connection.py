@@ -154,11 +154,9 @@ class LeafConnection(PeerLink, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        if self.tls is not None:
-            plain = self._tls_receive(self.tls, data)
-            if not plain:
-                return
-            data = plain
+        data = self._plain(data)
+        if not data:
+            return
         try:
             ops = self.codec.receive_runs(data)
         except proto.LeafProtocolError as exc:
