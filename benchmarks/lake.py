@@ -33,6 +33,7 @@ from benchmarks.model import Incomplete, Params
 from benchmarks.seaweed import SeaweedS3, spark_shape
 from benchmarks.servers import STORE, Target, server_process
 from log.compactor.compact import Compactor, lake_progress
+from log.compactor.direct import DIRECT_ROWS
 from log.compactor.layout import META_FILE, STREAMS, StreamRef, default_lake_dir
 from log.compactor.location import Lake, LakePath
 from log.compactor.spark import build_session
@@ -66,7 +67,9 @@ HISTORY_UNITS = {"seconds": 1.0, "duckdb_ms": 1e3, "duckdb_cli_ms": 1e3}
 LAKE_CATCH_UP_SECONDS = 300.0
 
 COMPACT_BATCH = 10_000  # messages per store append while building segments
-WARM_ROWS = 1_000
+# The warm-up stream goes through Spark as the timed pass does: a stream of DIRECT_ROWS or
+# fewer is appended by delta-rs and would leave the session's write path cold.
+WARM_ROWS = DIRECT_ROWS + 1
 MB = 1_000_000
 
 
