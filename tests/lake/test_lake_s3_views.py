@@ -4,7 +4,7 @@ keys only in the AWS environment variables.
 
 One scenario: a real server with the lake in a bucket of the test S3 server, a typed stream,
 a KV bucket and an object store written by nats-py, the sealed history compacted (by the
-shared session; under soak, by the batch job under `spark-submit`, a JVM of its own), then
+shared session, or by the batch job under `spark-submit`, a JVM of its own; both under soak), then
 read back by Spark's views on the shared session and by `jetlake inspect`, against what the
 client reads.
 """
@@ -53,8 +53,10 @@ def env_keys(seaweed: SeaweedS3) -> dict[str, str]:
 @pytest.mark.parametrize(
     "compact_by",
     [
-        "session",  # the shared session compacts, as the server's compactor would
-        pytest.param("spark-submit", marks=pytest.mark.soak),  # a JVM of its own: soak
+        # Both soak, for the suite's time: the shared session compacts, as the server's
+        # compactor would; spark-submit runs a JVM of its own.
+        pytest.param("session", marks=pytest.mark.soak),
+        pytest.param("spark-submit", marks=pytest.mark.soak),
     ],
 )
 async def test_typed_kv_and_object_views_compacted_into_a_bucket(

@@ -59,9 +59,12 @@ async def _apps(cluster: SparkCluster) -> list[str]:
     return [app["name"] for app in doc.get("activeapps", []) + doc.get("completedapps", [])]
 
 
-# The bucket is the case a cluster meets; the folder one (the same paths, less S3A) runs
-# with the soak marker, to keep the suite's time.
-@pytest.fixture(params=["bucket", pytest.param("folder", marks=pytest.mark.soak)])
+# A standalone master and worker are two more JVMs (over a minute on two cores): both
+# cases run with the soak marker, to keep the suite's time; the bucket is the case a
+# cluster meets, the folder one the same paths less S3A.
+@pytest.fixture(
+    params=[pytest.param(case, marks=pytest.mark.soak) for case in ("bucket", "folder")]
+)
 def where(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Lake:
     """A folder on this machine (the workers run here), or a bucket of the test S3 server,
     its keys in the AWS environment variables the server, its compactor and `jetlake sql`
