@@ -605,6 +605,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             " (`$G` unless set).",
             "none",
         ),
+        K("token", "—", "Refused: leafnode authorization takes no token.", "—"),
     ),
     "leafnodes.remotes": (
         K("url urls", "URL or array of URLs", "The hub's leafnode URLs, dialled in turn.", "none"),
