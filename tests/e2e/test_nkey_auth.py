@@ -33,10 +33,10 @@ def public(seed: bytes) -> str:
     return nkeys.from_seed(seed).public_key.decode()
 
 
-def sign(seed: bytes, nonce: str, *, pad: bool = False) -> str:
+def sign(seed: bytes, nonce: str) -> str:
     """The signature as clients send it: base64url without padding."""
     text = base64.urlsafe_b64encode(nkeys.from_seed(seed).sign(nonce.encode())).decode()
-    return text if pad else text.rstrip("=")
+    return text.rstrip("=")
 
 
 def sign_std(seed: bytes, nonce: str) -> str:
