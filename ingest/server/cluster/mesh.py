@@ -275,6 +275,10 @@ class Cluster:
         """An explicit route: redialled whenever it is down, for as long as we run."""
         attempt = 0
         while True:
+            there = self._route_at(target)
+            if there is not None:  # it dialled us first: a twin now would replace a live route
+                await there.done
+                continue
             attempt += 1
             route = await self._dial(target, configured=True, attempt=attempt)
             if route is None:
@@ -288,6 +292,16 @@ class Cluster:
             if twin is not None:  # closed as a duplicate: the peer is reachable anyway
                 await twin.done
             await asyncio.sleep(RECONNECT_DELAY)
+
+    def _route_at(self, target: RouteURL) -> Route | None:
+        """The registered route to the server listening at `target`, as its INFO says."""
+        for route in self.routes.values():
+            url = route.route_url()
+            if url is not None:
+                there = parse_route_url(url)
+                if (there.host, there.port) == (target.host, target.port):
+                    return route
+        return None
 
     async def _dial(self, target: RouteURL, *, configured: bool, attempt: int) -> Route | None:
         loop = asyncio.get_running_loop()

@@ -59,6 +59,7 @@ log = logging.getLogger("jetlake.jetstream")
 
 STATSZ_EVENTS = "$SYS.SERVER.*.STATSZ"
 STATSZ_ANSWERS = "_INBOX.{id}.jsc.statsz"  # the servers' answers to a new meta leader's ping
+STATSZ_WAIT = 1.0  # how long a placement by room waits to hear from every server
 RECONCILE_POLL = 0.1  # seconds between looks at a learner catching up
 LEAVE_SECONDS = 60  # how long a replica moved off this server waits for its removal
 # A Raft group's log (a stream's, the meta group's) is snapshotted every so many entries
@@ -180,6 +181,23 @@ class JetStreamCluster:
                 free[name] = int(js["config"][size]) - int(js["stats"][used])
         return free
 
+    async def hear_statsz(self, timeout: float = STATSZ_WAIT) -> None:
+        """Until every server reached now has told its storage (or `timeout`): placing by
+        room must not take a server it has not heard from yet for an empty one. Its
+        first events may have gone out before the routes carried this server's interest."""
+        if self.online_peers() <= set(self._stats):
+            return
+        self._ping_statsz()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.online_peers() <= set(self._stats) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+
+    def _ping_statsz(self) -> None:
+        system = self.server.accounts.system_account
+        answers = STATSZ_ANSWERS.format(id=self.server.server_id)
+        self.server.publish(f"{PING}.STATSZ", answers, None, b"", account=system)
+
     def _on_statsz(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         try:
             doc = json.loads(data)
@@ -256,9 +274,7 @@ class JetStreamCluster:
             log.info("Self is new JetStream cluster metadata leader")
             # Placement by free storage reads every server's STATSZ; a leader elected as
             # the routes come up may have missed their first events, so it asks at once.
-            system = self.server.accounts.system_account
-            answers = STATSZ_ANSWERS.format(id=self.server.server_id)
-            self.server.publish(f"{PING}.STATSZ", answers, None, b"", account=system)
+            self._ping_statsz()
         else:
             log.info("JetStream cluster new metadata leader: %s/%s", leader, self.name)
 

@@ -125,13 +125,31 @@ class ClusterRequests:
         check_replicas(replicas)
         existing = self._cluster.assignment(self._account, cfg.name)
         if existing is not None:
-            if streamconfig.from_request(existing.config) != cfg:
-                raise errors.stream_name_exists()
-            return self._info_of(cfg.name)
+            return self._created_already(existing, cfg)
         self._check_limits(cfg)
         self._check_overlap(cfg.subjects, cfg.name)
-        self._assign(cfg, placement_of(raw))
+        if cfg.max_bytes > 0:  # placed by room: every server's must be known first
+            return self._assign_by_room(cfg, placement_of(raw), self._reply)
+        self._assign(cfg, placement_of(raw), self._reply)
         return None
+
+    async def _assign_by_room(
+        self, cfg: streamconfig.StreamConfig, placement: dict[str, Any], reply: str
+    ) -> Response | None:
+        await self._cluster.hear_statsz()
+        existing = self._cluster.assignment(self._account, cfg.name)
+        if existing is not None:  # created by another request meanwhile
+            return await self._created_already(existing, cfg)
+        self._assign(cfg, placement, reply)
+        return None
+
+    def _created_already(
+        self, existing: StreamAssignment, cfg: streamconfig.StreamConfig
+    ) -> Awaitable[Response | None]:
+        """A create of a stream that exists: its info when the configs match."""
+        if streamconfig.from_request(existing.config) != cfg:
+            raise errors.stream_name_exists()
+        return self._info_of(cfg.name)
 
     def _restore(self, tokens: list[str], data: bytes) -> Response | None:
         """`STREAM.RESTORE`: placed as a create is; its first leader takes the backup
@@ -141,11 +159,16 @@ class ClusterRequests:
         if self._cluster.assignment(self._account, cfg.name) is not None:
             raise name_in_use()
         self._check_overlap(cfg.subjects, cfg.name)
-        self._assign(cfg, placement_of(raw), restore=True)
+        self._assign(cfg, placement_of(raw), self._reply, restore=True)
         return None
 
     def _assign(
-        self, cfg: streamconfig.StreamConfig, placement: dict[str, Any], *, restore: bool = False
+        self,
+        cfg: streamconfig.StreamConfig,
+        placement: dict[str, Any],
+        reply: str,
+        *,
+        restore: bool = False,
     ) -> None:
         """Place a new stream and propose its assignment; its first leader answers."""
         cluster = self._cluster
@@ -169,7 +192,7 @@ class ClusterRequests:
             peers=peers,
             group=group_name(cfg.name, replicas, cfg.storage, secrets.token_bytes(8)),
             created=rfc3339(now_ns()),
-            reply=self._reply,
+            reply=reply,
             restore=restore,
         )
         cluster.propose_meta(meta.add_stream(sa))
