@@ -67,6 +67,7 @@ class Node:
     name: str
     url: str
     proc: subprocess.Popen[bytes]
+    mqtt_port: int = 0  # with an `mqtt {}` block in the cluster's ``config``
 
 
 Phase = Callable[[JetStreamContext, list[Node], Params], Awaitable[dict[str, float]]]
@@ -100,14 +101,22 @@ async def _measure_natscli(
     """The CLI talks to the first server; the stream's leader is wherever the cluster puts it."""
     assert p.store is not None, "the harness sets the store of every run"
     async with _cluster(command, p.store, size) as nodes:
-        nc = await connect(nodes[0].url, "bench-cluster-probe")
-        try:
-            js = nc.jetstream(timeout=2.0)
-            await _create_stream(js, PROBE, f"{PROBE}.x", size)
-            await js.delete_stream(PROBE)
-        finally:
-            await nc.close()
+        await placeable(nodes[0].url, size)
         return await workload(nodes[0].url, p, replicas=size)
+
+
+async def placeable(url: str, replicas: int) -> None:
+    """Return once the cluster can place an R``replicas`` stream: a probe one made and deleted.
+
+    For workloads whose own set-up would fail rather than wait on a cluster still forming.
+    """
+    nc = await connect(url, "bench-cluster-probe")
+    try:
+        js = nc.jetstream(timeout=2.0)
+        await _create_stream(js, PROBE, f"{PROBE}.x", replicas)
+        await js.delete_stream(PROBE)
+    finally:
+        await nc.close()
 
 
 def _free_port() -> int:
@@ -117,9 +126,17 @@ def _free_port() -> int:
 
 
 @asynccontextmanager
-async def _cluster(command: list[str], root: Path, size: int) -> AsyncIterator[list[Node]]:
-    """``size`` servers, each with routes to all the others; all stopped on the way out."""
+async def _cluster(
+    command: list[str], root: Path, size: int, config: str = ""
+) -> AsyncIterator[list[Node]]:
+    """``size`` servers, each with routes to all the others; all stopped on the way out.
+
+    ``config`` is a config file every server also reads, for what has no flag (`mqtt {}`).
+    """
     routes = [f"nats://127.0.0.1:{_free_port()}" for _ in range(size)]
+    conf = root / "shared.conf"
+    if config:
+        conf.write_text(config)
     procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
     try:
         for i in range(size):
@@ -128,15 +145,18 @@ async def _cluster(command: list[str], root: Path, size: int) -> AsyncIterator[l
                 *command, "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", str(root / name),
                 "-n", name, "--cluster_name", "BENCH", "--cluster", routes[i],
                 "--routes", ",".join(r for j, r in enumerate(routes) if j != i),
+                *(["-c", str(conf)] if config else []),
             ]  # fmt: skip
             with log.open("wb") as sink:
                 proc = subprocess.Popen(
                     args, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
                 )
             procs.append((name, proc, log))
-        ready = [_wait_ready(proc, log, START_SECONDS) for _, proc, log in procs]
-        urls = [url for url, _ in await asyncio.gather(*ready)]
-        yield [Node(name, url, proc) for (name, proc, _), url in zip(procs, urls, strict=True)]
+        ready = await asyncio.gather(*(_wait_ready(p, log, START_SECONDS) for _, p, log in procs))
+        yield [
+            Node(name, url, proc, mqtt_port)
+            for (name, proc, _), (url, mqtt_port) in zip(procs, ready, strict=True)
+        ]
     finally:
         for _, proc, _ in procs:
             _stop(proc)

@@ -14,7 +14,6 @@ beside this interpreter, as the cluster rows do).
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -28,7 +27,7 @@ from benchmarks.client import connect
 from benchmarks.cluster import COMMANDS, START_SECONDS, _free_port
 from benchmarks.model import Incomplete, Measure, Params
 from benchmarks.natscli import READY_SUB, SUBJECT, _args, _output, _process, _rate, _run, _wait_for
-from benchmarks.servers import _stop, _wait_ready
+from benchmarks.servers import configured_servers
 
 LINK_SECONDS = 20.0
 PROBE_EVERY = 0.05
@@ -47,24 +46,9 @@ async def _hub_and_leaf(command: list[str], root: Path) -> AsyncIterator[tuple[s
         "hub": f"leafnodes {{ listen: 127.0.0.1:{port} }}\n",
         "leaf": f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{port}" }} ] }}\n',
     }
-    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
-    try:
-        for name, config in configs.items():
-            conf, log = root / f"{name}.conf", root / f"{name}.log"
-            conf.write_text(f"server_name: {name}\n{config}")
-            with log.open("wb") as sink:
-                args = [*command, "-a", "127.0.0.1", "-p", "-1", "-c", str(conf)]
-                proc = subprocess.Popen(
-                    args, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
-                )
-            procs.append((proc, log))
-        hub, leaf = [url for url, _ in await asyncio.gather(
-            *(_wait_ready(proc, log, START_SECONDS) for proc, log in procs)
-        )]  # fmt: skip
+    async with configured_servers(command, root, configs, START_SECONDS) as servers:
+        (hub, _), (leaf, _) = servers
         yield hub, leaf
-    finally:
-        for proc, _ in procs:
-            _stop(proc)
 
 
 @asynccontextmanager

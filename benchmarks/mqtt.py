@@ -1,9 +1,10 @@
-"""MQTT workloads (issue 12): aiomqtt publish→subscribe at QoS 0 and 1, MQTT → NATS.
+"""MQTT workloads: aiomqtt publish→subscribe at QoS 0 and 1, MQTT → NATS; QoS 1 on a cluster.
 
 One workload, three figures, on one server started with the same `mqtt {}` block
 for both sides, so the session and stream set-up is paid once. Each phase uses
 its own topic and fresh clients; the clients share this process's event loop,
-as the core workloads do.
+as the core workloads do. ``cluster_measure`` runs QoS 1 across three servers
+(benchmarks/cluster.py starts them), publisher and subscriber on different ones.
 """
 
 from __future__ import annotations
@@ -12,19 +13,22 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from time import perf_counter
 
 import aiomqtt
 from nats.aio.msg import Msg
 
+from benchmarks import cluster
 from benchmarks.client import Counter, connect
-from benchmarks.model import Params, Skipped
+from benchmarks.model import Measure, Params, Skipped
 
 WINDOW = 1_000
 """Publishes awaited together. aiomqtt completes a publish one loop turn after paho
 writes it (QoS 0) or at its PUBACK (QoS 1): awaited one by one, either would measure
 the client's latency rather than the server's throughput."""
 
+CLUSTER_CONFIG = "mqtt { host: 127.0.0.1, port: -1 }\n"
 QUIET = logging.getLogger("benchmarks.mqtt.client")
 QUIET.setLevel(logging.ERROR)  # aiomqtt warns on every publish beyond 10 in flight
 
@@ -58,11 +62,12 @@ async def _publish(client: aiomqtt.Client, topic: str, qos: int, p: Params) -> N
         await asyncio.gather(*(client.publish(topic, payload, qos=qos) for _ in range(batch)))
 
 
-async def _pub_sub(port: int, qos: int, p: Params) -> float:
-    """Messages per second from one aiomqtt publisher to one subscriber at ``qos``."""
+async def _pub_sub(port: int, qos: int, p: Params, sub_port: int = 0) -> float:
+    """Messages per second from one aiomqtt publisher to one subscriber at ``qos``; the
+    subscriber on ``sub_port`` when given (another server of a cluster)."""
     topic = f"bench/mqtt/qos{qos}"
     async with (
-        _client(port, f"bench-sub-{qos}", p) as sub,
+        _client(sub_port or port, f"bench-sub-{qos}", p) as sub,
         _client(port, f"bench-pub-{qos}", p) as pub,
     ):
         await sub.subscribe(topic, qos=qos)  # SUBACK: the subscription is in place
@@ -108,3 +113,24 @@ async def pub_sub(url: str, p: Params) -> dict[str, float]:
         "qos1_msgs_per_s": await _pub_sub(p.mqtt_port, 1, p),
         "nats_msgs_per_s": await _mqtt_to_nats(url, p.mqtt_port, p),
     }
+
+
+def cluster_measure(side: str) -> Measure:
+    """The harness's measure of the cluster row on one side: three fresh servers of that kind."""
+    return partial(_cluster_qos1, command=cluster.COMMANDS[side])
+
+
+async def _cluster_qos1(_url: str, p: Params, *, command: list[str]) -> dict[str, float]:
+    """QoS 1 from a publisher on the first server to a subscriber on the second.
+
+    Both servers keep QoS 1 messages in the account's replicated MQTT streams, so each
+    one is stored on three servers and delivered across a route. The streams appear
+    once the meta group can place them: a probe stream waits for that first.
+    """
+    assert p.store is not None, "the harness sets the store of every run"
+    async with cluster._cluster(command, p.store, cluster.NODES, CLUSTER_CONFIG) as nodes:
+        if not all(node.mqtt_port for node in nodes):
+            raise Skipped("a server logged no MQTT port")
+        await cluster.placeable(nodes[0].url, cluster.NODES)
+        rate = await _pub_sub(nodes[0].mqtt_port, 1, p, sub_port=nodes[1].mqtt_port)
+        return {"msgs_per_s": rate}

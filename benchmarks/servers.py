@@ -20,6 +20,7 @@ from typing import NamedTuple
 from benchmarks.model import Profile
 
 LISTENING = re.compile(rb"Listening for client connections on (\S+):(\d+)")
+WEBSOCKET_LISTENING = re.compile(rb"Listening for websocket clients on (ws://\S+:\d+)")
 MQTT_LISTENING = re.compile(rb"Listening for MQTT clients on mqtt://\S+:(\d+)")
 READY = b"Server is ready"
 STOP_GRACE_SECONDS = 10.0
@@ -148,4 +149,33 @@ async def server_process(
             url, mqtt_port = await _wait_ready(proc, log, start_timeout)
             yield proc, Target(url, log.parent / STORE, mqtt_port)
         finally:
+            _stop(proc)
+
+
+@asynccontextmanager
+async def configured_servers(
+    command: list[str], root: Path, configs: Mapping[str, str], start_timeout: float
+) -> AsyncIterator[list[tuple[str, Path]]]:
+    """One server per entry of ``configs``, named by its key and started with its config
+    text; each one's client URL and log once all are ready, all stopped on the way out.
+
+    For rows whose set-up has no flag (leafnode links, a websocket listener): the
+    config file is the one contract both servers read alike.
+    """
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+    try:
+        for name, config in configs.items():
+            conf, log = root / f"{name}.conf", root / f"{name}.log"
+            conf.write_text(f"server_name: {name}\n{config}")
+            with log.open("wb") as sink:
+                args = [*command, "-a", "127.0.0.1", "-p", "-1", "-c", str(conf)]
+                proc = subprocess.Popen(
+                    args, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
+                )
+            procs.append((proc, log))
+        waits = (_wait_ready(proc, log, start_timeout) for proc, log in procs)
+        ready = await asyncio.gather(*waits)
+        yield [(url, log) for (url, _), (_, log) in zip(ready, procs, strict=True)]
+    finally:
+        for proc, _ in procs:
             _stop(proc)

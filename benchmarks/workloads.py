@@ -25,6 +25,7 @@ from benchmarks import (
     mqtt,
     natscli,
     raft,
+    websocket,
 )
 from benchmarks.model import Measure, Metric, Profile, Workload
 
@@ -166,6 +167,15 @@ NATSCLI: tuple[Workload, ...] = (
         (_rate("leaf → hub pub → sub (nats bench)"),),
         "a hub and a leaf of each kind: nats bench pub on the leaf, sub on the hub, --count",
         ref_measure=leafnode.measure("ref"),
+        timeout=300.0,
+    ),
+    Workload(
+        "natscli-websocket",
+        Profile.OFFLINE,  # each side starts its own server with a websocket {} block
+        websocket.measure("jetlake"),
+        (_rate("publish→subscribe over WebSocket (nats bench)"),),
+        "nats bench sub receiving nats bench pub, both on ws://, --count; the subscriber's rate",
+        ref_measure=websocket.measure("ref"),
         timeout=300.0,
     ),
 )
@@ -468,6 +478,16 @@ WORKLOADS: tuple[Workload, ...] = (
         cluster.failover,
         (Metric("failover_ms", "R3 leader failover (SIGKILL → next ack)", MILLIS, False),),
         "SIGKILL of the stream leader, timed to the next publish acked via a survivor",
+    ),
+    Workload(
+        "cluster-mqtt",
+        Profile.OFFLINE,  # three servers a side with the same mqtt {} block (benchmarks/mqtt)
+        mqtt.cluster_measure("jetlake"),
+        (_rate("R3 MQTT QoS 1 publish→subscribe, across servers"),),
+        "3 servers with mqtt {}: aiomqtt --count QoS 1 (1000 in flight) from a publisher on "
+        "one server to a subscriber on another",
+        ref_measure=mqtt.cluster_measure("ref"),
+        timeout=600.0,
     ),
     _cluster_natscli_row(
         "js-pub-async", natscli.js_pub_async, "js publish async", "nats bench js pub async, --count"
