@@ -6,6 +6,7 @@ the reference on both ends."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ PAIRS = [  # the reference on both ends is the baseline, checked under soak
     pytest.param(("jetlake", "jetlake"), id="jl-hub/jl-leaf"),
 ]
 LINK_TIMEOUT = 10.0
+_LEAF_PORT = re.compile(r"Listening for leafnode connections on \S+:(\d+)")
 
 
 @dataclass
@@ -42,6 +44,13 @@ def leaf_config(leaf_port: int, remote: str = "", extra: str = "") -> str:
         "server_name: leaf\nleafnodes { reconnect: 1\n"
         f'  remotes [ {{ url: "nats://127.0.0.1:{leaf_port}" {remote} }} ] }}\n{extra}'
     )
+
+
+def leaf_port(server: ServerProcess) -> int:
+    """The leafnode port a server started with `listen: …:-1` took."""
+    found = server.find_log(_LEAF_PORT)
+    assert found is not None, f"{server.kind} did not log its leafnode port"
+    return int(found.group(1))
 
 
 def leafz(server: ServerProcess) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +14,15 @@ from pathlib import Path
 import nats
 import pytest
 
-from tests.leafnode.conftest import LINK_TIMEOUT, hub_config, knows, leaf_config, leafz, linked
+from tests.leafnode.conftest import (
+    LINK_TIMEOUT,
+    hub_config,
+    knows,
+    leaf_config,
+    leaf_port,
+    leafz,
+    linked,
+)
 from tests.support.cluster import (
     ONE_ROUTE_PER_PEER,
     free_port,
@@ -26,19 +33,11 @@ from tests.support.cluster import (
 )
 from tests.support.servers import ServerProcess, start_server
 
-_LEAF_PORT = re.compile(r"Listening for leafnode connections on \S+:(\d+)")
-
 
 @dataclass
 class HubCluster:
     servers: list[ServerProcess]  # S0 (the leaf's) and S1
     leaf: ServerProcess
-
-
-def leaf_port(server: ServerProcess) -> int:
-    found = server.find_log(_LEAF_PORT)
-    assert found is not None
-    return int(found.group(1))
 
 
 def leafnode_urls(port: int) -> set[str]:
