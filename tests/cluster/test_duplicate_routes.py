@@ -65,10 +65,16 @@ async def accepted() -> AsyncIterator[
     listener.close()
 
 
-async def test_a_message_on_the_losing_twin_connection_is_delivered(
+Link = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+@pytest.fixture
+async def routed(
     tmp_path: object,
     accepted: tuple[int, asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]]],
-) -> None:
+) -> AsyncIterator[tuple[ServerProcess, int, Link]]:
+    """A jetlake server, the cluster port it listens on, and the route it dialled to the
+    peer, past the peer's INFO (so registered there)."""
     peer_port, dialled = accepted
     cluster_port = free_port()
     args = ["-n", "S0", "--cluster", route_url(cluster_port), "--cluster_name", "C"]
@@ -85,30 +91,76 @@ async def test_a_message_on_the_losing_twin_connection_is_delivered(
         await read_until(first_r, b"INFO ")  # the server's CONNECT, then its INFO
         first_w.write(peer_info(peer_port))
         await first_w.drain()
-        nc = await nats.connect(server.url)
-        try:
-            sub = await nc.subscribe("dup.x")
-            await nc.flush()
-            await read_until(first_r, b"RS+ $G dup.x")  # the server took the first one
-
-            second_r, second_w = await asyncio.open_connection("127.0.0.1", cluster_port)
-            connect = {"name": PEER_ID, "cluster": "C", "headers": True, "verbose": False}
-            second_w.write(b"CONNECT " + json.dumps(connect).encode() + b"\r\n")
-            second_w.write(peer_info(peer_port))
-            await second_w.drain()
-            await read_until(second_r, b"RS+ $G dup.x")  # ... and now prefers the second
-
-            first_w.write(b"RMSG $G dup.x 5\r\nlate!\r\n")  # sent before the peer learnt
-            await first_w.drain()
-            msg = await sub.next_msg(timeout=DEADLINE)
-            assert msg.data == b"late!"
-            assert await asyncio.wait_for(first_r.read(), DEADLINE + 5) == b""  # then closed
-            second_w.write(b"RMSG $G dup.x 3\r\nwon\r\n")
-            await second_w.drain()
-            assert (await sub.next_msg(timeout=DEADLINE)).data == b"won"
-            second_w.close()
-        finally:
-            await nc.close()
+        yield server, cluster_port, (first_r, first_w)
         first_w.close()
     finally:
         server.stop()
+
+
+async def dial_twin(cluster_port: int, peer_port: int) -> Link:
+    """The peer's own connection to the server, which wins over the one the server dialled."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", cluster_port)
+    connect = {"name": PEER_ID, "cluster": "C", "headers": True, "verbose": False}
+    writer.write(b"CONNECT " + json.dumps(connect).encode() + b"\r\n")
+    writer.write(peer_info(peer_port))
+    await writer.drain()
+    return reader, writer
+
+
+async def test_a_message_on_the_losing_twin_connection_is_delivered(
+    routed: tuple[ServerProcess, int, Link],
+    accepted: tuple[int, asyncio.Queue[Link]],
+) -> None:
+    server, cluster_port, (first_r, first_w) = routed
+    nc = await nats.connect(server.url)
+    try:
+        sub = await nc.subscribe("dup.x")
+        await nc.flush()
+        await read_until(first_r, b"RS+ $G dup.x")  # the server took the first one
+
+        second_r, second_w = await dial_twin(cluster_port, accepted[0])
+        await read_until(second_r, b"RS+ $G dup.x")  # ... and now prefers the second
+
+        first_w.write(b"RMSG $G dup.x 5\r\nlate!\r\n")  # sent before the peer learnt
+        await first_w.drain()
+        msg = await sub.next_msg(timeout=DEADLINE)
+        assert msg.data == b"late!"
+        assert await asyncio.wait_for(first_r.read(), DEADLINE + 5) == b""  # then closed
+        second_w.write(b"RMSG $G dup.x 3\r\nwon\r\n")
+        await second_w.drain()
+        assert (await sub.next_msg(timeout=DEADLINE)).data == b"won"
+        second_w.close()
+    finally:
+        await nc.close()
+
+
+async def test_the_peers_interest_outlives_the_losing_twin_until_its_snapshot(
+    routed: tuple[ServerProcess, int, Link],
+    accepted: tuple[int, asyncio.Queue[Link]],
+) -> None:
+    """A reply published between the switch to the twin and the peer's interest arriving
+    on it still goes to the peer; what the peer's snapshot leaves out stops going."""
+    server, cluster_port, (first_r, first_w) = routed
+    nc = await nats.connect(server.url)
+    try:
+        await nc.subscribe("dup.marker")
+        first_w.write(b"RS+ $G dup.reply\r\n")  # a requester's inbox on the peer
+        await first_w.drain()
+        await nc.flush()
+        await read_until(first_r, b"RS+ $G dup.marker")
+
+        second_r, second_w = await dial_twin(cluster_port, accepted[0])
+        await read_until(second_r, b"RS+ $G dup.marker")  # the server switched
+        await nc.publish("dup.reply", b"answer")  # before the peer announced anything here
+        await read_until(second_r, b"RMSG $G dup.reply")
+
+        second_w.write(b"RS+ $G dup.other\r\nPING\r\n")  # the peer's snapshot, then PING
+        await second_w.drain()
+        await read_until(second_r, b"PONG")
+        await nc.publish("dup.reply", b"stale")
+        await nc.publish("dup.other", b"wanted")
+        seen = await read_until(second_r, b"RMSG $G dup.other")
+        assert b"dup.reply" not in seen
+        second_w.close()
+    finally:
+        await nc.close()

@@ -89,3 +89,17 @@ def test_weight_update_keeps_one_entry() -> None:
     assert remote.count("A") == 1
     remote.remove("A", "work", "q")
     assert remote.forwarding(b"work") is None
+
+
+def test_a_twins_interest_passes_to_the_route_that_replaced_it() -> None:
+    remote: RemoteInterestMap[str] = RemoteInterestMap()
+    told: list[tuple[str, str, str | None, int]] = []
+    remote.add("old", "inbox.1", None, 1)
+    remote.add("old", "work", "q", 3)
+    remote.add("new", "work", "q", 3)  # announced on the new route already
+    remote.watch = lambda *change: told.append(change)
+    moved = remote.transfer("old", "new")
+    assert moved == {("$G", "inbox.1", None), ("$G", "work", "q")}
+    assert targets(remote, b"inbox.1") == {"new": []}
+    assert remote.count("old") == 0 and remote.count("new") == 2
+    assert told == [("$G", "work", "q", -3)]  # only the twin's second copy of the group

@@ -113,6 +113,21 @@ class RemoteInterestMap(Generic[P]):
             self._tries[account].remove(subject, queue, entry)
             self._told(account, entry, -_members(entry))
 
+    def transfer(self, old: P, new: P) -> set[tuple[str, str, str | None]]:
+        """What `old` announced now stands for `new` (a twin connection to the same peer
+        replaced it): no one is told of a change, as the peer's interest did not change.
+        Returns the (account, subject, queue) keys moved, which `new` has yet to confirm."""
+        moved = self._by_peer.pop(old, {})
+        entries = self._by_peer.setdefault(new, {})
+        for key, entry in moved.items():
+            if key in entries:  # `new` announced it already: the twin's copy goes
+                self._tries[key[0]].remove(key[1], key[2], entry)
+                self._told(key[0], entry, -_members(entry))
+            else:
+                entry.peer = new
+                entries[key] = entry
+        return set(moved)
+
     def entries(self, account: str) -> list[tuple[str, str | None, int]]:
         """(subject, queue, members) of every peer's interest in `account`."""
         return [

@@ -8,7 +8,9 @@ reference. Two servers that dial each other at once end up with one route: both
 keep the connection dialled by the smaller (server id, port) — see
 `Route.solicitor_key`. Each side may send on the other connection until it learns
 of the better one, so the loser is read for a grace period before it is closed
-(`Route.supersede`): a message or reply sent meanwhile is not lost.
+(`Route.supersede`): a message or reply sent meanwhile is not lost. A loser that was
+registered hands the peer's interest to the winner until the peer's snapshot arrives
+there (ended by the PING the peer sends after it), so replies keep reaching the peer.
 """
 
 from __future__ import annotations
@@ -198,9 +200,10 @@ class Cluster:
         if existing is not None:
             loser = route if existing.solicitor_key <= route.solicitor_key else existing
             log.debug("%s - Duplicate route to %s, closing", loser.where, loser.remote_name)
-            loser.supersede()
             if loser is route:
+                route.supersede()
                 return
+            existing.supersede(heir=route)
         route.registered = True
         self.routes[route.remote_id] = route
         log.debug("%s - Registering remote route %r", route.where, route.remote_id)
@@ -216,15 +219,29 @@ class Cluster:
         self.connections.discard(route)
         self.retire(route)
 
-    def retire(self, route: Route) -> None:
-        """Nothing more goes out on the route: it no longer stands for its peer."""
+    def retire(self, route: Route, heir: Route | None = None) -> None:
+        """Nothing more goes out on the route: it no longer stands for its peer. Its
+        interest goes with it, or passes to the twin `heir` that replaces it until the
+        peer's own snapshot there is through (`settle`): dropped at once, a reply sent
+        to the peer in between found no interest and was lost."""
         if route.registered:
             route.registered = False
             if self.routes.get(route.remote_id) is route:
                 del self.routes[route.remote_id]
-            self.remote.drop(route)
+            if heir is None:
+                self.remote.drop(route)
+            else:
+                heir.inherited = self.remote.transfer(route, heir)
             self.remote_changed(None)
             self.server.cluster_changed()
+
+    def settle(self, route: Route) -> None:
+        """The peer's snapshot on `route` is through: what it inherited from its twin and
+        the peer did not announce again is no longer wanted."""
+        for account, subject, queue in route.inherited:
+            self.remote.remove(route, subject, queue, account)
+        route.inherited = set()
+        self.remote_changed(None)
 
     def peer_updated(self, route: Route) -> None:
         if route.registered:

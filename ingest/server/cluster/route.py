@@ -61,6 +61,9 @@ class Route(PeerLink, asyncio.Protocol):
         self.got_connect = False
         self.registered = False
         self.superseded = False  # lost to a twin connection: read, never written, then closed
+        # Interest taken over from the twin this route replaced, not yet announced here
+        # again: the peer's snapshot (ended by its first PING) confirms or drops it.
+        self.inherited: set[tuple[str, str, str | None]] = set()
         self.closed = False
         self.close_reason = ""
         self.lame_duck = False
@@ -214,16 +217,20 @@ class Route(PeerLink, asyncio.Protocol):
                 cluster.deliver_inbound(op)
         elif isinstance(op, proto.RSub):
             if self.registered:
+                self.inherited.discard((op.account, op.subject, op.queue))
                 cluster.remote.add(self, op.subject, op.queue, op.weight, op.account)
                 cluster.remote_changed(op.account, op.subject)
         elif isinstance(op, proto.RUnsub):
             if self.registered:
+                self.inherited.discard((op.account, op.subject, op.queue))
                 cluster.remote.remove(self, op.subject, op.queue, op.account)
                 cluster.remote_changed(op.account, op.subject)
         elif isinstance(op, proto.Err):
             log.error("%s - Route Error '%s'", self.where, op.message)
             self.close(_reason_for(op.message))
         else:
+            if self.inherited and isinstance(op, proto.Ping) and self.registered:
+                cluster.settle(self)  # the peer pings once its snapshot here is sent
             self._control(op)
 
     def _on_connect(self, options: dict[str, Any]) -> None:
@@ -294,10 +301,11 @@ class Route(PeerLink, asyncio.Protocol):
         if self.connected:
             self.cluster.register(self)
 
-    def supersede(self) -> None:
+    def supersede(self, heir: Route | None = None) -> None:
         """A twin connection to the same peer won: stop sending here (its interest goes
-        with it), deliver what the peer already sent, and close after the grace."""
-        self.cluster.retire(self)
+        with it, or to the `heir`), deliver what the peer already sent, and close after
+        the grace."""
+        self.cluster.retire(self, heir)
         self.superseded = True  # what is queued still goes: a CONNECT the peer is waiting for
         loop = asyncio.get_running_loop()
         self._timers["duplicate"] = loop.call_later(DUPLICATE_GRACE, self.close, "Duplicate Route")
