@@ -7,16 +7,19 @@ The JWTs are only read and checked for their shape here; `options` checks the wh
 
 from __future__ import annotations
 
+import re
+import urllib.parse
 from pathlib import Path
 from typing import Any, Protocol
 
 from ingest.parser.conf import ConfigError, Table
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt import nkey
-from ingest.server.jwt.settings import FULL, MEMORY, ResolverConfig
+from ingest.server.jwt.settings import CACHE, FULL, MEMORY, URL, ResolverConfig
 from ingest.server.settings import parse_duration
 
 _JWT_START = "eyJ"  # base64 of '{"': an inline token rather than a file name
+_URL_RESOLVER = re.compile(r'URL\(\s*"?([^\s"]*)"?\s*\)', re.IGNORECASE)
 _RESOLVER_ERROR = (
     'error parsing account resolver, should be MEM or  URL("url") or a map containing '
     "dir and type state=[FULL|CACHE])"
@@ -77,36 +80,34 @@ def operators(section: _Section, key: str, out: dict[str, Any]) -> None:
         system = jwt.decode(token, "operator").nats.get("system_account")
         if isinstance(system, str) and system:
             out.setdefault("system_account", system)
+    server_url = jwt.decode(tokens[0], "operator").nats.get("account_server_url")
+    if len(tokens) == 1 and isinstance(server_url, str) and server_url:
+        # An operator's account server is its URL resolver unless `resolver` says otherwise
+        # (`nsc push` appends `/accounts` to it).
+        url = account_server(server_url.rstrip("/") + "/accounts")
+        out.setdefault("resolver", ResolverConfig(type=URL, url=url))
 
 
 def resolver(section: _Section, key: str, out: dict[str, Any]) -> None:
     value = section.table[key]
     if isinstance(value, str):
-        if value.upper() in ("MEM", "MEMORY"):
-            out["resolver"] = ResolverConfig(type=MEMORY)
-            return
-        if value.upper().startswith("URL("):
-            raise section.error(key, "resolver URL(...) is not supported by jetlake")
-        raise section.error(key, _RESOLVER_ERROR)
+        out["resolver"] = _named_resolver(section, key, value)
+        return
     if not isinstance(value, Table):
         raise section.error(key, _RESOLVER_ERROR)
     inner = section.section(key)
     fields: dict[str, Any] = {}
+    hard_delete: bool | None = None
     for name in value:
         lowered = name.lower()
         if lowered == "type":
             kind = inner.string(name).lower()
-            if kind != FULL:
-                reason = "resolver type cache" if kind == "cache" else None
-                raise section.error(
-                    key, f"{reason} is not supported by jetlake" if reason else _RESOLVER_ERROR
-                )
-            fields["type"] = FULL
+            fields["type"] = {"full": FULL, "cache": CACHE}.get(kind, kind)
         elif lowered == "dir":
             fields["dir"] = inner.string(name)
         elif lowered == "allow_delete":
             fields["allow_delete"] = inner.boolean(name)
-        elif lowered in ("interval", "timeout"):
+        elif lowered in ("interval", "timeout", "ttl"):
             try:
                 fields[lowered] = parse_duration(inner.string(name))
             except ValueError as exc:
@@ -114,14 +115,50 @@ def resolver(section: _Section, key: str, out: dict[str, Any]) -> None:
         elif lowered == "limit":
             fields["limit"] = inner.integer(name)
         elif lowered == "hard_delete":
-            inner.boolean(name)  # deleted JWTs are removed either way
+            hard_delete = inner.boolean(name)  # deleted JWTs are removed either way
         else:
             inner.unknown(name)
-    if fields.get("type") != FULL:
+    kind = fields.get("type")
+    if kind == CACHE:
+        for given, refused in (
+            ("interval" in fields, "CACHE does not accept sync"),
+            (fields.get("allow_delete"), "CACHE does not accept allow_delete"),
+            (hard_delete is not None, "CACHE does not accept hard_delete"),
+        ):
+            if given:
+                raise section.error(key, refused)
+        if fields.get("limit", 0) <= 0:
+            fields["limit"] = 1000
+    elif kind == FULL:
+        if fields.get("ttl"):
+            raise section.error(key, "FULL does not accept ttl")
+        if hard_delete is not None and not fields.get("allow_delete"):
+            raise section.error(key, "hard_delete has no effect without delete")
+    else:
         raise section.error(key, _RESOLVER_ERROR)
     if not fields.get("dir"):
         raise section.error(key, "mkdir : no such file or directory")
     out["resolver"] = ResolverConfig(**fields)
+
+
+def _named_resolver(section: _Section, key: str, value: str) -> ResolverConfig:
+    """`MEM`/`MEMORY`, or `URL("http://host/jwt/v1/accounts/")` (the URL ends with `/`)."""
+    if value.strip().upper() in ("MEM", "MEMORY"):
+        return ResolverConfig(type=MEMORY)
+    found = _URL_RESOLVER.fullmatch(value.strip())
+    if found is None:
+        raise section.error(key, _RESOLVER_ERROR)
+    return ResolverConfig(type=URL, url=account_server(found.group(1)))
+
+
+def account_server(url: str) -> str:
+    """The base URL an account's public key is appended to."""
+    url = url.strip()
+    try:
+        urllib.parse.urlsplit(url)
+    except ValueError as exc:
+        raise ConfigError(f'error parsing account resolver url ["{url}"]') from exc
+    return url if url.endswith("/") else url + "/"
 
 
 def resolver_preload(section: _Section, key: str, out: dict[str, Any]) -> None:
@@ -148,7 +185,7 @@ def check_operator_mode(opts: Any) -> None:
     if opts.accounts:
         raise ConfigError("operators do not allow Accounts to be configured directly")
     if opts.resolver is None:
-        raise ConfigError("operator mode needs a resolver: jetlake has no URL resolver")
+        raise ConfigError("operators require an account resolver to be configured")
     named = {
         c.nats.get("system_account") for c in (jwt.decode(t, "operator") for t in opts.operators)
     } - {None, ""}

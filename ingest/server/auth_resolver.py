@@ -10,6 +10,10 @@ server of it takes an update pushed to any one; a server that missed one (it was
 or joined later) asks the cluster for its accounts a second after its routes change and
 every `interval`, and looks up each. An update applies at once: the users it revokes are
 cut off with the reference's error.
+
+`full`, `cache` and `URL` fetch an account they do not hold when a user of it logs in
+(`account_fetch`). A `cache` keeps what it fetched, or was pushed for an account it
+holds, in `dir`, at most `limit` files for at most `ttl` each; it answers no lookups.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.conf import ConfigError
+from ingest.server.account_fetch import Fetcher, account_of
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt.claims import Claims, JWTError
-from ingest.server.jwt.settings import FULL
+from ingest.server.jwt.settings import CACHE, FULL
 from ingest.server.jwt.store import AccountStore
 from ingest.server.jwt.trust import Operators, account_limits, revoked
 
@@ -51,7 +56,7 @@ class Resolver:
         self.config = opts.resolver
         self.store = AccountStore(Operators(jwt.decode(t, "operator") for t in opts.operators))
         now = time.time()
-        self.dir = Path(self.config.dir) if self.config.type == FULL else None
+        self.dir = Path(self.config.dir) if self.config.stores and self.config.dir else None
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
             for path in sorted(self.dir.glob("*.jwt")):
@@ -68,6 +73,12 @@ class Resolver:
         self.jetstreams: AccountJetStreams | None = None  # set when the server runs JetStream
         self._pending: asyncio.TimerHandle | None = None
         self._periodic: asyncio.TimerHandle | None = None
+        self.fetcher: Fetcher | None = None
+        if self.config.fetches:
+            timeout = self.config.timeout
+            self.fetcher = Fetcher(self._take, url=self.config.url, timeout=timeout)
+        # How the update answers of a cache read, as the reference words them.
+        self._cache_word = " cache" if self.config.type == CACHE else ""
 
     def _load(self, token: str, now: float, where: str) -> None:
         if self._trusted(token, now, where):
@@ -135,20 +146,60 @@ class Resolver:
         for account in server.accounts:
             self._limit(account)
         server.accounts.on_create.append(self._limit)
+        full = self.config.type == FULL
+        if self.fetcher is not None:
+            self.fetcher.start(server, answers_own=full)
         if self.dir is None:
             return
         sys_account = server.accounts.system_account
         handlers = [(UPDATE, self._update), (ACCOUNT_UPDATE, self._update)]
-        handlers += [(LOOKUP, self._lookup), (LIST, self._list), (DELETE, self._delete)]
+        handlers += [(LIST, self._list), (DELETE, self._delete)]
+        handlers += [(LOOKUP, self._lookup)] if full else []
         for subject, handler in handlers:
             # Cluster-wide, as the reference's: a JWT pushed to one server reaches them all.
             server.announce(server.subscribe(subject, handler, account=sys_account))
-        if server.cluster is not None:
+        if server.cluster is not None and full:
             self._inbox = f"_INBOX.{server.server_id}.claims."
             inbox = server.subscribe(self._inbox + "*", self._synced, account=sys_account)
             server.announce(inbox)
             server.cluster_listeners.append(self._soon)
             self._every()
+
+    # ---- fetching an account at a login ---------------------------------------------------
+
+    def fetching(self, connect: dict[str, object]) -> asyncio.Future[None] | None:
+        """The fetch a CONNECT must wait for: its user's account is not held and this
+        resolver can fetch it."""
+        if self.fetcher is None or self._server is None:
+            return None
+        account = account_of(connect)
+        if account is None or self.store.get(account) is not None:
+            return None
+        return self.fetcher.fetch(account)
+
+    def _take(self, token: str, account: str) -> None:
+        """Keep a fetched JWT as if it had been pushed (JWTError when not trusted)."""
+        claims = self.store.put(token, time.time(), expected=account)
+        self._save(claims.subject, token)
+        self.apply(claims)
+
+    def _save(self, account: str, token: str) -> None:
+        if self.dir is None:
+            return
+        _write(self.dir / f"{account}.jwt", token)
+        if self.config.type == CACHE:
+            self._trim()
+
+    def _trim(self) -> None:
+        """A cache's directory keeps the newest `limit` JWTs, none older than `ttl`. The
+        accounts stay in use while the server runs, as on the reference; only what a
+        restart starts with is bounded."""
+        assert self.dir is not None
+        files = sorted(self.dir.glob("*.jwt"), key=lambda p: p.stat().st_mtime, reverse=True)
+        ttl, now = self.config.ttl, time.time()
+        for index, path in enumerate(files):
+            if index >= self.config.limit or (ttl and now - path.stat().st_mtime > ttl):
+                path.unlink(missing_ok=True)
 
     # ---- catching up with the other servers of a cluster ---------------------------------
 
@@ -195,8 +246,7 @@ class Resolver:
         except JWTError as exc:
             log.debug("resolver catch-up: %s", exc)
             return
-        assert self.dir is not None
-        _write(self.dir / f"{claims.subject}.jwt", token)
+        self._save(claims.subject, token)
         self.apply(claims)
 
     # ---- requests ----------------------------------------------------------------------
@@ -205,24 +255,29 @@ class Resolver:
         tokens = subject.split(".")
         expected = tokens[3] if len(tokens) == 6 else None
         token = data.decode("utf-8", "replace").strip()
+        word = self._cache_word
         try:
             if token.count(".") != 2:
                 raise JWTError("expected 3 chunks")
             claims = jwt.decode(token, "account")
             if expected is not None and claims.subject != expected:
                 raise JWTError("subject does not match jwt content")
+            if word and self.store.get(claims.subject) is None:
+                # A cache takes updates only for the accounts it holds.
+                data_out = {"account": claims.subject, "code": 200}
+                self._answer(reply, {"data": {**data_out, "message": "jwt update cache skipped"}})
+                return
             claims = self.store.put(token, time.time())
         except JWTError as exc:
             account = expected or "n/a"
-            log.error("jwt update resulted in error - %s - %s", account, exc)
+            log.error("jwt update%s resulted in error - %s - %s", word, account, exc)
             error = {"account": account, "code": 500}
-            error["description"] = f"jwt update resulted in error - {exc}"
+            error["description"] = f"jwt update{word} resulted in error - {exc}"
             self._answer(reply, {"error": error})
             return
-        assert self.dir is not None
-        _write(self.dir / f"{claims.subject}.jwt", token)
+        self._save(claims.subject, token)
         self.apply(claims)
-        data_out = {"account": claims.subject, "code": 200, "message": "jwt updated"}
+        data_out = {"account": claims.subject, "code": 200, "message": f"jwt updated{word}"}
         self._answer(reply, {"data": data_out})
 
     def _lookup(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
@@ -239,7 +294,7 @@ class Resolver:
         """`nsc push --prune`: the accounts are forgotten, their files renamed to
         `.jwt.deleted` (an operator may restore one), their clients disconnected."""
         try:
-            if not self.config.allow_delete:
+            if not self.config.allow_delete and self.config.type != CACHE:
                 raise JWTError("delete not enabled")
             accounts = self.store.operators.deletion(data.decode("utf-8", "replace").strip())
         except JWTError as exc:
@@ -250,7 +305,9 @@ class Resolver:
         for account in accounts:
             self.store.remove(account)
             path = self.dir / f"{account}.jwt"
-            if path.exists():
+            if self.config.type == CACHE:
+                path.unlink(missing_ok=True)  # a cache deletes outright, as the reference's
+            elif path.exists():
                 os.replace(path, path.with_name(path.name + ".deleted"))
             for client in list(self._server.clients.values()):
                 if client.authenticated and client.grant.account == account:

@@ -88,6 +88,7 @@ class Client(Closing, asyncio.Protocol):
         self._routes: Any = None  # the fast path's table, once CONNECT allows it
         self._fast_stats = getattr(self.codec, "take_stats", None)
         self._holds: set[str] = set()  # why reading is paused: see `_hold`
+        self._deferred: list[nats.Op] | None = None  # what came while a login waits: `_fetch_first`
         self.trace = bool(server.opts.trace)  # -V: every control line, as the reference logs it
         # Deadlines: TLS handshake, authentication, next keepalive PING.
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -253,6 +254,9 @@ class Client(Closing, asyncio.Protocol):
         return self.transport.get_write_buffer_size() if self.transport is not None else 0
 
     def _dispatch(self, ops: list[nats.Op]) -> None:
+        if self._deferred is not None:
+            self._deferred.extend(ops)
+            return
         pub = nats.Pub  # looked up once per read, not per message
         ack_run = fast.AckRun
         pub_run = fast.PubRun
@@ -281,6 +285,8 @@ class Client(Closing, asyncio.Protocol):
             elif kind is nats.Unsub:
                 self._on_unsub(op)  # type: ignore[arg-type]
             elif kind is nats.Connect:
+                if not self.authenticated and self._fetch_first(op, ops):  # type: ignore[arg-type]
+                    return
                 self._on_connect(op)  # type: ignore[arg-type]
             else:
                 self._on_violation(op)  # type: ignore[arg-type]
@@ -374,6 +380,26 @@ class Client(Closing, asyncio.Protocol):
         self.regrant(self.grant)
         if self.verbose:
             self.queue(nats.OK)
+
+    def _fetch_first(self, op: nats.Connect, ops: list[nats.Op]) -> bool:
+        """A JWT user of an account the resolver must fetch logs in once the fetch ends;
+        what the client sent after CONNECT waits with it, in order."""
+        resolver = self.server.resolver
+        fetch = resolver.fetching(op.options) if resolver is not None else None
+        if fetch is None:
+            return False
+        self._deferred = ops[ops.index(op) + 1 :]
+        self._hold("fetch")
+        fetch.add_done_callback(lambda _: self._fetched(op))
+        return True
+
+    def _fetched(self, op: nats.Connect) -> None:
+        rest, self._deferred = self._deferred or [], None
+        if self.closed:
+            return
+        self._release("fetch")
+        self._on_connect(op)
+        self._dispatch(rest)
 
     def regrant(self, grant: Grant) -> None:
         """Take `grant`'s permissions (at CONNECT, or from a config reload): the checks

@@ -287,6 +287,14 @@ def main(argv: list[str]) -> int:
     if opts.check_config:
         print(f"jetlake: configuration file {opts.config_file} is valid", file=sys.stderr)
         return 0
+    if opts.resolver is not None and opts.resolver.url:
+        from ingest.server.account_fetch import FetchError, get
+
+        try:
+            get(opts.resolver.url)  # as the reference: is the account server there?
+        except FetchError as exc:
+            print(f"jetlake: {exc}", file=sys.stderr)
+            return 1
     setup_logging(opts)
     for warning in opts.warnings:
         log.warning("%s", warning)

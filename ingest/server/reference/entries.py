@@ -249,8 +249,12 @@ TOP_LEVEL: tuple[Key, ...] = (
     ),
     K(
         "resolver",
-        "`MEMORY` or map",
-        "Where operator mode finds account JWTs: see [resolver](#resolver).",
+        "`MEMORY`, `URL(\"…\")` or map",
+        "Where operator mode finds account JWTs: `MEMORY` (the preloads only), "
+        '`URL("http://host:port/jwt/v1/accounts/")` (an account server, asked for '
+        "`<url><account>` at a user's first login; also what an operator's "
+        "`account_server_url` gives when no resolver is set), or a map: see "
+        "[resolver](#resolver).",
         "none",
     ),
     K(
@@ -320,7 +324,13 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         ),
     ),
     "resolver": (
-        K("type", "string", "`full`: JWTs kept in `dir` and updated by `nsc push`.", "none"),
+        K(
+            "type",
+            "string",
+            "`full`: every JWT kept in `dir`, updated by `nsc push`, answered to the cluster. "
+            "`cache`: the JWTs fetched from the cluster at logins, kept in `dir`.",
+            "none",
+        ),
         K("dir", "path", "Folder of the account JWTs (`<account>.jwt`).", Field(RS, "dir", "none")),
         K(
             "allow_delete",
@@ -334,8 +344,25 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "How often a server asks its cluster for JWTs it missed.",
             Field(RS, "interval"),
         ),
-        K("timeout", "duration", "Accepted; logins are not looked up.", Field(RS, "timeout")),
-        K("limit", "integer", "Accepted; JWTs are not limited in number.", Field(RS, "limit")),
+        K(
+            "timeout",
+            "duration",
+            "How long a login of an account not held waits for the cluster to answer its "
+            "lookup; then it is refused.",
+            Field(RS, "timeout"),
+        ),
+        K(
+            "limit",
+            "integer",
+            "`cache`: how many JWTs `dir` keeps (the newest). Accepted by `full`.",
+            Field(RS, "limit"),
+        ),
+        K(
+            "ttl",
+            "duration",
+            "`cache`: how long a JWT stays in `dir` (`0`: no end); `full` refuses it.",
+            Field(RS, "ttl"),
+        ),
         K("hard_delete", "boolean", "Accepted and ignored.", "false"),
     ),
     "permissions": (

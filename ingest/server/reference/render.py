@@ -54,7 +54,7 @@ _SECTION_TITLES = {
     "leafnodes": "`leafnodes { … }`: see [Leafnodes](../leafnodes.md).",
     "leafnodes.authorization": "`leafnodes { authorization { … } }`: what accepted leafs present.",
     "leafnodes.remotes": "Each hub of `leafnodes { remotes [ … ] }`.",
-    "resolver": "`resolver { … }`: the full resolver of operator mode (or `resolver: MEMORY`).",
+    "resolver": "`resolver { … }`: the full or cache resolver of operator mode.",
     "mqtt": "`mqtt { … }`: the MQTT 3.1.1 listener.",
     "mqtt.authorization": "`mqtt { authorization { … } }`: replaces the server's users for MQTT.",
     "websocket": "`websocket { … }`: NATS and MQTT over WebSocket ([WebSocket](../websocket.md)).",

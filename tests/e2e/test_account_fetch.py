@@ -1,0 +1,101 @@
+"""Account lookup at login, differentially: a user of an account whose JWT the server
+does not hold logs in once a full resolver fetched it from the other servers of its
+cluster; an account no server holds, or one no server answers for within the resolver's
+`timeout`, is refused with the reference's error and warnings."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_operator_mode import AUTH_VIOLATION, _login, _seed_of
+from tests.support.cluster import ONE_ROUTE_PER_PEER, cluster_args, free_port, stop_all, wait_mesh
+from tests.support.nsc import Nsc
+from tests.support.raw import Outcome
+from tests.support.servers import ServerProcess, start_server
+
+NAMES = ["S0", "S1", "S2"]
+TIMEOUT = 1.0  # the resolvers' `timeout`
+
+
+@pytest.fixture
+def nsc(tmp_path: Path) -> Nsc:
+    nsc = Nsc(tmp_path / "nsc")
+    nsc.operator()
+    for account, user in (("B", "alice"), ("C", "carol"), ("N", "nobody")):
+        nsc.run("add", "account", account)
+        nsc.run("add", "user", "-a", account, user)
+    return nsc
+
+
+@pytest.fixture
+def trio(server_kind: str, nsc: Nsc, tmp_path: Path) -> Iterator[list[ServerProcess]]:
+    """Three routed full resolvers; only the first holds B, none holds C or N."""
+    ports = [free_port() for _ in NAMES]
+    (tmp_path / "jwt0").mkdir()
+    account = nsc.public("account", "B")
+    (tmp_path / "jwt0" / f"{account}.jwt").write_text(nsc.account_jwt("B"))
+    servers: list[ServerProcess] = []
+    try:
+        for i, name in enumerate(NAMES):
+            config = nsc.full_config(tmp_path / f"jwt{i}") + ONE_ROUTE_PER_PEER
+            config = config.replace('timeout: "1.9s"', f'timeout: "{TIMEOUT}s"')
+            args = cluster_args(name, ports[i], [ports[0]] if i else [])
+            servers.append(
+                start_server(server_kind, *args, config=config, tmp_path=tmp_path, name=name)
+            )
+        wait_mesh(servers, NAMES)
+        yield servers
+    finally:
+        for server in servers:
+            if server.running:
+                os.kill(server.pid, signal.SIGCONT)
+        stop_all(servers)
+
+
+def _user(nsc: Nsc, account: str, user: str) -> tuple[str, bytes]:
+    return nsc.user_jwt(account, user), _seed_of(nsc.creds(account, user))
+
+
+async def test_login_fetches_the_account_from_the_cluster(
+    trio: list[ServerProcess], nsc: Nsc, tmp_path: Path
+) -> None:
+    first, second, third = trio
+    account = nsc.public("account", "B")
+    # The reference waits for answers only from the servers it has heard of since the
+    # routes came up; until then its own empty answer refuses the login.
+    alice = _user(nsc, "B", "alice")
+    deadline = time.monotonic() + 5
+    while await _login(third, *alice) != Outcome((b"+OK",), closed=False):
+        assert time.monotonic() < deadline, third.log()
+        await asyncio.sleep(0.1)
+    fetched = tmp_path / "jwt2" / f"{account}.jwt"
+    assert fetched.read_text().strip() == nsc.account_jwt("B")
+
+    # An account no server holds: every server answers empty, the login is refused at once.
+    nobody = _user(nsc, "N", "nobody")
+    started = time.monotonic()
+    assert await _login(third, *nobody) == Outcome((AUTH_VIOLATION,), closed=True)
+    assert time.monotonic() - started < TIMEOUT
+    await third.wait_for_log_async(r"\[WRN\] Account fetch failed: account jwt not found", 2)
+
+    # Two servers that do not answer: the login waits `timeout`, then is refused.
+    for server in (first, second):
+        os.kill(server.pid, signal.SIGSTOP)
+    try:
+        carol = _user(nsc, "C", "carol")
+        started = time.monotonic()
+        assert await _login(third, *carol) == Outcome((AUTH_VIOLATION,), closed=True)
+        assert TIMEOUT - 0.1 < time.monotonic() - started < TIMEOUT + 1.0
+    finally:
+        for server in (first, second):
+            os.kill(server.pid, signal.SIGCONT)
+    c_key = nsc.public("account", "C")
+    await third.wait_for_log_async(rf"\[WRN\] Account \[{c_key}\] fetch took [\d.]+m?s", 2)
+    await third.wait_for_log_async(r"\[WRN\] Account fetch failed: fetching jwt timed out", 2)

@@ -1,0 +1,109 @@
+"""The URL resolver, differentially: the server fetches `<url><account>` from an HTTP
+account server (here a tiny one serving what nsc issued) when a user of an account it
+has not seen logs in, keeps what it got, and refuses a login the server cannot answer
+with the reference's error and warning."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MakeServer
+from tests.e2e.test_operator_mode import AUTH_VIOLATION, _login, _seed_of
+from tests.support.nsc import Nsc
+from tests.support.raw import Outcome
+
+PREFIX = "/jwt/v1/accounts/"
+
+
+class AccountServer:
+    """Serves the JWTs it is given under PREFIX, 404 for the others; counts the GETs."""
+
+    def __init__(self, jwts: dict[str, str]) -> None:
+        self.jwts = jwts
+        self.gets: list[str] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                account = self.path.removeprefix(PREFIX)
+                owner.gets.append(account)
+                token = owner.jwts.get(account, "" if self.path == PREFIX else None)
+                if token is None:
+                    self.send_error(404)
+                    return
+                body = token.encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}{PREFIX}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def nsc(tmp_path: Path) -> Nsc:
+    nsc = Nsc(tmp_path / "nsc")
+    nsc.operator()
+    for account, user in (("B", "alice"), ("N", "nobody")):
+        nsc.run("add", "account", account)
+        nsc.run("add", "user", "-a", account, user)
+    return nsc
+
+
+@pytest.fixture
+def accounts(nsc: Nsc) -> Iterator[AccountServer]:
+    served = {nsc.public("account", name): nsc.account_jwt(name) for name in ("SYS", "B")}
+    server = AccountServer(served)
+    yield server
+    server.close()
+
+
+def _user(nsc: Nsc, account: str, user: str) -> tuple[str, bytes]:
+    return nsc.user_jwt(account, user), _seed_of(nsc.creds(account, user))
+
+
+async def test_logins_fetch_accounts_over_http(
+    make_server: MakeServer, nsc: Nsc, accounts: AccountServer
+) -> None:
+    system = nsc.public("account", "SYS")
+    config = (
+        f"operator: {nsc.operator_jwt()}\nsystem_account: {system}\n"
+        f'resolver: URL("{accounts.url}")\n'
+    )
+    server = make_server(config=config)
+    b_key, n_key = nsc.public("account", "B"), nsc.public("account", "N")
+    alice = _user(nsc, "B", "alice")
+    for _ in range(2):  # the second login uses the JWT fetched for the first
+        assert await _login(server, *alice) == Outcome((b"+OK",), closed=False)
+    assert accounts.gets.count(b_key) == 1
+
+    assert await _login(server, *_user(nsc, "N", "nobody")) == Outcome(
+        (AUTH_VIOLATION,), closed=True
+    )
+    url = f"{accounts.url}{n_key}"
+    warning = rf'\[WRN\] Account fetch failed: could not fetch <"{url}">: 404 Not Found'
+    await server.wait_for_log_async(warning, 2)
+
+    # The account server gone: a new account cannot be fetched; B still logs in.
+    accounts.close()
+    assert await _login(server, *_user(nsc, "N", "nobody")) == Outcome(
+        (AUTH_VIOLATION,), closed=True
+    )
+    refused = rf'could not fetch <"{url}">: Get "{url}": dial tcp 127\.0\.0\.1:\d+: connect: '
+    await server.wait_for_log_async(rf"\[WRN\] Account fetch failed: {refused}", 2)
+    assert await _login(server, *alice) == Outcome((b"+OK",), closed=False)
