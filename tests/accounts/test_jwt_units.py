@@ -15,6 +15,7 @@ import pytest
 from ingest.server.auth import Authenticator
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt import nkey, trust
+from ingest.server.jwt.settings import CACHE, URL
 from ingest.server.jwt.store import AccountStore
 from ingest.server.options import ConfigError, load_config, validate_options
 from tests.support.nsc import encode_jwt, mint_user
@@ -176,6 +177,15 @@ USER = _pub(_seed(nkeys.PREFIX_BYTE_USER))
             f"operator: OPJWT\nresolver: MEMORY\nsystem_account: {_pub(ACCOUNT)}",
             "system_account in config and operator JWT must be identical",
         ),
+        ("operator: OPJWT", "operators require an account resolver to be configured"),
+        ("operator: OPJWT\nresolver: BOGUS", "error parsing account resolver"),
+        ('operator: OPJWT\nresolver { type: cache, dir: d, interval: "1m" }', "accept sync"),
+        ("operator: OPJWT\nresolver { type: cache, dir: d, allow_delete: true }", "allow_delete"),
+        ('operator: OPJWT\nresolver { type: full, dir: d, ttl: "1m" }', "FULL does not accept"),
+        (
+            "operator: OPJWT\nresolver { type: full, dir: d, hard_delete: true }",
+            "hard_delete has no effect without delete",
+        ),
     ],
 )
 def test_config_errors(tmp_path: Path, text: str, message: str) -> None:
@@ -195,6 +205,29 @@ def test_operator_config_is_read(tmp_path: Path) -> None:
     assert opts.operators == (token,)  # type: ignore[attr-defined]
     assert opts.system_account == _pub(ACCOUNT)  # type: ignore[attr-defined]
     assert opts.resolver.dir == str(tmp_path / "jwt")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            'resolver: URL("http://h:1/jwt/v1/accounts")',
+            {"type": URL, "url": "http://h:1/jwt/v1/accounts/"},
+        ),
+        ("resolver: url(http://h:1/a/)", {"type": URL, "url": "http://h:1/a/"}),
+        (
+            'resolver { type: CACHE, dir: d, limit: 5, ttl: "2m", timeout: "3s" }',
+            {"type": CACHE, "dir": "d", "limit": 5, "ttl": 120.0, "timeout": 3.0},
+        ),
+        ("resolver { type: cache, dir: d }", {"type": CACHE, "limit": 1000, "ttl": 0.0}),
+        # The operator's account server is the resolver when none is configured.
+        ("", {"type": URL, "url": "http://acc:9090/jwt/v1/accounts/"}),
+    ],
+)
+def test_resolver_config_is_read(tmp_path: Path, text: str, expected: dict[str, object]) -> None:
+    token = _operator_jwt(account_server_url="http://acc:9090/jwt/v1/")
+    resolver = _load(tmp_path, f"operator: {token}\n{text}").resolver  # type: ignore[attr-defined]
+    assert {field: getattr(resolver, field) for field in expected} == expected
 
 
 def test_the_earlier_expiry_counts_and_names_who_expired() -> None:

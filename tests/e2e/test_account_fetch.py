@@ -99,3 +99,50 @@ async def test_login_fetches_the_account_from_the_cluster(
     c_key = nsc.public("account", "C")
     await third.wait_for_log_async(rf"\[WRN\] Account \[{c_key}\] fetch took [\d.]+m?s", 2)
     await third.wait_for_log_async(r"\[WRN\] Account fetch failed: fetching jwt timed out", 2)
+
+
+@pytest.fixture
+def full_and_cache(server_kind: str, nsc: Nsc, tmp_path: Path) -> Iterator[list[ServerProcess]]:
+    """A full resolver holding B and C, routed to a cache resolver holding none."""
+    ports = [free_port(), free_port()]
+    (tmp_path / "jwt0").mkdir()
+    for name in ("B", "C"):
+        account = nsc.public("account", name)
+        (tmp_path / "jwt0" / f"{account}.jwt").write_text(nsc.account_jwt(name))
+    full = nsc.full_config(tmp_path / "jwt0")
+    start, end = full.index("resolver {"), full.index("}", full.index("resolver {")) + 1
+    cache = f'resolver {{ type: cache, dir: "{tmp_path / "cache"}", limit: 1, ttl: "1h" }}'
+    servers: list[ServerProcess] = []
+    try:
+        for i, config in enumerate((full, full[:start] + cache + full[end:])):
+            args = cluster_args(NAMES[i], ports[i], [ports[0]] if i else [])
+            config += ONE_ROUTE_PER_PEER
+            servers.append(
+                start_server(server_kind, *args, config=config, tmp_path=tmp_path, name=NAMES[i])
+            )
+        wait_mesh(servers, NAMES[:2])
+        yield servers
+    finally:
+        stop_all(servers)
+
+
+async def test_a_cache_keeps_the_newest_fetched(
+    full_and_cache: list[ServerProcess], nsc: Nsc, tmp_path: Path
+) -> None:
+    cache = full_and_cache[1]
+    alice, carol = _user(nsc, "B", "alice"), _user(nsc, "C", "carol")
+    deadline = time.monotonic() + 5
+    while await _login(cache, *alice) != Outcome((b"+OK",), closed=False):
+        assert time.monotonic() < deadline, cache.log()
+        await asyncio.sleep(0.1)
+    b_file = tmp_path / "cache" / f"{nsc.public('account', 'B')}.jwt"
+    assert b_file.read_text().strip() == nsc.account_jwt("B")
+    assert await _login(cache, *carol) == Outcome((b"+OK",), closed=False)
+    c_file = tmp_path / "cache" / f"{nsc.public('account', 'C')}.jwt"
+    assert c_file.read_text().strip() == nsc.account_jwt("C")
+    assert not b_file.exists()  # `limit: 1`
+    # B stays in use while the server runs.
+    assert await _login(cache, *alice) == Outcome((b"+OK",), closed=False)
+    nobody = _user(nsc, "N", "nobody")
+    assert await _login(cache, *nobody) == Outcome((AUTH_VIOLATION,), closed=True)
+    await cache.wait_for_log_async(r"\[WRN\] Account fetch failed: account jwt not found", 2)
