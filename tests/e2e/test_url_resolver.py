@@ -5,6 +5,7 @@ with the reference's error and warning."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +17,7 @@ from tests.conftest import MakeServer
 from tests.e2e.test_operator_mode import AUTH_VIOLATION, _login, _seed_of
 from tests.support.nsc import Nsc
 from tests.support.raw import Outcome
+from tests.support.servers import server_command
 
 PREFIX = "/jwt/v1/accounts/"
 
@@ -107,3 +109,23 @@ async def test_logins_fetch_accounts_over_http(
     refused = rf'could not fetch <"{url}">: Get "{url}": dial tcp 127\.0\.0\.1:\d+: connect: '
     await server.wait_for_log_async(rf"\[WRN\] Account fetch failed: {refused}", 2)
     assert await _login(server, *alice) == Outcome((b"+OK",), closed=False)
+
+
+def test_no_start_without_the_account_server(
+    server_kind: str, nsc: Nsc, accounts: AccountServer, tmp_path: Path
+) -> None:
+    """As the reference, the server asks the base URL at start and refuses to run when
+    nothing answers it."""
+    accounts.close()
+    config = tmp_path / "url.conf"
+    config.write_text(f'operator: {nsc.operator_jwt()}\nresolver: URL("{accounts.url}")\n')
+    done = subprocess.run(
+        [*server_command(server_kind), "-c", str(config), "-p", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 1
+    url = accounts.url
+    assert f'could not fetch <"{url}">: Get "{url}": dial tcp 127.0.0.1:' in done.stderr
