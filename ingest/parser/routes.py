@@ -39,6 +39,16 @@ class RouteProtocolError(Exception):
     """What a peer sent cannot be parsed; the connection it came on must be closed."""
 
 
+class PayloadTooLarge(RouteProtocolError):
+    """A message over this server's `max_payload`: the reference names both sizes and
+    closes the connection for it alone, apart from other parse errors."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"message of {size} bytes exceeds the maximum payload")
+        self.size = size
+        self.limit = limit
+
+
 @dataclass(frozen=True, slots=True)
 class Info:
     info: dict[str, object]
@@ -209,7 +219,7 @@ class RouteCodec:
         except ValueError as exc:
             raise RouteProtocolError(f"malformed message size {exc}") from None
         if total > self.max_payload:
-            raise RouteProtocolError(f"message of {total} bytes exceeds the maximum payload")
+            raise PayloadTooLarge(total, self.max_payload)
         account, subject, middle = args[0], args[1], args[2 : len(args) - sizes]
         reply, queues = b"", ()
         if middle and middle[0] == b"+":

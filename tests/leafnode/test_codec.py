@@ -102,8 +102,9 @@ def test_malformed_input_raises(data: bytes) -> None:
 
 
 def test_limits() -> None:
-    with pytest.raises(proto.LeafProtocolError, match="maximum payload"):
+    with pytest.raises(proto.PayloadTooLarge, match="maximum payload") as caught:
         proto.LeafCodec(max_payload=4).receive(b"LMSG a 5\r\n")
+    assert (caught.value.size, caught.value.limit) == (5, 4)  # the reference logs both
     with pytest.raises(proto.LeafProtocolError, match="control line"):
         proto.LeafCodec(max_control_line=8).receive(b"LS+ " + b"a" * 20)
 

@@ -159,6 +159,11 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             return
         try:
             ops = self.codec.receive_runs(data)
+        except proto.PayloadTooLarge as exc:
+            log.error("%s - maximum payload exceeded: %d vs %d", self.where, exc.size, exc.limit)
+            self.queue(proto.encode_err(limits.MAX_PAYLOAD))
+            self.close("Maximum Message Payload Exceeded", flush=True)
+            return
         except proto.LeafProtocolError as exc:
             log.error("%s - Leafnode protocol error: %s", self.where, exc)
             self.queue(proto.encode_err("Protocol Violation"))
@@ -280,7 +285,9 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         log.error("%s - Leafnode Error '%s'", self.where, message)
         if "Loop detected" in message:
             self.leafnodes.loop_delay(self)  # the other side found the loop: wait as long
-        self.close(_reason_for(message))
+        reason = _reason_for(message)
+        if reason is not None:
+            self.close(reason)
 
     # ---- TLS ---------------------------------------------------------------------------------
 
@@ -449,14 +456,16 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         self._hang_up(abort=abort)
 
 
-def _reason_for(message: str) -> str:
+def _reason_for(message: str) -> str | None:
+    """Why an -ERR closes this end; None for any other error, after which the reference
+    waits for the other end to close (a link refusing an oversized message, say)."""
     if message == AUTH_VIOLATION:
         return "Authentication Failure"
     if "Loop detected" in message:
         return "Protocol Violation"
     if "same cluster name" in message:
         return "Cluster Names Identical"
-    return "Parse Error"
+    return None
 
 
 def _go_seconds(seconds: float) -> str:
