@@ -8,8 +8,9 @@ push` sends) or `$SYS.REQ.ACCOUNT.<id>.CLAIMS.UPDATE`, answers `…CLAIMS.LOOKUP
 `$SYS.REQ.CLAIMS.DELETE`. These subscriptions are announced to the cluster, so every
 server of it takes an update pushed to any one; a server that missed one (it was down,
 or joined later) asks the cluster for its accounts a second after its routes change and
-every `interval`, and looks up each. An update applies at once: the users it revokes are
-cut off with the reference's error.
+every `interval`, and looks up each. `$SYS.REQ.CLAIMS.PACK` (the reference's exchange,
+answered by one server of the cluster) gets every JWT held. An update applies at once:
+the users it revokes are cut off with the reference's error.
 
 `full`, `cache` and `URL` fetch an account they do not hold when a user of it logs in
 (`account_fetch`). A `cache` keeps what it fetched, or was pushed for an account it
@@ -19,6 +20,7 @@ holds, in `dir`, at most `limit` files for at most `ttl` each; it answers no loo
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -47,6 +49,7 @@ ACCOUNT_UPDATE = "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE"
 LOOKUP = "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP"
 LIST = "$SYS.REQ.CLAIMS.LIST"
 DELETE = "$SYS.REQ.CLAIMS.DELETE"
+PACK = "$SYS.REQ.CLAIMS.PACK"
 REVOKED = ("User Authentication Revoked", "Authentication Revoked")
 _SETTLE = 1.0  # seconds after a route change before asking the cluster for its JWTs
 
@@ -158,6 +161,10 @@ class Resolver:
         for subject, handler in handlers:
             # Cluster-wide, as the reference's: a JWT pushed to one server reaches them all.
             server.announce(server.subscribe(subject, handler, account=sys_account))
+        if full:
+            # One server of the cluster answers a pack request, as among the reference's.
+            pack = server.subscribe(PACK, self._pack, queue="responder", account=sys_account)
+            server.announce(pack)
         if server.cluster is not None and full:
             self._inbox = f"_INBOX.{server.server_id}.claims."
             inbox = server.subscribe(self._inbox + "*", self._synced, account=sys_account)
@@ -215,12 +222,14 @@ class Resolver:
 
     def _sync(self) -> None:
         """Ask the cluster which accounts it holds; each answer is looked up (`_synced`),
-        so a server that was down during a push, or joined later, gets the JWTs."""
+        so a server that was down during a push, or joined later, gets the JWTs. A pack
+        request goes out too, which a reference server answers with its JWTs."""
         self._pending = None
         server = self._server
         if server is not None and self._inbox:
             system = server.accounts.system_account
             server.publish(LIST, self._inbox + "list", None, b"", account=system)
+            server.publish(PACK, self._inbox + "pack", None, self.digest(), account=system)
 
     def _synced(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         server = self._server
@@ -237,8 +246,14 @@ class Resolver:
                     lookup = f"$SYS.REQ.ACCOUNT.{account}.CLAIMS.LOOKUP"
                     server.publish(lookup, self._inbox + "jwt", None, b"", account=system)
             return
-        token = data.decode("utf-8", "replace").strip()
-        held = self.store.get(jwt.peek_subject(token))
+        if subject.endswith(".pack"):  # `<account>|<jwt>` lines; empty ends the answer
+            for line in data.decode("utf-8", "replace").splitlines():
+                self._catch_up(line.partition("|")[2].strip())
+            return
+        self._catch_up(data.decode("utf-8", "replace").strip())
+
+    def _catch_up(self, token: str) -> None:
+        held = self.store.get(jwt.peek_subject(token)) if token else None
         if not token or (held is not None and held.token == token):
             return
         try:
@@ -286,6 +301,27 @@ class Resolver:
             body = claims.token.encode() if claims is not None else b""
             system = self._server.accounts.system_account
             self._server.publish(reply, None, None, body, account=system)
+
+    def digest(self) -> bytes:
+        """The reference's digest of the JWTs held: the XOR of their SHA-256 sums, which
+        a pack request carries so that a server holding the same answers nothing."""
+        value = 0
+        for claims in self.store:
+            value ^= int.from_bytes(hashlib.sha256(claims.token.encode()).digest(), "big")
+        return value.to_bytes(32, "big")
+
+    def _pack(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        """Every JWT held, one `<account>|<jwt>` per message, then an empty message; only
+        the empty one when the asker's digest is ours."""
+        server = self._server
+        if not reply or server is None:
+            return
+        system = server.accounts.system_account
+        if data != self.digest():
+            for claims in sorted(self.store, key=lambda c: c.subject):
+                body = f"{claims.subject}|{claims.token}".encode()
+                server.publish(reply, None, None, body, account=system)
+        server.publish(reply, None, None, b"", account=system)
 
     def _list(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         self._answer(reply, {"data": sorted(c.subject for c in self.store)})
