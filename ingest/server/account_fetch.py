@@ -103,7 +103,7 @@ class Fetcher:
         started = loop.time()
         try:
             token = await (self._http(account) if self.url else self._ask_cluster(account))
-            failure: Exception | None = None
+            failure: FetchError | None = None
         except FetchError as exc:
             failure = exc
         elapsed = loop.time() - started
@@ -112,13 +112,15 @@ class Fetcher:
             log.warning("Account [%s] fetch took %s", account, took)
         else:
             log.debug("Account [%s] fetch took %s", account, took)
-        if failure is None:
-            try:
-                self._take(token, account)
-            except JWTError as exc:
-                failure = exc
         if failure is not None:
             log.warning("Account fetch failed: %s", failure)
+            return
+        try:
+            self._take(token, account)
+        except JWTError as exc:  # the reference says no more than the login's refusal
+            log.debug("Account JWT lookup error: account validation failed (%s)", exc)
+        except OSError as exc:
+            log.error("Account [%s] fetched but not stored: %s", account, exc)
 
     # ---- from the other servers of the cluster -------------------------------------------
 

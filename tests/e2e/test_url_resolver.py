@@ -101,6 +101,13 @@ async def test_logins_fetch_accounts_over_http(
     warning = rf'\[WRN\] Account fetch failed: could not fetch <"{url}">: 404 Not Found'
     await server.wait_for_log_async(warning, 2)
 
+    # A JWT of another account than the one asked for is not taken.
+    accounts.jwts[n_key] = nsc.account_jwt("B")
+    assert await _login(server, *_user(nsc, "N", "nobody")) == Outcome(
+        (AUTH_VIOLATION,), closed=True
+    )
+    del accounts.jwts[n_key]
+
     # The account server gone: a new account cannot be fetched; B still logs in.
     accounts.close()
     assert await _login(server, *_user(nsc, "N", "nobody")) == Outcome(
