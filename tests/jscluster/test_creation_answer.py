@@ -2,7 +2,10 @@
 
 Under load a new group's first leader can lose the lead before its barrier
 commits and win it again; the creator must still get its answer (it used to be
-taken at the first lead and dropped with it, and the create timed out).
+taken at the first lead and dropped with it, and the create timed out). A client's
+retry while the creation is still being committed places nothing anew: each retry
+used to propose another group, which replaced the last when it committed, and under
+load the stream never came up.
 """
 
 from __future__ import annotations
@@ -11,7 +14,12 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from ingest.server.jetstream.cluster.controller import Hosted, JetStreamCluster
+from ingest.server.jetstream.cluster.meta import MetaState
+from ingest.server.jetstream.cluster.requests import ClusterRequests
+from log.errors import ApiError
 from tests.jscluster.test_meta_units import assignment
 
 
@@ -58,3 +66,44 @@ async def test_a_lead_lost_before_catching_up_leaves_the_answer_for_the_next() -
     lead.barriers[2].set_result(2)
     await asyncio.sleep(0)
     assert lead.answered == ["_INBOX.x"]
+
+
+def meta_leader() -> tuple[ClusterRequests, list[asyncio.Future[int]]]:
+    """The meta leader's requests of one account; the proposals it made, uncommitted."""
+    proposals: list[asyncio.Future[int]] = []
+
+    def propose_meta(_op: bytes) -> asyncio.Future[int]:
+        proposals.append(asyncio.get_running_loop().create_future())
+        return proposals[-1]
+
+    state = MetaState()
+    cluster = SimpleNamespace(
+        state=state,
+        assignment=lambda account, name: state.streams.get((account, name)),
+        members=lambda: ["A", "B", "C"],
+        online_peers=lambda: {"A", "B", "C"},
+        name="C",
+        tags=lambda: {},
+        available=lambda _storage: {},
+        propose_meta=propose_meta,
+    )
+    engine = SimpleNamespace(account="$G", limits=None, api=SimpleNamespace(current_reply="_I.1"))
+    return ClusterRequests(cluster, engine), proposals  # type: ignore[arg-type]
+
+
+def create(requests: ClusterRequests, subjects: str = "s") -> object:
+    body = f'{{"name": "S", "subjects": ["{subjects}"], "num_replicas": 3}}'.encode()
+    return requests._create(["STREAM", "CREATE", "S"], body)
+
+
+async def test_a_retry_while_the_creation_commits_proposes_nothing_new() -> None:
+    requests, proposals = meta_leader()
+    assert create(requests) is None
+    assert create(requests) is None  # the client's retry: unanswered, nothing proposed
+    assert len(proposals) == 1
+    with pytest.raises(ApiError, match="different configuration"):
+        create(requests, subjects="other")
+    proposals[0].set_exception(RuntimeError("proposal dropped"))  # the leader lost the lead
+    await asyncio.sleep(0)
+    assert create(requests) is None  # proposed again
+    assert len(proposals) == 2

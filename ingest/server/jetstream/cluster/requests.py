@@ -79,6 +79,10 @@ class ClusterRequests:
         self._cluster = cluster
         self._js = engine
         self._account = engine.account
+        # Creations proposed and not yet applied, by stream name: a client's retry of one
+        # proposing again would place the stream anew, dropping the replicas the first
+        # one started (under load, every retry did, and the stream never came up).
+        self._proposed: dict[str, streamconfig.StreamConfig] = {}
 
     def install(self, api: Api) -> None:
         api.gate = self.answers
@@ -126,6 +130,8 @@ class ClusterRequests:
         existing = self._cluster.assignment(self._account, cfg.name)
         if existing is not None:
             return self._created_already(existing, cfg)
+        if self._retried(cfg):
+            return None
         self._check_limits(cfg)
         self._check_overlap(cfg.subjects, cfg.name)
         if cfg.max_bytes > 0:  # placed by room: every server's must be known first
@@ -140,8 +146,18 @@ class ClusterRequests:
         existing = self._cluster.assignment(self._account, cfg.name)
         if existing is not None:  # created by another request meanwhile
             return await self._created_already(existing, cfg)
+        if self._retried(cfg):
+            return None
         self._assign(cfg, placement, reply)
         return None
+
+    def _retried(self, cfg: streamconfig.StreamConfig) -> bool:
+        """Whether a creation of this stream is proposed already: a retry goes unanswered
+        (its first request's leader answers that one; the next retry finds the stream)."""
+        proposed = self._proposed.get(cfg.name)
+        if proposed is not None and proposed != cfg:
+            raise errors.stream_name_exists()
+        return proposed is not None
 
     def _created_already(
         self, existing: StreamAssignment, cfg: streamconfig.StreamConfig
@@ -156,7 +172,9 @@ class ClusterRequests:
         (answers with the subject for it), as the reference's does."""
         cfg, raw = restore_request(tokens, data)
         check_replicas(max(cfg.num_replicas, 1))
-        if self._cluster.assignment(self._account, cfg.name) is not None:
+        if self._cluster.assignment(self._account, cfg.name) is not None or (
+            cfg.name in self._proposed
+        ):
             raise name_in_use()
         self._check_overlap(cfg.subjects, cfg.name)
         self._assign(cfg, placement_of(raw), self._reply, restore=True)
@@ -195,7 +213,10 @@ class ClusterRequests:
             reply=reply,
             restore=restore,
         )
-        cluster.propose_meta(meta.add_stream(sa))
+        self._proposed[cfg.name] = cfg
+        cluster.propose_meta(meta.add_stream(sa)).add_done_callback(
+            lambda _: self._proposed.pop(cfg.name, None)
+        )
 
     def _update(self, tokens: list[str], data: bytes) -> Response | None:
         raw = optional_json(data)
