@@ -5,6 +5,9 @@ Any NATS client in any language can ask, with no Spark or JDBC client:
     request  $JL.SQL.query   body: the SQL text
              headers (optional): Jl-Sql-Format: arrow (default) | json
                                  Jl-Sql-Window: chunks in flight before an ack (default 8)
+                                 Jl-Sql-Ack-Wait: seconds without an ack before the
+                                   client is taken for gone (default 30)
+                                 Jl-Sql-Timeout: seconds the query may take (default none)
     replies  to the request's inbox, in order:
              chunk messages, each with a reply subject: the body is an Arrow IPC stream
              (schema + record batches, readable alone) or JSON lines, under the server's
@@ -13,10 +16,20 @@ Any NATS client in any language can ask, with no Spark or JDBC client:
              or, instead, an error: Nats-Service-Error / Nats-Service-Error-Code
 
 Flow control: the client answers each chunk (an empty publish to the chunk's
-reply subject); the service keeps at most a window of unanswered chunks out
-and stops when none is answered for `ACK_WAIT` seconds (a client gone), so a
+reply subject); the service keeps at most a window of unanswered chunks out, so a
 result never sits whole in the service: Spark hands it over a partition at a
-time (`toLocalIterator`) and each chunk is built, sent and dropped.
+time (`toLocalIterator`) and each chunk is built, sent and dropped. A query stops,
+its Spark jobs cancelled (each query runs under a job group of its own), when no
+chunk is answered for the ack wait (a client gone), when it outlives its timeout,
+and when its rows pass `max_rows`.
+
+Accounts are walls. The service answers in its own account; requests from other
+accounts reach it through an import of its `$JL.SQL.>` export (the ack subjects are
+under that prefix too, so acks cross back), and the server names the asking account
+in `Nats-Request-Info`. A query runs in a session bound to that account
+(`sql.account_views`): it reads that account's streams by their bare names and
+nothing else. A service in the system account answers its own account's requests
+over every account's streams; one in another account refuses other accounts.
 
 The service is a NATS micro service (`nats micro ls` lists it, `$SRV.PING`,
 `INFO` and `STATS` answer), queue-grouped, so several SQL services can share
@@ -28,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import contextlib
 import datetime
 import decimal
@@ -35,12 +49,15 @@ import io
 import itertools
 import json
 import logging
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sql.service import first_line
+from sql.account_views import GLOBAL
+from sql.service import DEFAULT_MAX_ROWS, first_line
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -55,10 +72,14 @@ SERVICE = "jetlake-sql"
 SUBJECT_PREFIX = "$JL.SQL"
 FORMAT = "Jl-Sql-Format"
 WINDOW = "Jl-Sql-Window"
+TIMEOUT = "Jl-Sql-Timeout"
+ACK_WAIT_HEADER = "Jl-Sql-Ack-Wait"
 CHUNK = "Jl-Sql-Chunk"
 ROWS = "Jl-Sql-Rows"
+REQUEST_INFO = "Nats-Request-Info"  # the server's, on a request that crossed a service import
 DEFAULT_WINDOW = 8
 ACK_WAIT = 30.0  # seconds without an ack before the client is taken for gone
+_CANCEL_WAIT = 30.0  # seconds a cancelled query's jobs get to end before it is logged
 _ROWS_PER_CHUNK = 2000  # a first guess, halved while a chunk exceeds max_payload
 
 
@@ -130,13 +151,23 @@ def _rows(it: Iterator[Row], n: int) -> list[Row]:
 class NatsSql:
     """The `$JL.SQL` service of one SQL service process, on one NATS server."""
 
-    def __init__(self, spark: SparkSession, url: str, *, creds: str | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        url: str,
+        *,
+        creds: str | None = None,
+        max_rows: int = DEFAULT_MAX_ROWS,
+    ) -> None:
         self._spark = spark
         self._url = url
         self._creds = creds
+        self._max_rows = max_rows
         self._nc: Client | None = None
         self._service: Service | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._account = GLOBAL  # the service's own, learnt at start
+        self._system = False  # the service's account is the system account: it sees all
 
     async def start(self) -> None:
         import nats
@@ -152,6 +183,7 @@ class NatsSql:
             max_reconnect_attempts=-1,
             disconnected_cb=disconnected,
         )
+        self._account, self._system = await _whoami(self._nc)
         self._service = await add_service(
             self._nc,
             name=SERVICE,
@@ -160,7 +192,11 @@ class NatsSql:
         )
         group = self._service.add_group(name=SUBJECT_PREFIX)
         await group.add_endpoint(name="query", handler=self._handle)
-        log.info("sql service: answering %s.query on %s", SUBJECT_PREFIX, self._url)
+        log.info(
+            "sql service: answering %s.query on %s in account %s%s",
+            SUBJECT_PREFIX, self._url, self._account,
+            " (system: every account's streams)" if self._system else "",
+        )  # fmt: skip
 
     async def stop(self) -> None:
         for task in list(self._tasks):
@@ -182,79 +218,212 @@ class NatsSql:
         headers = request.headers or {}
         fmt = headers.get(FORMAT, "arrow").lower()
         try:
+            account = self._asker(headers)
             if fmt not in ("arrow", "json"):
                 raise QueryError("400", f"{FORMAT} {fmt!r} is neither arrow nor json")
-            window = int(headers.get(WINDOW, DEFAULT_WINDOW))
-            if window < 1:
-                raise ValueError
-        except ValueError:
-            raise ServiceError("400", f"{WINDOW} must be a positive integer") from None
-        except QueryError as exc:
-            raise ServiceError(exc.code, str(exc)) from None
-        text = request.data.decode(errors="replace").strip()
-        if not text:
-            raise ServiceError("400", "empty query: the request's body is the SQL text")
-        try:
-            frame = await asyncio.to_thread(self._plan, text)
+            window = _positive(headers, WINDOW, DEFAULT_WINDOW)
+            timeout = _positive(headers, TIMEOUT, None)
+            ack_wait = _positive(headers, ACK_WAIT_HEADER, ACK_WAIT)
+            text = request.data.decode(errors="replace").strip()
+            if not text:
+                raise QueryError("400", "empty query: the request's body is the SQL text")
+            query = _Query(self._spark, account)
+            try:
+                frame = await query.run(query.plan, text)
+            except BaseException:
+                query.close()
+                raise
         except QueryError as exc:
             raise ServiceError(exc.code, str(exc)) from None
         task = asyncio.get_running_loop().create_task(
-            self._stream(request, frame, fmt == "json", window)
+            self._stream(request, query, frame, _Acks(window, ack_wait, fmt == "json"), timeout)
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _plan(self, text: str) -> Any:
-        from pyspark.errors import AnalysisException, ParseException
+    def _asker(self, headers: dict[str, str]) -> str | None:
+        """The account a request is answered for (None: every account's streams).
 
+        A request from another account reaches the service through an import of its
+        export, and the server then names that account in `Nats-Request-Info` (replacing
+        any the client sent). One without it comes from the service's own account."""
+        info = headers.get(REQUEST_INFO)
+        if info is None:
+            return None if self._system else self._account
         try:
-            return self._spark.newSession().sql(text)
-        except (AnalysisException, ParseException) as exc:
-            raise QueryError("400", first_line(exc)) from None
+            asker = json.loads(info)["acc"]
+        except (ValueError, KeyError, TypeError):
+            raise QueryError("400", f"{REQUEST_INFO} {info!r} names no account") from None
+        if not self._system and asker != self._account:
+            raise QueryError(
+                "403",
+                f"this SQL service answers account {self._account} only; export $JL.SQL.> "
+                "from the system account to serve others",
+            )
+        return str(asker)
 
-    async def _stream(self, request: Request, frame: Any, as_json: bool, window: int) -> None:
+    async def _stream(
+        self,
+        request: Request,
+        query: _Query,
+        frame: Any,
+        acks: _Acks,
+        timeout: float | None,
+    ) -> None:
+        """Send the rows, a chunk at a time; stop Spark's job when the client is gone, the
+        query outlives its `Jl-Sql-Timeout`, or the rows pass `max_rows`."""
+        try:
+            await asyncio.wait_for(self._send(request, query, frame, acks), timeout)
+        except TimeoutError:
+            await query.cancel("no ack" if query.abandoned else f"past its {TIMEOUT}")
+            if not query.abandoned:
+                await request.respond_error(
+                    "408", f"query cancelled: it ran past its {TIMEOUT} of {timeout:g}s"
+                )
+        except QueryError as exc:
+            await query.cancel(exc.code)
+            await request.respond_error(exc.code, str(exc))
+        except asyncio.CancelledError:
+            await query.cancel("the service stopping")
+            raise
+        except Exception as exc:  # Spark's execution errors (a file gone, a cast)
+            await request.respond_error("500", first_line(exc))
+        finally:
+            query.close()
+
+    async def _send(self, request: Request, query: _Query, frame: Any, acks: _Acks) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         nc = self._nc
         assert nc is not None
         reply = request._msg.reply
         limit = nc.max_payload - 1024  # room for the headers
-        acks = _Acks()
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(f"{inbox}.*", cb=acks.on_ack)
+        # Under the exported prefix, so a client in an importing account reaches it too.
+        acked = f"{SUBJECT_PREFIX}.ack.{nc.new_inbox().rsplit('.', 1)[-1]}"
+        sub = await nc.subscribe(f"{acked}.*", cb=acks.on_ack)
         rows = 0
         sent = 0
         try:
             schema = to_arrow_schema(frame.schema, timezone="UTC")
-            encode = encode_json if as_json else (lambda r: encode_arrow(r, schema))
-            it = await asyncio.to_thread(frame.toLocalIterator, False)
+            encode = encode_json if acks.as_json else (lambda r: encode_arrow(r, schema))
+            it = await query.run(frame.toLocalIterator, False)
             while True:
-                batch = await asyncio.to_thread(_rows, it, _ROWS_PER_CHUNK)
+                batch = await query.run(_rows, it, _ROWS_PER_CHUNK)
                 if not batch:
                     break
                 rows += len(batch)
+                if rows > self._max_rows:
+                    raise QueryError(
+                        "413",
+                        f"the result has more than {self._max_rows} rows, the service's "
+                        "max_rows (lake { sql { max_rows } }): aggregate, or add a LIMIT",
+                    )
                 for body in chunks(batch, encode, limit):
-                    await acks.room(sent, window)
+                    try:
+                        await acks.room(sent)
+                    except TimeoutError:
+                        query.abandoned = True
+                        raise
                     await nc.publish(
-                        reply, body, reply=f"{inbox}.{sent}", headers={CHUNK: str(sent)}
+                        reply, body, reply=f"{acked}.{sent}", headers={CHUNK: str(sent)}
                     )
                     sent += 1
             await nc.publish(reply, b"", headers={ROWS: str(rows)})
-        except TimeoutError:
-            log.info("sql service: no ack for %gs on %s; query abandoned", ACK_WAIT, reply)
-        except QueryError as exc:
-            await request.respond_error(exc.code, str(exc))
-        except Exception as exc:  # Spark's execution errors (a file gone, a cast)
-            await request.respond_error("500", first_line(exc))
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
 
-class _Acks:
-    """Chunks the client answered; `room` waits until fewer than a window are out."""
+def _positive(headers: dict[str, str], name: str, default: Any) -> Any:
+    """A header's positive number (an int for the window), or `default` when absent."""
+    if name not in headers:
+        return default
+    try:
+        value = (int if name == WINDOW else float)(headers[name])
+        if value <= 0:
+            raise ValueError
+        return value
+    except ValueError:
+        text = f"{name} must be a positive number, not {headers[name]!r}"
+        raise QueryError("400", text) from None
 
-    def __init__(self) -> None:
+
+async def _whoami(nc: Client) -> tuple[str, bool]:
+    """The connection's account, and whether it is the system account (whose services
+    `$SYS.REQ.SERVER.PING` reaches only there)."""
+    import nats.errors
+
+    try:
+        answer = await nc.request("$SYS.REQ.USER.INFO", b"", timeout=5)
+        account = str(json.loads(answer.data)["data"]["account"])
+    except (nats.errors.Error, ValueError, KeyError, TypeError) as exc:
+        log.warning("sql service: no account from $SYS.REQ.USER.INFO (%s); taking %s", exc, GLOBAL)
+        account = GLOBAL
+    try:
+        await nc.request("$SYS.REQ.SERVER.PING", b"", timeout=1)
+        return account, True
+    except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+        return account, False
+
+
+class _Query:
+    """One query's Spark work, on a thread of its own so its job group can be cancelled.
+
+    Spark's job group is a property of the thread that starts the job, and py4j pins a
+    JVM thread to each Python thread: every call of the query (the plan, each partition
+    the iterator fetches) runs on this one thread, under one group."""
+
+    def __init__(self, spark: SparkSession, account: str | None) -> None:
+        self._spark = spark
+        self._account = account
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jetlake-sql")
+        self.group = f"jetlake-sql-{uuid.uuid4().hex}"
+        self.abandoned = False  # the client stopped answering: nobody to tell
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def plan(self, text: str) -> Any:
+        from pyspark.errors import AnalysisException, ParseException
+
+        from sql.account_views import bind
+
+        self._spark.sparkContext.setJobGroup(self.group, "SQL over NATS", interruptOnCancel=True)
+        session = self._spark.newSession()
+        if self._account is not None:
+            bind(session, self._account)
+        try:
+            return session.sql(text)
+        except (AnalysisException, ParseException) as exc:
+            raise QueryError("400", first_line(exc)) from None
+
+    async def cancel(self, why: str) -> None:
+        """Stop the query's Spark jobs, and say so once none of them runs any more."""
+        sc = self._spark.sparkContext
+        await asyncio.to_thread(sc.cancelJobGroup, self.group)
+        deadline = time.monotonic() + _CANCEL_WAIT
+        tracker = sc.statusTracker()
+        while time.monotonic() < deadline:
+            ids = await asyncio.to_thread(tracker.getJobIdsForGroup, self.group)
+            infos = [await asyncio.to_thread(tracker.getJobInfo, i) for i in ids]
+            if all(i is None or i.status != "RUNNING" for i in infos):
+                log.info("sql service: query %s stopped (%s): no Spark job left", self.group, why)
+                return
+            await asyncio.sleep(0.1)
+        log.error("sql service: query %s still runs %gs after its cancel", self.group, _CANCEL_WAIT)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Acks:
+    """Chunks the client answered; `room` waits until fewer than a window are out, and
+    fails when none was answered for `wait` seconds (the client is gone)."""
+
+    def __init__(self, window: int, wait: float, as_json: bool) -> None:
+        self.window = window
+        self.wait = wait
+        self.as_json = as_json
         self.count = 0
         self._moved = asyncio.Event()
 
@@ -262,7 +431,7 @@ class _Acks:
         self.count += 1
         self._moved.set()
 
-    async def room(self, sent: int, window: int) -> None:
-        while sent - self.count >= window:
+    async def room(self, sent: int) -> None:
+        while sent - self.count >= self.window:
             self._moved.clear()
-            await asyncio.wait_for(self._moved.wait(), ACK_WAIT)
+            await asyncio.wait_for(self._moved.wait(), self.wait)

@@ -1,7 +1,7 @@
 """The SQL service: one warm Spark session beside the lake, serving every client's queries.
 
     jetlake sql serve --store ./data [--listen 127.0.0.1:15002] [--jdbc 127.0.0.1:10000]
-                      [--nats nats://127.0.0.1:4222]
+                      [--nats nats://127.0.0.1:4222] [--max_rows N]
 
 A query through it costs a plan and a scan, not a JVM: the session starts
 once, and three doors lead in. Spark Connect (`sc://host:port`, any PySpark
@@ -43,10 +43,11 @@ from typing import TYPE_CHECKING
 from log.compactor.layout import lake_at
 from log.compactor.location import Lake
 from log.compactor.spark import build_session, local_jars
+from sql.account_views import GLOBAL, account_frames, allow
 from sql.views import register_views
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from sql.nats_service import NatsSql
 
@@ -55,6 +56,7 @@ log = logging.getLogger("jetlake.sql")
 SERVICE_FILE = "jetlake-sql.json"
 ADDRESS_TAKEN = 3  # the exit code that tells the server not to start it again
 DEFAULT_LISTEN = "127.0.0.1:15002"  # Spark Connect's own default port
+DEFAULT_MAX_ROWS = 1_000_000  # a SQL-over-NATS result's (`lake { sql { max_rows } }`)
 _EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension,io.jetlake.sql.StreamViews"
 _RULE = "io.jetlake.sql.StreamViews"
 
@@ -127,10 +129,21 @@ class SharedViews:
         return frozenset(found)
 
     def _rebuild(self) -> None:
+        """The global account's views (the lake's), then each named account's, and the wall
+        told which account's views read which files (`sql.account_views`)."""
         spark = self._spark
         names = set(register_views(spark, self._store, self._lake))
+        readable: dict[str, list[DataFrame]] = {GLOBAL: []}
         for name in names:
-            spark.table(_quoted(name)).createOrReplaceGlobalTempView(_quoted(name))
+            frame = spark.table(_quoted(name))
+            frame.createOrReplaceGlobalTempView(_quoted(name))
+            readable[GLOBAL].append(frame)
+        for account, frames in account_frames(spark, self._store).items():
+            readable[account] = list(frames.values())
+            for name, frame in frames.items():
+                frame.createOrReplaceGlobalTempView(_quoted(name))
+                names.add(name)
+        allow(spark, readable)
         for gone in self._names - names:
             spark.catalog.dropTempView(gone)
             spark.catalog.dropGlobalTempView(gone)
@@ -217,6 +230,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--jdbc", help="the Thrift (JDBC/ODBC) server's host:port (default: none)")
     p.add_argument("--nats", help="serve $JL.SQL on this NATS server (e.g. nats://127.0.0.1:4222)")
     p.add_argument("--nats_creds", help="credentials file for --nats")
+    p.add_argument(
+        "--max_rows",
+        type=int,
+        default=DEFAULT_MAX_ROWS,
+        help="rows a SQL-over-NATS result may have (past them: an error naming max_rows)",
+    )
     p.add_argument("--parent", type=int, help="exit when this process (the server) is gone")
     return p
 
@@ -231,7 +250,7 @@ async def _serve(args: argparse.Namespace, spark: SparkSession, stop: asyncio.Ev
     if args.nats:
         from sql.nats_service import NatsSql
 
-        door = NatsSql(spark, args.nats, creds=args.nats_creds)
+        door = NatsSql(spark, args.nats, creds=args.nats_creds, max_rows=args.max_rows)
         opening = asyncio.get_running_loop().create_task(_open(door, args.nats))
     try:
         while not stop.is_set():

@@ -49,10 +49,10 @@ def stream_frames(spark: SparkSession, stream: StreamRef, lake_dir: Lake) -> dic
     """The union read of one stream, cut where `sql.union` says (see there why it is exact):
     one view, or a typed stream's several (`sql.typed_views`)."""
     parts = union_parts(stream, lake_dir)
-    typed = typed_frames(spark, stream, lake_dir, parts, _tail_frame)
+    typed = typed_frames(spark, stream, lake_dir, parts, tail_frame)
     if typed is not None:
         return typed
-    tail = _tail_frame(spark, stream.name, parts.tail)
+    tail = tail_frame(spark, stream.name, parts.tail)
     if parts.lake is None:
         return {stream.name: tail if tail is not None else spark.createDataFrame([], SPARK_DDL)}
     frame = lake_frame(spark, parts.lake)
@@ -61,7 +61,7 @@ def stream_frames(spark: SparkSession, stream: StreamRef, lake_dir: Lake) -> dic
     return {stream.name: frame if tail is None else frame.unionByName(tail)}
 
 
-def _tail_frame(spark: SparkSession, name: str, tail: pa.Table) -> DataFrame | None:
+def tail_frame(spark: SparkSession, name: str, tail: pa.Table) -> DataFrame | None:
     """The tail as a DataFrame through a Parquet file, which Spark reads vectorised (None: empty).
 
     Converting a large tail (a stream whose lake is off, or far behind) with

@@ -398,15 +398,20 @@ def _lake(top: _Section, key: str, out: dict[str, Any]) -> None:
 
 
 def _lake_sql(lake: _Section, key: str) -> SqlConfig | None:
-    """`sql: off` or `sql { listen, jdbc, nats }`: Connect's address, and each other door's
-    address, `true` (its default) or `false`/`off`."""
+    """`sql: off` or `sql { listen, jdbc, nats, max_rows }`: Connect's address, and each
+    other door's address, `true` (its default) or `false`/`off`."""
     if isinstance(lake.table[key], bool):
         return SqlConfig() if lake.boolean(key) else None
     section = lake.section(key)
     doors: dict[str, str | None] = {}
+    limits: dict[str, int] = {}
     for name in section.table:
         lowered = name.lower()
-        if lowered not in ("listen", "jdbc", "nats"):
+        if lowered == "max_rows":
+            limits[lowered] = section.integer(name)
+            if limits[lowered] < 1:
+                raise section.error(name, f"lake sql max_rows {limits[lowered]} is not positive")
+        elif lowered not in ("listen", "jdbc", "nats"):
             section.unknown(name)
         elif lowered != "listen" and isinstance(section.table[name], bool):
             doors[lowered] = getattr(SqlConfig(), lowered) if section.boolean(name) else None
@@ -415,7 +420,7 @@ def _lake_sql(lake: _Section, key: str) -> SqlConfig | None:
             host, _, port = value.rpartition(":")
             if lowered != "nats" and (not host or not port.isdigit() or int(port) > 65535):
                 raise section.error(name, f"lake sql {lowered} {value!r} is not host:port")
-    return SqlConfig(**doors)
+    return SqlConfig(**doors, **limits)
 
 
 def _lake_s3(section: _Section) -> S3Options:

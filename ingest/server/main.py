@@ -24,7 +24,6 @@ from ingest.server.server import JETLAKE_VERSION, VERSION, Server
 from ingest.server.system import SystemServices
 
 if TYPE_CHECKING:
-    from ingest.server.lake import LakeSupervisor
     from ingest.server.sql_service import SqlServiceProcess
 
 log = logging.getLogger("jetlake")
@@ -128,7 +127,8 @@ async def _serve(opts: Options, argv: list[str]) -> int:
         await server.jetstream.start()
         if lake is not None:
             lake.start(server.jetstream)
-            sql = _sql_service(opts, lake, server.port)
+    if lake is not None:  # with or without the global account's JetStream: every account's
+        sql = _sql_service(opts, server.port)
     if account_js is not None:
         server.account_jetstreams = account_js
         await account_js.start()
@@ -187,18 +187,26 @@ async def _serve(opts: Options, argv: list[str]) -> int:
     return 0
 
 
-def _sql_service(opts: Options, lake: LakeSupervisor, port: int) -> SqlServiceProcess | None:
-    """The SQL service over this server's store and lake (`lake { sql }`), started."""
-    from ingest.server.sql_service import sql_service
+def _sql_service(opts: Options, port: int) -> SqlServiceProcess | None:
+    """The SQL service over this server's store and lake (`lake { sql }`), started: every
+    account's streams, so it starts whether or not the global account has JetStream."""
+    import tempfile
+    from pathlib import Path
 
+    from ingest.server.sql_service import sql_service
+    from log.compactor.layout import default_lake_dir
+    from log.compactor.location import Lake
+
+    store = Path(opts.jetstream.store_dir or Path(tempfile.gettempdir()) / "nats")
+    lake = Lake.at(opts.lake.dir or default_lake_dir(store), opts.lake.s3)
     host = opts.host if opts.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
     found = sql_service(
         opts.lake.sql,
-        store_dir=lake.store_base,
-        lake_root=lake.lake.root,
+        store_dir=store,
+        lake_root=lake.root,
         spark_master=opts.lake.spark_master,
         client_url=f"nats://{host}:{port}",
-        env=lake.lake.child_env(),
+        env=lake.child_env(),
     )
     if found is not None:
         found.start()

@@ -87,6 +87,7 @@ class SqlConfig:
     listen: str = "127.0.0.1:15002"  # Spark Connect
     jdbc: str | None = "127.0.0.1:10000"  # the Spark Thrift server
     nats: str | None = ""
+    max_rows: int = 1_000_000  # a SQL-over-NATS result's rows at most (past it: an error)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -82,7 +82,7 @@ def sql_service(
     if config.jdbc is not None:
         argv += ["--jdbc", config.jdbc]
     if config.nats is not None:
-        argv += ["--nats", config.nats or client_url]
+        argv += ["--nats", config.nats or client_url, "--max_rows", str(config.max_rows)]
     if spark_master:
         argv += ["--spark_master", spark_master]
     return SqlServiceProcess(argv, {**os.environ, **env})

@@ -46,6 +46,13 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
             return new Resolve((org.apache.spark.sql.classic.SparkSession) session);
           }
         });
+    extensions.injectCheckRule(
+        new AbstractFunction1<SparkSession, scala.Function1<LogicalPlan, BoxedUnit>>() {
+          @Override
+          public scala.Function1<LogicalPlan, BoxedUnit> apply(SparkSession session) {
+            return AccountWalls.check(session);
+          }
+        });
     return BoxedUnit.UNIT;
   }
 
@@ -61,17 +68,27 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
       if (plan.resolved()) {
         return plan;
       }
-      return new Pass(session.sessionState().catalog()).rewrite(plan);
+      return new Pass(session.sessionState().catalog(), AccountWalls.account(session))
+          .rewrite(plan);
     }
   }
+
+  /** The global view's name of an account's stream: its own name in the global account. */
+  static String qualified(String account, String name) {
+    return GLOBAL.equals(account) ? name : account + "." + name;
+  }
+
+  private static final String GLOBAL = "$G";
 
   /** One walk over a plan: refreshes at most once, at the first bare name it meets. */
   static final class Pass {
     private final SessionCatalog catalog;
+    private final String account; // the session's (AccountWalls), null: unbound
     private boolean refreshed;
 
-    Pass(SessionCatalog catalog) {
+    Pass(SessionCatalog catalog, String account) {
       this.catalog = catalog;
+      this.account = account;
     }
 
     LogicalPlan rewrite(LogicalPlan plan) {
@@ -104,13 +121,22 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
           });
     }
 
-    /** The global view's name for a bare name that is one (and no temporary view), or null. */
+    /**
+     * The global view's name for a name that is one, or null. A bare name is a stream of the
+     * session's account (the global account's when unbound) unless a temporary view has it;
+     * `ACCOUNT.STREAM` names another account's stream, which only its own sessions and
+     * unbound ones reach this way (the check rule refuses the rest by their files).
+     */
     private Seq<String> shared(Seq<String> parts) {
-      if (parts.size() != 1) {
-        return null;
-      }
-      String name = parts.head();
-      if (catalog.getTempView(name).isDefined()) {
+      String name;
+      if (parts.size() == 1) {
+        if (catalog.getTempView(parts.head()).isDefined()) {
+          return null;
+        }
+        name = qualified(account == null ? GLOBAL : account, parts.head());
+      } else if (parts.size() == 2 && (account == null || account.equals(parts.head()))) {
+        name = qualified(parts.head(), parts.last());
+      } else {
         return null;
       }
       Refresher r = refresher;

@@ -45,12 +45,13 @@ class Service:
     spark: SparkSession
 
 
-def _wait_for_service(server: ServerProcess, store: Path) -> Endpoints:
-    """The service's addresses, once its NATS door answers `$SRV.PING` too."""
+def _wait_for_service(server: ServerProcess, store: Path, url: str | None = None) -> Endpoints:
+    """The service's addresses, once its NATS door answers `$SRV.PING` too (asked on
+    `url`: the service's own account)."""
     deadline = time.monotonic() + START_DEADLINE
     while time.monotonic() < deadline:
         found = Endpoints.read(store)
-        if found is not None and asyncio.run(_pings(server.url)):
+        if found is not None and asyncio.run(_pings(url or server.url)):
             return found
         assert server.running, server.log
         time.sleep(0.2)

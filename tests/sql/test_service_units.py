@@ -35,6 +35,7 @@ def lake_sql(tmp_path: Path, text: str) -> SqlConfig | None:
         ),
         ('sql { jdbc: "[::1]:10001", nats: false }', SqlConfig(jdbc="[::1]:10001", nats=None)),
         ("sql { jdbc: true }", SqlConfig()),
+        ("sql { max_rows: 10 }", SqlConfig(max_rows=10)),
     ],
 )
 def test_lake_sql_keys(tmp_path: Path, text: str, expected: SqlConfig | None) -> None:
@@ -48,6 +49,8 @@ def test_lake_sql_keys(tmp_path: Path, text: str, expected: SqlConfig | None) ->
         ('sql { jdbc: "h:port" }', "lake sql jdbc 'h:port' is not host:port"),
         ("sql { listen: 15002 }", "listen"),
         ('sql { catalog: "hive" }', "catalog"),
+        ("sql { max_rows: 0 }", "lake sql max_rows 0 is not positive"),
+        ('sql { max_rows: "many" }', "max_rows"),
     ],
 )
 def test_bad_lake_sql_keys_name_the_key(tmp_path: Path, text: str, message: str) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ingest.parser.headers import set_header
+from ingest.parser.headers import remove_header, set_header
 from ingest.parser.mapping import Transform, compile_transform, tokenize_wildcards
 from ingest.server.accounts.config_sharing import find_export
 from ingest.server.accounts.latency import LatencyReport, sampled
@@ -217,7 +217,8 @@ class Sharing:
             remote = transform(subject)
             rtt = round(sender.rtt * 1e9) if sender is not None else 0
             info = json.dumps({"acc": importer.name, "rtt": rtt}, separators=(",", ":"))
-            hdr = set_header(hdr, REQUEST_INFO, info.encode())
+            # Every line a client sent under this name goes: an exporter trusts the one it gets.
+            hdr = set_header(hdr and remove_header(hdr, REQUEST_INFO), REQUEST_INFO, info.encode())
             mapped = b""
             if reply:
                 report = None

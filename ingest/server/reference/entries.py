@@ -471,6 +471,13 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "The NATS server the `$JL.SQL` service answers on; `off` shuts it.",
             "this server's client port",
         ),
+        K(
+            "max_rows",
+            "integer",
+            "Rows a SQL-over-NATS result may have; past them the query stops with an error "
+            "naming this key.",
+            Field(SQ, "max_rows"),
+        ),
     ),
     "lake.s3": (
         K("endpoint", "URL", "S3 endpoint.", Field(S3, "endpoint", _aws("AWS_ENDPOINT_URL_S3"))),

@@ -1,0 +1,168 @@
+package io.jetlake.sql;
+
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Map;
+import java.util.Set;
+import java.util.WeakHashMap;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.AnalysisException;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.plans.logical.CTERelationRef;
+import org.apache.spark.sql.catalyst.plans.logical.Command;
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.OneRowRelation;
+import org.apache.spark.sql.catalyst.plans.logical.Range;
+import org.apache.spark.sql.execution.LogicalRDD;
+import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
+import org.apache.spark.sql.execution.datasources.LogicalRelation;
+import scala.jdk.javaapi.CollectionConverters;
+import scala.runtime.AbstractFunction1;
+import scala.runtime.BoxedUnit;
+
+/**
+ * Keeps a session bound to an account inside that account's streams.
+ *
+ * <p>A session the SQL service binds ({@link #bind}) may read only the files its account's
+ * own views read: the check runs on the analyzed plan, where a bare name, a {@code
+ * global_temp} view and a path read ({@code delta.`/lake/...`}, {@code parquet.`...`}) all
+ * end as the same kind of leaf, a scan of files under root paths. A wall on names alone would
+ * leave paths open, and one on paths alone would leave views (which expand to their files)
+ * open; one on the files closes both. Anything that reads other than files of the account's
+ * views is refused: other relations (JDBC, Hive tables, cached plans), commands ({@code SET},
+ * {@code CREATE}, {@code ADD JAR}), and {@code reflect}/{@code java_method}, which call into
+ * the JVM. An unbound session (the system account's, and today every Spark Connect and JDBC
+ * session) is not checked.
+ */
+public final class AccountWalls {
+  private static final Map<SparkSession, String> BOUND =
+      Collections.synchronizedMap(new WeakHashMap<>());
+  private static volatile Map<String, Set<String>> roots = Map.of();
+  private static Map<String, Set<String>> current = Map.of(); // the last rebuild's alone
+
+  private AccountWalls() {}
+
+  /** Binds a session to an account: it sees that account's views and files only. */
+  public static void bind(SparkSession session, String account) {
+    BOUND.put(session, account);
+  }
+
+  /** The account a session is bound to, or null (unbound: sees every account). */
+  public static String account(SparkSession session) {
+    return BOUND.get(session);
+  }
+
+  /**
+   * Sets every account's readable roots from the analyzed plans of its views, as the service
+   * rebuilt them. The previous rebuild's roots stay too: a query that resolved a view just
+   * before the rebuild replaced it is checked after, against the files that view read.
+   */
+  public static synchronized void allow(Map<String, java.util.List<LogicalPlan>> views) {
+    Map<String, Set<String>> found = new HashMap<>();
+    for (Map.Entry<String, java.util.List<LogicalPlan>> e : views.entrySet()) {
+      Set<String> paths = new HashSet<>();
+      for (LogicalPlan plan : e.getValue()) {
+        collectRoots(plan, paths);
+      }
+      found.put(e.getKey(), paths);
+    }
+    Map<String, Set<String>> both = new HashMap<>();
+    for (Map.Entry<String, Set<String>> e : found.entrySet()) {
+      Set<String> paths = new HashSet<>(e.getValue());
+      paths.addAll(current.getOrDefault(e.getKey(), Set.of()));
+      both.put(e.getKey(), Set.copyOf(paths));
+    }
+    current = found;
+    roots = Map.copyOf(both);
+  }
+
+  private static void collectRoots(LogicalPlan plan, Set<String> into) {
+    if (plan instanceof LogicalRelation lr && lr.relation() instanceof HadoopFsRelation fs) {
+      for (Path p : CollectionConverters.asJava(fs.location().rootPaths())) {
+        into.add(p.toString());
+      }
+    }
+    for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
+      collectRoots(child, into);
+    }
+  }
+
+  /** The check rule Spark runs on every analyzed plan of a session. */
+  static AbstractFunction1<LogicalPlan, BoxedUnit> check(SparkSession session) {
+    return new AbstractFunction1<>() {
+      @Override
+      public BoxedUnit apply(LogicalPlan plan) {
+        String account = BOUND.get(session);
+        if (account != null) {
+          walk(plan, account, roots.getOrDefault(account, Set.of()));
+        }
+        return BoxedUnit.UNIT;
+      }
+    };
+  }
+
+  private static void walk(LogicalPlan plan, String account, Set<String> allowed) {
+    if (plan instanceof Command) {
+      throw refused(account, "runs queries only, not " + plan.nodeName());
+    }
+    for (Expression e : CollectionConverters.asJava(plan.expressions())) {
+      reflection(e, account);
+    }
+    if (plan.children().isEmpty()) {
+      leaf(plan, account, allowed);
+    }
+    for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
+      walk(child, account, allowed);
+    }
+    for (LogicalPlan sub : CollectionConverters.asJava(plan.subqueries())) {
+      walk(sub, account, allowed);
+    }
+  }
+
+  private static void leaf(LogicalPlan plan, String account, Set<String> allowed) {
+    if (plan instanceof LocalRelation
+        || plan instanceof Range
+        || plan instanceof OneRowRelation
+        || plan instanceof CTERelationRef
+        || plan instanceof LogicalRDD) {
+      return;
+    }
+    if (plan instanceof LogicalRelation lr && lr.relation() instanceof HadoopFsRelation fs) {
+      for (Path p : CollectionConverters.asJava(fs.location().rootPaths())) {
+        if (!allowed.contains(p.toString())) {
+          throw refused(account, "may not read " + p + ": it is no stream of the account");
+        }
+      }
+      return;
+    }
+    throw refused(account, "may not read " + plan.nodeName() + ": it is no stream of the account");
+  }
+
+  private static void reflection(Expression e, String account) {
+    if (e instanceof CallMethodViaReflection) {
+      throw refused(account, "may not call reflect/java_method");
+    }
+    for (Expression child : CollectionConverters.asJava(e.children())) {
+      reflection(child, account);
+    }
+  }
+
+  /** An AnalysisException, as Spark's own analysis errors are (clients report it as one). */
+  private static RuntimeException refused(String account, String what) {
+    String text = "account " + account + " " + what;
+    return unchecked(
+        new AnalysisException(
+            "_LEGACY_ERROR_USER_RAISED_EXCEPTION",
+            new scala.collection.immutable.Map.Map1<>("errorMessage", text)));
+  }
+
+  /** Scala's exceptions are unchecked; Java's compiler takes AnalysisException for checked. */
+  @SuppressWarnings("unchecked")
+  private static <T extends Throwable> RuntimeException unchecked(Throwable t) throws T {
+    throw (T) t;
+  }
+}

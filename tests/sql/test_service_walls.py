@@ -1,0 +1,226 @@
+"""The SQL service on a server with accounts: each account's queries see its own streams
+only, the system account's see all; and bad input (a syntax error, an unknown table, a
+query past its timeout, a client gone, a result past `max_rows`) gets a clear error
+while the service goes on answering others.
+
+One server and one service JVM for the module, started as `jetlake serve` starts it:
+the service joins the system account, which exports `$JL.SQL.>`; accounts A and B
+import it, as an operator sets it up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+import pytest
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import SparkSession
+
+from sql.service import quiet_query_errors
+from tests.sql.test_service_e2e import START_DEADLINE, _Answer, _ask, _until, _wait_for_service
+from tests.support.cluster import free_port
+from tests.support.servers import ServerProcess, start_server
+
+pytestmark = pytest.mark.timeout(START_DEADLINE + 180)
+MAX_ROWS = 5000
+IMPORT = '{service: {account: SYS, subject: "$JL.SQL.>"}}'
+
+
+@dataclass
+class Walled:
+    server: ServerProcess
+    store: Path
+    spark: SparkSession  # Spark Connect: not walled (see the docs)
+
+    def url(self, user: str) -> str:
+        return f"nats://{user}:{user}@127.0.0.1:{self.server.port}"
+
+
+@pytest.fixture(scope="module")
+def walled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walled]:
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    quiet_query_errors()
+    tmp = tmp_path_factory.mktemp("sql-walls")
+    store = tmp / "store"
+    port, listen = free_port(), f"127.0.0.1:{free_port()}"
+    conf = f"""
+jetstream {{ store_dir: "{store}" }}
+lake {{ seal_interval: "200ms", compact_interval: 0,
+  sql {{ listen: "{listen}", jdbc: off, nats: "nats://sys:sys@127.0.0.1:{port}",
+         max_rows: {MAX_ROWS} }} }}
+system_account: SYS
+accounts {{
+  SYS {{ users: [{{user: sys, password: sys}}],
+         exports: [{{service: "$JL.SQL.>", response_type: stream}}] }}
+  A {{ jetstream: enabled, users: [{{user: a, password: a}}], imports: [{IMPORT}] }}
+  B {{ jetstream: enabled, users: [{{user: b, password: b}}], imports: [{IMPORT}] }}
+}}
+"""
+    saved = os.environ.pop("JETLAKE_SQL", None)
+    try:
+        server = start_server("jetlake", "-p", str(port), config=conf, tmp_path=tmp)
+    finally:
+        if saved is not None:
+            os.environ["JETLAKE_SQL"] = saved
+    try:
+        found = _wait_for_service(server, store, url=f"nats://sys:sys@127.0.0.1:{port}")
+        spark = ConnectSession.builder.remote(found.connect).getOrCreate()
+        yield Walled(server, store, spark)
+        spark.stop()
+    finally:
+        server.stop()
+
+
+async def _publish(url: str, stream: str, n: int) -> None:
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+        for i in range(n):
+            await js.publish(f"{stream.lower()}.x", b"m-%d" % i)
+    finally:
+        await nc.close()
+
+
+async def _query(url: str, sql: str, **headers: str) -> _Answer:
+    """The whole answer to one query, asked as a user of `url`'s account."""
+    nc = await nats.connect(url)
+    try:
+        answer = await _ask(nc, sql, headers=headers or None)
+        await _until(answer.done, f"the answer to {sql!r}")
+        return answer
+    finally:
+        await nc.close()
+
+
+def _error(answer: _Answer) -> tuple[str, str]:
+    assert answer.end is not None and answer.end.headers is not None
+    headers = answer.end.headers
+    assert "Nats-Service-Error-Code" in headers, headers
+    return headers["Nats-Service-Error-Code"], headers["Nats-Service-Error"]
+
+
+def _count(answer: _Answer) -> int:
+    assert answer.end is not None and answer.end.headers == {"Jl-Sql-Rows": "1"}, (
+        answer.end and answer.end.headers
+    )
+    return int(answer.table().column(0)[0].as_py())
+
+
+async def test_an_account_reads_its_own_streams_only_and_the_system_account_all(
+    walled: Walled,
+) -> None:
+    a, b, sys = walled.url("a"), walled.url("b"), walled.url("sys")
+    await _publish(a, "ORDERS", 3)
+    await _publish(b, "ORDERS", 5)
+    await _publish(b, "SECRET", 2)
+    count = "SELECT count(*) AS n FROM ORDERS"
+    assert _count(await _query(a, count)) == 3  # the same name, each account its own
+    assert _count(await _query(b, count)) == 5
+    # A header the client sends under the server's name is replaced as the request crosses.
+    forged = await _query(a, count, **{"Nats-Request-Info": json.dumps({"acc": "B"})})
+    assert _count(forged) == 3
+
+    # The system account sees every account's streams, as ACCOUNT.STREAM.
+    assert _count(await _query(sys, "SELECT count(*) FROM A.ORDERS")) == 3
+    assert _count(await _query(sys, "SELECT count(*) FROM B.SECRET")) == 2
+    found = await _query(sys, "SELECT DISTINCT input_file_name() AS f FROM B.SECRET")
+    [secret_file] = found.table().column("f").to_pylist()
+
+    for sql, code, text in (
+        ("SELECT * FROM SECRET", "400", "`SECRET` cannot be found"),  # by name
+        ("SELECT * FROM B.SECRET", "400", "`B`.`SECRET` cannot be found"),
+        ("SELECT * FROM global_temp.`B.SECRET`", "400", "account A may not read"),  # a view
+        (f"SELECT * FROM parquet.`{secret_file}`", "400", "account A may not read"),  # a path
+        (
+            "SELECT * FROM ORDERS WHERE seq IN (SELECT seq FROM global_temp.`B.SECRET`)",
+            "400",
+            "account A may not read",
+        ),
+        (
+            "SELECT reflect('java.lang.System', 'getProperty', 'user.dir')",
+            "400",
+            "account A may not call reflect",
+        ),
+        ("SET spark.sql.ansi.enabled=false", "400", "account A runs queries only"),
+    ):
+        code_got, text_got = _error(await _query(a, sql))
+        assert code_got == code and text in text_got, (sql, text_got)
+
+
+@pytest.mark.soak  # a timeout and an ack wait run out, with their jobs' cancels: ~50 s
+async def test_bad_input_gets_a_clear_error_and_others_go_on(walled: Walled) -> None:
+    a, b = walled.url("a"), walled.url("b")
+    await _publish(b, "LIVE", 4)
+    for sql, code, text in (
+        ("SELEC 1", "400", "PARSE_SYNTAX_ERROR"),
+        ("SELECT * FROM NOPE", "400", "`NOPE` cannot be found"),
+        ("SELECT id FROM range(20000)", "413", f"more than {MAX_ROWS} rows"),
+    ):
+        code_got, text_got = _error(await _query(a, sql))
+        assert code_got == code and text in text_got, (sql, text_got)
+    assert "max_rows" in _error(await _query(a, "SELECT id FROM range(20000)"))[1]
+
+    # A query past its timeout: its Spark job is stopped, and B's query meanwhile answers.
+    endless = "SELECT count(*) FROM range(0, 1000000000000, 1, 2)"
+    nc = await nats.connect(a)
+    try:
+        slow = await _ask(nc, endless, headers={"Jl-Sql-Timeout": "3"})
+        started = time.monotonic()
+        assert _count(await _query(b, "SELECT count(*) FROM LIVE")) == 4
+        await _until(slow.done, "the timeout's error", timeout=60)
+        took = time.monotonic() - started
+        code, text = _error(slow)
+        assert code == "408" and "ran past its Jl-Sql-Timeout of 3s" in text
+        assert took < 30, took
+    finally:
+        await nc.close()
+    stopped = r"stopped \(past its Jl-Sql-Timeout\): no Spark job left"
+    await walled.server.wait_for_log_async(stopped, 60)
+
+    # A client gone mid-result (its connection closed, no more acks): the job is stopped.
+    nc = await nats.connect(a)
+    gone = await _ask(
+        nc,
+        "SELECT id FROM range(0, 100000000, 1, 50)",
+        ack=False,
+        headers={"Jl-Sql-Window": "1", "Jl-Sql-Ack-Wait": "1"},
+    )
+    await _until(gone.moved, "the first chunk")
+    await nc.close()
+    await walled.server.wait_for_log_async(r"stopped \(no ack\): no Spark job left", 60)
+    assert _count(await _query(a, "SELECT count(*) FROM ORDERS")) >= 0  # still answering
+
+
+@pytest.mark.soak
+def test_spark_connect_bad_input_and_a_cancelled_query(walled: Walled) -> None:
+    spark = walled.spark
+    with pytest.raises(ParseException, match="PARSE_SYNTAX_ERROR"):
+        spark.sql("SELEC 1").collect()
+    with pytest.raises(AnalysisException, match="`NOPE` cannot be found"):
+        spark.sql("SELECT * FROM NOPE").collect()
+    failed: list[BaseException] = []
+
+    def endless() -> None:
+        try:
+            spark.sql("SELECT count(*) FROM range(0, 1000000000000, 1, 2)").collect()
+        except BaseException as exc:  # the interrupt, as the client sees it
+            failed.append(exc)
+
+    runner = threading.Thread(target=endless)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not spark.interruptAll() and time.monotonic() < deadline:  # until it has started
+        time.sleep(0.2)
+    runner.join(60)
+    assert not runner.is_alive() and failed, "the query went on after interruptAll"
+    assert "OPERATION_CANCELED" in str(failed[0]) or "cancel" in str(failed[0]).lower()
+    assert spark.sql("SELECT 41 + 1 AS n").collect()[0].n == 42
