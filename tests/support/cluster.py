@@ -1,13 +1,15 @@
 """Clusters of real server processes (reference or jetlake) on loopback, for e2e tests.
 
-Both kinds take the same flags. Route ports are picked by binding port 0 and
-releasing it just before the server binds it: each server must know its
-peers' ports before any of them starts. Mesh formation is awaited by polling
+Both kinds take the same flags. Route ports are picked before any server starts
+(each must know its peers'), from below the kernel's ephemeral range so that no
+socket binding port 0 meanwhile takes one (`free_port`). Mesh formation is awaited by polling
 /routez with a deadline, never by sleeping.
 """
 
 from __future__ import annotations
 
+import os
+import random
 import socket
 import time
 from collections.abc import Callable
@@ -28,9 +30,41 @@ T = TypeVar("T")
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing holds now, for a server to bind later (its peers must know it
+    first). Drawn below the kernel's ephemeral range: in between, the kernel hands that
+    range's ports to other sockets binding port 0 (a server's client listener, started
+    meanwhile, once took a route port picked by binding port 0 here). Each xdist worker
+    draws from its own share, and a port is handed out once per run."""
+    low, high = _pick_range()
+    for _ in range(1000):
+        port = random.randrange(low, high)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("0.0.0.0", port))  # clashes with a socket on any address
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {low}-{high - 1}")
+
+
+PORT_FLOOR = 10000
+_handed_out: set[int] = set()
+
+
+def _pick_range() -> tuple[int, int]:
+    """This worker's share of the ports from PORT_FLOOR to the ephemeral range's start."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768  # Linux's default start
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    share = max((ephemeral - PORT_FLOOR) // workers, 1000)
+    low = PORT_FLOOR + share * (int(worker) % workers if worker.isdigit() else 0)
+    return low, low + share
 
 
 def route_url(port: int, user: str = "") -> str:
