@@ -87,18 +87,18 @@ class Fetcher:
             system = server.accounts.system_account
             server.announce(server.subscribe(self._inbox + "*", self._answered, account=system))
 
-    def fetch(self, account: str) -> asyncio.Future[None]:
+    def fetch(self, account: str, *, quiet: bool = False) -> asyncio.Future[None]:
         """The fetch of `account`, started now or joined; it never raises (a failure is
         logged, and the login that waited on it is then refused as for an unknown
-        account)."""
+        account). A `quiet` one (the system account's at start) logs only in debug."""
         flight = self._flights.get(account)
         if flight is None:
-            flight = asyncio.ensure_future(self._run(account))
+            flight = asyncio.ensure_future(self._run(account, log.debug if quiet else log.warning))
             self._flights[account] = flight
             flight.add_done_callback(lambda _: self._flights.pop(account, None))
         return flight
 
-    async def _run(self, account: str) -> None:
+    async def _run(self, account: str, warn: Callable[..., None]) -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
@@ -109,11 +109,11 @@ class Fetcher:
         elapsed = loop.time() - started
         took = go_duration(round(elapsed * 1e9))
         if elapsed >= _SLOW:  # >=: asyncio may wake a timer a little early
-            log.warning("Account [%s] fetch took %s", account, took)
+            warn("Account [%s] fetch took %s", account, took)
         else:
             log.debug("Account [%s] fetch took %s", account, took)
         if failure is not None:
-            log.warning("Account fetch failed: %s", failure)
+            warn("Account fetch failed: %s", failure)
             return
         try:
             self._take(token, account)

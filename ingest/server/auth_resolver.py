@@ -46,6 +46,7 @@ log = logging.getLogger("jetlake")
 
 UPDATE = "$SYS.REQ.CLAIMS.UPDATE"
 ACCOUNT_UPDATE = "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE"
+OLD_UPDATE = "$SYS.ACCOUNT.*.CLAIMS.UPDATE"  # what an account server publishes
 LOOKUP = "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP"
 LIST = "$SYS.REQ.CLAIMS.LIST"
 DELETE = "$SYS.REQ.CLAIMS.DELETE"
@@ -152,11 +153,15 @@ class Resolver:
         full = self.config.type == FULL
         if self.fetcher is not None:
             self.fetcher.start(server, answers_own=full)
-        if self.dir is None:
-            return
+            system = server.accounts.system_account.name
+            if self.store.get(system) is None:  # as the reference, fetched at start
+                self.fetcher.fetch(system, quiet=True)
         sys_account = server.accounts.system_account
-        handlers = [(UPDATE, self._update), (ACCOUNT_UPDATE, self._update)]
-        handlers += [(LIST, self._list), (DELETE, self._delete)]
+        # Every resolver takes an account's update; MEMORY and URL only for the accounts
+        # they hold, as the reference's.
+        handlers = [(ACCOUNT_UPDATE, self._update), (OLD_UPDATE, self._update)]
+        if self.dir is not None:
+            handlers += [(UPDATE, self._update), (LIST, self._list), (DELETE, self._delete)]
         handlers += [(LOOKUP, self._lookup)] if full else []
         for subject, handler in handlers:
             # Cluster-wide, as the reference's: a JWT pushed to one server reaches them all.
@@ -268,19 +273,26 @@ class Resolver:
 
     def _update(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         tokens = subject.split(".")
-        expected = tokens[3] if len(tokens) == 6 else None
+        expected = {6: tokens[3], 5: tokens[2]}.get(len(tokens))
         token = data.decode("utf-8", "replace").strip()
         word = self._cache_word
+        if not token and not self.config.stores:
+            log.error("jwt update error - %s - request body is empty", expected)
+            error = {"account": expected, "code": 500}
+            error["description"] = "jwt update error - request body is empty"
+            self._answer(reply, {"error": error})
+            return
         try:
             if token.count(".") != 2:
                 raise JWTError("expected 3 chunks")
             claims = jwt.decode(token, "account")
             if expected is not None and claims.subject != expected:
                 raise JWTError("subject does not match jwt content")
-            if word and self.store.get(claims.subject) is None:
-                # A cache takes updates only for the accounts it holds.
+            if self.config.type != FULL and self.store.get(claims.subject) is None:
+                # Only a full resolver takes the accounts it does not hold.
                 data_out = {"account": claims.subject, "code": 200}
-                self._answer(reply, {"data": {**data_out, "message": "jwt update cache skipped"}})
+                message = f"jwt update{word} skipped"
+                self._answer(reply, {"data": {**data_out, "message": message}})
                 return
             claims = self.store.put(token, time.time())
         except JWTError as exc:

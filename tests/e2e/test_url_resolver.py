@@ -5,6 +5,7 @@ with the reference's error and warning."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -13,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MakeServer
-from tests.e2e.test_operator_mode import AUTH_VIOLATION, _login, _seed_of
+from tests.conftest import Connect, MakeServer
+from tests.e2e.test_operator_mode import AUTH_VIOLATION, _login, _seed_of, _sign
 from tests.support.nsc import Nsc
-from tests.support.raw import Outcome
+from tests.support.raw import Outcome, RawClient
 from tests.support.servers import server_command
 
 PREFIX = "/jwt/v1/accounts/"
@@ -64,6 +65,7 @@ def nsc(tmp_path: Path) -> Nsc:
     for account, user in (("B", "alice"), ("N", "nobody")):
         nsc.run("add", "account", account)
         nsc.run("add", "user", "-a", account, user)
+    nsc.run("add", "user", "-a", "B", "mallory")
     return nsc
 
 
@@ -80,7 +82,7 @@ def _user(nsc: Nsc, account: str, user: str) -> tuple[str, bytes]:
 
 
 async def test_logins_fetch_accounts_over_http(
-    make_server: MakeServer, nsc: Nsc, accounts: AccountServer
+    make_server: MakeServer, nsc: Nsc, accounts: AccountServer, connect: Connect
 ) -> None:
     system = nsc.public("account", "SYS")
     config = (
@@ -116,6 +118,28 @@ async def test_logins_fetch_accounts_over_http(
     refused = rf'could not fetch <"{url}">: Get "{url}": dial tcp 127\.0\.0\.1:\d+: connect: '
     await server.wait_for_log_async(rf"\[WRN\] Account fetch failed: {refused}", 2)
     assert await _login(server, *alice) == Outcome((b"+OK",), closed=False)
+
+    # What an account server publishes when an account changes: the account held takes
+    # it (a revoked user is cut off), one not held is skipped.
+    sys_nc = await connect(server, user_credentials=str(nsc.creds("SYS", "sys")))
+    token, seed = _user(nsc, "B", "mallory")
+    async with await RawClient.connect(server.host, server.port) as victim:
+        fields = {"verbose": False, "jwt": token, "sig": _sign(seed, victim.info["nonce"])}
+        connected = await victim.outcome(b"CONNECT " + json.dumps(fields).encode() + b"\r\n")
+        assert connected == Outcome((), closed=False)
+        nsc.run("revocations", "add-user", "-a", "B", "-n", "mallory")
+        subject = f"$SYS.ACCOUNT.{b_key}.CLAIMS.UPDATE"
+        reply = await sys_nc.request(subject, nsc.account_jwt("B").encode(), timeout=2)
+        assert json.loads(reply.data)["data"] == {
+            "account": b_key,
+            "code": 200,
+            "message": "jwt updated",
+        }
+        lines = await victim.read_until(rb"^-ERR", timeout=1.0)
+        assert lines[-1] == b"-ERR 'User Authentication Revoked'"
+    subject = f"$SYS.ACCOUNT.{n_key}.CLAIMS.UPDATE"
+    reply = await sys_nc.request(subject, nsc.account_jwt("N").encode(), timeout=2)
+    assert json.loads(reply.data)["data"]["message"] == "jwt update skipped"
 
 
 def test_no_start_without_the_account_server(
