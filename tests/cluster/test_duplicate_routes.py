@@ -139,11 +139,12 @@ async def test_the_peers_interest_outlives_the_losing_twin_until_its_snapshot(
     accepted: tuple[int, asyncio.Queue[Link]],
 ) -> None:
     """A reply published between the switch to the twin and the peer's interest arriving
-    on it still goes to the peer; what the peer's snapshot leaves out stops going."""
+    on it still goes to the peer, as does one to an inbox the peer announced on the losing
+    twin meanwhile; what the peer's snapshot leaves out stops going."""
     server, cluster_port, (first_r, first_w) = routed
     nc = await nats.connect(server.url)
     try:
-        await nc.subscribe("dup.marker")
+        marker = await nc.subscribe("dup.marker")
         first_w.write(b"RS+ $G dup.reply\r\n")  # a requester's inbox on the peer
         await first_w.drain()
         await nc.flush()
@@ -153,6 +154,13 @@ async def test_the_peers_interest_outlives_the_losing_twin_until_its_snapshot(
         await read_until(second_r, b"RS+ $G dup.marker")  # the server switched
         await nc.publish("dup.reply", b"answer")  # before the peer announced anything here
         await read_until(second_r, b"RMSG $G dup.reply")
+
+        first_w.write(b"RS+ $G dup.late\r\n")  # the peer has not learnt of the switch yet
+        first_w.write(b"RMSG $G dup.marker 4\r\nsent\r\n")  # read once the RS+ was
+        await first_w.drain()
+        await marker.next_msg(timeout=DEADLINE)
+        await nc.publish("dup.late", b"answer")
+        await read_until(second_r, b"RMSG $G dup.late")
 
         second_w.write(b"RS+ $G dup.other\r\nPING\r\n")  # the peer's snapshot, then PING
         await second_w.drain()

@@ -216,14 +216,14 @@ class Route(PeerLink, asyncio.Protocol):
                 self.in_bytes += len(op.payload) + (len(op.hdr) if op.hdr else 0)
                 cluster.deliver_inbound(op)
         elif isinstance(op, proto.RSub):
-            if self.registered:
-                self.inherited.discard((op.account, op.subject, op.queue))
-                cluster.remote.add(self, op.subject, op.queue, op.weight, op.account)
+            if (route := self._speaks_for()) is not None:
+                route.inherited.discard((op.account, op.subject, op.queue))
+                cluster.remote.add(route, op.subject, op.queue, op.weight, op.account)
                 cluster.remote_changed(op.account, op.subject)
         elif isinstance(op, proto.RUnsub):
-            if self.registered:
-                self.inherited.discard((op.account, op.subject, op.queue))
-                cluster.remote.remove(self, op.subject, op.queue, op.account)
+            if (route := self._speaks_for()) is not None:
+                route.inherited.discard((op.account, op.subject, op.queue))
+                cluster.remote.remove(route, op.subject, op.queue, op.account)
                 cluster.remote_changed(op.account, op.subject)
         elif isinstance(op, proto.Err):
             log.error("%s - Route Error '%s'", self.where, op.message)
@@ -232,6 +232,14 @@ class Route(PeerLink, asyncio.Protocol):
             if self.inherited and isinstance(op, proto.Ping) and self.registered:
                 cluster.settle(self)  # the peer pings once its snapshot here is sent
             self._control(op)
+
+    def _speaks_for(self) -> Route | None:
+        """The route the peer's RS+ and RS- on this one apply to: this one, or for a twin
+        that lost, the peer's route (the peer announces here until it learns of it, and
+        a requester's inbox announced so must reach the responder's server)."""
+        if self.registered:
+            return self
+        return self.cluster.routes.get(self.remote_id) if self.superseded else None
 
     def _on_connect(self, options: dict[str, Any]) -> None:
         if self.got_connect or self.solicited:
