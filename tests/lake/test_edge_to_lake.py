@@ -73,9 +73,9 @@ class EdgeToLake:
     relays: list[Relay]
     lake: Lake
 
-    async def cut(self) -> None:
+    async def cut(self, *, silently: bool) -> None:
         for relay in self.relays:
-            await relay.cut()
+            await relay.cut(silently=silently)
 
     async def restore(self) -> None:
         for relay in self.relays:
@@ -132,8 +132,11 @@ class Devices:
 
 
 async def edge_to_lake(
-    path: EdgeToLake, spark: SparkSession, *, batch: int, cut_for: float
+    path: EdgeToLake, spark: SparkSession, *, batch: int, cut_for: float, silently: bool = False
 ) -> None:
+    """Publish `batch` from each device, then, if `cut_for`, cut the uplink for that long
+    (`silently`: the hub's end left open, as a network that went away) under publish
+    load and restore it; then compact the hub and compare its Delta table."""
     edge_nc = await nats.connect(path.edge.url)
     hub_nc = await connect(path.hubs)
     hub_js = hub_nc.jetstream(timeout=TIMEOUT)
@@ -156,7 +159,7 @@ async def edge_to_lake(
         await devices.publish(batch)
         if cut_for:
             await hub_has(len(devices.sent))
-            await path.cut()
+            await path.cut(silently=silently)
             await asyncio.to_thread(poll_link, path.edge, False)
             cut_until = time.monotonic() + cut_for
             while time.monotonic() < cut_until:  # the edge acknowledges alone meanwhile
@@ -189,7 +192,8 @@ async def test_edge_messages_reach_the_hub_lake(path: EdgeToLake, spark: SparkSe
 
 
 @pytest.mark.soak
+@pytest.mark.parametrize("silently", [False, True], ids=["aborted", "silent"])
 async def test_a_cut_uplink_leaves_the_hub_lake_exact(
-    path: EdgeToLake, spark: SparkSession
+    path: EdgeToLake, spark: SparkSession, silently: bool
 ) -> None:
-    await edge_to_lake(path, spark, batch=25, cut_for=15.0)
+    await edge_to_lake(path, spark, batch=25, cut_for=30.0, silently=silently)
