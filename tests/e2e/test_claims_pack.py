@@ -5,11 +5,17 @@ SHA-256 sums), when it answers only the empty message."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Connect, MakeServer
+from tests.support.cluster import ONE_ROUTE_PER_PEER, cluster_args, free_port, stop_all, wait_mesh
 from tests.support.nsc import Nsc
+from tests.support.servers import ServerProcess, start_server
 
 
 async def test_a_pack_holds_every_jwt_unless_the_digest_matches(
@@ -42,3 +48,43 @@ async def test_a_pack_holds_every_jwt_unless_the_digest_matches(
     for token in held.values():
         value ^= int.from_bytes(hashlib.sha256(token.encode()).digest(), "big")
     assert await pack(value.to_bytes(32, "big")) == [b""]
+
+
+@pytest.mark.soak
+async def test_a_server_back_up_gets_what_was_pushed_without_a_login(
+    server_kind: str, connect: Connect, tmp_path: Path
+) -> None:
+    """A JWT pushed while one server was down reaches that server's directory once it is
+    back (within the `interval` of the exchange), with no user logging in."""
+    nsc = Nsc(tmp_path / "nsc")
+    nsc.operator()
+    nsc.run("add", "account", "C")
+    ports = [free_port(), free_port()]
+    servers: list[ServerProcess] = []
+    try:
+        for i in range(2):
+            config = nsc.full_config(tmp_path / f"jwt{i}").replace('"2m"', '"1s"')
+            args = cluster_args(f"S{i}", ports[i], [ports[1 - i]])
+            servers.append(
+                start_server(
+                    server_kind,
+                    *args,
+                    config=config + ONE_ROUTE_PER_PEER,
+                    tmp_path=tmp_path,
+                    name=f"S{i}",
+                )
+            )
+        wait_mesh(servers, ["S0", "S1"])
+        await servers[1].stop_async()
+        sys_nc = await connect(servers[0], user_credentials=str(nsc.creds("SYS", "sys")))
+        reply = await sys_nc.request("$SYS.REQ.CLAIMS.UPDATE", nsc.account_jwt("C").encode())
+        assert b"jwt updated" in reply.data
+        await servers[1].restart_async()
+        stored = tmp_path / "jwt1" / f"{nsc.public('account', 'C')}.jwt"
+        deadline = time.monotonic() + 15
+        while not stored.exists():
+            assert time.monotonic() < deadline, servers[1].log()
+            await asyncio.sleep(0.2)
+        assert stored.read_text().strip() == nsc.account_jwt("C")
+    finally:
+        stop_all(servers)
