@@ -180,12 +180,13 @@ class Resolver:
     # ---- fetching an account at a login ---------------------------------------------------
 
     def fetching(self, connect: dict[str, object]) -> asyncio.Future[None] | None:
-        """The fetch a CONNECT must wait for: its user's account is not held and this
-        resolver can fetch it."""
+        """The fetch a CONNECT must wait for: its user's account is not held, or its JWT
+        has expired (the source may have a newer one), and this resolver can fetch it."""
         if self.fetcher is None or self._server is None:
             return None
         account = account_of(connect)
-        if account is None or self.store.get(account) is not None:
+        held = self.store.get(account) if account is not None else None
+        if account is None or (held is not None and not held.expired(time.time())):
             return None
         return self.fetcher.fetch(account)
 

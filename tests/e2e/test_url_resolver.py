@@ -5,9 +5,13 @@ with the reference's error and warning."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
+import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,7 +20,7 @@ import pytest
 
 from tests.conftest import Connect, MakeServer
 from tests.e2e.test_operator_mode import AUTH_VIOLATION, _login, _seed_of, _sign
-from tests.support.nsc import Nsc
+from tests.support.nsc import Nsc, encode_jwt
 from tests.support.raw import Outcome, RawClient
 from tests.support.servers import server_command
 
@@ -62,7 +66,7 @@ class AccountServer:
 def nsc(tmp_path: Path) -> Nsc:
     nsc = Nsc(tmp_path / "nsc")
     nsc.operator()
-    for account, user in (("B", "alice"), ("N", "nobody")):
+    for account, user in (("B", "alice"), ("N", "nobody"), ("E", "erin")):
         nsc.run("add", "account", account)
         nsc.run("add", "user", "-a", account, user)
     nsc.run("add", "user", "-a", "B", "mallory")
@@ -75,6 +79,15 @@ def accounts(nsc: Nsc) -> Iterator[AccountServer]:
     server = AccountServer(served)
     yield server
     server.close()
+
+
+def _reissued(nsc: Nsc, account: str, **changes: object) -> str:
+    """The account's JWT issued again now by the same operator key, with `changes`."""
+    payload = nsc.account_jwt(account).split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    jti = base64.b32encode(os.urandom(10)).decode()
+    claims.update(changes, jti=jti, iat=int(time.time()))
+    return encode_jwt(claims, nsc.seed(claims["iss"]))
 
 
 def _user(nsc: Nsc, account: str, user: str) -> tuple[str, bytes]:
@@ -102,6 +115,17 @@ async def test_logins_fetch_accounts_over_http(
     url = f"{accounts.url}{n_key}"
     warning = rf'\[WRN\] Account fetch failed: could not fetch <"{url}">: 404 Not Found'
     await server.wait_for_log_async(warning, 2)
+
+    # An account whose JWT expired is fetched again at the next login.
+    e_key, erin = nsc.public("account", "E"), _user(nsc, "E", "erin")
+    expires = int(time.time()) + 2
+    accounts.jwts[e_key] = _reissued(nsc, "E", exp=expires)
+    assert await _login(server, *erin) == Outcome((b"+OK",), closed=False)
+    accounts.jwts[e_key] = _reissued(nsc, "E")
+    # The reference marks the account expired whole seconds after it fetched it.
+    await asyncio.sleep(max(0.0, expires - time.time()) + 1.1)
+    assert await _login(server, *erin) == Outcome((b"+OK",), closed=False)
+    assert accounts.gets.count(e_key) == 2
 
     # A JWT of another account than the one asked for is not taken.
     accounts.jwts[n_key] = nsc.account_jwt("B")
