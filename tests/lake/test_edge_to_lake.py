@@ -132,11 +132,18 @@ class Devices:
 
 
 async def edge_to_lake(
-    path: EdgeToLake, spark: SparkSession, *, batch: int, cut_for: float, silently: bool = False
+    path: EdgeToLake,
+    spark: SparkSession,
+    *,
+    batch: int,
+    cut_for: float,
+    silently: bool = False,
+    failover: bool = False,
 ) -> None:
     """Publish `batch` from each device, then, if `cut_for`, cut the uplink for that long
-    (`silently`: the hub's end left open, as a network that went away) under publish
-    load and restore it; then compact the hub and compare its Delta table."""
+    (`silently`: the hub's end left open, as a network that went away; `failover`: the
+    hub stream's leader killed meanwhile) under publish load and restore it; then
+    compact the hub and compare its Delta table."""
     edge_nc = await nats.connect(path.edge.url)
     hub_nc = await connect(path.hubs)
     hub_js = hub_nc.jetstream(timeout=TIMEOUT)
@@ -162,6 +169,8 @@ async def edge_to_lake(
             await path.cut(silently=silently)
             await asyncio.to_thread(poll_link, path.edge, False)
             cut_until = time.monotonic() + cut_for
+            if failover:
+                leader_of(await hub_js.stream_info("HUB"), path.hubs).kill()
             while time.monotonic() < cut_until:  # the edge acknowledges alone meanwhile
                 await devices.publish(batch)
             await path.restore()
@@ -169,6 +178,7 @@ async def edge_to_lake(
     sent = devices.sent
     await hub_has(len(sent))
     info = await hub_js.stream_info("HUB")
+    print(f"{len(sent)} messages from the edge, each once in the hub's stream")
     assert info.state.messages == len(sent)  # none doubled in the hub stream
     leader = leader_of(info, path.hubs)
     stream_dir = store_of(leader) / STREAMS / "HUB"
@@ -192,8 +202,12 @@ async def test_edge_messages_reach_the_hub_lake(path: EdgeToLake, spark: SparkSe
 
 
 @pytest.mark.soak
-@pytest.mark.parametrize("silently", [False, True], ids=["aborted", "silent"])
+@pytest.mark.parametrize(
+    ("silently", "failover"),
+    [(False, False), (True, False), (False, True)],
+    ids=["aborted", "silent", "aborted-leader-killed"],
+)
 async def test_a_cut_uplink_leaves_the_hub_lake_exact(
-    path: EdgeToLake, spark: SparkSession, silently: bool
+    path: EdgeToLake, spark: SparkSession, silently: bool, failover: bool
 ) -> None:
-    await edge_to_lake(path, spark, batch=25, cut_for=30.0, silently=silently)
+    await edge_to_lake(path, spark, batch=25, cut_for=30.0, silently=silently, failover=failover)
