@@ -115,7 +115,7 @@ def resolver(section: _Section, key: str, out: dict[str, Any]) -> None:
         elif lowered == "limit":
             fields["limit"] = inner.integer(name)
         elif lowered == "hard_delete":
-            hard_delete = inner.boolean(name)  # deleted JWTs are removed either way
+            hard_delete = inner.boolean(name)
         else:
             inner.unknown(name)
     kind = fields.get("type")
@@ -134,6 +134,7 @@ def resolver(section: _Section, key: str, out: dict[str, Any]) -> None:
             raise section.error(key, "FULL does not accept ttl")
         if hard_delete is not None and not fields.get("allow_delete"):
             raise section.error(key, "hard_delete has no effect without delete")
+        fields["hard_delete"] = bool(hard_delete)
     else:
         raise section.error(key, _RESOLVER_ERROR)
     if not fields.get("dir"):

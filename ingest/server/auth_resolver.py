@@ -354,7 +354,7 @@ class Resolver:
         for account in accounts:
             self.store.remove(account)
             path = self.dir / f"{account}.jwt"
-            if self.config.type == CACHE:
+            if self.config.type == CACHE or self.config.hard_delete:
                 path.unlink(missing_ok=True)  # a cache deletes outright, as the reference's
             elif path.exists():
                 os.replace(path, path.with_name(path.name + ".deleted"))

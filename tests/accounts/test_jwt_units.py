@@ -220,6 +220,10 @@ def test_operator_config_is_read(tmp_path: Path) -> None:
             {"type": CACHE, "dir": "d", "limit": 5, "ttl": 120.0, "timeout": 3.0},
         ),
         ("resolver { type: cache, dir: d }", {"type": CACHE, "limit": 1000, "ttl": 0.0}),
+        (
+            "resolver { type: full, dir: d, allow_delete: true, hard_delete: true }",
+            {"type": "full", "allow_delete": True, "hard_delete": True},
+        ),
         # The operator's account server is the resolver when none is configured.
         ("", {"type": URL, "url": "http://acc:9090/jwt/v1/accounts/"}),
     ],

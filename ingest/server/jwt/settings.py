@@ -22,6 +22,7 @@ class ResolverConfig:
     dir: str | None = None
     url: str | None = None
     allow_delete: bool = False
+    hard_delete: bool = False  # a deleted JWT's file is removed, not renamed `.deleted`
     interval: float = 120.0
     timeout: float = 1.9
     limit: int = 1000

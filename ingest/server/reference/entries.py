@@ -249,7 +249,7 @@ TOP_LEVEL: tuple[Key, ...] = (
     ),
     K(
         "resolver",
-        "`MEMORY`, `URL(\"…\")` or map",
+        '`MEMORY`, `URL("…")` or map',
         "Where operator mode finds account JWTs: `MEMORY` (the preloads only), "
         '`URL("http://host:port/jwt/v1/accounts/")` (an account server, asked for '
         "`<url><account>` at a user's first login; also what an operator's "
@@ -363,7 +363,13 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "`cache`: how long a JWT stays in `dir` (`0`: no end); `full` refuses it.",
             Field(RS, "ttl"),
         ),
-        K("hard_delete", "boolean", "Accepted and ignored.", "false"),
+        K(
+            "hard_delete",
+            "boolean",
+            "`full` with `allow_delete`: a deleted account's file is removed instead of "
+            "renamed `.jwt.deleted`.",
+            Field(RS, "hard_delete"),
+        ),
     ),
     "permissions": (
         K("publish pub import", "array or map", "Subjects the user may publish to.", "all"),
