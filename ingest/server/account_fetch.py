@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,9 +24,11 @@ from ingest.server.gofmt import go_duration
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt import nkey
 from ingest.server.jwt.claims import JWTError
+from ingest.server.tls import make_client_context
 
 if TYPE_CHECKING:
     from ingest.server.server import Server
+    from ingest.server.settings import TLSConfig
 
 log = logging.getLogger("jetlake")
 
@@ -70,9 +73,17 @@ class Fetcher:
     """Runs the fetches of one resolver. `take` verifies and keeps a fetched JWT (raising
     JWTError when it is not trusted)."""
 
-    def __init__(self, take: Callable[[str, str], None], *, url: str | None, timeout: float):
+    def __init__(
+        self,
+        take: Callable[[str, str], None],
+        *,
+        url: str | None,
+        timeout: float,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self._take = take
         self.url = url
+        self.tls = tls
         self.timeout = HTTP_TIMEOUT if url else timeout
         self._flights: dict[str, asyncio.Future[None]] = {}
         self._lookups: dict[str, _Lookup] = {}
@@ -157,16 +168,33 @@ class Fetcher:
 
     async def _http(self, account: str) -> str:
         assert self.url is not None
-        return await asyncio.to_thread(get, self.url + account, self.timeout)
+        return await asyncio.to_thread(get, self.url + account, self.timeout, self.tls)
 
 
-def get(url: str, timeout: float = HTTP_TIMEOUT) -> str:
+def client_tls(config: TLSConfig | None) -> ssl.SSLContext | None:
+    """`resolver_tls`: the certificate shown to an `https` account server, and the CA it
+    is checked against (else the system's). FetchError naming the key when its files do
+    not load."""
+    if config is None:
+        return None
+    try:
+        return make_client_context(config)
+    except (OSError, ValueError, ssl.SSLError) as exc:
+        raise FetchError(f"resolver_tls: {exc}") from None
+
+
+def get(url: str, timeout: float = HTTP_TIMEOUT, tls: ssl.SSLContext | None = None) -> str:
     """The body an account server answers for `url`; FetchError in the reference's words
     when it answers anything but 200 or cannot be reached. At start the base URL is
     asked this way: nobody home, no start."""
     shown = f'"{redact(url)}"'
     try:
-        with _OPENER.open(url, timeout=timeout) as answer:
+        opener = _OPENER
+        if tls is not None:
+            opener = urllib.request.build_opener(
+                urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=tls)
+            )
+        with opener.open(url, timeout=timeout) as answer:
             body: bytes = answer.read()
     except urllib.error.HTTPError as exc:
         raise FetchError(f"could not fetch <{shown}>: {exc.code} {exc.reason}") from None

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.conf import ConfigError
-from ingest.server.account_fetch import Fetcher, account_of
+from ingest.server.account_fetch import Fetcher, account_of, client_tls
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt.claims import Claims, JWTError
 from ingest.server.jwt.settings import CACHE, FULL
@@ -80,7 +80,8 @@ class Resolver:
         self.fetcher: Fetcher | None = None
         if self.config.fetches:
             timeout = self.config.timeout
-            self.fetcher = Fetcher(self._take, url=self.config.url, timeout=timeout)
+            tls = client_tls(opts.resolver_tls) if self.config.url else None
+            self.fetcher = Fetcher(self._take, url=self.config.url, timeout=timeout, tls=tls)
         # How the update answers of a cache read, as the reference words them.
         self._cache_word = " cache" if self.config.type == CACHE else ""
 

@@ -587,6 +587,7 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "authorization": _authorization,
     "no_auth_user": _setter("no_auth_user", _Section.string),
     "tls": lambda s, k, out: out.update(tls=_tls(s, k)),
+    "resolver_tls": lambda s, k, out: out.update(resolver_tls=_tls(s, k)),
     "jetstream": _jetstream,
     "lake": _lake,
     "cluster": lambda s, k, out: out.update(cluster=read_cluster(s, k, tls=_tls)),

@@ -296,10 +296,11 @@ def main(argv: list[str]) -> int:
         print(f"jetlake: configuration file {opts.config_file} is valid", file=sys.stderr)
         return 0
     if opts.resolver is not None and opts.resolver.url:
-        from ingest.server.account_fetch import FetchError, get
+        from ingest.server.account_fetch import FetchError, client_tls, get
 
         try:
-            get(opts.resolver.url)  # as the reference: is the account server there?
+            # As the reference: is the account server there?
+            get(opts.resolver.url, tls=client_tls(opts.resolver_tls))
         except FetchError as exc:
             print(f"jetlake: {exc}", file=sys.stderr)
             return 1

@@ -165,6 +165,7 @@ class Options:
     operators: tuple[str, ...] = ()  # operator JWTs: set, accounts and users come from JWTs
     resolver: ResolverConfig | None = None
     resolver_preload: tuple[tuple[str, str], ...] = ()  # (account public key, account JWT)
+    resolver_tls: TLSConfig | None = None  # the URL resolver's client TLS
     auth_timeout: float = DEFAULT_AUTH_TIMEOUT
     tls: TLSConfig | None = None
     jetstream: JetStreamConfig = field(default_factory=JetStreamConfig)

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import json
 import os
+import ssl
 import subprocess
 import threading
 import time
@@ -23,6 +24,7 @@ from tests.e2e.test_operator_mode import AUTH_VIOLATION, _login, _seed_of, _sign
 from tests.support.nsc import Nsc, encode_jwt
 from tests.support.raw import Outcome, RawClient
 from tests.support.servers import server_command
+from tests.support.tls import Pki
 
 PREFIX = "/jwt/v1/accounts/"
 
@@ -30,7 +32,7 @@ PREFIX = "/jwt/v1/accounts/"
 class AccountServer:
     """Serves the JWTs it is given under PREFIX, 404 for the others; counts the GETs."""
 
-    def __init__(self, jwts: dict[str, str]) -> None:
+    def __init__(self, jwts: dict[str, str], tls: ssl.SSLContext | None = None) -> None:
         self.jwts = jwts
         self.gets: list[str] = []
         owner = self
@@ -53,7 +55,10 @@ class AccountServer:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}{PREFIX}"
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.httpd.server_address[1]}{PREFIX}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
@@ -184,3 +189,31 @@ def test_no_start_without_the_account_server(
     assert done.returncode == 1
     url = accounts.url
     assert f'could not fetch <"{url}">: Get "{url}": dial tcp 127.0.0.1:' in done.stderr
+
+
+async def test_an_https_account_server_is_checked_against_resolver_tls(
+    make_server: MakeServer, nsc: Nsc, pki: Pki, tmp_path: Path
+) -> None:
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(pki.server_cert, pki.server_key)
+    served = {nsc.public("account", name): nsc.account_jwt(name) for name in ("SYS", "B")}
+    accounts = AccountServer(served, tls)
+    try:
+        base = f'operator: {nsc.operator_jwt()}\nresolver: URL("{accounts.url}")\n'
+        server = make_server(config=base + f'resolver_tls {{ ca_file: "{pki.ca_cert}" }}\n')
+        alice = _user(nsc, "B", "alice")
+        assert await _login(server, *alice) == Outcome((b"+OK",), closed=False)
+        # Without the CA the account server is not trusted: no start.
+        config = tmp_path / "untrusted.conf"
+        config.write_text(base)
+        done = subprocess.run(
+            [*server_command(server.kind), "-c", str(config), "-p", "-1"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 1
+        assert f'could not fetch <"{accounts.url}">' in done.stderr
+    finally:
+        accounts.close()

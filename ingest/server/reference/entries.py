@@ -263,6 +263,14 @@ TOP_LEVEL: tuple[Key, ...] = (
         "Account JWTs the resolver starts with (account public key: JWT).",
         "none",
     ),
+    K(
+        "resolver_tls",
+        "map",
+        "TLS of the URL resolver towards an `https` account server: `cert_file` and "
+        "`key_file` shown to it, `ca_file` it is checked against (else the system's), as "
+        "in [tls](#tls).",
+        "none",
+    ),
     K("mappings", "map", "Subject mappings of the global account (subject: destination).", "none"),
     K("debug", "boolean", "Debug logging.", Field(OPT, "debug")),
     K("trace", "boolean", "Protocol trace logging.", Field(OPT, "trace")),
