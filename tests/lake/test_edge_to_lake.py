@@ -115,11 +115,22 @@ class Devices:
     """The edge's two publishers: each message's payload names it (`m<i>` from MQTT QoS 1,
     `n<i>` from NATS); `sent` is every payload the edge acknowledged."""
 
-    def __init__(self, mqtt: aiomqtt.Client, nc: nats.NATS) -> None:
-        self.mqtt = mqtt
-        self.js = nc.jetstream()
+    def __init__(self, edge: ServerProcess) -> None:
+        self.edge = edge
         self.sent: list[bytes] = []
         self._count = 0
+        self._open = contextlib.AsyncExitStack()
+
+    async def connect(self) -> None:
+        port = mqtt_port(self.edge)
+        client = aiomqtt.Client("127.0.0.1", port, identifier="device-1", timeout=5)
+        self.mqtt = await self._open.enter_async_context(client)
+        nc = await nats.connect(self.edge.url, allow_reconnect=False)
+        self._open.push_async_callback(nc.close)
+        self.js = nc.jetstream()
+
+    async def close(self) -> None:
+        await self._open.aclose()
 
     async def publish(self, count: int) -> None:
         for _ in range(count):
@@ -130,6 +141,15 @@ class Devices:
             await self.js.publish(f"orders.{i % 5}", b"n%d" % i, timeout=TIMEOUT)
             self.sent.append(b"n%d" % i)
 
+    async def crash_edge(self) -> None:
+        """SIGKILL the edge and start it again: what it acknowledged is on its disk."""
+        self.edge.kill()
+        with contextlib.suppress(aiomqtt.MqttError):
+            await self.close()
+        self._open = contextlib.AsyncExitStack()
+        await asyncio.to_thread(self.edge.start, port=self.edge.port)
+        await self.connect()
+
 
 async def edge_to_lake(
     path: EdgeToLake,
@@ -139,15 +159,18 @@ async def edge_to_lake(
     cut_for: float,
     silently: bool = False,
     failover: bool = False,
+    crash: bool = False,
 ) -> None:
     """Publish `batch` from each device, then, if `cut_for`, cut the uplink for that long
     (`silently`: the hub's end left open, as a network that went away; `failover`: the
-    hub stream's leader killed meanwhile) under publish load and restore it; then
-    compact the hub and compare its Delta table."""
-    edge_nc = await nats.connect(path.edge.url)
+    hub stream's leader killed meanwhile; `crash`: the edge killed and restarted
+    meanwhile) under publish load and restore it; then compact the hub and compare its
+    Delta table."""
     hub_nc = await connect(path.hubs)
     hub_js = hub_nc.jetstream(timeout=TIMEOUT)
-    await edge_nc.jetstream().add_stream(name="EDGE", subjects=["plant.>", "orders.>"])
+    devices = Devices(path.edge)
+    await devices.connect()
+    await devices.js.add_stream(name="EDGE", subjects=["plant.>", "orders.>"])
     source = StreamSource(name="EDGE", external=ExternalStream(api="$JS.edge.API"))
     config = StreamConfig(name="HUB", sources=[source], num_replicas=3)
     await eventually(lambda: hub_js.add_stream(config), "the hub's R3 stream created")
@@ -160,9 +183,7 @@ async def edge_to_lake(
     async def hub_holds(count: int) -> bool:
         return (await hub_js.stream_info("HUB")).state.messages >= count
 
-    device = aiomqtt.Client("127.0.0.1", mqtt_port(path.edge), identifier="device-1", timeout=5)
-    async with device:
-        devices = Devices(device, edge_nc)
+    try:
         await devices.publish(batch)
         if cut_for:
             await hub_has(len(devices.sent))
@@ -171,10 +192,15 @@ async def edge_to_lake(
             cut_until = time.monotonic() + cut_for
             if failover:
                 leader_of(await hub_js.stream_info("HUB"), path.hubs).kill()
+            if crash:
+                await devices.publish(batch)
+                await devices.crash_edge()
             while time.monotonic() < cut_until:  # the edge acknowledges alone meanwhile
                 await devices.publish(batch)
             await path.restore()
             await devices.publish(batch)
+    finally:
+        await devices.close()
     sent = devices.sent
     await hub_has(len(sent))
     info = await hub_js.stream_info("HUB")
@@ -194,7 +220,6 @@ async def edge_to_lake(
     assert in_lake == Counter(sent), "the lake differs from what the edge acknowledged"
     assert sorted(rows.column("seq").to_pylist()) == list(range(1, len(sent) + 1))
     await hub_nc.close()
-    await edge_nc.close()
 
 
 async def test_edge_messages_reach_the_hub_lake(path: EdgeToLake, spark: SparkSession) -> None:
@@ -203,11 +228,13 @@ async def test_edge_messages_reach_the_hub_lake(path: EdgeToLake, spark: SparkSe
 
 @pytest.mark.soak
 @pytest.mark.parametrize(
-    ("silently", "failover"),
-    [(False, False), (True, False), (False, True)],
-    ids=["aborted", "silent", "aborted-leader-killed"],
+    ("silently", "failover", "crash"),
+    [(False, False, False), (True, False, False), (False, True, False), (False, False, True)],
+    ids=["aborted", "silent", "aborted-leader-killed", "aborted-edge-crashed"],
 )
 async def test_a_cut_uplink_leaves_the_hub_lake_exact(
-    path: EdgeToLake, spark: SparkSession, silently: bool, failover: bool
+    path: EdgeToLake, spark: SparkSession, silently: bool, failover: bool, crash: bool
 ) -> None:
-    await edge_to_lake(path, spark, batch=25, cut_for=30.0, silently=silently, failover=failover)
+    await edge_to_lake(
+        path, spark, batch=25, cut_for=30.0, silently=silently, failover=failover, crash=crash
+    )
