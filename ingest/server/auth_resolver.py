@@ -338,7 +338,10 @@ class Resolver:
         server.publish(reply, None, None, b"", account=system)
 
     def _list(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
-        self._answer(reply, {"data": sorted(c.subject for c in self.store)})
+        """The accounts of `dir`, as the reference lists them (a cache's, once trimmed,
+        are fewer than those in use)."""
+        assert self.dir is not None
+        self._answer(reply, {"data": sorted(p.name[:-4] for p in self.dir.glob("*.jwt"))})
 
     def _delete(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         """`nsc push --prune`: the accounts are forgotten, their files renamed to

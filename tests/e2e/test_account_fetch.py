@@ -6,6 +6,7 @@ cluster; an account no server holds, or one no server answers for within the res
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import Connect
 from tests.e2e.test_operator_mode import AUTH_VIOLATION, _login, _seed_of
 from tests.support.cluster import ONE_ROUTE_PER_PEER, cluster_args, free_port, stop_all, wait_mesh
 from tests.support.nsc import Nsc
@@ -127,7 +129,7 @@ def full_and_cache(server_kind: str, nsc: Nsc, tmp_path: Path) -> Iterator[list[
 
 
 async def test_a_cache_keeps_the_newest_fetched(
-    full_and_cache: list[ServerProcess], nsc: Nsc, tmp_path: Path
+    full_and_cache: list[ServerProcess], nsc: Nsc, tmp_path: Path, connect: Connect
 ) -> None:
     cache = full_and_cache[1]
     alice, carol = _user(nsc, "B", "alice"), _user(nsc, "C", "carol")
@@ -141,8 +143,15 @@ async def test_a_cache_keeps_the_newest_fetched(
     c_file = tmp_path / "cache" / f"{nsc.public('account', 'C')}.jwt"
     assert c_file.read_text().strip() == nsc.account_jwt("C")
     assert not b_file.exists()  # `limit: 1`
-    # B stays in use while the server runs.
+    # B stays in use while the server runs; the cache lists only what `dir` holds.
     assert await _login(cache, *alice) == Outcome((b"+OK",), closed=False)
+    sys_nc = await connect(cache, user_credentials=str(nsc.creds("SYS", "sys")))
+    inbox = sys_nc.new_inbox()
+    answers = await sys_nc.subscribe(inbox)
+    await sys_nc.publish("$SYS.REQ.CLAIMS.LIST", b"", reply=inbox)  # both servers answer
+    listed = [json.loads((await answers.next_msg(timeout=2)).data)["data"] for _ in range(2)]
+    every = sorted(nsc.public("account", name) for name in ("SYS", "B", "C"))
+    assert sorted(listed) == sorted([every, [nsc.public("account", "C")]])
     nobody = _user(nsc, "N", "nobody")
     assert await _login(cache, *nobody) == Outcome((AUTH_VIOLATION,), closed=True)
     await cache.wait_for_log_async(r"\[WRN\] Account fetch failed: account jwt not found", 2)
