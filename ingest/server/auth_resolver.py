@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.parser.conf import ConfigError
 from ingest.server.account_fetch import Fetcher, account_of, client_tls
 from ingest.server.jwt import claims as jwt
+from ingest.server.jwt import nkey
 from ingest.server.jwt.claims import Claims, JWTError
 from ingest.server.jwt.settings import CACHE, FULL
 from ingest.server.jwt.store import AccountStore
@@ -155,7 +156,8 @@ class Resolver:
         if self.fetcher is not None:
             self.fetcher.start(server, answers_own=full)
             system = server.accounts.system_account.name
-            if self.store.get(system) is None:  # as the reference, fetched at start
+            # As the reference, the operator's system account is fetched at start.
+            if nkey.is_public(system, nkey.ACCOUNT) and self.store.get(system) is None:
                 self.fetcher.fetch(system, quiet=True)
         sys_account = server.accounts.system_account
         # Every resolver takes an account's update; MEMORY and URL only for the accounts
