@@ -209,8 +209,9 @@ class NatsSql:
                 await self._nc.close()
 
     async def _handle(self, request: Request) -> None:
-        """Plan the query here (a bad one fails as a service error the stats count), then
-        stream its rows from a task of their own so other requests go on meanwhile."""
+        """Check the request here (a bad one fails as a service error the stats count), then
+        plan and stream the query from a task of its own: one user's long plan (a large
+        lake's log) or result holds up no other request."""
         from nats.micro.request import ServiceError
 
         if not request._msg.reply:  # a publish, not a request: nowhere to answer
@@ -227,16 +228,11 @@ class NatsSql:
             text = request.data.decode(errors="replace").strip()
             if not text:
                 raise QueryError("400", "empty query: the request's body is the SQL text")
-            query = _Query(self._spark, account)
-            try:
-                frame = await query.run(query.plan, text)
-            except BaseException:
-                query.close()
-                raise
         except QueryError as exc:
             raise ServiceError(exc.code, str(exc)) from None
+        query = _Query(self._spark, account, text)
         task = asyncio.get_running_loop().create_task(
-            self._stream(request, query, frame, _Acks(window, ack_wait, fmt == "json"), timeout)
+            self._stream(request, query, _Acks(window, ack_wait, fmt == "json"), timeout)
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -266,14 +262,13 @@ class NatsSql:
         self,
         request: Request,
         query: _Query,
-        frame: Any,
         acks: _Acks,
         timeout: float | None,
     ) -> None:
         """Send the rows, a chunk at a time; stop Spark's job when the client is gone, the
         query outlives its `Jl-Sql-Timeout`, or the rows pass `max_rows`."""
         try:
-            await asyncio.wait_for(self._send(request, query, frame, acks), timeout)
+            await asyncio.wait_for(self._send(request, query, acks), timeout)
         except TimeoutError:
             await query.cancel("no ack" if query.abandoned else f"past its {TIMEOUT}")
             if not query.abandoned:
@@ -281,7 +276,8 @@ class NatsSql:
                     "408", f"query cancelled: it ran past its {TIMEOUT} of {timeout:g}s"
                 )
         except QueryError as exc:
-            await query.cancel(exc.code)
+            if exc.code != "400":  # refused while its rows flowed, not at its plan
+                await query.cancel(exc.code)
             await request.respond_error(exc.code, str(exc))
         except asyncio.CancelledError:
             await query.cancel("the service stopping")
@@ -291,7 +287,7 @@ class NatsSql:
         finally:
             query.close()
 
-    async def _send(self, request: Request, query: _Query, frame: Any, acks: _Acks) -> None:
+    async def _send(self, request: Request, query: _Query, acks: _Acks) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         nc = self._nc
@@ -304,6 +300,7 @@ class NatsSql:
         rows = 0
         sent = 0
         try:
+            frame = await query.run(query.plan)
             schema = to_arrow_schema(frame.schema, timezone="UTC")
             encode = encode_json if acks.as_json else (lambda r: encode_arrow(r, schema))
             it = await query.run(frame.toLocalIterator, False)
@@ -373,9 +370,10 @@ class _Query:
     JVM thread to each Python thread: every call of the query (the plan, each partition
     the iterator fetches) runs on this one thread, under one group."""
 
-    def __init__(self, spark: SparkSession, account: str | None) -> None:
+    def __init__(self, spark: SparkSession, account: str | None, text: str) -> None:
         self._spark = spark
         self._account = account
+        self._text = text
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jetlake-sql")
         self.group = f"jetlake-sql-{uuid.uuid4().hex}"
         self.abandoned = False  # the client stopped answering: nobody to tell
@@ -383,7 +381,7 @@ class _Query:
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    def plan(self, text: str) -> Any:
+    def plan(self) -> Any:
         from pyspark.errors import AnalysisException, ParseException
 
         from sql.account_views import bind
@@ -393,24 +391,32 @@ class _Query:
         if self._account is not None:
             bind(session, self._account)
         try:
-            return session.sql(text)
+            return session.sql(self._text)
         except (AnalysisException, ParseException) as exc:
             raise QueryError("400", first_line(exc)) from None
 
     async def cancel(self, why: str) -> None:
-        """Stop the query's Spark jobs, and say so once none of them runs any more."""
+        """Stop the query's Spark jobs, and say so once none of their tasks runs any more
+        (a job is marked cancelled at once; its tasks end when they next look)."""
         sc = self._spark.sparkContext
         await asyncio.to_thread(sc.cancelJobGroup, self.group)
         deadline = time.monotonic() + _CANCEL_WAIT
-        tracker = sc.statusTracker()
         while time.monotonic() < deadline:
-            ids = await asyncio.to_thread(tracker.getJobIdsForGroup, self.group)
-            infos = [await asyncio.to_thread(tracker.getJobInfo, i) for i in ids]
-            if all(i is None or i.status != "RUNNING" for i in infos):
-                log.info("sql service: query %s stopped (%s): no Spark job left", self.group, why)
+            if not await asyncio.to_thread(self._tasks_running):
+                log.info("sql service: query %s stopped (%s): no Spark task left", self.group, why)
                 return
             await asyncio.sleep(0.1)
         log.error("sql service: query %s still runs %gs after its cancel", self.group, _CANCEL_WAIT)
+
+    def _tasks_running(self) -> int:
+        tracker = self._spark.sparkContext.statusTracker()
+        running = 0
+        for job in tracker.getJobIdsForGroup(self.group):
+            info = tracker.getJobInfo(job)
+            for stage in info.stageIds if info is not None else ():
+                found = tracker.getStageInfo(stage)
+                running += found.numActiveTasks if found is not None else 0
+        return running
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
