@@ -110,8 +110,14 @@ async def test_logins_fetch_accounts_over_http(
     server = make_server(config=config)
     b_key, n_key = nsc.public("account", "B"), nsc.public("account", "N")
     alice = _user(nsc, "B", "alice")
-    for _ in range(2):  # the second login uses the JWT fetched for the first
-        assert await _login(server, *alice) == Outcome((b"+OK",), closed=False)
+    # What the client sends after CONNECT waits for the fetch, and keeps its order.
+    async with await RawClient.connect(server.host, server.port) as c:
+        fields = {"verbose": False, "jwt": alice[0], "sig": _sign(alice[1], c.info["nonce"])}
+        connect_line = b"CONNECT " + json.dumps(fields).encode() + b"\r\n"
+        script = connect_line + b"SUB x 1\r\nPUB x 2\r\nhi\r\n"
+        assert await c.outcome(script) == Outcome((b"MSG x 1 2",), closed=False)
+    # The next login uses the JWT fetched for the first.
+    assert await _login(server, *alice) == Outcome((b"+OK",), closed=False)
     assert accounts.gets.count(b_key) == 1
 
     assert await _login(server, *_user(nsc, "N", "nobody")) == Outcome(
