@@ -17,6 +17,8 @@ import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.OneRowRelation;
 import org.apache.spark.sql.catalyst.plans.logical.Range;
+import org.apache.spark.sql.catalyst.plans.logical.ScriptTransformation;
+import org.apache.spark.sql.catalyst.plans.logical.View;
 import org.apache.spark.sql.execution.LogicalRDD;
 import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
@@ -33,9 +35,10 @@ import scala.runtime.BoxedUnit;
  * end as the same kind of leaf, a scan of files under root paths. A wall on names alone would
  * leave paths open, and one on paths alone would leave views (which expand to their files)
  * open; one on the files closes both. Anything that reads other than files of the account's
- * views is refused: other relations (JDBC, Hive tables, cached plans), commands ({@code SET},
- * {@code CREATE}, {@code ADD JAR}), and {@code reflect}/{@code java_method}, which call into
- * the JVM. An unbound session (the system account's, and today every Spark Connect and JDBC
+ * views is refused: another account's views whatever they read, other relations (JDBC, Hive
+ * tables, cached plans), commands ({@code SET}, {@code CREATE}, {@code ADD JAR}), scripts
+ * ({@code TRANSFORM ... USING}) and {@code reflect}/{@code java_method}, which call into the
+ * JVM. An unbound session (the system account's, and today every Spark Connect and JDBC
  * session) is not checked.
  */
 public final class AccountWalls {
@@ -109,6 +112,17 @@ public final class AccountWalls {
     if (plan instanceof Command) {
       throw refused(account, "runs queries only, not " + plan.nodeName());
     }
+    if (plan instanceof ScriptTransformation) {
+      throw refused(account, "may not run scripts (TRANSFORM ... USING)");
+    }
+    // A view's rows may be no files at all (a tail sent to a cluster as rows): a temporary
+    // view is the account's own or refused, whatever it reads.
+    if (plan instanceof View view && view.isTempView()) {
+      String name = view.desc().identifier().table();
+      if (!own(account, name)) {
+        throw refused(account, "may not read view " + name + ": it is another account's");
+      }
+    }
     for (Expression e : CollectionConverters.asJava(plan.expressions())) {
       reflection(e, account);
     }
@@ -121,6 +135,12 @@ public final class AccountWalls {
     for (LogicalPlan sub : CollectionConverters.asJava(plan.subqueries())) {
       walk(sub, account, allowed);
     }
+  }
+
+  /** Whether a global view is one of the account's (stream names hold no dot). */
+  private static boolean own(String account, String view) {
+    String prefix = StreamViews.qualified(account, "");
+    return view.startsWith(prefix) && view.indexOf('.', prefix.length()) < 0;
   }
 
   private static void leaf(LogicalPlan plan, String account, Set<String> allowed) {

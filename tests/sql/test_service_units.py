@@ -1,4 +1,5 @@
-"""The SQL service's pure parts: its `lake { sql }` keys, and SQL over NATS's chunking."""
+"""The SQL service's pure parts: its `lake { sql }` keys, SQL over NATS's chunking, headers and
+which account a request is answered for."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pyspark.sql import Row
 
 from ingest.server.options import ConfigError, load_config
 from ingest.server.settings import SqlConfig
-from sql.nats_service import QueryError, chunks, encode_arrow, encode_json
+from sql.account_views import qualified
+from sql.nats_service import NatsSql, QueryError, _positive, chunks, encode_arrow, encode_json
 from sql.service import Endpoints, first_line, split_hostport
 
 
@@ -142,3 +144,37 @@ def test_sql_serve_refuses_a_taken_address_before_starting_a_jvm(tmp_path: Path)
         )  # fmt: skip
     assert done.returncode == 3  # the server does not start it again
     assert f"--listen 127.0.0.1:{port} is taken" in done.stderr
+
+
+def _door(account: str, *, system: bool) -> NatsSql:
+    door = NatsSql(None, "nats://unused")  # type: ignore[arg-type]  # no Spark: the checks only
+    door._account, door._system = account, system
+    return door
+
+
+def test_a_request_is_answered_for_the_account_the_server_names() -> None:
+    system = _door("SYS", system=True)
+    assert system._asker({}) is None  # the system account's own: every account's streams
+    assert system._asker({"Nats-Request-Info": '{"acc":"A","rtt":0}'}) == "A"
+    own = _door("A", system=False)
+    assert own._asker({}) == "A"
+    assert own._asker({"Nats-Request-Info": '{"acc":"A"}'}) == "A"
+    with pytest.raises(QueryError, match="answers account A only") as refused:
+        own._asker({"Nats-Request-Info": '{"acc":"B"}'})
+    assert refused.value.code == "403"
+    with pytest.raises(QueryError, match="names no account"):
+        system._asker({"Nats-Request-Info": "[]"})
+
+
+def test_limits_in_headers_are_positive_numbers_named_when_not() -> None:
+    assert _positive({}, "Jl-Sql-Timeout", None) is None
+    assert _positive({"Jl-Sql-Timeout": "2.5"}, "Jl-Sql-Timeout", None) == 2.5
+    assert _positive({"Jl-Sql-Window": "3"}, "Jl-Sql-Window", 8) == 3
+    for name, value in (("Jl-Sql-Window", "0"), ("Jl-Sql-Window", "1.5"), ("Jl-Sql-Ack-Wait", "x")):
+        with pytest.raises(QueryError, match=f"{name} must be a positive number, not '{value}'"):
+            _positive({name: value}, name, 1)
+
+
+def test_account_views_are_named_by_account_and_the_global_ones_bare() -> None:
+    assert qualified("$G", "ORDERS") == "ORDERS"
+    assert qualified("A", "ORDERS") == "A.ORDERS"

@@ -152,6 +152,7 @@ async def test_an_account_reads_its_own_streams_only_and_the_system_account_all(
             "account A may not call reflect",
         ),
         ("SET spark.sql.ansi.enabled=false", "account A runs queries only"),
+        ("SELECT TRANSFORM(1) USING 'cat' AS (x)", "account A may not run scripts"),
     )
     answers = await asyncio.gather(*(_query(a, sql) for sql, _ in refused))
     for (sql, text), answer in zip(refused, answers, strict=True):
