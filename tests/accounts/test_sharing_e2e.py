@@ -253,3 +253,25 @@ async def test_natscli_reaches_the_exported_jetstream_with_an_api_prefix(
     assert code == 0 and name in out.split(), out
     code, out = await cli(url(shared, "b"), *prefix, "stream", "get", name, "1")
     assert code == 0 and "seen from B" in out, out
+
+
+async def test_a_requester_cannot_name_another_account_in_the_request_info(
+    shared: ServerProcess, connect: Connect
+) -> None:
+    """An exporter may trust `Nats-Request-Info` (the SQL service's walls do): the server
+    puts the importing account there, over whatever the client sent."""
+    a, b = await users(connect, shared, "a", "b")
+    seen: list[Msg] = []
+
+    async def respond(msg: Msg) -> None:
+        seen.append(msg)
+        await a.publish(msg.reply, b"ok")
+
+    await a.subscribe("svc.>", cb=respond)
+    await sync(a)
+    forged = {"Nats-Request-Info": json.dumps({"acc": "A"})}
+    answer = await b.request("local.x", b"question", timeout=5, headers=forged)
+    assert answer.data == b"ok"
+    (request,) = seen
+    assert request.headers is not None
+    assert json.loads(request.headers["Nats-Request-Info"])["acc"] == "B"
