@@ -19,6 +19,12 @@ sees every message acknowledged before it started, and streams created,
 deleted or retyped since, which no period short of "each query" guarantees.
 Concurrent queries share one rebuild that started after they asked.
 
+Every account's streams have views: the global account's bare (`ORDERS`), a
+named account's as `A.ORDERS` (`sql.account_views`). A session bound to an
+account (SQL over NATS binds each query's to the asking account) resolves bare
+names to that account's views and reads nothing else (`AccountWalls`); an
+unbound session (the system account's, Spark Connect's and JDBC's) reads all.
+
 `<store>/jetlake-sql.json` holds the addresses while the service runs, so
 `jetlake sql` finds it (`sql.cli`).
 """
