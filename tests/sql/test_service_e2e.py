@@ -53,9 +53,9 @@ def _wait_for_service(server: ServerProcess, store: Path, url: str | None = None
         found = Endpoints.read(store)
         if found is not None and asyncio.run(_pings(url or server.url)):
             return found
-        assert server.running, server.log
+        assert server.running, server.log()
         time.sleep(0.2)
-    raise AssertionError(f"no SQL service in {START_DEADLINE}s:\n{server.log}")
+    raise AssertionError(f"no SQL service in {START_DEADLINE}s:\n{server.log()}")
 
 
 async def _pings(url: str) -> bool:
