@@ -50,6 +50,7 @@ from log.compactor.layout import lake_at
 from log.compactor.location import Lake
 from log.compactor.spark import build_session, local_jars
 from sql.account_views import GLOBAL, account_frames, allow
+from sql.catalog import HiveCatalog, catalog_entries, keep_synced
 from sql.views import register_views
 
 if TYPE_CHECKING:
@@ -93,8 +94,11 @@ def _quoted(name: str) -> str:
 class SharedViews:
     """The views of a store as global temporary views, rebuilt on demand (py4j's callback)."""
 
-    def __init__(self, spark: SparkSession, store_dir: Path, lake: Lake) -> None:
+    def __init__(
+        self, spark: SparkSession, store_dir: Path, lake: Lake, catalog: HiveCatalog | None = None
+    ) -> None:
         self._spark = spark
+        self._catalog = catalog
         self._store = store_dir
         self._lake = lake
         self._lock = threading.Lock()
@@ -154,6 +158,15 @@ class SharedViews:
             spark.catalog.dropTempView(gone)
             spark.catalog.dropGlobalTempView(gone)
         self._names = names
+        if self._catalog is not None:
+            self._sync_catalog(self._catalog)
+
+    def _sync_catalog(self, catalog: HiveCatalog) -> None:
+        """A metastore down or refusing leaves the views served (the next change retries)."""
+        try:
+            catalog.sync(catalog_entries(self._store, self._lake))
+        except Exception as exc:
+            log.error("sql service: catalog %s not synced: %s", catalog.uri, first_line(exc))
 
     class Java:
         implements = [f"{_RULE}$Refresher"]
@@ -188,6 +201,7 @@ def start_session(
     listen: tuple[str, int],
     jdbc: tuple[str, int] | None,
     master: str | None,
+    catalog: str | None = None,
 ) -> tuple[SparkSession, SharedViews]:
     """The service's session with its views published, Connect (and Thrift) listening."""
     if jdbc is not None:  # Hive's Thrift service reads these before its own configuration
@@ -204,7 +218,8 @@ def start_session(
     spark = build_session("jetlake-sql-service", master=master, lake=lake, conf=conf)
     from pyspark.java_gateway import ensure_callback_server_started
 
-    views = SharedViews(spark, store_dir, lake)
+    hive = HiveCatalog(spark, catalog) if catalog else None
+    views = SharedViews(spark, store_dir, lake, hive)
     views.refresh()
     gateway = spark.sparkContext._gateway
     assert gateway is not None
@@ -241,6 +256,9 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_MAX_ROWS,
         help="rows a SQL-over-NATS result may have (past them: an error naming max_rows)",
+    )
+    p.add_argument(
+        "--catalog", help="register every stream's lake table in this Hive metastore (thrift://…)"
     )
     p.add_argument("--parent", type=int, help="exit when this process (the server) is gone")
     return p
@@ -301,12 +319,13 @@ def main(argv: list[str]) -> int:
         if address is not None and not _free(address):
             print(f"jetlake sql serve: {what} {address[0]}:{address[1]} is taken", file=sys.stderr)
             return ADDRESS_TAKEN
-    spark, _ = start_session(
+    spark, views = start_session(
         store_dir=store,
         lake=lake_at(args.lake, store),
         listen=listen,
         jdbc=jdbc,
         master=args.spark_master,
+        catalog=args.catalog,
     )
     endpoints = Endpoints(
         pid=os.getpid(),
@@ -322,7 +341,11 @@ def main(argv: list[str]) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        if args.catalog:  # other engines' queries do not pass here to trigger a refresh
+            syncing = loop.create_task(keep_synced(views.refresh, stop))
         await _serve(args, spark, stop)
+        if args.catalog:
+            await syncing
 
     try:
         asyncio.run(run())

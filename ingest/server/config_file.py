@@ -398,8 +398,8 @@ def _lake(top: _Section, key: str, out: dict[str, Any]) -> None:
 
 
 def _lake_sql(lake: _Section, key: str) -> SqlConfig | None:
-    """`sql: off` or `sql { listen, jdbc, nats, max_rows }`: Connect's address, and each
-    other door's address, `true` (its default) or `false`/`off`."""
+    """`sql: off` or `sql { listen, jdbc, nats, max_rows, catalog }`: Connect's address, and
+    each other door's address, `true` (its default) or `false`/`off`."""
     if isinstance(lake.table[key], bool):
         return SqlConfig() if lake.boolean(key) else None
     section = lake.section(key)
@@ -411,6 +411,10 @@ def _lake_sql(lake: _Section, key: str) -> SqlConfig | None:
             limits[lowered] = section.integer(name)
             if limits[lowered] < 1:
                 raise section.error(name, f"lake sql max_rows {limits[lowered]} is not positive")
+        elif lowered == "catalog":
+            doors[lowered] = value = section.string(name)
+            if not value.startswith("thrift://"):
+                raise section.error(name, f"lake sql catalog {value!r} is not thrift://host:port")
         elif lowered not in ("listen", "jdbc", "nats"):
             section.unknown(name)
         elif lowered != "listen" and isinstance(section.table[name], bool):

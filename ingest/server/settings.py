@@ -88,6 +88,7 @@ class SqlConfig:
     jdbc: str | None = "127.0.0.1:10000"  # the Spark Thrift server
     nats: str | None = ""
     max_rows: int = 1_000_000  # a SQL-over-NATS result's rows at most (past it: an error)
+    catalog: str | None = None  # a Hive metastore (thrift://host:port) to register tables in
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -83,6 +83,8 @@ def sql_service(
         argv += ["--jdbc", config.jdbc]
     if config.nats is not None:
         argv += ["--nats", config.nats or client_url, "--max_rows", str(config.max_rows)]
+    if config.catalog is not None:
+        argv += ["--catalog", config.catalog]
     if spark_master:
         argv += ["--spark_master", spark_master]
     return SqlServiceProcess(argv, {**os.environ, **env})

@@ -492,6 +492,13 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "naming this key.",
             Field(SQ, "max_rows"),
         ),
+        K(
+            "catalog",
+            "URI",
+            "A Hive metastore (`thrift://host:port`) where the service registers every "
+            "stream's lake table, for engines outside jetlake.",
+            Field(SQ, "catalog", "none: no catalog"),
+        ),
     ),
     "lake.s3": (
         K("endpoint", "URL", "S3 endpoint.", Field(S3, "endpoint", _aws("AWS_ENDPOINT_URL_S3"))),
