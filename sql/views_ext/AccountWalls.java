@@ -9,6 +9,7 @@ import java.util.WeakHashMap;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.AnalysisException;
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.TableIdentifier;
 import org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.plans.logical.CTERelationRef;
@@ -20,6 +21,8 @@ import org.apache.spark.sql.catalyst.plans.logical.Range;
 import org.apache.spark.sql.catalyst.plans.logical.ScriptTransformation;
 import org.apache.spark.sql.catalyst.plans.logical.View;
 import org.apache.spark.sql.execution.LogicalRDD;
+import org.apache.spark.sql.execution.command.DescribeColumnCommand;
+import org.apache.spark.sql.execution.command.DescribeTableCommand;
 import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import scala.jdk.javaapi.CollectionConverters;
@@ -36,7 +39,8 @@ import scala.runtime.BoxedUnit;
  * leave paths open, and one on paths alone would leave views (which expand to their files)
  * open; one on the files closes both. Anything that reads other than files of the account's
  * views is refused: another account's views whatever they read, other relations (JDBC, Hive
- * tables, cached plans), commands ({@code SET}, {@code CREATE}, {@code ADD JAR}), scripts
+ * tables, cached plans), commands ({@code SET}, {@code CREATE}, {@code ADD JAR}; a {@code
+ * DESCRIBE} of its own view is let through), scripts
  * ({@code TRANSFORM ... USING}) and {@code reflect}/{@code java_method}, which call into the
  * JVM. An unbound session (the system account's, and today every Spark Connect and JDBC
  * session) is not checked.
@@ -44,6 +48,7 @@ import scala.runtime.BoxedUnit;
 public final class AccountWalls {
   private static final Map<SparkSession, String> BOUND =
       Collections.synchronizedMap(new WeakHashMap<>());
+  private static final String GLOBAL_TEMP = "global_temp";
   private static volatile Map<String, Set<String>> roots = Map.of();
   private static Map<String, Set<String>> current = Map.of(); // the last rebuild's alone
 
@@ -109,6 +114,16 @@ public final class AccountWalls {
   }
 
   private static void walk(LogicalPlan plan, String account, Set<String> allowed) {
+    TableIdentifier described =
+        plan instanceof DescribeTableCommand d
+            ? d.table()
+            : plan instanceof DescribeColumnCommand c ? c.table() : null;
+    if (described != null) { // names and types, no rows: of its own views only
+      if (ownGlobal(account, described)) {
+        return;
+      }
+      throw refused(account, "may not read " + described.unquotedString() + ": no view of its");
+    }
     if (plan instanceof Command) {
       throw refused(account, "runs queries only, not " + plan.nodeName());
     }
@@ -141,6 +156,10 @@ public final class AccountWalls {
   private static boolean own(String account, String view) {
     String prefix = StreamViews.qualified(account, "");
     return view.startsWith(prefix) && view.indexOf('.', prefix.length()) < 0;
+  }
+
+  private static boolean ownGlobal(String account, TableIdentifier table) {
+    return table.database().contains(GLOBAL_TEMP) && own(account, table.table());
   }
 
   private static void leaf(LogicalPlan plan, String account, Set<String> allowed) {

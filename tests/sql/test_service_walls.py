@@ -136,6 +136,8 @@ async def test_an_account_reads_its_own_streams_only_and_the_system_account_all(
         _query(sys, "SELECT DISTINCT input_file_name() AS f FROM B.SECRET"),
     )
     assert [_count(x) for x in (own_a, own_b, forged, sys_a, sys_b)] == [3, 5, 3, 3, 2]
+    described = await _query(a, "DESCRIBE ORDERS")  # its own stream's columns
+    assert described.table().column("col_name").to_pylist()[:2] == ["stream", "seq"]
     [secret_file] = files.table().column("f").to_pylist()
 
     refused = (
@@ -153,6 +155,7 @@ async def test_an_account_reads_its_own_streams_only_and_the_system_account_all(
         ),
         ("SET spark.sql.ansi.enabled=false", "account A runs queries only"),
         ("SELECT TRANSFORM(1) USING 'cat' AS (x)", "account A may not run scripts"),
+        ("DESCRIBE global_temp.`B.SECRET`", "account A may not read"),
     )
     answers = await asyncio.gather(*(_query(a, sql) for sql, _ in refused))
     for (sql, text), answer in zip(refused, answers, strict=True):
