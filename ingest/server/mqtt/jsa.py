@@ -19,7 +19,7 @@ import base64
 import itertools
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from ingest.server.server import Server
@@ -34,6 +34,12 @@ class JetStreamError(Exception):
 
 
 NO_MESSAGE = 10037  # err_code of a STREAM.MSG.GET that finds nothing
+
+
+class StoredMsg(NamedTuple):
+    hdr: bytes | None
+    data: bytes
+    seq: int
 
 
 Answered = Callable[[bytes], None]
@@ -148,9 +154,9 @@ class JSAccess:
             raise JetStreamError(f"{subject}: {description}", int(error.get("err_code") or 0))
         return answer
 
-    async def last_msg(self, stream: str, subject: str) -> tuple[bytes | None, bytes] | None:
-        """The header block and data of a subject's last message, or None: read through the
-        API, so on a cluster from the stream's leader whichever server asks."""
+    async def last_msg(self, stream: str, subject: str) -> StoredMsg | None:
+        """A subject's last message, or None: read through the API, so on a cluster from
+        the stream's leader whichever server asks."""
         try:
             answer = await self.request(
                 f"$JS.API.STREAM.MSG.GET.{stream}", {"last_by_subj": subject}
@@ -161,7 +167,8 @@ class JSAccess:
             raise
         msg = answer.get("message") or {}
         hdrs = msg.get("hdrs")
-        return (base64.b64decode(hdrs) if hdrs else None), base64.b64decode(msg.get("data") or "")
+        hdr = base64.b64decode(hdrs) if hdrs else None
+        return StoredMsg(hdr, base64.b64decode(msg.get("data") or ""), int(msg.get("seq") or 0))
 
     async def subjects(self, stream: str, filter_subject: str) -> list[str]:
         """The subjects of a stream under `filter_subject` that hold messages."""

@@ -46,7 +46,7 @@ class RetainedStore:
         for subject in await self.jsa.subjects(STREAM, PREFIX + ">"):
             found = await self.jsa.last_msg(STREAM, subject)
             if found is not None:
-                self._remember(subject[len(PREFIX) :], *found)
+                self._remember(subject[len(PREFIX) :], found.hdr, found.data)
 
     def close(self) -> None:
         if self._token is not None:

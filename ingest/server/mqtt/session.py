@@ -56,7 +56,8 @@ class Session:
         # A resend keeps its first packet id ([MQTT-4.3.2]): ids by (consumer, stream seq).
         self._pid_of: dict[tuple[bytes, bytes], int] = {}
         self._pubrel: set[int] = set()  # PUBREL sent, PUBCOMP awaited
-        self._qos2_in: dict[int, tuple[str, mqtt.Publish]] = {}  # until PUBREL
+        # Until PUBREL: (subject, packet, its sequence in `$MQTT_qos2in`, 0 while stored).
+        self._qos2_in: dict[int, tuple[str, mqtt.Publish, int]] = {}
         self._next_pid = 0
 
     # ---- persistence ----------------------------------------------------------------------
@@ -126,8 +127,9 @@ class Session:
         conn = self.conn
         if packet.qos == 2:
             if packet.packet_id not in self._qos2_in:
-                self._qos2_in[packet.packet_id] = (subject, packet)
-                await self._hold(subject, packet)
+                self._qos2_in[packet.packet_id] = (subject, packet, 0)
+                seq = await self._hold(subject, packet)
+                self._qos2_in[packet.packet_id] = (subject, packet, seq)
             if conn is not None:
                 conn.queue(mqtt.encode(mqtt.PubRec(packet.packet_id)))
             return
@@ -154,27 +156,34 @@ class Session:
             stored(b"")
 
     async def on_pubrel(self, pid: int) -> None:
-        held = self._qos2_in.pop(pid, None)
+        """Release a held QoS 2 message: stored for subscribers before it is forgotten, so
+        a release cut short (a kill, a stream without a leader yet) is done again by the
+        PUBREL the client sends again, on any server; the stored copy's Nats-Msg-Id, the
+        held message's sequence, keeps it one message."""
+        held = self._qos2_in.get(pid)
         if held is not None:
-            subject, packet = held
-            await self.manager.jsa.request(
-                f"$JS.API.STREAM.PURGE.{QOS2_STREAM}", {"filter": self._held_subject(pid)}
-            )
+            subject, packet, seq = held
             conn = self.conn
             allowed = (
                 conn is None
                 or not conn.grant.restricted
                 or conn.grant.can_publish(subject.encode())
             )
-            await self.manager.publish(subject, packet, allowed=allowed)
+            msg_id = f"{QOS2_STREAM}.{seq}" if seq else ""
+            await self.manager.publish(subject, packet, allowed=allowed, msg_id=msg_id)
+            self._qos2_in.pop(pid, None)
+            await self.manager.jsa.request(
+                f"$JS.API.STREAM.PURGE.{QOS2_STREAM}", {"filter": self._held_subject(pid)}
+            )
         if self.conn is not None:
             self.conn.queue(mqtt.encode(mqtt.PubComp(pid)))
 
     def _held_subject(self, pid: int) -> str:
         return f"{QOS2_PREFIX}{self.id_hash}.{pid}"
 
-    async def _hold(self, subject: str, packet: mqtt.Publish) -> None:
-        """Keep a QoS 2 message in `$MQTT_qos2in` until its PUBREL, across restarts."""
+    async def _hold(self, subject: str, packet: mqtt.Publish) -> int:
+        """Keep a QoS 2 message in `$MQTT_qos2in` until its PUBREL, across restarts; its
+        sequence there."""
         hdr = encode_headers(
             {
                 "Nmqtt-Pub": "2",
@@ -183,7 +192,10 @@ class Session:
                 "Nmqtt-Retain": "1" if packet.retain else "0",
             }
         )
-        await self.manager.jsa.request(self._held_subject(packet.packet_id), packet.payload, hdr)
+        answer = await self.manager.jsa.request(
+            self._held_subject(packet.packet_id), packet.payload, hdr
+        )
+        return int(answer.get("seq") or 0)
 
     async def restore_held(self) -> None:
         """QoS 2 messages received before a restart (or by another server of the cluster)
@@ -192,15 +204,16 @@ class Session:
         jsa = self.manager.jsa
         for name in await jsa.subjects(QOS2_STREAM, prefix + "*"):
             found = await jsa.last_msg(QOS2_STREAM, name)
-            hdr, data = found if found is not None else (None, b"")
-            subject = header_value(hdr, b"Nmqtt-Subject")
-            topic = header_value(hdr, b"Nmqtt-Topic")
+            if found is None:
+                continue
+            subject = header_value(found.hdr, b"Nmqtt-Subject")
+            topic = header_value(found.hdr, b"Nmqtt-Topic")
             pid = name[len(prefix) :]
             if subject is None or topic is None or not pid.isdigit():
                 continue
-            retain = header_value(hdr, b"Nmqtt-Retain") == b"1"
-            packet = mqtt.Publish(topic, data, 2, retain, False, int(pid))
-            self._qos2_in[int(pid)] = (subject.decode(), packet)
+            retain = header_value(found.hdr, b"Nmqtt-Retain") == b"1"
+            packet = mqtt.Publish(topic, found.data, 2, retain, False, int(pid))
+            self._qos2_in[int(pid)] = (subject.decode(), packet, found.seq)
 
     # ---- subscriptions ---------------------------------------------------------------------
 

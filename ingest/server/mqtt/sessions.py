@@ -192,9 +192,9 @@ class SessionManager:
     async def _load(self, client_id: str, id_hash: str) -> Session | None:
         """A session saved by this server or (on a cluster) any other, through the API."""
         found = await self.jsa.last_msg("$MQTT_sess", SESS_PREFIX + id_hash)
-        if found is None or not found[1]:
+        if found is None or not found.data:
             return None
-        doc = json.loads(found[1])
+        doc = json.loads(found.data)
         if doc.get("id") != client_id:
             return None
         session = Session(self, client_id, id_hash, clean=False)
@@ -244,8 +244,12 @@ class SessionManager:
         hdr = self._route(subject, packet)
         self.jsa.send(MSGS_PREFIX_BYTES + subject, packet.payload, hdr, stored, _lost)
 
-    async def publish(self, subject: str, packet: mqtt.Publish, *, allowed: bool) -> None:
-        """Route, store QoS ≥ 1 and retain, awaited (QoS 2 releases, Wills, retained)."""
+    async def publish(
+        self, subject: str, packet: mqtt.Publish, *, allowed: bool, msg_id: str = ""
+    ) -> None:
+        """Route, store QoS ≥ 1 and retain, awaited (QoS 2 releases, Wills, retained).
+        `msg_id` goes on the stored copy alone: JetStream stores a release once however
+        often it is sent."""
         if not allowed:
             return
         raw = subject.encode()
@@ -253,7 +257,8 @@ class SessionManager:
         payload = packet.payload
         waits: list[Awaitable[Any]] = []
         if packet.qos:
-            waits.append(self.jsa.answer(MSGS_PREFIX_BYTES + raw, payload, hdr))
+            stored = hdr[:-2] + b"Nats-Msg-Id: %s\r\n\r\n" % msg_id.encode() if msg_id else hdr
+            waits.append(self.jsa.answer(MSGS_PREFIX_BYTES + raw, payload, stored))
         if packet.retain:
             waits.append(self.retained.put(subject, packet.topic, payload, packet.qos))
         if waits:
