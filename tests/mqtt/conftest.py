@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,31 @@ def mqtt_port(server: ServerProcess) -> int:
     found = server.find_log(_MQTT_LISTEN)
     assert found is not None, f"{server.kind} did not log its MQTT port\n{server.log()}"
     return int(found.group(2))
+
+
+def on(server: ServerProcess) -> MQTTServer:
+    return MQTTServer(server, mqtt_port(server))
+
+
+CLUSTER_DEADLINE = 20.0  # a kill -9 may take the leader of MQTT's streams: an election
+
+
+async def connected(server: MQTTServer, client_id: str, **options: Any) -> aiomqtt.Client:
+    """A connected client on a cluster's server, retried until the deadline: the first
+    CONNECT to a new cluster waits for MQTT's streams, and after a kill -9 for their new
+    leaders (and may time out meanwhile)."""
+    deadline = time.monotonic() + CLUSTER_DEADLINE
+    while True:
+        client = aiomqtt.Client(
+            "127.0.0.1", server.mqtt_port, identifier=client_id, timeout=TIMEOUT, **options
+        )
+        try:
+            await client.__aenter__()
+            return client
+        except aiomqtt.MqttError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 StartMQTT = Callable[..., MQTTServer]
