@@ -38,6 +38,7 @@ def lake_sql(tmp_path: Path, text: str) -> SqlConfig | None:
         ('sql { jdbc: "[::1]:10001", nats: false }', SqlConfig(jdbc="[::1]:10001", nats=None)),
         ("sql { jdbc: true }", SqlConfig()),
         ("sql { max_rows: 10 }", SqlConfig(max_rows=10)),
+        ('sql { catalog: "thrift://h:9083" }', SqlConfig(catalog="thrift://h:9083")),
     ],
 )
 def test_lake_sql_keys(tmp_path: Path, text: str, expected: SqlConfig | None) -> None:
@@ -50,7 +51,7 @@ def test_lake_sql_keys(tmp_path: Path, text: str, expected: SqlConfig | None) ->
         ('sql { listen: "15002" }', "lake sql listen '15002' is not host:port"),
         ('sql { jdbc: "h:port" }', "lake sql jdbc 'h:port' is not host:port"),
         ("sql { listen: 15002 }", "listen"),
-        ('sql { catalog: "hive" }', "catalog"),
+        ('sql { catalog: "hive" }', "lake sql catalog 'hive' is not thrift://host:port"),
         ("sql { max_rows: 0 }", "lake sql max_rows 0 is not positive"),
         ('sql { max_rows: "many" }', "max_rows"),
     ],
