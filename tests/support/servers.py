@@ -99,9 +99,16 @@ class ServerProcess:
             target=self._pump, args=(self._proc, log), name=f"{self.kind}-stderr", daemon=True
         )
         self._reader.start()
-        listen = self.wait_for_log(_LISTEN_RE, START_TIMEOUT)
-        self.host, self.port = listen.group(1), int(listen.group(2))
-        self.wait_for_log(_READY_RE, START_TIMEOUT)
+        try:
+            listen = self.wait_for_log(_LISTEN_RE, START_TIMEOUT)
+            self.host, self.port = listen.group(1), int(listen.group(2))
+            self.wait_for_log(_READY_RE, START_TIMEOUT)
+        except BaseException:
+            # A start given up on must not leave its server running: it went on dialling
+            # its routes for the rest of the run and could join another test's cluster
+            # (all are named C) on ports handed out again.
+            self.kill()
+            raise
         http = self.find_log(_HTTP_RE)
         self.http_port = int(http.group(2)) if http else None
         return self
