@@ -46,6 +46,11 @@ from tests.support.servers import ServerProcess, start_server
 pytestmark = pytest.mark.timeout(300)
 
 TIMEOUT = 10.0
+BURST = (
+    "a reference edge sends the 30 s backlog (~85,000 messages) at once; the hub "
+    "cluster's stream and metadata leaders then change every few seconds and the "
+    "hub stream does not catch up"
+)
 
 
 def hub_config(lake_dir: Path) -> str:
@@ -82,8 +87,14 @@ class EdgeToLake:
             await relay.start()
 
 
-@pytest.fixture
-async def path(tmp_path: Path) -> AsyncIterator[EdgeToLake]:
+@pytest.fixture(
+    params=[
+        pytest.param("jetlake", id="jl-edge"),
+        pytest.param("nats-server", id="ref-edge", marks=pytest.mark.soak),
+    ]
+)
+async def path(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EdgeToLake]:
+    """The hub cluster (jetlake: the lake is the point) and an edge of the given kind."""
     folder = tmp_path / "lake"
     hubs = await asyncio.to_thread(start_js_cluster, "jetlake", tmp_path, config=hub_config(folder))
     relays: list[Relay] = []
@@ -94,7 +105,7 @@ async def path(tmp_path: Path) -> AsyncIterator[EdgeToLake]:
             await relays[-1].start()
         config = edge_config(tmp_path / "edge", [relay.port for relay in relays])
         edge = await asyncio.to_thread(
-            start_server, "jetlake", "-m", "-1", config=config, tmp_path=tmp_path, name="edge"
+            start_server, request.param, "-m", "-1", config=config, tmp_path=tmp_path, name="edge"
         )
         await asyncio.to_thread(poll_link, edge, True)
         yield EdgeToLake(hubs, edge, relays, Lake.at(folder))
@@ -176,13 +187,17 @@ async def edge_to_lake(
     await eventually(lambda: hub_js.add_stream(config), "the hub's R3 stream created")
 
     async def hub_has(count: int) -> None:
-        await eventually(
-            lambda: hub_holds(count), f"the hub stream holding {count}", TIMEOUT + cut_for
-        )
+        """Wait while the hub stream grows toward `count`; fail once it stalls."""
+        held, stalled_at = -1, time.monotonic() + TIMEOUT
+        while held < count:
+            with contextlib.suppress(nats.errors.Error):  # an election after a kill
+                now = (await hub_js.stream_info("HUB")).state.messages
+                if now > held:
+                    held, stalled_at = now, time.monotonic() + TIMEOUT
+            assert time.monotonic() < stalled_at, f"the hub stream stalled at {held} of {count}"
+            await asyncio.sleep(0.1)
 
-    async def hub_holds(count: int) -> bool:
-        return (await hub_js.stream_info("HUB")).state.messages >= count
-
+    restored = time.monotonic()
     try:
         await devices.publish(batch)
         if cut_for:
@@ -198,13 +213,15 @@ async def edge_to_lake(
             while time.monotonic() < cut_until:  # the edge acknowledges alone meanwhile
                 await devices.publish(batch)
             await path.restore()
+            restored = time.monotonic()
             await devices.publish(batch)
     finally:
         await devices.close()
     sent = devices.sent
     await hub_has(len(sent))
     info = await hub_js.stream_info("HUB")
-    print(f"{len(sent)} messages from the edge, each once in the hub's stream")
+    took = time.monotonic() - restored
+    print(f"{len(sent)} messages from the edge in the hub's stream {took:.1f}s after the cut")
     assert info.state.messages == len(sent)  # none doubled in the hub stream
     leader = leader_of(info, path.hubs)
     stream_dir = store_of(leader) / STREAMS / "HUB"
@@ -233,8 +250,15 @@ async def test_edge_messages_reach_the_hub_lake(path: EdgeToLake, spark: SparkSe
     ids=["aborted", "silent", "aborted-leader-killed", "aborted-edge-crashed"],
 )
 async def test_a_cut_uplink_leaves_the_hub_lake_exact(
-    path: EdgeToLake, spark: SparkSession, silently: bool, failover: bool, crash: bool
+    request: pytest.FixtureRequest,
+    path: EdgeToLake,
+    spark: SparkSession,
+    silently: bool,
+    failover: bool,
+    crash: bool,
 ) -> None:
+    if path.edge.kind == "nats-server":  # it sends the whole backlog at once when back
+        request.applymarker(pytest.mark.xfail(reason=BURST, strict=False))
     await edge_to_lake(
         path, spark, batch=25, cut_for=30.0, silently=silently, failover=failover, crash=crash
     )
