@@ -1,14 +1,17 @@
-"""MQTT on a three-server JetStream cluster when the server a device's session was on is
-killed with -9 during QoS 1 and QoS 2 traffic: nothing acknowledged to a publisher is
-lost, on either server.
+"""MQTT on a three-server JetStream cluster when the server a device's session was on,
+also leading `$MQTT_msgs`, is killed with -9 during QoS 1 and QoS 2 traffic: nothing
+acknowledged to a publisher is lost.
 
 One cluster a kind is shared by the module: the fixture sets the scene on server A and
 kills it; each test then reconnects its clients to the survivors. What MQTT 3.1.1
-promises, and both servers keep: a message whose PUBACK (QoS 1) or PUBCOMP (QoS 2)
-reached its publisher reaches a persistent subscriber at least once (QoS 1) or exactly
-once (QoS 2); a QoS 2 message whose PUBREC came back before the kill is released on
+promises: a message whose PUBACK (QoS 1) or PUBCOMP (QoS 2) reached its publisher
+reaches a persistent subscriber at least once (QoS 1) or exactly once (QoS 2) — both
+servers keep this; a QoS 2 message whose PUBREC came back before the kill is released on
 another server by the PUBREL the publisher sends again there, once however often it is
-sent; retained messages read the same through every surviving server.
+sent; retained messages read the same through every surviving server. The reference, at
+times, loses the released message and misses a retained one on a survivor (see the
+tests); jetlake keeps both. jetlake runs by default, the reference under `soak` (its
+elections take 4-9 s).
 """
 
 from __future__ import annotations
@@ -212,6 +215,13 @@ def crash(
         stop(servers)
 
 
+def reference_may_fail(crash: Crash, request: pytest.FixtureRequest, reason: str) -> None:
+    """Where the reference loses what jetlake keeps, and not on every run (it depends on
+    when its leaders move): expected to fail there, not required to."""
+    if crash.kind == "nats-server":
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+
+
 async def test_acknowledged_messages_reach_the_session_on_another_server(crash: Crash) -> None:
     """QoS 1 at least once, QoS 2 exactly once, for every message acknowledged before the
     kill; a QoS 2 message sent but not acknowledged arrives at most once."""
@@ -244,8 +254,7 @@ async def test_a_qos2_message_released_on_another_server_is_delivered_once(
     again finds nothing and is completed: a message its publisher may no longer resend
     (PUBREC came) is lost. jetlake stores first and forgets after, so the PUBREL sent
     again does the release again, and the stored copy's Nats-Msg-Id keeps it one."""
-    if crash.kind == "nats-server":
-        request.applymarker(pytest.mark.xfail(reason="the reference loses it", strict=False))
+    reference_may_fail(crash, request, "the reference loses the held message")
     b, c = crash.survivors
     receiver = await connected(c, "receiver", clean_session=False)
     await release(c)
@@ -255,7 +264,15 @@ async def test_a_qos2_message_released_on_another_server_is_delivered_once(
     assert [(m.payload, m.qos) for m in got] == [(b"held", 2)]
 
 
-async def test_retained_messages_read_the_same_through_every_survivor(crash: Crash) -> None:
+async def test_retained_messages_read_the_same_through_every_survivor(
+    crash: Crash, request: pytest.FixtureRequest
+) -> None:
+    """Retained through the killed server before the kill, one replaced and one cleared.
+
+    On the reference one survivor at times lacks a retained message that `$MQTT_rmsgs`
+    holds (its copy of the retained messages missed the replacement), so a subscriber
+    there does not get it; jetlake reads the same through every server."""
+    reference_may_fail(crash, request, "the reference may miss a retained message")
     for server in crash.survivors:
         reader = await subscribed(server, "fault/state/#", 2)
         await reader.publish("fault/state/end", b"end", qos=1)
