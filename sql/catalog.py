@@ -3,11 +3,11 @@
     python -m sql.catalog --dir ./metastore --port 9083   # a metastore to try (all interfaces)
 
 A Hive metastore, because it is the one catalog that Spark (any version, no
-extra jar: `spark.sql.catalogImplementation=hive`), Trino, Flink, Hive and
-DuckDB's Hive scanners all speak, and because pyspark already ships its
-server and client (Hive 2.3 with Derby): running one costs a set-up no
-download. Unity Catalog OSS needs a server of its own (≈150 MB from Maven
-Central) and a connector jar in every client's Spark.
+extra jar: `spark.sql.catalogImplementation=hive`), Trino, Flink and Hive all
+speak, and because pyspark already ships its server and client (Hive 2.3 with
+Derby): running one costs a set-up no download. Unity Catalog OSS needs a
+server of its own (from Maven Central) and a connector jar in every reader's
+Spark.
 
 The SQL service syncs the catalog (`HiveCatalog.sync`) whenever it rebuilds
 its views (`sql.service.SharedViews`). A table is registered as an external
