@@ -62,10 +62,14 @@ def test_what_the_walk_cannot_read_the_pure_codec_refuses(data: bytes, error: st
         codec.receive_runs(b"LMSG a 1\r\nz\r\n" + data)
 
 
-async def test_a_run_across_a_link_reaches_a_hub_client_in_order(tmp_path: Path) -> None:
-    """A reference leaf forwards a publisher's burst as runs; the jetlake hub frames
-    them into its subscriber (the table learns the subject after its first message),
-    every message once and in order, counted in /varz as routed ones are."""
+@pytest.mark.parametrize("reply", ["", "r"], ids=["runs", "replies"])
+async def test_a_burst_across_a_link_reaches_a_hub_client_in_order(
+    tmp_path: Path, reply: str
+) -> None:
+    """A reference leaf forwards a publisher's burst as runs (as single messages when
+    each has a reply); the jetlake hub frames them into its subscriber (the table learns
+    the subject after its first message), every message once and in order however it
+    splits the burst across turns of its loop, counted in /varz as routed ones are."""
     link = start_link("jetlake", "nats-server", tmp_path)
     try:
         hub_nc = await nats.connect(link.hub.url)
@@ -76,10 +80,11 @@ async def test_a_run_across_a_link_reaches_a_hub_client_in_order(tmp_path: Path)
         before = _get(link.hub.http_url + "/varz").json()
         count = 3000
         for i in range(count):
-            await leaf_nc.publish("burst", b"%d" % i)
+            await leaf_nc.publish("burst", b"%d" % i, reply=reply and f"{reply}.{i}")
         await leaf_nc.flush()
-        got = [int((await sub.next_msg(timeout=LINK_TIMEOUT)).data) for _ in range(count)]
-        assert got == list(range(count))
+        msgs = [await sub.next_msg(timeout=LINK_TIMEOUT) for _ in range(count)]
+        assert [int(m.data) for m in msgs] == list(range(count))
+        assert [m.reply for m in msgs] == [reply and f"{reply}.{i}" for i in range(count)]
         after = _get(link.hub.http_url + "/varz").json()
         assert after["in_msgs"] - before["in_msgs"] >= count
         assert after["out_msgs"] - before["out_msgs"] >= count

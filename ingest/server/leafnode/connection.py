@@ -43,6 +43,7 @@ frame_run = getattr(native, "frame_run", None)  # the compiled codec's; with `sp
 
 AUTH_VIOLATION = "Authorization Violation"
 WRONG_PORT = "attempted to connect to leaf node port"
+TURN_MSGS = 128  # inbound messages dispatched per turn of the event loop
 
 
 class LeafSub:
@@ -92,6 +93,7 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         self.spoke = remote is not None and not remote.hub
         self.codec = proto.LeafCodec(max_payload=server.opts.max_payload)
         self.transport: asyncio.Transport | None = None
+        self._yielding = False  # reading paused while the rest of a read waits its turn
         self.host, self.port = "", 0
         self.account: Account = server.accounts.global_account
         self.grant = Grant()  # what system services answer about the "sender"
@@ -169,13 +171,34 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             self.queue(proto.encode_err("Protocol Violation"))
             self.close("Protocol Violation", flush=True)
             return
-        for op in ops:
+        self._take(ops, 0)
+
+    def _take(self, ops: list[proto.LeafOp | proto.LRun], start: int) -> None:
+        """Dispatch about `TURN_MSGS` messages, then let the loop turn before the rest,
+        not reading meanwhile. A leaf sending a backlog fills each read with thousands of
+        messages (a reference edge's source consumer sends ~32 MB before it waits for
+        flow control); taken in one go they hold the loop for a second or more, and this
+        server's Raft leaders miss their heartbeats and are deposed over and over."""
+        taken, end = 0, len(ops)
+        for at in range(start, end):
             if self.closed:
                 return
+            op = ops[at]
             if type(op) is proto.LRun:
                 self._take_run(op)
+                taken += len(op.payloads)
             else:
                 self._dispatch(op)  # type: ignore[arg-type]
+                taken += 1
+            if taken >= TURN_MSGS and at + 1 < end and self.transport is not None:
+                if not self._yielding:
+                    self._yielding = True
+                    self.transport.pause_reading()
+                asyncio.get_running_loop().call_soon(self._take, ops, at + 1)
+                return
+        if self._yielding and not self.closed and self.transport is not None:
+            self._yielding = False
+            self.transport.resume_reading()
 
     def _dispatch(self, op: proto.LeafOp) -> None:
         if not self.registered and isinstance(op, proto.RMsg | proto.RSub | proto.RUnsub):
