@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser import routes
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from ingest.server.settings import Options
 
 log = logging.getLogger("jetlake")
+
+TURN_MSGS = 128  # inbound messages a link dispatches per turn of the event loop
 
 
 class PeerLink(Closing, TLSLink):
@@ -38,6 +41,29 @@ class PeerLink(Closing, TLSLink):
         def _on_info(self, info: dict[str, Any]) -> None: ...
         def _on_connect(self, options: dict[str, Any]) -> None: ...
         def close(self, reason: str, *, flush: bool = False, abort: bool = False) -> None: ...
+
+    _waiting_turn = False  # reading paused while the rest of a read waits its turn
+
+    def _next_turn(self, rest: Callable[[], None]) -> None:
+        """Leave the rest of a read to the next turn of the loop, reading paused till then.
+
+        A peer sending a backlog fills each read with thousands of messages (a reference
+        leaf's source consumer sends up to 32 MB before it waits for flow control, which
+        a hub then forwards over a route to the stream leader); taken in one go they hold
+        the loop for a second or more, and this server's Raft leaders miss heartbeats and
+        are deposed over and over. Reading stays paused so the order holds."""
+        if not self._waiting_turn and self.transport is not None:
+            self._waiting_turn = True
+            self.transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._take_turn, rest)
+
+    def _take_turn(self, rest: Callable[[], None]) -> None:
+        if self.closed:
+            return
+        self._waiting_turn = False
+        rest()
+        if not self._waiting_turn and not self.closed and self.transport is not None:
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.close("Client Closed" if exc is None else "Read Error")

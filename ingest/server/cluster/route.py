@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from ingest.parser import routes as proto
 from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
-from ingest.server.link import PeerLink
+from ingest.server.link import TURN_MSGS, PeerLink
 
 if TYPE_CHECKING:
     from ingest.server.cluster.mesh import Cluster
@@ -159,9 +160,17 @@ class Route(PeerLink, asyncio.Protocol):
             log.error("%s - Route protocol error: %s", self.where, exc)
             self.close("Protocol Violation")
             return
-        at = 0
+        self._take(ops, 0)
+
+    def _take(self, ops: list[proto.RouteOp], at: int) -> None:
+        """Dispatch about `TURN_MSGS` messages, the rest on the next turn (`_next_turn`)."""
+        taken = 0
         while at < len(ops) and not self.closed:
+            if taken >= TURN_MSGS:
+                self._next_turn(partial(self._take, ops, at))
+                return
             end = _run_end(ops, at)
+            taken += end - at
             if end - at > 1:
                 at += self._take_run(cast(list[proto.RMsg], ops[at:end]))
             for op in ops[at:end]:

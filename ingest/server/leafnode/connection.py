@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from ingest.parser import leafnodes as proto
@@ -26,7 +27,7 @@ from ingest.parser.subjects import subject_matches
 from ingest.server.accounts import limits
 from ingest.server.auth import Grant
 from ingest.server.leafnode.interest import JETSTREAM_DENIED, Advertised, Denied
-from ingest.server.link import PeerLink
+from ingest.server.link import TURN_MSGS, PeerLink
 from ingest.server.settings import TLSConfig
 from ingest.server.subscription import learn_routed
 
@@ -43,7 +44,6 @@ frame_run = getattr(native, "frame_run", None)  # the compiled codec's; with `sp
 
 AUTH_VIOLATION = "Authorization Violation"
 WRONG_PORT = "attempted to connect to leaf node port"
-TURN_MSGS = 128  # inbound messages dispatched per turn of the event loop
 
 
 class LeafSub:
@@ -93,7 +93,6 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         self.spoke = remote is not None and not remote.hub
         self.codec = proto.LeafCodec(max_payload=server.opts.max_payload)
         self.transport: asyncio.Transport | None = None
-        self._yielding = False  # reading paused while the rest of a read waits its turn
         self.host, self.port = "", 0
         self.account: Account = server.accounts.global_account
         self.grant = Grant()  # what system services answer about the "sender"
@@ -174,14 +173,13 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         self._take(ops, 0)
 
     def _take(self, ops: list[proto.LeafOp | proto.LRun], start: int) -> None:
-        """Dispatch about `TURN_MSGS` messages, then let the loop turn before the rest,
-        not reading meanwhile. A leaf sending a backlog fills each read with thousands of
-        messages (a reference edge's source consumer sends ~32 MB before it waits for
-        flow control); taken in one go they hold the loop for a second or more, and this
-        server's Raft leaders miss their heartbeats and are deposed over and over."""
+        """Dispatch about `TURN_MSGS` messages, the rest on the next turn (`_next_turn`)."""
         taken, end = 0, len(ops)
         for at in range(start, end):
             if self.closed:
+                return
+            if taken >= TURN_MSGS:
+                self._next_turn(partial(self._take, ops, at))
                 return
             op = ops[at]
             if type(op) is proto.LRun:
@@ -190,15 +188,6 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             else:
                 self._dispatch(op)  # type: ignore[arg-type]
                 taken += 1
-            if taken >= TURN_MSGS and at + 1 < end and self.transport is not None:
-                if not self._yielding:
-                    self._yielding = True
-                    self.transport.pause_reading()
-                asyncio.get_running_loop().call_soon(self._take, ops, at + 1)
-                return
-        if self._yielding and not self.closed and self.transport is not None:
-            self._yielding = False
-            self.transport.resume_reading()
 
     def _dispatch(self, op: proto.LeafOp) -> None:
         if not self.registered and isinstance(op, proto.RMsg | proto.RSub | proto.RUnsub):
