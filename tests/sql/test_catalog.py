@@ -1,6 +1,7 @@
 """The Hive metastore catalog: which tables a store registers (pure, fast), and (soak) a
 server whose SQL service registers them in a real metastore that a plain Spark session,
-knowing nothing of jetlake, lists and reads."""
+knowing nothing of jetlake, lists and reads, and drops a deleted stream's table from it
+while leaving a table it did not register."""
 
 from __future__ import annotations
 
@@ -87,9 +88,11 @@ def test_the_metastore_runs_from_pyspark_jars_with_its_database_in_the_folder(
 
 START = 240.0  # a metastore's and a service's JVM, on a loaded two-core machine
 
-# A plain PySpark session: Hive catalog, the metastore's URI, Delta; nothing of jetlake's.
+# A plain PySpark session: Hive catalog, the metastore's URI, Delta; nothing of jetlake's
+# (nats-py only to delete the stream once it has read it).
 CLIENT = """
-import json, sys, time
+import asyncio, json, sys, time
+import nats
 from pyspark.sql import SparkSession
 spark = (
     SparkSession.builder.master("local[1]")
@@ -119,7 +122,18 @@ while True:  # the lake's commit, then the service's next sync, put the table th
 raw = spark._jsparkSession.sharedState().externalCatalog().getTable("jetlake", "orders")
 params = {k: raw.properties().get(k).get() for k in ("jetlake.stream", "jetlake.subjects")}
 found = {"tables": sorted(tables), "counts": counts, "params": params}
-print(json.dumps({**found, "comment": raw.comment().get()}))
+found["comment"] = raw.comment().get()
+# A table of someone else's stays; a deleted stream's goes at the service's next sync.
+spark.sql("CREATE TABLE jetlake.mine (a INT) USING parquet")
+async def delete():
+    nc = await nats.connect(sys.argv[6])
+    await nc.jetstream().delete_stream("ORDERS")
+    await nc.close()
+asyncio.run(delete())
+while "orders" in tables and time.monotonic() < deadline:
+    time.sleep(1)
+    tables = {t.name for t in spark.catalog.listTables("jetlake")}
+print(json.dumps({**found, "after": sorted(tables)}))
 """
 
 
@@ -184,7 +198,7 @@ def test_a_plain_spark_session_lists_and_reads_the_registered_tables(
         asyncio.run(_publish(server.url, 20))
         delta = [jar for jar in local_jars(s3a=False) if Path(jar).name.startswith("delta-")]
         argv = [sys.executable, "-c", CLIENT, metastore, ",".join(delta)]
-        argv += [str(tmp_path / "warehouse"), "20", str(START)]
+        argv += [str(tmp_path / "warehouse"), "20", str(START), server.url]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=2 * START)
         assert done.returncode == 0, done.stderr[-3000:] + server.log()
         found = json.loads(done.stdout.strip().splitlines()[-1])
@@ -192,5 +206,6 @@ def test_a_plain_spark_session_lists_and_reads_the_registered_tables(
         assert found["counts"] == {"orders.eu": 10, "orders.us": 10}
         assert found["comment"] == "jetlake stream ORDERS: subjects orders.>, format raw"
         assert found["params"] == {"jetlake.stream": "ORDERS", "jetlake.subjects": "orders.>"}
+        assert found["after"] == ["mine"]
     finally:
         server.stop()
