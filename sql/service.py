@@ -25,6 +25,9 @@ account (SQL over NATS binds each query's to the asking account) resolves bare
 names to that account's views and reads nothing else (`AccountWalls`); an
 unbound session (the system account's, Spark Connect's and JDBC's) reads all.
 
+With `--catalog` a rebuild also registers every stream's lake table in a Hive
+metastore, for engines outside jetlake (`sql.catalog`).
+
 `<store>/jetlake-sql.json` holds the addresses while the service runs, so
 `jetlake sql` finds it (`sql.cli`).
 """
