@@ -2,6 +2,7 @@
 
     jetlake sql serve --store ./data [--listen 127.0.0.1:15002] [--jdbc 127.0.0.1:10000]
                       [--nats nats://127.0.0.1:4222] [--max_rows N]
+                      [--catalog thrift://host:9083]
 
 A query through it costs a plan and a scan, not a JVM: the session starts
 once, and three doors lead in. Spark Connect (`sc://host:port`, any PySpark
