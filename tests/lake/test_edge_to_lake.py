@@ -46,11 +46,6 @@ from tests.support.servers import ServerProcess, start_server
 pytestmark = pytest.mark.timeout(300)
 
 TIMEOUT = 10.0
-BURST = (
-    "a reference edge sends the 30 s backlog (~85,000 messages) at once; the hub "
-    "cluster's stream and metadata leaders then change every few seconds and the "
-    "hub stream does not catch up"
-)
 
 
 def hub_config(lake_dir: Path) -> str:
@@ -250,15 +245,12 @@ async def test_edge_messages_reach_the_hub_lake(path: EdgeToLake, spark: SparkSe
     ids=["aborted", "silent", "aborted-leader-killed", "aborted-edge-crashed"],
 )
 async def test_a_cut_uplink_leaves_the_hub_lake_exact(
-    request: pytest.FixtureRequest,
     path: EdgeToLake,
     spark: SparkSession,
     silently: bool,
     failover: bool,
     crash: bool,
 ) -> None:
-    if path.edge.kind == "nats-server":  # it sends the whole backlog at once when back
-        request.applymarker(pytest.mark.xfail(reason=BURST, strict=False))
     await edge_to_lake(
         path, spark, batch=25, cut_for=30.0, silently=silently, failover=failover, crash=crash
     )
