@@ -107,6 +107,9 @@ class JetStreamCluster:
         self.meta: RaftNode | None = None
         self.meta_leader_since = 0
         self.hosted: dict[tuple[str, str], Hosted] = {}
+        # Replicas being deleted here: a stream created anew under the same name (same
+        # folder) waits for its predecessor's files to go before it opens.
+        self._dropping: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._tags: dict[str, frozenset[str]] = {}
         self._stats: dict[str, dict[str, Any]] = {}  # server -> its STATSZ `jetstream` block
@@ -339,7 +342,11 @@ class JetStreamCluster:
             )
             return
         if hosted is None:
-            self._host(engine, sa)
+            dropping = self._dropping.get(sa.key)
+            if dropping is None:
+                self._host(engine, sa)
+            else:  # each waiter hosts what is assigned then, if nobody did yet
+                self._spawn(self._host_after(dropping, sa.key))
             return
         old, hosted.assignment = hosted.assignment, sa
         if old.config != sa.config:
@@ -501,12 +508,30 @@ class JetStreamCluster:
 
     def _drop(self, hosted: Hosted) -> None:
         """Delete this server's replica: its segments, consumer state and Raft log."""
-        del self.hosted[hosted.assignment.key]
+        key = hosted.assignment.key
+        del self.hosted[key]
         engine = self._engines(hosted.assignment.account)
         if engine is not None and hosted.stream.name in engine.streams:
             task = asyncio.get_running_loop().create_task(engine.delete_stream(hosted.stream.name))
             raft_dir = group_dir(self.js_dir, hosted.assignment.group)
-            task.add_done_callback(lambda _: shutil.rmtree(raft_dir, ignore_errors=True))
+            self._dropping[key] = task
+
+            def dropped(task: asyncio.Task[None]) -> None:
+                shutil.rmtree(raft_dir, ignore_errors=True)
+                if self._dropping.get(key) is task:
+                    del self._dropping[key]
+                if not task.cancelled() and (exc := task.exception()) is not None:
+                    log.error("JetStream: deleting stream '%s > %s' failed: %s", *key, exc)
+
+            task.add_done_callback(dropped)
+
+    async def _host_after(self, dropping: asyncio.Task[None], key: tuple[str, str]) -> None:
+        """Host the stream's current assignment once its old replica here is gone."""
+        await asyncio.wait([dropping])
+        sa = self.state.streams.get(key)
+        engine = self._engines(key[0])
+        if sa is not None and key not in self.hosted and self.me in sa.peers and engine:
+            self._host(engine, sa)
 
     # -- what the API and monitoring read ---------------------------------------------
 
