@@ -13,6 +13,7 @@ that may be behind.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from ingest.server.jetstream.api import Api
     from ingest.server.jetstream.cluster.controller import JetStreamCluster
     from ingest.server.jetstream.engine import JetStream
+
+log = logging.getLogger("jetlake")
 
 META_KINDS = frozenset(
     {
@@ -214,9 +217,14 @@ class ClusterRequests:
             restore=restore,
         )
         self._proposed[cfg.name] = cfg
-        cluster.propose_meta(meta.add_stream(sa)).add_done_callback(
-            lambda _: self._proposed.pop(cfg.name, None)
-        )
+
+        def decided(future: asyncio.Future[int]) -> None:
+            """Not committed (a lost lead, a server stopping): the client's retry decides."""
+            self._proposed.pop(cfg.name, None)
+            if not future.cancelled() and (exc := future.exception()) is not None:
+                log.debug("JetStream: stream '%s > %s' not placed: %s", sa.account, cfg.name, exc)
+
+        cluster.propose_meta(meta.add_stream(sa)).add_done_callback(decided)
 
     def _update(self, tokens: list[str], data: bytes) -> Response | None:
         raw = optional_json(data)
