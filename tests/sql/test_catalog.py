@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -22,8 +21,8 @@ from log.compactor.layout import STREAMS, Pin, StreamRef, write_pin
 from log.compactor.location import Lake
 from log.state_file import write_state
 from sql.catalog import catalog_entries, hive_name, metastore_command
+from tests.sql.test_service_e2e import start_with_service
 from tests.support.cluster import free_port
-from tests.support.servers import start_server
 
 CREATED = "2026-11-21T10:54:17.123456789Z"
 INCARNATION = "20261121T105417.123456789Z"
@@ -188,12 +187,7 @@ def test_a_plain_spark_session_lists_and_reads_the_registered_tables(
         f'  sql {{ listen: "127.0.0.1:{free_port()}", jdbc: off, nats: off,'
         f' catalog: "{metastore}" }} }}\n'
     )
-    saved = os.environ.pop("JETLAKE_SQL", None)  # the suite keeps it off elsewhere
-    try:
-        server = start_server("jetlake", config=conf, tmp_path=tmp_path)
-    finally:
-        if saved is not None:
-            os.environ["JETLAKE_SQL"] = saved
+    server = start_with_service(config=conf, tmp_path=tmp_path)
     try:
         asyncio.run(_publish(server.url, 20))
         delta = [jar for jar in local_jars(s3a=False) if Path(jar).name.startswith("delta-")]

@@ -45,6 +45,16 @@ class Service:
     spark: SparkSession
 
 
+def start_with_service(*args: str, config: str, tmp_path: Path) -> ServerProcess:
+    """A jetlake server whose lake starts its SQL service (the suite keeps it off elsewhere)."""
+    saved = os.environ.pop("JETLAKE_SQL", None)
+    try:
+        return start_server("jetlake", *args, config=config, tmp_path=tmp_path)
+    finally:
+        if saved is not None:
+            os.environ["JETLAKE_SQL"] = saved
+
+
 def _wait_for_service(server: ServerProcess, store: Path, url: str | None = None) -> Endpoints:
     """The service's addresses, once its NATS door answers `$SRV.PING` too (asked on
     `url`: the service's own account)."""
@@ -82,12 +92,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         f'lake {{ seal_interval: "200ms", compact_interval: 0,\n'
         f'  sql {{ listen: "{listen}", jdbc: "{jdbc}" }} }}\n'
     )
-    saved = os.environ.pop("JETLAKE_SQL", None)  # the suite keeps it off elsewhere
-    try:
-        server = start_server("jetlake", config=conf, tmp_path=tmp)
-    finally:
-        if saved is not None:
-            os.environ["JETLAKE_SQL"] = saved
+    server = start_with_service(config=conf, tmp_path=tmp)
     try:
         found = _wait_for_service(server, store)
         assert found.connect == f"sc://{listen}" and found.jdbc == f"jdbc:hive2://{jdbc}"

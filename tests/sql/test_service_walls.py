@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -25,9 +24,16 @@ from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import SparkSession
 
 from sql.service import quiet_query_errors
-from tests.sql.test_service_e2e import START_DEADLINE, _Answer, _ask, _until, _wait_for_service
+from tests.sql.test_service_e2e import (
+    START_DEADLINE,
+    _Answer,
+    _ask,
+    _until,
+    _wait_for_service,
+    start_with_service,
+)
 from tests.support.cluster import free_port
-from tests.support.servers import ServerProcess, start_server
+from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.timeout(START_DEADLINE + 180)
 MAX_ROWS = 5000
@@ -65,12 +71,7 @@ accounts {{
   B {{ jetstream: enabled, users: [{{user: b, password: b}}], imports: [{IMPORT}] }}
 }}
 """
-    saved = os.environ.pop("JETLAKE_SQL", None)
-    try:
-        server = start_server("jetlake", "-p", str(port), config=conf, tmp_path=tmp)
-    finally:
-        if saved is not None:
-            os.environ["JETLAKE_SQL"] = saved
+    server = start_with_service("-p", str(port), config=conf, tmp_path=tmp)
     try:
         found = _wait_for_service(server, store, url=f"nats://sys:sys@127.0.0.1:{port}")
         spark = ConnectSession.builder.remote(found.connect).getOrCreate()
