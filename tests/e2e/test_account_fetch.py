@@ -66,7 +66,7 @@ def _user(nsc: Nsc, account: str, user: str) -> tuple[str, bytes]:
 
 
 async def test_login_fetches_the_account_from_the_cluster(
-    trio: list[ServerProcess], nsc: Nsc, tmp_path: Path
+    trio: list[ServerProcess], nsc: Nsc, tmp_path: Path, server_kind: str
 ) -> None:
     first, second, third = trio
     account = nsc.public("account", "B")
@@ -94,7 +94,10 @@ async def test_login_fetches_the_account_from_the_cluster(
         carol = _user(nsc, "C", "carol")
         started = time.monotonic()
         assert await _login(third, *carol) == Outcome((AUTH_VIOLATION,), closed=True)
-        assert TIMEOUT - 0.1 < time.monotonic() - started < TIMEOUT + 1.0
+        took = time.monotonic() - started
+        assert took < TIMEOUT + 1.0
+        if server_kind == "jetlake":  # the reference at times refuses at once instead
+            assert took > TIMEOUT - 0.1
     finally:
         for server in (first, second):
             os.kill(server.pid, signal.SIGCONT)
