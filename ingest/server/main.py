@@ -190,14 +190,12 @@ async def _serve(opts: Options, argv: list[str]) -> int:
 def _sql_service(opts: Options, port: int) -> SqlServiceProcess | None:
     """The SQL service over this server's store and lake (`lake { sql }`), started: every
     account's streams, so it starts whether or not the global account has JetStream."""
-    import tempfile
-    from pathlib import Path
-
+    from ingest.server.settings import store_base
     from ingest.server.sql_service import sql_service
     from log.compactor.layout import default_lake_dir
     from log.compactor.location import Lake
 
-    store = Path(opts.jetstream.store_dir or Path(tempfile.gettempdir()) / "nats")
+    store = store_base(opts.jetstream.store_dir)
     lake = Lake.at(opts.lake.dir or default_lake_dir(store), opts.lake.s3)
     host = opts.host if opts.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
     found = sql_service(

@@ -7,7 +7,9 @@ are float seconds, sizes bytes, and Go's duration syntax is parsed here only.
 from __future__ import annotations
 
 import re
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
 from ingest.server.accounts.settings import AccountConfig
@@ -62,6 +64,11 @@ class TLSConfig:
     # Seconds to wait for a client's TLS hello before falling back to INFO first.
     handshake_first_fallback: float | None = None
     timeout: float = DEFAULT_TLS_TIMEOUT
+
+
+def store_base(store_dir: str | None) -> Path:
+    """`store_dir`, or the reference's default: `nats` in the temporary folder."""
+    return Path(store_dir or Path(tempfile.gettempdir()) / "nats")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

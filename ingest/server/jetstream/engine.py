@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
@@ -27,6 +26,7 @@ from ingest.server.jetstream.cluster.placement import capacity
 from ingest.server.jetstream.port import Messaging
 from ingest.server.jetstream.sources import Sources
 from ingest.server.server import VERSION
+from ingest.server.settings import store_base
 from log import api_levels, errors, fast_batch
 from log.config import (
     API_LEVEL,
@@ -115,8 +115,7 @@ class JetStream:
         self.messaging = messaging
         self.server_id = server_id
         self.server_name = server_name
-        base = Path(config.store_dir or Path(tempfile.gettempdir()) / "nats")
-        self.store_dir = base / "jetstream"
+        self.store_dir = store_base(config.store_dir) / "jetstream"
         self.account = account
         # The account's JetStream limits (`accounts.js_limits`); None: unlimited.
         self.limits: JetStreamLimits | None = None
