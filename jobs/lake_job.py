@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from log.compactor.compact import MAX_ROWS, Compactor, Summary, waiting_streams
-from log.compactor.layout import STREAMS, LakeError, lake_at
+from log.compactor.layout import ACCOUNTS, LakeError, accounts, lake_at
 from log.compactor.location import LakeStoreError
 from log.compactor.spark import build_session
 
@@ -55,8 +55,8 @@ def _print(line: str) -> None:
 def run(args: argparse.Namespace) -> Summary:
     store = Path(args.store)
     lake = lake_at(args.lake, store)
-    if not (store / STREAMS).is_dir():
-        raise LakeError(f"store dir {store} has no streams folder ({STREAMS})")
+    if not accounts(store):
+        raise LakeError(f"store dir {store} has no streams folder ({ACCOUNTS}/<account>/streams)")
     try:
         lake.check()
     except LakeStoreError as exc:

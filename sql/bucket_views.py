@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from log.compactor.layout import LakeError, streams
+from log.compactor.layout import LakeError, qualified, streams
 from log.compactor.location import Lake
 from log.compactor.rows import LAKE_SCHEMA
 
@@ -100,18 +100,22 @@ def obj_frame(stream_view: DataFrame, bucket: str) -> DataFrame:
     )
 
 
-def bucket_views(spark: SparkSession, store_dir: Path, _lake: Lake) -> dict[str, DataFrame]:
-    """A view per KV bucket and object store (file storage, as the stream views)."""
+def bucket_views(
+    spark: SparkSession, store_dir: Path, _lake: Lake, account: str
+) -> dict[str, DataFrame]:
+    """A view per KV bucket and object store of the account (file storage, as the stream
+    views), named as the stream views are (`kv_config`, `A.kv_config`)."""
+    from sql.views import quoted
+
     out: dict[str, DataFrame] = {}
     try:
-        found = [s for s in streams(store_dir) if s.storage == "file"]
+        found = [s for s in streams(store_dir, account) if s.storage == "file"]
     except LakeError:
         return out  # stream_views logged it in this pass
     for stream in found:
-        if stream.name.startswith(KV_STREAM):
-            bucket = stream.name[len(KV_STREAM) :]
-            out[f"kv_{bucket}"] = kv_frame(spark.table(f"`{stream.name}`"), bucket)
-        elif stream.name.startswith(OBJ_STREAM):
-            bucket = stream.name[len(OBJ_STREAM) :]
-            out[f"obj_{bucket}"] = obj_frame(spark.table(f"`{stream.name}`"), bucket)
+        for prefix, view, frame in ((KV_STREAM, "kv_", kv_frame), (OBJ_STREAM, "obj_", obj_frame)):
+            if stream.name.startswith(prefix):
+                bucket = stream.name[len(prefix) :]
+                source = spark.table(quoted(stream.qualified))
+                out[qualified(account, f"{view}{bucket}")] = frame(source, bucket)
     return out

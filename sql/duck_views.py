@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from log.compactor.layout import STREAMS, LakeError, StreamRef, default_lake_dir
+from log.compactor.layout import ACCOUNTS, LakeError, StreamRef, default_lake_dir
 from log.compactor.location import Lake
 from log.compactor.rows import erased_rows, to_lake
 from log.compactor.tables import typed_parts
@@ -49,8 +49,8 @@ def lake_dir_of(folder: Path, given: Lake | None) -> Lake | None:
     folder sits where the server puts streams (None: neither). It may not exist yet."""
     if given is not None:
         return given
-    if folder.parent.as_posix().endswith(STREAMS.as_posix()):
-        return Lake.at(default_lake_dir(folder.parents[len(STREAMS.parts)]))
+    if folder.parent.name == "streams" and folder.parents[2].name == ACCOUNTS.name:
+        return Lake.at(default_lake_dir(folder.parents[len(ACCOUNTS.parts) + 2]))
     return None
 
 

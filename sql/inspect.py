@@ -15,8 +15,9 @@ Decisions:
   the server's layout (today `<store>/jetstream/$G/streams/<name>/`): the
   layout may still move, and pointing at the `jetstream` dir or at one stream
   folder works too. A stream is named by the `config.name` of the
-  `stream.json` beside its segments, else by its folder; two folders with one
-  name (another account) are both named by their path relative to `--store`.
+  `stream.json` beside its segments, else by its folder; a named account's
+  stream in the server's layout as `<account>.<stream>` (Spark's name for it);
+  two folders with one name are both named by their path relative to `--store`.
 - One view per stream, named exactly as the stream, no aliases: DuckDB
   identifiers are case-insensitive, so `orders` already finds `ORDERS`, and a
   name that is not a plain identifier is quoted (`"ORDERS-1"`). For the same
@@ -30,8 +31,8 @@ Decisions:
   are typed as Spark's are, see `sql.duck_views`). The table is read as
   `deltalake`'s Arrow dataset, which DuckDB scans with projection and filter
   pushdown: no JVM and no DuckDB extension. The lake dir is `--lake`, else
-  `<store>/lake` of the store the stream folder is in (`jetstream/$G/streams/
-  <name>`), if there is one; without a lake dir, or for a stream with
+  `<store>/lake` of the store the stream folder is in (`jetstream/<account>/
+  streams/<name>`), if there is one; without a lake dir, or for a stream with
   `jetlake.lake: off` or no readable config, the view is the live segments
   alone, with deleted messages left out.
 - Only the streams a query names are read (DuckDB tells which; a typed
@@ -62,7 +63,7 @@ import duckdb
 import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
-from log.compactor.layout import META_FILE, REPLICA_FILE, LakeError
+from log.compactor.layout import META_FILE, REPLICA_FILE, LakeError, account_of, qualified
 from log.compactor.location import Lake
 from log.segments import CorruptSegmentError, list_segments, read_table
 from log.segments.segment import SUFFIX, discover, read_batches
@@ -128,7 +129,7 @@ def _stream_name(folder: Path) -> str:
         except (OSError, StateFileError, KeyError, TypeError):
             continue
         if isinstance(name, str) and name:
-            return name
+            return qualified(account_of(folder), name)
     return folder.name
 
 

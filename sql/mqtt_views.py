@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from log.compactor.layout import LakeError, streams
+from log.compactor.layout import GLOBAL, LakeError, streams
 from log.compactor.location import Lake
 
 if TYPE_CHECKING:
@@ -63,8 +63,13 @@ def messages_frame(stream_view: DataFrame) -> DataFrame:
     )
 
 
-def mqtt_views(spark: SparkSession, store_dir: Path, _lake: Lake) -> dict[str, DataFrame]:
-    """`mqtt_messages` when the store has an MQTT messages stream (file storage, as always)."""
+def mqtt_views(
+    spark: SparkSession, store_dir: Path, _lake: Lake, account: str
+) -> dict[str, DataFrame]:
+    """`mqtt_messages` when the store has an MQTT messages stream (file storage, as always);
+    MQTT is the global account's alone."""
+    if account != GLOBAL:
+        return {}
     try:
         found = any(s.name == MSGS_STREAM and s.storage == "file" for s in streams(store_dir))
     except LakeError:

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sql.account_views import GLOBAL
+from log.compactor.layout import GLOBAL
 from sql.service import DEFAULT_MAX_ROWS, first_line
 
 if TYPE_CHECKING:

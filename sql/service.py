@@ -53,9 +53,9 @@ from typing import TYPE_CHECKING
 from log.compactor.layout import lake_at
 from log.compactor.location import Lake
 from log.compactor.spark import build_session, local_jars
-from sql.account_views import GLOBAL, account_frames, allow
+from sql.account_views import allow
 from sql.catalog import HiveCatalog, catalog_entries, keep_synced
-from sql.views import register_views
+from sql.views import quoted, register_views
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -89,10 +89,6 @@ def first_line(exc: BaseException) -> str:
 def quiet_query_errors() -> None:
     """PySpark logs each failed query's error with its JVM stack; the caller reports it."""
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-
-
-def _quoted(name: str) -> str:
-    return f"`{name.replace('`', '``')}`"
 
 
 class SharedViews:
@@ -143,19 +139,17 @@ class SharedViews:
         return frozenset(found)
 
     def _rebuild(self) -> None:
-        """The global account's views (the lake's), then each named account's, and the wall
-        told which account's views read which files (`sql.account_views`)."""
+        """Every account's views, published, and the wall told which account's views read
+        which files (`sql.account_views`)."""
         spark = self._spark
-        names = set(register_views(spark, self._store, self._lake))
-        readable: dict[str, list[DataFrame]] = {GLOBAL: []}
-        for name in names:
-            frame = spark.table(_quoted(name))
-            frame.createOrReplaceGlobalTempView(_quoted(name))
-            readable[GLOBAL].append(frame)
-        for account, frames in account_frames(spark, self._store).items():
-            readable[account] = list(frames.values())
-            for name, frame in frames.items():
-                frame.createOrReplaceGlobalTempView(_quoted(name))
+        readable: dict[str, list[DataFrame]] = {}
+        names: set[str] = set()
+        for account, found in register_views(spark, self._store, self._lake).items():
+            readable[account] = []
+            for name in found:
+                frame = spark.table(quoted(name))
+                frame.createOrReplaceGlobalTempView(quoted(name))
+                readable[account].append(frame)
                 names.add(name)
         allow(spark, readable)
         for gone in self._names - names:

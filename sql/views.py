@@ -4,6 +4,11 @@ The cut between the two parts is `sql.union`'s, which `jetlake inspect`
 (DuckDB) takes too; its module doc says why it is exact (no gap, no
 duplicate, zero lag).
 
+Every account's streams have views: the global account's (`$G`) by their bare
+names, a named account's as `<account>.<name>` (`ORDERS` of account A is
+`A.ORDERS`, its KV bucket `A.kv_config`), each the union of its own lake table
+(`layout` keeps accounts' tables apart) and its own live tail.
+
 Views are snapshots (of the tail and of the table) taken at registration:
 call `register_views` again to see newer messages. Other view families plug
 in as more `ViewBuilder`s; the KV and object store views (`sql.bucket_views`)
@@ -27,7 +32,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from log.compactor.layout import LakeError, StreamRef, streams
+from log.compactor.layout import GLOBAL, LakeError, StreamRef, accounts, qualified, streams
 from log.compactor.location import Lake
 from log.compactor.rows import SPARK_DDL, erased, spark_schema
 from log.compactor.spark import resolve_master
@@ -42,23 +47,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetlake.sql")
 
-ViewBuilder = Callable[["SparkSession", Path, Lake], dict[str, "DataFrame"]]
+# (session, store, lake, account) -> the account's views by their qualified names
+ViewBuilder = Callable[["SparkSession", Path, Lake, str], dict[str, "DataFrame"]]
 
 
 def stream_frames(spark: SparkSession, stream: StreamRef, lake_dir: Lake) -> dict[str, DataFrame]:
     """The union read of one stream, cut where `sql.union` says (see there why it is exact):
-    one view, or a typed stream's several (`sql.typed_views`)."""
+    one view, or a typed stream's several (`sql.typed_views`), by qualified name."""
     parts = union_parts(stream, lake_dir)
     typed = typed_frames(spark, stream, lake_dir, parts, tail_frame)
     if typed is not None:
-        return typed
-    tail = tail_frame(spark, stream.name, parts.tail)
+        return {qualified(stream.account, name): frame for name, frame in typed.items()}
+    name = stream.qualified
+    tail = tail_frame(spark, name, parts.tail)
     if parts.lake is None:
-        return {stream.name: tail if tail is not None else spark.createDataFrame([], SPARK_DDL)}
+        return {name: tail if tail is not None else spark.createDataFrame([], SPARK_DDL)}
     frame = lake_frame(spark, parts.lake)
     if parts.hidden:
         frame = frame.where(~erased(parts.hidden))
-    return {stream.name: frame if tail is None else frame.unionByName(tail)}
+    return {name: frame if tail is None else frame.unionByName(tail)}
 
 
 def tail_frame(spark: SparkSession, name: str, tail: pa.Table) -> DataFrame | None:
@@ -107,11 +114,13 @@ def _staging_dir() -> Path:
     return folder
 
 
-def stream_views(spark: SparkSession, store_dir: Path, lake_dir: Lake) -> dict[str, DataFrame]:
-    """A view per file stream of the store (memory streams have no files to read)."""
+def stream_views(
+    spark: SparkSession, store_dir: Path, lake_dir: Lake, account: str
+) -> dict[str, DataFrame]:
+    """A view per file stream of the account (memory streams have no files to read)."""
     out: dict[str, DataFrame] = {}
     try:
-        found = list(streams(store_dir))
+        found = list(streams(store_dir, account))
     except LakeError as exc:
         log.error("%s", exc)
         return out
@@ -129,12 +138,21 @@ def register_views(
     store_dir: str | Path,
     lake_dir: Lake,
     builders: Iterable[ViewBuilder] = DEFAULT_BUILDERS,
-) -> list[str]:
-    """Register (or refresh) every builder's views as temp views; return their names."""
-    names: list[str] = []
-    for build in builders:
-        for name, frame in build(spark, Path(store_dir), lake_dir).items():
-            # Quoted: stream names such as MQTT's `$MQTT_msgs` are no bare identifiers.
-            frame.createOrReplaceTempView(f"`{name.replace('`', '``')}`")
-            names.append(name)
-    return names
+) -> dict[str, list[str]]:
+    """Register (or refresh) every builder's views of every account as temp views; return
+    their names by account (the global account's always there, maybe empty)."""
+    builders = tuple(builders)
+    out: dict[str, list[str]] = {GLOBAL: []}
+    for account in accounts(store_dir):
+        names = out.setdefault(account, [])
+        for build in builders:
+            for name, frame in build(spark, Path(store_dir), lake_dir, account).items():
+                # Quoted: names such as MQTT's `$MQTT_msgs` or `A.ORDERS` are no bare identifiers.
+                frame.createOrReplaceTempView(quoted(name))
+                names.append(name)
+    return out
+
+
+def quoted(name: str) -> str:
+    """A view name as one identifier (it may hold `.` or `$`)."""
+    return f"`{name.replace('`', '``')}`"

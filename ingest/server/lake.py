@@ -17,7 +17,8 @@ loop, once per tick:
   SIGTERM, then SIGKILL (safe: every append is an idempotent transaction); if
   the server itself is killed, the compactor notices its parent is gone.
 Lag per stream (messages and seconds behind the lake) is what `/jsz` and
-`/metrics` show.
+`/metrics` show. Every account's engine is watched alike: a named account's
+stream goes by `<account>.<stream>` there and in the lake (`layout`).
 
 In a cluster every server runs its own supervisor over its own replicas, and
 all of them share one lake dir (`lake { dir: … }` / `--lake_dir` naming the
@@ -51,13 +52,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from log.compactor.layout import (
     REPLICA_FILE,
-    STREAMS,
     TYPING_FILE,
     StreamRef,
     default_lake_dir,
@@ -66,6 +67,7 @@ from log.compactor.layout import (
     lake_seq,
     read_shared_pin,
     read_typing,
+    streams_root,
 )
 from log.compactor.location import Lake, LakeStoreError
 from log.compactor.typed.registry import PREFIX as SCHEMAS_PREFIX
@@ -110,7 +112,7 @@ class LakeSupervisor:
         self.config = config
         self.store_base = Path()
         self.lake = Lake.at(".")
-        self._js: JetStream | None = None
+        self._engines: Callable[[], list[JetStream]] = list
         self._task: asyncio.Task[None] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._failed_at = 0.0
@@ -120,7 +122,7 @@ class LakeSupervisor:
         self.lags: dict[str, Lag] = {}
         self._refs: dict[str, StreamRef] = {}  # the lake streams of the last tick
         self._typing_seen: dict[str, int] = {}  # per stream: mtime of the typing record read
-        self._inferred: dict[str, bytes] = {}  # per inferred table: the schema last published
+        self._inferred: dict[tuple[str, str], bytes] = {}  # (account, table): schema published
         self._watch: asyncio.Task[None] | None = None  # a remote lake's store, off the loop
         self._shared: dict[str, int] = {}  # by app id: a remote lake's shared pins, as last read
         self.store_error: str | None = None  # the bucket missing, credentials refused, …
@@ -139,11 +141,12 @@ class LakeSupervisor:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def start(self, js: JetStream) -> None:
-        """Begin ticking over js's streams; its store dir decides the default lake dir."""
-        self._js = js
-        self._clustered = js.cluster is not None
-        self.store_base = js.store_dir.parent
+    def start(self, store_base: Path, engines: Callable[[], list[JetStream]]) -> None:
+        """Begin ticking over the streams of every engine `engines` lists (one per account
+        with JetStream, as it is now: operator mode adds accounts while the server runs)."""
+        self._engines = engines
+        self._clustered = any(js.cluster is not None for js in engines())
+        self.store_base = store_base
         self.lake = Lake.at(self.config.dir or default_lake_dir(self.store_base), self.config.s3)
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run())
@@ -219,17 +222,17 @@ class LakeSupervisor:
     # -- one tick -----------------------------------------------------------------------
 
     def tick(self) -> None:
-        assert self._js is not None
         now = now_ns()
         bound = now - int(self.config.seal_interval * 1e9)
         lags: dict[str, Lag] = {}
         refs: dict[str, StreamRef] = {}
         waiting = False
-        for stream in list(self._js.streams.values()):
+        every = [(js, s) for js in self._engines() for s in list(js.streams.values())]
+        for js, stream in every:
             store = stream.store
             if not isinstance(store, FileStore):
                 continue
-            ref = self._ref(stream)
+            ref = self._ref(js.account, stream)
             if self._clustered:
                 self._describe(stream, ref)
             if not ref.lake_on:
@@ -240,42 +243,43 @@ class LakeSupervisor:
             store.seal(older_than_ns=bound)
             store.merge_small()
             waiting |= ref.leads and store.sealed_last_seq > done
-            lags[ref.name] = self._lag(ref, store, done, now)
-            refs[ref.name] = ref
+            lags[ref.qualified] = self._lag(ref, store, done, now)
+            refs[ref.qualified] = ref
             if ref.leads:
-                self._publish_inferred(ref)
+                self._publish_inferred(js, ref)
         self.lags = lags
         self._refs = refs
         if waiting:
             self._ensure_compactor()
 
-    def _ref(self, stream: Stream) -> StreamRef:
+    def _ref(self, account: str, stream: Stream) -> StreamRef:
         """The stream as the compactor will see it; a replica leads once it accepts publishes."""
         cfg = stream.config
         return StreamRef(
             name=cfg.name,
-            dir=self.store_base / STREAMS / cfg.name,
+            dir=streams_root(self.store_base, account) / cfg.name,
             created=rfc3339(stream.created_ns),
             metadata=dict(cfg.metadata),
             storage=cfg.storage,
             leads=not self._clustered or stream.accepting,
+            account=account,
         )
 
     def _describe(self, stream: Stream, ref: StreamRef) -> None:
         """Keep the replica's `replica.json` current (the compactor and `jetlake sql` read it)."""
         snapshot = stream.snapshot_config()
         known = (snapshot, ref.leads)
-        if self._described.get(ref.name) == known and (ref.dir / REPLICA_FILE).is_file():
+        if self._described.get(ref.qualified) == known and (ref.dir / REPLICA_FILE).is_file():
             return
         describe_replica(ref.dir, snapshot, leader=ref.leads)
-        self._described[ref.name] = known
+        self._described[ref.qualified] = known
 
     def _lag(self, ref: StreamRef, store: FileStore, done: int, now: int) -> Lag:
         last = store.state().last_seq
         behind = max(last - done, 0)
         oldest = store.ts_after(done) if behind else None
         seconds = max(now - oldest, 0) / 1e9 if oldest is not None else 0.0
-        return Lag(ref.name, done, behind, seconds, str(ref.table_path(self.lake)))
+        return Lag(ref.qualified, done, behind, seconds, str(ref.table_path(self.lake)))
 
     # -- the compactor process ----------------------------------------------------------
 
@@ -334,28 +338,30 @@ class LakeSupervisor:
             out["error"] = self.store_error
         return out
 
-    def _publish_inferred(self, ref: StreamRef) -> None:
+    def _publish_inferred(self, js: JetStream, ref: StreamRef) -> None:
         """Put each inferred table's schema (JSON Schema) in the schemas bucket, key
         `<table>.inferred`, when the compactor's record of it changes: a user sees it with
         `nats kv get` and freezes it by putting it under a name the stream declares.
 
-        Published as any client would (the bucket's stream takes it, with no ack); nothing
-        while the bucket does not exist. A stat per typed stream per tick."""
-        assert self._js is not None
+        Published as any client of the stream's account would (the account's bucket takes
+        it, with no ack); nothing while the bucket does not exist. A stat per typed stream
+        per tick."""
         try:
             changed = (ref.dir / TYPING_FILE).stat().st_mtime_ns
         except FileNotFoundError:
             return
-        if self._typing_seen.get(ref.name) == changed or SCHEMAS_STREAM not in self._js.streams:
+        if self._typing_seen.get(ref.qualified) == changed or SCHEMAS_STREAM not in js.streams:
             return
-        self._typing_seen[ref.name] = changed
+        self._typing_seen[ref.qualified] = changed
         for table, info in read_typing(ref).get("tables", {}).items():
             body = json.dumps(info.get("inferred"), sort_keys=True).encode()
-            if "inferred" in info and self._inferred.get(table) != body:
-                self._inferred[table] = body
-                self._js.messaging.publish(f"{SCHEMAS_PREFIX}{table}.inferred", None, None, body)
+            known = (ref.account, table)
+            if "inferred" in info and self._inferred.get(known) != body:
+                self._inferred[known] = body
+                js.messaging.publish(f"{SCHEMAS_PREFIX}{table}.inferred", None, None, body)
 
     def typing(self, name: str) -> dict[str, Any]:
-        """What the compactor wrote about a typed stream's tables ({} for a raw stream)."""
+        """What the compactor wrote about a typed stream's tables ({} for a raw stream);
+        `name` as `/jsz` keys it (`<account>.<stream>` for a named account's)."""
         ref = self._refs.get(name)
         return read_typing(ref) if ref is not None else {}

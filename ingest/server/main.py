@@ -81,6 +81,7 @@ async def _serve(opts: Options, argv: list[str]) -> int:
                 server_id=server.server_id,
                 server_name=server.server_name,
                 account=account.name,
+                **({"store_opener": lake.open_store} if lake is not None else {}),
             ),
         )
     # The client port first: tools poll /varz and connect as soon as it answers.
@@ -125,8 +126,6 @@ async def _serve(opts: Options, argv: list[str]) -> int:
         serve_domain(server, opts.jetstream.domain)
     if server.jetstream is not None:
         await server.jetstream.start()
-        if lake is not None:
-            lake.start(server.jetstream)
     if lake is not None:  # with or without the global account's JetStream: every account's
         sql = _sql_service(opts, server.port)
     if account_js is not None:
@@ -136,6 +135,10 @@ async def _serve(opts: Options, argv: list[str]) -> int:
             server.resolver.jetstreams = account_js
         if server.jetstream_cluster is not None:
             await server.jetstream_cluster.start()
+        if lake is not None:  # every account's streams
+            from ingest.server.settings import store_base
+
+            lake.start(store_base(opts.jetstream.store_dir), account_js.engines)
     SystemAccount(server, system, monitor, account_js).start()
     mqtt = None
     if opts.mqtt is not None:

@@ -46,7 +46,6 @@ import pyarrow.parquet as pq
 from log.compactor import tables
 from log.compactor.direct import DIRECT_ROWS, append_direct
 from log.compactor.layout import (
-    STREAMS,
     LakeError,
     Pin,
     StreamRef,
@@ -144,7 +143,7 @@ def waiting_streams(store_dir: Path, lake_dir: Lake) -> list[str]:
     """Lake streams with a sealed segment or an explicit delete the lake lacks; no JVM needed,
     so a cron job with nothing to do exits without starting Spark."""
     out = []
-    for stream in streams(store_dir):
+    for stream in streams(store_dir, None):
         if not (stream.lake_on and stream.leads):
             continue
         done = lake_progress(stream.table_path(lake_dir), stream.app_id)
@@ -154,7 +153,7 @@ def waiting_streams(store_dir: Path, lake_dir: Lake) -> list[str]:
             stream.deletes_reach_lake and done and (pin is None or pin.deletes_offset < logged)
         )
         if deletes or pending_segments(stream, done):
-            out.append(stream.name)
+            out.append(stream.qualified)
     return out
 
 
@@ -183,26 +182,26 @@ class Compactor:
         self._progress = progress or log.info
         self._committed: dict[LakePath, StreamRef] = {}  # tables committed to since warm()
         self._token = uuid.uuid4().hex[:12]  # this compactor's staging, apart from another's
-        self._registry: Registry | None = None
+        self._registries: dict[str, Registry] = {}  # by account: its schemas bucket
         self._direct: set[str] = set()  # tables whose last append went without Spark
 
     def run_once(self) -> Summary:
-        self._registry = None  # the schemas bucket, read again each pass
+        self._registries = {}  # the schemas buckets, read again each pass
         total = Summary()
         start = time.monotonic()
         for folder_stream in self._lake_streams():
             try:
                 total.add(self.compact_stream(folder_stream))
             except (LakeError, CorruptSegmentError, OSError) as exc:
-                log.error("compact %s: %s", folder_stream.name, exc)
-                total.errors.append(f"{folder_stream.name}: {exc}")
+                log.error("compact %s: %s", folder_stream.qualified, exc)
+                total.errors.append(f"{folder_stream.qualified}: {exc}")
         total.seconds = time.monotonic() - start
         return total
 
     def _lake_streams(self) -> list[StreamRef]:
         out = []
         try:
-            for stream in streams(self.store_dir):
+            for stream in streams(self.store_dir, None):  # every account's
                 if stream.lake_on and stream.leads:
                     out.append(stream)
         except LakeError as exc:
@@ -227,7 +226,7 @@ class Compactor:
         for group in _groups(pending_segments(stream, done), self.max_rows):
             last = group[-1].last_seq
             self._progress(
-                f"compact {stream.name}: appending {len(group)} segments, "
+                f"compact {stream.qualified}: appending {len(group)} segments, "
                 f"seq {group[0].first_seq}..{last} to {table}"
             )
             rows = self._read(stream, group, done)
@@ -242,7 +241,7 @@ class Compactor:
                 else:
                     self._append(stream, table, drop_erased(rows, erasures), done, last)
             except LakeMoved as exc:
-                self._progress(f"compact {stream.name}: {exc}; starting over next pass")
+                self._progress(f"compact {stream.qualified}: {exc}; starting over next pass")
                 break
             except LakeError as exc:
                 names = ", ".join(s.path.name for s in group)
@@ -270,9 +269,11 @@ class Compactor:
     ) -> None:
         """Type the group and append it to each of the stream's tables, the stream's own last
         (`log.compactor.tables` says why that is exactly once)."""
-        if self._registry is None:
-            self._registry = load_registry(self.store_dir / STREAMS, self.lake_dir)
-        typed = type_rows(rows, spec, self._registry, tables.bases(stream, spec, self.lake_dir))
+        registry = self._registries.get(stream.account)
+        if registry is None:  # each account's typed streams take its own schemas bucket
+            found = load_registry(stream.dir.parent, self.lake_dir)
+            registry = self._registries[stream.account] = found
+        typed = type_rows(rows, spec, registry, tables.bases(stream, spec, self.lake_dir))
         for path, part in tables.side_parts(stream, typed, self.lake_dir):
             progress = lake_progress(path, stream.app_id)
             part = part.filter(pc.greater(part.column("seq"), progress))
@@ -284,7 +285,7 @@ class Compactor:
         rejected = sum(len(t.rejects) for t in typed.values())
         total = tables.record(stream, spec, typed, self.lake_dir)
         if rejected:
-            self._progress(f"compact {stream.name}: {rejected} rejects ({total} in all)")
+            self._progress(f"compact {stream.qualified}: {rejected} rejects ({total} in all)")
 
     def _read(self, stream: StreamRef, group: list[SegmentInfo], done: int) -> pa.Table:
         parts = []
@@ -292,7 +293,7 @@ class Compactor:
             try:
                 parts.append(read_segment(seg))
             except CorruptSegmentError as exc:
-                raise LakeError(f"stream {stream.name} segment {seg.path}: {exc}") from exc
+                raise LakeError(f"stream {stream.qualified} segment {seg.path}: {exc}") from exc
         rows = pa.concat_tables(parts)
         return to_lake(stream.name, rows.filter(pc.greater(rows.column("seq"), done)))
 
@@ -324,7 +325,9 @@ class Compactor:
             return
         self._direct.discard(str(table))
         self._sweep_staging(stream)
-        staging = self.lake_dir.path(STAGING, f"{stream.name}-{table.name}-{version}-{self._token}")
+        staging = self.lake_dir.path(
+            STAGING, f"{stream.qualified}-{table.name}-{version}-{self._token}"
+        )
         staging.mkdir()
         struct = spark_schema(rows.schema)
         typed = rows.schema.names != LAKE_SCHEMA.names
@@ -333,7 +336,9 @@ class Compactor:
             if not after:
                 self._create(stream, table, struct)
             if known is not None and retyped(payload_of(known), payload_of(rows.schema)):
-                self._progress(f"compact {stream.name}: rewriting {table}: a column changes type")
+                self._progress(
+                    f"compact {stream.qualified}: rewriting {table}: a column changes type"
+                )
 
                 def everything(v: int) -> DataFrame:
                     return self._stage(
@@ -402,7 +407,7 @@ class Compactor:
             )
         except Exception as exc:  # py4j; name the stream and the table
             raise LakeError(
-                f"stream {stream.name}: schema change of {table} failed: {exc}"
+                f"stream {stream.qualified}: schema change of {table} failed: {exc}"
             ) from exc
 
     def _sweep_staging(self, stream: StreamRef) -> None:
@@ -412,7 +417,7 @@ class Compactor:
         (a replicated stream changing leader), so each compactor stages under
         its own token, and only folders older than any append takes are swept."""
         stale = time.time() - STAGING_STALE
-        for old in self.lake_dir.path(STAGING).children(f"{stream.name}-*"):
+        for old in self.lake_dir.path(STAGING).children(f"{stream.qualified}-*"):
             if (old.mtime() or time.time()) < stale:
                 old.remove_tree()
 
@@ -430,7 +435,7 @@ class Compactor:
                 .save(table.spark)
             )
         except Exception as exc:  # py4j and Spark raise many kinds; name the stream and table
-            raise LakeError(f"stream {stream.name}: append to {table} failed: {exc}") from exc
+            raise LakeError(f"stream {stream.qualified}: append to {table} failed: {exc}") from exc
 
     def warm(self) -> None:
         """Between passes, have Delta replay the log of each table committed to since the last call.
@@ -475,12 +480,14 @@ class Compactor:
             for table in paths:
                 if not table.is_delta_table():
                     continue
-                self._progress(f"compact {stream.name}: erasing {len(in_lake)} runs from {table}")
+                self._progress(
+                    f"compact {stream.qualified}: erasing {len(in_lake)} runs from {table}"
+                )
                 try:
                     DeltaTable.forPath(self.spark, table.spark).delete(erased(in_lake))
                 except Exception as exc:
                     raise LakeError(
-                        f"stream {stream.name}: delete in {table} failed: {exc}"
+                        f"stream {stream.qualified}: delete in {table} failed: {exc}"
                     ) from exc
                 self._committed[table] = stream
         write_pin(stream, Pin(pin.app_id, pin.table, pin.seq, offset))

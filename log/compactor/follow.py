@@ -47,14 +47,15 @@ def store_state(store_dir: Path) -> tuple[tuple[str, tuple[int, int] | None, int
     work for the lake. A folder listing and a few stats per stream.
     """
     out = []
-    for folder in stream_dirs(store_dir):
+    for folder in stream_dirs(store_dir, None):  # every account's
         try:
             newest = discover(folder, clean=False)[-1:]
         except FileNotFoundError:  # the stream was deleted while we looked
             continue
         logged = _stat(folder / EXPLICIT).st_size
         led = _stat(folder / REPLICA_FILE).st_mtime_ns
-        out.append((folder.name, newest[0] if newest else None, logged, led))
+        where = f"{folder.parent.parent.name}/{folder.name}"  # account/stream
+        out.append((where, newest[0] if newest else None, logged, led))
     return tuple(out)
 
 

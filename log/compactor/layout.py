@@ -5,12 +5,17 @@ without paying for Spark or Delta imports.
 
 Decisions kept here:
 - One Delta table per stream *incarnation*: `<lake_dir>/<stream>/<created>/`
-  (`created` from stream.json, as `20261121T105417.123456789Z`). A stream
+  (`created` from stream.json, as `20261121T105417.123456789Z`); a named
+  account's stream is `<lake_dir>/<account>.<stream>/<created>/`. No stream
+  name holds a `.`, so a global account's (`$G`) table never meets a named
+  account's, two accounts' streams of one name get two tables, and every
+  table sits at the same depth (what the maintenance jobs walk). A stream
   deleted and re-created with the same name gets a fresh table, so neither its
   seqs nor its transaction ids meet the old history, which stays queryable by
   path and is removed only by an operator.
-- The transaction app id is `jetlake:<stream>:<created>`; its version is the
-  last seq appended. The Delta log is the truth for progress.
+- The transaction app id is `jetlake:<stream>:<created>` (`<account>.<stream>`
+  for a named account's); its version is the last seq appended. The Delta log
+  is the truth for progress.
 - `lake.json` in the stream folder is a *pin*: the compactor writes it after
   each Delta commit, so it can lag the truth but never lead it. The server
   trusts it for reclaim (lagging only delays reclaim) and for lag figures.
@@ -52,7 +57,9 @@ from log.timefmt import parse_rfc3339
 
 log = logging.getLogger("jetlake.lake")
 
-STREAMS = Path("jetstream") / "$G" / "streams"  # under a store dir, as the server lays it out
+GLOBAL = "$G"  # the global account: its streams' tables and views keep their bare names
+ACCOUNTS = Path("jetstream")  # under a store: `<account>/streams/<stream>/`, as the server has it
+STREAMS = ACCOUNTS / GLOBAL / "streams"
 META_FILE = "stream.json"
 REPLICA_FILE = "replica.json"
 PIN_FILE = "lake.json"
@@ -77,6 +84,25 @@ def default_lake_dir(store_dir: str | os.PathLike[str]) -> Path:
     return Path(store_dir) / "lake"
 
 
+def qualified(account: str, name: str) -> str:
+    """A stream's (or view's) name across accounts: bare for the global account's,
+    `<account>.<name>` for a named account's (stream names hold no `.`)."""
+    return name if account == GLOBAL else f"{account}.{name}"
+
+
+def streams_root(store_dir: str | os.PathLike[str], account: str = GLOBAL) -> Path:
+    return Path(store_dir) / ACCOUNTS / account / "streams"
+
+
+def accounts(store_dir: str | os.PathLike[str]) -> list[str]:
+    """The accounts with a streams folder in the store, the global account first."""
+    root = Path(store_dir) / ACCOUNTS
+    if not root.is_dir():
+        return []
+    found = sorted(p.name for p in root.iterdir() if (p / "streams").is_dir())
+    return sorted(found, key=lambda a: a != GLOBAL)
+
+
 def lake_at(where: LakeAt | None, store_dir: str | os.PathLike[str]) -> Lake:
     """The lake a command names (`--lake`, a folder or an `s3://` URI), else the store's."""
     return as_lake(where if where else default_lake_dir(store_dir))
@@ -92,6 +118,12 @@ class StreamRef:
     metadata: dict[str, str]
     storage: str
     leads: bool = True  # this server's compactor takes the stream (a replica's: if it leads)
+    account: str = GLOBAL
+
+    @property
+    def qualified(self) -> str:
+        """The stream's name across accounts: its table folder, app id and views go by it."""
+        return qualified(self.account, self.name)
 
     @classmethod
     def load(cls, stream_dir: Path) -> StreamRef:
@@ -107,6 +139,7 @@ class StreamRef:
                 metadata=dict(config.get("metadata") or {}),
                 storage=config.get("storage", "file"),
                 leads=bool(doc["leader"]) if replica else True,
+                account=account_of(stream_dir),
             )
         except (OSError, StateFileError, KeyError, TypeError) as exc:
             raise LakeError(f"stream folder {stream_dir}: unreadable {file}: {exc}") from exc
@@ -127,12 +160,15 @@ class StreamRef:
 
     @property
     def app_id(self) -> str:
-        return f"jetlake:{self.name}:{self.created}"
+        return f"jetlake:{self.qualified}:{self.created}"
 
     def table_path(self, lake: LakeAt) -> LakePath:
+        """`<lake>/<qualified>/<incarnation>`, or under `jetlake.lake.table` for a global
+        account's stream; a named account's may not choose: its table could be put where
+        another account's is, and its views (and walls) would read that one."""
         lake = as_lake(lake)
-        root = self.metadata.get(LAKE_TABLE)
-        base = lake.locate(root) if root else lake.path(self.name)
+        root = self.metadata.get(LAKE_TABLE) if self.account == GLOBAL else None
+        base = lake.locate(root) if root else lake.path(self.qualified)
         return base / self.incarnation
 
     def typed_table_path(self, lake: LakeAt, table: str) -> LakePath:
@@ -143,18 +179,32 @@ class StreamRef:
         return main if table == self.name else main.with_name(f"{main.name}.{table}")
 
 
-def stream_dirs(store_dir: str | os.PathLike[str]) -> list[Path]:
-    root = Path(store_dir) / STREAMS
-    if not root.is_dir():
-        return []
-    return sorted(
-        p for p in root.iterdir() if (p / META_FILE).is_file() or (p / REPLICA_FILE).is_file()
-    )
+def account_of(stream_dir: Path) -> str:
+    """The account of a folder in the server's layout (`<account>/streams/<stream>`); a
+    folder elsewhere (a copy, a test's) is read as the global account's."""
+    parent = stream_dir.parent
+    return parent.parent.name if parent.name == "streams" and parent.parent.name else GLOBAL
 
 
-def streams(store_dir: str | os.PathLike[str]) -> Iterator[StreamRef]:
-    """Every stream of a store dir that has a readable config (others are skipped by callers)."""
-    for folder in stream_dirs(store_dir):
+def stream_dirs(store_dir: str | os.PathLike[str], account: str | None = GLOBAL) -> list[Path]:
+    """The stream folders of one account, or of every account (`account=None`)."""
+    names = accounts(store_dir) if account is None else [account]
+    out = []
+    for name in names:
+        root = streams_root(store_dir, name)
+        if root.is_dir():
+            out += sorted(
+                p
+                for p in root.iterdir()
+                if (p / META_FILE).is_file() or (p / REPLICA_FILE).is_file()
+            )
+    return out
+
+
+def streams(store_dir: str | os.PathLike[str], account: str | None = GLOBAL) -> Iterator[StreamRef]:
+    """Every stream of a store dir's account (of every account: `account=None`) that has a
+    readable config (others are skipped by callers)."""
+    for folder in stream_dirs(store_dir, account):
         yield StreamRef.load(folder)
 
 

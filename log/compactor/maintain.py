@@ -37,10 +37,10 @@ def current_tables(store_dir: Path, lake_dir: LakeAt) -> list[tuple[str, LakePat
     """(stream, table) of the streams that exist now, have a table, and are this server's to
     maintain (a replicated stream's leader's: the servers of a cluster share the tables)."""
     out = []
-    for stream in streams(store_dir):
+    for stream in streams(store_dir, None):
         table = stream.table_path(lake_dir)
         if stream.lake_on and stream.leads and table.is_delta_table():
-            out.append((stream.name, table))
+            out.append((stream.qualified, table))
     return out
 
 

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from benchmarks.seaweed import SeaweedS3, spark_shape
 from log.compactor.compact import Compactor, Summary
-from log.compactor.layout import META_FILE, STREAMS, StreamRef
+from log.compactor.layout import GLOBAL, META_FILE, STREAMS, StreamRef, qualified, streams_root
 from log.compactor.location import Lake as LakeAt
 from log.compactor.spark import build_session
 from log.segments import FileStore, NewMsg, list_segments
@@ -93,16 +93,15 @@ class Lake:
         self.servers.append(server)
         return server
 
-    def stream_dir(self, name: str) -> Path:
-        return self.store / STREAMS / name
+    def stream_dir(self, name: str, account: str = GLOBAL) -> Path:
+        return streams_root(self.store, account) / name
 
-    async def sealed(self, name: str, last_seq: int) -> None:
+    async def sealed(self, name: str, last_seq: int, account: str = GLOBAL) -> None:
         """Wait until the server has sealed every seq up to last_seq (its seal timer)."""
+        folder = self.stream_dir(name, account)
         await poll(
-            lambda: any(
-                s.sealed and s.last_seq >= last_seq for s in list_segments(self.stream_dir(name))
-            ),
-            f"stream {name} sealed up to {last_seq}",
+            lambda: any(s.sealed and s.last_seq >= last_seq for s in list_segments(folder)),
+            f"stream {qualified(account, name)} sealed up to {last_seq}",
         )
 
     def compact(self) -> Summary:

@@ -52,6 +52,10 @@ class Engine:
     store_dir: Path
     streams: dict[str, Replica]
     cluster: object | None
+    account: str = "$G"
+
+    def start_supervisor(self, sup: LakeSupervisor) -> None:
+        sup.start(self.store_dir.parent, lambda: [self])  # type: ignore[list-item]
 
 
 class Lake:
@@ -87,7 +91,7 @@ async def test_a_follower_holds_reclaim_above_the_shared_pin_and_does_not_compac
     follower: Lake,
 ) -> None:
     sup, store = follower.supervisor, follower.stream.store
-    sup.start(follower.engine)  # type: ignore[arg-type]
+    follower.engine.start_supervisor(sup)
     try:
         for count in (10, 10, 5):
             store.append(msgs(["l.x"] * count))
@@ -114,7 +118,7 @@ async def test_a_follower_holds_reclaim_above_the_shared_pin_and_does_not_compac
 
 async def test_a_deleted_and_recreated_replica_is_described_again(follower: Lake) -> None:
     sup = follower.supervisor
-    sup.start(follower.engine)  # type: ignore[arg-type]
+    follower.engine.start_supervisor(sup)
     try:
         sup.tick()
         (follower.dir / REPLICA_FILE).unlink()
@@ -129,7 +133,7 @@ async def test_a_single_server_writes_no_replica_file(
 ) -> None:
     lake = Lake(tmp_path, clustered=False, accepting=True)
     monkeypatch.setattr(lake.supervisor, "_ensure_compactor", lake.want)
-    lake.supervisor.start(lake.engine)  # type: ignore[arg-type]
+    lake.engine.start_supervisor(lake.supervisor)
     try:
         lake.stream.store.append(msgs(["l.x"] * 5))
         lake.supervisor.tick()

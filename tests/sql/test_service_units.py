@@ -13,7 +13,7 @@ from pyspark.sql import Row
 
 from ingest.server.options import ConfigError, load_config
 from ingest.server.settings import SqlConfig
-from sql.account_views import qualified
+from log.compactor.layout import qualified
 from sql.nats_service import NatsSql, QueryError, _positive, chunks, encode_arrow, encode_json
 from sql.service import Endpoints, first_line, split_hostport
 
