@@ -1,7 +1,8 @@
 """What a server-to-server connection (a route, a leafnode link) does the same way
-whichever protocol it speaks: writing its queued output (encrypted once the TLS
-handshake is done, closed as a slow consumer past `max_pending`), keeping itself alive
-with PINGs that measure the round trip, and hanging up."""
+whichever protocol it speaks: writing its queued output (S2-compressed once the link
+negotiated it, encrypted once the TLS handshake is done, closed as a slow consumer past
+`max_pending`), keeping itself alive with PINGs that measure the round trip, and
+hanging up."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ class PeerLink(Closing, TLSLink):
         def close(self, reason: str, *, flush: bool = False, abort: bool = False) -> None: ...
 
     _waiting_turn = False  # reading paused while the rest of a read waits its turn
+    _deflate: Callable[[bytes], bytes] | None = None  # each flush as an S2 stream, once on
+    _raw_head = b""  # what was queued before compression started: sent as it is
 
     def _next_turn(self, rest: Callable[[], None]) -> None:
         """Leave the rest of a read to the next turn of the loop, reading paused till then.
@@ -70,7 +73,7 @@ class PeerLink(Closing, TLSLink):
 
     def _write_out(self) -> None:
         """Send what is queued; what waits for the TLS handshake stays queued."""
-        if self.transport is None or self.closed or not self._out:
+        if self.transport is None or self.closed or not (self._out or self._raw_head):
             self._out.clear()
             return
         tls = self.tls
@@ -78,10 +81,25 @@ class PeerLink(Closing, TLSLink):
             return  # sent once the handshake completes
         data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
         self._out = []
+        if self._deflate is not None and data:
+            data = self._deflate(data)
+        if self._raw_head:
+            data, self._raw_head = self._raw_head + data, b""
         self.transport.write(data if tls is None else tls.encrypt(data))
         if self.transport.get_write_buffer_size() > self.link_opts.max_pending:
             log.info("%s - Slow Consumer Detected: %s", self.where, self.tls_kind)
             self.close("Slow Consumer (Pending Bytes)", abort=True)
+
+    def compress_output(self, deflate: Callable[[bytes], bytes]) -> None:
+        """From now on every flush goes out through `deflate`; what is queued already
+        goes as it is (the INFO that said so, before the other side reads S2)."""
+        if self._out:
+            self._raw_head += b"".join(self._out)
+            self._out = []
+        self._deflate = deflate
+
+    def _rtt_measured(self) -> None:
+        """A PONG gave a new round trip (an `s2_auto` link picks its level again)."""
 
     def _send_ping(self) -> None:
         if self.closed:
@@ -104,6 +122,7 @@ class PeerLink(Closing, TLSLink):
         elif isinstance(op, routes.Pong):
             if self._pings_out:
                 self.rtt = time.monotonic() - self._rtt_start
+                self._rtt_measured()
             self._pings_out = 0
         elif isinstance(op, routes.Info):
             self._on_info(op.info)

@@ -24,6 +24,7 @@ mod leafnodes;
 mod outlet;
 mod routes;
 mod runs;
+mod s2;
 
 use outlet::Outlet;
 use routes::{frame_into, send_notices, Route, Routes};
@@ -603,5 +604,9 @@ fn jetlake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_hmsg, m)?)?;
     m.add_function(wrap_pyfunction!(leafnodes::split_leaf, m)?)?;
     m.add_function(wrap_pyfunction!(leafnodes::frame_run, m)?)?;
+    m.add_class::<s2::S2Reader>()?;
+    m.add_function(wrap_pyfunction!(s2::s2_encode_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(s2::s2_encode_block, m)?)?;
+    m.add_function(wrap_pyfunction!(s2::s2_decode_block, m)?)?;
     Ok(())
 }

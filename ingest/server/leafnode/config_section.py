@@ -15,8 +15,10 @@ from ingest.server.cluster.config_section import (
     url_list,
 )
 from ingest.server.cluster.settings import RouteURL
+from ingest.server.compression import OFF, S2_AUTO, Compression, normalise
+from ingest.server.gofmt import NS
 from ingest.server.leafnode.settings import LeafnodeConfig, LeafUser, RemoteLeaf
-from ingest.server.settings import TLSConfig
+from ingest.server.settings import TLSConfig, parse_duration
 
 
 class Reader(SectionReader, Protocol):
@@ -49,6 +51,8 @@ def read_leafnodes(top: Reader, key: str, *, tls: TLSReader) -> LeafnodeConfig:
             fields["advertise"] = section.string(name)
         elif lowered == "no_advertise":
             fields["no_advertise"] = section.boolean(name)
+        elif lowered == "compression":
+            fields["compression"] = read_compression(section, name)
         else:
             section.unknown(name)
     return dataclasses.replace(LeafnodeConfig(), **fields)
@@ -132,9 +136,49 @@ def _remote(parent: Reader, key: str, item: object, tls: TLSReader) -> RemoteLea
             fields["deny_exports"] = section.subjects(name, queue=False)
         elif lowered == "tls":
             fields["tls"] = tls(section, name)
+        elif lowered == "compression":
+            fields["compression"] = read_compression(section, name)
         else:
             section.unknown(name)
     return RemoteLeaf(**fields)  # without a URL it is never dialled, as on the reference
+
+
+def read_compression(section: SectionReader, key: str, *, on: str = S2_AUTO) -> Compression:
+    """`compression: <mode>`, `: true|false` (`on` or off), or `{ mode, rtt_thresholds
+    [..] }`, with the reference's errors; a block without a mode is `on`."""
+    value = section.table[key]
+    thresholds: tuple[int, ...] = ()
+    if isinstance(value, bool):
+        mode = on if value else OFF
+    elif isinstance(value, str):
+        mode = value
+    elif isinstance(value, Table):
+        mode, thresholds = _compression_block(section.section(key))
+    else:
+        reason = f'field "{key}" should be a boolean or a structure, got {_go_type(value)}'
+        raise section.error(key, reason)
+    try:
+        return normalise(mode or on, thresholds, on=on)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _compression_block(section: SectionReader) -> tuple[str, tuple[int, ...]]:
+    mode, thresholds = "", []
+    for name in section.table:
+        lowered = name.lower()
+        if lowered == "mode":
+            mode = section.string(name)
+        elif lowered in ("rtt_thresholds", "thresholds", "rtts", "rtt"):
+            items = section.table[name]
+            for item in items if isinstance(items, list) else [items]:
+                try:
+                    thresholds.append(round(parse_duration(str(item)) * NS))
+                except ValueError as exc:
+                    raise section.error(name, str(exc)) from None
+        else:
+            section.unknown(name)
+    return mode, tuple(thresholds)
 
 
 def _urls(section: SectionReader, key: str) -> tuple[RouteURL, ...]:

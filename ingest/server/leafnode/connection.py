@@ -11,6 +11,13 @@ With TLS the hub's INFO goes in plain text and the handshake follows (the leaf
 as TLS client, checking the hub's certificate and the host it dialled), as the
 reference orders it; with `handshake_first` on both ends the handshake comes
 first. CONNECT and everything after travel encrypted.
+
+Compression is negotiated before CONNECT, as the reference does: the hub's INFO says
+its mode; a leaf that wants compression answers with an INFO of its own (its chosen
+mode) and from then on reads and writes S2 streams; the hub, on that INFO, switches
+too and repeats its INFO compressed, after which the leaf sends CONNECT. A leaf that
+does not want it (or a hub that says `off` or nothing) sends CONNECT at once, saying
+its mode in `compress_mode`. Each side writes at the level it chose.
 """
 
 from __future__ import annotations
@@ -22,10 +29,22 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from ingest.parser import leafnodes as proto
+from ingest.parser import s2
 from ingest.parser.fast import native
 from ingest.parser.subjects import subject_matches
 from ingest.server.accounts import limits
 from ingest.server.auth import Grant
+from ingest.server.compression import (
+    NOT_SUPPORTED,
+    OFF,
+    S2_AUTO,
+    S2_UNCOMPRESSED,
+    Compression,
+    auto_level,
+    info_mode,
+    needs_compression,
+    select,
+)
 from ingest.server.leafnode.interest import JETSTREAM_DENIED, Advertised, Denied
 from ingest.server.link import TURN_MSGS, PeerLink
 from ingest.server.settings import TLSConfig
@@ -118,6 +137,9 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         self._rtt_start = 0.0
         self._pings_out = 0
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.compression = ""  # the level this side writes at, once negotiated (/leafz)
+        self._negotiated = False
+        self._inflate: s2.Reader | None = None  # set once the remote writes S2
 
     @property
     def where(self) -> str:
@@ -145,7 +167,9 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         tls = self.leafnodes.config.tls
         if tls is not None and tls.handshake_first:
             self._start_tls(tls)  # the INFO waits for the handshake
-        self.queue(proto.encode_info(self.leafnodes.info(self.cid)))
+        mode = self.leafnodes.config.compression.mode
+        info = self.leafnodes.info(self.cid, "" if mode == NOT_SUPPORTED else mode)
+        self.queue(proto.encode_info(info))
         if tls is not None and not tls.handshake_first:
             self.flush()  # the INFO in plain text, then the handshake
             self._start_tls(tls)
@@ -156,6 +180,14 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         if self.closed:
             return
         data = self._plain(data)
+        if data and self._inflate is not None:
+            try:
+                data = self._inflate.feed(data)
+            except ValueError as exc:
+                who = self.remote_name or "the remote"
+                log.error("%s - Leafnode decompression error from %s: %s", self.where, who, exc)
+                self.close("Read Error")
+                return
         if not data:
             return
         try:
@@ -209,7 +241,11 @@ class LeafConnection(PeerLink, asyncio.Protocol):
 
     def _on_info(self, info: dict[str, Any]) -> None:
         if not self.solicited:
-            return  # an accepting side learns the remote from its CONNECT
+            # an accepting side learns the remote from its CONNECT; an INFO before it
+            # is the leaf asking for compression
+            if not self.registered and not self._negotiated:
+                self._negotiate(info)
+            return
         if self.registered:
             self.leafnodes.learn_urls(self, info.get("leafnode_urls"))
             return
@@ -217,13 +253,15 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             log.error("%s - attempted to connect to wrong port", self.where)
             self.close("Wrong Port")
             return
+        assert self.remote is not None
+        if self.tls is None and (self.remote.tls is not None or info.get("tls_required")):
+            self._start_tls(self.remote.tls or TLSConfig())  # CONNECT waits for it
+        if not self._negotiated and self._negotiate(info):
+            return  # CONNECT follows the hub's compressed INFO
         self.remote_id = str(info.get("server_id") or "")
         self.remote_name = str(info.get("server_name") or self.remote_id)
         self.remote_cluster = str(info.get("cluster") or "")
         self.remote_domain = str(info.get("domain") or "")
-        assert self.remote is not None
-        if self.tls is None and (self.remote.tls is not None or info.get("tls_required")):
-            self._start_tls(self.remote.tls or TLSConfig())  # CONNECT waits for it
         account = self.server.accounts.get(self.remote.account)
         if account is None:
             self.close("Missing Account")
@@ -279,6 +317,9 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         domain = options.get("domain")
         self.remote_domain = domain if isinstance(domain, str) else ""
         self.remote_account = str(options.get("remote_account") or "")
+        if not self.compression:  # the leaf did not negotiate: its CONNECT says why
+            said = options.get("compress_mode")
+            self.compression = said if isinstance(said, str) and said else NOT_SUPPORTED
         deny = options.get("deny_pub")
         if isinstance(deny, list):  # what the leaf will not import: never sent
             self.deny_out.extend(s for s in deny if isinstance(s, str))
@@ -300,6 +341,58 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         reason = _reason_for(message)
         if reason is not None:
             self.close(reason)
+
+    # ---- compression ----------------------------------------------------------------------
+
+    @property
+    def compression_config(self) -> Compression:
+        remote = self.remote
+        return remote.compression if remote is not None else self.leafnodes.config.compression
+
+    def _negotiate(self, info: dict[str, Any]) -> bool:
+        """Settle the level this side writes at from the remote's INFO `compression`;
+        True when the link switched to S2 (or closed over a mode it cannot use)."""
+        self._negotiated = True
+        config = self.compression_config
+        theirs = info.get("compression")
+        theirs = theirs if isinstance(theirs, str) else ""
+        if not needs_compression(config.mode):
+            old = not theirs or config.mode == NOT_SUPPORTED
+            self.compression = NOT_SUPPORTED if old else OFF
+            return False
+        try:
+            chosen = select(config.mode, theirs)
+        except ValueError as exc:
+            log.error("%s - %s", self.where, exc)
+            self.queue(proto.encode_err(str(exc)))
+            self.close("Protocol Violation", flush=True)
+            return True
+        if chosen == S2_AUTO:  # the round trip so far: the time the INFO took
+            rtt = self.rtt or time.time() - self.start
+            chosen = auto_level(rtt, config.rtt_thresholds)
+        self.compression = chosen
+        if not needs_compression(chosen):
+            return False
+        info = self.leafnodes.info(self.cid, info_mode(config, chosen))
+        writer = s2.writer(chosen != S2_UNCOMPRESSED)
+        if self.solicited:  # ours goes plain, the hub's answer comes compressed
+            self.queue(proto.encode_info(info))
+            self.compress_output(writer)
+        else:
+            self.compress_output(writer)
+            self.queue(proto.encode_info(info))
+        self._inflate = s2.reader()
+        log.debug("%s - Leafnode compression: %s", self.where, chosen)
+        return True
+
+    def _rtt_measured(self) -> None:
+        config = self.compression_config
+        if config.mode != S2_AUTO or self._deflate is None:
+            return
+        level = auto_level(self.rtt, config.rtt_thresholds)
+        if level != self.compression:
+            self.compression = level
+            self._deflate = s2.writer(level != S2_UNCOMPRESSED)
 
     # ---- TLS ---------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from ingest.parser.leafnodes import LOOP_DETECTION_PREFIX, encode_err, encode_in
 from ingest.server.accounts.settings import GLOBAL_ACCOUNT
 from ingest.server.auth import AuthError
 from ingest.server.cluster.settings import RouteURL, local_addresses, parse_route_url
+from ingest.server.compression import NOT_SUPPORTED
 from ingest.server.gofmt import number, rtt
 from ingest.server.leafnode.connection import LeafConnection, LeafSub
 from ingest.server.leafnode.settings import (
@@ -181,9 +182,9 @@ class Leafnodes:
 
     # ---- what this server tells the remote ----------------------------------------------
 
-    def info(self, cid: int) -> dict[str, Any]:
-        """The INFO an accepted leaf is greeted with (no `compression`: links run
-        uncompressed, which a reference leaf takes as an older hub's)."""
+    def info(self, cid: int, compression: str = "") -> dict[str, Any]:
+        """The INFO a link hears from this side; `compression` only in the greeting and
+        in the INFOs of the negotiation (later updates leave it out, as the reference)."""
         server = self.server
         opts = server.opts
         info: dict[str, Any] = {
@@ -210,6 +211,8 @@ class Leafnodes:
             info["domain"] = self.domain
         if server.cluster is not None:
             info["cluster"] = server.cluster.name
+        if compression:
+            info["compression"] = compression
         return info
 
     def own_urls(self) -> list[str]:
@@ -262,6 +265,8 @@ class Leafnodes:
         }
         if self.domain:
             options["domain"] = self.domain
+        if conn.compression:
+            options["compress_mode"] = conn.compression
         if remote.hub:
             options["hub"] = True
         if remote.deny_imports:
@@ -433,7 +438,7 @@ class Leafnodes:
                     "in_bytes": conn.in_bytes,
                     "out_bytes": conn.out_bytes,
                     "subscriptions": len(conn.subs),
-                    "compression": "not supported",
+                    "compression": conn.compression or NOT_SUPPORTED,
                 }
                 if subs and conn.subs:
                     entry["subscriptions_list"] = sorted({s for s, _ in conn.subs})

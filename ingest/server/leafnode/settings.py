@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ingest.server.accounts.settings import GLOBAL_ACCOUNT
 from ingest.server.cluster.settings import RouteURL
+from ingest.server.compression import DEFAULT_COMPRESSION, Compression
 
 if TYPE_CHECKING:
     from ingest.server.settings import TLSConfig
@@ -39,6 +40,7 @@ class RemoteLeaf:
     deny_imports: tuple[str, ...] = ()  # subjects not taken from the hub
     deny_exports: tuple[str, ...] = ()  # subjects not sent to the hub
     tls: TLSConfig | None = None  # set (or a tls:// URL): the link runs over TLS
+    compression: Compression = DEFAULT_COMPRESSION  # the reference's default: s2_auto
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,3 +60,4 @@ class LeafnodeConfig:
     remotes: tuple[RemoteLeaf, ...] = ()
     reconnect: float = DEFAULT_RECONNECT
     tls: TLSConfig | None = None  # set: accepted links run over TLS after the INFO
+    compression: Compression = DEFAULT_COMPRESSION  # what accepted links negotiate (s2_auto)
