@@ -642,6 +642,25 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             " see [Leafnodes](../leafnodes.md#tls-on-leafnode-links).",
             "none",
         ),
+        K(
+            "compression",
+            "mode, boolean or map",
+            "S2 compression accepted links negotiate: `off`, `accept`, `s2_fast`,"
+            " `s2_better`, `s2_best`, `s2_auto` (`true` is `s2_auto`), or"
+            " [a map](#leafnodes-compression); see"
+            " [Leafnodes](../leafnodes.md#compression).",
+            "`s2_auto`",
+        ),
+    ),
+    "leafnodes.compression": (
+        K("mode", "string", "One of the modes of `compression`.", "`s2_auto`"),
+        K(
+            "rtt_thresholds thresholds rtts rtt",
+            "array of durations",
+            "For `s2_auto`: round trips up to which the link writes uncompressed, then"
+            " `s2_fast`, `s2_better`, `s2_best` past the last; `0` skips a level.",
+            "`10ms`, `50ms`, `100ms`",
+        ),
     ),
     "leafnodes.authorization": (
         K("user username", "string", "Leaf user.", "none"),
@@ -679,6 +698,12 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "map",
             "TLS to the hub (as [tls](#tls); a `tls://` URL alone uses the system's roots).",
             "none",
+        ),
+        K(
+            "compression",
+            "mode, boolean or map",
+            "S2 compression this link asks for: as `leafnodes { compression }`.",
+            "`s2_auto`",
         ),
     ),
     "websocket": (

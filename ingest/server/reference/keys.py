@@ -40,6 +40,7 @@ SECTION_READERS: dict[str, tuple[Callable[..., Any], ...]] = {
         leafnode_section._authorization_more,
     ),
     "leafnodes.remotes": (leafnode_section._remote,),
+    "leafnodes.compression": (leafnode_section._compression_block,),
     "resolver": (auth_config.resolver,),
     "mqtt": (config_file._mqtt,),
     "mqtt.authorization": (cluster_section.single_user_authorization,),

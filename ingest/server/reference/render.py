@@ -54,6 +54,7 @@ _SECTION_TITLES = {
     "leafnodes": "`leafnodes { … }`: see [Leafnodes](../leafnodes.md).",
     "leafnodes.authorization": "`leafnodes { authorization { … } }`: what accepted leafs present.",
     "leafnodes.remotes": "Each hub of `leafnodes { remotes [ … ] }`.",
+    "leafnodes.compression": "`compression { … }` of `leafnodes` or of a remote.",
     "resolver": "`resolver { … }`: the full or cache resolver of operator mode.",
     "mqtt": "`mqtt { … }`: the MQTT 3.1.1 listener.",
     "mqtt.authorization": "`mqtt { authorization { … } }`: replaces the server's users for MQTT.",
