@@ -33,7 +33,9 @@ from ingest.server.account_fetch import Fetcher, account_of, client_tls
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt import nkey
 from ingest.server.jwt.claims import Claims, JWTError
+from ingest.server.jwt.exports import invalid_imports
 from ingest.server.jwt.settings import CACHE, FULL
+from ingest.server.jwt.sharing import JWTImports
 from ingest.server.jwt.store import AccountStore
 from ingest.server.jwt.trust import Operators, account_limits, revoked
 
@@ -79,6 +81,7 @@ class Resolver:
         self._pending: asyncio.TimerHandle | None = None
         self._periodic: asyncio.TimerHandle | None = None
         self.fetcher: Fetcher | None = None
+        self.imports: JWTImports | None = None  # the accounts' imports, once running
         if self.config.fetches:
             timeout = self.config.timeout
             tls = client_tls(opts.resolver_tls) if self.config.url else None
@@ -125,6 +128,8 @@ class Resolver:
                 if self.store.remove(account):
                     log.info('Reloaded: deleting account [removed]: "%s"', account)
                     removed.append(account)
+                    if self.imports is not None:
+                        self.imports.changed(account)
         for account, token in preloads:
             held = self.store.get(account)
             if held is not None and held.token == token:
@@ -153,8 +158,10 @@ class Resolver:
             self._limit(account)
         server.accounts.on_create.append(self._limit)
         full = self.config.type == FULL
+        fetch = None
         if self.fetcher is not None:
             self.fetcher.start(server, answers_own=full)
+            fetch = self.fetcher.fetch
             system = server.accounts.system_account.name
             # As the reference, the operator's system account is fetched at start.
             if nkey.is_public(system, nkey.ACCOUNT) and self.store.get(system) is None:
@@ -173,6 +180,8 @@ class Resolver:
             # One server of the cluster answers a pack request, as among the reference's.
             pack = server.subscribe(PACK, self._pack, queue="responder", account=sys_account)
             server.announce(pack)
+        self.imports = JWTImports(server, self.store, fetch)
+        self.imports.all()
         if server.cluster is not None and full:
             self._inbox = f"_INBOX.{server.server_id}.claims."
             inbox = server.subscribe(self._inbox + "*", self._synced, account=sys_account)
@@ -298,6 +307,10 @@ class Resolver:
                 message = f"jwt update{word} skipped"
                 self._answer(reply, {"data": {**data_out, "message": message}})
                 return
+            issues = invalid_imports(claims)
+            if issues:
+                self._refuse(reply, claims.subject, f"validation errors: [{' '.join(issues)}]")
+                return
             claims = self.store.put(token, time.time())
         except JWTError as exc:
             account = expected or "n/a"
@@ -310,6 +323,11 @@ class Resolver:
         self.apply(claims)
         data_out = {"account": claims.subject, "code": 200, "message": f"jwt updated{word}"}
         self._answer(reply, {"data": data_out})
+
+    def _refuse(self, reply: str | None, account: str, why: str) -> None:
+        log.error("jwt validation failed - %s - %s", account, why)
+        error = {"account": account, "code": 500, "description": f"jwt validation failed - {why}"}
+        self._answer(reply, {"error": error})
 
     def _lookup(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         claims = self.store.get(subject.split(".")[3])
@@ -367,6 +385,8 @@ class Resolver:
             for client in list(self._server.clients.values()):
                 if client.authenticated and client.grant.account == account:
                     client.cut_off("", "Account Deleted")
+            if self.imports is not None:
+                self.imports.changed(account)
         message = f"deleted {len(accounts)} accounts"
         self._answer(reply, {"data": {"code": 200, "message": message}})
 
@@ -388,12 +408,15 @@ class Resolver:
                 account.jetstream.limits = account.limits.jetstream
 
     def apply(self, claims: Claims) -> None:
-        """Take the new JWT's limits; cut off the account's users that it revokes."""
+        """Take the new JWT's limits and imports; cut off the account's users that it
+        revokes."""
         server = self._server
         if server is None:
             return
         account = server.accounts.ensure(claims.subject)
         self._limit(account)
+        if self.imports is not None:
+            self.imports.changed(claims.subject)
         if account.limits.jetstream is not None and self.jetstreams is not None:
             self.jetstreams.enable(account)
         for client in list(server.clients.values()):

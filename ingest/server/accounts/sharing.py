@@ -134,6 +134,7 @@ class Sharing:
         self._configs = {config.name: config for config in configs}
         self._replies: dict[str, ReplyMap] = {}
         self._subs: list[object] = []
+        self._by_importer: dict[str, list[object]] = {}  # imports set at run time
         self._depth = 0
 
     def start(self) -> None:
@@ -144,15 +145,28 @@ class Sharing:
                 exporter_config = self._configs[imp.account]
                 export = find_export(exporter_config, imp, config.name)
                 assert export is not None  # checked when the config was read
-                if imp.service:
-                    self._import_service(importer, accounts[imp.account], imp, export)
-                else:
-                    self._import_stream(importer, accounts[imp.account], imp)
+                self._subs.append(self._import(importer, accounts[imp.account], imp, export))
+
+    def set_imports(self, importer: Account, found: list[tuple[Account, Import, Export]]) -> None:
+        """Replace the imports of `importer` set before (an account JWT's, when a new one
+        of the importer or of an exporter arrives) with `found`: (exporter, import, the
+        export that allows it)."""
+        for sub in self._by_importer.pop(importer.name, []):
+            self.server.unsubscribe(sub)
+        subs = [self._import(importer, exporter, imp, export) for exporter, imp, export in found]
+        if subs:
+            self._by_importer[importer.name] = subs
 
     def stop(self) -> None:
-        for sub in self._subs:
+        for sub in self._subs + [s for subs in self._by_importer.values() for s in subs]:
             self.server.unsubscribe(sub)
         self._subs = []
+        self._by_importer = {}
+
+    def _import(self, importer: Account, exporter: Account, imp: Import, export: Export) -> object:
+        if imp.service:
+            return self._import_service(importer, exporter, imp, export)
+        return self._import_stream(importer, exporter, imp)
 
     def replies(self, account: Account) -> ReplyMap:
         found = self._replies.get(account.name)
@@ -190,7 +204,7 @@ class Sharing:
             self._depth -= 1
             server.sender, server.routed = sender, routed
 
-    def _import_stream(self, importer: Account, exporter: Account, imp: Import) -> None:
+    def _import_stream(self, importer: Account, exporter: Account, imp: Import) -> object:
         rename = _stream_rename(imp)
 
         def carry(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
@@ -202,11 +216,11 @@ class Sharing:
             back = reply.encode("utf-8", "surrogateescape") if reply else b""
             self.publish(importer, local, back, hdr, data, shown=shown)
 
-        self._subs.append(self.server.subscribe(imp.subject, carry, account=exporter))
+        return self.server.subscribe(imp.subject, carry, account=exporter)
 
     def _import_service(
         self, importer: Account, exporter: Account, imp: Import, export: Export
-    ) -> None:
+    ) -> object:
         local_subject = imp.to or imp.subject
         transform = _service_transform(imp)
         once = export.response_type == SINGLETON
@@ -232,8 +246,7 @@ class Sharing:
             if not taken and reply and sender is not None and sender.no_responders:
                 self.publish(importer, reply.encode(), b"", NO_RESPONDERS, b"")
 
-        sub = self.server.subscribe(local_subject, request, account=importer)
-        self._subs.append(sub)
+        return self.server.subscribe(local_subject, request, account=importer)
 
 
 def _stream_rename(imp: Import) -> Callable[[str], str]:

@@ -23,8 +23,14 @@ _ISSUERS = {
     "account": nkey.OPERATOR,
     "user": nkey.ACCOUNT,
     "generic": nkey.OPERATOR,
+    "activation": nkey.ACCOUNT,  # an exporting account's grant of a private export
 }
-_SUBJECTS = {"operator": nkey.OPERATOR, "account": nkey.ACCOUNT, "user": nkey.USER}
+_SUBJECTS = {
+    "operator": nkey.OPERATOR,
+    "account": nkey.ACCOUNT,
+    "user": nkey.USER,
+    "activation": nkey.ACCOUNT,
+}
 
 
 class JWTError(ValueError):
