@@ -5,7 +5,8 @@ the three servers spend per message moves far less, so this is how a change to
 the replication path is judged (docs/cluster-performance.md). Three servers of
 one kind, as `jetlake bench --only cluster` starts them (benchmarks/cluster.py),
 an R3 stream made by nats-py, then one natscli workload with the client on the
-stream's leader. Printed as JSON: the rate natscli saw, user+sys CPU per message
+stream's leader (``--on follower``: on another server, which routes every publish
+and PubAck to and from the leader). Printed as JSON: the rate natscli saw, user+sys CPU per message
 of the leader and of each follower from /proc, and of each jetlake server's main
 (event loop) thread alone.
 
@@ -102,7 +103,9 @@ def _bench(url: str, args: list[str], count: int) -> list[str]:
     return [_cli(), "--no-context", "-s", url, "bench", *args, f"--msgs={count}", "--no-progress"]
 
 
-async def measure(side: str, workload: str, count: int, profile: Path | None) -> dict[str, object]:
+async def measure(
+    side: str, workload: str, count: int, profile: Path | None, on: str = "leader"
+) -> dict[str, object]:
     args, fill = WORKLOADS[workload]
     with tempfile.TemporaryDirectory() as root:
         async with _cluster(COMMANDS[side], Path(root), 3) as nodes:
@@ -120,10 +123,11 @@ async def measure(side: str, workload: str, count: int, profile: Path | None) ->
             finally:
                 await nc.close()
             lead = next(n for n in nodes if n.name == leader)
+            client = lead if on == "leader" else next(n for n in nodes if n is not lead)
             if fill:
-                fill_args = _bench(lead.url, ["js", "pub", "async", SUBJECT], count)
+                fill_args = _bench(client.url, ["js", "pub", "async", SUBJECT], count)
                 subprocess.run(fill_args, check=True, capture_output=True)
-            return _run(side, nodes, lead, _bench(lead.url, args, count), count, profile)
+            return _run(side, nodes, lead, _bench(client.url, args, count), count, profile)
 
 
 def _run(
@@ -167,10 +171,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--side", choices=sorted(COMMANDS), default="jetlake")
     parser.add_argument("--profile", type=Path, help="py-spy each server into this folder")
+    parser.add_argument(
+        "--on", choices=("leader", "follower"), default="leader", help="the client's server"
+    )
     opts = parser.parse_args(argv)
     if opts.profile is not None:
         opts.profile.mkdir(parents=True, exist_ok=True)
-    result = asyncio.run(measure(opts.side, opts.workload, opts.count, opts.profile))
+    result = asyncio.run(measure(opts.side, opts.workload, opts.count, opts.profile, opts.on))
     result["load"] = round(os.getloadavg()[0], 1)
     print(json.dumps(result))
 

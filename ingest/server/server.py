@@ -362,7 +362,7 @@ class Server:
         tails = sender is None and shown is None and self.mapper is None
         routes = sublist.routes if tails else None
         if routes is not None:
-            framed = routes.deliver_tail(subject, reply, hdr, payload)
+            framed = routes.deliver_tail(subject, reply, hdr, payload, not local)
             if framed is not None:
                 self.count_tails(sublist, 1, framed, framed * size)
                 return framed > 0
@@ -370,9 +370,10 @@ class Server:
             subject = self.mapper.map_bytes(subject)
         match = sublist.match(subject)
         self.routed = subject
-        if routes is not None:
-            learn_tail(routes, sublist, subject, partial(self.local_under, account))
         cluster = None if local else self.cluster
+        if routes is not None:
+            peer = partial(cluster.sole_route_under, account.name) if cluster else None
+            learn_tail(routes, sublist, subject, partial(self.local_under, account), peer)
         if cluster is None and not match.plain and not match.queues:
             return False  # no interest: the common case of a publish nobody listens to
         remote = cluster.forwarding(account.name, subject) if cluster is not None else None

@@ -120,17 +120,29 @@ def learn_route(routes: Any, match: Match[Any], subject: bytes) -> None:
 
 
 def learn_tail(
-    routes: Any, sublist: Sublist[Any], subject: bytes, local: Callable[[bytes], bool]
+    routes: Any,
+    sublist: Sublist[Any],
+    subject: bytes,
+    local: Callable[[bytes], bool],
+    peer: Callable[[bytes], tuple[bytes, Any] | None] | None = None,
 ) -> None:
     """Tell the table where every subject of `subject`'s prefix and one more token goes,
     if the sublist's walk showed they all go to the same plain client subscriptions (a
     reply inbox's `_INBOX.<id>.*`) and `local(prefix)` that no peer wants any of them:
-    the server's own replies then skip the match."""
+    the server's own replies then skip the match. Or, when nothing here can take any of
+    them and `peer(prefix)` names the one route that takes them all (a client's inbox
+    on another server), that they go to that route as RMSGs."""
     prefix, dot, _ = subject.rpartition(b".")
-    match = sublist.tail_of(prefix) if dot else None
+    if not dot:
+        return
+    match = sublist.tail_of(prefix)
     targets = _targets(match) if match is not None else None
     if targets and local(prefix):
         routes.learn_tail(prefix, targets)
+    elif peer is not None and (match is None or not (match.plain or match.queues)):
+        found = peer(prefix)
+        if found is not None and not sublist.reaches_under(prefix):
+            routes.learn_peer_tail(prefix, *found)
 
 
 def _targets(match: Match[Any]) -> list[tuple[object, bytes, Subscription]] | None:

@@ -14,6 +14,11 @@
 //!
 //! A subject whose only receiver is a stream is learnt as that stream's intake
 //! (`learn_route`): the codec hands a read's PUBs to it as one `PubRun`.
+//!
+//! The server's own replies to a peer's inboxes (PubAcks to a client on another
+//! server) are known by prefix too, as the one route that alone takes every
+//! `prefix.<token>` (`learn_peer_tail`): a run of them is framed as RMSGs and handed
+//! to that route in one call.
 
 use crate::outlet::Outlet;
 use pyo3::prelude::*;
@@ -83,12 +88,47 @@ pub enum Route {
 /// What `learn` is given per target: (outlet, sid, subscription).
 type Learnt<'py> = (Py<Outlet>, Bound<'py, PyBytes>, Py<PyAny>);
 
+/// The route that alone takes a prefix's subjects (it has `send_run(data, msgs, size)`),
+/// and the account's name on the wire.
+struct PeerTail {
+    account: Vec<u8>,
+    route: Py<PyAny>,
+}
+
+/// RMSGs framed for one route during one call, handed over once the call is done.
+struct Pending {
+    route: Py<PyAny>,
+    buf: Vec<u8>,
+    msgs: u64,
+    size: u64,
+}
+
+/// Frame one RMSG without headers or queue groups as `encode_rmsg` does.
+fn frame_rmsg(buf: &mut Vec<u8>, account: &[u8], subject: &[u8], reply: &[u8], payload: &[u8]) {
+    buf.extend_from_slice(b"RMSG ");
+    buf.extend_from_slice(account);
+    buf.push(b' ');
+    buf.extend_from_slice(subject);
+    buf.push(b' ');
+    if !reply.is_empty() {
+        buf.extend_from_slice(reply);
+        buf.push(b' ');
+    }
+    buf.extend_from_slice(payload.len().to_string().as_bytes());
+    buf.extend_from_slice(b"\r\n");
+    buf.extend_from_slice(payload);
+    buf.extend_from_slice(b"\r\n");
+}
+
 #[pyclass(module = "jetlake_native")]
 pub struct Routes {
     map: HashMap<Vec<u8>, Route>,
     /// A prefix → where every subject of one more token goes (a reply inbox's
     /// `_INBOX.<id>`), for the server's own publishes (`deliver_tail`).
     tails: HashMap<Vec<u8>, Vec<Target>>,
+    /// A prefix → the one peer route that alone takes every `prefix.<token>` (a client's
+    /// inbox on another server), for the server's own replies (`deliver_tails`).
+    peers: HashMap<Vec<u8>, PeerTail>,
     /// `$JS.ACK.<stream>.<consumer>.` → that consumer's `acks(seqs)` sink.
     acks: HashMap<Vec<u8>, Py<PyAny>>,
     /// Some target has counts to settle: monitoring asks for every subscription's count,
@@ -110,7 +150,9 @@ impl Routes {
     }
 
     /// Frame one of the server's own messages into the targets its subject's prefix
-    /// learnt; None where Python must route it (see `deliver_tail`).
+    /// learnt, or (`peers`) into the RMSGs `pending` for the route that learnt it; None
+    /// where Python must route it (see `deliver_tail`).
+    #[allow(clippy::too_many_arguments)]
     fn tail(
         &mut self,
         py: Python<'_>,
@@ -119,16 +161,38 @@ impl Routes {
         hdr: Option<&[u8]>,
         payload: &[u8],
         notices: &mut Vec<(Py<PyAny>, Py<PyAny>)>,
+        pending: Option<&mut Vec<Pending>>,
     ) -> Option<usize> {
         let dot = subject.iter().rposition(|&b| b == b'.')?;
         if matches!(&subject[dot + 1..], b"" | b"*" | b">") {
             return None;
         }
-        let targets = self.tails.get_mut(&subject[..dot])?;
-        frame_into(py, targets, subject, reply, hdr, payload, notices);
-        let n = targets.len();
-        self.unsettled |= n > 0;
-        Some(n)
+        let prefix = &subject[..dot];
+        if let Some(targets) = self.tails.get_mut(prefix) {
+            frame_into(py, targets, subject, reply, hdr, payload, notices);
+            let n = targets.len();
+            self.unsettled |= n > 0;
+            return Some(n);
+        }
+        let pending = pending.filter(|_| hdr.is_none())?;
+        let peer = self.peers.get(prefix)?;
+        let at = match pending.iter().position(|p| p.route.is(&peer.route)) {
+            Some(at) => at,
+            None => {
+                pending.push(Pending {
+                    route: peer.route.clone_ref(py),
+                    buf: Vec::new(),
+                    msgs: 0,
+                    size: 0,
+                });
+                pending.len() - 1
+            }
+        };
+        let out = &mut pending[at];
+        frame_rmsg(&mut out.buf, &peer.account, subject, reply, payload);
+        out.msgs += 1;
+        out.size += payload.len() as u64;
+        Some(1)
     }
 
     /// The learnt sink of a plain ack on `subject` and its (delivered, stream seq, consumer
@@ -161,6 +225,16 @@ impl Routes {
     }
 }
 
+/// Hand each route the RMSGs framed for it: `send_run(data, msgs, size)`.
+fn send_pending(py: Python<'_>, pending: Vec<Pending>) -> PyResult<()> {
+    for p in pending {
+        let data = PyBytes::new(py, &p.buf);
+        p.route
+            .call_method1(py, intern!(py, "send_run"), (data, p.msgs, p.size))?;
+    }
+    Ok(())
+}
+
 fn number(token: &[u8]) -> Option<u64> {
     if token.len() > 19 || !token.iter().all(u8::is_ascii_digit) {
         return None;
@@ -175,6 +249,7 @@ impl Routes {
         Self {
             map: HashMap::new(),
             tails: HashMap::new(),
+            peers: HashMap::new(),
             acks: HashMap::new(),
             unsettled: false,
         }
@@ -220,11 +295,33 @@ impl Routes {
         Ok(())
     }
 
+    /// Record that `route` alone takes every `prefix.<token>`, its account named `account`
+    /// on the wire (a prefix learnt already keeps its entry).
+    fn learn_peer_tail(
+        &mut self,
+        py: Python<'_>,
+        prefix: &[u8],
+        account: &[u8],
+        route: Py<PyAny>,
+    ) -> PyResult<()> {
+        if self.peers.contains_key(prefix) {
+            return Ok(());
+        }
+        if self.peers.len() >= LIMIT {
+            self.clear(py, false)?;
+        }
+        let account = account.to_vec();
+        self.peers
+            .insert(prefix.to_vec(), PeerTail { account, route });
+        Ok(())
+    }
+
     /// Frame a message the server publishes itself (a PubAck, an API response) to a
-    /// subject whose prefix `learn_tail` knows; its receivers' count, or None where
-    /// Python must route it: an unknown prefix, or a last token the sublist's tail rule
-    /// leaves to a walk (empty, `*`, `>`).
-    #[pyo3(signature = (subject, reply, hdr, payload))]
+    /// subject whose prefix `learn_tail` knows, or (`peers`, no headers) whose prefix
+    /// `learn_peer_tail` knows; its receivers' count, or None where Python must route
+    /// it: an unknown prefix, or a last token the sublist's tail rule leaves to a walk
+    /// (empty, `*`, `>`). A message from a peer is never sent to another (`peers` false).
+    #[pyo3(signature = (subject, reply, hdr, payload, peers = true))]
     fn deliver_tail(
         &mut self,
         py: Python<'_>,
@@ -232,10 +329,14 @@ impl Routes {
         reply: &[u8],
         hdr: Option<&[u8]>,
         payload: &[u8],
+        peers: bool,
     ) -> PyResult<Option<usize>> {
         let mut notices = Vec::new();
-        let framed = self.tail(py, subject, reply, hdr, payload, &mut notices);
+        let mut pending = Vec::new();
+        let to = peers.then_some(&mut pending);
+        let framed = self.tail(py, subject, reply, hdr, payload, &mut notices, to);
         send_notices(py, notices)?;
+        send_pending(py, pending)?;
         Ok(framed)
     }
 
@@ -244,14 +345,17 @@ impl Routes {
     /// framed, their payloads' bytes, their receivers and the bytes those received.
     /// Only the items it reads are converted: Python calls it again past each answer it
     /// routes itself, so converting the whole list each time made a run of answers to a
-    /// peer's inboxes quadratic.
+    /// peer's inboxes quadratic. Each route's RMSGs go to it in one call at the end.
+    #[pyo3(signature = (msgs, start, peers = true))]
     fn deliver_tails(
         &mut self,
         py: Python<'_>,
         msgs: &Bound<'_, PyList>,
         start: usize,
+        peers: bool,
     ) -> PyResult<(usize, u64, u64, u64)> {
         let mut notices = Vec::new();
+        let mut pending = Vec::new();
         let (mut done, mut size, mut out, mut out_size) = (0usize, 0u64, 0u64, 0u64);
         for i in start..msgs.len() {
             let item = msgs.get_item(i)?;
@@ -260,7 +364,9 @@ impl Routes {
                 break; // Python routes what is not (bytes, bytes), and says what is wrong
             };
             let data = payload.as_bytes();
-            let Some(n) = self.tail(py, subject.as_bytes(), b"", None, data, &mut notices) else {
+            let to = peers.then_some(&mut pending);
+            let Some(n) = self.tail(py, subject.as_bytes(), b"", None, data, &mut notices, to)
+            else {
                 break;
             };
             done += 1;
@@ -269,6 +375,7 @@ impl Routes {
             out_size += (n * data.len()) as u64;
         }
         send_notices(py, notices)?;
+        send_pending(py, pending)?;
         Ok((done, size, out, out_size))
     }
 
@@ -309,6 +416,7 @@ impl Routes {
         self.settle(py)?;
         self.map.clear();
         self.tails.clear();
+        self.peers.clear();
         if acks {
             self.acks.clear();
         }
@@ -319,6 +427,7 @@ impl Routes {
     fn __contains__(&self, subject: &[u8]) -> bool {
         self.map.contains_key(subject)
             || self.tails.contains_key(subject)
+            || self.peers.contains_key(subject)
             || self.acks.contains_key(subject)
     }
 
@@ -329,6 +438,9 @@ impl Routes {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         for sink in self.acks.values() {
             visit.call(sink)?;
+        }
+        for peer in self.peers.values() {
+            visit.call(&peer.route)?;
         }
         for route in self.map.values() {
             if let Route::Intake(sink) = route {
@@ -349,6 +461,7 @@ impl Routes {
     fn __clear__(&mut self) {
         self.map.clear();
         self.tails.clear();
+        self.peers.clear();
         self.acks.clear();
     }
 }

@@ -103,3 +103,28 @@ def test_a_twins_interest_passes_to_the_route_that_replaced_it() -> None:
     assert targets(remote, b"inbox.1") == {"new": []}
     assert remote.count("old") == 0 and remote.count("new") == 2
     assert told == [("$G", "work", "q", -3)]  # only the twin's second copy of the group
+
+
+def test_a_sole_peer_under_a_prefix_is_named_only_when_it_alone_takes_every_subject() -> None:
+    """What the compiled table may learn for the server's replies to a peer's inbox: one
+    peer with plain interest in every `prefix.<token>`, as the trie's last walk showed."""
+    remote: RemoteInterestMap[str] = RemoteInterestMap()
+    remote.add("B", "_INBOX.x.*", None, 0)
+    assert remote.sole_peer_under(b"_INBOX.x") is None  # no walk yet
+    assert targets(remote, b"_INBOX.x.1") == {"B": []}
+    assert remote.sole_peer_under(b"_INBOX.x") == "B"
+    assert remote.sole_peer_under(b"_INBOX.x", "OTHER") is None
+    remote.add("B", "_INBOX.>", None, 0)  # the same peer twice over
+    targets(remote, b"_INBOX.x.1")
+    assert remote.sole_peer_under(b"_INBOX.x") == "B"
+    remote.add("C", "_INBOX.x.*", None, 0)
+    targets(remote, b"_INBOX.x.1")
+    assert remote.sole_peer_under(b"_INBOX.x") is None  # two peers
+    remote.drop("C")
+    remote.add("C", "_INBOX.x.*", "q", 1)
+    targets(remote, b"_INBOX.x.1")
+    assert remote.sole_peer_under(b"_INBOX.x") is None  # a queue group
+    remote.drop("C")
+    remote.add("C", "_INBOX.x.7", None, 0)
+    targets(remote, b"_INBOX.x.1")
+    assert remote.sole_peer_under(b"_INBOX.x") is None  # a literal child splits the prefix

@@ -18,13 +18,14 @@ import nats
 import pytest
 
 from tests.jscluster.support import js_cluster, server_name
-from tests.support.cluster import has_route_interest, poll
-from tests.support.servers import enabled_kinds
+from tests.support.cluster import has_route_interest, poll, routez
+from tests.support.servers import ServerProcess, enabled_kinds
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.parametrize("kind", enabled_kinds())]
 
 SUBJECT = "fast.orders"
 INBOX = "fast.inbox"
+INBOX_ALL = f"{INBOX}.*"
 
 
 async def test_a_peer_subscribing_later_gets_what_the_leader_routed_fast(
@@ -87,5 +88,43 @@ async def test_a_peer_client_publishing_in_runs_gets_each_puback_once(
             assert json.loads((await late.next_msg(timeout=5)).data)["seq"] == 301
             assert json.loads((await acks.next_msg(timeout=5)).data)["seq"] == 301
             assert (await c.js.stream_info("ORDERS")).state.messages == 301
+            await _more_take_the_inbox(c.servers, leader, follower, pub)
         finally:
             await pub.close()
+
+
+async def _more_take_the_inbox(
+    servers: list[ServerProcess],
+    leader: ServerProcess,
+    follower: ServerProcess,
+    pub: nats.NATS,
+) -> None:
+    """The leader learnt that the follower's route alone takes the inbox's PubAcks; a
+    subscriber to it on the third server and one on the leader itself each get the next
+    PubAck, as does the publisher's own."""
+    names = {server_name(leader), server_name(follower)}
+    third = next(s for s in servers if server_name(s) not in names)
+    here = await nats.connect(leader.url, allow_reconnect=False)
+    there = await nats.connect(third.url, allow_reconnect=False)
+    try:
+        subs = [await nc.subscribe(f"{INBOX}.*") for nc in (here, there, pub)]
+        for nc in (here, there):
+            await nc.flush()
+
+        def both_peers() -> bool:
+            routes = routez(leader)["routes"]
+            wanting = {
+                r.get("remote_id")
+                for r in routes
+                if INBOX_ALL in (r.get("subscriptions_list") or [])
+            }
+            return len(wanting) == 2
+
+        await asyncio.to_thread(poll, both_peers, "the inbox from both peers at the leader")
+        await pub.publish(SUBJECT, b"again", reply=f"{INBOX}.again")
+        for sub in subs:
+            ack = await sub.next_msg(timeout=5)
+            assert (ack.subject, json.loads(ack.data)["seq"]) == (f"{INBOX}.again", 302)
+    finally:
+        await here.close()
+        await there.close()

@@ -157,6 +157,17 @@ class RemoteInterestMap(Generic[P]):
             return None
         return Forwarding(match.plain, match.queues)
 
+    def sole_peer_under(self, prefix: bytes, account: str = GLOBAL_ACCOUNT) -> P | None:
+        """The one peer that takes every `prefix.<token>` with plain interest and no queue
+        group, if the trie's last walk showed one (a client's reply inbox on that peer,
+        `Sublist.tail_of`); else None."""
+        trie = self._tries.get(account)
+        match = trie.tail_of(prefix) if trie is not None else None
+        if match is None or match.queues or not match.plain:
+            return None
+        peer = match.plain[0].peer
+        return peer if all(entry.peer == peer for entry in match.plain) else None
+
     def wants_under(self, prefix: bytes, account: str = GLOBAL_ACCOUNT) -> bool:
         """Whether a peer announced interest that matches some subject `prefix.<tokens…>`."""
         trie = self._tries.get(account)

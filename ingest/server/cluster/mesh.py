@@ -368,6 +368,15 @@ class Cluster:
         """Whether a peer may want some subject `prefix.<tokens…>` published in `account`."""
         return bool(self.routes) and self.remote.wants_under(prefix, account)
 
+    def sole_route_under(self, account: str, prefix: bytes) -> tuple[bytes, Route] | None:
+        """The account's name on the wire and the route that alone takes every
+        `prefix.<token>` (`RemoteInterestMap.sole_peer_under`), for the compiled table to
+        frame the server's replies to it (`learn_tail`, `Route.send_run`)."""
+        route = self.remote.sole_peer_under(prefix, account) if self.routes else None
+        if route is None or route.closed or route.superseded:
+            return None
+        return account.encode(), route
+
     def forward(
         self,
         decision: Forwarding[Route],

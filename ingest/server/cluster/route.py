@@ -208,7 +208,8 @@ class Route(PeerLink, asyncio.Protocol):
         elif sublist.routes is not None and server.mapper is None:
             answers = [(m.subject, m.payload) for m in msgs if not m.reply]
             if len(answers) == len(msgs):
-                taken, _, framed, framed_bytes = sublist.routes.deliver_tails(answers, 0)
+                deliver = sublist.routes.deliver_tails
+                taken, _, framed, framed_bytes = deliver(answers, 0, peers=False)
                 server.count_tails(sublist, taken, framed, framed_bytes)
         size = sum(map(len, payloads[:taken]))
         self.in_msgs += taken
@@ -343,6 +344,12 @@ class Route(PeerLink, asyncio.Protocol):
 
     def send_msg(self, data: bytes, size: int) -> None:
         self.out_msgs += 1
+        self.out_bytes += size
+        self.queue(data)
+
+    def send_run(self, data: bytes, msgs: int, size: int) -> None:
+        """`msgs` RMSGs framed together (`Routes.deliver_tails`), `size` payload bytes."""
+        self.out_msgs += msgs
         self.out_bytes += size
         self.queue(data)
 

@@ -1,0 +1,82 @@
+"""The compiled table's replies to a peer's inboxes: the server's own messages (PubAcks
+to a client on another server) framed as RMSGs, a run of them handed to the route in
+one call, with the bytes the Python path (`encode_rmsg`) sends."""
+
+from __future__ import annotations
+
+import pytest
+
+from ingest.parser import fast
+from ingest.parser.routes import RMsg, RouteCodec, encode_rmsg
+
+pytestmark = pytest.mark.skipif(fast.native is None, reason="the compiled extension is not built")
+
+
+class Route:
+    def __init__(self) -> None:
+        self.runs: list[tuple[bytes, int, int]] = []
+
+    def send_run(self, data: bytes, msgs: int, size: int) -> None:
+        self.runs.append((data, msgs, size))
+
+
+def rmsg(subject: bytes, payload: bytes, reply: bytes = b"") -> bytes:
+    return encode_rmsg(b"$G", subject, reply, [], None, payload)
+
+
+def table(*learnt: tuple[bytes, Route]) -> object:
+    assert fast.native is not None
+    routes = fast.native.Routes()
+    for prefix, route in learnt:
+        routes.learn_peer_tail(prefix, b"$G", route)
+    return routes
+
+
+def test_a_run_of_replies_goes_to_its_route_in_one_call_up_to_one_python_routes() -> None:
+    a, b = Route(), Route()
+    routes = table((b"_INBOX.a", a), (b"_INBOX.b", b), (b"_INBOX.c", a))
+    answers = [
+        (b"_INBOX.a.1", b"one"),
+        (b"_INBOX.b.1", b"two"),
+        (b"_INBOX.c.1", b"three"),
+        (b"_INBOX.a.2", b"four"),
+        (b"other.1", b"five"),  # unknown: Python routes it
+        (b"_INBOX.a.3", b"six"),
+    ]
+    assert routes.deliver_tails(answers, 0) == (4, 15, 4, 15)
+    expected = rmsg(b"_INBOX.a.1", b"one") + rmsg(b"_INBOX.c.1", b"three")
+    assert a.runs == [(expected + rmsg(b"_INBOX.a.2", b"four"), 3, 12)]
+    assert b.runs == [(rmsg(b"_INBOX.b.1", b"two"), 1, 3)]
+    assert routes.deliver_tails(answers, 5) == (1, 3, 1, 3)
+    assert a.runs[-1] == (rmsg(b"_INBOX.a.3", b"six"), 1, 3)
+    assert RouteCodec().receive(a.runs[0][0])[1] == RMsg(
+        "$G", b"_INBOX.c.1", b"", (), None, b"three"
+    )
+
+
+def test_what_came_from_a_peer_never_goes_to_another() -> None:
+    a = Route()
+    routes = table((b"_INBOX.a", a))
+    assert routes.deliver_tails([(b"_INBOX.a.1", b"x")], 0, peers=False) == (0, 0, 0, 0)
+    assert routes.deliver_tail(b"_INBOX.a.1", b"", None, b"x", False) is None
+    assert a.runs == []
+
+
+def test_one_reply_keeps_its_reply_subject_and_headers_go_to_python() -> None:
+    a = Route()
+    routes = table((b"_INBOX.a", a))
+    assert routes.deliver_tail(b"_INBOX.a.1", b"r.1", None, b"x") == 1
+    assert a.runs == [(rmsg(b"_INBOX.a.1", b"x", b"r.1"), 1, 1)]
+    assert routes.deliver_tail(b"_INBOX.a.1", b"", b"NATS/1.0\r\n\r\n", b"x") is None
+    for last in (b"*", b">", b""):  # the sublist's tail rule leaves these to a walk
+        assert routes.deliver_tail(b"_INBOX.a." + last, b"", None, b"x") is None
+    assert len(a.runs) == 1
+
+
+def test_interest_changing_forgets_the_routes() -> None:
+    a = Route()
+    routes = table((b"_INBOX.a", a))
+    assert b"_INBOX.a" in routes
+    routes.clear(False)
+    assert b"_INBOX.a" not in routes
+    assert routes.deliver_tail(b"_INBOX.a.1", b"", None, b"x") is None
