@@ -15,9 +15,10 @@ Delta table (`spark.sql.sources.provider=delta`, as Spark itself writes one)
 at the stream's current table (`StreamRef.table_path`, so a re-created stream
 is re-pointed), named as the stream in lower case with characters Hive
 refuses turned to `_`. Its comment and `jetlake.*` parameters say the
-stream, subject filter and format. They live in the metastore only: written
-through Spark DDL they would be a commit to the Delta log beside the
-compactor's. A table of a stream that is gone is dropped (its files stay).
+stream, subject filter and format (`log.compactor.describe`); the same comment
+is the Delta table's description, which the compactor writes, so a reader
+through Delta's own catalog (which describes a Delta table from its log) sees
+it too. A table of a stream that is gone is dropped (its files stay).
 A catalog table is the lake alone: it lags the stream by the compactor's
 interval, where jetlake's own views add the live tail.
 """
@@ -37,10 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from log.compactor.layout import META_FILE, REPLICA_FILE, LakeError, StreamRef, lake_seq, streams
+from log.compactor.describe import table_texts
+from log.compactor.layout import LakeError, StreamRef, lake_seq, qualified, streams
 from log.compactor.location import Lake
-from log.compactor.typed.spec import SpecError, lake_spec
-from log.state_file import StateFileError, read_state
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,14 +70,15 @@ class CatalogEntry:
 
 
 def catalog_entries(store_dir: Path, lake: Lake) -> list[CatalogEntry]:
-    """A table per stream with rows in the lake; a typed stream's fan-out tables too.
+    """A table per stream with rows in the lake, of every account (a named account's
+    named `<account>_<stream>`); a typed stream's fan-out tables too.
 
     A stream the lake has no commit of yet has no Delta log to read and waits
     for the next sync; two streams whose Hive names meet keep the first's.
     """
     out: dict[str, CatalogEntry] = {}
     try:
-        found = list(streams(store_dir))
+        found = list(streams(store_dir, None))
     except LakeError as exc:
         log.error("catalog: %s", exc)
         return []
@@ -89,7 +90,7 @@ def catalog_entries(store_dir: Path, lake: Lake) -> list[CatalogEntry]:
             if kept is not entry:
                 log.warning(
                     "catalog: stream %s's table %s has the name of stream %s's; not registered",
-                    stream.name,
+                    stream.qualified,
                     entry.name,
                     kept.params[STREAM_PARAM],
                 )
@@ -97,33 +98,15 @@ def catalog_entries(store_dir: Path, lake: Lake) -> list[CatalogEntry]:
 
 
 def _stream_entries(stream: StreamRef, lake: Lake) -> list[CatalogEntry]:
-    try:
-        spec = lake_spec(stream.name, stream.metadata)
-    except SpecError as exc:
-        log.warning("catalog: %s", exc)
-        return []
-    subjects = ",".join(_subjects(stream))
-    common = {STREAM_PARAM: stream.name, "jetlake.created": stream.created}
-    tables = [(spec.main, subjects), *((table, pattern) for pattern, table in spec.routes)]
+    common = {STREAM_PARAM: stream.qualified, "jetlake.created": stream.created}
     out = []
-    for table, subject_filter in tables:
-        where = stream.typed_table_path(lake, table.name).spark
-        params = {**common, "jetlake.table": table.name, "jetlake.format": table.format}
-        params["jetlake.subjects"] = subject_filter
-        what = "stream" if table.name == stream.name else f"table {table.name} of stream"
-        comment = f"jetlake {what} {stream.name}: subjects {subject_filter}, format {table.format}"
-        out.append(CatalogEntry(hive_name(table.name), _uri(where), comment, params))
+    for text in table_texts(stream):
+        where = stream.typed_table_path(lake, text.table).spark
+        params = {**common, "jetlake.table": text.table, "jetlake.format": text.format}
+        params["jetlake.subjects"] = text.subjects
+        name = hive_name(qualified(stream.account, text.table))
+        out.append(CatalogEntry(name, _uri(where), text.comment, params))
     return out
-
-
-def _subjects(stream: StreamRef) -> list[str]:
-    """The stream's subject filter (its name alone when it has none, as the server takes it)."""
-    for file in (META_FILE, REPLICA_FILE):
-        try:
-            return list(read_state(stream.dir / file)["config"].get("subjects") or [stream.name])
-        except (OSError, StateFileError, KeyError, TypeError):
-            continue
-    return [stream.name]
 
 
 def _uri(location: str) -> str:

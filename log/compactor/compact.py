@@ -16,7 +16,8 @@ One pass per stream:
    keeps deletes); rows retired by limits are appended: the lake keeps
    history past the stream's limits.
 3. Write the pins after the commit: the server's cache of L (`lake.json`, and
-   the lake's in the table dir for every replica's server, `layout`).
+   the lake's in the table dir for every replica's server, `layout`); then,
+   when it differs, the tables' description (`log.compactor.describe`).
 4. Carry explicit deletes and purges into the table (a Delta DELETE of the
    erasures, seq ranges with a subject filter, that `explicit.log` holds past
    the pin's offset). A DELETE is idempotent, so a crash between it and the
@@ -44,6 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from log.compactor import tables
+from log.compactor.describe import describe_stream
 from log.compactor.direct import DIRECT_ROWS, append_direct
 from log.compactor.layout import (
     LakeError,
@@ -184,6 +186,7 @@ class Compactor:
         self._token = uuid.uuid4().hex[:12]  # this compactor's staging, apart from another's
         self._registries: dict[str, Registry] = {}  # by account: its schemas bucket
         self._direct: set[str] = set()  # tables whose last append went without Spark
+        self._described: dict[str, str] = {}  # table -> the description it has (`describe`)
 
     def run_once(self) -> Summary:
         self._registries = {}  # the schemas buckets, read again each pass
@@ -254,6 +257,8 @@ class Compactor:
             out.segments += len(group)
             out.rows += len(rows)
             out.bytes += sum(s.bytes for s in group)
+        if out.rows:
+            describe_stream(stream, self.lake_dir, self._described)
         if not keep and done:
             names = [t.name for t in spec.tables] + [t.rejects for t in spec.tables]
             paths = (

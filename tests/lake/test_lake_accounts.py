@@ -1,5 +1,6 @@
 """Named accounts' streams in the lake: each account's tables apart, its views the union
-of its own table and its own live tail, its KV bucket a view of its own.
+of its own table and its own live tail, its KV bucket a view of its own; each table's
+Delta description names the account's stream.
 
 Accounts A and B each have a stream `ORDERS` (one name, two tables) and A a KV bucket;
 the server seals and holds reclaim for both accounts' streams, the test compacts in
@@ -58,6 +59,10 @@ async def test_each_account_has_its_own_tables_and_views(lake: Lake) -> None:
         assert a_table.parent.name == "A.ORDERS" and b_table.parent.name == "B.ORDERS"
         assert lake_progress(a_table, a_ref.app_id) == 30
         assert lake_progress(b_table, b_ref.app_id) == 7
+        # Each table says what it holds, in its Delta log: what Delta's catalog describes.
+        described = lake.spark.sql(f"DESCRIBE TABLE EXTENDED delta.`{a_table}`").collect()
+        comment = {r.col_name: r.data_type for r in described}.get("Comment")
+        assert comment == "jetlake stream A.ORDERS: subjects orders.>, format raw"
 
         await _orders(a, 2, first=30)  # the live tail, after the lake
         rows = lake.sql("SELECT count(*) AS n, count(DISTINCT seq) AS d FROM `A.ORDERS`")

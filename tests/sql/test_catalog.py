@@ -17,7 +17,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from log.compactor.layout import STREAMS, Pin, StreamRef, write_pin
+from log.compactor.layout import GLOBAL, Pin, StreamRef, streams_root, write_pin
 from log.compactor.location import Lake
 from log.state_file import write_state
 from sql.catalog import catalog_entries, hive_name, metastore_command
@@ -29,9 +29,14 @@ INCARNATION = "20261121T105417.123456789Z"
 
 
 def _stream(
-    store: Path, name: str, subjects: list[str], metadata: dict[str, str], seq: int
+    store: Path,
+    name: str,
+    subjects: list[str],
+    metadata: dict[str, str],
+    seq: int,
+    account: str = GLOBAL,
 ) -> None:
-    folder = store / STREAMS / name
+    folder = streams_root(store, account) / name
     folder.mkdir(parents=True)
     config = {"name": name, "subjects": subjects, "storage": "file", "metadata": metadata}
     write_state(folder / "stream.json", {"config": config, "created": CREATED})
@@ -58,8 +63,13 @@ def test_a_table_per_stream_in_the_lake_with_its_subjects_and_format(tmp_path: P
     }
     _stream(store, "IOT", ["iot.>"], typed, seq=2)
     _stream(store, "orders", ["lower.>"], {}, seq=1)  # meets ORDERS' Hive name: not registered
+    _stream(store, "ORDERS", ["orders.>"], {}, seq=4, account="A")  # a named account's
     entries = {e.name: e for e in catalog_entries(store, lake)}
-    assert sorted(entries) == ["iot", "orders", "temps"]
+    assert sorted(entries) == ["a_orders", "iot", "orders", "temps"]
+    theirs = entries["a_orders"]
+    assert theirs.location == (tmp_path / "lake" / "A.ORDERS" / INCARNATION).as_uri()
+    assert theirs.comment == "jetlake stream A.ORDERS: subjects orders.>, format raw"
+    assert theirs.params["jetlake.stream"] == "A.ORDERS"
     orders = entries["orders"]
     assert orders.location == (tmp_path / "lake" / "ORDERS" / INCARNATION).as_uri()
     assert orders.comment == "jetlake stream ORDERS: subjects orders.>,refunds.*, format raw"
@@ -112,15 +122,19 @@ while True:  # the lake's commit, then the service's next sync, put the table th
         spark.catalog.refreshTable("jetlake.orders")
         rows = spark.sql("SELECT subject, count(*) AS n FROM jetlake.orders GROUP BY 1").collect()
         counts = {r.subject: r.n for r in rows}
-        if sum(counts.values()) == int(sys.argv[4]) or time.monotonic() > deadline:
+        # Delta's catalog describes the table from its log: the compactor's description.
+        described = spark.sql("DESCRIBE TABLE EXTENDED jetlake.orders").collect()
+        described = {r.col_name: r.data_type for r in described}.get("Comment")
+        done = sum(counts.values()) == int(sys.argv[4]) and described
+        if done or time.monotonic() > deadline:
             break
     elif time.monotonic() > deadline:
         break
     time.sleep(1)
-# Spark's DeltaCatalog describes a Delta table from its log; the metastore's own entry:
+# The metastore's own entry, as engines that read only the metastore see it:
 raw = spark._jsparkSession.sharedState().externalCatalog().getTable("jetlake", "orders")
 params = {k: raw.properties().get(k).get() for k in ("jetlake.stream", "jetlake.subjects")}
-found = {"tables": sorted(tables), "counts": counts, "params": params}
+found = {"tables": sorted(tables), "counts": counts, "params": params, "described": described}
 found["comment"] = raw.comment().get()
 # A table of someone else's stays; a deleted stream's goes at the service's next sync.
 spark.sql("CREATE TABLE jetlake.mine (a INT) USING parquet")
@@ -198,7 +212,8 @@ def test_a_plain_spark_session_lists_and_reads_the_registered_tables(
         found = json.loads(done.stdout.strip().splitlines()[-1])
         assert found["tables"] == ["orders"]
         assert found["counts"] == {"orders.eu": 10, "orders.us": 10}
-        assert found["comment"] == "jetlake stream ORDERS: subjects orders.>, format raw"
+        comment = "jetlake stream ORDERS: subjects orders.>, format raw"
+        assert found["comment"] == found["described"] == comment
         assert found["params"] == {"jetlake.stream": "ORDERS", "jetlake.subjects": "orders.>"}
         assert found["after"] == ["mine"]
     finally:
