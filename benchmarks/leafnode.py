@@ -7,7 +7,11 @@ probe subscription on the hub and probe publishes on the leaf show the link is u
 the hub's interest in the subject has reached the leaf, so no message is published
 into a link that would drop it.
 
-The row runs as ``Profile.OFFLINE`` (it starts its own two servers, the binaries
+The `-s2` row is the same with `compression: s2_fast` on both ends of the link, so each
+side writes S2 streams (the default, `s2_auto`, writes uncompressed S2 chunks on a
+loopback link).
+
+The rows run as ``Profile.OFFLINE`` (it starts its own two servers, the binaries
 beside this interpreter, as the cluster rows do).
 """
 
@@ -33,18 +37,22 @@ LINK_SECONDS = 20.0
 PROBE_EVERY = 0.05
 
 
-def measure(side: str) -> Measure:
-    """The harness's measure of the row on one side: a fresh hub and leaf of that kind."""
-    return partial(_measure, command=COMMANDS[side])
+def measure(side: str, compression: str = "") -> Measure:
+    """The harness's measure of the row on one side: a fresh hub and leaf of that kind,
+    their link in the `compression` mode given (else the default)."""
+    return partial(_measure, command=COMMANDS[side], compression=compression)
 
 
 @asynccontextmanager
-async def _hub_and_leaf(command: list[str], root: Path) -> AsyncIterator[tuple[str, str]]:
+async def _hub_and_leaf(
+    command: list[str], root: Path, compression: str
+) -> AsyncIterator[tuple[str, str]]:
     """The hub's and the leaf's client URLs; both stopped on the way out."""
     port = _free_port()
+    mode = f", compression: {compression}" if compression else ""
     configs = {
-        "hub": f"leafnodes {{ listen: 127.0.0.1:{port} }}\n",
-        "leaf": f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{port}" }} ] }}\n',
+        "hub": f"leafnodes {{ listen: 127.0.0.1:{port}{mode} }}\n",
+        "leaf": f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{port}"{mode} }} ] }}\n',
     }
     async with configured_servers(command, root, configs, START_SECONDS) as servers:
         (hub, _), (leaf, _) = servers
@@ -78,9 +86,11 @@ async def _link_carries(hub_url: str, leaf_url: str) -> AsyncIterator[Subscripti
         await asyncio.gather(hub_nc.close(), leaf_nc.close())
 
 
-async def _measure(_url: str, p: Params, *, command: list[str]) -> dict[str, float]:
+async def _measure(
+    _url: str, p: Params, *, command: list[str], compression: str
+) -> dict[str, float]:
     assert p.store is not None, "the harness sets the store of every run"
-    async with _hub_and_leaf(command, p.store) as (hub, leaf):
+    async with _hub_and_leaf(command, p.store, compression) as (hub, leaf):
         sub_args = _args(hub, p, "bench", "sub", SUBJECT, f"--msgs={p.count}")
         async with _link_carries(hub, leaf) as probe, _process(sub_args) as sub:
             seen = await _wait_for(sub, sub_args, READY_SUB)

@@ -170,6 +170,15 @@ NATSCLI: tuple[Workload, ...] = (
         timeout=300.0,
     ),
     Workload(
+        "natscli-leafnode-s2",
+        Profile.OFFLINE,  # as natscli-leafnode, the link compressed (benchmarks/leafnode)
+        leafnode.measure("jetlake", "s2_fast"),
+        (_rate("leaf → hub pub → sub, link in s2_fast (nats bench)"),),
+        "natscli-leafnode with compression: s2_fast on the hub and the remote, --count",
+        ref_measure=leafnode.measure("ref", "s2_fast"),
+        timeout=300.0,
+    ),
+    Workload(
         "natscli-websocket",
         Profile.OFFLINE,  # each side starts its own server with a websocket {} block
         websocket.measure("jetlake"),
