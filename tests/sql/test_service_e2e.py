@@ -25,6 +25,8 @@ import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
+from sql.nats_client import SqlError
+from sql.nats_client import query as nats_query
 from sql.service import Endpoints, quiet_query_errors
 from tests.support.cluster import free_port
 from tests.support.servers import ServerProcess, start_server
@@ -283,6 +285,12 @@ async def test_sql_over_nats_streams_arrow_json_and_errors(service: Service) -> 
             assert bad.end is not None and bad.end.headers is not None
             assert bad.end.headers["Nats-Service-Error-Code"] == code
             assert text in bad.end.headers["Nats-Service-Error"]
+        # The Python client does the same: the whole result as Arrow, or the error.
+        many = await nats_query(nc, "SELECT id FROM range(5000)", headers={"Jl-Sql-Window": "2"})
+        assert many.column("id").to_pylist() == list(range(5000))
+        with pytest.raises(SqlError, match=r"400: .*PARSE_SYNTAX_ERROR") as refused:
+            await nats_query(nc, "SELEC 1")
+        assert refused.value.code == "400"
     finally:
         await nc.close()
 

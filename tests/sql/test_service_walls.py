@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +25,9 @@ import pytest
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import SparkSession
 
+from log.compactor.compact import lake_progress
+from log.compactor.layout import StreamRef, default_lake_dir, streams_root
+from log.segments import list_segments
 from sql.service import quiet_query_errors
 from tests.sql.test_service_e2e import (
     START_DEADLINE,
@@ -232,3 +237,41 @@ def test_spark_connect_bad_input_and_a_cancelled_query(walled: Walled) -> None:
     assert not runner.is_alive() and failed, "the query went on after interruptAll"
     assert "OPERATION_CANCELED" in str(failed[0]) or "cancel" in str(failed[0]).lower()
     assert spark.sql("SELECT 41 + 1 AS n").collect()[0].n == 42
+
+
+@pytest.mark.soak  # a compactor JVM of its own: ~30-60 s
+async def test_an_accounts_lake_table_stands_behind_its_wall(walled: Walled) -> None:
+    a, b, sys_url = walled.url("a"), walled.url("b"), walled.url("sys")
+    await _publish(a, "LAKED", 6)
+    await _publish(b, "LAKED", 4)
+    refs = {acc: StreamRef.load(streams_root(walled.store, acc) / "LAKED") for acc in "AB"}
+
+    def sealed(acc: str, seq: int) -> bool:
+        return any(s.sealed and s.last_seq >= seq for s in list_segments(refs[acc].dir))
+
+    deadline = time.monotonic() + 30
+    while not (sealed("A", 6) and sealed("B", 4)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    job = [sys.executable, "-m", "jobs.lake_job", "compact", "--store", str(walled.store)]
+    done = await asyncio.to_thread(subprocess.run, job, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lake = default_lake_dir(walled.store)
+    tables = {acc: ref.table_path(lake) for acc, ref in refs.items()}
+    assert tables["A"].parent.name == "A.LAKED"
+    assert lake_progress(tables["A"], refs["A"].app_id) == 6
+    assert lake_progress(tables["B"], refs["B"].app_id) == 4
+    nc = await nats.connect(a)
+    await nc.jetstream().publish("laked.x", b"tail")  # after the lake: the live tail
+    await nc.close()
+    own_a, own_b, files = await asyncio.gather(
+        _query(a, "SELECT count(*) AS n FROM LAKED"),
+        _query(b, "SELECT count(*) AS n FROM LAKED"),
+        _query(sys_url, "SELECT DISTINCT input_file_name() AS f FROM A.LAKED"),
+    )
+    assert (_count(own_a), _count(own_b)) == (7, 4)
+    lake_files = [f for f in files.table().column("f").to_pylist() if "A.LAKED" in f]
+    assert lake_files, files.table()
+    refused = (f"SELECT * FROM parquet.`{lake_files[0]}`", f"SELECT * FROM delta.`{tables['A']}`")
+    for answer in await asyncio.gather(*(_query(b, sql) for sql in refused)):
+        code, said = _error(answer)
+        assert code == "400" and "account B may not read" in said, said

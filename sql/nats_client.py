@@ -1,0 +1,59 @@
+"""A Python client of SQL over NATS (`sql.nats_service`): one query, its result as Arrow.
+
+    table = await query(nc, "SELECT subject, count(*) FROM ORDERS GROUP BY 1")
+
+Any NATS client can do what this does: publish the SQL to `$JL.SQL.query` with a
+reply inbox, answer each chunk (an empty publish to its reply subject, which is
+the flow control), read each chunk as an Arrow IPC stream, and stop at the message
+with `Jl-Sql-Rows`, or at an error's `Nats-Service-Error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.aio.msg import Msg
+
+SUBJECT = "$JL.SQL.query"
+
+
+class SqlError(Exception):
+    """The service refused or failed the query; `code` is its Nats-Service-Error-Code."""
+
+    def __init__(self, code: str, text: str) -> None:
+        super().__init__(f"{code}: {text}")
+        self.code = code
+
+
+async def query(
+    nc: Client, sql: str, *, timeout: float = 60.0, headers: dict[str, str] | None = None
+) -> pa.Table:
+    """The whole result of `sql`; SqlError when the service answers with an error,
+    TimeoutError when it has not finished within `timeout` seconds."""
+    chunks: list[pa.Table] = []
+    done: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+
+    async def on_msg(msg: Msg) -> None:
+        found = msg.headers or {}
+        if "Jl-Sql-Chunk" in found:
+            chunks.append(pa.ipc.open_stream(msg.data).read_all())
+            await msg.respond(b"")
+        elif not done.done():
+            done.set_result(msg)
+
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=on_msg)
+    try:
+        await nc.publish(SUBJECT, sql.encode(), reply=inbox, headers=headers)
+        end = await asyncio.wait_for(done, timeout)
+    finally:
+        await sub.unsubscribe()
+    found = end.headers or {}
+    if "Nats-Service-Error" in found:
+        raise SqlError(found.get("Nats-Service-Error-Code", ""), found["Nats-Service-Error"])
+    return pa.concat_tables(chunks) if chunks else pa.table({})
