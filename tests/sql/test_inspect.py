@@ -278,3 +278,19 @@ def test_console_script(store: Store) -> None:
     assert (done.returncode, done.stderr) == (0, "")
     want = sorted(Counter(m.subject for m in store.live().values()).items())
     assert done.stdout == "subject,n\n" + "".join(f"{s},{n}\n" for s, n in want)
+
+
+def test_a_named_accounts_stream_is_named_as_spark_names_it(
+    capsys: pytest.CaptureFixture[str], store: Store
+) -> None:
+    theirs = store.root / "jetstream" / "A" / "streams" / "ORDERS"
+    theirs.mkdir(parents=True)
+    doc = {"config": {"name": "ORDERS"}, "created": "2024-01-01T00:00:00Z"}
+    (theirs / "stream.json").write_text(json.dumps(doc))
+    fs = FileStore(theirs, name="ORDERS")
+    fs.append([message(i) for i in range(4)])
+    fs.close()
+    assert find_stream_dirs(store.root)["A.ORDERS"] == theirs
+    assert find_stream_dirs(store.root)["ORDERS"] == store.orders
+    [row] = as_json(capsys, store, 'SELECT count(*) AS n FROM "A.ORDERS"')
+    assert row == {"n": 4}
