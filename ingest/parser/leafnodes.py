@@ -116,11 +116,7 @@ _split = getattr(native, "split_leaf", None)  # None: pure, or a build before it
 class LeafCodec(RouteCodec):
     """Parses what a hub or a leaf sends. After an error it must not be fed again."""
 
-    __slots__ = ("_tail",)
-
-    def __init__(self, **limits: int) -> None:
-        super().__init__(**limits)
-        self._tail = b""  # a frame not whole yet, for `receive_runs`
+    __slots__ = ()
 
     def receive_runs(self, data: bytes) -> list[RouteOp | LRun]:
         """`receive`, with runs of plain LMSGs as `LRun`s: the compiled walk hands this

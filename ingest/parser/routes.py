@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ingest.parser.fast import native
 from ingest.parser.framing import (
     CRLF,
     OK,
@@ -128,10 +129,13 @@ class _Pending:
     total: int
 
 
+_split = getattr(native, "split_route", None)  # None: pure, or a build before it
+
+
 class RouteCodec:
     """Parses what a peer server sends. After an error the codec must not be fed again."""
 
-    __slots__ = ("_buf", "_pending", "max_control_line", "max_payload")
+    __slots__ = ("_buf", "_pending", "_tail", "max_control_line", "max_payload")
 
     def __init__(
         self, *, max_control_line: int = MAX_CONTROL_LINE, max_payload: int = MAX_PAYLOAD
@@ -140,6 +144,25 @@ class RouteCodec:
         self.max_payload = max_payload
         self._buf = b""
         self._pending: _Pending | None = None
+        self._tail = b""  # a frame not whole yet, for the compiled walk
+
+    def receive_walked(self, data: bytes) -> list[RouteOp]:
+        """`receive`, with plain RMSGs built by the compiled walk (`split_route`), which
+        hands this codec only whole frames, so it never holds a partial one of its own
+        (it does only after input the walk could not read, which then all comes here)."""
+        buf = self._tail + data if self._tail else data
+        self._tail = b""
+        if _split is None or self._buf or self._pending is not None:
+            return self.receive(buf)
+        items, used = _split(buf, self.max_control_line, self.max_payload, RMsg)
+        self._tail = buf[used:]
+        ops: list[RouteOp] = []
+        for item in items:
+            if type(item) is bytes:
+                ops += self.receive(item)
+            else:
+                ops.append(item)
+        return ops
 
     def receive(self, data: bytes) -> list[RouteOp]:
         """Every whole operation in the bytes seen so far, in order."""

@@ -19,7 +19,7 @@ enum Frame<'a> {
     Plain(&'a [u8], usize, usize, usize),
 }
 
-fn parse_size(token: &[u8]) -> Option<usize> {
+pub(crate) fn parse_size(token: &[u8]) -> Option<usize> {
     if token.is_empty() || token.len() > 10 || !token.iter().all(u8::is_ascii_digit) {
         return None;
     }

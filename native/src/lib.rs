@@ -22,6 +22,7 @@ mod entries;
 mod ipc;
 mod leafnodes;
 mod outlet;
+mod route_split;
 mod routes;
 mod runs;
 mod s2;
@@ -604,6 +605,7 @@ fn jetlake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_hmsg, m)?)?;
     m.add_function(wrap_pyfunction!(leafnodes::split_leaf, m)?)?;
     m.add_function(wrap_pyfunction!(leafnodes::frame_run, m)?)?;
+    m.add_function(wrap_pyfunction!(route_split::split_route, m)?)?;
     m.add_class::<s2::S2Reader>()?;
     m.add_function(wrap_pyfunction!(s2::s2_encode_stream, m)?)?;
     m.add_function(wrap_pyfunction!(s2::s2_encode_block, m)?)?;

@@ -155,7 +155,7 @@ class Route(PeerLink, asyncio.Protocol):
         if not data:
             return
         try:
-            ops = self.codec.receive(data)
+            ops = self.codec.receive_walked(data)
         except proto.RouteProtocolError as exc:
             log.error("%s - Route protocol error: %s", self.where, exc)
             self.close("Protocol Violation")

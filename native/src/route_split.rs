@@ -1,0 +1,148 @@
+//! The compiled walk over a route's input (`ingest/parser/routes.py` is the reference
+//! codec and stays the one that reads every other frame and says what is wrong).
+//!
+//! Between servers nearly every frame is a plain `RMSG <account> <subject> [<reply>]
+//! <size>`: a client's publish forwarded to a stream leader, its PubAck coming back,
+//! a Raft message. `split_route` builds those messages here, each by the codec's own
+//! `RMsg` class, and hands back every other frame as bytes for the Python codec, in
+//! order; where the walk is unsure (a size it cannot read, a long line, whitespace
+//! other than spaces and tabs) it hands the rest to Python.
+
+use crate::leafnodes::parse_size;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+
+/// A frame's end, and for a plain RMSG its account, subject, reply and payload range.
+enum Frame<'a> {
+    Other(usize),
+    Plain([&'a [u8]; 3], usize, usize),
+}
+
+fn frame_at(
+    buf: &[u8],
+    pos: usize,
+    max_line: usize,
+    max_payload: usize,
+) -> Result<Option<Frame<'_>>, ()> {
+    let rest = &buf[pos..];
+    let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
+        return if rest.len() > max_line {
+            Err(())
+        } else {
+            Ok(None)
+        };
+    };
+    let next = pos + nl + 1;
+    let mut line = &rest[..nl];
+    if line.last() == Some(&b'\r') {
+        line = &line[..line.len() - 1];
+    }
+    if line.len() > max_line {
+        return Err(());
+    }
+    if line.len() < 5 || line[4] != b' ' {
+        return Ok(Some(Frame::Other(next)));
+    }
+    let verb = [
+        line[0] | 0x20,
+        line[1] | 0x20,
+        line[2] | 0x20,
+        line[3] | 0x20,
+    ];
+    let headers = match &verb {
+        b"rmsg" => false,
+        b"hmsg" => true,
+        _ => return Ok(Some(Frame::Other(next))),
+    };
+    let args = &line[5..];
+    if args
+        .iter()
+        .any(|&b| matches!(b, b'\n' | b'\r' | 0x0b | 0x0c))
+    {
+        return Err(()); // Python's split() reads such whitespace as a separator too
+    }
+    let tokens: Vec<&[u8]> = args
+        .split(|&b| b == b' ' || b == b'\t')
+        .filter(|t| !t.is_empty())
+        .collect();
+    let total = tokens.last().and_then(|t| parse_size(t)).ok_or(())?;
+    if total > max_payload {
+        return Err(());
+    }
+    let start = next;
+    let stop = start + total;
+    if stop + 2 > buf.len() {
+        return Ok(None);
+    }
+    if &buf[stop..stop + 2] != b"\r\n" {
+        return Err(());
+    }
+    let plain = match tokens.len() {
+        3 => Some([tokens[0], tokens[1], &b""[..]]),
+        4 if tokens[2] != b"+" && tokens[2] != b"|" => Some([tokens[0], tokens[1], tokens[2]]),
+        _ => None,
+    };
+    match plain {
+        Some(fields) if !headers => Ok(Some(Frame::Plain(fields, start, stop))),
+        _ => Ok(Some(Frame::Other(stop + 2))),
+    }
+}
+
+/// Split `buf` into items in order: `bytes` (whole frames for the Python codec) and
+/// plain messages made by `make(account, subject, reply, (), None, payload)`; and where
+/// the last whole frame ends (what follows waits for the next read).
+#[pyfunction]
+pub fn split_route<'py>(
+    py: Python<'py>,
+    buf: &[u8],
+    max_line: usize,
+    max_payload: usize,
+    make: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyList>, usize)> {
+    let items = PyList::empty(py);
+    let (mut pos, mut raw_from) = (0usize, 0usize);
+    let no_queues = PyTuple::empty(py);
+    let mut accounts: Vec<(&[u8], Bound<'py, PyString>)> = Vec::new();
+    let flush_raw = |items: &Bound<'py, PyList>, from: usize, to: usize| -> PyResult<()> {
+        if to > from {
+            items.append(PyBytes::new(py, &buf[from..to]))?;
+        }
+        Ok(())
+    };
+    while pos < buf.len() {
+        match frame_at(buf, pos, max_line, max_payload) {
+            Ok(None) => break,
+            Err(()) => {
+                flush_raw(&items, raw_from, buf.len())?;
+                return Ok((items, buf.len()));
+            }
+            Ok(Some(Frame::Other(next))) => pos = next,
+            Ok(Some(Frame::Plain([account, subject, reply], start, stop))) => {
+                flush_raw(&items, raw_from, pos)?;
+                let name = match accounts.iter().find(|(a, _)| *a == account) {
+                    Some((_, name)) => name.clone(),
+                    None => {
+                        let name = PyBytes::new(py, account)
+                            .call_method1("decode", ("utf-8", "surrogateescape"))?
+                            .cast_into::<PyString>()?;
+                        accounts.push((account, name.clone()));
+                        name
+                    }
+                };
+                let msg = make.call1((
+                    name,
+                    PyBytes::new(py, subject),
+                    PyBytes::new(py, reply),
+                    &no_queues,
+                    py.None(),
+                    PyBytes::new(py, &buf[start..stop]),
+                ))?;
+                items.append(msg)?;
+                pos = stop + 2;
+                raw_from = pos;
+            }
+        }
+    }
+    flush_raw(&items, raw_from, pos)?;
+    Ok((items, pos))
+}
