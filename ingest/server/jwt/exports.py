@@ -18,6 +18,7 @@ from typing import Any
 from ingest.parser.subjects import is_subset
 from ingest.server.accounts.settings import (
     DEFAULT_RESPONSE_THRESHOLD,
+    HEADERS_SAMPLING,
     SINGLETON,
     Export,
     Import,
@@ -76,9 +77,9 @@ def _exports(account: Claims) -> list[_JWTExport]:
         )
         latency = doc.get("service_latency")
         if isinstance(latency, dict) and isinstance(latency.get("results"), str):
-            sampling = latency.get("sampling", 100)
+            sampling = latency.get("sampling", 100)  # nsc writes "headers" for 0
             values["latency"] = Latency(
-                sampling=sampling if isinstance(sampling, int) else 100,
+                sampling=sampling if isinstance(sampling, int) else HEADERS_SAMPLING,
                 subject=latency["results"],
             )
         revocations = doc.get("revocations")
