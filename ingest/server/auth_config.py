@@ -135,6 +135,7 @@ def resolver(section: _Section, key: str, out: dict[str, Any]) -> None:
         if hard_delete is not None and not fields.get("allow_delete"):
             raise section.error(key, "hard_delete has no effect without delete")
         fields["hard_delete"] = bool(hard_delete)
+        fields["limit"] = max(fields.get("limit", 0), 0)  # 0: as many accounts as pushed
     else:
         raise section.error(key, _RESOLVER_ERROR)
     if not fields.get("dir"):

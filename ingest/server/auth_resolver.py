@@ -204,9 +204,20 @@ class Resolver:
 
     def _take(self, token: str, account: str) -> None:
         """Keep a fetched JWT as if it had been pushed (JWTError when not trusted)."""
+        self._make_room(account)
         claims = self.store.put(token, time.time(), expected=account)
         self._save(claims.subject, token)
         self.apply(claims)
+
+    def _make_room(self, account: str) -> None:
+        """A full resolver's directory holds at most `limit` accounts: one more is
+        refused (JWTError), as the reference's store refuses it; a held one may change."""
+        limit, directory = self.config.limit, self.dir
+        if self.config.type != FULL or not limit or directory is None:
+            return
+        held = (directory / f"{account}.jwt").exists()
+        if not held and sum(1 for _ in directory.glob("*.jwt")) >= limit:
+            raise JWTError("jwt store is full")
 
     def _save(self, account: str, token: str) -> None:
         if self.dir is None:
@@ -275,6 +286,7 @@ class Resolver:
         if not token or (held is not None and held.token == token):
             return
         try:
+            self._make_room(jwt.peek_subject(token))
             claims = self.store.put(token, time.time())
         except JWTError as exc:
             log.debug("resolver catch-up: %s", exc)
@@ -289,6 +301,7 @@ class Resolver:
         expected = {6: tokens[3], 5: tokens[2]}.get(len(tokens))
         token = data.decode("utf-8", "replace").strip()
         word = self._cache_word
+        decoded = expected
         if not token and not self.config.stores:
             log.error("jwt update error - %s - request body is empty", expected)
             error = {"account": expected, "code": 500}
@@ -299,6 +312,7 @@ class Resolver:
             if token.count(".") != 2:
                 raise JWTError("expected 3 chunks")
             claims = jwt.decode(token, "account")
+            decoded = expected or claims.subject
             if expected is not None and claims.subject != expected:
                 raise JWTError("subject does not match jwt content")
             if self.config.type != FULL and self.store.get(claims.subject) is None:
@@ -311,9 +325,10 @@ class Resolver:
             if issues:
                 self._refuse(reply, claims.subject, f"validation errors: [{' '.join(issues)}]")
                 return
+            self._make_room(claims.subject)
             claims = self.store.put(token, time.time())
         except JWTError as exc:
-            account = expected or "n/a"
+            account = decoded or "n/a"
             log.error("jwt update%s resulted in error - %s - %s", word, account, exc)
             error = {"account": account, "code": 500}
             error["description"] = f"jwt update{word} resulted in error - {exc}"

@@ -222,8 +222,9 @@ def test_operator_config_is_read(tmp_path: Path) -> None:
         ("resolver { type: cache, dir: d }", {"type": CACHE, "limit": 1000, "ttl": 0.0}),
         (
             "resolver { type: full, dir: d, allow_delete: true, hard_delete: true }",
-            {"type": "full", "allow_delete": True, "hard_delete": True},
+            {"type": "full", "allow_delete": True, "hard_delete": True, "limit": 0},
         ),
+        ("resolver { type: full, dir: d, limit: 3 }", {"type": "full", "limit": 3}),
         # The operator's account server is the resolver when none is configured.
         ("", {"type": URL, "url": "http://acc:9090/jwt/v1/accounts/"}),
     ],

@@ -16,7 +16,8 @@ class ResolverConfig:
 
     `interval` is how often a full resolver asks the other servers of its cluster for
     the JWTs it lacks; `timeout` bounds a lookup it (or a cache) forwards to them at a
-    login; a cache keeps at most `limit` JWTs, each for `ttl` seconds (0: no end)."""
+    login; a cache keeps at most `limit` JWTs, each for `ttl` seconds (0: no end); a
+    full resolver refuses accounts beyond `limit` (0: none refused)."""
 
     type: str = MEMORY
     dir: str | None = None
