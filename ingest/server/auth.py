@@ -16,6 +16,7 @@ from ingest.server.accounts.settings import GLOBAL_ACCOUNT
 from ingest.server.jwt import nkey, trust
 from ingest.server.jwt.claims import JWTError
 from ingest.server.jwt.store import AccountStore
+from ingest.server.responses import Responses
 
 AUTH_VIOLATION = "Authorization Violation"
 STANDARD = "STANDARD"  # connection types a user's `allowed_connection_types` names
@@ -84,20 +85,27 @@ class Grant:
     expiry_error: str = "User Authentication Expired"  # or the account's, if it ends first
     max_subscriptions: int = -1  # a JWT user's own limits; -1: the account's only
     max_payload: int = -1
+    responses: Responses | None = None  # a JWT user's `resp`
     _pub_cache: dict[bytes, bool] = field(default_factory=dict)
 
     @property
     def restricted(self) -> bool:
-        return bool(self.pub_allow or self.pub_deny or self.sub_allow or self.sub_deny)
+        rules = self.pub_allow or self.pub_deny or self.sub_allow or self.sub_deny
+        return bool(rules) or self.responses is not None
 
     def can_publish(self, subject: bytes) -> bool:
         verdict = self._pub_cache.get(subject)
         if verdict is None:
             text = subject.decode("utf-8", "surrogateescape")
-            verdict = _allowed(text, self.pub_allow, self.pub_deny)
+            # Response permissions without an allow list allow nothing else.
+            verdict = (self.responses is None or bool(self.pub_allow)) and _allowed(
+                text, self.pub_allow, self.pub_deny
+            )
             if len(self._pub_cache) >= _CACHE_LIMIT:
                 self._pub_cache.clear()
             self._pub_cache[subject] = verdict
+        if not verdict and self.responses is not None:
+            return self.responses.allows(subject)
         return verdict
 
     def can_subscribe(self, subject: str) -> bool:
@@ -108,7 +116,10 @@ class Grant:
         return not any(subject_matches(d, subject) for d in self.sub_deny)
 
     def filters_delivery(self, subject: str) -> bool:
-        """True when a subscription may see messages a deny rule must hold back."""
+        """True when a subscription may see messages a deny rule must hold back, or
+        whose reply subjects response permissions must note."""
+        if self.responses is not None:
+            return True
         return any(subjects_overlap(subject, d) for d in self.sub_deny)
 
     def can_receive(self, subject: str) -> bool:
@@ -245,6 +256,7 @@ class Authenticator:
             issued_at=found.issued_at,
             max_subscriptions=found.max_subscriptions,
             max_payload=found.max_payload,
+            responses=Responses(*found.responses) if found.responses is not None else None,
             expiry_error=(
                 "Account Authentication Expired"
                 if found.account_expires_first

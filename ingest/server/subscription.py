@@ -44,8 +44,12 @@ class Subscription:
 
     def deliver(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
         conn = self.conn
-        if self.filtered and not conn.grant.can_receive(subject.decode("utf-8", "surrogateescape")):
-            return
+        if self.filtered:
+            grant = conn.grant
+            if not grant.can_receive(subject.decode("utf-8", "surrogateescape")):
+                return
+            if reply and grant.responses is not None:
+                grant.responses.received(reply)
         if conn.trace:
             if hdr is not None and conn.headers:
                 conn.trace_out(encode_hmsg(subject, self.sid, reply, hdr, payload))
@@ -96,15 +100,40 @@ def learn_acks(
         routes.learn_acks(prefix + b".", sink)
 
 
-def learn_routed(routes: Any, sublist: Sublist[Any], subject: bytes, local: bool) -> None:
+def learn_routed(
+    routes: Any,
+    sublist: Sublist[Any],
+    subject: bytes,
+    local: bool,
+    forward: Callable[[bytes], Any] | None = None,
+) -> None:
     """After a publish on `subject` was routed: its match taught to the table, or that
     Python routes it when a peer wants it (`local` false). Nothing if delivering changed
-    the interest (the match is gone)."""
+    the interest (the match is gone).
+
+    One case a peer wants is learnt: a replicated stream's subject on a follower, whose
+    replica drops what it is sent (only the leader takes publishes, and its intake alone
+    is announced), and one route, the leader's, wants it. `forward(subject)` names that
+    route's sink for runs of PUBs, which the codec then hands it as for an intake."""
     match = sublist.peek(subject)
     if match is not None and not local:
-        routes.learn(subject, None)
+        sink = forward(subject) if forward is not None and _followers_intake(match) else None
+        if sink is not None:
+            routes.learn_intake(subject, sink)
+        else:
+            routes.learn(subject, None)
     elif match is not None:
         learn_route(routes, match, subject)
+
+
+def _followers_intake(match: Match[Any]) -> bool:
+    """Whether a stream replica that is not leading is the subject's one receiver here:
+    an intake not announced to the peers (`JetStream.set_stream_leader` announces the
+    leader's alone, as it starts taking publishes)."""
+    if match.queues or len(match.plain) != 1:
+        return False
+    sub = match.plain[0]
+    return getattr(sub, "intake", None) is not None and not sub.announced
 
 
 def learn_route(routes: Any, match: Match[Any], subject: bytes) -> None:

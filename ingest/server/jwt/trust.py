@@ -21,6 +21,7 @@ from ingest.server.accounts.settings import AccountLimits, JetStreamLimits
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt import nkey
 from ingest.server.jwt.claims import Claims, JWTError
+from ingest.server.jwt.times import window_end
 
 AccountLookup = Callable[[str], Claims | None]
 _SCOPE_FIELDS = ("pub", "sub", "resp", "src", "times", "times_location", "locale")
@@ -44,6 +45,7 @@ class JWTUser:
     account_expires_first: bool = False  # the client is then told the account expired
     max_subscriptions: int = -1  # the user JWT's `subs`; -1: only the account's limit
     max_payload: int = -1  # the user JWT's `payload`
+    responses: tuple[int, float] | None = None  # the user JWT's `resp`: max, ttl in seconds
 
 
 class Operators:
@@ -228,8 +230,13 @@ def authenticate(
     if not any(pub + sub):
         defaults = account.nats.get("default_permissions") or {}
         pub, sub = _rule(defaults.get("pub")), _rule(defaults.get("sub"))
-    ends = [t for t in (user.expires, account.expires) if t]
-    account_first = bool(account.expires) and (not user.expires or account.expires < user.expires)
+    window = window_end(limits, now)
+    if window is None:
+        raise JWTError(f"user {user.subject} is outside its connect times")
+    # The user's own end is the earlier of its expiry and its window's end.
+    user_ends = min((t for t in (user.expires, int(window)) if t), default=0)
+    ends = [t for t in (user_ends, account.expires) if t]
+    account_first = bool(account.expires) and (not user_ends or account.expires < user_ends)
     return JWTUser(
         user=user.subject,
         name=user.name,
@@ -243,6 +250,18 @@ def authenticate(
         account_expires_first=account_first,
         max_subscriptions=_limit(limits, "subs"),
         max_payload=_limit(limits, "payload"),
+        responses=_responses(limits.get("resp")),
+    )
+
+
+def _responses(resp: object) -> tuple[int, float] | None:
+    """`resp: {max, ttl}` (ttl in nanoseconds); 0 or missing take the defaults."""
+    if not isinstance(resp, dict):
+        return None
+    most, ttl = resp.get("max", 0), resp.get("ttl", 0)
+    return (
+        most if isinstance(most, int) else 0,
+        ttl / 1e9 if isinstance(ttl, int | float) else 0.0,
     )
 
 
