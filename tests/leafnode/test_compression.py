@@ -1,12 +1,14 @@
 """Leafnode compression: the negotiation rules without I/O, the config as both servers
 read it, and links between jetlake and the reference (each way, and jetlake on both
 ends) that negotiate S2, carry large payloads both ways, and show the level on both
-sides' /leafz; one side off leaves the link uncompressed. A peer whose S2 stream is
-corrupt loses its link and nobody else notices."""
+sides' /leafz; one side off leaves the link uncompressed. A leaf played by the test
+sees the hub's S2 chunks on the wire; one whose S2 stream is corrupt loses its link
+and nobody else notices."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ from tests.leafnode.conftest import LINK_TIMEOUT, Link, leafz, linked
 from tests.leafnode.test_config import refusal
 from tests.support.clients import sync
 from tests.support.cluster import free_port, poll
-from tests.support.servers import start_server
+from tests.support.servers import ServerProcess, start_server
 
 TIMEOUT = 10.0
 MS = 1_000_000
@@ -230,60 +232,122 @@ async def test_one_side_off_runs_uncompressed(
         link.hub.stop(expect_code=None)
 
 
-# ---- a corrupt stream --------------------------------------------------------------------
+# ---- a leaf played by the test: the S2 bytes on the wire ---------------------------------
 
 
-async def _line(
-    reader: asyncio.StreamReader, inflate: s2.StreamReader | None, buf: bytearray
-) -> bytes:
-    while b"\r\n" not in buf:
-        data = await asyncio.wait_for(reader.read(65536), TIMEOUT)
-        assert data, "the hub hung up"
-        buf += inflate.feed(data) if inflate is not None else data
-    line, _, rest = bytes(buf).partition(b"\r\n")
-    buf[:] = rest
-    return line
-
-
-@pytest.mark.parametrize("kind", ["nats-server", "jetlake"])
-async def test_a_corrupt_stream_closes_only_that_link(tmp_path: Path, kind: str) -> None:
-    """A leaf that negotiates s2_fast, logs in, then sends a chunk whose checksum is
-    wrong: the hub closes that link (jetlake saying which peer and why); its clients
-    carry on."""
+@pytest.fixture(scope="module", params=["nats-server", "jetlake"])
+def s2_hub(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerProcess, int]]:
+    """A hub whose accepted links write s2_fast, and its leafnode port."""
     port = free_port()
     config = f"server_name: hub\nleafnodes {{ listen: 127.0.0.1:{port}, compression: s2_fast }}\n"
-    hub = start_server(kind, "-m", "-1", config=config, tmp_path=tmp_path, name="hub")
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        buf = bytearray()
-        greeting = json.loads((await _line(reader, None, buf))[5:])
+    tmp = tmp_path_factory.mktemp("s2hub")
+    hub = start_server(request.param, "-m", "-1", config=config, tmp_path=tmp, name="hub")
+    yield hub, port
+    hub.stop(expect_code=None)
+
+
+class FakeLeaf:
+    """A leaf negotiating s2_fast by hand: its INFO, the hub's compressed INFO, CONNECT."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.inflate: s2.StreamReader | None = None
+        self.buf = bytearray()
+        self.wire = 0  # bytes read off the socket since compression started
+
+    @classmethod
+    async def login(cls, hub: ServerProcess, port: int) -> FakeLeaf:
+        leaf = cls(*await asyncio.open_connection("127.0.0.1", port))
+        greeting = json.loads((await leaf.line())[5:])
         assert greeting["compression"] == "s2_fast"
         info = {"server_id": "NFAKELEAF", "name": "fake-leaf", "compression": "s2_fast"}
-        writer.write(b"INFO " + json.dumps(info).encode() + b"\r\n")
-        inflate = s2.StreamReader()
-        assert (await _line(reader, inflate, buf)).startswith(b"INFO ")
+        leaf.writer.write(b"INFO " + json.dumps(info).encode() + b"\r\n")
+        leaf.inflate = s2.StreamReader()
+        assert (await leaf.line()).startswith(b"INFO ")
         connect = {"server_id": "NFAKELEAF", "name": "fake-leaf", "headers": True,
                    "compress_mode": "s2_fast"}  # fmt: skip
-        writer.write(s2.encode_stream(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n"))
-        while (line := await _line(reader, inflate, buf)) != b"PONG":
+        await leaf.send(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
+        while (line := await leaf.line()) != b"PONG":
             assert not line.startswith(b"-ERR"), line
         await asyncio.to_thread(
             poll, lambda: leafz(hub)["leafnodes"] == 1, "the fake leaf registered", LINK_TIMEOUT
         )
-        client = await nats.connect(hub.url, allow_reconnect=False)
-        sub = await client.subscribe("still.here")
-        writer.write(s2.MAGIC + b"\x01\x06\x00\x00\x00\x00\x00\x00hi")  # a CRC of 0
-        await writer.drain()
-        while await asyncio.wait_for(reader.read(65536), TIMEOUT):
-            pass  # until the hub closes the link
-        writer.close()
+        return leaf
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(s2.encode_stream(data))
+        await self.writer.drain()
+
+    async def _more(self) -> None:
+        data = await asyncio.wait_for(self.reader.read(65536), TIMEOUT)
+        assert data, "the hub hung up"
+        if self.inflate is None:
+            self.buf += data
+        else:
+            self.wire += len(data)
+            self.buf += self.inflate.feed(data)
+
+    async def line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            await self._more()
+        line, _, rest = bytes(self.buf).partition(b"\r\n")
+        self.buf[:] = rest
+        return line
+
+    async def message(self, subject: bytes, size: int) -> bytes:
+        """The payload of the next LMSG on `subject`, skipping whatever comes before."""
+        head = b"LMSG " + subject + b" %d\r\n" % size
+        while (at := self.buf.find(head)) < 0 or len(self.buf) < at + len(head) + size + 2:
+            await self._more()
+        return bytes(self.buf[at + len(head) : at + len(head) + size])
+
+    async def hang_up(self, hub: ServerProcess) -> None:
+        self.writer.close()
         await asyncio.to_thread(
             poll, lambda: leafz(hub)["leafnodes"] == 0, "the link gone", LINK_TIMEOUT
         )
-        await client.publish("still.here", b"ok")
-        assert (await sub.next_msg(TIMEOUT)).data == b"ok"
+
+
+async def test_the_hub_compresses_what_it_sends(s2_hub: tuple[ServerProcess, int]) -> None:
+    """The hub reads the test's S2 (LS+), and what it forwards comes as S2 chunks much
+    smaller than the payload, which decode to the LMSG."""
+    hub, port = s2_hub
+    leaf = await FakeLeaf.login(hub, port)
+    try:
+        assert leafz(hub)["leafs"][0]["compression"] == "s2_fast"
+        await leaf.send(b"LS+ wire.test\r\n")
+        await asyncio.to_thread(
+            poll, lambda: _announced(hub, "wire.test"), "the fake leaf's interest", LINK_TIMEOUT
+        )
+        payload = b"".join(b"reading %06d ok;" % i for i in range(12_500))  # 225,000 bytes
+        client = await nats.connect(hub.url, allow_reconnect=False)
+        leaf.wire = 0
+        await client.publish("wire.test", payload)
+        await client.flush()
+        assert await leaf.message(b"wire.test", len(payload)) == payload
+        assert leaf.wire < len(payload) // 3, f"{leaf.wire} bytes on the wire"  # both ~62,000
         await client.close()
-        if kind == "jetlake":
-            assert hub.find_log("Leafnode decompression error from fake-leaf: chunk checksum")
     finally:
-        hub.stop(expect_code=None)
+        await leaf.hang_up(hub)
+
+
+async def test_a_corrupt_stream_closes_only_that_link(s2_hub: tuple[ServerProcess, int]) -> None:
+    """A chunk whose checksum is wrong: the hub closes that link (jetlake saying which
+    peer and why); its clients carry on."""
+    hub, port = s2_hub
+    leaf = await FakeLeaf.login(hub, port)
+    client = await nats.connect(hub.url, allow_reconnect=False)
+    sub = await client.subscribe("still.here")
+    leaf.writer.write(s2.MAGIC + b"\x01\x06\x00\x00\x00\x00\x00\x00hi")  # a CRC of 0
+    await leaf.writer.drain()
+    with contextlib.suppress(ConnectionError):
+        while await asyncio.wait_for(leaf.reader.read(65536), TIMEOUT):
+            pass  # until the hub closes the link
+    await leaf.hang_up(hub)
+    await client.publish("still.here", b"ok")
+    assert (await sub.next_msg(TIMEOUT)).data == b"ok"
+    await client.close()
+    if hub.kind == "jetlake":
+        assert hub.find_log("Leafnode decompression error from fake-leaf: chunk checksum")
