@@ -237,3 +237,19 @@ def test_masked_crc_matches_the_framing_format() -> None:
     """CRC-32C of "123456789" is 0xE3069283 (RFC 3720); masked as Snappy's framing does."""
     c = 0xE3069283
     assert s2.masked_crc(b"123456789") == (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400), st.integers(min_value=0, max_value=400), st.binary(max_size=8))
+def test_damaged_streams_decode_or_fail_cleanly(noise: bytes, at: int, patch: bytes) -> None:
+    """Garbage after the identifier, or a valid stream with bytes overwritten: both
+    readers give the same bytes or both refuse it with ValueError, never anything else."""
+    valid = s2.encode_stream(b"LMSG a.b 12\r\nhello, world\r\n" * 30)
+    for stream in (s2.MAGIC + noise, valid[:at] + patch + valid[at + len(patch) :]):
+        results = []
+        for make in (s2.StreamReader, jetlake_native.S2Reader):
+            try:
+                results.append(make().feed(stream))
+            except ValueError:
+                results.append(None)
+        assert results[0] == results[1]
