@@ -5,6 +5,10 @@ figures `$JS.API.INFO` reports.
 Storage is reserved by a stream's `max_bytes`: a stream whose reservation would take
 its account past `max_memory`/`max_file` is refused, as is one past the per-stream
 caps, or one without `max_bytes` where the account requires it.
+
+An account JWT's tiered limits bound the streams of each replica count apart: a
+stream, its consumers and its stored bytes count against its tier (`R<replicas>`)
+only, and `$JS.API.INFO` reports each tier's figures.
 """
 
 from __future__ import annotations
@@ -40,6 +44,46 @@ def limits_document(limits: JetStreamLimits | None) -> dict[str, Any]:
     }
 
 
+def tier(limits: JetStreamLimits, replicas: int) -> JetStreamLimits:
+    """The limits that bound a stream of `replicas`: the account's, or its tier's."""
+    if not limits.tiers:
+        return limits
+    for count, found in limits.tiers:
+        if count == max(replicas, 1):
+            return found
+    raise ApiError(400, 10120, "no JetStream default or applicable tiered limit present")
+
+
+def _in_tier(
+    limits: JetStreamLimits, configs: Mapping[str, StreamConfig], replicas: int
+) -> Mapping[str, StreamConfig]:
+    if not limits.tiers:
+        return configs
+    return {n: c for n, c in configs.items() if max(c.num_replicas, 1) == max(replicas, 1)}
+
+
+def tiers_document(engine: _Engine) -> dict[str, Any]:
+    """The `tiers` of an account info response, when the account has tiers."""
+    limits = engine.limits
+    if limits is None or not limits.tiers:
+        return {}
+    configs = engine.configs()
+    tiers = {}
+    for replicas, bounds in limits.tiers:
+        mine = _in_tier(limits, configs, replicas)
+        used = engine.usage(replicas)
+        tiers[f"R{replicas}"] = {
+            "memory": used["memory"],
+            "storage": used["storage"],
+            "reserved_memory": reserved(mine, memory=True),
+            "reserved_storage": reserved(mine, memory=False),
+            "streams": len(mine),
+            "consumers": sum(engine.consumers.count(name) for name in mine),
+            "limits": limits_document(bounds),
+        }
+    return {"tiers": tiers}
+
+
 def reserved(configs: Mapping[str, StreamConfig], *, memory: bool, but: str = "") -> int:
     """Bytes the streams' `max_bytes` hold back in one kind of storage (`but` left out)."""
     return sum(
@@ -54,6 +98,8 @@ def check_stream(
 ) -> None:
     """Refuse a stream created or updated past the account's limits; `configs` are the
     account's streams as they are now."""
+    configs = _in_tier(limits, configs, cfg.num_replicas)
+    limits = tier(limits, cfg.num_replicas)
     if cfg.name not in configs and 0 <= limits.max_streams <= len(configs):
         raise ApiError(400, 10027, "maximum number of streams reached")
     if limits.max_bytes_required and cfg.max_bytes <= 0:
@@ -71,10 +117,13 @@ def check_stream(
             raise ApiError(500, 10047, "insufficient storage resources available")
 
 
-def check_consumer(limits: JetStreamLimits, consumers: int, cfg: ConsumerConfig) -> None:
+def check_consumer(
+    limits: JetStreamLimits, consumers: int, cfg: ConsumerConfig, replicas: int = 1
+) -> None:
     """Refuse a new consumer past the account's ack-pending limit, or when its stream has
     `max_consumers` already: the reference bounds each stream's consumers by the account's
-    limit, not the account's consumers in all."""
+    limit (its stream's tier's), not the account's consumers in all."""
+    limits = tier(limits, replicas)
     if 0 <= limits.max_consumers <= consumers:
         raise ApiError(400, 10026, "maximum consumers limit reached")
     if limits.max_ack_pending >= 0 and cfg.max_ack_pending > limits.max_ack_pending:
@@ -85,8 +134,12 @@ def check_consumer(limits: JetStreamLimits, consumers: int, cfg: ConsumerConfig)
         )
 
 
-def with_account_default(limits: JetStreamLimits, cfg: ConsumerConfig) -> ConsumerConfig:
-    """A consumer that names no max_ack_pending gets the account's, as on the reference."""
+def with_account_default(
+    limits: JetStreamLimits, cfg: ConsumerConfig, replicas: int = 1
+) -> ConsumerConfig:
+    """A consumer that names no max_ack_pending gets the account's (its stream's tier's),
+    as on the reference."""
+    limits = tier(limits, replicas)
     if limits.max_ack_pending >= 0 and cfg.max_ack_pending == 0 and cfg.ack_policy != "none":
         return dataclasses.replace(cfg, max_ack_pending=limits.max_ack_pending)
     return cfg
@@ -99,8 +152,11 @@ RunHandler = Callable[[bytes, list[bytes], list[bytes]], None]
 class _Engine(Protocol):
     limits: JetStreamLimits | None
     messaging: Any
+    consumers: Any
 
-    def usage(self) -> dict[str, int]: ...
+    def usage(self, replicas: int = 0) -> dict[str, int]: ...
+
+    def configs(self) -> dict[str, StreamConfig]: ...
 
 
 def limited(
@@ -108,8 +164,12 @@ def limited(
 ) -> tuple[PublishHandler, RunHandler]:
     """A stream's publish handlers in an account with a storage limit: a message that
     would take the account's stored bytes past it is refused (10002), one at a time."""
-    limits = engine.limits
-    assert limits is not None
+    assert engine.limits is not None
+    replicas = max(stream.config.num_replicas, 1) if engine.limits.tiers else 0
+    try:
+        limits = tier(engine.limits, replicas)
+    except ApiError:  # its tier gone since it was made: nothing bounds it
+        limits = UNLIMITED
     memory = stream.config.storage == "memory"
     cap = limits.max_memory if memory else limits.max_file
     kind = "memory" if memory else "storage"
@@ -117,7 +177,7 @@ def limited(
     def checked(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         if cap >= 0:
             size = msg_size(subject, hdr, data, stream.store.overhead)
-            if engine.usage()[kind] + size > cap:
+            if engine.usage(replicas)[kind] + size > cap:
                 if reply and not stream.config.no_ack:
                     body = error_ack(stream.name, ApiError(400, 10002, RESOURCES_EXCEEDED))
                     engine.messaging.publish(reply, None, None, body)

@@ -78,6 +78,9 @@ class JetStreamLimits:
     max_bytes_required: bool = False
     memory_max_stream_bytes: int = -1
     disk_max_stream_bytes: int = -1
+    # An account JWT's tiered limits (`nsc edit account --js-tier N`): each replica
+    # count's own limits; a stream of a count without a tier is refused.
+    tiers: tuple[tuple[int, JetStreamLimits], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -208,6 +208,7 @@ class Api:
                 "errors": self.errors,
             },
             **domain,
+            **js_limits.tiers_document(self._js),
         }
 
     # -- streams -------------------------------------------------------------

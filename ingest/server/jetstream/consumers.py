@@ -283,7 +283,7 @@ class Consumers:
             cfg = dataclasses.replace(cfg, pause_until=existing.consumer.cfg.pause_until)
             cfg = sourcing.kept_start(cfg, existing.consumer.cfg)
         if self._js.limits is not None:
-            cfg = js_limits.with_account_default(self._js.limits, cfg)
+            cfg = js_limits.with_account_default(self._js.limits, cfg, stream.config.num_replicas)
         cfg = ccfg.with_defaults(cfg, stream.config)
         ccfg.check(cfg, stream.config)
         if existing is not None:
@@ -370,7 +370,7 @@ class Consumers:
         if scfg.max_consumers > 0 and count >= scfg.max_consumers:
             raise cerr.max_consumers()
         if self._js.limits is not None:
-            js_limits.check_consumer(self._js.limits, count, cfg)
+            js_limits.check_consumer(self._js.limits, count, cfg, scfg.num_replicas)
         if scfg.retention == "workqueue":
             if cfg.ack_policy not in ("explicit", "flow_control"):
                 raise cerr.wq_requires_explicit_ack()

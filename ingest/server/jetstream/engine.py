@@ -194,6 +194,8 @@ class JetStream:
 
     def create_stream(self, cfg: StreamConfig) -> Stream:
         """Create, or return the existing stream when the config is identical."""
+        if self.limits is not None:
+            js_limits.tier(self.limits, cfg.num_replicas)  # the reference asks this first
         if cfg.num_replicas > 1:
             raise errors.replicas_not_supported()
         cfg = self.sources.checked(cfg)
@@ -525,9 +527,12 @@ class JetStream:
     def configs(self) -> dict[str, StreamConfig]:
         return {name: stream.config for name, stream in self.streams.items()}
 
-    def usage(self) -> dict[str, int]:
+    def usage(self, replicas: int = 0) -> dict[str, int]:
+        """Bytes stored, by kind; of the streams of `replicas` only (an account tier's)."""
         used = {"memory": 0, "storage": 0}
         for stream in self.streams.values():
+            if replicas and max(stream.config.num_replicas, 1) != replicas:
+                continue
             kind = "memory" if stream.config.storage == "memory" else "storage"
             used[kind] += stream.store.state().bytes
         return used

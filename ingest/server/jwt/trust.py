@@ -85,7 +85,8 @@ class Operators:
 def account_limits(account: Claims) -> AccountLimits:
     """The limits of an account JWT (`nsc edit account --conns --subscriptions --payload
     --leaf-conns`, and `--js-*`), in the shape an `accounts {}` block's `limits` takes.
-    JetStream is on for the account when its memory or disk storage is not 0."""
+    JetStream is on for the account when its memory or disk storage is not 0, or it has
+    tiers (`--js-tier`)."""
     limits = account.nats.get("limits")
     limits = limits if isinstance(limits, dict) else {}
 
@@ -93,25 +94,46 @@ def account_limits(account: Claims) -> AccountLimits:
         value = limits.get(name, -1)
         return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
-    memory, disk = limits.get("mem_storage", 0), limits.get("disk_storage", 0)
+    tiered = limits.get("tiered_limits")
+    tiered = tiered if isinstance(tiered, dict) else {}
+    tiers = tuple(
+        (int(name[1:]), _jetstream(tier, limits.get("max_bytes_required")))
+        for name, tier in sorted(tiered.items())
+        if isinstance(tier, dict) and name[:1] == "R" and name[1:].isdigit()
+    )
     jetstream = None
-    if memory or disk:
+    if limits.get("mem_storage", 0) or limits.get("disk_storage", 0):
+        jetstream = _jetstream(limits, None)
+    elif tiers:  # the account-wide figures are 0, as the reference reports them
         jetstream = JetStreamLimits(
-            max_memory=limit("mem_storage"),
-            max_file=limit("disk_storage"),
-            max_streams=limit("streams"),
-            max_consumers=limit("consumer"),
-            max_ack_pending=limit("max_ack_pending"),
-            max_bytes_required=bool(limits.get("max_bytes_required")),
-            memory_max_stream_bytes=limit("mem_max_stream_bytes"),
-            disk_max_stream_bytes=limit("disk_max_stream_bytes"),
-        )
+            max_memory=0, max_file=0, max_streams=0, max_consumers=0, max_ack_pending=0,
+            memory_max_stream_bytes=0, disk_max_stream_bytes=0, tiers=tiers,
+        )  # fmt: skip
     return AccountLimits(
         max_connections=limit("conn"),
         max_subscriptions=limit("subs"),
         max_payload=limit("payload"),
         max_leafnodes=limit("leaf"),
         jetstream=jetstream,
+    )
+
+
+def _jetstream(limits: dict[str, Any], required: object) -> JetStreamLimits:
+    """JetStream limits of an account JWT, or of one of its tiers."""
+
+    def limit(name: str) -> int:
+        value = limits.get(name, -1)
+        return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+    return JetStreamLimits(
+        max_memory=limit("mem_storage"),
+        max_file=limit("disk_storage"),
+        max_streams=limit("streams"),
+        max_consumers=limit("consumer"),
+        max_ack_pending=limit("max_ack_pending"),
+        max_bytes_required=bool(limits.get("max_bytes_required", required)),
+        memory_max_stream_bytes=limit("mem_max_stream_bytes"),
+        disk_max_stream_bytes=limit("disk_max_stream_bytes"),
     )
 
 
