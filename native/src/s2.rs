@@ -461,8 +461,12 @@ impl S2Reader {
             return Err(PyValueError::new_err("the stream already failed"));
         }
         let mut out = Vec::new();
-        let src = data;
-        if let Err(why) = self.inner.feed(src, &mut out) {
+        let inner = &mut self.inner;
+        // A bug here must cost only this link: a panic becomes the same ValueError.
+        let fed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.feed(data, &mut out)))
+                .unwrap_or_else(|_| Err("the S2 decoder failed".to_string()));
+        if let Err(why) = fed {
             self.failed = true;
             return Err(PyValueError::new_err(why));
         }

@@ -183,7 +183,7 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         if data and self._inflate is not None:
             try:
                 data = self._inflate.feed(data)
-            except ValueError as exc:
+            except Exception as exc:  # corrupt input, or a bug in the codec: this link only
                 who = self.remote_name or "the remote"
                 log.error("%s - Leafnode decompression error from %s: %s", self.where, who, exc)
                 self.close("Read Error")
