@@ -18,6 +18,7 @@ from ingest.server.accounts.config_section import read_accounts
 from ingest.server.cluster.config_section import read_cluster, single_user_authorization
 from ingest.server.leafnode.config_section import read_leafnodes
 from ingest.server.mappings import read_mappings
+from ingest.server.pinning import pinned_certs
 from ingest.server.settings import (
     CONNECTION_TYPES,
     DEFAULT_PORT,
@@ -273,12 +274,14 @@ def _tls(top: _Section, key: str) -> TLSConfig:
                     name, f"error parsing tls config, expected '{lowered}' to be filename"
                 )
             fields[lowered] = value
-        elif lowered == "verify":
+        elif lowered in ("verify", "insecure"):
             if not isinstance(section.table[name], bool):
                 raise section.error(
-                    name, "error parsing tls config, expected 'verify' to be a boolean"
+                    name, f"error parsing tls config, expected '{lowered}' to be a boolean"
                 )
-            fields["verify"] = section.table[name]
+            fields[lowered] = section.table[name]
+        elif lowered == "pinned_certs":
+            fields["pinned_certs"] = pinned_certs(section, name)
         elif lowered == "timeout":
             fields["timeout"] = section.timeout(name, "tls config")
         elif lowered in ("handshake_first", "first", "immediate"):
@@ -286,6 +289,15 @@ def _tls(top: _Section, key: str) -> TLSConfig:
         else:
             raise section.error(name, f'error parsing tls config, unknown field "{name}"')
     return TLSConfig(**fields)
+
+
+def _unpinned_tls(top: _Section, key: str) -> TLSConfig:
+    """A `tls {}` of a listener whose handshake runs in asyncio (WebSocket, MQTT), where
+    no pin is checked: `pinned_certs` is refused rather than ignored."""
+    tls = _tls(top, key)
+    if tls.pinned_certs is not None:
+        raise top.error(key, 'tls "pinned_certs" is not supported by jetlake yet here')
+    return tls
 
 
 def _handshake_first(section: _Section, name: str) -> dict[str, Any]:
@@ -397,9 +409,13 @@ def _lake(top: _Section, key: str, out: dict[str, Any]) -> None:
     out["lake"] = lake
 
 
+_SQL_LOGIN = ("user", "password", "token", "creds")
+
+
 def _lake_sql(lake: _Section, key: str) -> SqlConfig | None:
-    """`sql: off` or `sql { listen, jdbc, nats, max_rows, catalog }`: Connect's address, and
-    each other door's address, `true` (its default) or `false`/`off`."""
+    """`sql: off` or `sql { listen, jdbc, nats, max_rows, catalog, user, password, token,
+    creds }`: Connect's address, each other door's address, `true` (its default) or
+    `false`/`off`, and the service's own NATS login."""
     if isinstance(lake.table[key], bool):
         return SqlConfig() if lake.boolean(key) else None
     section = lake.section(key)
@@ -415,6 +431,8 @@ def _lake_sql(lake: _Section, key: str) -> SqlConfig | None:
             doors[lowered] = value = section.string(name)
             if not value.startswith("thrift://"):
                 raise section.error(name, f"lake sql catalog {value!r} is not thrift://host:port")
+        elif lowered in _SQL_LOGIN:
+            doors[lowered] = section.string(name)
         elif lowered not in ("listen", "jdbc", "nats"):
             section.unknown(name)
         elif lowered != "listen" and isinstance(section.table[name], bool):
@@ -480,7 +498,7 @@ def _mqtt(top: _Section, key: str, out: dict[str, Any]) -> None:
         elif lowered in ("host", "net"):
             fields["host"] = section.string(name)
         elif lowered == "tls":
-            fields["tls"] = _tls(section, name)
+            fields["tls"] = _unpinned_tls(section, name)
         elif lowered in ("authorization", "authentication"):
             fields.update(single_user_authorization(section, name, token=True))
         elif lowered == "no_auth_user":
@@ -606,8 +624,8 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "resolver": auth_config.resolver,
     "resolver_preload": auth_config.resolver_preload,
     "mqtt": _mqtt,
-    "websocket": lambda s, k, out: out.update(websocket=read_websocket(s, k, tls=_tls)),
-    "ws": lambda s, k, out: out.update(websocket=read_websocket(s, k, tls=_tls)),
+    "websocket": lambda s, k, out: out.update(websocket=read_websocket(s, k, tls=_unpinned_tls)),
+    "ws": lambda s, k, out: out.update(websocket=read_websocket(s, k, tls=_unpinned_tls)),
     "store_dir": _store_dir,
     "storedir": _store_dir,
     "debug": _setter("debug", _Section.boolean),

@@ -64,6 +64,9 @@ class TLSConfig:
     # Seconds to wait for a client's TLS hello before falling back to INFO first.
     handshake_first_fallback: float | None = None
     timeout: float = DEFAULT_TLS_TIMEOUT
+    insecure: bool = False  # the dialling side checks neither the chain nor the host
+    # Hex SHA-256 of each accepted peer's DER SubjectPublicKeyInfo; None: any peer.
+    pinned_certs: frozenset[str] | None = None
 
 
 def store_base(store_dir: str | None) -> Path:
@@ -96,6 +99,11 @@ class SqlConfig:
     nats: str | None = ""
     max_rows: int = 1_000_000  # a SQL-over-NATS result's rows at most (past it: an error)
     catalog: str | None = None  # a Hive metastore (thrift://host:port) to register tables in
+    # The service's own NATS login for `nats` (a server with accounts or users needs one).
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    creds: str | None = None  # a .creds file (operator mode)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

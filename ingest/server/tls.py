@@ -13,6 +13,8 @@ import logging
 import ssl
 from typing import TYPE_CHECKING, Protocol
 
+from ingest.server.pinning import check_pinned
+
 log = logging.getLogger("jetlake")
 
 
@@ -21,6 +23,14 @@ class _TLSOptions(Protocol):
     key_file: str | None
     ca_file: str | None
     verify: bool
+    insecure: bool
+    pinned_certs: frozenset[str] | None
+
+
+class Context(ssl.SSLContext):
+    """A context that also carries the `pinned_certs` its handshakes check."""
+
+    pinned_certs: frozenset[str] | None = None
 
 
 def make_server_context(tls: _TLSOptions) -> ssl.SSLContext:
@@ -29,7 +39,8 @@ def make_server_context(tls: _TLSOptions) -> ssl.SSLContext:
         raise ValueError(
             "TLS needs both a certificate (tlscert/cert_file) and a key (tlskey/key_file)"
         )
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx = Context(ssl.PROTOCOL_TLS_SERVER)
+    ctx.pinned_certs = tls.pinned_certs
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(tls.cert_file, tls.key_file)
     if tls.ca_file:
@@ -42,10 +53,11 @@ def make_server_context(tls: _TLSOptions) -> ssl.SSLContext:
 def make_client_context(tls: _TLSOptions) -> ssl.SSLContext:
     """The dialling side of a route or leafnode link: our certificate when configured (the
     peer may demand it), the peer's checked against `ca_file` (else the system's roots)
-    and the host dialled."""
+    and the host dialled, unless `insecure`."""
     if bool(tls.cert_file) != bool(tls.key_file):
         raise ValueError("TLS needs both a certificate (cert_file) and a key (key_file)")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx = Context(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.pinned_certs = tls.pinned_certs
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if tls.cert_file and tls.key_file:
         ctx.load_cert_chain(tls.cert_file, tls.key_file)
@@ -53,6 +65,9 @@ def make_client_context(tls: _TLSOptions) -> ssl.SSLContext:
         ctx.load_verify_locations(tls.ca_file)
     else:
         ctx.load_default_certs()
+    if tls.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
     return ctx
 
 
@@ -79,7 +94,7 @@ class TLSLayer:
     SSLObject ourselves keeps every byte on one path, in order.
     """
 
-    __slots__ = ("_in", "_obj", "_out", "established", "peer_closed")
+    __slots__ = ("_in", "_obj", "_out", "_pinned", "established", "peer_closed")
 
     def __init__(self, ctx: ssl.SSLContext, *, dialled: str | None = None) -> None:
         self._in = ssl.MemoryBIO()
@@ -87,6 +102,7 @@ class TLSLayer:
         self._obj = ctx.wrap_bio(
             self._in, self._out, server_side=dialled is None, server_hostname=dialled
         )
+        self._pinned = getattr(ctx, "pinned_certs", None)
         self.established = False
         self.peer_closed = False  # the client sent close_notify: answer and close
 
@@ -98,6 +114,7 @@ class TLSLayer:
                 self._obj.do_handshake()
             except ssl.SSLWantReadError:
                 return b""
+            check_pinned(self._obj, self._pinned)
             self.established = True
         chunks: list[bytes] = []
         while True:

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from types import SimpleNamespace
 
 import pytest
 
+from ingest.server.settings import TLSConfig
 from ingest.server.tls import TLSLayer, make_server_context
 from tests.support.tls import Pki
 
 
 def connected(pki: Pki) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO, TLSLayer]:
     ctx = make_server_context(
-        SimpleNamespace(
-            cert_file=str(pki.server_cert), key_file=str(pki.server_key), ca_file=None, verify=False
-        )
+        TLSConfig(cert_file=str(pki.server_cert), key_file=str(pki.server_key))
     )
     server = TLSLayer(ctx)
     to_client, from_client = ssl.MemoryBIO(), ssl.MemoryBIO()

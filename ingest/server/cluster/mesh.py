@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.routes import RMsg, encode_info, encode_rmsg
@@ -69,6 +71,11 @@ class Cluster:
         )
         self.port = self._listener.sockets[0].getsockname()[1]
         log.info("Listening for route connections on %s", _hostport(self.config.host, self.port))
+        if self.config.tls is not None and self.config.tls.insecure:
+            log.warning(
+                "TLS certificate chain and hostname of solicited routes will not be verified. "
+                "DO NOT USE IN PRODUCTION!"
+            )
         self.reroute(self.config.routes)
 
     async def stop(self) -> None:
@@ -376,6 +383,14 @@ class Cluster:
         if route is None or route.closed or route.superseded:
             return None
         return account.encode(), route
+
+    def forwarder(self, account: str, subject: bytes) -> Callable[..., None] | None:
+        """The sink for runs of a client's plain PUBs on `subject` when one route alone
+        wants it, with no queue group (a stream's leader there): `Route.forward_run`."""
+        route = self.remote.sole_peer(subject, account) if self.routes else None
+        if route is None or route.closed or route.superseded:
+            return None
+        return partial(route.forward_run, account.encode())
 
     def forward(
         self,

@@ -397,6 +397,18 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "TLS before INFO; `auto` or a duration falls back to INFO first after it.",
             Field(TL, "handshake_first"),
         ),
+        K(
+            "pinned_certs",
+            "array",
+            "Hex SHA-256s of the peer public keys (DER SubjectPublicKeyInfo) accepted.",
+            "any peer",
+        ),
+        K(
+            "insecure",
+            "boolean",
+            "Dialling side: check neither the peer's chain nor its host name.",
+            Field(TL, "insecure"),
+        ),
     ),
     "jetstream": (
         K("enabled enable", "boolean", "JetStream on or off.", "true inside a block"),
