@@ -459,7 +459,10 @@ class Client(Closing, asyncio.Protocol):
         if not delivered and reply and self.no_responders:
             self._no_responders(subject, reply)
         if learn:
-            learn_routed(routes, sublist, subject, self.server.local_only(self.account, subject))
+            local = self.server.local_only(self.account, subject)
+            cluster = self.server.cluster
+            forward = partial(cluster.forwarder, self.account.name) if cluster else None
+            learn_routed(routes, sublist, subject, local, forward)
         elif routes is not None and subject.startswith(b"$JS.ACK."):
             learn_acks(routes, sublist, subject, partial(self.server.local_under, self.account))
 

@@ -524,6 +524,7 @@ class Server:
     def share(self, token: object, shared: bool) -> None:
         """Announce an internal subscription, or withdraw its announcement (see `announce`)."""
         assert isinstance(token, InternalSubscription | RawSubscription)
+        token.account.sublist.forget_routes(token.subject)  # learnt without the token's part
         if shared and not token.announced:
             self.announce(token)
         elif token.announced and not shared:

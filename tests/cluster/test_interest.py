@@ -128,3 +128,18 @@ def test_a_sole_peer_under_a_prefix_is_named_only_when_it_alone_takes_every_subj
     remote.add("C", "_INBOX.x.7", None, 0)
     targets(remote, b"_INBOX.x.1")
     assert remote.sole_peer_under(b"_INBOX.x") is None  # a literal child splits the prefix
+
+
+def test_a_sole_peer_of_a_subject_has_plain_interest_alone() -> None:
+    """Where a follower's client's runs of PUBs may go in one write: the leader's route."""
+    remote: RemoteInterestMap[str] = RemoteInterestMap()
+    assert remote.sole_peer(b"orders.new") is None
+    remote.add("B", "orders.*", None, 0)
+    assert remote.sole_peer(b"orders.new") == "B"
+    remote.add("B", "orders.new", None, 0)
+    assert remote.sole_peer(b"orders.new") == "B"
+    remote.add("C", ">", None, 0)
+    assert remote.sole_peer(b"orders.new") is None
+    remote.drop("C")
+    remote.add("C", "orders.new", "workers", 1)
+    assert remote.sole_peer(b"orders.new") is None

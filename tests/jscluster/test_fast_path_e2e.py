@@ -128,3 +128,33 @@ async def _more_take_the_inbox(
     finally:
         await here.close()
         await there.close()
+
+
+async def test_a_followers_client_keeps_publishing_while_the_lead_moves_to_its_server_and_back(
+    kind: str, tmp_path: Path
+) -> None:
+    """A follower's client publishing in runs: its server learns to hand the runs to the
+    leader's route whole. The lead then moves to that server (its own replica takes the
+    runs) and on to the third (they cross a route again): every acknowledged message is
+    stored once, in order, with none lost at either move."""
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        await c.add_stream("ORDERS", [SUBJECT])
+        leader = await c.leader("ORDERS")
+        follower = next(s for s in c.servers if server_name(s) != server_name(leader))
+        third = next(s for s in c.servers if s is not leader and s is not follower)
+        pub = await nats.connect(follower.url, allow_reconnect=False)
+        js = pub.jetstream(timeout=10)
+        sent = 0
+        try:
+            for where in (leader, follower, third):
+                await c.lead_on("ORDERS", where)
+                futures = [await js.publish_async(SUBJECT, b"%d" % (sent + i)) for i in range(200)]
+                acks = await asyncio.gather(*futures)
+                assert [a.seq for a in acks] == list(range(sent + 1, sent + 201)), where
+                sent += 200
+            info = await c.js.stream_info("ORDERS")
+            assert (info.state.messages, info.state.last_seq) == (sent, sent)
+            got = await c.js.get_msg("ORDERS", sent)
+            assert got.data == b"%d" % (sent - 1)
+        finally:
+            await pub.close()

@@ -1,13 +1,17 @@
 """The compiled table's replies to a peer's inboxes: the server's own messages (PubAcks
 to a client on another server) framed as RMSGs, a run of them handed to the route in
-one call, with the bytes the Python path (`encode_rmsg`) sends."""
+one call, with the bytes the Python path (`encode_rmsg`) sends; and a follower's
+client's run of PUBs forwarded to the leader's route the same way."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 
 from ingest.parser import fast
 from ingest.parser.routes import RMsg, RouteCodec, encode_rmsg
+from ingest.server.cluster.route import Route as RouteLink
 
 pytestmark = pytest.mark.skipif(fast.native is None, reason="the compiled extension is not built")
 
@@ -80,3 +84,13 @@ def test_interest_changing_forgets_the_routes() -> None:
     routes.clear(False)
     assert b"_INBOX.a" not in routes
     assert routes.deliver_tail(b"_INBOX.a.1", b"", None, b"x") is None
+
+
+def test_a_clients_run_forwarded_to_the_leaders_route_is_the_rmsgs_python_sends() -> None:
+    route = Route()
+    server = SimpleNamespace(out_msgs=0, out_bytes=0)
+    link = SimpleNamespace(send_run=route.send_run, cluster=SimpleNamespace(server=server))
+    RouteLink.forward_run(link, b"$G", b"orders", [b"", b"_INBOX.a.1"], [b"x", b""])  # type: ignore[arg-type]
+    data = rmsg(b"orders", b"x") + rmsg(b"orders", b"", b"_INBOX.a.1")
+    assert route.runs == [(data, 2, 1)]
+    assert (server.out_msgs, server.out_bytes) == (2, 1)

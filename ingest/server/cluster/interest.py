@@ -157,6 +157,15 @@ class RemoteInterestMap(Generic[P]):
             return None
         return Forwarding(match.plain, match.queues)
 
+    def sole_peer(self, subject: bytes, account: str = GLOBAL_ACCOUNT) -> P | None:
+        """The one peer that wants `subject` with plain interest and no queue group."""
+        trie = self._tries.get(account)
+        match = trie.match(subject) if trie is not None else None
+        if match is None or match.queues or not match.plain:
+            return None
+        peer = match.plain[0].peer
+        return peer if all(entry.peer == peer for entry in match.plain) else None
+
     def sole_peer_under(self, prefix: bytes, account: str = GLOBAL_ACCOUNT) -> P | None:
         """The one peer that takes every `prefix.<token>` with plain interest and no queue
         group, if the trie's last walk showed one (a client's reply inbox on that peer,
