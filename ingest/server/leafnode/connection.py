@@ -253,15 +253,15 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             log.error("%s - attempted to connect to wrong port", self.where)
             self.close("Wrong Port")
             return
+        self.remote_id = str(info.get("server_id") or "")
+        self.remote_name = str(info.get("server_name") or self.remote_id)
+        self.remote_cluster = str(info.get("cluster") or "")
+        self.remote_domain = str(info.get("domain") or "")
         assert self.remote is not None
         if self.tls is None and (self.remote.tls is not None or info.get("tls_required")):
             self._start_tls(self.remote.tls or TLSConfig())  # CONNECT waits for it
         if not self._negotiated and self._negotiate(info):
             return  # CONNECT follows the hub's compressed INFO
-        self.remote_id = str(info.get("server_id") or "")
-        self.remote_name = str(info.get("server_name") or self.remote_id)
-        self.remote_cluster = str(info.get("cluster") or "")
-        self.remote_domain = str(info.get("domain") or "")
         account = self.server.accounts.get(self.remote.account)
         if account is None:
             self.close("Missing Account")
