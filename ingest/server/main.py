@@ -16,6 +16,8 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
+from ingest.server.accounts.conns import ClusterConns
+from ingest.server.accounts.events import AccountEvents
 from ingest.server.cluster.system_account import SystemAccount
 from ingest.server.logs import setup_logging
 from ingest.server.options import ConfigError, FlagError, Options, parse_serve_args
@@ -112,10 +114,9 @@ async def _serve(opts: Options, argv: list[str]) -> int:
         server.sharing.start()
     system = SystemServices(server)
     system.start()
-    if server.cluster is not None:
-        from ingest.server.accounts.conns import ClusterConns
-
-        ClusterConns(server, system).start()
+    account_events = AccountEvents(server, system)
+    account_events.start()
+    ClusterConns(server, system, account_events).start()
     if server.resolver is not None:
         server.resolver.start(server, system)
     if monitor is not None:

@@ -139,7 +139,8 @@ def _sub_detail(sub: Any, cid: int, *, account: bool) -> dict[str, Any]:
     return out
 
 
-def _connection_type(c: Any) -> str:
+def connection_type(c: Any) -> str:
+    """The `type` /connz gives and the `client_type` of connect events."""
     if isinstance(c, MQTTConnection):
         return "mqtt"
     return "websocket" if isinstance(c, WebSocketClient) else "nats"
@@ -151,7 +152,7 @@ def _conn_info(conn: _Conn, now: float, subs: str, auth: bool) -> dict[str, Any]
     out: dict[str, Any] = {
         "cid": c.cid,
         "kind": "Client",
-        "type": _connection_type(c),
+        "type": connection_type(c),
         "ip": c.host,
         "port": c.port,
         "start": timestamp(c.start),

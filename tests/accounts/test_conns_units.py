@@ -38,11 +38,17 @@ def setup(limit: int, local: int) -> tuple[ClusterConns, Account, list[FakeClien
         cluster=SimpleNamespace(routes={"P1": object(), "P2": object()}),
         accounts=SimpleNamespace(get={"LIM": account}.get),
     )
-    return ClusterConns(cast(Any, server), cast(Any, None)), account, clients, server
+    return (
+        ClusterConns(cast(Any, server), cast(Any, None), cast(Any, None)),
+        account,
+        clients,
+        server,
+    )
 
 
-def event(peer: str, conns: int) -> bytes:
-    return json.dumps({"server": {"id": peer}, "acc": "LIM", "conns": conns}).encode()
+def event(peer: str, conns: int, leafnodes: int = 0) -> bytes:
+    doc = {"server": {"id": peer}, "acc": "LIM", "conns": conns, "leafnodes": leafnodes}
+    return json.dumps(doc).encode()
 
 
 def test_peers_counts_bound_the_account() -> None:
@@ -73,3 +79,17 @@ def test_events_it_cannot_use_change_nothing() -> None:
         conns._on_event("", None, None, data)
     assert limits.remote_count(server, account) == 0
     assert not clients[0].ended
+
+
+def test_peers_leafnodes_bound_max_leafnodes() -> None:
+    """The peers' `leafnodes` count with the links here; a peer without a route not."""
+    conns, account, _, server = setup(limit=-1, local=0)
+    account.limits = AccountLimits(max_leafnodes=2)
+    assert limits.leafnode_allowed(server, account, 1)
+    conns._on_event("", None, None, event("P1", 0, leafnodes=1))
+    assert not limits.leafnode_allowed(server, account, 1)
+    assert limits.leafnode_allowed(server, account, 0)
+    conns._on_event("", None, None, event("GONE", 0, leafnodes=5))
+    assert limits.leafnode_allowed(server, account, 0)
+    conns._on_event("", None, None, event("P1", 0, leafnodes=0))
+    assert limits.leafnode_allowed(server, account, 1)

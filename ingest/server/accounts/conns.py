@@ -6,36 +6,38 @@ whenever one of them comes or goes. Every server keeps the latest count of each
 peer, so `max_connections` bounds the account in the whole cluster: a CONNECT past it
 is refused wherever it lands, and when counts crossing at once put the account over
 its limit, each server ends its own newest connections until it fits (the reference
-is as harsh: clients reconnect when it ends more than needed). A peer whose route is
-gone no longer counts.
+is as harsh: clients reconnect when it ends more than needed). The event's `leafnodes`
+(the account's leafnode links here) bound `max_leafnodes` likewise, for the next link
+accepted anywhere. A peer whose route is gone no longer counts. A single server sends
+the event too, as the reference does.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
-import string
 from typing import TYPE_CHECKING
 
 from ingest.server.accounts import limits
+from ingest.server.accounts.events import event_id
 from log.timefmt import now_ns, rfc3339
 
 if TYPE_CHECKING:
+    from ingest.server.accounts.events import AccountEvents
     from ingest.server.accounts.registry import Account
     from ingest.server.server import Server
     from ingest.server.system import SystemServices
 
 EVENT = "$SYS.ACCOUNT.{}.SERVER.CONNS"
 EVENT_TYPE = "io.nats.server.advisory.v1.account_connections"
-_ALPHABET = string.ascii_letters + string.digits
 
 
 class ClusterConns:
     """This server's side of the exchange: its counts out, the peers' counts in."""
 
-    def __init__(self, server: Server, system: SystemServices) -> None:
+    def __init__(self, server: Server, system: SystemServices, events: AccountEvents) -> None:
         self._server = server
         self._system = system
+        self._events = events
 
     def start(self) -> None:
         server = self._server
@@ -51,17 +53,20 @@ class ClusterConns:
         if account is server.accounts.global_account:
             return
         conns = len(account.clients)
+        links = server.leafnodes.links if server.leafnodes is not None else {}
+        leafnodes = len(links.get(account.name, ()))
         event = {
             "type": EVENT_TYPE,
-            "id": "".join(secrets.choice(_ALPHABET) for _ in range(22)),
+            "id": event_id(),
             "timestamp": rfc3339(now_ns()),
             "server": self._system.envelope(),
             "acc": account.name,
             "name": account.name,
             "conns": conns,
-            "leafnodes": 0,
-            "total_conns": conns,
+            "leafnodes": leafnodes,
+            "total_conns": conns + leafnodes,
             "num_subscriptions": account.sublist.count,
+            **self._events.traffic(account),
         }
         data = json.dumps(event, separators=(",", ":")).encode()
         server.publish(
@@ -72,7 +77,8 @@ class ClusterConns:
         try:
             event = json.loads(data)
             peer, name, conns = event["server"]["id"], event["acc"], int(event["conns"])
-        except (ValueError, KeyError, TypeError):
+            leafnodes = int(event.get("leafnodes") or 0)
+        except (ValueError, KeyError, TypeError, AttributeError):
             return  # not a count this server can use
         server = self._server
         if peer == server.server_id or not isinstance(name, str):
@@ -81,6 +87,7 @@ class ClusterConns:
         if account is None:
             return
         account.remote_conns[peer] = conns
+        account.remote_leafnodes[peer] = leafnodes
         limit = account.limits.max_connections
         over = len(account.clients) + limits.remote_count(server, account) - limit
         if limit < 0 or over <= 0:

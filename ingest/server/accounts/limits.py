@@ -38,6 +38,8 @@ def admit(client: Client) -> bool:
     if 0 <= payload < client.max_payload:
         client.max_payload = payload
     _counted(client)
+    for hook in client.server.accounts.on_connect:
+        hook(client)
     return True
 
 
@@ -49,11 +51,17 @@ def remote_count(server: Server, account: Account) -> int:
     return sum(n for peer, n in account.remote_conns.items() if peer in cluster.routes)
 
 
-def leafnode_allowed(account: Account, links: int) -> bool:
-    """Whether one more leafnode connection fits the account's max_leafnodes (counted on
-    this server; refused with the clients' -ERR, as the reference does)."""
+def leafnode_allowed(server: Server, account: Account, links: int) -> bool:
+    """Whether one more leafnode connection fits the account's max_leafnodes: its `links`
+    here and those its routed peers last reported (refused with the clients' -ERR, as
+    the reference does)."""
     limit = account.limits.max_leafnodes
-    return limit < 0 or links < limit
+    if limit < 0:
+        return True
+    cluster = server.cluster
+    if cluster is not None:
+        links += sum(n for peer, n in account.remote_leafnodes.items() if peer in cluster.routes)
+    return links < limit
 
 
 def refuse(client: Client) -> None:
@@ -66,6 +74,8 @@ def leave(client: Client) -> None:
     account = client.account
     if client in account.clients:
         account.clients.discard(client)
+        for hook in client.server.accounts.on_disconnect:  # its traffic, then the count
+            hook(client)
         _counted(client)
 
 

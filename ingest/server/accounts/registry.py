@@ -28,10 +28,12 @@ class _Options(Protocol):
 class Account:
     """One subject space; `jetstream` is its engine once the composition root built one.
     `clients` are its connections on this server; with `remote_conns`, its count on each
-    peer (by server id), they are what `limits.max_connections` bounds."""
+    peer (by server id), they are what `limits.max_connections` bounds, as its leafnode
+    links here and `remote_leafnodes` are what `max_leafnodes` bounds."""
 
     __slots__ = (
-        "clients", "jetstream", "jetstream_enabled", "limits", "name", "remote_conns", "sublist",
+        "clients", "jetstream", "jetstream_enabled", "limits", "name", "remote_conns",
+        "remote_leafnodes", "sublist",
     )  # fmt: skip
 
     def __init__(
@@ -49,6 +51,7 @@ class Account:
         self.jetstream: Any = None
         self.clients: set[Any] = set()
         self.remote_conns: dict[str, int] = {}
+        self.remote_leafnodes: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"Account({self.name!r})"
@@ -79,6 +82,9 @@ class Accounts:
         self.system_account = self._by_name[system]
         self.on_create: list[Callable[[Account], None]] = []  # services every account has
         self.on_count: list[Callable[[Account], None]] = []  # a connection came or went
+        # A client was admitted to its account, or left it (`close_reason` then set).
+        self.on_connect: list[Callable[[Any], None]] = []
+        self.on_disconnect: list[Callable[[Any], None]] = []
 
     def ensure(self, name: str) -> Account:
         """The account `name`; in operator mode accounts are known from their JWTs only,

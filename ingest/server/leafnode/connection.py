@@ -301,7 +301,8 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             self.queue(proto.encode_err(message))
             self.close("Cluster Names Identical", flush=True)
             return
-        if not limits.leafnode_allowed(account, len(leafnodes.links.get(account.name, ()))):
+        links = len(leafnodes.links.get(account.name, ()))
+        if not limits.leafnode_allowed(self.server, account, links):
             log.error("%s - %s", self.where, limits.MAX_CONNECTIONS)
             self.queue(proto.encode_err(limits.MAX_CONNECTIONS))
             self.close("Maximum Account Connections Exceeded", flush=True)

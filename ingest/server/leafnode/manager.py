@@ -317,6 +317,8 @@ class Leafnodes:
         if not conn.solicited:
             self._replace_stale(conn, links)
         links.append(conn)
+        for hook in self.server.accounts.on_count:  # the peers count it for max_leafnodes
+            hook(account)
         sublist = account.sublist
         if sublist.watch is None:
             sublist.watch = lambda subject, queue, sub, delta: self._changed(
@@ -361,6 +363,8 @@ class Leafnodes:
         links = self.links.get(conn.account.name)
         if links is not None and conn in links:
             links.remove(conn)
+            for hook in self.server.accounts.on_count:
+                hook(conn.account)
 
     def loop_subject(self, account: Account) -> str:
         subject = self._lds.get(account.name)

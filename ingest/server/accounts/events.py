@@ -1,0 +1,127 @@
+"""An account's connect and disconnect events, as the reference publishes them in the
+system account: `$SYS.ACCOUNT.<account>.CONNECT` when a client is admitted to its
+account and `$SYS.ACCOUNT.<account>.DISCONNECT` when it leaves, with the reference's
+JSON (the client's identity; at the end its stop, RTT, what it sent and received, and
+why it closed). They cross the routes like any system-account message, so a system
+user anywhere in the cluster sees every server's; operators bill and audit from them.
+
+Also the account's traffic totals the `account_connections` event carries: what its
+clients here sent and received, the closed ones' included.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import string
+import time
+from typing import TYPE_CHECKING, Any
+
+from log.timefmt import now_ns, rfc3339
+
+if TYPE_CHECKING:
+    from ingest.server.accounts.registry import Account
+    from ingest.server.client import Client
+    from ingest.server.server import Server
+    from ingest.server.system import SystemServices
+
+CONNECT = "$SYS.ACCOUNT.{}.CONNECT"
+DISCONNECT = "$SYS.ACCOUNT.{}.DISCONNECT"
+CONNECT_TYPE = "io.nats.server.advisory.v1.client_connect"
+DISCONNECT_TYPE = "io.nats.server.advisory.v1.client_disconnect"
+_ALPHABET = string.ascii_letters + string.digits
+
+
+def event_id() -> str:
+    """A 22-character id, unique per event, as the reference's nuid."""
+    return "".join(secrets.choice(_ALPHABET) for _ in range(22))
+
+
+class AccountEvents:
+    def __init__(self, server: Server, system: SystemServices) -> None:
+        self._server = server
+        self._system = system
+        # Per account: (msgs in, bytes in, msgs out, bytes out) of its closed clients.
+        self._closed: dict[str, tuple[int, int, int, int]] = {}
+
+    def start(self) -> None:
+        accounts = self._server.accounts
+        accounts.on_connect.append(self._connected)
+        accounts.on_disconnect.append(self._disconnected)
+
+    def traffic(self, account: Account) -> dict[str, Any]:
+        """The `sent` and `received` of an `account_connections` event: sent is what the
+        account's clients were delivered, received what they published."""
+        in_msgs, in_bytes, out_msgs, out_bytes = self._closed.get(account.name, (0, 0, 0, 0))
+        for client in account.clients:
+            in_msgs, in_bytes = in_msgs + client.in_msgs, in_bytes + client.in_bytes
+            out_msgs, out_bytes = out_msgs + client.out_msgs, out_bytes + client.out_bytes
+        none = {"msgs": 0, "bytes": 0}
+        kinds = {"gateways": none, "routes": none, "leafs": none}
+        return {
+            "sent": {"msgs": out_msgs, "bytes": out_bytes, **kinds},
+            "received": {"msgs": in_msgs, "bytes": in_bytes, **kinds},
+            "slow_consumers": 0,
+        }
+
+    def _connected(self, client: Client) -> None:
+        self._publish(CONNECT, client, {"type": CONNECT_TYPE}, _client_info(client))
+
+    def _disconnected(self, client: Client) -> None:
+        name = client.account.name
+        in_msgs, in_bytes, out_msgs, out_bytes = self._closed.get(name, (0, 0, 0, 0))
+        self._closed[name] = (
+            in_msgs + client.in_msgs,
+            in_bytes + client.in_bytes,
+            out_msgs + client.out_msgs,
+            out_bytes + client.out_bytes,
+        )
+        info = _client_info(client, stop=time.time())
+        self._publish(
+            DISCONNECT,
+            client,
+            {"type": DISCONNECT_TYPE},
+            info,
+            sent={"msgs": client.in_msgs, "bytes": client.in_bytes},
+            received={"msgs": client.out_msgs, "bytes": client.out_bytes},
+            reason=client.close_reason,
+        )
+
+    def _publish(
+        self, subject: str, client: Client, head: dict[str, Any], info: dict[str, Any], **tail: Any
+    ) -> None:
+        server = self._server
+        system = server.accounts.system_account
+        if system is None:
+            return
+        event = {
+            **head,
+            "id": event_id(),
+            "timestamp": rfc3339(now_ns()),
+            "server": self._system.envelope(),
+            "client": info,
+            **tail,
+        }
+        data = json.dumps(event, separators=(",", ":")).encode()
+        server.publish(subject.format(client.account.name), None, None, data, account=system)
+
+
+def _client_info(client: Client, *, stop: float | None = None) -> dict[str, Any]:
+    """The reference's ClientInfo, its empty fields left out as it leaves them out."""
+    from ingest.server.monitor import connection_type
+
+    info: dict[str, Any] = {
+        "start": rfc3339(int(client.start * 1e9)),
+        "host": client.host,
+        "id": client.cid,
+        "acc": client.account.name,
+        "user": client.grant.user,
+        "name": client.name,
+        "lang": client.lang,
+        "ver": client.version,
+    }
+    if stop is not None:
+        info["rtt"] = int(client.rtt * 1e9)
+        info["stop"] = rfc3339(int(stop * 1e9))
+    info.update(name_tag=client.account.name, kind="Client", client_type=connection_type(client))
+    return {key: value for key, value in info.items() if value not in ("", 0)}

@@ -1,0 +1,123 @@
+"""An account's connect and disconnect events and its `account_connections` figures,
+the reference and jetlake alike: on one server, what a system user sees of a client's
+life; on two routed servers, each other's events and leafnode counts, which make
+`max_leafnodes` bound the account in the whole cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.subscription import Subscription
+
+from tests.accounts.test_leafnode_limits_e2e import REFUSED, leaf_connect
+from tests.conftest import Connect
+from tests.support.cluster import ONE_ROUTE_PER_PEER, start_cluster, stop_all, wait_mesh
+from tests.support.servers import ServerProcess, start_server
+
+ACCOUNTS = """
+accounts {
+  A { users [ {user: a, password: a}, {user: lim, password: lim} ], limits { max_leafnodes: 1 } }
+  SYS { users [ {user: sys, password: sys} ] }
+}
+system_account: SYS
+"""
+CLIENT_KEYS = ["start", "host", "id", "acc", "user", "name", "lang", "ver"]
+KIND = {"name_tag": "A", "kind": "Client", "client_type": "nats"}
+
+
+async def next_event(sub: Subscription, **match: Any) -> dict[str, Any]:
+    """The next event on `sub` whose top-level fields include `match`."""
+    while True:
+        event = dict(json.loads((await sub.next_msg(10)).data))
+        if all(event.get(key) == value for key, value in match.items()):
+            return event
+
+
+async def test_connect_and_disconnect_events(
+    server_kind: str, tmp_path: Path, connect: Connect
+) -> None:
+    server = start_server(server_kind, config=ACCOUNTS, tmp_path=tmp_path)
+    try:
+        sys_nc = await connect(f"nats://sys:sys@{server.host}:{server.port}")
+        connects = await sys_nc.subscribe("$SYS.ACCOUNT.A.CONNECT")
+        disconnects = await sys_nc.subscribe("$SYS.ACCOUNT.A.DISCONNECT")
+        counts = await sys_nc.subscribe("$SYS.ACCOUNT.A.SERVER.CONNS")
+        await sys_nc.flush()
+        nc = await nats.connect(f"nats://a:a@{server.host}:{server.port}", name="alice")
+        event = await next_event(connects)
+        assert event["type"] == "io.nats.server.advisory.v1.client_connect"
+        assert len(event["id"]) == 22 and event["server"]["id"]
+        client = event["client"]
+        assert list(client) == [*CLIENT_KEYS, *KIND]
+        assert (client["acc"], client["user"], client["name"], client["lang"]) == (
+            "A",
+            "a",
+            "alice",
+            "python3",
+        )
+        assert {k: client[k] for k in KIND} == KIND
+        sub = await nc.subscribe("echo")
+        await nc.publish("echo", b"hello")  # in 1 message, 5 bytes; out the same
+        await nc.publish("nobody", b"12")
+        await sub.next_msg(2)
+        await nc.close()
+        event = await next_event(disconnects)
+        assert event["type"] == "io.nats.server.advisory.v1.client_disconnect"
+        gone = event["client"]
+        assert list(gone) == [*CLIENT_KEYS, "rtt", "stop", *KIND]
+        assert gone["id"] == client["id"] and gone["start"] == client["start"]
+        assert isinstance(gone["rtt"], int) and gone["rtt"] > 0
+        assert (event["sent"], event["received"]) == (
+            {"msgs": 2, "bytes": 7},
+            {"msgs": 1, "bytes": 5},
+        )
+        assert event["reason"] == "Client Closed"
+        count = await next_event(counts, conns=0)
+        none = {"msgs": 0, "bytes": 0}
+        kinds = {"gateways": none, "routes": none, "leafs": none}
+        assert (count["leafnodes"], count["total_conns"], count["slow_consumers"]) == (0, 0, 0)
+        assert count["sent"] == {"msgs": 1, "bytes": 5, **kinds}
+        assert count["received"] == {"msgs": 2, "bytes": 7, **kinds}
+    finally:
+        stop_all([server])
+
+
+def leaf_port(server: ServerProcess) -> int:
+    found = server.wait_for_log(r"Listening for leafnode connections on [\d.]+:(\d+)")
+    return int(found.group(1))
+
+
+async def test_leafnodes_counted_across_the_cluster(
+    server_kind: str, tmp_path: Path, connect: Connect
+) -> None:
+    config = ONE_ROUTE_PER_PEER + ACCOUNTS + "leafnodes { listen: 127.0.0.1:-1 }\n"
+    servers = start_cluster(server_kind, tmp_path, 2, config=config)
+    try:
+        wait_mesh(servers, ["S0", "S1"])
+        sys_nc = await connect(f"nats://sys:sys@{servers[1].host}:{servers[1].port}")
+        counts = await sys_nc.subscribe("$SYS.ACCOUNT.A.SERVER.CONNS")
+        connects = await sys_nc.subscribe("$SYS.ACCOUNT.A.CONNECT")
+        await sys_nc.flush()
+        nc = await nats.connect(f"nats://a:a@{servers[0].host}:{servers[0].port}", name="far")
+        # S0's connect event crosses the route to S1's system user.
+        event = await next_event(connects)
+        assert (event["server"]["name"], event["client"]["name"]) == ("S0", "far")
+        await nc.close()
+        first, answer = leaf_connect(leaf_port(servers[0]), "LEAF1")
+        assert answer == b"PONG\r\n"
+        count = await next_event(counts, leafnodes=1)
+        assert count["server"]["name"] == "S0" and count["total_conns"] == 1
+        # S1 has no leafnode of A, but the cluster has its one: a second is refused there.
+        second, answer = leaf_connect(leaf_port(servers[1]), "LEAF2")
+        assert answer == REFUSED
+        second.close()
+        first.close()
+        await next_event(counts, leafnodes=0)
+        third, answer = leaf_connect(leaf_port(servers[1]), "LEAF3")
+        assert answer == b"PONG\r\n"
+        third.close()
+    finally:
+        stop_all(servers)
