@@ -21,6 +21,7 @@ from benchmarks import (
     jetstream,
     kv,
     lake,
+    lake_sql,
     leafnode,
     mqtt,
     natscli,
@@ -185,6 +186,22 @@ NATSCLI: tuple[Workload, ...] = (
         (_rate("publish→subscribe over WebSocket (nats bench)"),),
         "nats bench sub receiving nats bench pub, both on ws://, --count; the subscriber's rate",
         ref_measure=websocket.measure("ref"),
+        timeout=300.0,
+    ),
+    Workload(
+        "mqtt-websocket",
+        Profile.OFFLINE,  # each side starts its own server with mqtt {} and websocket {}
+        websocket.mqtt_measure("jetlake"),
+        tuple(
+            Metric(key, label, RATE, True)
+            for key, label in (
+                ("qos0_msgs_per_s", "MQTT QoS 0 publish→subscribe over WebSocket"),
+                ("qos1_msgs_per_s", "MQTT QoS 1 publish→subscribe over WebSocket"),
+            )
+        ),
+        "aiomqtt (ws transport, /mqtt) --count at QoS 0 then QoS 1 (1000 in flight) to an "
+        "aiomqtt subscriber, both on the server's websocket listener",
+        ref_measure=websocket.mqtt_measure("ref"),
         timeout=300.0,
     ),
 )
@@ -378,6 +395,42 @@ WORKLOADS: tuple[Workload, ...] = (
         ref_measure=lake.history_replay,
         jetlake_args=LAKE_ARGS,
         timeout=600.0,
+    ),
+    Workload(
+        "lake-sql",
+        Profile.JS,  # the reference replays; the measure starts jetlake with its SQL service
+        lake_sql.doors,
+        (
+            Metric(
+                "cli_s",
+                "count by subject: `jetlake sql` (new process, warm service)",
+                SECONDS,
+                False,
+                bound=1.5,
+            ),
+            Metric(
+                "connect_s",
+                "count by subject: Spark Connect client session",
+                SECONDS,
+                False,
+                bound=0.5,
+            ),
+            Metric(
+                "nats_s", "count by subject: SQL over NATS (nats-py)", SECONDS, False, bound=0.5
+            ),
+            Metric(
+                "probe_pct",
+                "acked before the query, in its result (1,000 probes)",
+                "%",
+                True,
+                bound=100.0,
+            ),
+        ),
+        "--count (default 1M) messages on 16 subjects through a jetlake server with its SQL "
+        "service, once compacted: the count through each door of the warm service, then "
+        "1,000 publish-then-query probes over NATS; ref: the same nats-py replay",
+        ref_measure=lake_sql.replay,
+        timeout=1800.0,
     ),
     Workload(
         "lake-history-s3",
