@@ -18,8 +18,9 @@ class FakeServer:
         self.sent: list[tuple[bytes, bytes, bytes]] = []  # subject, reply, data
         self.callback: Any = None
 
-    def subscribe_raw(self, subject: str, callback: Any) -> object:
+    def subscribe_raw(self, subject: str, callback: Any, *, account: object) -> object:
         assert subject.endswith(".*")
+        assert account is ACCOUNT, "replies come back in the requests' account"
         self.callback = callback
         return self
 
@@ -38,9 +39,11 @@ class FakeServer:
         data: bytes,
         size: int,
         *,
+        account: object,
         internal: bool,
     ) -> bool:
         assert size == len(data) + (len(hdr) if hdr else 0)
+        assert account is ACCOUNT, "requests go to the account's JetStream"
         assert internal, "the MQTT bridge's own requests are not client input"
         self.sent.append((subject, reply, data))
         return True
@@ -49,9 +52,12 @@ class FakeServer:
         self.callback(self.sent[index][1], b"", None, data)
 
 
+ACCOUNT = object()
+
+
 def make(timeout: float = 5.0) -> tuple[JSAccess, FakeServer]:
     server = FakeServer()
-    return JSAccess(server, "node", timeout), server  # type: ignore[arg-type]
+    return JSAccess(server, "node", timeout, ACCOUNT), server  # type: ignore[arg-type]
 
 
 async def test_answers_go_to_their_callbacks_and_requests_decode_them() -> None:

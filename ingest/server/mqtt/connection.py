@@ -22,11 +22,13 @@ from ingest.parser import mqtt
 from ingest.parser.mqtt_topics import TopicError, to_subject
 from ingest.server.auth import AuthError, Grant
 from ingest.server.closing import Closing
+from ingest.server.mqtt.jsa import JetStreamError
 from ingest.server.mqtt.subscriptions import SubscriptionSet, subject_of
 
 if TYPE_CHECKING:
     from ingest.server.mqtt.listener import MQTTListener
     from ingest.server.mqtt.session import Session
+    from ingest.server.mqtt.sessions import SessionManager
 
 log = logging.getLogger("jetlake")
 
@@ -64,6 +66,8 @@ class MQTTConnection(Closing, asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.client_id = ""
         self.grant = Grant()
+        self.account = self.server.accounts.global_account  # until CONNECT names another
+        self.manager: SessionManager | None = None  # the account's MQTT state, once in
         self.session: Session | None = None
         self.filters = SubscriptionSet(self)
         self.will: mqtt.Will | None = None
@@ -134,7 +138,7 @@ class MQTTConnection(Closing, asyncio.Protocol):
                     self.transport.resume_reading()
                     asyncio.get_running_loop().call_soon(self._drain)
 
-        self.listener.sessions.spawn(step(), self)
+        self.listener.spawn(step(), self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.close("Client Closed", abnormal=True)
@@ -154,10 +158,10 @@ class MQTTConnection(Closing, asyncio.Protocol):
         elif kind is mqtt.Unsubscribe:
             self._on_unsubscribe(packet)  # type: ignore[arg-type]
         elif kind is mqtt.PubRec:
-            spawn = self.listener.sessions.spawn
+            spawn = self.listener.spawn
             spawn(self._session().on_pubrec(packet.packet_id), self)  # type: ignore[union-attr]
         elif kind is mqtt.PubRel:
-            spawn = self.listener.sessions.spawn
+            spawn = self.listener.spawn
             spawn(self._session().on_pubrel(packet.packet_id), self)  # type: ignore[union-attr]
         elif kind is mqtt.PubComp:
             self._session().on_pubcomp(packet.packet_id)  # type: ignore[union-attr]
@@ -183,17 +187,48 @@ class MQTTConnection(Closing, asyncio.Protocol):
 
     def _on_connect(self, packet: mqtt.Connect) -> None:
         self._cancel("connect")
-        listener = self.listener
-        try:
-            self.grant = listener.authenticate(packet)
-        except AuthError:
-            self._refuse(mqtt.NOT_AUTHORIZED, "authentication error")
-            return
         if packet.will is not None:
             try:
                 to_subject(packet.will.topic)
             except TopicError as exc:
                 raise mqtt.ProtocolError(str(exc)) from None
+        connect = self.listener.credentials(packet)
+        resolver = self.server.resolver
+        fetch = resolver.fetching(connect) if resolver is not None else None
+        if fetch is None:
+            work = self._login(packet, connect)
+            if work is not None:
+                self._run(work)
+            return
+
+        async def fetched() -> None:
+            # A JWT user of an account the resolver must fetch logs in once the fetch
+            # ends (the packets after CONNECT wait meanwhile), as a NATS client does.
+            await asyncio.shield(fetch)
+            work = None if self.closed else self._login(packet, connect)
+            if work is not None:
+                await work
+
+        self._run(fetched())
+
+    def _login(
+        self, packet: mqtt.Connect, connect: dict[str, object]
+    ) -> Coroutine[Any, Any, None] | None:
+        """Authenticate; the work that sets the session up in the user's account, or
+        None when the login is refused."""
+        listener = self.listener
+        try:
+            self.grant = listener.authenticate(connect, self.host)
+        except AuthError:
+            self._refuse(mqtt.NOT_AUTHORIZED, "authentication error")
+            return None
+        self.account = self.server.accounts.ensure(self.grant.account)
+        self.manager = manager = listener.manager_for(self.account)
+        if self.grant.expires:
+            wait = max(0.0, self.grant.expires - time.time())
+            self._timers["expiry"] = asyncio.get_running_loop().call_later(
+                wait, self._expired, self.grant.expiry_error
+            )
         self.client_id = packet.client_id or secrets.token_urlsafe(16).replace("-", "_")
         self.will = packet.will
         # The decoder bounded packets by max_payload until now; publishes are judged by
@@ -203,7 +238,16 @@ class MQTTConnection(Closing, asyncio.Protocol):
             # 1.5 x, cut to whole seconds as the reference computes it (1 s for 1).
             self.keepalive = float(int(packet.keepalive * 1.5))
             self._arm_keepalive(self.keepalive)
-        self._run(listener.sessions.connect(self, packet.clean, self._connected))
+        return self._connecting(manager, packet.clean)
+
+    async def _connecting(self, manager: SessionManager, clean: bool) -> None:
+        try:
+            await manager.connect(self, clean, self._connected)
+        except JetStreamError as exc:  # the account's MQTT streams could not be made
+            peer = (self.host, self.port, self.cid, self.client_id)
+            log.error('%s:%d - mid:%d - "%s" - unable to connect: %s', *peer, exc)
+            self.will = None
+            self.close("Server Error")
 
     def _connected(self, session: Session, present: bool) -> None:
         """The session is ready (restored or new): CONNACK, then what it owes the client."""
@@ -237,12 +281,11 @@ class MQTTConnection(Closing, asyncio.Protocol):
             self._session().publish_at_least_once(packet, subject, allowed=allowed)
         elif packet.qos or packet.retain:
             text = subject.decode()
-            self.listener.sessions.spawn(self._session().publish(packet, text, allowed=allowed))
+            self.listener.spawn(self._session().publish(packet, text, allowed=allowed))
         elif allowed:  # QoS 0 goes straight to the router
             hdr = PUBLISH_HEADERS[0]
-            self.server.route(
-                None, subject, b"", hdr, packet.payload, len(hdr) + len(packet.payload)
-            )
+            size = len(hdr) + len(packet.payload)
+            self.server.route(None, subject, b"", hdr, packet.payload, size, account=self.account)
 
     def _on_subscribe(self, packet: mqtt.Subscribe) -> None:
         codes = self.filters.add(packet.filters)
@@ -251,7 +294,8 @@ class MQTTConnection(Closing, asyncio.Protocol):
         async def setup() -> None:
             await session.subscribe(packet.filters, codes)
             self.queue(mqtt.encode(mqtt.SubAck(packet.packet_id, codes)))
-            retained = self.listener.sessions.retained
+            assert self.manager is not None
+            retained = self.manager.retained
             for (topic_filter, _), granted in zip(packet.filters, codes, strict=True):
                 if granted == mqtt.SUBACK_FAILURE:
                     continue
@@ -284,6 +328,11 @@ class MQTTConnection(Closing, asyncio.Protocol):
             self.close("Stale Connection", abnormal=True)
         else:
             self._arm_keepalive(self.keepalive - idle)
+
+    def _expired(self, reason: str) -> None:
+        """The user JWT's time is up: MQTT has no -ERR to say so; the log does."""
+        log.error("%s:%d - mid:%d - %s", self.host, self.port, self.cid, reason)
+        self.close("Authentication Expired")
 
     def _no_connect(self) -> None:
         self.close("Authentication Timeout")
@@ -323,11 +372,15 @@ class MQTTConnection(Closing, asyncio.Protocol):
             return
         self.filters.clear()
         self.listener.unregister(self)
-        self.listener.sessions.closed(self)
+        manager = self.manager
+        if manager is not None:
+            manager.closed(self)
         if self.session is not None:
             self.session.detach(self)
         will, self.will = self.will, None
-        if abnormal and will is not None:
-            self.listener.publish_will(will, self.grant)
+        if abnormal and will is not None and manager is not None:
+            subject = to_subject(will.topic).decode()
+            allowed = not self.grant.restricted or self.grant.can_publish(subject.encode())
+            manager.publish_will(will, subject, allowed=allowed)
         if self.transport is not None:
             self.transport.close()

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from ingest.server.accounts.registry import Account
     from ingest.server.server import Server
 
 
@@ -60,15 +61,18 @@ class _Waiter:
 
 
 class JSAccess:
-    def __init__(self, server: Server, node: str, timeout: float) -> None:
+    """Requests in one account: its JetStream answers them, on its subjects."""
+
+    def __init__(self, server: Server, node: str, timeout: float, account: Account) -> None:
         self.server = server
+        self.account = account
         self.timeout = timeout
         self._prefix = f"$MQTT.JSA.{node}.".encode()
         self._next = itertools.count(1)
         self._waiting: dict[bytes, _Waiter] = {}  # reply subject -> waiter, oldest first
         self._timer: asyncio.TimerHandle | None = None
         self._token: object | None = server.subscribe_raw(
-            self._prefix.decode() + "*", self._on_reply
+            self._prefix.decode() + "*", self._on_reply, account=account
         )
         server.announce(self._token)  # on a cluster the answer may come from another server
 
@@ -100,7 +104,8 @@ class JSAccess:
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._expire)
         size = len(data) + (len(hdr) if hdr else 0)
-        self.server.route(None, subject, reply, hdr, data, size, internal=True)
+        account = self.account
+        self.server.route(None, subject, reply, hdr, data, size, account=account, internal=True)
 
     def _expire(self) -> None:
         self._timer = None
@@ -179,4 +184,5 @@ class JSAccess:
 
     def publish(self, subject: bytes, data: bytes) -> None:
         """Fire and forget (acks of deliveries, NAKs)."""
-        self.server.route(None, subject, b"", None, data, len(data), internal=True)
+        account = self.account
+        self.server.route(None, subject, b"", None, data, len(data), account=account, internal=True)

@@ -2,7 +2,9 @@
 
 MQTT clients are checked against the same users and permissions as NATS
 clients, unless `mqtt { authorization {…} }` or its `no_auth_user` override
-them (the reference's rule); the password doubles as a token.
+them (the reference's rule); the password doubles as a token, and in operator
+mode carries the user JWT (a bearer one: MQTT has no nonce to sign). A client
+works in its user's account, whose MQTT state its `SessionManager` keeps.
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser import mqtt
-from ingest.parser.mqtt_topics import to_subject
-from ingest.server.auth import MQTT, Grant
+from ingest.server.auth import MQTT, Authenticator, Grant
+from ingest.server.jwt import claims as jwt
+from ingest.server.jwt.claims import JWTError
 from ingest.server.listener_auth import listener_authenticator
 from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.mqtt.sessions import SessionManager
-from ingest.server.settings import DEFAULT_TLS_TIMEOUT, MQTTConfig
+from ingest.server.settings import MQTTConfig
+from ingest.server.tls_settings import DEFAULT_TLS_TIMEOUT
 
 if TYPE_CHECKING:
+    from ingest.server.accounts.registry import Account
     from ingest.server.server import Server
 
 log = logging.getLogger("jetlake")
@@ -30,17 +35,26 @@ class MQTTListener:
     def __init__(self, server: Server, config: MQTTConfig) -> None:
         self.server = server
         self.config = config
-        opts = server.opts
-        self.auth = listener_authenticator(server, config)
-        self.auth_timeout = config.auth_timeout or opts.auth_timeout
-        self.sessions = SessionManager(server, config)
+        self.auth_timeout = config.auth_timeout or server.opts.auth_timeout
+        self.managers: dict[str, SessionManager] = {}  # by account name
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.connections: dict[int, MQTTConnection] = {}
         self.host = config.host or "0.0.0.0"  # not the client port's host, as the reference
         self.port = config.port
         self._listener: asyncio.base_events.Server | None = None
 
+    @property
+    def auth(self) -> Authenticator:
+        """Read at each login: a config reload replaces the server's users."""
+        return listener_authenticator(self.server, self.config)
+
     async def start(self) -> None:
-        await self.sessions.start()
+        """The global account's MQTT streams are made now when it has JetStream; another
+        account's when its first MQTT client logs in, as on the reference."""
+        account = self.server.accounts.global_account
+        if account.jetstream_enabled:
+            self.managers[account.name] = manager = SessionManager(self, account)
+            await manager.start()
         ssl_ctx = None
         if self.config.tls is not None:
             from ingest.server.tls import make_server_context
@@ -66,7 +80,37 @@ class MQTTListener:
             self._listener = None
         for conn in list(self.connections.values()):
             conn.close("Server Shutdown")
-        self.sessions.stop()
+        for manager in self.managers.values():
+            manager.stop()
+        self.managers.clear()
+
+    def manager_for(self, account: Account) -> SessionManager:
+        """The account's MQTT state, its streams made in the background the first time."""
+        manager = self.managers.get(account.name)
+        if manager is None:
+            self.managers[account.name] = manager = SessionManager(self, account)
+            manager.begin()
+        return manager
+
+    def failed(self, manager: SessionManager) -> None:
+        """Its streams could not be made: the next login of its account tries again."""
+        if self.managers.get(manager.account.name) is manager:
+            del self.managers[manager.account.name]
+            manager.stop()
+
+    def spawn(self, work: Any, conn: MQTTConnection | None = None) -> None:
+        """Run MQTT state work; a failure closes the connection it was for."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("MQTT: %s", t.exception())
+                if conn is not None:
+                    conn.close("Protocol Violation", abnormal=True)
+
+        task.add_done_callback(done)
 
     def register(self, conn: MQTTConnection) -> None:
         self.connections[conn.cid] = conn
@@ -77,16 +121,25 @@ class MQTTListener:
     def unregister(self, conn: MQTTConnection) -> None:
         self.connections.pop(conn.cid, None)
 
-    def authenticate(self, packet: mqtt.Connect) -> Grant:
-        password = packet.password.decode("utf-8", "replace") if packet.password else None
-        return self.auth.authenticate(
-            {"user": packet.username, "pass": password, "auth_token": password}, MQTT
-        )
+    def authenticate(self, connect: dict[str, object], host: str) -> Grant:
+        return self.auth.authenticate(connect, MQTT, host=host)
 
-    def publish_will(self, will: mqtt.Will, grant: Grant) -> None:
-        subject = to_subject(will.topic).decode()
-        allowed = not grant.restricted or grant.can_publish(subject.encode())
-        self.sessions.publish_will(will, subject, allowed=allowed)
+    def credentials(self, packet: mqtt.Connect) -> dict[str, object]:
+        """A CONNECT's credentials as a NATS client sends them: the password is a token
+        too, and in operator mode the user JWT when it reads as one."""
+        password = packet.password.decode("utf-8", "replace") if packet.password else None
+        connect: dict[str, object] = {
+            "user": packet.username,
+            "pass": password,
+            "auth_token": password,
+        }
+        if password and self.server.auth.store is not None:
+            try:
+                jwt.decode(password, "user")
+            except JWTError:
+                return connect
+            connect["jwt"] = password
+        return connect
 
     def varz(self) -> dict[str, Any]:
         """The /varz `mqtt` block, as the reference fills it."""

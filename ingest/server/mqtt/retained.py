@@ -41,7 +41,7 @@ class RetainedStore:
     async def load(self) -> None:
         """Listen for what any server retains from now on, then read what is retained."""
         server = self.jsa.server
-        self._token = server.subscribe_raw(PREFIX + ">", self._on_stored)
+        self._token = server.subscribe_raw(PREFIX + ">", self._on_stored, account=self.jsa.account)
         server.announce(self._token)
         for subject in await self.jsa.subjects(STREAM, PREFIX + ">"):
             found = await self.jsa.last_msg(STREAM, subject)

@@ -284,7 +284,9 @@ class Session:
 
     def _listen(self, deliver_subject: str) -> None:
         if deliver_subject not in self._delivery_subs:
-            token = self.manager.server.subscribe_raw(deliver_subject, self._on_delivery)
+            token = self.manager.server.subscribe_raw(
+                deliver_subject, self._on_delivery, account=self.manager.account
+            )
             self.manager.server.announce(token)  # the consumer may run on another server
             self._delivery_subs[deliver_subject] = token
 

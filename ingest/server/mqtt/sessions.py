@@ -1,9 +1,12 @@
-"""The MQTT state of the server: its streams, the sessions by client id, the publish path.
+"""The MQTT state of one account: its streams, the sessions by client id, the publish path.
 
 The five streams are the reference's (names, subjects, retention), created
-through the JetStream API when the listener starts, so a jetlake store and a
-reference store hold MQTT state the same way. A session is found again by
-the hash of its client id (`$MQTT.sess.<hash>`, the reference's hash).
+through the account's JetStream API when its first MQTT client logs in (the
+global account's when the listener starts), so a jetlake store and a reference
+store hold MQTT state the same way. Everything here (API requests, routing,
+internal subscriptions) stays inside the account, so two accounts' MQTT clients
+share nothing. A session is found again by the hash of its client id
+(`$MQTT.sess.<hash>`, the reference's hash).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from ingest.server.mqtt.session import (
 from ingest.server.settings import MQTTConfig
 
 if TYPE_CHECKING:
+    from ingest.server.accounts.registry import Account
     from ingest.server.mqtt.connection import MQTTConnection
+    from ingest.server.mqtt.listener import MQTTListener
     from ingest.server.server import Server
 
 log = logging.getLogger("jetlake")
@@ -57,6 +62,7 @@ STREAMS = (
 
 
 STREAM_NOT_FOUND = 10059
+NOT_ENABLED = 10039  # the account has no JetStream: nothing to wait for
 TAKEOVER_PREFIX = "$MQTT.takeover."  # outside every MQTT stream's subjects
 _START_PATIENCE = 60.0  # seconds a cluster may take to elect the leader MQTT's streams need
 
@@ -75,19 +81,27 @@ def _lost(exc: JetStreamError | None) -> None:
 
 
 class SessionManager:
-    def __init__(self, server: Server, config: MQTTConfig) -> None:
-        self.server = server
-        self.config = config
+    def __init__(self, listener: MQTTListener, account: Account) -> None:
+        self.listener = listener
+        self.server = server = listener.server
+        self.account = account
         self.origin = name_hash(server.server_name)
-        self.jsa = JSAccess(server, self.origin, config.js_api_timeout)
+        self.jsa = JSAccess(server, self.origin, listener.config.js_api_timeout, account)
         self.retained = retained.RetainedStore(self.jsa, self.origin)
         self.sessions: dict[str, Session] = {}  # persistent sessions known in this run
         self.live: dict[str, MQTTConnection] = {}  # client id -> its connection
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.spawn = listener.spawn
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # A client connecting to another server of the cluster takes its id over from here.
-        self._takeovers: object | None = server.subscribe_raw(TAKEOVER_PREFIX + "*", self._taken)
+        self._takeovers: object | None = server.subscribe_raw(
+            TAKEOVER_PREFIX + "*", self._taken, account=account
+        )
         server.announce(self._takeovers)
+
+    @property
+    def config(self) -> MQTTConfig:
+        """The listener's settings, which a config reload replaces."""
+        return self.listener.config
 
     async def start(self) -> None:
         """Standalone, the streams are ready when the server is; on a cluster they need a
@@ -97,14 +111,20 @@ class SessionManager:
             await self._prepare()
             self._ready.set_result(None)
             return
+        self.begin()
+
+    def begin(self) -> None:
+        """Make the streams in the background; CONNECTs wait for them."""
         self.spawn(self._prepared())
 
     async def _prepared(self) -> None:
         try:
             await self._prepare()
-        except JetStreamError as exc:
+        except JetStreamError as exc:  # the CONNECTs waiting log it
             self._ready.set_exception(exc)
-            raise
+            self._ready.exception()  # retrieved, should none be waiting
+            self.listener.failed(self)
+            return
         self._ready.set_result(None)
 
     async def _prepare(self) -> None:
@@ -129,6 +149,12 @@ class SessionManager:
             await self.jsa.request("$JS.API.STREAM.INFO." + name)
             return True
         except JetStreamError as exc:
+            if exc.code == NOT_ENABLED:
+                why = str(exc).rpartition(": ")[2]
+                raise JetStreamError(
+                    f'create {name} stream for account "{self.account.name}": {why} ({exc.code})',
+                    exc.code,
+                ) from None
             if exc.code != STREAM_NOT_FOUND:  # no meta leader yet, or no answer in time
                 log.debug("MQTT: %s; trying again", exc)
                 return False
@@ -148,20 +174,6 @@ class SessionManager:
             self.server.unsubscribe(self._takeovers)
             self._takeovers = None
         self.jsa.close()
-
-    def spawn(self, work: Any, conn: MQTTConnection | None = None) -> None:
-        """Run MQTT state work; a failure closes the connection it was for."""
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-
-        def done(t: asyncio.Task[Any]) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.error("MQTT: %s", t.exception())
-                if conn is not None:
-                    conn.close("Protocol Violation", abnormal=True)
-
-        task.add_done_callback(done)
 
     # ---- sessions -------------------------------------------------------------------------
 
@@ -232,7 +244,8 @@ class SessionManager:
     def _route(self, subject: bytes, packet: mqtt.Publish) -> bytes:
         """To NATS and MQTT subscribers; the header block, which is stored with it too."""
         hdr = PUBLISH_HEADERS[packet.qos]
-        self.server.route(None, subject, b"", hdr, packet.payload, len(hdr) + len(packet.payload))
+        size = len(hdr) + len(packet.payload)
+        self.server.route(None, subject, b"", hdr, packet.payload, size, account=self.account)
         return hdr
 
     def store(self, subject: bytes, packet: mqtt.Publish, stored: Callable[[bytes], None]) -> None:

@@ -120,7 +120,7 @@ class SubscriptionSet:
         """Subscribe; the SUBACK codes (granted QoS, or 0x80 for a refused filter)."""
         codes: list[int] = []
         grant = self.conn.grant
-        sublist = self.conn.server.sublist
+        sublist = self.conn.account.sublist
         for topic_filter, qos in filters:
             subjects = nats_subjects(topic_filter)
             if subjects is None or (
@@ -142,7 +142,7 @@ class SubscriptionSet:
         return tuple(codes)
 
     def remove(self, filters: tuple[bytes, ...]) -> None:
-        sublist = self.conn.server.sublist
+        sublist = self.conn.account.sublist
         for topic_filter in filters:
             for sub in self.by_filter.pop(topic_filter, []):
                 sublist.remove(sub.subject, None, sub)
@@ -153,7 +153,7 @@ class SubscriptionSet:
         server = self.conn.server
         if server.cluster is None:
             return
-        account = server.accounts.global_account.name
+        account = self.conn.account.name
         if added:
             server.cluster.local_added(subject, None, account)
         else:

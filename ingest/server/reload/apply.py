@@ -112,7 +112,7 @@ def _apply(server: Server, prepared: _Prepared) -> None:
     if changes.auth:
         _swap_auth(server, prepared)
     if changes.mqtt and server.mqtt is not None:  # read as each consumer is made
-        server.mqtt.config = server.mqtt.sessions.config = opts.mqtt
+        server.mqtt.config = opts.mqtt
     if changes.jetstream_limits:  # what /jsz and cluster placement read
         for account in server.accounts:
             if account.jetstream is not None:
