@@ -188,17 +188,6 @@ NATSCLI: tuple[Workload, ...] = (
         ref_measure=websocket.measure("ref"),
         timeout=300.0,
     ),
-    Workload(
-        "mqtt-websocket",
-        Profile.OFFLINE,  # each side starts its own server with mqtt {} and websocket {}
-        websocket.mqtt_measure("jetlake"),
-        tuple(
-            Metric(key, label, RATE, True)
-            for key, label in (
-                ("qos0_msgs_per_s", "MQTT QoS 0 publish→subscribe over WebSocket"),
-                ("qos1_msgs_per_s", "MQTT QoS 1 publish→subscribe over WebSocket"),
-            )
-        ),
         "aiomqtt (ws transport, /mqtt) --count at QoS 0 then QoS 1 (1000 in flight) to an "
         "aiomqtt subscriber, both on the server's websocket listener",
         ref_measure=websocket.mqtt_measure("ref"),
