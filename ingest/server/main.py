@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ingest.server.accounts.conns import ClusterConns
 from ingest.server.accounts.events import AccountEvents
 from ingest.server.cluster.system_account import SystemAccount
+from ingest.server.jetstream.cluster.usage import UsageExchange
 from ingest.server.logs import setup_logging
 from ingest.server.options import ConfigError, FlagError, Options, parse_serve_args
 from ingest.server.reload import SignalError, reload_config, send_signal
@@ -136,6 +137,7 @@ async def _serve(opts: Options, argv: list[str]) -> int:
             server.resolver.jetstreams = account_js
         if server.jetstream_cluster is not None:
             await server.jetstream_cluster.start()
+            UsageExchange(server).start()
         if lake is not None:  # every account's streams
             from ingest.server.settings import store_base
 

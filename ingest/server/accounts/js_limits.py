@@ -163,21 +163,27 @@ def limited(
     engine: _Engine, stream: Stream, on_msg: PublishHandler
 ) -> tuple[PublishHandler, RunHandler]:
     """A stream's publish handlers in an account with a storage limit: a message that
-    would take the account's stored bytes past it is refused (10002), one at a time."""
+    would take the account's stored bytes past it is refused (10002), one at a time.
+
+    As on the reference, the bytes are the account's in the whole cluster, every replica
+    counted, and the message counts once per replica; a tier's limit is per replica, so
+    it is scaled by the replica count."""
     assert engine.limits is not None
-    replicas = max(stream.config.num_replicas, 1) if engine.limits.tiers else 0
+    copies = max(stream.config.num_replicas, 1)
+    replicas = copies if engine.limits.tiers else 0
     try:
         limits = tier(engine.limits, replicas)
     except ApiError:  # its tier gone since it was made: nothing bounds it
         limits = UNLIMITED
     memory = stream.config.storage == "memory"
     cap = limits.max_memory if memory else limits.max_file
+    cap *= copies if replicas else 1
     kind = "memory" if memory else "storage"
 
     def checked(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         if cap >= 0:
             size = msg_size(subject, hdr, data, stream.store.overhead)
-            if engine.usage(replicas)[kind] + size > cap:
+            if engine.usage(replicas)[kind] + size * copies > cap:
                 if reply and not stream.config.no_ack:
                     body = error_ack(stream.name, ApiError(400, 10002, RESOURCES_EXCEEDED))
                     engine.messaging.publish(reply, None, None, body)

@@ -119,6 +119,9 @@ class JetStream:
         self.account = account
         # The account's JetStream limits (`accounts.js_limits`); None: unlimited.
         self.limits: JetStreamLimits | None = None
+        # In a cluster, the account's bytes on the other servers, by tier replica count
+        # (0: untiered); set by `cluster.usage`.
+        self.elsewhere: Callable[[int], tuple[int, int]] | None = None
         self._root = self.store_dir / account / "streams"
         self._open_store = store_opener
         self.streams: dict[str, Stream] = {}
@@ -528,7 +531,18 @@ class JetStream:
         return {name: stream.config for name, stream in self.streams.items()}
 
     def usage(self, replicas: int = 0) -> dict[str, int]:
-        """Bytes stored, by kind; of the streams of `replicas` only (an account tier's)."""
+        """Bytes the account stores, by kind, in the whole cluster: here and what the other
+        servers last reported (each replica counted, as on the reference); of the streams
+        of `replicas` only (an account tier's)."""
+        used = self.local_usage(replicas)
+        if self.elsewhere is not None:
+            memory, storage = self.elsewhere(replicas)
+            used["memory"] += memory
+            used["storage"] += storage
+        return used
+
+    def local_usage(self, replicas: int = 0) -> dict[str, int]:
+        """Bytes stored on this server, by kind; of the streams of `replicas` only."""
         used = {"memory": 0, "storage": 0}
         for stream in self.streams.values():
             if replicas and max(stream.config.num_replicas, 1) != replicas:
@@ -553,7 +567,7 @@ class JetStream:
                 "store_dir": str(self.store_dir),
                 **_sync_fields(self.config.sync_interval_ns),
             },
-            **self.usage(),
+            **self.local_usage(),
             "reserved_memory": 0,
             "reserved_storage": 0,
             "accounts": 1,
