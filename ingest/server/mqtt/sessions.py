@@ -149,7 +149,8 @@ class SessionManager:
             await self.jsa.request("$JS.API.STREAM.INFO." + name)
             return True
         except JetStreamError as exc:
-            if exc.code == NOT_ENABLED:
+            if exc.code == NOT_ENABLED and not self.account.jetstream_enabled:
+                # (enabled but refusing: its engine is still starting, a fetched account's)
                 why = str(exc).rpartition(": ")[2]
                 raise JetStreamError(
                     f'create {name} stream for account "{self.account.name}": {why} ({exc.code})',
