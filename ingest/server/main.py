@@ -60,6 +60,7 @@ async def _serve(opts: Options, argv: list[str]) -> int:
 
         monitor = Monitor(server, opts.http_host, opts.http_port, lake=lake)
     account_js = None
+    usage: UsageExchange | None = None  # the cluster's JetStream usage exchange
     if opts.jetstream.enabled:
         from ingest.server.accounts.jetstream import AccountJetStreams
         from ingest.server.jetstream import JetStream
@@ -137,7 +138,8 @@ async def _serve(opts: Options, argv: list[str]) -> int:
             server.resolver.jetstreams = account_js
         if server.jetstream_cluster is not None:
             await server.jetstream_cluster.start()
-            UsageExchange(server).start()
+            usage = UsageExchange(server)
+            usage.start()
         if lake is not None:  # every account's streams
             from ingest.server.settings import store_base
 
@@ -160,6 +162,8 @@ async def _serve(opts: Options, argv: list[str]) -> int:
             mqtt.stop()
         if server.websocket is not None:
             server.websocket.stop()
+        if usage is not None:
+            usage.stop()
         if server.jetstream_cluster is not None:
             await server.jetstream_cluster.stop()
         await server.shutdown()
