@@ -34,7 +34,7 @@ from ingest.server.subscription import Subscription, learn_acks, learn_routed
 from ingest.server.tls import TLSLayer
 
 if TYPE_CHECKING:
-    from ingest.server.server import Server
+    from ingest.server.host import Host
 
 log = logging.getLogger("jetlake")
 
@@ -46,7 +46,7 @@ STALL_MAX = 0.005
 class Client(Closing, asyncio.Protocol):
     """State of one TCP (or TLS) client connection."""
 
-    def __init__(self, server: Server, cid: int) -> None:
+    def __init__(self, server: Host, cid: int) -> None:
         self.server = server
         self.cid = cid
         opts = server.opts

@@ -144,7 +144,12 @@ async def _serve(opts: Options, argv: list[str]) -> int:
             from ingest.server.settings import store_base
 
             lake.start(store_base(opts.jetstream.store_dir), account_js.engines)
-    SystemAccount(server, system, monitor, account_js).start()
+    documents = monitor
+    if documents is None:  # without an HTTP port $SYS answers still need the documents
+        from ingest.server.monitor import Monitor
+
+        documents = Monitor(server, None, 0)
+    SystemAccount(server, system, documents, account_js).start()
     mqtt = None
     if opts.mqtt is not None:
         from ingest.server.mqtt.listener import MQTTListener

@@ -29,6 +29,7 @@ from ingest.server.cluster.settings import local_addresses
 from ingest.server.mappings import SubjectMapper
 from ingest.server.sublist import Sublist
 from ingest.server.subscription import Subscription, learn_tail
+from ingest.server.version import JETLAKE_VERSION, VERSION
 
 if TYPE_CHECKING:
     from ingest.server.cluster.mesh import Cluster
@@ -36,11 +37,6 @@ if TYPE_CHECKING:
     from log.consumers.wire import Deliveries
 
 log = logging.getLogger("jetlake")
-
-# The nats-server release whose protocol and JetStream API level (`log.config.API_LEVEL`)
-# jetlake matches: clients gate features on it, so an older number hides what is there.
-VERSION = "2.15.1"
-JETLAKE_VERSION = "0.1.0"
 
 InternalCallback = Callable[[str, str | None, bytes | None, bytes], None]
 RawCallback = Callable[[bytes, bytes, bytes | None, bytes], None]

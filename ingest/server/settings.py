@@ -17,12 +17,12 @@ from ingest.server.cluster.settings import ClusterConfig
 from ingest.server.jwt.settings import ResolverConfig
 from ingest.server.leafnode.settings import LeafnodeConfig
 from ingest.server.mappings import SubjectMapping
+from ingest.server.tls_settings import TLSConfig
 from ingest.server.websocket.settings import WebSocketConfig
 from log.compactor.location import S3Options
 
 DEFAULT_PORT = 4222
 DEFAULT_AUTH_TIMEOUT = 2.0
-DEFAULT_TLS_TIMEOUT = 2.0
 HANDSHAKE_FIRST_FALLBACK = 0.05
 # What a user's `allowed_connection_types` may name (upper-cased), as the reference.
 CONNECTION_TYPES = frozenset(
@@ -52,21 +52,6 @@ class User:
     nkey: str | None = None  # set: the client proves this key by signing the INFO's nonce
     permissions: Permissions | None = None
     allowed_connection_types: frozenset[str] = frozenset()  # empty: any kind of connection
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TLSConfig:
-    cert_file: str | None = None
-    key_file: str | None = None
-    ca_file: str | None = None
-    verify: bool = False
-    handshake_first: bool = False
-    # Seconds to wait for a client's TLS hello before falling back to INFO first.
-    handshake_first_fallback: float | None = None
-    timeout: float = DEFAULT_TLS_TIMEOUT
-    insecure: bool = False  # the dialling side checks neither the chain nor the host
-    # Hex SHA-256 of each accepted peer's DER SubjectPublicKeyInfo; None: any peer.
-    pinned_certs: frozenset[str] | None = None
 
 
 def store_base(store_dir: str | None) -> Path:

@@ -17,7 +17,7 @@ from ingest.parser.fast import encode_hmsg, encode_msg
 from ingest.server.sublist import Match, Sublist
 
 if TYPE_CHECKING:
-    from ingest.server.client import Client
+    from ingest.server.host import Connection
     from log.consumers.wire import Deliveries
 
 
@@ -26,7 +26,7 @@ class Subscription:
 
     __slots__ = ("_delivered", "conn", "filtered", "max_msgs", "queue", "sid", "subject")
 
-    def __init__(self, conn: Client, subject: str, queue: str | None, sid: bytes) -> None:
+    def __init__(self, conn: Connection, subject: str, queue: str | None, sid: bytes) -> None:
         self.conn = conn
         self.subject = subject
         self.queue = queue

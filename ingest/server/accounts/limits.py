@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ingest.server.accounts.registry import Account
-    from ingest.server.client import Client
-    from ingest.server.server import Server
+    from ingest.server.host import Connection, Host
 
 log = logging.getLogger("jetlake")
 
@@ -23,7 +22,7 @@ MAX_SUBSCRIPTIONS = "maximum subscriptions exceeded"
 MAX_PAYLOAD = "Maximum Payload Violation"
 
 
-def admit(client: Client) -> bool:
+def admit(client: Connection) -> bool:
     """Count a newly authenticated client in its account; False, with the connection
     refused, when the account already has its connections here."""
     account = client.account
@@ -43,7 +42,7 @@ def admit(client: Client) -> bool:
     return True
 
 
-def remote_count(server: Server, account: Account) -> int:
+def remote_count(server: Host, account: Account) -> int:
     """The account's connections on the peers this server is routed to."""
     cluster = server.cluster
     if cluster is None or not account.remote_conns:
@@ -51,7 +50,7 @@ def remote_count(server: Server, account: Account) -> int:
     return sum(n for peer, n in account.remote_conns.items() if peer in cluster.routes)
 
 
-def leafnode_allowed(server: Server, account: Account, links: int) -> bool:
+def leafnode_allowed(server: Host, account: Account, links: int) -> bool:
     """Whether one more leafnode connection fits the account's max_leafnodes: its `links`
     here and those its routed peers last reported (refused with the clients' -ERR, as
     the reference does)."""
@@ -64,13 +63,13 @@ def leafnode_allowed(server: Server, account: Account, links: int) -> bool:
     return links < limit
 
 
-def refuse(client: Client) -> None:
+def refuse(client: Connection) -> None:
     """End a connection its account has no room for."""
     log.error("%s - %s", _where(client), MAX_CONNECTIONS)
     client.cut_off(MAX_CONNECTIONS, "Maximum Account Connections Exceeded")
 
 
-def leave(client: Client) -> None:
+def leave(client: Connection) -> None:
     account = client.account
     if client in account.clients:
         account.clients.discard(client)
@@ -79,12 +78,12 @@ def leave(client: Client) -> None:
         _counted(client)
 
 
-def _counted(client: Client) -> None:
+def _counted(client: Connection) -> None:
     for hook in client.server.accounts.on_count:
         hook(client.account)
 
 
-def subscription_allowed(client: Client) -> bool:
+def subscription_allowed(client: Connection) -> bool:
     """Whether one more subscription fits this connection (the reference counts them per
     connection against the account's max_subscriptions)."""
     limit = client.account.limits.max_subscriptions
@@ -97,7 +96,7 @@ def subscription_allowed(client: Client) -> bool:
     return False
 
 
-def payload_allowed(client: Client, size: int) -> bool:
+def payload_allowed(client: Connection, size: int) -> bool:
     """Whether a message fits the account's max_payload; the connection is closed if not."""
     if size <= client.max_payload:
         return True
@@ -109,9 +108,9 @@ def payload_allowed(client: Client, size: int) -> bool:
     return False
 
 
-def _where(client: Client) -> str:
+def _where(client: Connection) -> str:
     return f"{client.host}:{client.port} - cid:{client.cid}"
 
 
-def _user(client: Client) -> str:
+def _user(client: Connection) -> str:
     return f"{client.account.name}/user:{client.grant.user}"

@@ -26,11 +26,11 @@ from ingest.parser.routes import RMsg, encode_info, encode_rmsg
 from ingest.server.cluster.interest import Forwarding, LocalInterest, RemoteInterestMap
 from ingest.server.cluster.route import Route
 from ingest.server.cluster.settings import ClusterConfig, RouteURL, parse_route_url
-from ingest.server.server import VERSION
 from ingest.server.tls import route_contexts
+from ingest.server.version import VERSION
 
 if TYPE_CHECKING:
-    from ingest.server.server import Server
+    from ingest.server.cluster.ports import ClusterHost
 
 log = logging.getLogger("jetlake")
 
@@ -38,7 +38,7 @@ RECONNECT_DELAY = 1.0  # the reference's DEFAULT_ROUTE_RECONNECT
 
 
 class Cluster:
-    def __init__(self, server: Server, config: ClusterConfig) -> None:
+    def __init__(self, server: ClusterHost, config: ClusterConfig) -> None:
         self.server = server
         self.config = config
         self.dynamic_name = config.name is None

@@ -24,7 +24,7 @@ from consensus.transport import Handler
 from consensus.types import Message, NodeId
 
 if TYPE_CHECKING:
-    from ingest.server.server import Server
+    from ingest.server.cluster.ports import SystemBus
 
 log = logging.getLogger("jetlake.raft")
 
@@ -59,7 +59,7 @@ def unframe(data: bytes) -> tuple[str, Message]:
 class RaftRoutes:
     """The server's end: one inbox, a handler per group, sends through the mesh."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: SystemBus) -> None:
         self._server = server
         self._handlers: dict[str, Handler] = {}
         self._sub: object | None = None

@@ -24,7 +24,7 @@ from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_
 from ingest.server.link import TURN_MSGS, PeerLink
 
 if TYPE_CHECKING:
-    from ingest.server.cluster.mesh import Cluster
+    from ingest.server.cluster.ports import RouteOwner
     from ingest.server.settings import Options
 
 log = logging.getLogger("jetlake")
@@ -42,7 +42,7 @@ class Route(PeerLink, asyncio.Protocol):
     tls_kind = "route"
 
     def __init__(
-        self, cluster: Cluster, rid: int, *, dialled: RouteURL | None, configured: bool
+        self, cluster: RouteOwner, rid: int, *, dialled: RouteURL | None, configured: bool
     ) -> None:
         self.cluster = cluster
         self.rid = rid

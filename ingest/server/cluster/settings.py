@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
-    from ingest.server.settings import TLSConfig
+    from ingest.server.tls_settings import TLSConfig
 
 DEFAULT_CLUSTER_PORT = 6222
 DEFAULT_ROUTE_AUTH_TIMEOUT = 2.0

@@ -24,10 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.server.gofmt import timestamp
 
 if TYPE_CHECKING:
-    from ingest.server.accounts.jetstream import AccountJetStreams
-    from ingest.server.monitor import Monitor
-    from ingest.server.server import Server
-    from ingest.server.system import SystemServices
+    from ingest.server.cluster.ports import Documents, Envelope, JetStreamEngines, SystemHost
 
 log = logging.getLogger("jetlake")
 
@@ -55,17 +52,14 @@ Answer = Callable[[dict[str, Any]], Awaitable[Any]]
 class SystemAccount:
     def __init__(
         self,
-        server: Server,
-        system: SystemServices,
-        monitor: Monitor | None,
-        jetstreams: AccountJetStreams | None,
+        server: SystemHost,
+        system: Envelope,
+        monitor: Documents,
+        jetstreams: JetStreamEngines | None,
     ) -> None:
-        from ingest.server.monitor import Monitor
-
         self._server = server
         self._system = system
-        # Without an HTTP port the documents are still built, by a monitor never started.
-        self._monitor = monitor or Monitor(server, None, 0)
+        self._monitor = monitor
         self._jetstreams = jetstreams
         self._tasks: set[asyncio.Task[None]] = set()
 

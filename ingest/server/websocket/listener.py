@@ -16,7 +16,7 @@ from ingest.server.auth import Grant
 from ingest.server.client import Client
 from ingest.server.listener_auth import listener_authenticator
 from ingest.server.mqtt.connection import MQTTConnection
-from ingest.server.settings import DEFAULT_TLS_TIMEOUT
+from ingest.server.tls_settings import DEFAULT_TLS_TIMEOUT
 from ingest.server.websocket import handshake
 from ingest.server.websocket.connection import WebSocketConnection
 from ingest.server.websocket.settings import WebSocketConfig
