@@ -68,10 +68,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     home = tmp_path_factory.mktemp("nsc-claims")
     nsc = Nsc(home)
     nsc.operator()
-    for name in ("A", "B", "C", "D", "E", "F", "T"):
+    for name in ("A", "B", "C", "D", "E", "F", "T", "J", "K"):
         nsc.run("add", "account", name)
         nsc.run("add", "user", "-a", name, name.lower())
-    keys = {name: nsc.public("account", name) for name in "ABCDEFT"}
+    keys = {name: nsc.public("account", name) for name in "ABCDEFTJK"}
     nsc.run("edit", "account", "A", "--sk", "generate")
     add_export = ("add", "export", "-a", "A", "--subject")
     nsc.run(*add_export, "svc.pub", "--service", "--response-type", "Stream")
@@ -98,6 +98,11 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     nsc.run("edit", "user", "-a", "A", "data", "--data", "10")
     nsc.run("edit", "account", "T", "--js-tier", "1", "--js-mem-storage", "1M",
             "--js-disk-storage", "2000", "--js-streams", "3", "--js-consumer", "1")  # fmt: skip
+    # J's JetStream API, imported by K under J.API (as `nats --js-api-prefix` uses it).
+    nsc.run("edit", "account", "J", "--js-mem-storage", "-1", "--js-disk-storage", "-1")
+    nsc.run("add", "export", "-a", "J", "--subject", "$JS.API.>", "--service")
+    nsc.run("add", "import", "-a", "K", "--src-account", keys["J"], "--service",
+            "--remote-subject", "$JS.API.>", "--local-subject", "J.API.>")  # fmt: skip
     nsc.run("edit", "account", "T", "--js-tier", "3", "--js-mem-storage", "2M",
             "--js-disk-storage", "20M", "--js-streams", "1")  # fmt: skip
     return Store(nsc, home, keys, {}, _noon_zone())
@@ -536,3 +541,21 @@ async def test_each_tier_bounds_its_own_streams(
         "err_code": 10002,
         "description": "resource limits exceeded for account",
     }
+
+
+async def test_jetstream_api_imported(
+    server: ServerProcess, store: Store, connect: Connect
+) -> None:
+    """K reaches J's streams through the imported API, under its local prefix, and sees
+    nothing of J's streams through its own (it has no JetStream)."""
+    j = await connect(server, **_creds(store, "J"))
+    await _api(j, "$JS.API.STREAM.CREATE.ORDERS", {"name": "ORDERS", "subjects": ["orders"]})
+    await j.request("orders", b"one", timeout=2)
+    k = await connect(server, **_creds(store, "K"))
+    info = await _api(k, "J.API.STREAM.INFO.ORDERS")
+    assert info["config"]["name"] == "ORDERS" and info["state"]["messages"] == 1
+    creds = str(store.nsc.creds("K", "k"))
+    code, out = await cli(server.url, "--creds", creds, "--js-api-prefix", "J.API",
+                          "stream", "ls", "--names")  # fmt: skip
+    assert code == 0 and out.split() == ["ORDERS"], out
+    assert (await _api(k, "$JS.API.INFO"))["error"]["err_code"] == 10039
