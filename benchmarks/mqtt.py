@@ -28,14 +28,17 @@ WINDOW = 1_000
 writes it (QoS 0) or at its PUBACK (QoS 1): awaited one by one, either would measure
 the client's latency rather than the server's throughput."""
 
-CLUSTER_CONFIG = "mqtt { host: 127.0.0.1, port: -1 }\n"
+CONFIG = "mqtt { host: 127.0.0.1, port: -1 }\n"
 QUIET = logging.getLogger("benchmarks.mqtt.client")
 QUIET.setLevel(logging.ERROR)  # aiomqtt warns on every publish beyond 10 in flight
 
 
 @contextlib.asynccontextmanager
-async def _client(port: int, name: str, p: Params) -> AsyncIterator[aiomqtt.Client]:
-    """A clean-session client whose QoS 1 window matches what the publisher keeps in flight."""
+async def _client(
+    port: int, name: str, p: Params, *, websocket: bool = False
+) -> AsyncIterator[aiomqtt.Client]:
+    """A clean-session client whose QoS 1 window matches what the publisher keeps in
+    flight; over WebSocket (paho's ``websockets`` transport, path ``/mqtt``) when asked."""
     client = aiomqtt.Client(
         "127.0.0.1",
         port,
@@ -44,6 +47,8 @@ async def _client(port: int, name: str, p: Params) -> AsyncIterator[aiomqtt.Clie
         max_inflight_messages=WINDOW,
         timeout=p.timeout,
         logger=QUIET,
+        transport="websockets" if websocket else "tcp",
+        websocket_path="/mqtt" if websocket else None,
     )
     async with client:
         yield client
@@ -62,13 +67,16 @@ async def _publish(client: aiomqtt.Client, topic: str, qos: int, p: Params) -> N
         await asyncio.gather(*(client.publish(topic, payload, qos=qos) for _ in range(batch)))
 
 
-async def _pub_sub(port: int, qos: int, p: Params, sub_port: int = 0) -> float:
+async def _pub_sub(
+    port: int, qos: int, p: Params, sub_port: int = 0, *, websocket: bool = False
+) -> float:
     """Messages per second from one aiomqtt publisher to one subscriber at ``qos``; the
-    subscriber on ``sub_port`` when given (another server of a cluster)."""
+    subscriber on ``sub_port`` when given (another server of a cluster), both on the
+    server's WebSocket listener with ``websocket``."""
     topic = f"bench/mqtt/qos{qos}"
     async with (
-        _client(sub_port or port, f"bench-sub-{qos}", p) as sub,
-        _client(port, f"bench-pub-{qos}", p) as pub,
+        _client(sub_port or port, f"bench-sub-{qos}", p, websocket=websocket) as sub,
+        _client(port, f"bench-pub-{qos}", p, websocket=websocket) as pub,
     ):
         await sub.subscribe(topic, qos=qos)  # SUBACK: the subscription is in place
         counter = Counter(p.count)
@@ -81,6 +89,11 @@ async def _pub_sub(port: int, qos: int, p: Params, sub_port: int = 0) -> float:
         finally:
             reader.cancel()
     return p.count / elapsed
+
+
+async def ws_pub_sub(port: int, qos: int, p: Params) -> float:
+    """`_pub_sub` with both clients on the WebSocket listener at ``port``."""
+    return await _pub_sub(port, qos, p, websocket=True)
 
 
 async def _mqtt_to_nats(url: str, port: int, p: Params) -> float:
@@ -128,7 +141,7 @@ async def _cluster_qos1(_url: str, p: Params, *, command: list[str]) -> dict[str
     once the meta group can place them: a probe stream waits for that first.
     """
     assert p.store is not None, "the harness sets the store of every run"
-    async with cluster._cluster(command, p.store, cluster.NODES, CLUSTER_CONFIG) as nodes:
+    async with cluster._cluster(command, p.store, cluster.NODES, CONFIG) as nodes:
         if not all(node.mqtt_port for node in nodes):
             raise Skipped("a server logged no MQTT port")
         await cluster.placeable(nodes[0].url, cluster.NODES)

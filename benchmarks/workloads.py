@@ -188,11 +188,6 @@ NATSCLI: tuple[Workload, ...] = (
         ref_measure=websocket.measure("ref"),
         timeout=300.0,
     ),
-        "aiomqtt (ws transport, /mqtt) --count at QoS 0 then QoS 1 (1000 in flight) to an "
-        "aiomqtt subscriber, both on the server's websocket listener",
-        ref_measure=websocket.mqtt_measure("ref"),
-        timeout=300.0,
-    ),
 )
 
 
@@ -319,6 +314,22 @@ WORKLOADS: tuple[Workload, ...] = (
         "aiomqtt: --count messages QoS 0 then QoS 1 (1000 in flight) publisher → subscriber, "
         "then QoS 0 to a nats-py subscriber; both servers with the same mqtt {} block",
         timeout=600.0,  # aiomqtt moves a few thousand messages a second: 3 phases of --count
+    ),
+    Workload(
+        "mqtt-websocket",
+        Profile.OFFLINE,  # each side starts its own server with mqtt {} and websocket {}
+        websocket.mqtt_measure("jetlake"),
+        tuple(
+            Metric(key, label, RATE, True)
+            for key, label in (
+                ("qos0_msgs_per_s", "MQTT QoS 0 publish→subscribe over WebSocket"),
+                ("qos1_msgs_per_s", "MQTT QoS 1 publish→subscribe over WebSocket"),
+            )
+        ),
+        "aiomqtt (ws transport, /mqtt) --count at QoS 0 then QoS 1 (1000 in flight) to an "
+        "aiomqtt subscriber, both on the server's websocket listener",
+        ref_measure=websocket.mqtt_measure("ref"),
+        timeout=300.0,
     ),
     Workload(
         "lake-freshness",
@@ -589,6 +600,11 @@ def _lake(workload: Workload) -> bool:
     return workload.name.startswith("lake-")
 
 
+def _mqtt(workload: Workload) -> bool:
+    """The one-server MQTT rows: over TCP (its own profile) and over WebSocket."""
+    return workload.profile is Profile.MQTT or workload.name.startswith("mqtt-")
+
+
 def select(names: list[str]) -> list[Workload]:
     """Workloads by name or group ("core", "js", "lake", "raft", "cluster", "mqtt",
     "natscli"); all if ``names`` is empty.
@@ -604,7 +620,7 @@ def select(names: list[str]) -> list[Workload]:
                 w
                 for w in WORKLOADS
                 if w.profile not in (Profile.CORE, Profile.MQTT)
-                and not (_lake(w) or _raft(w) or _cluster(w) or _natscli(w))
+                and not (_lake(w) or _raft(w) or _cluster(w) or _natscli(w) or _mqtt(w))
             ]
         elif name == "natscli":
             matches = list(NATSCLI)
@@ -614,6 +630,8 @@ def select(names: list[str]) -> list[Workload]:
             matches = [w for w in WORKLOADS if _raft(w)]
         elif name == "cluster":
             matches = [w for w in WORKLOADS if _cluster(w)]
+        elif name == "mqtt":
+            matches = [w for w in WORKLOADS if _mqtt(w)]
         elif name == "core":
             matches = [w for w in WORKLOADS if w.profile is Profile.CORE and not _natscli(w)]
         else:

@@ -1,4 +1,5 @@
-"""The edge rows (leafnode, WebSocket, MQTT on a cluster) run end to end on both servers.
+"""The edge rows (leafnode, WebSocket, MQTT over WebSocket, MQTT on a cluster) run end
+to end on both servers.
 
 Small counts: these show each row still produces a figure on both sides (servers
 start, clients connect, every message arrives), not how fast it is.
@@ -29,6 +30,13 @@ def test_leafnode_and_websocket_rows_measure_both_servers(tmp_path: Path) -> Non
         assert row["ref"] > 0 and row["jetlake"] > 0
 
 
+def test_mqtt_over_websocket_row_measures_both_servers(tmp_path: Path) -> None:
+    [row_qos0, row_qos1] = _bench(tmp_path, "mqtt-websocket", 200)
+    for row in (row_qos0, row_qos1):
+        assert (row["ref_status"], row["jetlake_status"]) == ("ok", "ok"), row
+        assert row["ref"] > 0 and row["jetlake"] > 0
+
+
 @pytest.mark.soak
 def test_mqtt_cluster_row_measures_both_servers(tmp_path: Path) -> None:
     [row] = _bench(tmp_path, "cluster-mqtt", 500)
@@ -40,6 +48,8 @@ def test_edge_rows_are_in_their_groups() -> None:
         w.name for w in workloads.select(["natscli"])
     }
     assert "cluster-mqtt" in {w.name for w in workloads.select(["cluster"])}
+    assert {w.name for w in workloads.select(["mqtt"])} == {"mqtt", "mqtt-websocket"}
+    assert "mqtt-websocket" not in {w.name for w in workloads.select(["js"])}
 
 
 def test_websocket_url_is_read_from_the_listener_line(tmp_path: Path) -> None:
