@@ -91,7 +91,12 @@ class Resolver:
 
     def _load(self, token: str, now: float, where: str) -> None:
         if self._trusted(token, now, where):
-            self.store.put(token, now)
+            claims = self.store.put(token, now)
+            issues = invalid_imports(claims)
+            if issues:  # taken all the same at start, as the reference does
+                log.warning("Account [%s] has validation issues:", claims.subject)
+                for issue in issues:
+                    log.warning("  - %s", issue)
 
     def _trusted(self, token: str, now: float, where: str) -> bool:
         """ConfigError for a JWT the operators do not sign; an expired one is only

@@ -5,19 +5,23 @@ windows; response permissions counted and timed."""
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import time
 import zoneinfo
+from pathlib import Path
 from typing import Any
 
 import nkeys
 import pytest
 
 from ingest.server.accounts.settings import HEADERS_SAMPLING, Import
+from ingest.server.auth_resolver import Resolver
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt.exports import imported_from, invalid_imports, shares
 from ingest.server.jwt.times import window_end
 from ingest.server.jwt.trust import account_limits
+from ingest.server.options import load_config, validate_options
 from ingest.server.responses import Responses
 from tests.support.nsc import encode_jwt
 
@@ -199,3 +203,29 @@ def test_response_permissions(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not permits.allows(b"late")
     defaults = Responses(0, 0)
     assert (defaults.max_msgs, defaults.ttl) == (1, 120.0)
+
+
+def test_a_preloaded_jwt_with_a_bad_token_is_taken_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    operator = {
+        "iat": 1,
+        "iss": _pub(OPERATOR),
+        "sub": _pub(OPERATOR),
+        "nats": {"type": "operator"},
+    }
+    importer = _importer({"subject": "svc.a", "type": "service", "token": "not.a.jwt"})
+    path = tmp_path / "server.conf"
+    path.write_text(
+        f"operator: {encode_jwt(operator, OPERATOR)}\nresolver: MEMORY\n"
+        f"resolver_preload: {{ {importer.subject}: {importer.token} }}\n"
+    )
+    opts = load_config(str(path))
+    validate_options(opts)
+    with caplog.at_level(logging.WARNING, logger="jetlake"):
+        resolver = Resolver(opts)
+    assert resolver.store.get(importer.subject) is not None
+    assert caplog.messages == [
+        f"Account [{importer.subject}] has validation issues:",
+        '  - import "svc.a" contains an invalid activation token',
+    ]
