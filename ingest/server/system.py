@@ -74,14 +74,18 @@ class SystemServices:
         }
 
 
-def _permissions(grant: Grant) -> dict[str, dict[str, list[str]]]:
-    """Only the directions and lists that restrict anything, as the reference omits the rest."""
-    out: dict[str, dict[str, list[str]]] = {}
+def _permissions(grant: Grant) -> dict[str, dict[str, Any]]:
+    """Only the directions and lists that restrict anything, as the reference omits the
+    rest; with response permissions, both directions and the `responses` (ttl in ns)."""
+    out: dict[str, dict[str, Any]] = {}
+    responses = grant.responses
     for direction, allow, deny in (
         ("publish", grant.pub_allow, grant.pub_deny),
         ("subscribe", grant.sub_allow, grant.sub_deny),
     ):
         lists = {k: list(v) for k, v in (("allow", allow), ("deny", deny)) if v}
-        if lists:
+        if lists or responses is not None:
             out[direction] = lists
+    if responses is not None:
+        out["responses"] = {"max": responses.max_msgs, "ttl": round(responses.ttl * 1e9)}
     return out

@@ -94,6 +94,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     nsc.run("add", "user", "-a", "A", "responder", "--allow-pub-response=2",
             "--response-ttl", "1s", "--allow-sub", "req.>")  # fmt: skip
     nsc.run("add", "user", "-a", "A", "answers_once", "--allow-pub-response", "--allow-pub", "ok.>")
+    nsc.run("add", "user", "-a", "A", "informed", "--allow-pub-response",
+            "--allow-pub", "$SYS.REQ.USER.INFO")  # fmt: skip
     nsc.run("add", "user", "-a", "A", "data")
     nsc.run("edit", "user", "-a", "A", "data", "--data", "10")
     nsc.run("edit", "account", "T", "--js-tier", "1", "--js-mem-storage", "1M",
@@ -457,6 +459,18 @@ async def test_response_permission_beside_an_allow_list(
         assert await client.outcome(b"PUB ok.1 1\r\na\r\nPUB nope 1\r\na\r\n") == Outcome(
             (b"-ERR 'Permissions Violation for Publish to \"nope\"'",), closed=False
         )
+
+
+async def test_user_info_shows_response_permissions(
+    server: ServerProcess, store: Store, connect: Connect
+) -> None:
+    nc = await connect(server, user_credentials=str(store.nsc.creds("A", "informed")))
+    info = json.loads((await nc.request("$SYS.REQ.USER.INFO", b"", timeout=2)).data)["data"]
+    assert info["permissions"] == {
+        "publish": {"allow": ["$SYS.REQ.USER.INFO"]},
+        "subscribe": {},
+        "responses": {"max": 1, "ttl": 120_000_000_000},
+    }
 
 
 async def test_data_limit_is_not_enforced(server: ServerProcess, store: Store) -> None:
