@@ -122,6 +122,10 @@ class Client(Closing, asyncio.Protocol):
         """The TLS this connection speaks in its byte stream (a WebSocket's is the listener's)."""
         return self.server.tls_context
 
+    def credentials(self, options: dict[str, object]) -> dict[str, object]:
+        """CONNECT's credentials as the login reads them (a WebSocket's cookie adds a JWT)."""
+        return options
+
     def authenticate(self, options: dict[str, object]) -> Grant:
         """The grant for CONNECT's credentials (a WebSocket listener may have its own)."""
         return self.server.auth.authenticate(options, nonce=self.nonce, host=self.host)
@@ -385,7 +389,7 @@ class Client(Closing, asyncio.Protocol):
         """A JWT user of an account the resolver must fetch logs in once the fetch ends;
         what the client sent after CONNECT waits with it, in order."""
         resolver = self.server.resolver
-        fetch = resolver.fetching(op.options) if resolver is not None else None
+        fetch = resolver.fetching(self.credentials(op.options)) if resolver is not None else None
         if fetch is None:
             return False
         self._deferred = ops[ops.index(op) + 1 :]

@@ -45,6 +45,7 @@ from ingest.server.compression import (
     needs_compression,
     select,
 )
+from ingest.server.jwt.nkey import new_nonce
 from ingest.server.leafnode.interest import JETSTREAM_DENIED, Advertised, Denied
 from ingest.server.link import TURN_MSGS, PeerLink
 from ingest.server.settings import TLSConfig
@@ -109,6 +110,8 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         self.remote = remote  # set when this server dialled
         self.url = url
         self.solicited = remote is not None
+        # Signed by a leaf whose remote logs in with a credentials file (a JWT user).
+        self.nonce = new_nonce() if not self.solicited and server.auth.nonce_required else ""
         self.spoke = remote is not None and not remote.hub
         self.codec = proto.LeafCodec(max_payload=server.opts.max_payload)
         self.transport: asyncio.Transport | None = None
@@ -169,6 +172,8 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             self._start_tls(tls)  # the INFO waits for the handshake
         mode = self.leafnodes.config.compression.mode
         info = self.leafnodes.info(self.cid, "" if mode == NOT_SUPPORTED else mode)
+        if self.nonce:
+            info["nonce"] = self.nonce
         self.queue(proto.encode_info(info))
         if tls is not None and not tls.handshake_first:
             self.flush()  # the INFO in plain text, then the handshake
@@ -217,9 +222,35 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             if type(op) is proto.LRun:
                 self._take_run(op)
                 taken += len(op.payloads)
+            elif self._fetch_first(op, ops, at):
+                return
             else:
                 self._dispatch(op)  # type: ignore[arg-type]
                 taken += 1
+
+    def _fetch_first(self, op: object, ops: list[proto.LeafOp | proto.LRun], at: int) -> bool:
+        """An accepted leaf's CONNECT with a user JWT of an account the resolver must
+        fetch is taken once the fetch ends, and what followed it after it (reading
+        paused meanwhile), as a client's login waits."""
+        if self.solicited or self.registered or not isinstance(op, proto.Connect):
+            return False
+        resolver = self.server.resolver
+        fetch = resolver.fetching(op.options) if resolver is not None else None
+        if fetch is None:
+            return False
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+        def fetched(_: object) -> None:
+            if self.closed:
+                return
+            if self.transport is not None:
+                self.transport.resume_reading()
+            self._dispatch(op)
+            self._take(ops, at + 1)
+
+        fetch.add_done_callback(fetched)
+        return True
 
     def _dispatch(self, op: proto.LeafOp) -> None:
         if not self.registered and isinstance(op, proto.RMsg | proto.RSub | proto.RUnsub):
@@ -286,7 +317,7 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             self.queue(proto.encode_err(WRONG_PORT))
             self.close("Wrong Port", flush=True)
             return
-        account = leafnodes.authenticate(options)
+        account = leafnodes.authenticate(options, self.nonce)
         if account is None:
             user = options.get("user")
             who = f' - User "{user}"' if isinstance(user, str) and user else ""
@@ -375,6 +406,8 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         if not needs_compression(chosen):
             return False
         info = self.leafnodes.info(self.cid, info_mode(config, chosen))
+        if self.nonce:  # the INFO the leaf answers with its CONNECT: the nonce it signs
+            info["nonce"] = self.nonce
         writer = s2.writer(chosen != S2_UNCOMPRESSED)
         if self.solicited:  # ours goes plain, the hub's answer comes compressed
             self.queue(proto.encode_info(info))

@@ -286,10 +286,11 @@ class Leafnodes:
         cluster = self.server.cluster
         return cluster.name if cluster is not None else ""
 
-    def authenticate(self, options: dict[str, Any]) -> Account | None:
+    def authenticate(self, options: dict[str, Any], nonce: str = "") -> Account | None:
         """The account an accepted leaf is bound to, or None when its credentials fail:
         the `authorization {}` of `leafnodes {}` when it names a user, else the server's
-        users (a leaf logs in as one, with the user's account)."""
+        users (a leaf logs in as one, with the user's account, or as a JWT user that
+        signed `nonce`)."""
         config = self.config
         server = self.server
         if config.users:
@@ -303,11 +304,11 @@ class Leafnodes:
                 return None
             return server.accounts.get(config.account or server.accounts.global_account.name)
         try:
-            grant = server.auth.authenticate(options, "LEAFNODE")
+            grant = server.auth.authenticate(options, "LEAFNODE", nonce=nonce)
         except AuthError:
             return None
         name = config.account if config.account and not server.auth.required else grant.account
-        return server.accounts.get(name)
+        return server.accounts.get(name) or server.accounts.ensure(name)
 
     # ---- registry and interest ----------------------------------------------------------
 

@@ -54,9 +54,13 @@ class WebSocketClient(Client):
     def own_tls(self) -> ssl.SSLContext | None:
         return None  # the listener's TLS wraps the WebSocket, not the NATS stream inside
 
-    def authenticate(self, options: dict[str, object]) -> Grant:
+    def credentials(self, options: dict[str, object]) -> dict[str, object]:
         if self.cookie_jwt and not options.get("jwt"):
-            options = {**options, "jwt": self.cookie_jwt}
+            return {**options, "jwt": self.cookie_jwt}
+        return options
+
+    def authenticate(self, options: dict[str, object]) -> Grant:
+        options = self.credentials(options)
         return self.listener.auth.authenticate(options, WEBSOCKET, nonce=self.nonce, host=self.host)
 
     def adjust_info(self, info: dict[str, Any]) -> None:
