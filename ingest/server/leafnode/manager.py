@@ -29,6 +29,7 @@ from ingest.server.cluster.settings import RouteURL, local_addresses, parse_rout
 from ingest.server.compression import NOT_SUPPORTED
 from ingest.server.gofmt import number, rtt
 from ingest.server.leafnode.connection import LeafConnection, LeafSub
+from ingest.server.leafnode.redial import Redial
 from ingest.server.leafnode.settings import (
     DEFAULT_LEAF_AUTH_TIMEOUT,
     LOOP_RECONNECT_DELAY,
@@ -112,21 +113,30 @@ class Leafnodes:
     # ---- dialling ----------------------------------------------------------------------------
 
     async def _solicit(self, remote: RemoteLeaf) -> None:
-        """Dial the remote's URLs in turn for as long as the server runs."""
-        attempt = turn = 0
+        """Dial the remote's URLs in turn for as long as the server runs (`Redial`)."""
+        redial = Redial(self.config.reconnect)
+        turn = 0
         while True:
             urls = self._urls[remote]
             url = urls[turn % len(urls)]
             turn += 1
-            attempt += 1
-            conn = await self._dial(remote, url, attempt)
-            if conn is not None:
-                attempt = 0
+            conn = await self._dial(remote, url)
+            if isinstance(conn, OSError):
+                report, delay = redial.failed()
+                log.log(
+                    logging.ERROR if report else logging.DEBUG,
+                    'Error trying to connect as leafnode to remote server "%s" (attempt %d): %s',
+                    url.hostport,
+                    redial.attempts,
+                    conn,
+                )
+            else:
+                redial.linked()
                 await conn.done
-            delay = self._delay.pop(remote, self.config.reconnect)
+                delay = self._delay.pop(remote, self.config.reconnect)
             await asyncio.sleep(delay)  # the redial pace, not a synchronisation
 
-    async def _dial(self, remote: RemoteLeaf, url: RouteURL, attempt: int) -> LeafConnection | None:
+    async def _dial(self, remote: RemoteLeaf, url: RouteURL) -> LeafConnection | OSError:
         loop = asyncio.get_running_loop()
         log.debug("Trying to connect as leafnode to remote server on %s", url.hostport)
         try:
@@ -136,15 +146,7 @@ class Leafnodes:
                 port=url.port,
             )
         except OSError as exc:
-            level = logging.ERROR if attempt == 1 or attempt % 60 == 0 else logging.DEBUG
-            log.log(
-                level,
-                'Error trying to connect as leafnode to remote server "%s" (attempt %d): %s',
-                url.hostport,
-                attempt,
-                exc,
-            )
-            return None
+            return exc
         return conn
 
     def tls_context(self, remote: RemoteLeaf | None = None) -> ssl.SSLContext:
