@@ -24,9 +24,10 @@ KINDS = ["nats-server", "jetlake"]
     ["jetlake", pytest.param("nats-server", marks=pytest.mark.soak)],
     ids=lambda k: KIND_IDS[k],
 )
-def test_a_loop_is_refused(tmp_path: Path, other: str) -> None:
+async def test_a_loop_is_refused(tmp_path: Path, other: str) -> None:
     """A jetlake server and another that dial each other: one hears its own loop
-    detection subject back and the link is refused with the reference's error."""
+    detection subject back and the link is refused with the reference's error; the
+    servers' own clients go on meanwhile."""
     ports = free_port(), free_port()
     configs = [
         (
@@ -55,6 +56,12 @@ def test_a_loop_is_refused(tmp_path: Path, other: str) -> None:
         line = next(s.find_log(r"Loop detected .*") for s in servers if s.find_log("Loop detected"))
         assert line is not None
         assert 'account="$G". Delaying attempt to reconnect for 30s' in line.group(0)
+        for server in servers:
+            nc = await nats.connect(server.url, allow_reconnect=False)
+            sub = await nc.subscribe("beside.the.loop")
+            await nc.publish("beside.the.loop", b"undisturbed")
+            assert (await sub.next_msg(5)).data == b"undisturbed"
+            await nc.close()
     finally:
         for server in servers:
             server.stop(expect_code=None)

@@ -93,3 +93,43 @@ async def test_a_remote_away_for_long_is_redialled_at_the_interval(
         leaf.stop(expect_code=None)
         if hub is not None and hub.running:
             hub.stop(expect_code=None)
+
+
+REFUSED = re.compile(
+    r"(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) \[ERR\] .* Leafnode Error 'Authorization Violation'"
+)
+
+
+def _refusals(server: ServerProcess) -> list[float]:
+    stamps = (m[1] for m in REFUSED.finditer(server.log()))
+    return [datetime.strptime(s, "%Y/%m/%d %H:%M:%S.%f").timestamp() for s in stamps]
+
+
+async def test_a_leaf_with_wrong_credentials_retries_at_the_interval(tmp_path: Path) -> None:
+    """Both leafs, refused by the same hub, log the hub's -ERR at every attempt and dial
+    again after `reconnect`, no backoff; clients of the hub and of the leaf go on."""
+    port = free_port()
+    auth = "  authorization { user: edge, password: right } }\n"
+    config = hub_config(port).replace(" }\n", "\n" + auth, 1)
+    hub = start_server("nats-server", config=config, tmp_path=tmp_path, name="hub")
+    wrong = leaf_config(port).replace("nats://", "nats://edge:wrong@")
+    wrong = wrong.replace("reconnect: 1", 'reconnect: "250ms"')
+    leaves = [
+        start_server(kind, config=wrong, tmp_path=tmp_path, name=f"leaf-{KIND_IDS[kind]}")
+        for kind in ("nats-server", "jetlake")
+    ]
+    try:
+        for leaf in leaves:
+            poll(lambda leaf=leaf: len(_refusals(leaf)) >= 6, "six refusals", LINK_TIMEOUT)
+        ref_gaps, jl_gaps = (
+            [b - a for a, b in itertools.pairwise(_refusals(leaf)[:6])] for leaf in leaves
+        )
+        assert min(ref_gaps) >= 0.2 and min(jl_gaps) >= 0.2, (ref_gaps, jl_gaps)
+        # The same pace: no growth from one attempt to the next on either side.
+        assert statistics.median(jl_gaps) < 2 * statistics.median(ref_gaps) + 0.25
+        assert max(jl_gaps) < 4 * min(jl_gaps) + 0.5, jl_gaps
+        await _undisturbed(hub, "hub.local")
+        await _undisturbed(leaves[1], "leaf.local")
+    finally:
+        for server in (*leaves, hub):
+            server.stop(expect_code=None)
