@@ -50,6 +50,7 @@ class AccountJetStreams:
         self._engines: list[JetStream] = []
         self._refusals: dict[str, object] = {}  # account name -> its refusal subscription
         self._starting: set[asyncio.Task[None]] = set()
+        self._pending: set[str] = set()  # accounts whose engine is starting
         self._importers = _api_importers(server.opts.accounts)
         for account in server.accounts:
             if not account.jetstream_enabled:
@@ -78,11 +79,17 @@ class AccountJetStreams:
 
     def enable(self, account: Account) -> None:
         """Give a running server's account an engine (operator mode: a pushed account JWT
-        that allows JetStream); the refusal answers until the engine has started."""
-        if account.jetstream is not None or self._server.jetstream_cluster is not None:
+        that allows JetStream, or a reload); the refusal answers until the engine has
+        started. In a cluster the engine joins it, and hosts what the meta group assigned
+        here."""
+        if account.jetstream is not None or account.name in self._pending:
             return
+        self._pending.add(account.name)
         engine = self._build(account, AccountMessaging(self._server, account))
         engine.limits = account.limits.jetstream
+        cluster = self._server.jetstream_cluster
+        if cluster is not None:
+            cluster.adopt(engine)
         account.jetstream_enabled = True
         task = asyncio.get_running_loop().create_task(self._start(account, engine))
         self._starting.add(task)
@@ -97,18 +104,28 @@ class AccountJetStreams:
         account.jetstream, account.jetstream_enabled = None, False
         if engine in self._engines:
             self._engines.remove(engine)
+        if self._server.jetstream_cluster is not None:
+            self._server.jetstream_cluster.release(account.name)
         self._refuse(account)
         task = asyncio.get_running_loop().create_task(engine.stop())
         self._starting.add(task)
         task.add_done_callback(self._starting.discard)
 
     async def _start(self, account: Account, engine: JetStream) -> None:
-        await engine.start()
+        try:
+            await engine.start()
+        finally:
+            self._pending.discard(account.name)
+        if not account.jetstream_enabled:  # switched off again meanwhile
+            await engine.stop()
+            return
         self._engines.append(engine)
         account.jetstream = engine
         refusal = self._refusals.pop(account.name, None)
         if refusal is not None:
             self._server.unsubscribe(refusal)
+        if self._server.jetstream_cluster is not None:
+            self._server.jetstream_cluster.host_assigned(account.name)
 
     async def stop(self) -> None:
         for token in self._refusals.values():

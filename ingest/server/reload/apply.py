@@ -133,12 +133,12 @@ def _apply(server: Server, prepared: _Prepared) -> None:
 
 
 def _switchable(server: Server, account: Account) -> bool:
-    """A named account's JetStream goes on or off on a single server; the global
-    account's engine, and a cluster's meta group, are built at start only."""
+    """A named account's JetStream goes on or off, on a single server or in a cluster
+    (its replicas here join or leave their groups); the global account's engine is
+    built at start only."""
     return (
         account.name != server.accounts.global_account.name
         and server.account_jetstreams is not None
-        and server.jetstream_cluster is None
     )
 
 

@@ -43,6 +43,7 @@ from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
 from ingest.server.jetstream.cluster.peer_requests import PeerRequests
 from ingest.server.jetstream.cluster.placement import STORAGE_KEYS, choose_peers, placement_of
 from ingest.server.jetstream.cluster.system_requests import SystemRequests
+from ingest.server.settings import store_base
 from log import stream_entries
 from log.config import from_request
 from log.raft_group import RaftGroup
@@ -533,6 +534,29 @@ class JetStreamCluster:
         if sa is not None and key not in self.hosted and self.me in sa.peers and engine:
             self._host(engine, sa)
 
+    # -- accounts given or denied JetStream while the cluster runs ----------------------
+
+    def adopt(self, engine: JetStream) -> None:
+        """An account's engine made while the cluster runs (a pushed JWT that allows
+        JetStream, a reload that enables it): its API answers by role, as at start."""
+        from ingest.server.jetstream.cluster.requests import ClusterRequests
+
+        engine.cluster = self
+        ClusterRequests(self, engine).install(engine.api)
+
+    def host_assigned(self, account: str) -> None:
+        """The adopted engine has started: host the account's streams the meta group
+        assigned here meanwhile or before (their folders, if any, are picked up)."""
+        for sa in list(self.state.streams.values()):
+            if sa.account == account and sa.key not in self.hosted:
+                self._enact(meta.Change("added", sa))
+
+    def release(self, account: str) -> None:
+        """The account's JetStream is switched off here: its replicas are forgotten, not
+        deleted (the engine closes them; `host_assigned` takes them back)."""
+        for key in [key for key in self.hosted if key[0] == account]:
+            del self.hosted[key]
+
     # -- what the API and monitoring read ---------------------------------------------
 
     def assignment(self, account: str, name: str) -> StreamAssignment | None:
@@ -575,15 +599,17 @@ def cluster_engines(server: Server, engines: list[JetStream]) -> JetStreamCluste
     brings up the meta group."""
     from ingest.server.jetstream.cluster.requests import ClusterRequests
 
-    by_account = {engine.account: engine for engine in engines}
-    js_dir = engines[0].store_dir if engines else Path("jetstream")
-    sync = engines[0].config.sync_interval_ns if engines else None
-    cluster = JetStreamCluster(
-        server,
-        by_account.get,
-        js_dir=js_dir,
-        sync_interval_ns=sync,
-    )
+    # Where the engines keep their streams, even when no account has JetStream yet (one
+    # given it later joins): the meta group's log must not land in the working folder.
+    js_dir = store_base(server.opts.jetstream.store_dir) / "jetstream"
+    sync = server.opts.jetstream.sync_interval_ns
+
+    def engine_of(name: str) -> JetStream | None:
+        """The account's running engine: those made later (`adopt`) count once started."""
+        account = server.accounts.get(name)
+        return account.jetstream if account is not None else None
+
+    cluster = JetStreamCluster(server, engine_of, js_dir=js_dir, sync_interval_ns=sync)
     for engine in engines:
         engine.cluster = cluster
         ClusterRequests(cluster, engine).install(engine.api)
