@@ -164,7 +164,9 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             assert self.remote is not None
             if self.remote.tls is not None and self.remote.tls.handshake_first:
                 self._start_tls(self.remote.tls)
-            log.debug("%s - Leafnode connection created, waiting for the hub's INFO", self.where)
+            log.info(  # as the reference, before the hub has accepted the login
+                "%s - Leafnode connection created for account: %s", self.where, self.remote.account
+            )
             return
         log.info("%s - Leafnode connection created", self.where)
         tls = self.leafnodes.config.tls

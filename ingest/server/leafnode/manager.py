@@ -338,7 +338,7 @@ class Leafnodes:
                 if not conn.deny_in.interest(subject):
                     advertised.change(subject, queue, members)
         role = "spoke" if conn.spoke else "hub"
-        log.info(
+        log.debug(
             "%s - Leafnode connection registered: %s (this side is the %s, account %s)",
             conn.where,
             conn.remote_name,
