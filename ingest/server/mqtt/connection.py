@@ -66,6 +66,7 @@ class MQTTConnection(Closing, asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.client_id = ""
         self.grant = Grant()
+        self.credentials: dict[str, object] = {}  # CONNECT's, judged again at a reload
         self.account = self.server.accounts.global_account  # until CONNECT names another
         self.manager: SessionManager | None = None  # the account's MQTT state, once in
         self.session: Session | None = None
@@ -217,6 +218,7 @@ class MQTTConnection(Closing, asyncio.Protocol):
         """Authenticate; the work that sets the session up in the user's account, or
         None when the login is refused."""
         listener = self.listener
+        self.credentials = connect
         try:
             self.grant = listener.authenticate(connect, self.host)
         except AuthError:
@@ -314,6 +316,24 @@ class MQTTConnection(Closing, asyncio.Protocol):
             self.queue(mqtt.encode(mqtt.UnsubAck(packet.packet_id)))
 
         self._run(teardown())
+
+    def regrant(self, grant: Grant) -> None:
+        """Take a config reload's permissions: a topic filter they no longer allow is
+        unsubscribed, its QoS ≥ 1 consumer too (MQTT has no -ERR to tell the client)."""
+        self.grant = grant
+        if not grant.restricted:
+            return
+        refused = tuple(
+            topic_filter
+            for topic_filter, subs in self.filters.by_filter.items()
+            if not all(grant.can_subscribe(sub.subject) for sub in subs)
+        )
+        if not refused:
+            return
+        self.filters.remove(refused)
+        session = self.session
+        if session is not None:
+            self.listener.spawn(session.unsubscribe(refused), self)
 
     # ---- keepalive and deadlines ---------------------------------------------------------
 

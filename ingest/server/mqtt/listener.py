@@ -15,7 +15,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser import mqtt
-from ingest.server.auth import MQTT, Authenticator, Grant
+from ingest.server.auth import MQTT, Authenticator, AuthError, Grant
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt.claims import JWTError
 from ingest.server.listener_auth import listener_authenticator
@@ -123,6 +123,25 @@ class MQTTListener:
 
     def authenticate(self, connect: dict[str, object], host: str) -> Grant:
         return self.auth.authenticate(connect, MQTT, host=host)
+
+    def recheck(self) -> None:
+        """After a config reload, every logged-in client is judged again as a NATS
+        client is: credentials that no longer pass close it (as an authorization
+        violation), a user now in another account is closed, the others take their
+        new permissions."""
+        for conn in list(self.connections.values()):
+            if conn.manager is None or conn.closed:
+                continue  # not logged in yet: its CONNECT is judged by the new rules
+            try:
+                grant = self.authenticate(conn.credentials, conn.host)
+            except AuthError:
+                log.error("%s:%d - mid:%d - authentication error", conn.host, conn.port, conn.cid)
+                conn.close("Authentication Failure", abnormal=True)
+                continue
+            if grant.account != conn.account.name:
+                conn.close("Client Closed", abnormal=True)
+                continue
+            conn.regrant(grant)
 
     def credentials(self, packet: mqtt.Connect) -> dict[str, object]:
         """A CONNECT's credentials as a NATS client sends them: the password is a token

@@ -128,6 +128,8 @@ def _apply(server: Server, prepared: _Prepared) -> None:
             _recheck(server, client)
         elif changes.logging:
             client.regrant(client.grant)  # tracing decides the fast path too
+    if changes.auth and server.mqtt is not None:
+        server.mqtt.recheck()
     server.config_load_time = time.time()
     log.info("Reloaded server configuration")
 
