@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser import mqtt
@@ -42,6 +43,20 @@ class MQTTListener:
         self.host = config.host or "0.0.0.0"  # not the client port's host, as the reference
         self.port = config.port
         self._listener: asyncio.base_events.Server | None = None
+        self._tls: ssl.SSLContext | None = None  # what new handshakes use (a reload swaps it)
+
+    def _current_tls(self, conn: ssl.SSLObject, name: str | None, ctx: ssl.SSLContext) -> None:
+        """Each handshake is switched to the context of the last reload (asyncio keeps
+        the one the port was opened with; the hello, SNI or not, comes here first)."""
+        if self._tls is not None and self._tls is not ctx:
+            conn.context = self._tls
+
+    def reload(self, config: MQTTConfig, tls: ssl.SSLContext | None) -> None:
+        """A reload's settings: the consumers' for those made from now on, the TLS
+        context (built, so checked, before the reload was applied) for new handshakes."""
+        self.config = config
+        if tls is not None:
+            self._tls = tls
 
     @property
     def auth(self) -> Authenticator:
@@ -59,7 +74,8 @@ class MQTTListener:
         if self.config.tls is not None:
             from ingest.server.tls import make_server_context
 
-            ssl_ctx = make_server_context(self.config.tls)
+            self._tls = ssl_ctx = make_server_context(self.config.tls)
+            ssl_ctx.sni_callback = self._current_tls
         loop = asyncio.get_running_loop()
         self._listener = await loop.create_server(
             lambda: MQTTConnection(self, self.server.next_id()),

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.conf import ConfigError
+from ingest.server import pinning
 from ingest.server.accounts.limits import MAX_SUBSCRIPTIONS
 from ingest.server.accounts.registry import Account, Accounts
 from ingest.server.auth import AUTH_VIOLATION, Authenticator, AuthError
@@ -54,6 +55,7 @@ class _Prepared:
     plan: Plan
     tls: ssl.SSLContext | None
     route_tls: tuple[ssl.SSLContext, ssl.SSLContext] | None
+    mqtt_tls: ssl.SSLContext | None
     accounts: Accounts
 
 
@@ -77,6 +79,8 @@ def _prepare(server: Server, argv: list[str]) -> _Prepared:
     changes = plan(server.opts, opts)
     tls = make_server_context(opts.tls) if opts.tls is not None else None
     route_tls = route_contexts(opts.cluster.tls) if opts.cluster is not None else None
+    mqtt_tls = opts.mqtt.tls if opts.mqtt is not None else None
+    mqtt_context = make_server_context(mqtt_tls) if mqtt_tls is not None else None
     if changes.preloads and server.resolver is not None:
         server.resolver.check_preloads(opts.resolver_preload)
     fresh = Accounts(opts, Sublist(), jetstream=opts.jetstream.enabled)
@@ -87,7 +91,7 @@ def _prepare(server: Server, argv: list[str]) -> _Prepared:
             raise ReloadRefused(
                 f"config reload not supported for jetstream of account {account.name}"
             )
-    return _Prepared(opts, changes, tls, route_tls, fresh)
+    return _Prepared(opts, changes, tls, route_tls, mqtt_context, fresh)
 
 
 def _apply(server: Server, prepared: _Prepared) -> None:
@@ -109,10 +113,11 @@ def _apply(server: Server, prepared: _Prepared) -> None:
         if changes.cluster:
             for route in list(server.cluster.connections):
                 route.recheck_authorization()
+    pinning.recheck(server, before, opts)
     if changes.auth:
         _swap_auth(server, prepared)
     if changes.mqtt and server.mqtt is not None:  # read as each consumer is made
-        server.mqtt.config = opts.mqtt
+        server.mqtt.reload(opts.mqtt, prepared.mqtt_tls)
     if changes.jetstream_limits:  # what /jsz and cluster placement read
         for account in server.accounts:
             if account.jetstream is not None:

@@ -149,7 +149,7 @@ RELOADS: dict[str, frozenset[str]] = {
     "cluster": frozenset(("authorization", "tls", "routes")),
     "cluster.authorization": frozenset(("user", "password", "timeout")),
     "jetstream": frozenset(_JS_LIMITS),  # raised only
-    "mqtt": frozenset(_MQTT),
+    "mqtt": frozenset((*_MQTT, "tls")),
     "accounts.NAME": frozenset(("users", "exports", "imports", "limits", "jetstream")),
     "accounts.NAME.exports": frozenset(
         ("stream", "service", "accounts", "response_type", "response_threshold", "latency")
@@ -265,12 +265,16 @@ def _cluster(before: Any, after: Any) -> None:
 
 
 def _mqtt(before: Any, after: Any) -> list[str]:
-    """The settings of the consumers MQTT subscriptions make reload; the reference then
-    logs each of them, changed or not."""
+    """The settings of the consumers MQTT subscriptions make reload, and the TLS of new
+    connections (its certificates, CA, verify; switching TLS on or off needs a restart
+    of jetlake); the reference then logs each consumer setting, changed or not."""
+    reloadable = (*_MQTT, "tls")
     if (
         before is None
         or after is None
-        or (dataclasses.replace(before, **{name: getattr(after, name) for name in _MQTT}) != after)
+        or (before.tls is None) != (after.tls is None)
+        or dataclasses.replace(before, **{name: getattr(after, name) for name in reloadable})
+        != after
     ):
         raise ReloadRefused(
             f"config reload not supported for MQTT: old={_go(before)}, new={_go(after)}"
