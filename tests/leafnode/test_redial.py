@@ -128,8 +128,9 @@ async def test_a_leaf_with_wrong_credentials_retries_at_the_interval(tmp_path: P
         # The same pace: no growth from one attempt to the next on either side.
         assert statistics.median(jl_gaps) < 2 * statistics.median(ref_gaps) + 0.25
         assert max(jl_gaps) < 4 * min(jl_gaps) + 0.5, jl_gaps
-        for leaf in leaves:  # each attempt, before the hub refuses it
+        for leaf in leaves:  # each attempt, before the hub refuses it, and as it hangs up
             assert leaf.find_log(r"\[INF\] .* - Leafnode connection created for account: \$G")
+            assert leaf.find_log("Leafnode connection closed: Client Closed - Remote: hub")
         await _undisturbed(hub, "hub.local")
         await _undisturbed(leaves[1], "leaf.local")
     finally:

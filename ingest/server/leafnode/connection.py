@@ -599,9 +599,8 @@ class LeafConnection(PeerLink, asyncio.Protocol):
 
 def _reason_for(message: str) -> str | None:
     """Why an -ERR closes this end; None for any other error, after which the reference
-    waits for the other end to close (a link refusing an oversized message, say)."""
-    if message == AUTH_VIOLATION:
-        return "Authentication Failure"
+    waits for the other end to close (a link refusing an oversized message, or the hub
+    refusing this leaf's login: the leaf logs 'Client Closed' as the hub hangs up)."""
     if "Loop detected" in message:
         return "Protocol Violation"
     if "same cluster name" in message:
