@@ -130,6 +130,14 @@ class TLSLayer:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    def pinned_by(self, pinned: frozenset[str] | None) -> bool:
+        """Whether the peer's key is in `pinned` (a reload's new set); any peer without one."""
+        try:
+            check_pinned(self._obj, pinned)
+        except ssl.SSLError:
+            return False
+        return True
+
     def encrypt(self, data: bytes) -> bytes:
         self._obj.write(data)
         return self._out.read()

@@ -7,6 +7,7 @@ under test."""
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -132,3 +133,19 @@ def test_websocket_and_mqtt_refuse_pins(tmp_path: Path, section: str) -> None:
     conf.write_text(f'{section} {{ port: 7000, tls {{ pinned_certs: ["{"a" * 64}"] }} }}\n')
     with pytest.raises(ConfigError, match="pinned_certs"):
         parse_serve_args(["-c", str(conf)])
+
+
+@pytest.mark.soak  # two more servers per kind; the pins themselves are tested above
+def test_a_reload_that_unpins_a_route_closes_it(make_server: MakeServer, pki: Pki) -> None:
+    pinned = f'    pinned_certs: ["{pin_of(pki.route_cert)}"]\n'
+    elsewhere = f'    pinned_certs: ["{pin_of(pki.server_cert)}"]\n'
+    pa = free_port()
+    a = make_server("-m", "-1", config=route_config("A", pa, [], pki, pinned))
+    b = make_server("-m", "-1", config=route_config("B", free_port(), [pa], pki))
+    poll(lambda: routed(a) and routed(b), "the pinned route")
+    assert a.config_path is not None
+    a.config_path.write_text(a.config_path.read_text().replace(pinned, elsewhere))
+    a.send_signal(signal.SIGHUP)
+    a.wait_for_log(re.escape("Disconnect 1 clients due to pinned certs reload"))
+    a.wait_for_log(re.escape(NOT_PINNED))  # B dials again, and is refused
+    assert routez(a)["num_routes"] == 0
