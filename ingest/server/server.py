@@ -546,6 +546,13 @@ class Server:
         account = account or self.accounts.global_account
         match = account.sublist.match(routed)
         only = match.plain[0] if len(match.plain) == 1 and not match.queues else None
+        cluster = self.cluster
+        if not match.plain and not match.queues and cluster is not None and self.mapper is None:
+            forwarded = cluster.deliver_run(account.name, routed, run)
+            if forwarded is not None:
+                self.out_msgs += len(run.msgs)
+                self.out_bytes += forwarded
+                return
         if type(only) is not Subscription or only.max_msgs:
             for subject, reply, hdr, data in run.wire():
                 size = len(data) + (len(hdr) if hdr else 0)

@@ -3,19 +3,22 @@
 //!
 //! Between servers nearly every frame is a plain `RMSG <account> <subject> [<reply>]
 //! <size>`: a client's publish forwarded to a stream leader, its PubAck coming back,
-//! a Raft message. `split_route` builds those messages here, each by the codec's own
-//! `RMsg` class, and hands back every other frame as bytes for the Python codec, in
-//! order; where the walk is unsure (a size it cannot read, a long line, whitespace
+//! a Raft message; or the same as an HMSG (a consumer's delivery to a client on the
+//! peer). `split_route` builds those messages here, each by the codec's own `RMsg`
+//! class, and hands back every other frame (queue groups, interest, control) as bytes
+//! for the Python codec, in order; where the walk is unsure (a size it cannot read, a long line, whitespace
 //! other than spaces and tabs) it hands the rest to Python.
 
 use crate::leafnodes::parse_size;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
-/// A frame's end, and for a plain RMSG its account, subject, reply and payload range.
+/// A frame's end, and for a message without queue groups its account, subject, reply,
+/// where its payload starts, where its header block ends (None: no headers) and where
+/// it stops.
 enum Frame<'a> {
     Other(usize),
-    Plain([&'a [u8]; 3], usize, usize),
+    Plain([&'a [u8]; 3], usize, Option<usize>, usize),
 }
 
 fn frame_at(
@@ -69,6 +72,17 @@ fn frame_at(
     if total > max_payload {
         return Err(());
     }
+    let hlen = match headers {
+        false => None,
+        true => {
+            let at = tokens.len().checked_sub(2).ok_or(())?;
+            let hlen = parse_size(tokens[at]).ok_or(())?;
+            if hlen > total {
+                return Err(());
+            }
+            Some(hlen)
+        }
+    };
     let start = next;
     let stop = start + total;
     if stop + 2 > buf.len() {
@@ -77,19 +91,26 @@ fn frame_at(
     if &buf[stop..stop + 2] != b"\r\n" {
         return Err(());
     }
-    let plain = match tokens.len() {
-        3 => Some([tokens[0], tokens[1], &b""[..]]),
-        4 if tokens[2] != b"+" && tokens[2] != b"|" => Some([tokens[0], tokens[1], tokens[2]]),
+    let sizes = if headers { 2 } else { 1 };
+    let plain = match tokens.len() - sizes {
+        2 => Some([tokens[0], tokens[1], &b""[..]]),
+        3 if tokens[2] != b"+" && tokens[2] != b"|" => Some([tokens[0], tokens[1], tokens[2]]),
         _ => None,
     };
     match plain {
-        Some(fields) if !headers => Ok(Some(Frame::Plain(fields, start, stop))),
-        _ => Ok(Some(Frame::Other(stop + 2))),
+        Some(fields) => Ok(Some(Frame::Plain(
+            fields,
+            start,
+            hlen.map(|h| start + h),
+            stop,
+        ))),
+        None => Ok(Some(Frame::Other(stop + 2))),
     }
 }
 
 /// Split `buf` into items in order: `bytes` (whole frames for the Python codec) and
-/// plain messages made by `make(account, subject, reply, (), None, payload)`; and where
+/// messages without queue groups made by `make(account, subject, reply, (), headers or
+/// None, payload)`; and where
 /// the last whole frame ends (what follows waits for the next read).
 #[pyfunction]
 pub fn split_route<'py>(
@@ -117,7 +138,7 @@ pub fn split_route<'py>(
                 return Ok((items, buf.len()));
             }
             Ok(Some(Frame::Other(next))) => pos = next,
-            Ok(Some(Frame::Plain([account, subject, reply], start, stop))) => {
+            Ok(Some(Frame::Plain([account, subject, reply], start, hdr_end, stop))) => {
                 flush_raw(&items, raw_from, pos)?;
                 let name = match accounts.iter().find(|(a, _)| *a == account) {
                     Some((_, name)) => name.clone(),
@@ -129,13 +150,17 @@ pub fn split_route<'py>(
                         name
                     }
                 };
+                let (hdr, body) = match hdr_end {
+                    Some(end) => (PyBytes::new(py, &buf[start..end]).into_any(), end),
+                    None => (py.None().into_bound(py), start),
+                };
                 let msg = make.call1((
                     name,
                     PyBytes::new(py, subject),
                     PyBytes::new(py, reply),
                     &no_queues,
-                    py.None(),
-                    PyBytes::new(py, &buf[start..stop]),
+                    hdr,
+                    PyBytes::new(py, &buf[body..stop]),
                 ))?;
                 items.append(msg)?;
                 pos = stop + 2;

@@ -21,6 +21,7 @@
 //! to that route in one call.
 
 use crate::outlet::Outlet;
+use crate::runs::is_plain_ack;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use pyo3::{intern, PyTraverseError, PyVisit};
@@ -377,6 +378,41 @@ impl Routes {
         send_notices(py, notices)?;
         send_pending(py, pending)?;
         Ok((done, size, out, out_size))
+    }
+
+    /// Hand the leading plain acks of `msgs`, (subject, payload) pairs a peer routed here
+    /// (a client on it acking a consumer this server leads), to the sinks `learn_acks`
+    /// knows, each consumer's consecutive acks in one call as the codec's `AckRun` does;
+    /// how many, up to the first Python must route.
+    fn take_acks(slf: &Bound<'_, Self>, msgs: &Bound<'_, PyList>) -> PyResult<usize> {
+        let py = slf.py();
+        let mut runs: Vec<(Py<PyAny>, Vec<u64>)> = Vec::new();
+        let mut done = 0usize;
+        {
+            let this = slf.borrow(); // released before the sinks run: they may change it
+            for item in msgs.iter() {
+                let Ok((subject, payload)) =
+                    item.extract::<(Bound<'_, PyBytes>, Bound<'_, PyBytes>)>()
+                else {
+                    break;
+                };
+                if !is_plain_ack(payload.as_bytes()) {
+                    break;
+                }
+                let Some((sink, seqs)) = this.ack(subject.as_bytes()) else {
+                    break;
+                };
+                match runs.last_mut() {
+                    Some((current, all)) if current.is(sink) => all.extend(seqs),
+                    _ => runs.push((sink.clone_ref(py), seqs.to_vec())),
+                }
+                done += 1;
+            }
+        }
+        for (sink, all) in runs {
+            sink.call1(py, (all,))?;
+        }
+        Ok(done)
     }
 
     /// Send plain acks under `prefix` (`$JS.ACK.<stream>.<consumer>.`) to `sink` in runs.

@@ -17,7 +17,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from tests.jscluster.support import js_cluster, server_name
+from tests.jscluster.support import eventually, js_cluster, server_name
 from tests.support.cluster import has_route_interest, poll, routez
 from tests.support.servers import ServerProcess, enabled_kinds
 
@@ -158,3 +158,46 @@ async def test_a_followers_client_keeps_publishing_while_the_lead_moves_to_its_s
             assert got.data == b"%d" % (sent - 1)
         finally:
             await pub.close()
+
+
+async def test_a_fetch_from_a_follower_gets_each_message_once_as_stored(
+    kind: str, tmp_path: Path
+) -> None:
+    """A pull consumer fetched by a client on another server than the leader: the
+    leader routes each batch to the client's inbox as one run over the route, and takes
+    the acks the route brings together in runs. Every message arrives once, in order,
+    under its own subject with its headers, and every ack, one at a time or together,
+    is taken."""
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        await c.add_stream("ORDERS", [f"{SUBJECT}.>"])
+        leader = await c.leader("ORDERS")
+        follower = next(s for s in c.servers if server_name(s) != server_name(leader))
+        for i in range(150):
+            headers = {"N": str(i)} if i % 3 == 0 else None
+            await c.js.publish(f"{SUBJECT}.{i % 4}", b"%d" % i, headers=headers)
+        nc = await nats.connect(follower.url, allow_reconnect=False)
+        try:
+            js = nc.jetstream(timeout=10)
+            sub = await js.pull_subscribe(f"{SUBJECT}.>", "puller", stream="ORDERS")
+            got = []
+            while len(got) < 150:
+                for msg in await sub.fetch(50, timeout=10):
+                    got.append(msg)
+                    if len(got) <= 50:
+                        await msg.ack_sync()  # one at a time
+                    else:
+                        await msg.ack()  # together: the leader takes them in runs
+                await nc.flush()
+            assert [m.data for m in got] == [b"%d" % i for i in range(150)]
+            assert [m.subject for m in got] == [f"{SUBJECT}.{i % 4}" for i in range(150)]
+            assert [(m.headers or {}).get("N") for m in got] == [
+                str(i) if i % 3 == 0 else None for i in range(150)
+            ]
+
+            async def settled() -> bool:
+                info = await js.consumer_info("ORDERS", "puller")
+                return (info.num_pending, info.num_ack_pending) == (0, 0)
+
+            await eventually(settled, "every message acknowledged")
+        finally:
+            await nc.close()

@@ -1,6 +1,6 @@
-"""The compiled walk over a route's input (`split_route`) against the pure codec: plain
-RMSGs built by the walk, every other frame by the codec, the same operations however
-the bytes are cut, and the same refusals."""
+"""The compiled walk over a route's input (`split_route`) against the pure codec:
+messages without queue groups built by the walk, every other frame by the codec, the
+same operations however the bytes are cut, and the same refusals."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ STREAM = (
     b"INFO {}\r\nRMSG $G a.b 3\r\nabc\r\nRMSG $G a.b 0\r\n\r\nrmsg $G a.b r.1 2\r\nxy\r\n"
     b"RMSG $SYS $NRG.X 1\r\nz\r\nRMSG $G a.c | g 1\r\nw\r\nRMSG $G a.c + r g 1\r\nv\r\nPING\r\n"
     b"HMSG $G a.c 3 5\r\nh\r\nxy\r\nRS+ $G foo\r\nRMSG $G\ta.c  2\r\nok\r\nRS- $G foo\r\n"
-    b"RMSG \xff\xfe a.\xff 1\r\n!\r\n"
+    b"RMSG \xff\xfe a.\xff 1\r\n!\r\nHMSG $G a.d r.2 3 5\r\nh\r\nxy\r\nHMSG $G a.d 0 0\r\n\r\n"
+    b"HMSG $G a.d + r q 3 5\r\nh\r\nxy\r\n"
 )
 
 
@@ -36,7 +37,7 @@ def outcome(chunks: list[bytes], walked: bool) -> object:
 
 def test_the_walk_gives_the_pure_codecs_operations_however_the_bytes_are_cut() -> None:
     expected = RouteCodec().receive(STREAM)
-    assert len([op for op in expected if isinstance(op, routes.RMsg)]) == 9
+    assert len([op for op in expected if isinstance(op, routes.RMsg)]) == 12
     assert RouteCodec().receive_walked(STREAM) == expected
     for cut in range(1, len(STREAM)):
         codec = RouteCodec()
@@ -48,6 +49,9 @@ def test_the_walk_gives_the_pure_codecs_operations_however_the_bytes_are_cut() -
     "data",
     [
         b"RMSG $G a x\r\nabc\r\n",
+        b"HMSG $G a 6 5\r\nabcde\r\n",
+        b"HMSG $G a x 5\r\nabcde\r\n",
+        b"HMSG $G 5\r\nabcde\r\n",
         b"RMSG $G a 3\r\nabcd\r\n",
         b"RMSG $G a 99999999\r\n",
         b"RMSG $G " + b"a" * 5000,

@@ -94,3 +94,22 @@ def test_a_clients_run_forwarded_to_the_leaders_route_is_the_rmsgs_python_sends(
     data = rmsg(b"orders", b"x") + rmsg(b"orders", b"", b"_INBOX.a.1")
     assert route.runs == [(data, 2, 1)]
     assert (server.out_msgs, server.out_bytes) == (2, 1)
+
+
+def test_acks_a_peer_routed_go_to_their_consumers_sinks_in_runs() -> None:
+    assert fast.native is not None
+    routes = fast.native.Routes()
+    calls: list[tuple[str, list[int]]] = []
+    routes.learn_acks(b"$JS.ACK.S.A.", lambda seqs: calls.append(("A", seqs)))
+    routes.learn_acks(b"$JS.ACK.S.B.", lambda seqs: calls.append(("B", seqs)))
+    acks = [
+        (b"$JS.ACK.S.A.1.10.1.0.5", b""),
+        (b"$JS.ACK.S.A.1.11.2.0.4", b"+ACK"),
+        (b"$JS.ACK.S.B.2.12.7.0.3", b""),
+        (b"$JS.ACK.S.A.1.13.3.0.2", b""),
+        (b"$JS.ACK.S.A.1.14.4.0.1", b"-NAK"),  # not a plain ack: Python's
+        (b"$JS.ACK.S.A.1.15.5.0.0", b""),
+    ]
+    assert routes.take_acks(acks) == 4
+    assert calls == [("A", [1, 10, 1, 1, 11, 2]), ("B", [2, 12, 7]), ("A", [1, 13, 3])]
+    assert routes.take_acks([(b"$JS.ACK.S.C.1.1.1.0.0", b"")]) == 0  # not learnt

@@ -31,6 +31,7 @@ from ingest.server.version import VERSION
 
 if TYPE_CHECKING:
     from ingest.server.cluster.ports import ClusterHost
+    from log.consumers.wire import Deliveries
 
 log = logging.getLogger("jetlake")
 
@@ -391,6 +392,21 @@ class Cluster:
         if route is None or route.closed or route.superseded:
             return None
         return partial(route.forward_run, account.encode())
+
+    def deliver_run(self, account: str, routed: bytes, run: Deliveries) -> int | None:
+        """A consumer's run to an inbox that one route alone wants (a client on that peer
+        fetching), nothing here: each message as `forward` frames it, the run in one
+        write. The run's header and payload bytes, or None where it is routed one by one."""
+        route = self.remote.sole_peer(routed, account) if self.routes else None
+        if route is None or route.closed or route.superseded:
+            return None
+        name = account.encode()
+        parts, size = [], 0
+        for shown, reply, hdr, payload in run.wire():
+            parts.append(encode_rmsg(name, routed, reply, (), shown_header(shown, hdr), payload))
+            size += len(payload) + (len(hdr) if hdr else 0)
+        route.send_run(b"".join(parts), len(parts), size)
+        return size
 
     def forward(
         self,

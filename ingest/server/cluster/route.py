@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any, cast
 from ingest.parser import routes as proto
 from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
 from ingest.server.link import TURN_MSGS, PeerLink
+from ingest.server.subscription import learn_acks
 
 if TYPE_CHECKING:
+    from ingest.server.accounts.registry import Account
     from ingest.server.cluster.ports import RouteOwner
     from ingest.server.settings import Options
 
@@ -36,6 +38,7 @@ ROUTE_MAX_PAYLOAD = 64 * 1024 * 1024
 # How long a connection that lost to its twin is still read: the peer may have sent on it
 # before it learnt of the twin (both ends decide alone), and those messages are delivered.
 DUPLICATE_GRACE = 2.0
+ACK_PREFIX = b"$JS.ACK."
 
 
 class Route(PeerLink, asyncio.Protocol):
@@ -207,7 +210,9 @@ class Route(PeerLink, asyncio.Protocol):
                 sublist.cache_hits += taken - 1
         elif sublist.routes is not None and server.mapper is None:
             answers = [(m.subject, m.payload) for m in msgs if not m.reply]
-            if len(answers) == len(msgs):
+            if len(answers) == len(msgs) and subject.startswith(ACK_PREFIX):
+                taken = self._take_acks(account, answers)
+            elif len(answers) == len(msgs):
                 deliver = sublist.routes.deliver_tails
                 taken, _, framed, framed_bytes = deliver(answers, 0, peers=False)
                 server.count_tails(sublist, taken, framed, framed_bytes)
@@ -216,6 +221,22 @@ class Route(PeerLink, asyncio.Protocol):
         self.in_bytes += size
         server.in_msgs += taken
         server.in_bytes += size
+        return taken
+
+    def _take_acks(self, account: Account, acks: list[tuple[bytes, bytes]]) -> int:
+        """How many of a run of acks from the peer (its client acking a consumer this
+        server leads) went to their consumers' sinks in one call each, as a client's do
+        (`AckRun`). The consumer's prefix is learnt here from the walk that routed the
+        peer's earlier acks one by one, under the client path's rule (`learn_acks`)."""
+        sublist = account.sublist
+        routes = sublist.routes
+        taken = routes.take_acks(acks)
+        if taken == 0:
+            server = self.cluster.server
+            learn_acks(routes, sublist, acks[0][0], partial(server.local_under, account))
+            taken = routes.take_acks(acks)
+        sublist.matches += taken  # as the match of each would have counted
+        sublist.cache_hits += taken
         return taken
 
     def _dispatch(self, op: proto.RouteOp) -> None:
