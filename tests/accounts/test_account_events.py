@@ -15,6 +15,7 @@ from nats.aio.subscription import Subscription
 from tests.accounts.test_leafnode_limits_e2e import REFUSED, leaf_connect
 from tests.conftest import Connect
 from tests.support.cluster import ONE_ROUTE_PER_PEER, start_cluster, stop_all, wait_mesh
+from tests.support.nsc import Nsc
 from tests.support.servers import ServerProcess, start_server
 
 ACCOUNTS = """
@@ -121,3 +122,33 @@ async def test_leafnodes_counted_across_the_cluster(
         third.close()
     finally:
         stop_all(servers)
+
+
+async def test_a_jwt_users_connect_event(
+    server_kind: str, tmp_path: Path, connect: Connect
+) -> None:
+    """Operator mode: the account is its public key, named by its JWT; the user is its
+    key, with its JWT, its issuer and its tags."""
+    nsc = Nsc(tmp_path / "nsc")
+    nsc.operator()
+    nsc.run("add", "account", "B")
+    nsc.run("add", "user", "-a", "B", "--tag", "team:blue", "alice")
+    server = start_server(server_kind, config=nsc.memory_config(), tmp_path=tmp_path)
+    try:
+        account = nsc.public("account", "B")
+        sys_nc = await connect(server, user_credentials=str(nsc.creds("SYS", "sys")))
+        connects = await sys_nc.subscribe(f"$SYS.ACCOUNT.{account}.CONNECT")
+        await sys_nc.flush()
+        await connect(server, user_credentials=str(nsc.creds("B", "alice")), name="alice")
+        client = (await next_event(connects))["client"]
+        assert list(client) == [*CLIENT_KEYS, "jwt", "issuer_key", "name_tag", "tags", "kind",
+                                "client_type"]  # fmt: skip
+        assert (client["acc"], client["user"]) == (account, nsc.public("user", "-a", "B", "alice"))
+        assert client["jwt"] == nsc.user_jwt("B", "alice")
+        assert (client["issuer_key"], client["name_tag"], client["tags"]) == (
+            account,
+            "B",
+            ["team:blue"],
+        )
+    finally:
+        stop_all([server])

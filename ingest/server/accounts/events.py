@@ -17,6 +17,7 @@ import string
 import time
 from typing import TYPE_CHECKING, Any
 
+from ingest.server.jwt.claims import Claims, JWTError, decode
 from log.timefmt import now_ns, rfc3339
 
 if TYPE_CHECKING:
@@ -110,12 +111,15 @@ def _client_info(client: Client, *, stop: float | None = None) -> dict[str, Any]
     """The reference's ClientInfo, its empty fields left out as it leaves them out."""
     from ingest.server.monitor import connection_type
 
+    connect = client.connect_options
+    token = connect.get("jwt")
+    user_jwt = _decoded(token, "user")
     info: dict[str, Any] = {
         "start": rfc3339(int(client.start * 1e9)),
         "host": client.host,
         "id": client.cid,
         "acc": client.account.name,
-        "user": client.grant.user,
+        "user": _raw_user(client),
         "name": client.name,
         "lang": client.lang,
         "ver": client.version,
@@ -123,5 +127,38 @@ def _client_info(client: Client, *, stop: float | None = None) -> dict[str, Any]
     if stop is not None:
         info["rtt"] = int(client.rtt * 1e9)
         info["stop"] = rfc3339(int(stop * 1e9))
-    info.update(name_tag=client.account.name, kind="Client", client_type=connection_type(client))
+    if user_jwt is not None:
+        info.update(jwt=token, issuer_key=user_jwt.issuer)
+    info["name_tag"] = _name_tag(client)
+    if user_jwt is not None and user_jwt.nats.get("tags"):
+        info["tags"] = user_jwt.nats["tags"]
+    info.update(kind="Client", client_type=connection_type(client))
     return {key: value for key, value in info.items() if value not in ("", 0)}
+
+
+def _raw_user(client: Client) -> str:
+    """Who logged in, as the reference names them: the nkey, the user name, the JWT's
+    user key; a token is not repeated."""
+    connect = client.connect_options
+    for key in ("nkey", "user"):
+        if connect.get(key):
+            return str(connect[key])
+    if connect.get("jwt"):
+        return client.grant.user
+    return "[REDACTED]" if connect.get("auth_token") else ""
+
+
+def _name_tag(client: Client) -> str:
+    """An operator-mode account's JWT name; a configured account's own name."""
+    resolver = client.server.resolver
+    claims = resolver.store.get(client.account.name) if resolver is not None else None
+    return claims.name if claims is not None and claims.name else client.account.name
+
+
+def _decoded(token: object, kind: str) -> Claims | None:
+    if not isinstance(token, str):
+        return None
+    try:
+        return decode(token, kind)
+    except JWTError:
+        return None
