@@ -159,11 +159,12 @@ class RawWS:
         return data
 
     async def closed(self, timeout: float = TIMEOUT) -> tuple[int | None, bytes]:
-        """Read to the end: the close code sent (None if the socket just closed) and reason."""
+        """Read to the end: the close code sent (None if the socket just closed, or was
+        reset with our bytes unread) and reason."""
         while True:
             try:
                 opcode, payload = await self.read_frame(timeout)
-            except asyncio.IncompleteReadError:
+            except (asyncio.IncompleteReadError, ConnectionResetError):
                 return None, b""
             if opcode == 8:
                 code = struct.unpack(">H", payload[:2])[0] if len(payload) >= 2 else None

@@ -168,6 +168,23 @@ async def test_bad_frames_close_only_their_connection(
         assert (await sub.next_msg(TIMEOUT)).data == name.encode()
 
 
+async def test_garbage_instead_of_frames_closes_only_that_connection(
+    ws_server: WSServer, open_ws: OpenWS, connect: Connect
+) -> None:
+    """A client that goes on writing plain text after the upgrade (a second HTTP request,
+    then NATS without frames) is cut off; a client beside it is not disturbed."""
+    bystander = await connect(ws_server.process)
+    sub = await bystander.subscribe("ws.beside.garbage")
+    ws = await open_ws(ws_server.port)
+    await ws.read_data(b"\r\n")
+    ws.writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nCONNECT {}\r\nPING\r\n" * 64)
+    code, _ = await ws.closed()
+    if ws_server.kind == "jetlake":
+        assert code == 1002
+    await bystander.publish("ws.beside.garbage", b"fine")
+    assert (await sub.next_msg(TIMEOUT)).data == b"fine"
+
+
 async def test_huge_frame_costs_no_memory(ws_server: WSServer, open_ws: OpenWS) -> None:
     """A frame announcing 1 TiB is read as a stream: the PUB inside it over max_payload
     is refused as over TCP, long before the frame would end."""
