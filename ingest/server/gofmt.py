@@ -7,6 +7,7 @@ tests, so `2m0s`, `1d0h0m5s` and RFC 3339 with nanoseconds must come out alike.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from log.timefmt import rfc3339
 
@@ -76,3 +77,17 @@ def friendly_bytes(size: int) -> str:
         return f"{size} B"
     exp = min(int(math.log(size) / math.log(1024)), 6)
     return f"{size / 1024**exp:.2f} {'KMGTPE'[exp - 1]}B"
+
+
+def go_value(value: Any) -> str:
+    """A value as Go's %v prints the reference's: true/false, empty for unset, a list
+    in brackets."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return "[" + " ".join(go_value(v) for v in value) + "]"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

@@ -41,6 +41,7 @@ from ingest.server.tls import make_client_context, make_server_context
 
 if TYPE_CHECKING:
     from ingest.server.accounts.registry import Account
+    from ingest.server.leafnode.reload import RemoteChanges
     from ingest.server.server import Server
 
 log = logging.getLogger("jetlake")
@@ -65,6 +66,7 @@ class Leafnodes:
         self._told: list[str] = []  # the leafnode URLs accepted leafs last heard
         self.domain = _domain(server.opts)  # this server's JetStream domain, "" for none
         self._tasks: set[asyncio.Task[None]] = set()
+        self._solicits: dict[RemoteLeaf, asyncio.Task[None]] = {}  # each dialled remote's
         self._tls: dict[RemoteLeaf | None, ssl.SSLContext] = {}  # built at start
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -95,12 +97,7 @@ class Leafnodes:
             for route in cluster.connections:
                 route.queue(update)
         for remote in config.remotes:
-            if not remote.urls:
-                continue
-            self._urls[remote] = list(remote.urls)
-            task = loop.create_task(self._solicit(remote))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self.solicit(remote)
 
     async def stop(self) -> None:
         if self._listener is not None:
@@ -109,6 +106,37 @@ class Leafnodes:
             task.cancel()
         for conn in list(self.connections):
             conn.close("Server Shutdown", flush=True)
+
+    def solicit(self, remote: RemoteLeaf) -> None:
+        """Dial `remote` while it is configured (one without URLs is never dialled)."""
+        if not remote.urls:
+            return
+        self._urls[remote] = list(remote.urls)
+        task = asyncio.get_running_loop().create_task(self._solicit(remote))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self._solicits[remote] = task
+
+    def reload_remotes(
+        self, config: LeafnodeConfig, changes: RemoteChanges, tls: dict[RemoteLeaf, ssl.SSLContext]
+    ) -> None:
+        """A config reload's remotes: a removed one is no longer dialled and its link
+        closes; an added one is dialled (`tls`: its contexts, built before the reload
+        was applied)."""
+        self.config = config
+        for remote in changes.removed:
+            task = self._solicits.pop(remote, None)
+            if task is not None:
+                task.cancel()
+            self._urls.pop(remote, None)
+            self._delay.pop(remote, None)
+            self._tls.pop(remote, None)
+            for conn in list(self.connections):
+                if conn.remote == remote:
+                    conn.close("Client Closed", flush=True)
+        self._tls.update(tls)
+        for remote in changes.added:
+            self.solicit(remote)
 
     # ---- dialling ----------------------------------------------------------------------------
 
@@ -322,6 +350,9 @@ class Leafnodes:
         links.append(conn)
         for hook in self.server.accounts.on_count:  # the peers count it for max_leafnodes
             hook(account)
+        if not conn.solicited:  # an accepted leafnode is one of the account's connections
+            for connected in self.server.accounts.on_connect:
+                connected(conn)
         sublist = account.sublist
         if sublist.watch is None:
             sublist.watch = lambda subject, queue, sub, delta: self._changed(
@@ -368,6 +399,9 @@ class Leafnodes:
             links.remove(conn)
             for hook in self.server.accounts.on_count:
                 hook(conn.account)
+            if not conn.solicited:
+                for gone in self.server.accounts.on_disconnect:
+                    gone(conn)
 
     def loop_subject(self, account: Account) -> str:
         subject = self._lds.get(account.name)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.server.gofmt import friendly_bytes, go_duration
+from ingest.server.gofmt import go_value as _go
+from ingest.server.leafnode.reload import LeafReloadRefused, remote_changes
 from ingest.server.settings import Options
 
 
@@ -33,6 +35,7 @@ class Plan:
     preloads: bool = False  # `resolver_preload`: take the new and changed account JWTs
     jetstream_limits: bool = False  # raised `max_memory_store` / `max_file_store`
     mqtt: bool = False  # the MQTT consumers' settings, for consumers made from now on
+    leafnode_remotes: bool = False  # remotes removed (their links closed) or added (dialled)
     pid_file: bool = False
 
     @property
@@ -150,6 +153,7 @@ RELOADS: dict[str, frozenset[str]] = {
     "cluster.authorization": frozenset(("user", "password", "timeout")),
     "jetstream": frozenset(_JS_LIMITS),  # raised only
     "mqtt": frozenset((*_MQTT, "tls")),
+    "leafnodes": frozenset(("remotes",)),
     "accounts.NAME": frozenset(("users", "exports", "imports", "limits", "jetstream")),
     "accounts.NAME.exports": frozenset(
         ("stream", "service", "accounts", "response_type", "response_threshold", "latency")
@@ -220,6 +224,9 @@ def plan(old: Options, new: Options) -> Plan:
         elif name == "mqtt":
             notices += _mqtt(before, after)
             flags["mqtt"] = True
+        elif name == "leafnodes":
+            notices += _leafnodes(before, after)
+            flags["leafnode_remotes"] = True
         elif name == "jetstream":
             notices += _jetstream(before, after)
             flags["jetstream_limits"] = True
@@ -290,6 +297,18 @@ def _mqtt(before: Any, after: Any) -> list[str]:
     ]
 
 
+def _leafnodes(before: Any, after: Any) -> list[str]:
+    """Only the remotes change: the removed are named, as by the reference."""
+    if before is None or after is None:  # the block added or taken away: a restart
+        raise ReloadRefused(
+            f"config reload not supported for LeafNode: old={_go(before)}, new={_go(after)}"
+        )
+    try:
+        return list(remote_changes(before, after).notices)
+    except LeafReloadRefused as exc:
+        raise ReloadRefused(f"config reload not supported for LeafNode: {exc}") from None
+
+
 def _jetstream(before: Any, after: Any) -> list[str]:
     """Raised store limits reload, as on the reference; its messages for the store dir and
     for limits made dynamic or lowered. Any other JetStream change (switching it on or
@@ -319,16 +338,3 @@ def _jetstream(before: Any, after: Any) -> list[str]:
                 f"old={_go(old)}, new={_go(new)}"
             )
     return notices
-
-
-def _go(value: Any) -> str:
-    """A value as Go's %v prints the reference's: true/false, empty for unset."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return "[" + " ".join(_go(v) for v in value) + "]"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
