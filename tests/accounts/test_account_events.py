@@ -101,6 +101,7 @@ async def test_leafnodes_counted_across_the_cluster(
         sys_nc = await connect(f"nats://sys:sys@{servers[1].host}:{servers[1].port}")
         counts = await sys_nc.subscribe("$SYS.ACCOUNT.A.SERVER.CONNS")
         connects = await sys_nc.subscribe("$SYS.ACCOUNT.A.CONNECT")
+        disconnects = await sys_nc.subscribe("$SYS.ACCOUNT.A.DISCONNECT")
         await sys_nc.flush()
         nc = await nats.connect(f"nats://a:a@{servers[0].host}:{servers[0].port}", name="far")
         # S0's connect event crosses the route to S1's system user.
@@ -109,6 +110,9 @@ async def test_leafnodes_counted_across_the_cluster(
         await nc.close()
         first, answer = leaf_connect(leaf_port(servers[0]), "LEAF1")
         assert answer == b"PONG\r\n"
+        leaf = (await next_event(connects))["client"]  # an accepted leafnode's own event
+        assert list(leaf) == ["start", "host", "id", "acc", "user", "name", "name_tag", "kind"]
+        assert (leaf["user"], leaf["name"], leaf["kind"]) == ("lim", "LEAF1", "Leafnode")
         count = await next_event(counts, leafnodes=1)
         assert count["server"]["name"] == "S0" and count["total_conns"] == 1
         # S1 has no leafnode of A, but the cluster has its one: a second is refused there.
@@ -117,6 +121,13 @@ async def test_leafnodes_counted_across_the_cluster(
         second.close()
         first.close()
         await next_event(counts, leafnodes=0)
+        gone = await next_event(disconnects)
+        # First the client's; the reference also reports the refused LEAF2 (jetlake not).
+        while gone["client"]["name"] != "LEAF1":
+            gone = await next_event(disconnects)
+        assert gone["client"]["kind"] == "Leafnode"
+        assert gone["reason"] == "Client Closed"
+        assert gone["sent"] == gone["received"] == {"msgs": 0, "bytes": 0}
         third, answer = leaf_connect(leaf_port(servers[1]), "LEAF3")
         assert answer == b"PONG\r\n"
         third.close()

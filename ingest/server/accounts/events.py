@@ -23,6 +23,7 @@ from log.timefmt import now_ns, rfc3339
 if TYPE_CHECKING:
     from ingest.server.accounts.registry import Account
     from ingest.server.client import Client
+    from ingest.server.leafnode.connection import LeafConnection
     from ingest.server.server import Server
     from ingest.server.system import SystemServices
 
@@ -65,10 +66,14 @@ class AccountEvents:
             "slow_consumers": 0,
         }
 
-    def _connected(self, client: Client) -> None:
-        self._publish(CONNECT, client, {"type": CONNECT_TYPE}, _client_info(client))
+    def _connected(self, client: Client | LeafConnection) -> None:
+        self._publish(CONNECT, client, {"type": CONNECT_TYPE}, _info(client))
 
-    def _disconnected(self, client: Client) -> None:
+    def _disconnected(self, client: Client | LeafConnection) -> None:
+        if _is_leaf(client):  # its traffic is not the account's clients'
+            self._publish(DISCONNECT, client, {"type": DISCONNECT_TYPE},
+                          _info(client, stop=time.time()), **_totals(client))  # fmt: skip
+            return
         name = client.account.name
         in_msgs, in_bytes, out_msgs, out_bytes = self._closed.get(name, (0, 0, 0, 0))
         self._closed[name] = (
@@ -77,19 +82,16 @@ class AccountEvents:
             out_msgs + client.out_msgs,
             out_bytes + client.out_bytes,
         )
-        info = _client_info(client, stop=time.time())
-        self._publish(
-            DISCONNECT,
-            client,
-            {"type": DISCONNECT_TYPE},
-            info,
-            sent={"msgs": client.in_msgs, "bytes": client.in_bytes},
-            received={"msgs": client.out_msgs, "bytes": client.out_bytes},
-            reason=client.close_reason,
-        )
+        info = _info(client, stop=time.time())
+        self._publish(DISCONNECT, client, {"type": DISCONNECT_TYPE}, info, **_totals(client))
 
     def _publish(
-        self, subject: str, client: Client, head: dict[str, Any], info: dict[str, Any], **tail: Any
+        self,
+        subject: str,
+        client: Client | LeafConnection,
+        head: dict[str, Any],
+        info: dict[str, Any],
+        **tail: Any,
     ) -> None:
         server = self._server
         system = server.accounts.system_account
@@ -107,10 +109,32 @@ class AccountEvents:
         server.publish(subject.format(client.account.name), None, None, data, account=system)
 
 
-def _client_info(client: Client, *, stop: float | None = None) -> dict[str, Any]:
-    """The reference's ClientInfo, its empty fields left out as it leaves them out."""
+def _totals(client: Client | LeafConnection) -> dict[str, Any]:
+    """A disconnect's figures: what the connection sent, what it was sent, why it ended."""
+    return {
+        "sent": {"msgs": client.in_msgs, "bytes": client.in_bytes},
+        "received": {"msgs": client.out_msgs, "bytes": client.out_bytes},
+        "reason": client.close_reason,
+    }
+
+
+def _is_leaf(conn: object) -> bool:
+    from ingest.server.leafnode.connection import LeafConnection
+
+    return isinstance(conn, LeafConnection)
+
+
+def _info(client: Client | LeafConnection, *, stop: float | None = None) -> dict[str, Any]:
+    """The reference's ClientInfo, its empty fields left out as it leaves them out. An
+    accepted leafnode is named by its CONNECT and has no language, version or type."""
+    from ingest.server.leafnode.connection import LeafConnection
     from ingest.server.monitor import connection_type
 
+    leaf = isinstance(client, LeafConnection)
+    if isinstance(client, LeafConnection):
+        name, lang, version = client.remote_name, "", ""
+    else:
+        name, lang, version = client.name, client.lang, client.version
     connect = client.connect_options
     token = connect.get("jwt")
     user_jwt = _decoded(token, "user")
@@ -120,9 +144,9 @@ def _client_info(client: Client, *, stop: float | None = None) -> dict[str, Any]
         "id": client.cid,
         "acc": client.account.name,
         "user": _raw_user(client),
-        "name": client.name,
-        "lang": client.lang,
-        "ver": client.version,
+        "name": name,
+        "lang": lang,
+        "ver": version,
     }
     if stop is not None:
         info["rtt"] = int(client.rtt * 1e9)
@@ -132,11 +156,14 @@ def _client_info(client: Client, *, stop: float | None = None) -> dict[str, Any]
     info["name_tag"] = _name_tag(client)
     if user_jwt is not None and user_jwt.nats.get("tags"):
         info["tags"] = user_jwt.nats["tags"]
-    info.update(kind="Client", client_type=connection_type(client))
+    if leaf:
+        info["kind"] = "Leafnode"
+    else:
+        info.update(kind="Client", client_type=connection_type(client))
     return {key: value for key, value in info.items() if value not in ("", 0)}
 
 
-def _raw_user(client: Client) -> str:
+def _raw_user(client: Client | LeafConnection) -> str:
     """Who logged in, as the reference names them: the nkey, the user name, the JWT's
     user key; a token is not repeated."""
     connect = client.connect_options
@@ -148,7 +175,7 @@ def _raw_user(client: Client) -> str:
     return "[REDACTED]" if connect.get("auth_token") else ""
 
 
-def _name_tag(client: Client) -> str:
+def _name_tag(client: Client | LeafConnection) -> str:
     """An operator-mode account's JWT name; a configured account's own name."""
     resolver = client.server.resolver
     claims = resolver.store.get(client.account.name) if resolver is not None else None

@@ -82,7 +82,8 @@ class Accounts:
         self.system_account = self._by_name[system]
         self.on_create: list[Callable[[Account], None]] = []  # services every account has
         self.on_count: list[Callable[[Account], None]] = []  # a connection came or went
-        # A client was admitted to its account, or left it (`close_reason` then set).
+        # A client (or an accepted leafnode) was admitted to its account, or left it
+        # (`close_reason` then set).
         self.on_connect: list[Callable[[Any], None]] = []
         self.on_disconnect: list[Callable[[Any], None]] = []
 

@@ -123,6 +123,7 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         self.remote_account = ""  # the account the link is bound to on the other side
         self.registered = self.closed = False
         self.close_reason = ""
+        self.connect_options: dict[str, Any] = {}
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.start = time.time()
         self.rtt = 0.0
@@ -344,6 +345,7 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         if timer is not None:
             timer.cancel()
         self.account = account
+        self.connect_options = options  # who logged in, for the account's connect events
         self.spoke = bool(options.get("hub"))  # the remote declared itself our hub
         self.remote_name = str(options.get("name") or options.get("server_id") or "")
         self.remote_id = str(options.get("server_id") or self.remote_name)
