@@ -405,6 +405,9 @@ class Resolver:
             for client in list(self._server.clients.values()):
                 if client.authenticated and client.grant.account == account:
                     client.cut_off("", "Account Deleted")
+            if self._server.mqtt is not None:
+                for conn in self._server.mqtt.logged_in(account):
+                    conn.cut_off("Account Deleted", "Account Deleted")
             if self.imports is not None:
                 self.imports.changed(account)
         message = f"deleted {len(accounts)} accounts"
@@ -444,6 +447,10 @@ class Resolver:
             mine = client.authenticated and grant.account == claims.subject
             if mine and revoked(claims, grant.user, grant.issued_at):
                 client.cut_off(*REVOKED)
+        if server.mqtt is not None:
+            for conn in server.mqtt.logged_in(claims.subject):
+                if revoked(claims, conn.grant.user, conn.grant.issued_at):
+                    conn.cut_off(REVOKED[0])
 
 
 def _write(path: Path, token: str) -> None:

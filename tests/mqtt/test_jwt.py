@@ -1,18 +1,23 @@
 """MQTT logins in operator mode, on both servers: the password carries a bearer user
 JWT (MQTT has no nonce to sign), the account is fetched from a URL resolver at the
-login, and the client's MQTT state lives in that account's JetStream."""
+login, the client's MQTT state lives in that account's JetStream, and a revocation
+pushed for the account cuts the user off."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiomqtt
+import nats
 import pytest
 
+from ingest.parser import mqtt
 from tests.conftest import MakeServer
 from tests.e2e.test_url_resolver import AccountServer
-from tests.mqtt.conftest import TIMEOUT, mqtt_port, next_message
+from tests.mqtt.conftest import TIMEOUT, MQTTServer, mqtt_port, next_message
 from tests.support.nsc import Nsc
 
 
@@ -36,8 +41,15 @@ def accounts(nsc: Nsc) -> Iterator[AccountServer]:
 
 
 async def test_a_bearer_jwt_logs_in_and_its_account_is_fetched(
-    make_server: MakeServer, nsc: Nsc, accounts: AccountServer, tmp_path: Path
+    make_server: MakeServer,
+    nsc: Nsc,
+    accounts: AccountServer,
+    tmp_path: Path,
+    server_kind: str,
+    open_raw: Any,
 ) -> None:
+    victim = f"victim-{server_kind}"  # the module's nsc is shared: one user per kind
+    nsc.run("add", "user", "-a", "D", victim, "--bearer")
     config = (
         f"operator: {nsc.operator_jwt()}\nsystem_account: {nsc.public('account', 'SYS')}\n"
         f'resolver: URL("{accounts.url}")\nserver_name: jwt\n'
@@ -59,3 +71,16 @@ async def test_a_bearer_jwt_logs_in_and_its_account_is_fetched(
     )
     with pytest.raises(aiomqtt.MqttCodeError, match="Not authorized"):
         await refused.__aenter__()
+
+    raw = await open_raw(MQTTServer(server, port))
+    raw.send(mqtt.Connect("v", True, 0, None, "x", nsc.user_jwt("D", victim).encode()))
+    assert await raw.packet() == mqtt.ConnAck(False, mqtt.ACCEPTED)
+    nsc.run("revocations", "add-user", "-a", "D", "-n", victim)
+    sys_nc = await nats.connect(server.url, user_credentials=str(nsc.creds("SYS", "sys")))
+    try:
+        subject = f"$SYS.ACCOUNT.{nsc.public('account', 'D')}.CLAIMS.UPDATE"
+        reply = await sys_nc.request(subject, nsc.account_jwt("D").encode(), timeout=TIMEOUT)
+        assert json.loads(reply.data)["data"]["message"] == "jwt updated"
+    finally:
+        await sys_nc.close()
+    assert await raw.closed()  # cut off: MQTT has no -ERR

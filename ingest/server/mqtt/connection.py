@@ -229,7 +229,7 @@ class MQTTConnection(Closing, asyncio.Protocol):
         if self.grant.expires:
             wait = max(0.0, self.grant.expires - time.time())
             self._timers["expiry"] = asyncio.get_running_loop().call_later(
-                wait, self._expired, self.grant.expiry_error
+                wait, self.cut_off, self.grant.expiry_error, "Authentication Expired"
             )
         self.client_id = packet.client_id or secrets.token_urlsafe(16).replace("-", "_")
         self.will = packet.will
@@ -349,10 +349,11 @@ class MQTTConnection(Closing, asyncio.Protocol):
         else:
             self._arm_keepalive(self.keepalive - idle)
 
-    def _expired(self, reason: str) -> None:
-        """The user JWT's time is up: MQTT has no -ERR to say so; the log does."""
-        log.error("%s:%d - mid:%d - %s", self.host, self.port, self.cid, reason)
-        self.close("Authentication Expired")
+    def cut_off(self, why: str, reason: str = "Authentication Revoked") -> None:
+        """The login is taken back (its JWT expired, its user revoked, its account
+        deleted): MQTT has no -ERR to say so; the log does."""
+        log.error("%s:%d - mid:%d - %s", self.host, self.port, self.cid, why)
+        self.close(reason)
 
     def _no_connect(self) -> None:
         self.close("Authentication Timeout")

@@ -140,6 +140,14 @@ class MQTTListener:
     def authenticate(self, connect: dict[str, object], host: str) -> Grant:
         return self.auth.authenticate(connect, MQTT, host=host)
 
+    def logged_in(self, account: str) -> list[MQTTConnection]:
+        """The account's clients past their login (a revocation or deletion reaches them)."""
+        return [
+            conn
+            for conn in self.connections.values()
+            if conn.manager is not None and not conn.closed and conn.account.name == account
+        ]
+
     def recheck(self) -> None:
         """After a config reload, every logged-in client is judged again as a NATS
         client is: credentials that no longer pass close it (as an authorization
