@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.conf import ConfigError
-from ingest.server import pinning
 from ingest.server.accounts.limits import MAX_SUBSCRIPTIONS
 from ingest.server.accounts.registry import Account, Accounts
 from ingest.server.auth import AUTH_VIOLATION, Authenticator, AuthError
@@ -34,6 +33,7 @@ from ingest.server.leafnode.settings import RemoteLeaf
 from ingest.server.logs import setup_logging
 from ingest.server.mappings import SubjectMapper
 from ingest.server.options import parse_serve_args
+from ingest.server.reload import pins
 from ingest.server.reload.plan import Plan, ReloadRefused, plan
 from ingest.server.sublist import Sublist
 from ingest.server.tls import make_client_context, make_server_context, route_contexts
@@ -120,7 +120,7 @@ def _apply(server: Server, prepared: _Prepared) -> None:
         if changes.cluster:
             for route in list(server.cluster.connections):
                 route.recheck_authorization()
-    pinning.recheck(server, before, opts)
+    pins.recheck(server, before, opts)
     if changes.auth:
         _swap_auth(server, prepared)
     if changes.mqtt and server.mqtt is not None:  # read as each consumer is made
