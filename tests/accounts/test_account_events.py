@@ -5,16 +5,25 @@ life; on two routed servers, each other's events and leafnode counts, which make
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import nats
+import paho.mqtt.client as paho
 from nats.aio.subscription import Subscription
 
 from tests.accounts.test_leafnode_limits_e2e import REFUSED, leaf_connect
 from tests.conftest import Connect
-from tests.support.cluster import ONE_ROUTE_PER_PEER, start_cluster, stop_all, wait_mesh
+from tests.support.cluster import (
+    ONE_ROUTE_PER_PEER,
+    free_port,
+    start_cluster,
+    stop_all,
+    wait_mesh,
+)
 from tests.support.nsc import Nsc
 from tests.support.servers import ServerProcess, start_server
 
@@ -163,3 +172,54 @@ async def test_a_jwt_users_connect_event(
         )
     finally:
         stop_all([server])
+
+
+MQTT_CONFIG = """
+server_name: M1
+mqtt {{ port: {port} }}
+accounts {{
+  SYS {{ users [ {{user: sys, password: sys}} ] }}
+  M {{ users [ {{user: m, password: m}} ], jetstream: enabled }}
+}}
+system_account: SYS
+"""
+
+
+async def test_an_mqtt_clients_events(server_kind: str, tmp_path: Path, connect: Connect) -> None:
+    """The client is its user and its client id, of type mqtt; what it published counts
+    as sent."""
+    port = free_port()
+    config = MQTT_CONFIG.format(port=port)
+    server = start_server(server_kind, "-js", "-sd", str(tmp_path / "js"), config=config,
+                          tmp_path=tmp_path)  # fmt: skip
+    try:
+        sys_nc = await connect(f"nats://sys:sys@{server.host}:{server.port}")
+        connects = await sys_nc.subscribe("$SYS.ACCOUNT.M.CONNECT")
+        disconnects = await sys_nc.subscribe("$SYS.ACCOUNT.M.DISCONNECT")
+        await sys_nc.flush()
+        await asyncio.to_thread(mqtt_session, port)
+        client = (await next_event(connects))["client"]
+        assert list(client) == ["start", "host", "id", "acc", "user", "name_tag", "kind",
+                                "client_type", "client_id"]  # fmt: skip
+        assert (client["user"], client["client_type"], client["client_id"]) == ("m", "mqtt", "dev1")
+        gone = await next_event(disconnects)
+        assert gone["client"]["client_id"] == "dev1" and gone["reason"] == "Client Closed"
+        assert gone["sent"]["msgs"] == 1
+    finally:
+        stop_all([server])
+
+
+def mqtt_session(port: int) -> None:
+    """Connect as dev1, publish one message, disconnect."""
+    done = threading.Event()
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="dev1")
+    client.username_pw_set("m", "m")
+    client.on_connect = lambda *_: done.set()
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        assert done.wait(10), "no CONNACK"
+        client.publish("a/b", b"hello", qos=1).wait_for_publish(10)
+    finally:
+        client.disconnect()
+        client.loop_stop()

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from ingest.server.accounts.registry import Account
     from ingest.server.client import Client
     from ingest.server.leafnode.connection import LeafConnection
+    from ingest.server.mqtt.connection import MQTTConnection
+
+    Connection = Client | LeafConnection | MQTTConnection
     from ingest.server.server import Server
     from ingest.server.system import SystemServices
 
@@ -66,10 +69,10 @@ class AccountEvents:
             "slow_consumers": 0,
         }
 
-    def _connected(self, client: Client | LeafConnection) -> None:
+    def _connected(self, client: Connection) -> None:
         self._publish(CONNECT, client, {"type": CONNECT_TYPE}, _info(client))
 
-    def _disconnected(self, client: Client | LeafConnection) -> None:
+    def _disconnected(self, client: Connection) -> None:
         if _is_leaf(client):  # its traffic is not the account's clients'
             self._publish(DISCONNECT, client, {"type": DISCONNECT_TYPE},
                           _info(client, stop=time.time()), **_totals(client))  # fmt: skip
@@ -88,7 +91,7 @@ class AccountEvents:
     def _publish(
         self,
         subject: str,
-        client: Client | LeafConnection,
+        client: Connection,
         head: dict[str, Any],
         info: dict[str, Any],
         **tail: Any,
@@ -109,7 +112,7 @@ class AccountEvents:
         server.publish(subject.format(client.account.name), None, None, data, account=system)
 
 
-def _totals(client: Client | LeafConnection) -> dict[str, Any]:
+def _totals(client: Connection) -> dict[str, Any]:
     """A disconnect's figures: what the connection sent, what it was sent, why it ended."""
     return {
         "sent": {"msgs": client.in_msgs, "bytes": client.in_bytes},
@@ -124,26 +127,28 @@ def _is_leaf(conn: object) -> bool:
     return isinstance(conn, LeafConnection)
 
 
-def _info(client: Client | LeafConnection, *, stop: float | None = None) -> dict[str, Any]:
+def _info(client: Connection, *, stop: float | None = None) -> dict[str, Any]:
     """The reference's ClientInfo, its empty fields left out as it leaves them out. An
-    accepted leafnode is named by its CONNECT and has no language, version or type."""
+    accepted leafnode is named by its CONNECT and has no language, version or type; an
+    MQTT client is its user and its client id."""
     from ingest.server.leafnode.connection import LeafConnection
     from ingest.server.monitor import connection_type
+    from ingest.server.mqtt.connection import MQTTConnection
 
     leaf = isinstance(client, LeafConnection)
     if isinstance(client, LeafConnection):
         name, lang, version = client.remote_name, "", ""
     else:
         name, lang, version = client.name, client.lang, client.version
-    connect = client.connect_options
-    token = connect.get("jwt")
+    mqtt = isinstance(client, MQTTConnection)
+    token = None if isinstance(client, MQTTConnection) else client.connect_options.get("jwt")
     user_jwt = _decoded(token, "user")
     info: dict[str, Any] = {
         "start": rfc3339(int(client.start * 1e9)),
         "host": client.host,
         "id": client.cid,
         "acc": client.account.name,
-        "user": _raw_user(client),
+        "user": client.grant.user if mqtt else _raw_user(client),
         "name": name,
         "lang": lang,
         "ver": version,
@@ -160,6 +165,8 @@ def _info(client: Client | LeafConnection, *, stop: float | None = None) -> dict
         info["kind"] = "Leafnode"
     else:
         info.update(kind="Client", client_type=connection_type(client))
+    if isinstance(client, MQTTConnection):
+        info["client_id"] = client.client_id
     return {key: value for key, value in info.items() if value not in ("", 0)}
 
 
@@ -175,7 +182,7 @@ def _raw_user(client: Client | LeafConnection) -> str:
     return "[REDACTED]" if connect.get("auth_token") else ""
 
 
-def _name_tag(client: Client | LeafConnection) -> str:
+def _name_tag(client: Connection) -> str:
     """An operator-mode account's JWT name; a configured account's own name."""
     resolver = client.server.resolver
     claims = resolver.store.get(client.account.name) if resolver is not None else None

@@ -258,6 +258,8 @@ class MQTTConnection(Closing, asyncio.Protocol):
         self.session = session
         self.queue(mqtt.encode(mqtt.ConnAck(present, mqtt.ACCEPTED)))
         session.attach(self)
+        for hook in self.server.accounts.on_connect:  # the account's connect event
+            hook(self)
 
     def _refuse(self, code: int, reason: str) -> None:
         log.error("%s:%d - mid:%d - %s", self.host, self.port, self.cid, reason)
@@ -393,6 +395,9 @@ class MQTTConnection(Closing, asyncio.Protocol):
             return
         self.filters.clear()
         self.listener.unregister(self)
+        if self.session is not None:  # it was connected: its disconnect event
+            for hook in self.server.accounts.on_disconnect:
+                hook(self)
         manager = self.manager
         if manager is not None:
             manager.closed(self)
