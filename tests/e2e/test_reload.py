@@ -18,11 +18,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import aiomqtt
 import nats
 import pytest
 
 from tests.cluster.test_route_tls import cluster_config as route_tls_config
 from tests.conftest import MakeServer
+from tests.mqtt.conftest import TIMEOUT, mqtt_port
 from tests.support.cluster import ONE_ROUTE_PER_PEER, free_port, peers, poll, route_url, wait_mesh
 from tests.support.http import _get
 from tests.support.nsc import Nsc
@@ -472,3 +474,30 @@ async def test_reload_changes_the_mqtt_consumers_settings(
     assert (mqtt["ack_wait"], mqtt["max_ack_pending"]) == (90 * 10**9, 7)
     reload(server, text.replace(str(port), str(free_port())) % "ack_wait: 90s")
     await server.wait_for_log_async(FAILED + "config reload not supported for MQTT")
+
+
+async def _tls_login(port: int, pki: Pki) -> None:
+    client = aiomqtt.Client(
+        "localhost", port, identifier="tls", tls_context=pki.client_context(), timeout=TIMEOUT
+    )
+    async with client:
+        pass
+
+
+async def test_reload_swaps_the_mqtt_certificate_for_new_connections(
+    make_server: MakeServer, tmp_path: Path, two_cas: tuple[Pki, Pki]
+) -> None:
+    old_ca, new_ca = two_cas
+
+    def text(pki: Pki) -> str:
+        tls = f'tls {{ cert_file: "{pki.server_cert}", key_file: "{pki.server_key}" }}'
+        return f'jetstream {{ store_dir: "{tmp_path / "js"}" }}\nmqtt {{ port: -1, {tls} }}\n'
+
+    server = make_server(config=text(old_ca))
+    port = mqtt_port(server)
+    await _tls_login(port, old_ca)
+    reload(server, text(new_ca))
+    await server.wait_for_log_async(RELOADED)
+    await _tls_login(port, new_ca)
+    with pytest.raises(aiomqtt.MqttError):
+        await _tls_login(port, old_ca)

@@ -19,7 +19,6 @@ import pytest
 from ingest.parser import mqtt
 from tests.conftest import MakeServer
 from tests.mqtt.conftest import TIMEOUT, MQTTServer, mqtt_port, next_message
-from tests.support.tls import Pki
 
 RELOADED = re.escape("Reloaded server configuration")
 
@@ -87,32 +86,3 @@ async def test_reload_judges_mqtt_clients_again(
         assert (msg.topic.value, msg.payload) == ("open/x", b"still allowed")
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(anext(aiter(app.messages)), 0.3)
-
-
-async def _tls_login(port: int, pki: Pki) -> None:
-    client = aiomqtt.Client(
-        "localhost", port, identifier="rl-tls", tls_context=pki.client_context(), timeout=TIMEOUT
-    )
-    async with client:
-        pass
-
-
-async def test_reload_swaps_the_mqtt_certificate_for_new_connections(
-    make_server: MakeServer, tmp_path: Path, pki: Pki, other_pki: Pki
-) -> None:
-    old_ca, new_ca = pki, other_pki
-
-    def text(pki: Pki) -> str:
-        tls = f'tls {{ cert_file: "{pki.server_cert}", key_file: "{pki.server_key}" }}'
-        return f'jetstream {{ store_dir: "{tmp_path / "js"}" }}\nmqtt {{ port: -1, {tls} }}\n'
-
-    server = make_server(config=text(old_ca))
-    port = mqtt_port(server)
-    await _tls_login(port, old_ca)
-    assert server.config_path is not None
-    server.config_path.write_text(text(new_ca))
-    server.send_signal(signal.SIGHUP)
-    await server.wait_for_log_async(RELOADED)
-    await _tls_login(port, new_ca)
-    with pytest.raises(aiomqtt.MqttError):
-        await _tls_login(port, old_ca)
