@@ -13,10 +13,11 @@ from typing import Any
 
 import nats
 import paho.mqtt.client as paho
+import pytest
 from nats.aio.subscription import Subscription
 
 from tests.accounts.test_leafnode_limits_e2e import REFUSED, leaf_connect
-from tests.conftest import Connect
+from tests.conftest import Connect, ServerPool
 from tests.support.cluster import (
     ONE_ROUTE_PER_PEER,
     free_port,
@@ -30,6 +31,7 @@ from tests.support.servers import ServerProcess, start_server
 ACCOUNTS = """
 accounts {
   A { users [ {user: a, password: a}, {user: lim, password: lim} ], limits { max_leafnodes: 1 } }
+  L { users [ {user: l, password: l} ], limits { max_connections: 1 } }
   SYS { users [ {user: sys, password: sys} ] }
 }
 system_account: SYS
@@ -47,52 +49,66 @@ async def next_event(sub: Subscription, **match: Any) -> dict[str, Any]:
 
 
 async def test_connect_and_disconnect_events(
-    server_kind: str, tmp_path: Path, connect: Connect
+    server_kind: str, server_pool: ServerPool, connect: Connect
 ) -> None:
-    server = start_server(server_kind, config=ACCOUNTS, tmp_path=tmp_path)
-    try:
-        sys_nc = await connect(f"nats://sys:sys@{server.host}:{server.port}")
-        connects = await sys_nc.subscribe("$SYS.ACCOUNT.A.CONNECT")
-        disconnects = await sys_nc.subscribe("$SYS.ACCOUNT.A.DISCONNECT")
-        counts = await sys_nc.subscribe("$SYS.ACCOUNT.A.SERVER.CONNS")
-        await sys_nc.flush()
-        nc = await nats.connect(f"nats://a:a@{server.host}:{server.port}", name="alice")
-        event = await next_event(connects)
-        assert event["type"] == "io.nats.server.advisory.v1.client_connect"
-        assert len(event["id"]) == 22 and event["server"]["id"]
-        client = event["client"]
-        assert list(client) == [*CLIENT_KEYS, *KIND]
-        assert (client["acc"], client["user"], client["name"], client["lang"]) == (
-            "A",
-            "a",
-            "alice",
-            "python3",
+    server = server_pool.get(server_kind, config=ACCOUNTS)  # A's traffic is this test's
+    sys_nc = await connect(f"nats://sys:sys@{server.host}:{server.port}")
+    connects = await sys_nc.subscribe("$SYS.ACCOUNT.A.CONNECT")
+    disconnects = await sys_nc.subscribe("$SYS.ACCOUNT.A.DISCONNECT")
+    counts = await sys_nc.subscribe("$SYS.ACCOUNT.A.SERVER.CONNS")
+    await sys_nc.flush()
+    nc = await nats.connect(f"nats://a:a@{server.host}:{server.port}", name="alice")
+    event = await next_event(connects)
+    assert event["type"] == "io.nats.server.advisory.v1.client_connect"
+    assert len(event["id"]) == 22 and event["server"]["id"]
+    client = event["client"]
+    assert list(client) == [*CLIENT_KEYS, *KIND]
+    assert (client["acc"], client["user"], client["name"], client["lang"]) == (
+        "A",
+        "a",
+        "alice",
+        "python3",
+    )
+    assert {k: client[k] for k in KIND} == KIND
+    sub = await nc.subscribe("echo")
+    await nc.publish("echo", b"hello")  # in 1 message, 5 bytes; out the same
+    await nc.publish("nobody", b"12")
+    await sub.next_msg(2)
+    await nc.close()
+    event = await next_event(disconnects)
+    assert event["type"] == "io.nats.server.advisory.v1.client_disconnect"
+    gone = event["client"]
+    assert list(gone) == [*CLIENT_KEYS, "rtt", "stop", *KIND]
+    assert gone["id"] == client["id"] and gone["start"] == client["start"]
+    assert isinstance(gone["rtt"], int) and gone["rtt"] > 0
+    assert (event["sent"], event["received"]) == (
+        {"msgs": 2, "bytes": 7},
+        {"msgs": 1, "bytes": 5},
+    )
+    assert event["reason"] == "Client Closed"
+    count = await next_event(counts, conns=0)
+    none = {"msgs": 0, "bytes": 0}
+    kinds = {"gateways": none, "routes": none, "leafs": none}
+    assert (count["leafnodes"], count["total_conns"], count["slow_consumers"]) == (0, 0, 0)
+    assert count["sent"] == {"msgs": 1, "bytes": 5, **kinds}
+    assert count["received"] == {"msgs": 2, "bytes": 7, **kinds}
+
+
+async def test_a_client_refused_for_max_connections_is_reported_as_it_ends(
+    server_kind: str, server_pool: ServerPool, connect: Connect
+) -> None:
+    server = server_pool.get(server_kind, config=ACCOUNTS)
+    sys_nc = await connect(f"nats://sys:sys@{server.host}:{server.port}")
+    disconnects = await sys_nc.subscribe("$SYS.ACCOUNT.L.DISCONNECT")
+    await sys_nc.flush()
+    await connect(f"nats://l:l@{server.host}:{server.port}", name="one")
+    with pytest.raises(nats.errors.Error, match="maximum account active connections"):
+        await nats.connect(
+            f"nats://l:l@{server.host}:{server.port}", name="two", allow_reconnect=False
         )
-        assert {k: client[k] for k in KIND} == KIND
-        sub = await nc.subscribe("echo")
-        await nc.publish("echo", b"hello")  # in 1 message, 5 bytes; out the same
-        await nc.publish("nobody", b"12")
-        await sub.next_msg(2)
-        await nc.close()
-        event = await next_event(disconnects)
-        assert event["type"] == "io.nats.server.advisory.v1.client_disconnect"
-        gone = event["client"]
-        assert list(gone) == [*CLIENT_KEYS, "rtt", "stop", *KIND]
-        assert gone["id"] == client["id"] and gone["start"] == client["start"]
-        assert isinstance(gone["rtt"], int) and gone["rtt"] > 0
-        assert (event["sent"], event["received"]) == (
-            {"msgs": 2, "bytes": 7},
-            {"msgs": 1, "bytes": 5},
-        )
-        assert event["reason"] == "Client Closed"
-        count = await next_event(counts, conns=0)
-        none = {"msgs": 0, "bytes": 0}
-        kinds = {"gateways": none, "routes": none, "leafs": none}
-        assert (count["leafnodes"], count["total_conns"], count["slow_consumers"]) == (0, 0, 0)
-        assert count["sent"] == {"msgs": 1, "bytes": 5, **kinds}
-        assert count["received"] == {"msgs": 2, "bytes": 7, **kinds}
-    finally:
-        stop_all([server])
+    event = await next_event(disconnects)
+    assert event["client"]["name"] == "two"
+    assert event["reason"] == "Maximum Account Connections Exceeded"
 
 
 def leaf_port(server: ServerProcess) -> int:

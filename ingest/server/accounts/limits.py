@@ -31,6 +31,8 @@ def admit(client: Connection) -> bool:
     limit = account.limits.max_connections
     if 0 <= limit <= len(account.clients) + remote_count(client.server, account):
         refuse(client)
+        for hook in client.server.accounts.on_disconnect:  # refused: reported as it ends
+            hook(client)
         return False
     account.clients.add(client)
     payload = account.limits.max_payload
