@@ -353,9 +353,6 @@ class Leafnodes:
         if not conn.solicited:  # an accepted leafnode is one of the account's connections
             for connected in self.server.accounts.on_connect:
                 connected(conn)
-        if not conn.solicited:  # an accepted leafnode is one of the account's connections
-            for connected in self.server.accounts.on_connect:
-                connected(conn)
         sublist = account.sublist
         if sublist.watch is None:
             sublist.watch = lambda subject, queue, sub, delta: self._changed(
@@ -402,9 +399,6 @@ class Leafnodes:
             links.remove(conn)
             for hook in self.server.accounts.on_count:
                 hook(conn.account)
-            if not conn.solicited:
-                for gone in self.server.accounts.on_disconnect:
-                    gone(conn)
             if not conn.solicited:
                 for gone in self.server.accounts.on_disconnect:
                     gone(conn)
