@@ -32,8 +32,13 @@ def allow(spark: SparkSession, views: Mapping[str, list[DataFrame]]) -> None:
     jvm.io.jetlake.sql.AccountWalls.allow(plans)
 
 
-def bind(session: SparkSession, account: str) -> None:
-    """Bind a session of the service to an account: its streams, by their bare names, only."""
+def bind(session: SparkSession, account: str | None) -> None:
+    """Bind a session of the service to an account: its streams, by their bare names, only;
+    None binds it to every account (the system account's, or the service's own session)."""
     jvm = session._jvm
     assert jvm is not None
-    jvm.io.jetlake.sql.AccountWalls.bind(session._jsparkSession, account)
+    walls = jvm.io.jetlake.sql.AccountWalls
+    if account is None:
+        walls.bindAll(session._jsparkSession)
+    else:
+        walls.bind(session._jsparkSession, account)

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from log.compactor.layout import GLOBAL
+from sql.logins import whoami
 from sql.service import DEFAULT_MAX_ROWS, first_line
 
 if TYPE_CHECKING:
@@ -157,11 +158,13 @@ class NatsSql:
         url: str,
         *,
         creds: str | None = None,
+        login: dict[str, str] | None = None,
         max_rows: int = DEFAULT_MAX_ROWS,
     ) -> None:
         self._spark = spark
         self._url = url
         self._creds = creds
+        self._login = login or {}  # user and password, or token: the service's own
         self._max_rows = max_rows
         self._nc: Client | None = None
         self._service: Service | None = None
@@ -180,10 +183,11 @@ class NatsSql:
             self._url,
             name="jetlake sql service",
             user_credentials=self._creds,
+            **self._login,
             max_reconnect_attempts=-1,
             disconnected_cb=disconnected,
         )
-        self._account, self._system = await _whoami(self._nc)
+        self._account, self._system = await whoami(self._nc)
         self._service = await add_service(
             self._nc,
             name=SERVICE,
@@ -345,24 +349,6 @@ def _positive(headers: dict[str, str], name: str, default: Any) -> Any:
         raise QueryError("400", text) from None
 
 
-async def _whoami(nc: Client) -> tuple[str, bool]:
-    """The connection's account, and whether it is the system account (whose services
-    `$SYS.REQ.SERVER.PING` reaches only there)."""
-    import nats.errors
-
-    try:
-        answer = await nc.request("$SYS.REQ.USER.INFO", b"", timeout=5)
-        account = str(json.loads(answer.data)["data"]["account"])
-    except (nats.errors.Error, ValueError, KeyError, TypeError) as exc:
-        log.warning("sql service: no account from $SYS.REQ.USER.INFO (%s); taking %s", exc, GLOBAL)
-        account = GLOBAL
-    try:
-        await nc.request("$SYS.REQ.SERVER.PING", b"", timeout=1)
-        return account, True
-    except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-        return account, False
-
-
 class _Query:
     """One query's Spark work, on a thread of its own so its job group can be cancelled.
 
@@ -388,8 +374,7 @@ class _Query:
 
         self._spark.sparkContext.setJobGroup(self.group, "SQL over NATS", interruptOnCancel=True)
         session = self._spark.newSession()
-        if self._account is not None:
-            bind(session, self._account)
+        bind(session, self._account)
         try:
             return session.sql(self._text)
         except (AnalysisException, ParseException) as exc:

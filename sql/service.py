@@ -2,6 +2,7 @@
 
     jetlake sql serve --store ./data [--listen 127.0.0.1:15002] [--jdbc 127.0.0.1:10000]
                       [--nats nats://127.0.0.1:4222] [--max_rows N]
+                      [--logins nats://127.0.0.1:4222] [--max_result_size 256m]
                       [--catalog thrift://host:9083]
 
 A query through it costs a plan and a scan, not a JVM: the session starts
@@ -22,9 +23,20 @@ Concurrent queries share one rebuild that started after they asked.
 
 Every account's streams have views: the global account's bare (`ORDERS`), a
 named account's as `A.ORDERS` (`sql.account_views`). A session bound to an
-account (SQL over NATS binds each query's to the asking account) resolves bare
-names to that account's views and reads nothing else (`AccountWalls`); an
-unbound session (the system account's, Spark Connect's and JDBC's) reads all.
+account resolves bare names to that account's views and reads nothing else
+(`AccountWalls`); one bound to all (the system account's) reads all. SQL over
+NATS binds each query's session to the asking account. With `--logins` (what
+`jetlake serve` passes when it has accounts or users), Spark Connect and JDBC
+clients log in with NATS credentials, checked by the NATS server (`sql.logins`),
+and their sessions are bound to the login's account; a session of no login
+runs nothing. Without it those two doors are open, and read all.
+
+Every door bounds a result: past `--max_rows` rows SQL over NATS and Spark
+Connect stop the query with an error naming the key, and every query's result
+is at most `--max_result_size` bytes in the service (Spark's
+`spark.driver.maxResultSize`), past which its job fails with Spark's error
+naming that setting; the JDBC door, which gathers a result whole before a
+client fetches it, is bounded by that.
 
 With `--catalog` a rebuild also registers every stream's lake table in a Hive
 metastore, for engines outside jetlake (`sql.catalog`).
@@ -53,8 +65,9 @@ from typing import TYPE_CHECKING
 from log.compactor.layout import lake_at
 from log.compactor.location import Lake
 from log.compactor.spark import build_session, local_jars
-from sql.account_views import allow
+from sql.account_views import allow, bind
 from sql.catalog import HiveCatalog, catalog_entries, keep_synced
+from sql.logins import OWN_LOGIN_ENV, NatsLogin
 from sql.views import quoted, register_views
 
 if TYPE_CHECKING:
@@ -67,7 +80,8 @@ log = logging.getLogger("jetlake.sql")
 SERVICE_FILE = "jetlake-sql.json"
 ADDRESS_TAKEN = 3  # the exit code that tells the server not to start it again
 DEFAULT_LISTEN = "127.0.0.1:15002"  # Spark Connect's own default port
-DEFAULT_MAX_ROWS = 1_000_000  # a SQL-over-NATS result's (`lake { sql { max_rows } }`)
+DEFAULT_MAX_ROWS = 1_000_000  # a NATS or Connect result's (`lake { sql { max_rows } }`)
+DEFAULT_MAX_RESULT_SIZE = "256m"  # well under the driver's heap (1g): past it, an error
 _EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension,io.jetlake.sql.StreamViews"
 _RULE = "io.jetlake.sql.StreamViews"
 
@@ -200,8 +214,12 @@ def start_session(
     jdbc: tuple[str, int] | None,
     master: str | None,
     catalog: str | None = None,
+    logins: str | None = None,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    max_result_size: str = DEFAULT_MAX_RESULT_SIZE,
 ) -> tuple[SparkSession, SharedViews]:
-    """The service's session with its views published, Connect (and Thrift) listening."""
+    """The service's session with its views published, Connect (and Thrift) listening, their
+    clients logging in with NATS credentials checked at `logins` (a URL) when given."""
     if jdbc is not None:  # Hive's Thrift service reads these before its own configuration
         os.environ["HIVE_SERVER2_THRIFT_BIND_HOST"] = jdbc[0]
         os.environ["HIVE_SERVER2_THRIFT_PORT"] = str(jdbc[1])
@@ -212,26 +230,38 @@ def start_session(
         "spark.sql.extensions": _EXTENSIONS,
         "spark.connect.grpc.binding.address": listen[0],
         "spark.connect.grpc.binding.port": str(listen[1]),
+        "spark.connect.grpc.interceptor.classes": "io.jetlake.sql.ConnectDoor",
+        "spark.driver.maxResultSize": max_result_size,
     }
+    if logins is not None:  # HiveServer2's CUSTOM authentication (its class: see below)
+        conf["spark.hadoop.hive.server2.authentication"] = "CUSTOM"
     spark = build_session("jetlake-sql-service", master=master, lake=lake, conf=conf)
     from pyspark.java_gateway import ensure_callback_server_started
 
-    hive = HiveCatalog(spark, catalog) if catalog else None
-    views = SharedViews(spark, store_dir, lake, hive)
-    views.refresh()
     gateway = spark.sparkContext._gateway
     assert gateway is not None
     ensure_callback_server_started(gateway)
     jvm = spark._jvm
     assert jvm is not None
+    bind(spark, None)  # the service's own session builds every account's views
+    jvm.io.jetlake.sql.ConnectDoor.limit(max_rows)
+    if logins is not None:  # before either door opens
+        jvm.io.jetlake.sql.NatsLogins.require(NatsLogin(logins))
+    hive = HiveCatalog(spark, catalog) if catalog else None
+    views = SharedViews(spark, store_dir, lake, hive)
+    views.refresh()
     jvm.io.jetlake.sql.StreamViews.setRefresher(views)
     jvm.org.apache.spark.sql.connect.service.SparkConnectService.start(spark._jsc.sc())
     if jdbc is not None:
         # Hive's scratch metastore (Derby) logs to ./derby.log unless told otherwise.
         jvm.java.lang.System.setProperty("derby.stream.error.file", os.devnull)
+        # Hive looks the class up in a HiveConf of its own, which takes system properties.
+        custom = "hive.server2.custom.authentication.class"
+        jvm.java.lang.System.setProperty(custom, "io.jetlake.sql.JdbcDoor")
         thrift = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
         try:
-            thrift.startWithContext(spark._jsparkSession.sqlContext())
+            server = thrift.startWithContext(spark._jsparkSession.sqlContext())
+            jvm.io.jetlake.sql.JdbcDoor.serve(server)
         except Exception as exc:  # the port taken: Connect and NATS still serve
             log.error("sql service: no JDBC on %s:%d: %s", *jdbc, first_line(exc))
     return spark, views
@@ -248,12 +278,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", default=DEFAULT_LISTEN, help="Spark Connect's host:port")
     p.add_argument("--jdbc", help="the Thrift (JDBC/ODBC) server's host:port (default: none)")
     p.add_argument("--nats", help="serve $JL.SQL on this NATS server (e.g. nats://127.0.0.1:4222)")
-    p.add_argument("--nats_creds", help="credentials file for --nats")
+    p.add_argument(
+        "--nats_creds",
+        help="credentials file for --nats (or the environment's " + ", ".join(OWN_LOGIN_ENV) + ")",
+    )
+    p.add_argument(
+        "--logins",
+        help="Connect and JDBC clients log in with NATS credentials, checked on this NATS server",
+    )
     p.add_argument(
         "--max_rows",
         type=int,
         default=DEFAULT_MAX_ROWS,
-        help="rows a SQL-over-NATS result may have (past them: an error naming max_rows)",
+        help="rows a NATS or Connect result may have (past them: an error naming max_rows)",
+    )
+    p.add_argument(
+        "--max_result_size",
+        default=DEFAULT_MAX_RESULT_SIZE,
+        help="bytes a query's result may take in the service (spark.driver.maxResultSize)",
     )
     p.add_argument(
         "--catalog", help="register every stream's lake table in this Hive metastore (thrift://…)"
@@ -272,7 +314,9 @@ async def _serve(args: argparse.Namespace, spark: SparkSession, stop: asyncio.Ev
     if args.nats:
         from sql.nats_service import NatsSql
 
-        door = NatsSql(spark, args.nats, creds=args.nats_creds, max_rows=args.max_rows)
+        door = NatsSql(
+            spark, args.nats, creds=args.nats_creds, login=own_login(), max_rows=args.max_rows
+        )
         opening = asyncio.get_running_loop().create_task(_open(door, args.nats))
     try:
         while not stop.is_set():
@@ -324,6 +368,9 @@ def main(argv: list[str]) -> int:
         jdbc=jdbc,
         master=args.spark_master,
         catalog=args.catalog,
+        logins=args.logins,
+        max_rows=args.max_rows,
+        max_result_size=args.max_result_size,
     )
     endpoints = Endpoints(
         pid=os.getpid(),
@@ -352,6 +399,16 @@ def main(argv: list[str]) -> int:
             (store / SERVICE_FILE).unlink(missing_ok=True)
         spark.stop()
     return 0
+
+
+def own_login() -> dict[str, str]:
+    """The service's own NATS user and password or token, from the environment (the server
+    passes its `lake { sql }` ones there: an argument would show in every `ps`)."""
+    given = {
+        key: os.environ.get(env)
+        for key, env in zip(("user", "password", "token"), OWN_LOGIN_ENV, strict=True)
+    }
+    return {key: value for key, value in given.items() if value}
 
 
 def _free(address: tuple[str, int]) -> bool:

@@ -130,7 +130,7 @@ async def _serve(opts: Options, argv: list[str]) -> int:
     if server.jetstream is not None:
         await server.jetstream.start()
     if lake is not None:  # with or without the global account's JetStream: every account's
-        sql = _sql_service(opts, server.port)
+        sql = _sql_service(opts, server.port, logins=server.auth.required)
     if account_js is not None:
         server.account_jetstreams = account_js
         await account_js.start()
@@ -202,9 +202,10 @@ async def _serve(opts: Options, argv: list[str]) -> int:
     return 0
 
 
-def _sql_service(opts: Options, port: int) -> SqlServiceProcess | None:
+def _sql_service(opts: Options, port: int, *, logins: bool) -> SqlServiceProcess | None:
     """The SQL service over this server's store and lake (`lake { sql }`), started: every
-    account's streams, so it starts whether or not the global account has JetStream."""
+    account's streams, so it starts whether or not the global account has JetStream; with
+    `logins` (this server takes logins) its Connect and JDBC clients log in here too."""
     from ingest.server.settings import store_base
     from ingest.server.sql_service import sql_service
     from log.compactor.layout import default_lake_dir
@@ -220,6 +221,7 @@ def _sql_service(opts: Options, port: int) -> SqlServiceProcess | None:
         spark_master=opts.lake.spark_master,
         client_url=f"nats://{host}:{port}",
         env=lake.child_env(),
+        logins=logins,
     )
     if found is not None:
         found.start()

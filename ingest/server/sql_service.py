@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from ingest.server.settings import SqlConfig
+from sql.logins import OWN_LOGIN_ENV
 
 log = logging.getLogger("jetlake")
 
@@ -73,8 +74,13 @@ def sql_service(
     spark_master: str | None,
     client_url: str,
     env: dict[str, str],
+    logins: bool = False,
 ) -> SqlServiceProcess | None:
-    """The service for this server's lake, unless it is off (configured, or by the env)."""
+    """The service for this server's lake, unless it is off (configured, or by the env).
+
+    With `logins` (the server has accounts or users) Spark Connect and JDBC clients log
+    in with NATS credentials this server checks. The service's own login for `nats`
+    goes in the environment, not argv, which every `ps` shows."""
     if config is None or os.environ.get(DISABLE_ENV, "").lower() == "off":
         return None
     argv = [sys.executable, "-m", "jobs.cli", "sql", "serve", "--store", str(store_dir)]
@@ -82,7 +88,14 @@ def sql_service(
     if config.jdbc is not None:
         argv += ["--jdbc", config.jdbc]
     if config.nats is not None:
-        argv += ["--nats", config.nats or client_url, "--max_rows", str(config.max_rows)]
+        argv += ["--nats", config.nats or client_url]
+    if config.creds is not None:
+        argv += ["--nats_creds", config.creds]
+    argv += ["--max_rows", str(config.max_rows)]
+    if logins:
+        argv += ["--logins", client_url]
+    own = (config.user, config.password, config.token)
+    env = {**env, **{key: value for key, value in zip(OWN_LOGIN_ENV, own, strict=True) if value}}
     if config.catalog is not None:
         argv += ["--catalog", config.catalog]
     if spark_master:

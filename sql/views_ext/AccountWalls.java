@@ -12,17 +12,25 @@ import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.TableIdentifier;
 import org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.UserDefinedExpression;
 import org.apache.spark.sql.catalyst.plans.logical.CTERelationRef;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
+import org.apache.spark.sql.catalyst.plans.logical.DeserializeToObject;
 import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.ObjectConsumer;
+import org.apache.spark.sql.catalyst.plans.logical.ObjectProducer;
 import org.apache.spark.sql.catalyst.plans.logical.OneRowRelation;
 import org.apache.spark.sql.catalyst.plans.logical.Range;
 import org.apache.spark.sql.catalyst.plans.logical.ScriptTransformation;
+import org.apache.spark.sql.catalyst.plans.logical.SerializeFromObject;
+import org.apache.spark.sql.catalyst.plans.logical.SetCatalogAndNamespace;
+import org.apache.spark.sql.catalyst.plans.logical.TypedFilter;
 import org.apache.spark.sql.catalyst.plans.logical.View;
 import org.apache.spark.sql.execution.LogicalRDD;
 import org.apache.spark.sql.execution.command.DescribeColumnCommand;
 import org.apache.spark.sql.execution.command.DescribeTableCommand;
+import org.apache.spark.sql.execution.command.SetNamespaceCommand;
 import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import scala.jdk.javaapi.CollectionConverters;
@@ -41,14 +49,18 @@ import scala.runtime.BoxedUnit;
  * views is refused: another account's views whatever they read, other relations (JDBC, Hive
  * tables, cached plans), commands ({@code SET}, {@code CREATE}, {@code ADD JAR}; a {@code
  * DESCRIBE} of its own view is let through), scripts
- * ({@code TRANSFORM ... USING}) and {@code reflect}/{@code java_method}, which call into the
- * JVM. An unbound session (the system account's, and today every Spark Connect and JDBC
- * session) is not checked.
+ * ({@code TRANSFORM ... USING}), {@code reflect}/{@code java_method} and user-defined
+ * functions and typed closures (Python or JVM code a client sent), which run code in the
+ * service. A session bound to all accounts (the system account's) is not checked. With logins
+ * on ({@link NatsLogins}) a session bound to none is refused every query: each door binds its
+ * sessions (Connect's and NATS's as they open, JDBC's on its first query, {@link JdbcDoor});
+ * with logins off it reads all, as on a server without accounts.
  */
 public final class AccountWalls {
   private static final Map<SparkSession, String> BOUND =
       Collections.synchronizedMap(new WeakHashMap<>());
   private static final String GLOBAL_TEMP = "global_temp";
+  private static final String ALL = new String("*all accounts*"); // compared by identity
   private static volatile Map<String, Set<String>> roots = Map.of();
   private static Map<String, Set<String>> current = Map.of(); // the last rebuild's alone
 
@@ -59,9 +71,41 @@ public final class AccountWalls {
     BOUND.put(session, account);
   }
 
-  /** The account a session is bound to, or null (unbound: sees every account). */
+  /** Binds a session to every account (the system account's): it sees all, unchecked. */
+  public static void bindAll(SparkSession session) {
+    BOUND.put(session, ALL);
+  }
+
+  /**
+   * Binds a session to an account (null: all) unless it is bound already; then the account it
+   * is bound to when that is another ("all accounts" for the system's), else null.
+   */
+  static synchronized String claim(SparkSession session, String account) {
+    String wanted = account == null ? ALL : account;
+    String owner = BOUND.putIfAbsent(session, wanted);
+    if (owner == null || owner == wanted || (owner != ALL && wanted != ALL && owner.equals(wanted))) {
+      return null;
+    }
+    return owner == ALL ? "the system" : owner;
+  }
+
+  /** The account a session is bound to, or null: bound to all, or (logins off) to none. */
   public static String account(SparkSession session) {
-    return BOUND.get(session);
+    String bound = bound(session);
+    return bound == ALL ? null : bound;
+  }
+
+  /** What a session is bound to: an account, ALL, or null; a JDBC session is bound here. */
+  private static String bound(SparkSession session) {
+    String bound = BOUND.get(session);
+    if (bound == null && NatsLogins.on()) {
+      NatsLogins.Login login = JdbcDoor.accountOf(session);
+      if (login != null) {
+        claim(session, login.system() ? null : login.account());
+        bound = BOUND.get(session);
+      }
+    }
+    return bound;
   }
 
   /**
@@ -104,8 +148,14 @@ public final class AccountWalls {
     return new AbstractFunction1<>() {
       @Override
       public BoxedUnit apply(LogicalPlan plan) {
-        String account = BOUND.get(session);
-        if (account != null) {
+        if (plan instanceof SetNamespaceCommand || plan instanceof SetCatalogAndNamespace) {
+          return BoxedUnit.UNIT; // USE: harmless, and JDBC's runs before its session is known
+        }
+        String account = bound(session);
+        if (account == null && NatsLogins.on()) {
+          throw error("a session of no login may not query: " + NatsLogins.NO_LOGIN);
+        }
+        if (account != null && account != ALL) {
           walk(plan, account, roots.getOrDefault(account, Set.of()));
         }
         return BoxedUnit.UNIT;
@@ -129,6 +179,12 @@ public final class AccountWalls {
     }
     if (plan instanceof ScriptTransformation) {
       throw refused(account, "may not run scripts (TRANSFORM ... USING)");
+    }
+    if ((plan instanceof ObjectProducer
+            || plan instanceof ObjectConsumer
+            || plan instanceof TypedFilter)
+        && !(plan instanceof DeserializeToObject || plan instanceof SerializeFromObject)) {
+      throw refused(account, "may not run typed closures (" + plan.nodeName() + ")");
     }
     // A view's rows may be no files at all (a tail sent to a cluster as rows): a temporary
     // view is the account's own or refused, whatever it reads.
@@ -185,6 +241,9 @@ public final class AccountWalls {
     if (e instanceof CallMethodViaReflection) {
       throw refused(account, "may not call reflect/java_method");
     }
+    if (e instanceof UserDefinedExpression) {
+      throw refused(account, "may not run user-defined functions (" + e.prettyName() + ")");
+    }
     for (Expression child : CollectionConverters.asJava(e.children())) {
       reflection(child, account);
     }
@@ -192,7 +251,10 @@ public final class AccountWalls {
 
   /** An AnalysisException, as Spark's own analysis errors are (clients report it as one). */
   private static RuntimeException refused(String account, String what) {
-    String text = "account " + account + " " + what;
+    return error("account " + account + " " + what);
+  }
+
+  private static RuntimeException error(String text) {
     return unchecked(
         new AnalysisException(
             "_LEGACY_ERROR_USER_RAISED_EXCEPTION",

@@ -39,6 +39,8 @@ def lake_sql(tmp_path: Path, text: str) -> SqlConfig | None:
         ("sql { jdbc: true }", SqlConfig()),
         ("sql { max_rows: 10 }", SqlConfig(max_rows=10)),
         ('sql { catalog: "thrift://h:9083" }', SqlConfig(catalog="thrift://h:9083")),
+        ("sql { user: svc, password: pw }", SqlConfig(user="svc", password="pw")),
+        ('sql { token: t, creds: "/k/sql.creds" }', SqlConfig(token="t", creds="/k/sql.creds")),
     ],
 )
 def test_lake_sql_keys(tmp_path: Path, text: str, expected: SqlConfig | None) -> None:
@@ -59,6 +61,42 @@ def test_lake_sql_keys(tmp_path: Path, text: str, expected: SqlConfig | None) ->
 def test_bad_lake_sql_keys_name_the_key(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         lake_sql(tmp_path, text)
+
+
+def test_the_server_hands_its_service_a_login_in_the_environment_not_argv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ingest.server.sql_service import sql_service
+
+    monkeypatch.delenv("JETLAKE_SQL", raising=False)
+    config = SqlConfig(user="svc", password="pw", creds="/k/sql.creds")
+    found = sql_service(
+        config,
+        store_dir=tmp_path,
+        lake_root=str(tmp_path / "lake"),
+        spark_master=None,
+        client_url="nats://127.0.0.1:4222",
+        env={},
+        logins=True,
+    )
+    assert found is not None
+    argv = found._argv
+    assert "pw" not in argv and "svc" not in argv
+    assert argv[argv.index("--nats_creds") + 1] == "/k/sql.creds"
+    assert argv[argv.index("--logins") + 1] == "nats://127.0.0.1:4222"
+    assert found._env["JETLAKE_SQL_NATS_USER"] == "svc"
+    assert found._env["JETLAKE_SQL_NATS_PASSWORD"] == "pw"
+
+
+def test_a_login_url_drops_the_services_own_user_and_a_jwt_login_reads_as_creds() -> None:
+    from sql.logins import bare_url, creds_text
+
+    assert bare_url("nats://sys:secret@127.0.0.1:4222") == "nats://127.0.0.1:4222"
+    assert bare_url("tls://[::1]:4443") == "tls://[::1]:4443"
+    assert bare_url("10.0.0.1:4222") == "nats://10.0.0.1:4222"
+    text = creds_text("eyJhbGc.x.y", "SUAB")
+    assert "-----BEGIN NATS USER JWT-----\neyJhbGc.x.y\n" in text
+    assert "-----BEGIN USER NKEY SEED-----\nSUAB\n" in text
 
 
 def test_split_hostport() -> None:

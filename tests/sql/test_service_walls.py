@@ -14,6 +14,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -49,10 +50,22 @@ IMPORT = '{service: {account: SYS, subject: "$JL.SQL.>"}}'
 class Walled:
     server: ServerProcess
     store: Path
-    spark: SparkSession  # Spark Connect: not walled (see the docs)
+    connect_port: int
+    jdbc: str
+    spark: SparkSession  # Spark Connect, logged in as the system account's user
 
     def url(self, user: str) -> str:
         return f"nats://{user}:{user}@127.0.0.1:{self.server.port}"
+
+    def connect(self, token: str | None) -> str:
+        return connect_url(self.connect_port, token)
+
+
+def connect_url(port: int, token: str | None) -> str:
+    """Spark Connect's URL with a NATS login as its bearer token: pyspark sends a token in
+    the clear to `localhost` only (elsewhere over TLS, which a proxy in front adds)."""
+    login = f";token={token}" if token is not None else ""
+    return f"sc://localhost:{port}/{login}"
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +75,12 @@ def walled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walled]:
     quiet_query_errors()
     tmp = tmp_path_factory.mktemp("sql-walls")
     store = tmp / "store"
-    port, listen = free_port(), f"127.0.0.1:{free_port()}"
+    port, connect_port, jdbc_port = free_port(), free_port(), free_port()
     conf = f"""
 jetstream {{ store_dir: "{store}" }}
 lake {{ seal_interval: "200ms", compact_interval: 0,
-  sql {{ listen: "{listen}", jdbc: off, nats: "nats://sys:sys@127.0.0.1:{port}",
-         max_rows: {MAX_ROWS} }} }}
+  sql {{ listen: "127.0.0.1:{connect_port}", jdbc: "127.0.0.1:{jdbc_port}",
+         nats: "nats://127.0.0.1:{port}", user: sys, password: sys, max_rows: {MAX_ROWS} }} }}
 system_account: SYS
 accounts {{
   SYS {{ users: [{{user: sys, password: sys}}],
@@ -79,8 +92,9 @@ accounts {{
     server = start_with_service("-p", str(port), config=conf, tmp_path=tmp)
     try:
         found = _wait_for_service(server, store, url=f"nats://sys:sys@127.0.0.1:{port}")
-        spark = ConnectSession.builder.remote(found.connect).getOrCreate()
-        yield Walled(server, store, spark)
+        assert found.jdbc is not None
+        spark = ConnectSession.builder.remote(connect_url(connect_port, "sys:sys")).getOrCreate()
+        yield Walled(server, store, connect_port, found.jdbc, spark)
         spark.stop()
     finally:
         server.stop()
@@ -275,3 +289,80 @@ async def test_an_accounts_lake_table_stands_behind_its_wall(walled: Walled) -> 
     for answer in await asyncio.gather(*(_query(b, sql) for sql in refused)):
         code, said = _error(answer)
         assert code == "400" and "account B may not read" in said, said
+
+
+def test_spark_connect_logs_in_with_nats_credentials_and_is_walled(walled: Walled) -> None:
+    from pyspark.sql.connect.functions import udf
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    asyncio.run(_publish(walled.url("a"), "MINE", 4))
+    asyncio.run(_publish(walled.url("b"), "THEIRS", 2))
+    sys_spark = walled.spark  # the system account's login: every account's streams
+    assert sys_spark.sql("SELECT count(*) AS n FROM B.THEIRS").collect()[0].n == 2
+    [theirs] = sys_spark.sql("SELECT DISTINCT input_file_name() AS f FROM B.THEIRS").collect()
+    a = ConnectSession.builder.remote(walled.connect("a:a")).create()
+    try:
+        assert a.sql("SELECT count(*) AS n FROM MINE").collect()[0].n == 4
+        for sql, said in (
+            ("SELECT * FROM THEIRS", "`THEIRS` cannot be found"),  # by name
+            ("SELECT * FROM global_temp.`B.THEIRS`", "account A may not read"),  # by a view
+            (f"SELECT * FROM parquet.`{theirs.f}`", "account A may not read"),  # by path
+        ):
+            with pytest.raises(AnalysisException, match=said):
+                a.sql(sql).collect()
+        with pytest.raises(AnalysisException, match="account A may not run user-defined"):
+            a.range(1).select(udf(lambda x: x)("id")).collect()
+        # A result past the service's max_rows ends with an error naming the key.
+        with pytest.raises(Exception, match=f"more than {MAX_ROWS} rows.*max_rows"):
+            a.sql(f"SELECT id FROM range({MAX_ROWS * 4})").collect()
+        assert a.sql("SELECT count(*) AS n FROM MINE").collect()[0].n == 4  # still serves
+        # A's login may not take over a session another account's login opened.
+        taken = f"{walled.connect('a:a')};session_id={sys_spark.session_id}"
+        hijack = ConnectSession.builder.remote(taken).create()
+        with pytest.raises(Exception, match="is account the system's, not A's"):
+            hijack.sql("SELECT 1").collect()
+    finally:
+        a.stop()
+    for token, said in ((None, "takes a NATS login"), ("a:wrong", "refused the login")):
+        nobody = ConnectSession.builder.remote(walled.connect(token)).create()
+        with pytest.raises(Exception, match=said):
+            nobody.sql("SELECT 1").collect()
+
+
+async def _beeline(jdbc: str, user: str, password: str, script: str) -> subprocess.CompletedProcess:
+    """beeline runs `script` as `user`, every statement whatever the ones before did."""
+    import pyspark
+
+    beeline = Path(pyspark.__file__).parent / "bin" / "beeline"
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as file:
+        file.write(script)
+        file.flush()
+        argv = [str(beeline), "-u", jdbc, "-n", user, "-p", password, "--silent=true"]
+        argv += ["--outputformat=csv2", "--force=true", "-f", file.name]
+        return await asyncio.to_thread(
+            subprocess.run, argv, capture_output=True, text=True, timeout=180
+        )
+
+
+async def test_jdbc_logs_in_with_nats_credentials_and_is_walled(walled: Walled) -> None:
+    await _publish(walled.url("a"), "JMINE", 3)
+    await _publish(walled.url("b"), "JTHEIRS", 2)
+    files = await _query(walled.url("sys"), "SELECT DISTINCT input_file_name() AS f FROM B.JTHEIRS")
+    [theirs] = files.table().column("f").to_pylist()
+    script = (
+        "SELECT count(*) AS mine FROM JMINE;\nSELECT * FROM JTHEIRS;\n"
+        "SELECT * FROM global_temp.`B.JTHEIRS`;\n"
+        f"SELECT * FROM parquet.`{theirs}`;\n"
+    )
+    # beeline (JDBC) as A, as the system account, and with a wrong password, at once.
+    as_a, as_sys, wrong = await asyncio.gather(
+        _beeline(walled.jdbc, "a", "a", script),
+        _beeline(walled.jdbc, "sys", "sys", "SELECT count(*) AS theirs FROM B.JTHEIRS;"),
+        _beeline(walled.jdbc, "a", "wrong", "SELECT 1;"),
+    )
+    assert "mine\n3\n" in as_a.stdout, as_a.stdout + as_a.stderr
+    assert "`JTHEIRS` cannot be found" in as_a.stderr, as_a.stderr  # by name
+    assert "account A may not read view B.JTHEIRS" in as_a.stderr, as_a.stderr  # by a view
+    assert "it is no stream of the account" in as_a.stderr, as_a.stderr  # by path
+    assert "theirs\n2\n" in as_sys.stdout, as_sys.stdout + as_sys.stderr
+    assert "Error validating the login" in wrong.stderr and "\n1\n" not in wrong.stdout

@@ -500,9 +500,24 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         K(
             "max_rows",
             "integer",
-            "Rows a SQL-over-NATS result may have; past them the query stops with an error "
-            "naming this key.",
+            "Rows a SQL-over-NATS or Spark Connect result may have; past them the query stops "
+            "with an error naming this key.",
             Field(SQ, "max_rows"),
+        ),
+        K(
+            "user",
+            "string",
+            "The service's own NATS user for `nats` (with `password`), on a server with "
+            "accounts or users; handed to it in its environment, never its command line.",
+            "none",
+        ),
+        K("password", "string", "The password of `user`.", "none"),
+        K("token", "string", "The service's own NATS token for `nats`, instead of a user.", "none"),
+        K(
+            "creds",
+            "path",
+            "The service's own NATS credentials file (user JWT and nkey seed, operator mode).",
+            "none",
         ),
         K(
             "catalog",
