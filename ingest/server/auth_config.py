@@ -184,7 +184,7 @@ def check_operator_mode(opts: Any) -> None:
     """What the reference refuses at start in operator mode."""
     if opts.users or opts.username or opts.auth_token:
         raise ConfigError("operators do not allow users to be configured directly")
-    if opts.accounts:
+    if opts.accounts or opts.mappings:  # top-level mappings are the global account's
         raise ConfigError("operators do not allow Accounts to be configured directly")
     if opts.resolver is None:
         raise ConfigError("operators require an account resolver to be configured")

@@ -21,7 +21,7 @@ from ingest.server.jwt import claims as jwt
 from ingest.server.jwt.exports import imported_from, invalid_imports, shares
 from ingest.server.jwt.times import window_end
 from ingest.server.jwt.trust import account_limits
-from ingest.server.options import load_config, validate_options
+from ingest.server.options import ConfigError, load_config, validate_options
 from ingest.server.responses import Responses
 from tests.support.nsc import encode_jwt
 
@@ -229,3 +229,19 @@ def test_a_preloaded_jwt_with_a_bad_token_is_taken_with_a_warning(
         f"Account [{importer.subject}] has validation issues:",
         '  - import "svc.a" contains an invalid activation token',
     ]
+
+
+def test_operator_mode_refuses_mappings(tmp_path: Path) -> None:
+    """Top-level mappings belong to the global account, which operator mode has not."""
+    operator = {
+        "iat": 1,
+        "iss": _pub(OPERATOR),
+        "sub": _pub(OPERATOR),
+        "nats": {"type": "operator"},
+    }
+    path = tmp_path / "server.conf"
+    path.write_text(
+        f"operator: {encode_jwt(operator, OPERATOR)}\nresolver: MEMORY\nmappings {{ a: b }}\n"
+    )
+    with pytest.raises(ConfigError, match="operators do not allow Accounts to be configured"):
+        validate_options(load_config(str(path)))

@@ -19,6 +19,8 @@ import base64
 import datetime
 import json
 import os
+import re
+import signal
 import time
 import zoneinfo
 from dataclasses import dataclass
@@ -214,6 +216,30 @@ async def test_public_service_import(server: ServerProcess, store: Store, connec
     assert code == 0 and out.strip() == "svc.pub 0", out
     # Only the import's subject is served: the exporter's other subjects stay its own.
     assert await _answered(b, "svc.pub") == "no responders"
+
+
+async def test_a_reload_adding_mappings_is_refused(
+    server: ServerProcess, store: Store, connect: Connect
+) -> None:
+    """Top-level mappings are the global account's, which operator mode does not allow: a
+    reload adding them is refused and the JWTs' imports stay served."""
+    a, b = await connect(server, **_creds(store, "A")), await connect(server, **_creds(store, "B"))
+    await _responder(a, "svc.pub", [])
+    await _until(b, "b.svc", "svc.pub 0")
+    assert server.config_path is not None
+    text = server.config_path.read_text()
+    server.config_path.write_text(text + "\nmappings { unused.a: unused.b }\n")
+    try:
+        server.send_signal(signal.SIGHUP)
+        await server.wait_for_log_async(
+            re.escape(
+                "Failed to reload server configuration: "
+                "operators do not allow Accounts to be configured directly"
+            )
+        )
+    finally:
+        server.config_path.write_text(text)
+    assert await _answered(b, "b.svc") == "svc.pub 0"
 
 
 async def test_stream_import_is_mapped(

@@ -193,8 +193,6 @@ def _swap_auth(server: Server, prepared: _Prepared) -> None:
 
         server.sharing = Sharing(server, opts.accounts)
         server.sharing.start()
-    if server.resolver is not None and server.resolver.imports is not None:
-        server.resolver.imports.all()  # the account JWTs' imports, served anew
 
 
 def _configure(live: Account, fresh: Account) -> None:
