@@ -32,8 +32,9 @@ def refresh(
     store_dir: str | Path,
     lake_dir: LakeAt | None = None,
     builders: Iterable[ViewBuilder] = DEFAULT_BUILDERS,
-) -> list[str]:
-    """Re-register the views so they include the newest acknowledged messages."""
+) -> dict[str, list[str]]:
+    """Re-register the views so they include the newest acknowledged messages; returns the
+    view names by account (a named account's as `A.ORDERS`: quote them in SQL)."""
     return register_views(spark, store_dir, lake_at(lake_dir, store_dir), builders)
 
 
