@@ -1,7 +1,7 @@
 """A config reload judges MQTT clients again, on both servers: a client whose user is
 gone or whose password changed is closed, one whose user moved to another account is
 closed, and one that kept its user loses the topic filters its new permissions refuse
-while keeping the others."""
+while keeping the others. A WebSocket login after the reload takes the new users."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 from ingest.parser import mqtt
 from tests.conftest import MakeServer
 from tests.mqtt.conftest import TIMEOUT, MQTTServer, mqtt_port, next_message
+from tests.websocket.conftest import RawWS, ws_port
 
 RELOADED = re.escape("Reloaded server configuration")
 
@@ -35,6 +36,7 @@ accounts {{
   OTHER {{ jetstream: enabled, users: [{mover_other}] }}
 }}
 mqtt {{ port: -1 }}
+websocket {{ port: -1, no_tls: true }}
 """
 MOVER = "{user: mover, password: pw}"
 BEFORE = {
@@ -86,3 +88,11 @@ async def test_reload_judges_mqtt_clients_again(
         assert (msg.topic.value, msg.payload) == ("open/x", b"still allowed")
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(anext(aiter(app.messages)), 0.3)
+
+    ws = await RawWS.open(ws_port(server))
+    try:
+        await ws.read_data(b"\r\n")  # INFO
+        ws.send(b'CONNECT {"verbose":false,"user":"changed","pass":"new"}\r\nPING\r\n')
+        assert b"PONG" in await ws.read_data(b"\r\n")
+    finally:
+        await ws.close()

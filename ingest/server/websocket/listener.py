@@ -12,7 +12,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ingest.server.auth import Grant
+from ingest.server.auth import Authenticator, Grant
 from ingest.server.client import Client
 from ingest.server.listener_auth import listener_authenticator
 from ingest.server.mqtt.connection import MQTTConnection
@@ -79,7 +79,6 @@ class WebSocketListener:
     def __init__(self, server: Server, config: WebSocketConfig) -> None:
         self.server = server
         self.config = config
-        self.auth = listener_authenticator(server, config)
         self.host = config.host
         self.port = config.port
         self.tls = config.tls is not None
@@ -88,6 +87,11 @@ class WebSocketListener:
         max_payload = server.opts.max_payload
         self.max_message = min(max_payload * _MAX_MESSAGE_MULTIPLE, _MAX_MESSAGE_LIMIT)
         self._listener: asyncio.base_events.Server | None = None
+
+    @property
+    def auth(self) -> Authenticator:
+        """Read at each login: a config reload replaces the server's users."""
+        return listener_authenticator(self.server, self.config)
 
     async def start(self) -> None:
         ssl_ctx = None
