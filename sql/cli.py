@@ -6,8 +6,10 @@
 
 A query goes to the SQL service when one is up (the one `<store>/jetlake-sql.json`
 names, or `--service sc://host:port`): no JVM starts, and the answer takes
-about a second. Without one (or with `--local`) a Spark session starts here for
-the query, which costs 15-20 s. Which of the two answered is said on stderr.
+about a second. On a server with logins, `SPARK_CONNECT_AUTHENTICATE_TOKEN` holds
+the NATS login (`user:password`) the service checks. Without a service (or with
+`--local`) a Spark session starts here for the query, which costs 15-20 s. Which
+of the two answered is said on stderr.
 
 Output formats are `jetlake inspect`'s (the same writers), so scripts can
 switch between the DuckDB and the Spark answer. A query running longer than
@@ -111,10 +113,21 @@ def service_url(store: Path, explicit: str | None) -> str | None:
     return found.connect
 
 
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # pyspark's own: a NATS login, with logins on
+
+
+def login_url(url: str) -> str:
+    """With a login token, loopback named `localhost`: pyspark sends a token in the clear to
+    that name only (gRPC's local credentials), and over TLS, which the service lacks, else."""
+    if os.environ.get(TOKEN_ENV) and url.startswith("sc://127.0.0.1:"):
+        return "sc://localhost:" + url.removeprefix("sc://127.0.0.1:")
+    return url
+
+
 def _remote(url: str, query: str) -> pa.Table:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    spark = ConnectSession.builder.remote(url).getOrCreate()
+    spark = ConnectSession.builder.remote(login_url(url)).getOrCreate()
     try:
         return spark.sql(query).toArrow()
     finally:

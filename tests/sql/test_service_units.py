@@ -99,6 +99,18 @@ def test_a_login_url_drops_the_services_own_user_and_a_jwt_login_reads_as_creds(
     assert "-----BEGIN USER NKEY SEED-----\nSUAB\n" in text
 
 
+def test_jetlake_sql_names_loopback_localhost_when_it_sends_a_login(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sql.cli import TOKEN_ENV, login_url
+
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    assert login_url("sc://127.0.0.1:15002") == "sc://127.0.0.1:15002"
+    monkeypatch.setenv(TOKEN_ENV, "a:secret")
+    assert login_url("sc://127.0.0.1:15002") == "sc://localhost:15002"
+    assert login_url("sc://db.example:15002") == "sc://db.example:15002"
+
+
 def test_split_hostport() -> None:
     assert split_hostport("[::1]:15002", "--listen") == ("::1", 15002)
     with pytest.raises(ValueError, match="--jdbc: 'x' is not host:port"):
