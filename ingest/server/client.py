@@ -668,13 +668,7 @@ class Client(Closing, asyncio.Protocol):
         self.server.stalled.discard(self)
         self.server.unregister(self)
         limits.leave(self)
-        if self.transport is not None:
-            if abort:
-                self.transport.abort()
-                return
-            if self.tls is not None and self.tls.established:
-                self.transport.write(self.tls.shutdown())
-            self.transport.close()
+        self._hang_up_socket(abort=abort)
 
 
 def _quoted(payload: bytes) -> str:

@@ -132,12 +132,6 @@ class PeerLink(Closing, TLSLink):
     def _hang_up(self, *, abort: bool) -> None:
         """Close the socket (our TLS close_notify first, unless aborting) and wake whoever
         waits for the link to end."""
-        if self.transport is not None:
-            if abort:
-                self.transport.abort()
-            else:
-                if self.tls is not None and self.tls.established:
-                    self._write_raw(self.tls.shutdown())
-                self.transport.close()
+        self._hang_up_socket(abort=abort)
         if not self.done.done():
             self.done.set_result(None)

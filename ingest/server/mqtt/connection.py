@@ -408,5 +408,4 @@ class MQTTConnection(Closing, asyncio.Protocol):
             subject = to_subject(will.topic).decode()
             allowed = not self.grant.restricted or self.grant.can_publish(subject.encode())
             manager.publish_will(will, subject, allowed=allowed)
-        if self.transport is not None:
-            self.transport.close()
+        self._hang_up_socket(abort=False)
