@@ -335,19 +335,21 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             self.queue(proto.encode_err(message))
             self.close("Cluster Names Identical", flush=True)
             return
+        # Who logged in, for the account's connect events (a refused one's too).
+        self.account, self.connect_options = account, options
+        self.remote_name = str(options.get("name") or options.get("server_id") or "")
         links = len(leafnodes.links.get(account.name, ()))
         if not limits.leafnode_allowed(self.server, account, links):
             log.error("%s - %s", self.where, limits.MAX_CONNECTIONS)
             self.queue(proto.encode_err(limits.MAX_CONNECTIONS))
             self.close("Maximum Account Connections Exceeded", flush=True)
+            for gone in self.server.accounts.on_disconnect:  # reported as it ends
+                gone(self)
             return
         timer = self._timers.pop("auth", None)
         if timer is not None:
             timer.cancel()
-        self.account = account
-        self.connect_options = options  # who logged in, for the account's connect events
         self.spoke = bool(options.get("hub"))  # the remote declared itself our hub
-        self.remote_name = str(options.get("name") or options.get("server_id") or "")
         self.remote_id = str(options.get("server_id") or self.remote_name)
         self.remote_cluster = cluster if isinstance(cluster, str) else ""
         domain = options.get("domain")
