@@ -154,6 +154,7 @@ def _grant_for(user: _User, account: str) -> Grant:
         pub_deny=pub.deny if pub else (),
         sub_allow=sub.allow if sub else (),
         sub_deny=sub.deny if sub else (),
+        responses=Responses(*perms.responses) if perms.responses is not None else None,
     )
 
 

@@ -169,9 +169,40 @@ def _permissions(parent: _Section, key: str) -> Permissions:
             found["publish"] = _subject_permission(section, name, queue=False)
         elif lowered in ("sub", "subscribe", "export"):
             found["subscribe"] = _subject_permission(section, name, queue=True)
+        elif lowered == "allow_responses":
+            responses = _allow_responses(section, name)
+            if responses is not None:
+                found["responses"] = responses
         elif name not in section.table.variables:
             raise section.error(name, f'Unknown field "{name}" parsing permissions')
     return Permissions(**found)
+
+
+def _allow_responses(parent: _Section, key: str) -> tuple[int, float] | None:
+    """`allow_responses: true`, or `{max: N, expires: "5s"}` (`ttl` too), as the reference
+    reads it; see `ingest.server.responses`."""
+    value = parent.table[key]
+    if isinstance(value, bool):
+        return (0, 0.0) if value else None
+    if not isinstance(value, Table):
+        raise parent.error(key, "error parsing response permissions, expected a boolean or a map")
+    most, ttl = 0, 0.0
+    for name, item in value.items():
+        lowered = name.lower()
+        if lowered in ("max", "max_msgs", "max_messages", "max_responses"):
+            most = item if isinstance(item, int) and not isinstance(item, bool) else 0
+        elif lowered in ("expires", "expiration", "ttl"):
+            if not isinstance(item, str):
+                raise ConfigError(
+                    f"error parsing {name}, not a duration string", value.position(name)
+                )
+            try:
+                ttl = parse_duration(item)
+            except ValueError as exc:
+                raise ConfigError(f"error parsing {name}: {exc}", value.position(name)) from exc
+        elif name not in value.variables:
+            raise ConfigError(f'Unknown field "{name}" parsing permissions', value.position(name))
+    return most, ttl
 
 
 def _connection_types(section: _Section, key: str) -> frozenset[str]:

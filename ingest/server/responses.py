@@ -1,4 +1,5 @@
-"""Response permissions (a user JWT's `resp`, `nsc edit user --allow-pub-response`): a
+"""Response permissions (a user JWT's `resp`, `nsc edit user --allow-pub-response`; a
+config user's `allow_responses`): a
 client may publish to the reply subject of a message it received, even where its
 publish permissions do not reach, at most `max` times and within `ttl` of receiving it.
 
@@ -24,9 +25,11 @@ class _Reply:
 
 
 class Responses:
+    """`max` and `ttl` 0 take the defaults; negative ones bound nothing."""
+
     def __init__(self, max_msgs: int, ttl: float) -> None:
-        self.max_msgs = max_msgs if max_msgs > 0 else DEFAULT_MAX
-        self.ttl = ttl if ttl > 0 else DEFAULT_TTL
+        self.max_msgs = max_msgs or DEFAULT_MAX
+        self.ttl = ttl or DEFAULT_TTL
         self._replies: dict[bytes, _Reply] = {}
 
     def received(self, reply: bytes) -> None:
@@ -41,12 +44,16 @@ class Responses:
         if reply is None:
             return False
         reply.used += 1
-        if reply.used > self.max_msgs or time.monotonic() - reply.received > self.ttl:
+        if self._spent(reply, time.monotonic(), reply.used > self.max_msgs):
             del self._replies[subject]
             return False
         return True
 
+    def _spent(self, reply: _Reply, now: float, over: bool) -> bool:
+        stale = now - reply.received > self.ttl
+        return (self.max_msgs > 0 and over) or (self.ttl > 0 and stale)
+
     def _prune(self, now: float) -> None:
         for subject, reply in list(self._replies.items()):
-            if reply.used >= self.max_msgs or now - reply.received > self.ttl:
+            if self._spent(reply, now, reply.used >= self.max_msgs):
                 del self._replies[subject]

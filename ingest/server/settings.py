@@ -43,6 +43,8 @@ class SubjectPermission:
 class Permissions:
     publish: SubjectPermission | None = None
     subscribe: SubjectPermission | None = None
+    # `allow_responses`: (max, ttl seconds); 0 takes the default, negative is no bound
+    responses: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -203,6 +203,10 @@ def test_response_permissions(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not permits.allows(b"late")
     defaults = Responses(0, 0)
     assert (defaults.max_msgs, defaults.ttl) == (1, 120.0)
+    unbounded = Responses(-1, -1)  # a config's negative values: no bound
+    unbounded.received(b"any")
+    now[0] += 10_000
+    assert all(unbounded.allows(b"any") for _ in range(10))
 
 
 def test_a_preloaded_jwt_with_a_bad_token_is_taken_with_a_warning(

@@ -384,6 +384,14 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         K("subscribe sub export", "array or map", "Subjects (and queues) to subscribe to.", "all"),
         K("allow", "array", "Inside publish/subscribe: the allow-list.", "everything"),
         K("deny", "array", "Inside publish/subscribe: the deny-list.", "nothing"),
+        K(
+            "allow_responses",
+            "boolean or map",
+            "Publish to the reply subject of a message received: `true` (once, within 2 "
+            'minutes) or `{max: N, expires: "5s"}` (negative: no bound). Without a '
+            "publish allow-list, nothing else may be published.",
+            "false",
+        ),
     ),
     "tls": (
         K("cert_file", "path", "Server certificate (PEM).", Field(TL, "cert_file", "none")),

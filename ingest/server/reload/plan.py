@@ -147,7 +147,7 @@ RELOADS: dict[str, frozenset[str]] = {
     ),
     "authorization": frozenset(("user", "password", "token", "timeout", "users")),
     "authorization.users": frozenset(("user", "password", "permissions", "nkey")),
-    "permissions": frozenset(("publish", "subscribe", "allow", "deny")),
+    "permissions": frozenset(("publish", "subscribe", "allow", "deny", "allow_responses")),
     "tls": frozenset(("cert_file", "key_file", "ca_file", "verify", "timeout")),
     "cluster": frozenset(("authorization", "tls", "routes")),
     "cluster.authorization": frozenset(("user", "password", "timeout")),
