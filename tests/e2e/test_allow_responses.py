@@ -49,6 +49,7 @@ def _config(tmp_path: Path, value: str) -> Path:
     return config
 
 
+@pytest.mark.soak  # a jetlake start refused costs 3 s; the words are checked below too
 @pytest.mark.parametrize(("value", "error"), BAD[:1])
 def test_a_bad_value_is_refused(server_kind: str, tmp_path: Path, value: str, error: str) -> None:
     assert refusal(server_kind, _config(tmp_path, value)) == error
