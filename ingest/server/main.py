@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 from ingest.server.accounts.conns import ClusterConns
 from ingest.server.accounts.events import AccountEvents
 from ingest.server.cluster.system_account import SystemAccount
-from ingest.server.jetstream.cluster.usage import UsageExchange
 from ingest.server.logs import setup_logging
 from ingest.server.options import ConfigError, FlagError, Options, parse_serve_args
 from ingest.server.reload import SignalError, reload_config, send_signal
@@ -27,6 +26,7 @@ from ingest.server.server import JETLAKE_VERSION, VERSION, Server
 from ingest.server.system import SystemServices
 
 if TYPE_CHECKING:
+    from ingest.server.jetstream.cluster.usage import UsageExchange
     from ingest.server.sql_service import SqlServiceProcess
 
 log = logging.getLogger("jetlake")
@@ -137,6 +137,10 @@ async def _serve(opts: Options, argv: list[str]) -> int:
         if server.resolver is not None:
             server.resolver.jetstreams = account_js
         if server.jetstream_cluster is not None:
+            # Here, not at the top: the jetstream package loads pyarrow, which a server
+            # without JetStream never needs before it listens.
+            from ingest.server.jetstream.cluster.usage import UsageExchange
+
             await server.jetstream_cluster.start()
             usage = UsageExchange(server)
             usage.start()
