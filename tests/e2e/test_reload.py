@@ -476,12 +476,25 @@ async def test_reload_changes_the_mqtt_consumers_settings(
     await server.wait_for_log_async(FAILED + "config reload not supported for MQTT")
 
 
-async def _tls_login(port: int, pki: Pki) -> None:
-    client = aiomqtt.Client(
-        "localhost", port, identifier="tls", tls_context=pki.client_context(), timeout=TIMEOUT
-    )
+async def _tls_login(port: int, pki: Pki | None) -> None:
+    """An MQTT login, over TLS trusting `pki` (plain when None)."""
+    tls = pki.client_context() if pki is not None else None
+    client = aiomqtt.Client("localhost", port, identifier="tls", tls_context=tls, timeout=TIMEOUT)
     async with client:
         pass
+
+
+async def _login_soon(port: int, pki: Pki | None) -> None:
+    """`_tls_login` once the port is open again (switching TLS reopens it)."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        try:
+            await _tls_login(port, pki)
+            return
+        except aiomqtt.MqttError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 async def test_reload_swaps_the_mqtt_certificate_for_new_connections(
@@ -489,9 +502,11 @@ async def test_reload_swaps_the_mqtt_certificate_for_new_connections(
 ) -> None:
     old_ca, new_ca = two_cas
 
-    def text(pki: Pki) -> str:
-        tls = f'tls {{ cert_file: "{pki.server_cert}", key_file: "{pki.server_key}" }}'
-        return f'jetstream {{ store_dir: "{tmp_path / "js"}" }}\nmqtt {{ port: -1, {tls} }}\n'
+    def text(pki: Pki | None) -> str:
+        block = "port: -1"
+        if pki is not None:
+            block += f', tls {{ cert_file: "{pki.server_cert}", key_file: "{pki.server_key}" }}'
+        return f'jetstream {{ store_dir: "{tmp_path / "js"}" }}\nmqtt {{ {block} }}\n'
 
     server = make_server(config=text(old_ca))
     port = mqtt_port(server)
@@ -501,3 +516,8 @@ async def test_reload_swaps_the_mqtt_certificate_for_new_connections(
     await _tls_login(port, new_ca)
     with pytest.raises(aiomqtt.MqttError):
         await _tls_login(port, old_ca)
+    # Switched off, then on again: new connections follow, on the same port.
+    for count, pki in ((2, None), (3, new_ca)):
+        reload(server, text(pki))
+        poll(lambda n=count: len(re.findall(RELOADED, server.log())) == n, "the reload")
+        await _login_soon(port, pki)

@@ -53,10 +53,16 @@ class MQTTListener:
 
     def reload(self, config: MQTTConfig, tls: ssl.SSLContext | None) -> None:
         """A reload's settings: the consumers' for those made from now on, the TLS
-        context (built, so checked, before the reload was applied) for new handshakes."""
+        context (built, so checked, before the reload was applied) for new handshakes.
+        TLS switched on or off reopens the port (asyncio fixes it per listening socket);
+        open connections stay as they are."""
         self.config = config
-        if tls is not None:
-            self._tls = tls
+        switched = (tls is None) != (self._tls is None)
+        self._tls = tls
+        if switched and self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            self.spawn(self._open())
 
     @property
     def auth(self) -> Authenticator:
@@ -70,11 +76,17 @@ class MQTTListener:
         if account.jetstream_enabled:
             self.managers[account.name] = manager = SessionManager(self, account)
             await manager.start()
-        ssl_ctx = None
         if self.config.tls is not None:
             from ingest.server.tls import make_server_context
 
-            self._tls = ssl_ctx = make_server_context(self.config.tls)
+            self._tls = make_server_context(self.config.tls)
+        await self._open()
+
+    async def _open(self) -> None:
+        """Listen, with TLS when there is a context: the first one's hello callback hands
+        each handshake the context of the last reload."""
+        ssl_ctx = self._tls
+        if ssl_ctx is not None:
             ssl_ctx.sni_callback = self._current_tls
         loop = asyncio.get_running_loop()
         self._listener = await loop.create_server(

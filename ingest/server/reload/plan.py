@@ -273,13 +273,12 @@ def _cluster(before: Any, after: Any) -> None:
 
 def _mqtt(before: Any, after: Any) -> list[str]:
     """The settings of the consumers MQTT subscriptions make reload, and the TLS of new
-    connections (its certificates, CA, verify; switching TLS on or off needs a restart
-    of jetlake); the reference then logs each consumer setting, changed or not."""
+    connections (switched on or off too); the reference then logs each consumer
+    setting, changed or not."""
     reloadable = (*_MQTT, "tls")
     if (
         before is None
         or after is None
-        or (before.tls is None) != (after.tls is None)
         or dataclasses.replace(before, **{name: getattr(after, name) for name in reloadable})
         != after
     ):
