@@ -44,6 +44,7 @@ class MQTTListener:
         self.port = config.port
         self._listener: asyncio.base_events.Server | None = None
         self._tls: ssl.SSLContext | None = None  # what new handshakes use (a reload swaps it)
+        self._stopped = False
 
     def _current_tls(self, conn: ssl.SSLObject, name: str | None, ctx: ssl.SSLContext) -> None:
         """Each handshake is switched to the context of the last reload (asyncio keeps
@@ -96,6 +97,9 @@ class MQTTListener:
             reuse_address=True,
             ssl=ssl_ctx,
         )
+        if self._stopped:  # the server stopped while a reload reopened the port
+            self._listener.close()
+            return
         sock = self._listener.sockets[0]
         self.port = sock.getsockname()[1]
         scheme = "tls" if ssl_ctx is not None else "mqtt"
@@ -103,6 +107,7 @@ class MQTTListener:
 
     def stop(self) -> None:
         """Close the port and every connection; a second call finds nothing left to do."""
+        self._stopped = True
         if self._listener is not None:
             self._listener.close()
             self._listener = None
