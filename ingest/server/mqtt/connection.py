@@ -384,14 +384,26 @@ class MQTTConnection(Closing, asyncio.Protocol):
         self.queue(data)
 
     def flush(self) -> None:
+        """Hand queued packets to the transport; a client that does not read them is cut
+        off past `max_pending`, as a NATS client is."""
         self._dirty = False
         out, self._out = self._out, []
-        if out and self.transport is not None and not self.closed:
-            self.transport.write(b"".join(out))
+        transport = self.transport
+        if not out or transport is None or self.closed:
+            return
+        transport.write(b"".join(out))
+        limit = self.server.opts.max_pending
+        if transport.get_write_buffer_size() > limit:
+            self.server.slow_consumers += 1
+            peer = (self.host, self.port, self.cid, self.client_id, limit)
+            log.info('%s:%d - mid:%d - "%s" - Slow Consumer Detected: MaxPending of %d Exceeded',
+                     *peer)  # fmt: skip
+            self.close("Slow Consumer (Pending Bytes)", abnormal=True, abort=True)
 
-    def close(self, reason: str, *, abnormal: bool = False) -> None:
-        """Close once; the Will goes out only when the close was not the client's choice."""
-        if not self._closing(reason, flush=True):
+    def close(self, reason: str, *, abnormal: bool = False, abort: bool = False) -> None:
+        """Close once; the Will goes out only when the close was not the client's choice.
+        `abort` drops what is unsent (a slow consumer's backlog)."""
+        if not self._closing(reason, flush=not abort):
             return
         self.filters.clear()
         self.listener.unregister(self)
@@ -408,4 +420,4 @@ class MQTTConnection(Closing, asyncio.Protocol):
             subject = to_subject(will.topic).decode()
             allowed = not self.grant.restricted or self.grant.can_publish(subject.encode())
             manager.publish_will(will, subject, allowed=allowed)
-        self._hang_up_socket(abort=False)
+        self._hang_up_socket(abort=abort)
