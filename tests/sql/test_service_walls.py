@@ -329,40 +329,43 @@ def test_spark_connect_logs_in_with_nats_credentials_and_is_walled(walled: Walle
             nobody.sql("SELECT 1").collect()
 
 
-async def _beeline(jdbc: str, user: str, password: str, script: str) -> subprocess.CompletedProcess:
-    """beeline runs `script` as `user`, every statement whatever the ones before did."""
+async def _beeline(script: str) -> subprocess.CompletedProcess:
+    """One beeline (one JVM) runs `script`, every statement whatever the ones before did:
+    `!connect <url> <user> <password>` logs in anew."""
     import pyspark
 
     beeline = Path(pyspark.__file__).parent / "bin" / "beeline"
     with tempfile.NamedTemporaryFile("w", suffix=".sql") as file:
         file.write(script)
         file.flush()
-        argv = [str(beeline), "-u", jdbc, "-n", user, "-p", password, "--silent=true"]
-        argv += ["--outputformat=csv2", "--force=true", "-f", file.name]
+        argv = [str(beeline), "--silent=true", "--outputformat=csv2", "--force=true"]
         return await asyncio.to_thread(
-            subprocess.run, argv, capture_output=True, text=True, timeout=180
+            subprocess.run, [*argv, "-f", file.name], capture_output=True, text=True, timeout=180
         )
 
 
+@pytest.mark.soak  # beeline is a JVM of its own: 12-40 s
 async def test_jdbc_logs_in_with_nats_credentials_and_is_walled(walled: Walled) -> None:
     await _publish(walled.url("a"), "JMINE", 3)
     await _publish(walled.url("b"), "JTHEIRS", 2)
     files = await _query(walled.url("sys"), "SELECT DISTINCT input_file_name() AS f FROM B.JTHEIRS")
     [theirs] = files.table().column("f").to_pylist()
-    script = (
-        "SELECT count(*) AS mine FROM JMINE;\nSELECT * FROM JTHEIRS;\n"
-        "SELECT * FROM global_temp.`B.JTHEIRS`;\n"
-        f"SELECT * FROM parquet.`{theirs}`;\n"
+    url = walled.jdbc
+    done = await _beeline(
+        f"!connect {url} a a\n"
+        "SELECT count(*) AS mine FROM JMINE;\n"
+        "SELECT * FROM JTHEIRS;\n"  # by name
+        "SELECT * FROM global_temp.`B.JTHEIRS`;\n"  # by a view
+        f"SELECT * FROM parquet.`{theirs}`;\n"  # by path
+        f"!connect {url} sys sys\n"  # the system account: every account's streams
+        "SELECT count(*) AS theirs FROM B.JTHEIRS;\n"
+        "!closeall\n"  # so the last statement has only the refused login to run on
+        f"!connect {url} a wrong\n"
+        "SELECT 1 AS leaked;\n"
     )
-    # beeline (JDBC) as A, as the system account, and with a wrong password, at once.
-    as_a, as_sys, wrong = await asyncio.gather(
-        _beeline(walled.jdbc, "a", "a", script),
-        _beeline(walled.jdbc, "sys", "sys", "SELECT count(*) AS theirs FROM B.JTHEIRS;"),
-        _beeline(walled.jdbc, "a", "wrong", "SELECT 1;"),
-    )
-    assert "mine\n3\n" in as_a.stdout, as_a.stdout + as_a.stderr
-    assert "`JTHEIRS` cannot be found" in as_a.stderr, as_a.stderr  # by name
-    assert "account A may not read view B.JTHEIRS" in as_a.stderr, as_a.stderr  # by a view
-    assert "it is no stream of the account" in as_a.stderr, as_a.stderr  # by path
-    assert "theirs\n2\n" in as_sys.stdout, as_sys.stdout + as_sys.stderr
-    assert "Error validating the login" in wrong.stderr and "\n1\n" not in wrong.stdout
+    out, err = done.stdout, done.stderr
+    assert "mine\n3\n" in out and "theirs\n2\n" in out, out + err
+    assert "`JTHEIRS` cannot be found" in err, err
+    assert "account A may not read view B.JTHEIRS" in err, err
+    assert "it is no stream of the account" in err, err
+    assert "Error validating the login" in err and "leaked" not in out, out + err
