@@ -83,7 +83,10 @@ public final class AccountWalls {
   static synchronized String claim(SparkSession session, String account) {
     String wanted = account == null ? ALL : account;
     String owner = BOUND.putIfAbsent(session, wanted);
-    if (owner == null || owner == wanted || (owner != ALL && wanted != ALL && owner.equals(wanted))) {
+    if (owner == null || owner == wanted) {
+      return null;
+    }
+    if (owner != ALL && wanted != ALL && owner.equals(wanted)) {
       return null;
     }
     return owner == ALL ? "the system" : owner;

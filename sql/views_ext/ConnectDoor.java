@@ -46,7 +46,8 @@ public final class ConnectDoor implements ServerInterceptor {
     if (NatsLogins.on()) {
       String header = headers.get(AUTHORIZATION);
       if (header == null || !header.startsWith(BEARER)) {
-        return refuse(call, Status.UNAUTHENTICATED, NatsLogins.NO_LOGIN + " (sc://host:port/;token=user:password)");
+        String hint = " (sc://host:port/;token=user:password)";
+        return refuse(call, Status.UNAUTHENTICATED, NatsLogins.NO_LOGIN + hint);
       }
       login = NatsLogins.check(NatsLogins.fromToken(header.substring(BEARER.length())));
       if (login.refused() != null) {
@@ -57,7 +58,8 @@ public final class ConnectDoor implements ServerInterceptor {
     return new Claim<>(next.startCall(counted, headers), counted, login);
   }
 
-  private static <Q> ServerCall.Listener<Q> refuse(ServerCall<Q, ?> call, Status status, String why) {
+  private static <Q> ServerCall.Listener<Q> refuse(
+      ServerCall<Q, ?> call, Status status, String why) {
     call.close(status.withDescription(why), new Metadata());
     return new ServerCall.Listener<>() {};
   }
@@ -107,7 +109,8 @@ public final class ConnectDoor implements ServerInterceptor {
       }
       SessionHolder holder;
       try {
-        holder = SparkConnectService.getOrCreateIsolatedSession(user, sessionId, scala.Option.empty());
+        holder =
+            SparkConnectService.getOrCreateIsolatedSession(user, sessionId, scala.Option.empty());
       } catch (RuntimeException e) { // a closed session, a bad id: Spark says so itself
         return null;
       }
@@ -118,7 +121,8 @@ public final class ConnectDoor implements ServerInterceptor {
       SparkSession session = holder.session();
       String owner = AccountWalls.claim(session, login.system() ? null : login.account());
       if (owner != null) {
-        return "session " + sessionId + " is account " + owner + "'s, not " + login.account() + "'s";
+        return "session " + sessionId + " is account " + owner + "'s, not "
+            + login.account() + "'s";
       }
       if (!login.system() && request instanceof AddArtifactsRequest) {
         return "account " + login.account() + " may not add artifacts (code) to the service";
