@@ -30,6 +30,7 @@ def test_leafnode_and_websocket_rows_measure_both_servers(tmp_path: Path) -> Non
         assert row["ref"] > 0 and row["jetlake"] > 0
 
 
+@pytest.mark.soak  # a JetStream server a side; MQTT over WebSocket: tests/websocket
 def test_mqtt_over_websocket_row_measures_both_servers(tmp_path: Path) -> None:
     [row_qos0, row_qos1] = _bench(tmp_path, "mqtt-websocket", 200)
     for row in (row_qos0, row_qos1):
