@@ -575,6 +575,15 @@ def _setter(target: str, read: Callable[[_Section, str], Any]) -> _Handler:
     return handle
 
 
+def _error_reports(default: int) -> _Handler:
+    """One failed dial in N logged as an error; 0 means the default, as the reference."""
+
+    def handle(section: _Section, key: str, out: dict[str, Any]) -> None:
+        out[key] = abs(section.integer(key)) or default
+
+    return handle
+
+
 def _listen(section: _Section, key: str, out: dict[str, Any]) -> None:
     host, port = _hostport(section, key)
     if host is not None:
@@ -633,6 +642,8 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "max_conn": _max_connections,
     "ping_interval": _setter("ping_interval", _Section.duration),
     "ping_max": _setter("ping_max", _Section.integer),
+    "connect_error_reports": _error_reports(3600),
+    "reconnect_error_reports": _error_reports(1),
     "write_deadline": _setter("write_deadline", _Section.duration),
     "busy_poll": _setter("busy_poll", _Section.duration),  # jetlake's own
     "lame_duck_duration": _lame_duck(30.0),

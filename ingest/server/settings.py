@@ -154,6 +154,10 @@ class Options:
     max_pending: int = 64 * 1024 * 1024
     ping_interval: float = 120.0
     ping_max: int = 2
+    # Failed dials of a leafnode remote logged as errors: one in this many before the
+    # link was ever up, once it was (the reference's defaults; the rest at debug level).
+    connect_error_reports: int = 3600
+    reconnect_error_reports: int = 1
     write_deadline: float = 10.0
     busy_poll: float = 200e-6  # jetlake's own: see ingest/server/busypoll.py
     lame_duck_duration: float = 120.0

@@ -14,6 +14,7 @@ import nats
 import pytest
 
 from ingest.server.leafnode.redial import CONNECT_ERROR_REPORTS, Redial
+from ingest.server.options import parse_serve_args
 from tests.conftest import KIND_IDS
 from tests.leafnode.conftest import LINK_TIMEOUT, hub_config, leaf_config, linked
 from tests.support.cluster import free_port, poll
@@ -136,3 +137,14 @@ async def test_a_leaf_with_wrong_credentials_retries_at_the_interval(tmp_path: P
     finally:
         for server in (*leaves, hub):
             server.stop(expect_code=None)
+
+
+def test_the_report_counts_are_read_from_the_config(tmp_path: Path) -> None:
+    conf = tmp_path / "reports.conf"
+    conf.write_text("connect_error_reports: 10\nreconnect_error_reports: 0\n")
+    opts = parse_serve_args(["-c", str(conf)])
+    assert (opts.connect_error_reports, opts.reconnect_error_reports) == (10, 1)  # 0: default
+    redial = Redial(1.0, reports=(opts.connect_error_reports, 5))
+    assert [n for n in range(1, 31) if redial.failed()[0]] == [1, 10, 20, 30]
+    redial.linked()
+    assert [n for n in range(1, 11) if redial.failed()[0]] == [1, 5, 10]

@@ -142,7 +142,9 @@ class Leafnodes:
 
     async def _solicit(self, remote: RemoteLeaf) -> None:
         """Dial the remote's URLs in turn for as long as the server runs (`Redial`)."""
-        redial = Redial(self.config.reconnect)
+        opts = self.server.opts
+        reports = (opts.connect_error_reports, opts.reconnect_error_reports)
+        redial = Redial(self.config.reconnect, reports=reports)
         turn = 0
         while True:
             urls = self._urls[remote]

@@ -195,6 +195,18 @@ TOP_LEVEL: tuple[Key, ...] = (
     K("ping_interval", "duration", "Keepalive PING interval.", Field(OPT, "ping_interval")),
     K("ping_max", "integer", "Unanswered PINGs before `Stale Connection`.", Field(OPT, "ping_max")),
     K(
+        "connect_error_reports",
+        "integer",
+        "A leafnode remote never reached: one failed dial in this many is logged as an error.",
+        Field(OPT, "connect_error_reports"),
+    ),
+    K(
+        "reconnect_error_reports",
+        "integer",
+        "A leafnode link that was up: one failed redial in this many is logged as an error.",
+        Field(OPT, "reconnect_error_reports"),
+    ),
+    K(
         "write_deadline",
         "duration",
         "A client that takes no bytes for this long is a slow consumer.",
