@@ -10,8 +10,11 @@ process (the shared session) and reads the views as `A.ORDERS`, `B.ORDERS`,
 
 from __future__ import annotations
 
+import json
+
 import nats
 from nats.aio.client import Client as NATS
+from nats.js.api import StreamConfig
 
 from log.compactor.compact import lake_progress
 from log.compactor.layout import StreamRef
@@ -47,6 +50,11 @@ async def test_each_account_has_its_own_tables_and_views(lake: Lake) -> None:
         kv = await a.jetstream().create_key_value(bucket="cfg")
         await kv.put("mode", b"fast")
         await kv.put("mode", b"safe")
+        # A typed stream of B's with a fan-out table: its tables and views are B's too.
+        typed = {"jetlake.lake.format": "json", "jetlake.lake.tables": "iot.temp.>=temps"}
+        await b.jetstream().add_stream(StreamConfig(name="IOT", subjects=["iot.>"], metadata=typed))
+        for i in range(3):
+            await b.jetstream().publish(f"iot.temp.{i}", json.dumps({"c": i}).encode())
         a_ref = StreamRef.load(lake.stream_dir("ORDERS", "A"))
         b_ref = StreamRef.load(lake.stream_dir("ORDERS", "B"))
         assert (a_ref.qualified, b_ref.qualified) == ("A.ORDERS", "B.ORDERS")
@@ -54,7 +62,8 @@ async def test_each_account_has_its_own_tables_and_views(lake: Lake) -> None:
         await lake.sealed("ORDERS", 30, "A")
         await lake.sealed("ORDERS", 7, "B")
         await lake.sealed("KV_cfg", 2, "A")
-        assert lake.compact().rows == 30 + 7 + 2  # the KV bucket's two too
+        await lake.sealed("IOT", 3, "B")
+        assert lake.compact().rows == 30 + 7 + 2 + 3  # the KV bucket's and IOT's too
         a_table, b_table = a_ref.table_path(lake.lake_dir), b_ref.table_path(lake.lake_dir)
         assert a_table.parent.name == "A.ORDERS" and b_table.parent.name == "B.ORDERS"
         assert lake_progress(a_table, a_ref.app_id) == 30
@@ -72,6 +81,10 @@ async def test_each_account_has_its_own_tables_and_views(lake: Lake) -> None:
         assert [r.stream for r in stream] == ["ORDERS"]
         [cfg] = lake.sql("SELECT key, CAST(value AS STRING) AS v FROM `A.kv_cfg`")
         assert (cfg.key, cfg.v) == ("mode", "safe")
+        temps = lake.sql("SELECT c FROM `B.temps` ORDER BY c")
+        assert [r.c for r in temps] == [0, 1, 2]
+        iot = StreamRef.load(lake.stream_dir("IOT", "B")).typed_table_path(lake.lake_dir, "temps")
+        assert iot.parent.name == "B.IOT" and iot.is_delta_table()
         # No global account's view of either: `$G` has no JetStream here.
         assert not lake.sql("SHOW VIEWS LIKE 'ORDERS'")
 
