@@ -468,7 +468,10 @@ class Client(Closing, asyncio.Protocol):
             forward = partial(cluster.forwarder, self.account.name) if cluster else None
             learn_routed(routes, sublist, subject, local, forward)
         elif routes is not None and subject.startswith(b"$JS.ACK."):
-            learn_acks(routes, sublist, subject, partial(self.server.local_under, self.account))
+            cluster = self.server.cluster
+            peer = partial(cluster.sole_route_below, self.account.name) if cluster else None
+            local = partial(self.server.local_under, self.account)
+            learn_acks(routes, sublist, subject, local, peer)
 
     def _on_acks(self, run: Any) -> None:
         """Plain acks the codec gathered for one consumer: counted as the PUBs they are,
@@ -476,7 +479,10 @@ class Client(Closing, asyncio.Protocol):
         nothing else would have received them, and an internal receiver is not `out`)."""
         n = len(run.seqs) // 3
         self._count_fast((n, run.size, 0, 0))
-        run.sink(run.seqs)
+        if run.frames is not None:  # the consumer's server is a peer: one route write
+            run.sink.forward_acks(run.frames, n, run.size)
+        else:
+            run.sink(run.seqs)
 
     def _on_pubs(self, run: Any) -> None:
         """Plain PUBs the codec gathered for a stream: counted as the PUBs they are (their

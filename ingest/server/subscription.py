@@ -83,21 +83,32 @@ ACK_TOKENS = 4  # `$JS.ACK.<stream>.<consumer>`: the part of an ack that names i
 
 
 def learn_acks(
-    routes: Any, sublist: Sublist[Any], subject: bytes, local: Callable[[bytes], bool]
+    routes: Any,
+    sublist: Sublist[Any],
+    subject: bytes,
+    local: Callable[[bytes], bool],
+    peer: Callable[[bytes], tuple[bytes, Any] | None] | None = None,
 ) -> None:
     """Tell the codec's table that acks under this ack subject's consumer go to that
     consumer's batch sink alone, if the sublist's walk showed they all do and
-    `local(prefix)` that no peer wants any of them."""
+    `local(prefix)` that no peer wants any of them. Or, when nothing here takes any of
+    them and `peer(prefix)` names the one route that takes them all (the consumer's
+    server), that they go to that route as RMSGs (`Route.forward_acks`)."""
     parts = subject.split(b".", ACK_TOKENS)
     if len(parts) <= ACK_TOKENS:
         return
     prefix = subject[: len(subject) - len(parts[-1]) - 1]
-    match = sublist.decided_by(prefix)
-    if match is None or match.queues or len(match.plain) != 1:
+    if prefix + b"." in routes:  # learnt: Python routed an ack the codec left to it
         return
-    sink = getattr(match.plain[0], "acks", None)
-    if sink is not None and local(prefix):
-        routes.learn_acks(prefix + b".", sink)
+    match = sublist.decided_by(prefix)
+    if match is not None and not match.queues and len(match.plain) == 1:
+        sink = getattr(match.plain[0], "acks", None)
+        if sink is not None and local(prefix):
+            routes.learn_acks(prefix + b".", sink)
+    elif peer is not None and (match is None or not (match.plain or match.queues)):
+        found = peer(prefix)
+        if found is not None and not sublist.reaches_under(prefix):
+            routes.learn_peer_acks(prefix + b".", *found)
 
 
 def learn_routed(

@@ -28,7 +28,7 @@ mod runs;
 mod s2;
 
 use outlet::Outlet;
-use routes::{frame_into, send_notices, Route, Routes};
+use routes::{frame_into, frame_rmsg, send_notices, Route, Routes};
 use runs::{close_run, is_plain_ack, join_run, AckRun, Gathering, PubRun};
 
 use pyo3::prelude::*;
@@ -388,12 +388,9 @@ impl ServerCodec {
                 // or a subject (a SUB, a stream's update).
                 if let (Some(r), None, true) = (routes.as_deref(), pending.hlen, ops.is_empty()) {
                     let payload = &buf[pos..stop];
-                    let ack = if pending.reply.is_empty() && is_plain_ack(payload) {
-                        r.ack(&pending.subject)
-                    } else {
-                        None
-                    };
-                    let acks = ack.filter(|(sink, _)| join_run(py, &mut run, sink, None));
+                    let plain = pending.reply.is_empty() && is_plain_ack(payload);
+                    let ack = if plain { r.ack(&pending.subject) } else { None };
+                    let acks = ack.filter(|(sink, _)| join_run(py, &mut run, sink, None, false));
                     if let Some((_, seqs)) = acks {
                         if let Some(Gathering::Acks {
                             seqs: all, size, ..
@@ -405,9 +402,30 @@ impl ServerCodec {
                         pos = stop + 2;
                         continue;
                     }
+                    let peer = if plain {
+                        r.peer_ack(&pending.subject)
+                    } else {
+                        None
+                    };
+                    let peer = peer.filter(|(p, _)| join_run(py, &mut run, &p.route, None, true));
+                    if let Some((peer, seqs)) = peer {
+                        if let Some(Gathering::Acks {
+                            seqs: all,
+                            size,
+                            frames: Some(frames),
+                            ..
+                        }) = run.as_mut()
+                        {
+                            all.extend(seqs);
+                            *size += payload.len() as u64;
+                            frame_rmsg(frames, &peer.account, &pending.subject, b"", payload);
+                        }
+                        pos = stop + 2;
+                        continue;
+                    }
                     let subject = Some(pending.subject.as_slice());
                     let intake = r.intake(&pending.subject);
-                    if intake.is_some_and(|sink| join_run(py, &mut run, sink, subject)) {
+                    if intake.is_some_and(|sink| join_run(py, &mut run, sink, subject, false)) {
                         if let Some(Gathering::Pubs {
                             replies,
                             payloads,

@@ -91,9 +91,9 @@ type Learnt<'py> = (Py<Outlet>, Bound<'py, PyBytes>, Py<PyAny>);
 
 /// The route that alone takes a prefix's subjects (it has `send_run(data, msgs, size)`),
 /// and the account's name on the wire.
-struct PeerTail {
-    account: Vec<u8>,
-    route: Py<PyAny>,
+pub struct PeerTail {
+    pub account: Vec<u8>,
+    pub route: Py<PyAny>,
 }
 
 /// RMSGs framed for one route during one call, handed over once the call is done.
@@ -105,7 +105,7 @@ struct Pending {
 }
 
 /// Frame one RMSG without headers or queue groups as `encode_rmsg` does.
-fn frame_rmsg(buf: &mut Vec<u8>, account: &[u8], subject: &[u8], reply: &[u8], payload: &[u8]) {
+pub fn frame_rmsg(buf: &mut Vec<u8>, account: &[u8], subject: &[u8], reply: &[u8], payload: &[u8]) {
     buf.extend_from_slice(b"RMSG ");
     buf.extend_from_slice(account);
     buf.push(b' ');
@@ -132,6 +132,9 @@ pub struct Routes {
     peers: HashMap<Vec<u8>, PeerTail>,
     /// `$JS.ACK.<stream>.<consumer>.` → that consumer's `acks(seqs)` sink.
     acks: HashMap<Vec<u8>, Py<PyAny>>,
+    /// `$JS.ACK.<stream>.<consumer>.` → the route to the consumer's server, which alone
+    /// takes its acks: a read's plain acks go to it as RMSGs in one write.
+    peer_acks: HashMap<Vec<u8>, PeerTail>,
     /// Some target has counts to settle: monitoring asks for every subscription's count,
     /// and only the first ask after deliveries walks the table.
     pub unsettled: bool,
@@ -201,16 +204,37 @@ impl Routes {
     /// matches nothing), fewer than five tokens after the prefix, or a number the
     /// reference's `int()` would read differently (not plain digits, or too long).
     pub fn ack(&self, subject: &[u8]) -> Option<(&Py<PyAny>, [u64; 3])> {
-        if self.acks.is_empty() || !subject.starts_with(ACK) {
+        if self.acks.is_empty() {
             return None;
         }
+        let (cut, seqs) = ack_parts(subject)?;
+        Some((self.acks.get(&subject[..cut])?, seqs))
+    }
+
+    /// As `ack`, for a consumer on a peer: the route `learn_peer_acks` knows for its
+    /// prefix (a client here acking what another server delivered).
+    pub fn peer_ack(&self, subject: &[u8]) -> Option<(&PeerTail, [u64; 3])> {
+        if self.peer_acks.is_empty() {
+            return None;
+        }
+        let (cut, seqs) = ack_parts(subject)?;
+        Some((self.peer_acks.get(&subject[..cut])?, seqs))
+    }
+}
+
+/// Where an ack subject's consumer prefix (`$JS.ACK.<stream>.<consumer>.`) ends, and its
+/// (delivered, stream seq, consumer seq); None for what `ack` leaves to Python.
+fn ack_parts(subject: &[u8]) -> Option<(usize, [u64; 3])> {
+    if !subject.starts_with(ACK) {
+        return None;
+    }
+    {
         let mut dots = subject[ACK.len()..]
             .iter()
             .enumerate()
             .filter(|(_, &b)| b == b'.');
         let (cut, _) = dots.nth(1)?;
         let cut = ACK.len() + cut + 1;
-        let sink = self.acks.get(&subject[..cut])?;
         let mut seqs = [0u64; 3];
         let mut tokens = 0;
         for (i, token) in subject[cut..].split(|&b| b == b'.').enumerate() {
@@ -222,7 +246,7 @@ impl Routes {
             }
             tokens += 1;
         }
-        (tokens >= 5).then_some((sink, seqs))
+        (tokens >= 5).then_some((cut, seqs))
     }
 }
 
@@ -252,6 +276,7 @@ impl Routes {
             tails: HashMap::new(),
             peers: HashMap::new(),
             acks: HashMap::new(),
+            peer_acks: HashMap::new(),
             unsettled: false,
         }
     }
@@ -415,6 +440,17 @@ impl Routes {
         Ok(done)
     }
 
+    /// Send plain acks under `prefix` (`$JS.ACK.<stream>.<consumer>.`) to `route` (which
+    /// has `forward_acks(data, msgs, size)`) as RMSGs in `account`, a read's in one write.
+    fn learn_peer_acks(&mut self, prefix: &[u8], account: &[u8], route: Py<PyAny>) {
+        if self.peer_acks.len() >= LIMIT {
+            self.peer_acks.clear();
+        }
+        let account = account.to_vec();
+        self.peer_acks
+            .insert(prefix.to_vec(), PeerTail { account, route });
+    }
+
     /// Send plain acks under `prefix` (`$JS.ACK.<stream>.<consumer>.`) to `sink` in runs.
     fn learn_acks(&mut self, prefix: &[u8], sink: Py<PyAny>) {
         if self.acks.len() >= LIMIT {
@@ -455,6 +491,7 @@ impl Routes {
         self.peers.clear();
         if acks {
             self.acks.clear();
+            self.peer_acks.clear();
         }
         Ok(())
     }
@@ -465,6 +502,7 @@ impl Routes {
             || self.tails.contains_key(subject)
             || self.peers.contains_key(subject)
             || self.acks.contains_key(subject)
+            || self.peer_acks.contains_key(subject)
     }
 
     fn __len__(&self) -> usize {
@@ -475,7 +513,7 @@ impl Routes {
         for sink in self.acks.values() {
             visit.call(sink)?;
         }
-        for peer in self.peers.values() {
+        for peer in self.peers.values().chain(self.peer_acks.values()) {
             visit.call(&peer.route)?;
         }
         for route in self.map.values() {
@@ -499,5 +537,6 @@ impl Routes {
         self.tails.clear();
         self.peers.clear();
         self.acks.clear();
+        self.peer_acks.clear();
     }
 }

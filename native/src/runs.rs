@@ -17,6 +17,10 @@ pub struct AckRun {
     /// Their bodies' bytes, for the counters a routed PUB moves.
     #[pyo3(get)]
     size: u64,
+    /// For a consumer on a peer: the acks as RMSGs, for `sink(frames, msgs, size)`, the
+    /// route's `forward_acks`.
+    #[pyo3(get)]
+    frames: Option<Py<PyBytes>>,
 }
 
 /// Consecutive PUBs without headers to one subject whose only receiver is a stream.
@@ -43,6 +47,7 @@ pub enum Gathering {
         sink: Py<PyAny>,
         seqs: Vec<u64>,
         size: u64,
+        frames: Option<Vec<u8>>,
     },
     Pubs {
         sink: Py<PyAny>,
@@ -73,8 +78,20 @@ pub fn close_run(
 ) -> PyResult<()> {
     let op = match run.take() {
         None => return Ok(()),
-        Some(Gathering::Acks { sink, seqs, size }) => {
-            Py::new(py, AckRun { sink, seqs, size })?.into_any()
+        Some(Gathering::Acks {
+            sink,
+            seqs,
+            size,
+            frames,
+        }) => {
+            let frames = frames.map(|f| PyBytes::new(py, &f).unbind());
+            let run = AckRun {
+                sink,
+                seqs,
+                size,
+                frames,
+            };
+            Py::new(py, run)?.into_any()
         }
         Some(Gathering::Pubs {
             sink,
@@ -99,12 +116,14 @@ pub fn close_run(
 
 /// Whether a PUB going to `sink` (and, for PUBs, `subject`) joins the read's run: it
 /// starts the run, or goes where the run goes. One run a read: what follows a PUB
-/// going elsewhere is Python's, as after any other operation.
+/// going elsewhere is Python's, as after any other operation. Acks to a `peer` route
+/// gather their frames too.
 pub fn join_run(
     py: Python<'_>,
     run: &mut Option<Gathering>,
     sink: &Py<PyAny>,
     subject: Option<&[u8]>,
+    peer: bool,
 ) -> bool {
     if let Some(g) = run.as_ref() {
         return g.sink().is(sink)
@@ -119,6 +138,7 @@ pub fn join_run(
             sink: sink.clone_ref(py),
             seqs: Vec::new(),
             size: 0,
+            frames: peer.then(Vec::new),
         },
         Some(subject) => Gathering::Pubs {
             sink: sink.clone_ref(py),

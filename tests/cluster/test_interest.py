@@ -143,3 +143,14 @@ def test_a_sole_peer_of_a_subject_has_plain_interest_alone() -> None:
     remote.drop("C")
     remote.add("C", "orders.new", "workers", 1)
     assert remote.sole_peer(b"orders.new") is None
+
+
+def test_a_sole_peer_below_a_prefix_takes_every_deeper_subject() -> None:
+    """Where a client's acks to a consumer on a peer may go in one write."""
+    remote: RemoteInterestMap[str] = RemoteInterestMap()
+    remote.add("B", "$JS.ACK.S.C.>", None, 0)
+    assert targets(remote, b"$JS.ACK.S.C.1.2.3.4.5") == {"B": []}
+    assert remote.sole_peer_below(b"$JS.ACK.S.C") == "B"
+    remote.add("C", "$JS.ACK.S.C.>", None, 0)
+    targets(remote, b"$JS.ACK.S.C.1.2.3.4.5")
+    assert remote.sole_peer_below(b"$JS.ACK.S.C") is None

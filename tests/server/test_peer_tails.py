@@ -5,6 +5,7 @@ client's run of PUBs forwarded to the leader's route the same way."""
 
 from __future__ import annotations
 
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -90,6 +91,7 @@ def test_a_clients_run_forwarded_to_the_leaders_route_is_the_rmsgs_python_sends(
     route = Route()
     server = SimpleNamespace(out_msgs=0, out_bytes=0)
     link = SimpleNamespace(send_run=route.send_run, cluster=SimpleNamespace(server=server))
+    link.forward_acks = partial(RouteLink.forward_acks, link)
     RouteLink.forward_run(link, b"$G", b"orders", [b"", b"_INBOX.a.1"], [b"x", b""])  # type: ignore[arg-type]
     data = rmsg(b"orders", b"x") + rmsg(b"orders", b"", b"_INBOX.a.1")
     assert route.runs == [(data, 2, 1)]
@@ -113,3 +115,23 @@ def test_acks_a_peer_routed_go_to_their_consumers_sinks_in_runs() -> None:
     assert routes.take_acks(acks) == 4
     assert calls == [("A", [1, 10, 1, 1, 11, 2]), ("B", [2, 12, 7]), ("A", [1, 13, 3])]
     assert routes.take_acks([(b"$JS.ACK.S.C.1.1.1.0.0", b"")]) == 0  # not learnt
+
+
+def test_a_clients_plain_acks_to_a_consumer_on_a_peer_are_one_route_write() -> None:
+    """The codec gathers a read's plain acks under a prefix learnt for a peer into one
+    `AckRun` carrying their RMSGs; an ack with a reply, a +NAK, or one after an
+    operation for Python stays a `Pub` for Python to route."""
+    assert fast.native is not None
+    route = Route()
+    routes = table()
+    routes.learn_peer_acks(b"$JS.ACK.S.C.", b"$G", route)
+    codec = fast.server_codec(max_control_line=4096, max_payload=1 << 20)
+    codec.route_with(routes, False)
+    acks = [b"$JS.ACK.S.C.1.%d.%d.0.0" % (n, n) for n in (1, 2, 3)]
+    data = b"".join(b"PUB %b 0\r\n\r\n" % a for a in acks)
+    data += b"PUB $JS.ACK.S.C.1.4.4.0.0 r 0\r\n\r\nPUB $JS.ACK.S.C.1.5.5.0.0 4\r\n+NAK\r\n"
+    ops = codec.receive(data)
+    run = ops[0]
+    assert run.sink is route and run.seqs == [1, 1, 1, 1, 2, 2, 1, 3, 3]
+    assert run.frames == b"".join(rmsg(a, b"") for a in acks)
+    assert [type(op).__name__ for op in ops[1:]] == ["Pub", "Pub"]

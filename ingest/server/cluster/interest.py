@@ -177,6 +177,16 @@ class RemoteInterestMap(Generic[P]):
         peer = match.plain[0].peer
         return peer if all(entry.peer == peer for entry in match.plain) else None
 
+    def sole_peer_below(self, prefix: bytes, account: str = GLOBAL_ACCOUNT) -> P | None:
+        """`sole_peer_under` for every subject `prefix.<tokens…>`, as the trie's last walk
+        decided them (`Sublist.decided_by`: a consumer's `$JS.ACK.<stream>.<consumer>.>`)."""
+        trie = self._tries.get(account)
+        match = trie.decided_by(prefix) if trie is not None else None
+        if match is None or match.queues or not match.plain:
+            return None
+        peer = match.plain[0].peer
+        return peer if all(entry.peer == peer for entry in match.plain) else None
+
     def wants_under(self, prefix: bytes, account: str = GLOBAL_ACCOUNT) -> bool:
         """Whether a peer announced interest that matches some subject `prefix.<tokens…>`."""
         trie = self._tries.get(account)

@@ -393,6 +393,15 @@ class Cluster:
             return None
         return partial(route.forward_run, account.encode())
 
+    def sole_route_below(self, account: str, prefix: bytes) -> tuple[bytes, Route] | None:
+        """The account's name on the wire and the route that alone takes every subject
+        `prefix.<tokens…>` (`RemoteInterestMap.sole_peer_below`): a consumer's acks, for
+        the compiled table to forward a client's in runs (`learn_acks`)."""
+        route = self.remote.sole_peer_below(prefix, account) if self.routes else None
+        if route is None or route.closed or route.superseded:
+            return None
+        return account.encode(), route
+
     def deliver_run(self, account: str, routed: bytes, run: Deliveries) -> int | None:
         """A consumer's run to an inbox that one route alone wants (a client on that peer
         fetching), nothing here: each message as `forward` frames it, the run in one

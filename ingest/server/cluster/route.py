@@ -374,6 +374,15 @@ class Route(PeerLink, asyncio.Protocol):
         self.out_bytes += size
         self.queue(data)
 
+    def forward_acks(self, data: bytes, msgs: int, size: int) -> None:
+        """Messages of a client here framed as RMSGs for this route's peer (its plain acks
+        to a consumer there, framed by its codec: `AckRun.frames`), `size` payload bytes:
+        one write, counted as routed ones are."""
+        self.send_run(data, msgs, size)
+        server = self.cluster.server
+        server.out_msgs += msgs
+        server.out_bytes += size
+
     def forward_run(
         self, account: bytes, subject: bytes, replies: list[bytes], payloads: list[bytes]
     ) -> None:
@@ -386,11 +395,7 @@ class Route(PeerLink, asyncio.Protocol):
                 for reply, payload in zip(replies, payloads, strict=True)
             ]
         )
-        n, size = len(payloads), sum(map(len, payloads))
-        self.send_run(data, n, size)
-        server = self.cluster.server
-        server.out_msgs += n
-        server.out_bytes += size
+        self.forward_acks(data, len(payloads), sum(map(len, payloads)))
 
     def flush(self) -> None:
         self._dirty = False
