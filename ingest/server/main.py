@@ -22,8 +22,9 @@ from ingest.server.cluster.system_account import SystemAccount
 from ingest.server.logs import setup_logging
 from ingest.server.options import ConfigError, FlagError, Options, parse_serve_args
 from ingest.server.reload import SignalError, reload_config, send_signal
-from ingest.server.server import JETLAKE_VERSION, VERSION, Server
+from ingest.server.server import Server
 from ingest.server.system import SystemServices
+from ingest.server.version import JETLAKE_VERSION, VERSION
 
 if TYPE_CHECKING:
     from ingest.server.jetstream.cluster.usage import UsageExchange

@@ -37,7 +37,7 @@ from ingest.server.httpd import (
 from ingest.server.jsz import account_detail, account_views, combined, jetstream_view
 from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.procstats import CpuMeter, rss
-from ingest.server.server import JETLAKE_VERSION, VERSION
+from ingest.server.version import JETLAKE_VERSION, VERSION
 from ingest.server.websocket.listener import WebSocketClient
 
 if TYPE_CHECKING:

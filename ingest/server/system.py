@@ -13,7 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ingest.server.auth import Grant
-from ingest.server.server import VERSION
+from ingest.server.version import VERSION
 from log.timefmt import now_ns, rfc3339
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from ingest.server.jetstream import direct
 from ingest.server.jetstream.cluster.placement import capacity
 from ingest.server.jetstream.port import Messaging
 from ingest.server.jetstream.sources import Sources
-from ingest.server.server import VERSION
 from ingest.server.settings import store_base
+from ingest.server.version import VERSION
 from log import api_levels, errors, fast_batch
 from log.config import (
     API_LEVEL,

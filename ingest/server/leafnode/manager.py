@@ -38,6 +38,7 @@ from ingest.server.leafnode.settings import (
 )
 from ingest.server.settings import TLSConfig
 from ingest.server.tls import make_client_context, make_server_context
+from ingest.server.version import VERSION
 
 if TYPE_CHECKING:
     from ingest.server.accounts.registry import Account
@@ -222,7 +223,7 @@ class Leafnodes:
         info: dict[str, Any] = {
             "server_id": server.server_id,
             "server_name": server.server_name,
-            "version": _version(),
+            "version": VERSION,
             "proto": 1,
             "go": "jetlake",
             "host": self.config.host,
@@ -287,7 +288,7 @@ class Leafnodes:
         assert remote is not None
         server = self.server
         options: dict[str, Any] = {
-            "version": _version(),
+            "version": VERSION,
             "server_id": server.server_id,
             "name": server.server_name,
             "cluster": self.cluster_name() or server.server_name,
@@ -522,12 +523,6 @@ def _weight(sub: Any) -> int:
 
 def _domain(opts: Any) -> str:
     return str(getattr(opts.jetstream, "domain", None) or "") if opts.jetstream.enabled else ""
-
-
-def _version() -> str:
-    from ingest.server.server import VERSION
-
-    return VERSION
 
 
 def _signed(path: str, nonce: str) -> dict[str, str]:
