@@ -134,6 +134,22 @@ def _remote(url: str, query: str) -> pa.Table:
         spark.stop()
 
 
+def _said(exc: Exception) -> str:
+    """Spark's message; a call the service refused (a gRPC error, which pyspark wraps whole)
+    as its status and why."""
+    rpc = exc.__context__
+    code, details = getattr(rpc, "code", None), getattr(rpc, "details", None)
+    if not (callable(code) and callable(details)) or code().name not in _REFUSALS:
+        return first_line(exc)  # Spark's own errors come as INTERNAL, with a message
+    said = f"{code().name}: {details()}"
+    if code().name == "UNAUTHENTICATED":
+        said += f" (set {TOKEN_ENV}=user:password)"
+    return said
+
+
+_REFUSALS = ("UNAUTHENTICATED", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED")  # the service's
+
+
 def _local(args: argparse.Namespace) -> pa.Table:
     from sql.session import session
 
@@ -165,7 +181,7 @@ def main(argv: list[str]) -> int:
             print(f"jetlake sql: {why}; starting a local Spark session", file=sys.stderr)
             table = _local(args)
     except Exception as exc:  # Spark's errors arrive through py4j or gRPC
-        print(f"jetlake sql: {first_line(exc)}", file=sys.stderr)
+        print(f"jetlake sql: {_said(exc)}", file=sys.stderr)
         return 1
     write_result(to_result(table), sys.stdout, fmt=args.format, limit=args.limit)
     return 0

@@ -111,6 +111,39 @@ def test_jetlake_sql_names_loopback_localhost_when_it_sends_a_login(
     assert login_url("sc://db.example:15002") == "sc://db.example:15002"
 
 
+def test_jetlake_sql_says_a_refused_call_by_its_status_and_spark_errors_by_their_message() -> None:
+    import grpc
+
+    from sql.cli import _said
+
+    class Refused(grpc.RpcError):
+        def __init__(self, code: grpc.StatusCode) -> None:
+            self._code = code
+
+        def code(self) -> grpc.StatusCode:
+            return self._code
+
+        def details(self) -> str:
+            return "this SQL service takes a NATS login"
+
+    def raised(code: grpc.StatusCode, text: str) -> Exception:
+        try:
+            try:
+                raise Refused(code)
+            except Refused:
+                raise RuntimeError(text) from None
+        except RuntimeError as exc:
+            return exc
+
+    said = _said(raised(grpc.StatusCode.UNAUTHENTICATED, "<rendezvous …>"))
+    assert said == (
+        "UNAUTHENTICATED: this SQL service takes a NATS login "
+        "(set SPARK_CONNECT_AUTHENTICATE_TOKEN=user:password)"
+    )
+    spark = raised(grpc.StatusCode.INTERNAL, "[UNRESOLVED_COLUMN] `nope`; line 1;\n'Project")
+    assert _said(spark) == "[UNRESOLVED_COLUMN] `nope`; line 1"
+
+
 def test_split_hostport() -> None:
     assert split_hostport("[::1]:15002", "--listen") == ("::1", 15002)
     with pytest.raises(ValueError, match="--jdbc: 'x' is not host:port"):
