@@ -327,14 +327,18 @@ class RaftNode:
             self._fail_all(self._error)
 
     def _feed(self) -> None:
-        """Hand the core everything queued since the last Ready."""
+        """Hand the core everything queued since the last Ready.
+
+        The messages go before the ticks: both piled up while the loop waited (a save, a
+        snapshot), and ticks first would have a leader count a quorum lost, or a follower
+        its leader silent, although their answers and heartbeats had arrived."""
         core = self._core
-        for _ in range(self._ticks):
-            core.tick()
-        self._ticks = 0
         inbox, self._inbox = self._inbox, []
         for msg in inbox:
             core.step(msg)
+        for _ in range(self._ticks):
+            core.tick()
+        self._ticks = 0
         self._propose_queued()
         self._propose_changes()
         reads, self._read_queue = self._read_queue, []
