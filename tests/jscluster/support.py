@@ -160,14 +160,17 @@ class Running:
         return leader_of(await self.js.stream_info(stream), self.servers)
 
     async def lead_on(self, stream: str, server: ServerProcess) -> None:
-        """Step the stream's leader down until `server` is elected."""
+        """Step the stream's leader down, preferring `server`, until `server` is elected
+        (without a preference the most caught-up member takes over, ties by name, so
+        stepdowns can alternate between two servers and never reach a third)."""
         name = server_name(server)
+        body = json.dumps({"placement": {"preferred": name}}).encode()
 
         async def led_there() -> bool:
             info = await self.js.stream_info(stream)
             if info.cluster is not None and info.cluster.leader == name:
                 return True
-            await request(self.nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}")
+            await request(self.nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", body)
             return False
 
         await eventually(led_there, f"{name} leading {stream}", timeout=60)

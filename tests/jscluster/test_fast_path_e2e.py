@@ -17,7 +17,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from tests.jscluster.support import Running, eventually, js_cluster, server_name
+from tests.jscluster.support import eventually, js_cluster, server_name
 from tests.support.cluster import has_route_interest, poll, routez
 from tests.support.servers import ServerProcess, enabled_kinds
 
@@ -147,7 +147,7 @@ async def test_a_followers_client_keeps_publishing_while_the_lead_moves_to_its_s
         sent = 0
         try:
             for where in (leader, follower, third):
-                await _lead_on(c, where)
+                await c.lead_on("ORDERS", where)
                 futures = [await js.publish_async(SUBJECT, b"%d" % (sent + i)) for i in range(200)]
                 acks = await asyncio.gather(*futures)
                 assert [a.seq for a in acks] == list(range(sent + 1, sent + 201)), where
@@ -158,22 +158,6 @@ async def test_a_followers_client_keeps_publishing_while_the_lead_moves_to_its_s
             assert got.data == b"%d" % (sent - 1)
         finally:
             await pub.close()
-
-
-async def _lead_on(c: Running, server: ServerProcess) -> None:
-    """Hand the stream's lead to `server` (a stepdown without a target goes to the most
-    caught-up member, which may never be this one)."""
-    name = server_name(server)
-
-    async def leads() -> bool:
-        info = await c.js.stream_info("ORDERS")
-        if info.cluster is not None and info.cluster.leader == name:
-            return True
-        body = json.dumps({"placement": {"preferred": name}}).encode()
-        await c.nc.request("$JS.API.STREAM.LEADER.STEPDOWN.ORDERS", body, timeout=5)
-        return False
-
-    await eventually(leads, f"{name} leading ORDERS", timeout=60)
 
 
 async def test_a_fetch_from_a_follower_gets_each_message_once_as_stored(
