@@ -9,6 +9,7 @@
 //! and every error keep one implementation; where the walk is unsure (a malformed size,
 //! a long line) it hands the rest to Python, which says what is wrong.
 
+use crate::frames::{msg_frame_at, MsgFrame};
 use crate::routes::{frame_into, send_notices, Route, Routes};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -19,76 +20,25 @@ enum Frame<'a> {
     Plain(&'a [u8], usize, usize, usize),
 }
 
-pub(crate) fn parse_size(token: &[u8]) -> Option<usize> {
-    if token.is_empty() || token.len() > 10 || !token.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    token.iter().try_fold(0usize, |n, &d| {
-        n.checked_mul(10)?.checked_add((d - b'0') as usize)
-    })
-}
-
-/// The frame at `pos`: None when it has not fully arrived; Err(()) when Python must see
-/// the rest (a size the walk cannot read, or over the maximum payload).
+/// The frame at `pos` as the run walk sees it: a plain LMSG or any other frame.
 fn frame_at(
     buf: &[u8],
     pos: usize,
     max_line: usize,
     max_payload: usize,
 ) -> Result<Option<Frame<'_>>, ()> {
-    let rest = &buf[pos..];
-    let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
-        return if rest.len() > max_line {
-            Err(())
-        } else {
-            Ok(None)
-        };
-    };
-    let mut line = &rest[..nl];
-    if line.last() == Some(&b'\r') {
-        line = &line[..line.len() - 1];
-    }
-    if line.len() > max_line || line.len() < 5 {
-        return if line.len() > max_line {
-            Err(())
-        } else {
-            Ok(Some(Frame::Other(pos + nl + 1)))
-        };
-    }
-    let verb = [
-        line[0] | 0x20,
-        line[1] | 0x20,
-        line[2] | 0x20,
-        line[3] | 0x20,
-    ];
-    let headers = match &verb {
-        b"lmsg" => false,
-        b"hmsg" => true,
-        _ => return Ok(Some(Frame::Other(pos + nl + 1))),
-    };
-    if line[4] != b' ' && line[4] != b'\t' {
-        return Ok(Some(Frame::Other(pos + nl + 1)));
-    }
-    let tokens: Vec<&[u8]> = line[5..]
-        .split(|&b| b == b' ' || b == b'\t')
-        .filter(|t| !t.is_empty())
-        .collect();
-    let total = tokens.last().and_then(|t| parse_size(t)).ok_or(())?;
-    if total > max_payload {
-        return Err(());
-    }
-    let start = pos + nl + 1;
-    let stop = start + total;
-    if stop + 2 > buf.len() {
-        return Ok(None);
-    }
-    if &buf[stop..stop + 2] != b"\r\n" {
-        return Err(());
-    }
-    if !headers && tokens.len() == 2 {
-        return Ok(Some(Frame::Plain(tokens[0], start, stop, stop + 2)));
-    }
-    Ok(Some(Frame::Other(stop + 2)))
+    Ok(
+        msg_frame_at(buf, pos, b"lmsg", b" \t", max_line, max_payload)?.map(|frame| match frame {
+            MsgFrame::Msg {
+                fields,
+                hdr_end: None,
+                start,
+                stop,
+            } if fields.len() == 1 => Frame::Plain(fields[0], start, stop, stop + 2),
+            MsgFrame::Msg { stop, .. } => Frame::Other(stop + 2),
+            MsgFrame::Other(next) => Frame::Other(next),
+        }),
+    )
 }
 
 /// Split `buf` into items in order: `bytes` (whole frames for the Python codec) and

@@ -19,6 +19,7 @@
 //! stream takes are one `PubRun`, which the stream admits and proposes whole.
 
 mod entries;
+mod frames;
 mod ipc;
 mod leafnodes;
 mod outlet;

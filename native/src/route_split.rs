@@ -9,7 +9,7 @@
 //! for the Python codec, in order; where the walk is unsure (a size it cannot read, a long line, whitespace
 //! other than spaces and tabs) it hands the rest to Python.
 
-use crate::leafnodes::parse_size;
+use crate::frames::{msg_frame_at, MsgFrame};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
@@ -21,91 +21,31 @@ enum Frame<'a> {
     Plain([&'a [u8]; 3], usize, Option<usize>, usize),
 }
 
+/// The frame at `pos` as the route walk sees it: an RMSG or HMSG without queue groups,
+/// or any other frame.
 fn frame_at(
     buf: &[u8],
     pos: usize,
     max_line: usize,
     max_payload: usize,
 ) -> Result<Option<Frame<'_>>, ()> {
-    let rest = &buf[pos..];
-    let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
-        return if rest.len() > max_line {
-            Err(())
-        } else {
-            Ok(None)
-        };
-    };
-    let next = pos + nl + 1;
-    let mut line = &rest[..nl];
-    if line.last() == Some(&b'\r') {
-        line = &line[..line.len() - 1];
-    }
-    if line.len() > max_line {
-        return Err(());
-    }
-    if line.len() < 5 || line[4] != b' ' {
-        return Ok(Some(Frame::Other(next)));
-    }
-    let verb = [
-        line[0] | 0x20,
-        line[1] | 0x20,
-        line[2] | 0x20,
-        line[3] | 0x20,
-    ];
-    let headers = match &verb {
-        b"rmsg" => false,
-        b"hmsg" => true,
-        _ => return Ok(Some(Frame::Other(next))),
-    };
-    let args = &line[5..];
-    if args
-        .iter()
-        .any(|&b| matches!(b, b'\n' | b'\r' | 0x0b | 0x0c))
-    {
-        return Err(()); // Python's split() reads such whitespace as a separator too
-    }
-    let tokens: Vec<&[u8]> = args
-        .split(|&b| b == b' ' || b == b'\t')
-        .filter(|t| !t.is_empty())
-        .collect();
-    let total = tokens.last().and_then(|t| parse_size(t)).ok_or(())?;
-    if total > max_payload {
-        return Err(());
-    }
-    let hlen = match headers {
-        false => None,
-        true => {
-            let at = tokens.len().checked_sub(2).ok_or(())?;
-            let hlen = parse_size(tokens[at]).ok_or(())?;
-            if hlen > total {
-                return Err(());
-            }
-            Some(hlen)
-        }
-    };
-    let start = next;
-    let stop = start + total;
-    if stop + 2 > buf.len() {
-        return Ok(None);
-    }
-    if &buf[stop..stop + 2] != b"\r\n" {
-        return Err(());
-    }
-    let sizes = if headers { 2 } else { 1 };
-    let plain = match tokens.len() - sizes {
-        2 => Some([tokens[0], tokens[1], &b""[..]]),
-        3 if tokens[2] != b"+" && tokens[2] != b"|" => Some([tokens[0], tokens[1], tokens[2]]),
-        _ => None,
-    };
-    match plain {
-        Some(fields) => Ok(Some(Frame::Plain(
-            fields,
-            start,
-            hlen.map(|h| start + h),
-            stop,
-        ))),
-        None => Ok(Some(Frame::Other(stop + 2))),
-    }
+    Ok(
+        msg_frame_at(buf, pos, b"rmsg", b" ", max_line, max_payload)?.map(|frame| match frame {
+            MsgFrame::Msg {
+                fields,
+                hdr_end,
+                start,
+                stop,
+            } => match fields[..] {
+                [account, subject] => Frame::Plain([account, subject, b""], start, hdr_end, stop),
+                [account, subject, reply] if reply != b"+" && reply != b"|" => {
+                    Frame::Plain([account, subject, reply], start, hdr_end, stop)
+                }
+                _ => Frame::Other(stop + 2),
+            },
+            MsgFrame::Other(next) => Frame::Other(next),
+        }),
+    )
 }
 
 /// Split `buf` into items in order: `bytes` (whole frames for the Python codec) and
