@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sql.inspect import add_output_args, to_result, write_result
+from sql.output import add_output_args, to_result, write_result
 from sql.service import SERVICE_FILE, Endpoints, first_line, quiet_query_errors, split_hostport
 
 if TYPE_CHECKING:
