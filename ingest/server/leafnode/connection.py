@@ -35,6 +35,7 @@ from ingest.parser.subjects import subject_matches
 from ingest.server.accounts import limits
 from ingest.server.auth import Grant
 from ingest.server.compression import (
+    ACCEPT,
     NOT_SUPPORTED,
     OFF,
     S2_AUTO,
@@ -431,6 +432,25 @@ class LeafConnection(PeerLink, asyncio.Protocol):
             return
         level = auto_level(self.rtt, config.rtt_thresholds)
         if level != self.compression:
+            self.compression = level
+            self._deflate = s2.writer(level != S2_UNCOMPRESSED)
+
+    def recompress(self) -> None:
+        """A reload changed the mode this link was configured with. As the reference: a
+        link that ran plain, or a new mode of `off` or `accept` (both negotiated), is
+        closed to be made again; otherwise the writer switches to the new level."""
+        config = self.compression_config
+        current = self.compression
+        if current in ("", NOT_SUPPORTED) or current == config.mode:
+            return
+        if current == OFF or config.mode in (OFF, ACCEPT):
+            self.close("Client Closed", flush=True)
+            return
+        if config.mode == S2_AUTO:
+            level = auto_level(self.rtt or time.time() - self.start, config.rtt_thresholds)
+        else:
+            level = config.mode
+        if level != current and self._deflate is not None:
             self.compression = level
             self._deflate = s2.writer(level != S2_UNCOMPRESSED)
 

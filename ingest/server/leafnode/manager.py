@@ -29,7 +29,9 @@ from ingest.server.cluster.settings import RouteURL, local_addresses, parse_rout
 from ingest.server.compression import NOT_SUPPORTED
 from ingest.server.gofmt import number, rtt
 from ingest.server.leafnode.connection import LeafConnection, LeafSub
+from ingest.server.leafnode.contexts import Contexts, build_contexts
 from ingest.server.leafnode.redial import Redial
+from ingest.server.leafnode.reload import remote_name
 from ingest.server.leafnode.settings import (
     DEFAULT_LEAF_AUTH_TIMEOUT,
     LOOP_RECONNECT_DELAY,
@@ -37,7 +39,7 @@ from ingest.server.leafnode.settings import (
     RemoteLeaf,
 )
 from ingest.server.settings import TLSConfig
-from ingest.server.tls import make_client_context, make_server_context
+from ingest.server.tls import make_client_context
 from ingest.server.version import VERSION
 
 if TYPE_CHECKING:
@@ -68,18 +70,15 @@ class Leafnodes:
         self.domain = _domain(server.opts)  # this server's JetStream domain, "" for none
         self._tasks: set[asyncio.Task[None]] = set()
         self._solicits: dict[RemoteLeaf, asyncio.Task[None]] = {}  # each dialled remote's
-        self._tls: dict[RemoteLeaf | None, ssl.SSLContext] = {}  # built at start
+        self._tls: Contexts = {}  # built at start, again at each reload
+        self._current: dict[str, RemoteLeaf] = {}  # each dialled remote's settings, by name
 
     # ---- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
         config = self.config
         loop = asyncio.get_running_loop()
-        if config.tls is not None:  # unreadable certificates refuse the start
-            self._tls[None] = make_server_context(config.tls)
-        for remote in config.remotes:
-            if remote.tls is not None:
-                self._tls[remote] = make_client_context(remote.tls)
+        self._tls = build_contexts(config)  # unreadable certificates refuse the start
         if config.port is not None:
             self._listener = await loop.create_server(
                 lambda: LeafConnection(self, self.server.next_id()),
@@ -113,41 +112,58 @@ class Leafnodes:
         if not remote.urls:
             return
         self._urls[remote] = list(remote.urls)
-        task = asyncio.get_running_loop().create_task(self._solicit(remote))
+        name = remote_name(remote)
+        self._current[name] = remote
+        task = asyncio.get_running_loop().create_task(self._solicit(name))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         self._solicits[remote] = task
 
-    def reload_remotes(
-        self, config: LeafnodeConfig, changes: RemoteChanges, tls: dict[RemoteLeaf, ssl.SSLContext]
-    ) -> None:
-        """A config reload's remotes: a removed one is no longer dialled and its link
-        closes; an added one is dialled (`tls`: its contexts, built before the reload
-        was applied)."""
+    def reload(self, config: LeafnodeConfig, changes: RemoteChanges, tls: Contexts) -> None:
+        """A config reload: `tls` (every context, built before the reload was applied)
+        serves the handshakes from now on, links already up keep theirs; a removed remote
+        is no longer dialled and its link closes; a kept one takes its new settings; an
+        added one is dialled; a changed compression applies to the live links."""
         self.config = config
+        self._tls = dict(tls)
+        for old, new in changes.kept:
+            _rekey(self._urls, old, new)
+            _rekey(self._delay, old, new)
+            _rekey(self._solicits, old, new)
+            self._current[remote_name(new)] = new
         for remote in changes.removed:
             task = self._solicits.pop(remote, None)
             if task is not None:
                 task.cancel()
             self._urls.pop(remote, None)
             self._delay.pop(remote, None)
-            self._tls.pop(remote, None)
+            self._current.pop(remote_name(remote), None)
             for conn in list(self.connections):
                 if conn.remote == remote:
                     conn.close("Client Closed", flush=True)
-        self._tls.update(tls)
+        renamed = dict(changes.kept)
+        for conn in list(self.connections):
+            old = conn.remote
+            if old is not None and old in renamed:
+                conn.remote = renamed[old]
+                if old.compression != conn.remote.compression:
+                    conn.recompress()
+            elif old is None and changes.compression is not None:
+                conn.recompress()
         for remote in changes.added:
             self.solicit(remote)
 
     # ---- dialling ----------------------------------------------------------------------------
 
-    async def _solicit(self, remote: RemoteLeaf) -> None:
-        """Dial the remote's URLs in turn for as long as the server runs (`Redial`)."""
+    async def _solicit(self, name: str) -> None:
+        """Dial the remote's URLs in turn for as long as the server runs (`Redial`), each
+        time with the remote's settings of the moment (a reload may change its TLS)."""
         opts = self.server.opts
         reports = (opts.connect_error_reports, opts.reconnect_error_reports)
         redial = Redial(self.config.reconnect, reports=reports)
         turn = 0
         while True:
+            remote = self._current[name]
             urls = self._urls[remote]
             url = urls[turn % len(urls)]
             turn += 1
@@ -164,7 +180,7 @@ class Leafnodes:
             else:
                 redial.linked()
                 await conn.done
-                delay = self._delay.pop(remote, self.config.reconnect)
+                delay = self._delay.pop(self._current[name], self.config.reconnect)
             await asyncio.sleep(delay)  # the redial pace, not a synchronisation
 
     async def _dial(self, remote: RemoteLeaf, url: RouteURL) -> LeafConnection | OSError:
@@ -536,6 +552,11 @@ def _signed(path: str, nonce: str) -> dict[str, str]:
     signer = nkeys.from_seed(found[1])
     signature = base64.urlsafe_b64encode(signer.sign(nonce.encode())).rstrip(b"=")
     return {"jwt": found[0].decode(), "sig": signature.decode()}
+
+
+def _rekey(table: dict[RemoteLeaf, Any], old: RemoteLeaf, new: RemoteLeaf) -> None:
+    if old in table:
+        table[new] = table.pop(old)
 
 
 def _hostport(host: str, port: int) -> str:

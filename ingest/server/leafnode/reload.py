@@ -1,10 +1,12 @@
-"""What a config reload may change in `leafnodes {}`: its remotes, as on the reference.
+"""What a config reload may change in `leafnodes {}`, as on the reference: its remotes,
+the TLS and compression of the listener and of each remote that stays.
 
 A remote is known by its URLs, local account and credentials file (the
 reference's remote name); one whose name is gone is removed (its link closed,
-not redialled), one with a new name is dialled. Anything else that differs,
-on the block or on a remote that stays, needs a restart, refused in the
-reference's words. Pure: two configs in, the changes out.
+not redialled), one with a new name is dialled, one that stays takes its new
+`tls` (for its next handshake) and `compression` (applied to its live link).
+Anything else that differs, on the block or on a remote that stays, needs a
+restart, refused in the reference's words. Pure: two configs in, the changes out.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.server.gofmt import go_value
+from ingest.server.compression import Compression
+from ingest.server.gofmt import go_duration, go_value
 from ingest.server.leafnode.settings import LeafnodeConfig, RemoteLeaf
 
 
@@ -23,14 +26,39 @@ class LeafReloadRefused(ValueError):
     (after 'config reload not supported for LeafNode: ')."""
 
 
+# What may differ on the block, and on a remote that stays, without a restart.
+_RELOADABLE = ("remotes", "tls", "compression")
+_REMOTE_RELOADABLE = ("tls", "compression")
+
+
 @dataclass(frozen=True, slots=True)
 class RemoteChanges:
     removed: tuple[RemoteLeaf, ...] = ()
     added: tuple[RemoteLeaf, ...] = ()
+    kept: tuple[tuple[RemoteLeaf, RemoteLeaf], ...] = ()  # (old, new) of a changed remote
+    compression: Compression | None = None  # the listener's, when it changed
 
     @property
     def notices(self) -> tuple[str, ...]:
-        return tuple(f"Reloaded: LeafNode Remote {safe_name(r)} removed" for r in self.removed)
+        """The reference's lines: the listener's compression first, then each remote's."""
+        out = []
+        if self.compression is not None:
+            mode = go_compression(self.compression)
+            out.append(f"Reloaded: LeafNode Compression value is: {mode}")
+        out += [f"Reloaded: LeafNode Remote {safe_name(r)} removed" for r in self.removed]
+        out += [
+            f"Reloaded: LeafNode Remote {safe_name(new)} Compression value is: "
+            + go_compression(new.compression)
+            for old, new in self.kept
+            if old.compression != new.compression
+        ]
+        return tuple(out)
+
+
+def go_compression(compression: Compression) -> str:
+    """The reference prints its CompressionOpts struct: `{mode [thresholds]}`."""
+    thresholds = " ".join(go_duration(t) for t in compression.rtt_thresholds)
+    return f"{{{compression.mode} [{thresholds}]}}"
 
 
 def remote_name(remote: RemoteLeaf, *, redacted: bool = False) -> str:
@@ -54,9 +82,9 @@ def _url(url: Any, *, redacted: bool) -> str:
 
 
 def remote_changes(before: LeafnodeConfig, after: LeafnodeConfig) -> RemoteChanges:
-    """The remotes to drop and to dial; LeafReloadRefused for any other change."""
+    """The remotes to drop, to dial and to update; LeafReloadRefused for any other change."""
     for field in dataclasses.fields(before):
-        if field.name == "remotes":
+        if field.name in _RELOADABLE:
             continue
         old, new = getattr(before, field.name), getattr(after, field.name)
         if old != new:
@@ -66,12 +94,18 @@ def remote_changes(before: LeafnodeConfig, after: LeafnodeConfig) -> RemoteChang
     new_by_name = {remote_name(r): r for r in after.remotes}
     for name, remote in new_by_name.items():
         kept = old_by_name.get(name)
-        if kept is not None and kept != remote:
-            field = next(
+        if kept is None:
+            continue
+        field = next(
+            (
                 f.name
                 for f in dataclasses.fields(remote)
-                if getattr(kept, f.name) != getattr(remote, f.name)
-            )
+                if f.name not in _REMOTE_RELOADABLE
+                and getattr(kept, f.name) != getattr(remote, f.name)
+            ),
+            None,
+        )
+        if field is not None:
             old, new = go_value(getattr(kept, field)), go_value(getattr(remote, field))
             raise LeafReloadRefused(
                 f'remote {safe_name(remote)}: field "{_go_field(field)}": old={old}, new={new}'
@@ -79,6 +113,12 @@ def remote_changes(before: LeafnodeConfig, after: LeafnodeConfig) -> RemoteChang
     return RemoteChanges(
         removed=tuple(r for n, r in old_by_name.items() if n not in new_by_name),
         added=tuple(r for n, r in new_by_name.items() if n not in old_by_name),
+        kept=tuple(
+            (old_by_name[n], r)
+            for n, r in new_by_name.items()
+            if n in old_by_name and old_by_name[n] != r
+        ),
+        compression=after.compression if before.compression != after.compression else None,
     )
 
 

@@ -28,15 +28,15 @@ from ingest.server.accounts.limits import MAX_SUBSCRIPTIONS
 from ingest.server.accounts.registry import Account, Accounts
 from ingest.server.auth import AUTH_VIOLATION, Authenticator, AuthError
 from ingest.server.flags import FlagError
+from ingest.server.leafnode.contexts import Contexts, build_contexts
 from ingest.server.leafnode.reload import remote_changes
-from ingest.server.leafnode.settings import RemoteLeaf
 from ingest.server.logs import setup_logging
 from ingest.server.mappings import SubjectMapper
 from ingest.server.options import parse_serve_args
 from ingest.server.reload import pins
 from ingest.server.reload.plan import Plan, ReloadRefused, plan
 from ingest.server.sublist import Sublist
-from ingest.server.tls import make_client_context, make_server_context, route_contexts
+from ingest.server.tls import make_server_context, route_contexts
 
 if TYPE_CHECKING:
     from ingest.server.client import Client
@@ -58,7 +58,7 @@ class _Prepared:
     tls: ssl.SSLContext | None
     route_tls: tuple[ssl.SSLContext, ssl.SSLContext] | None
     mqtt_tls: ssl.SSLContext | None
-    leaf_tls: dict[RemoteLeaf, ssl.SSLContext]  # the added remotes'
+    leaf_tls: Contexts  # the leafnode listener's and remotes', read anew
     accounts: Accounts
 
 
@@ -84,10 +84,7 @@ def _prepare(server: Server, argv: list[str]) -> _Prepared:
     route_tls = route_contexts(opts.cluster.tls) if opts.cluster is not None else None
     mqtt_tls = opts.mqtt.tls if opts.mqtt is not None else None
     mqtt_context = make_server_context(mqtt_tls) if mqtt_tls is not None else None
-    leaf_tls: dict[RemoteLeaf, ssl.SSLContext] = {}
-    if changes.leafnode_remotes and server.opts.leafnodes and opts.leafnodes:
-        added = remote_changes(server.opts.leafnodes, opts.leafnodes).added
-        leaf_tls = {r: make_client_context(r.tls) for r in added if r.tls is not None}
+    leaf_tls = build_contexts(opts.leafnodes) if opts.leafnodes is not None else {}
     if changes.preloads and server.resolver is not None:
         server.resolver.check_preloads(opts.resolver_preload)
     fresh = Accounts(opts, Sublist(), jetstream=opts.jetstream.enabled)
@@ -126,9 +123,9 @@ def _apply(server: Server, prepared: _Prepared) -> None:
     if changes.mqtt and server.mqtt is not None:  # read as each consumer is made
         server.mqtt.reload(opts.mqtt, prepared.mqtt_tls)
     leaf_before, leaf_after = before.leafnodes, opts.leafnodes
-    if changes.leafnode_remotes and server.leafnodes and leaf_before and leaf_after:
+    if server.leafnodes and leaf_before and leaf_after:  # certificates read again always
         remotes = remote_changes(leaf_before, leaf_after)
-        server.leafnodes.reload_remotes(leaf_after, remotes, prepared.leaf_tls)
+        server.leafnodes.reload(leaf_after, remotes, prepared.leaf_tls)
     if changes.jetstream_limits:  # what /jsz and cluster placement read
         for account in server.accounts:
             if account.jetstream is not None:

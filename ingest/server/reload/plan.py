@@ -35,7 +35,7 @@ class Plan:
     preloads: bool = False  # `resolver_preload`: take the new and changed account JWTs
     jetstream_limits: bool = False  # raised `max_memory_store` / `max_file_store`
     mqtt: bool = False  # the MQTT consumers' settings, for consumers made from now on
-    leafnode_remotes: bool = False  # remotes removed (their links closed) or added (dialled)
+    leafnode_remotes: bool = False  # remotes removed, added or changed; TLS, compression
     pid_file: bool = False
 
     @property
@@ -153,7 +153,9 @@ RELOADS: dict[str, frozenset[str]] = {
     "cluster.authorization": frozenset(("user", "password", "timeout")),
     "jetstream": frozenset(_JS_LIMITS),  # raised only
     "mqtt": frozenset((*_MQTT, "tls")),
-    "leafnodes": frozenset(("remotes",)),
+    "leafnodes": frozenset(("remotes", "tls", "compression")),
+    "leafnodes.remotes": frozenset(("tls", "compression")),
+    "leafnodes.compression": frozenset(("mode", "rtt_thresholds")),
     "accounts.NAME": frozenset(("users", "exports", "imports", "limits", "jetstream")),
     "accounts.NAME.exports": frozenset(
         ("stream", "service", "accounts", "response_type", "response_threshold", "latency")
@@ -297,7 +299,8 @@ def _mqtt(before: Any, after: Any) -> list[str]:
 
 
 def _leafnodes(before: Any, after: Any) -> list[str]:
-    """Only the remotes change: the removed are named, as by the reference."""
+    """The remotes, and the TLS and compression of the listener and of kept remotes,
+    change; the reference's notices name the removed remotes and new compressions."""
     if before is None or after is None:  # the block added or taken away: a restart
         raise ReloadRefused(
             f"config reload not supported for LeafNode: old={_go(before)}, new={_go(after)}"
