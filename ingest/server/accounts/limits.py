@@ -28,20 +28,32 @@ def admit(client: Connection) -> bool:
     account = client.account
     if client in account.clients:  # a second CONNECT
         return True
-    limit = account.limits.max_connections
-    if 0 <= limit <= len(account.clients) + remote_count(client.server, account):
+    if not has_room(client):
         refuse(client)
         for hook in client.server.accounts.on_disconnect:  # refused: reported as it ends
             hook(client)
         return False
-    account.clients.add(client)
     payload = account.limits.max_payload
     if 0 <= payload < client.max_payload:
         client.max_payload = payload
+    enter(client)
+    return True
+
+
+def has_room(client: Connection) -> bool:
+    """Whether the client's account has room for one more connection in the cluster
+    (NATS and MQTT clients alike count, as on the reference)."""
+    account = client.account
+    limit = account.limits.max_connections
+    return limit < 0 or len(account.clients) + remote_count(client.server, account) < limit
+
+
+def enter(client: Connection) -> None:
+    """Count an admitted client in its account, with the account's connect event."""
+    client.account.clients.add(client)
     _counted(client)
     for hook in client.server.accounts.on_connect:
         hook(client)
-    return True
 
 
 def remote_count(server: Host, account: Account) -> int:

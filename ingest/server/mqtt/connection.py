@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ingest.parser import mqtt
 from ingest.parser.mqtt_topics import TopicError, to_subject
+from ingest.server.accounts import limits
 from ingest.server.auth import AuthError, Grant
 from ingest.server.closing import Closing
 from ingest.server.mqtt.jsa import JetStreamError
@@ -225,13 +226,17 @@ class MQTTConnection(Closing, asyncio.Protocol):
             self._refuse(mqtt.NOT_AUTHORIZED, "authentication error")
             return None
         self.account = self.server.accounts.ensure(self.grant.account)
+        self.client_id = packet.client_id or secrets.token_urlsafe(16).replace("-", "_")
+        if not limits.has_room(self):
+            self._over_account_limit()
+            return None
+        limits.enter(self)  # counted in its account from now, as a NATS client
         self.manager = manager = listener.manager_for(self.account)
         if self.grant.expires:
             wait = max(0.0, self.grant.expires - time.time())
             self._timers["expiry"] = asyncio.get_running_loop().call_later(
                 wait, self.cut_off, self.grant.expiry_error, "Authentication Expired"
             )
-        self.client_id = packet.client_id or secrets.token_urlsafe(16).replace("-", "_")
         self.will = packet.will
         # The decoder bounded packets by max_payload until now; publishes are judged by
         # their NATS size from here on, as on the reference.
@@ -258,8 +263,6 @@ class MQTTConnection(Closing, asyncio.Protocol):
         self.session = session
         self.queue(mqtt.encode(mqtt.ConnAck(present, mqtt.ACCEPTED)))
         session.attach(self)
-        for hook in self.server.accounts.on_connect:  # the account's connect event
-            hook(self)
 
     def _refuse(self, code: int, reason: str) -> None:
         log.error("%s:%d - mid:%d - %s", self.host, self.port, self.cid, reason)
@@ -267,6 +270,16 @@ class MQTTConnection(Closing, asyncio.Protocol):
         self.close(
             "Authentication Failure" if code == mqtt.NOT_AUTHORIZED else "Protocol Violation"
         )
+
+    def _over_account_limit(self) -> None:
+        """The account has its connections: the reference ends the connection with no
+        CONNACK (its refusal closes the socket before the NOT_AUTHORIZED goes out)."""
+        peer = (self.host, self.port, self.cid, self.client_id)
+        log.error('%s:%d - mid:%d - "%s" - %s', *peer, limits.MAX_CONNECTIONS)
+        log.error('%s:%d - mid:%d - "%s" - authentication error - User "%s"', *peer,
+                  self.grant.user)  # fmt: skip
+        log.error('%s:%d - mid:%d - "%s" - unable to connect: authentication error', *peer)
+        self.close("Maximum Account Connections Exceeded")
 
     def _on_publish(self, packet: mqtt.Publish) -> None:
         try:
@@ -407,9 +420,7 @@ class MQTTConnection(Closing, asyncio.Protocol):
             return
         self.filters.clear()
         self.listener.unregister(self)
-        if self.session is not None:  # it was connected: its disconnect event
-            for hook in self.server.accounts.on_disconnect:
-                hook(self)
+        limits.leave(self)  # with its disconnect event, when it was counted
         manager = self.manager
         if manager is not None:
             manager.closed(self)
