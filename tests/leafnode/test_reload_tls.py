@@ -90,8 +90,11 @@ async def test_reloaded_certificates_serve_new_handshakes_and_keep_links(
 
     missing = tmp_path / "gone.pem"
     _reload(hub, hub_conf.format(_tls(missing, pki.server_key, pki)), marker=FAILED)
-    failed = hub.find_log(re.escape(FAILED) + ".*")
-    assert failed is not None and str(missing) in failed.group(0)
+    failed = hub.find_log(re.escape(FAILED) + r"(.*\.conf):(\d+:\d+): (.*)")
+    assert failed is not None
+    assert (Path(failed.group(1)), failed.group(2)) == (hub.config_path, "2:3")  # `tls`
+    reason = f"error parsing X509 certificate/key pair: open {missing}: no such file or directory"
+    assert failed.group(3) == reason
     assert _presented(port) == _der(pki.server_cert)  # the old certificates in force
     assert _ids(hub) == links
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -34,6 +35,7 @@ TLSReader = Callable[[Any, str], Any]
 
 def read_leafnodes(top: Reader, key: str, *, tls: TLSReader) -> LeafnodeConfig:
     """`tls` reads a `tls {}` block as the top level's does."""
+    tls = _files_checked(tls)
     section = top.section(key)
     fields: dict[str, Any] = {}
     for name in section.table:
@@ -188,6 +190,21 @@ def _urls(section: SectionReader, key: str) -> tuple[RouteURL, ...]:
         not_a_string=lambda item: f"Expected remote leafnode url to be a string, got {item!r}",
         named="leafnode url",
     )
+
+
+def _files_checked(tls: TLSReader) -> TLSReader:
+    """As the reference, a certificate or key file that cannot be opened fails the parse
+    at its `tls` key, at start and at a reload alike."""
+
+    def read(section: Any, name: str) -> Any:
+        config = tls(section, name)
+        for path in (config.cert_file, config.key_file):
+            if path and not os.path.isfile(path):
+                reason = f"open {path}: no such file or directory"
+                raise section.error(name, f"error parsing X509 certificate/key pair: {reason}")
+        return config
+
+    return read
 
 
 def _tls_scheme(value: object) -> bool:
