@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ingest.server.leafnode.reload import remote_changes
+from ingest.server.options import load_config
 from tests.conftest import MakeServer
 from tests.leafnode.conftest import leaf_port, leafz
 from tests.support.cluster import poll
@@ -126,3 +128,26 @@ async def test_reloaded_compression_applies_to_live_links(make_server: MakeServe
         "the link made again without compression",
     )
     assert _ids(hub) != links
+
+
+def test_the_plan_names_new_compressions_in_the_references_words(tmp_path: Path) -> None:
+    """Pure: the notices of a listener's and a kept remote's new compression (the
+    reference prints its struct), and the kept remote paired with its new settings."""
+    text = (
+        "leafnodes {{ listen: 127.0.0.1:-1, compression: {}\n"
+        '  remotes [ {{ url: "nats-leaf://h:7422", compression: {} }} ] }}\n'
+    )
+    path = tmp_path / "server.conf"
+    path.write_text(text.format("off", "s2_fast"))
+    before = load_config(str(path))
+    path.write_text(text.format("s2_auto", "s2_auto"))
+    after = load_config(str(path))
+    assert before.leafnodes is not None and after.leafnodes is not None
+    changes = remote_changes(before.leafnodes, after.leafnodes)
+    assert changes.notices == (
+        "Reloaded: LeafNode Compression value is: {s2_auto [10ms 50ms 100ms]}",
+        'Reloaded: LeafNode Remote urls=["nats-leaf://h:7422"], account="$G" '
+        "Compression value is: {s2_auto [10ms 50ms 100ms]}",
+    )
+    assert changes.kept == ((before.leafnodes.remotes[0], after.leafnodes.remotes[0]),)
+    assert not changes.added and not changes.removed
