@@ -69,7 +69,7 @@ def _der(path: Path) -> bytes:
 
 
 async def test_reloaded_certificates_serve_new_handshakes_and_keep_links(
-    make_server: MakeServer, pki: Pki, tmp_path: Path
+    make_server: MakeServer, pki: Pki, other_pki: Pki, tmp_path: Path
 ) -> None:
     hub_conf = "leafnodes {{ listen: 127.0.0.1:-1\n  {} }}\n"
     hub = make_server("-m", "-1", config=hub_conf.format(_tls(pki.route_cert, pki.route_key, pki)))
@@ -99,6 +99,14 @@ async def test_reloaded_certificates_serve_new_handshakes_and_keep_links(
     assert failed.group(3) == reason
     assert _presented(port) == _der(pki.server_cert)  # the old certificates in force
     assert _ids(hub) == links
+
+    # A kept remote's new TLS serves its next handshake: trusting another CA only, its
+    # redial (the hub's new `compression: off` closes the link) refuses the hub.
+    _reload(leaf, leaf_conf.format(port, _tls(pki.client_cert, pki.client_key, other_pki)))
+    assert _ids(hub) == links
+    hub_off = hub_conf.replace("-1\n", "-1, compression: off\n")
+    _reload(hub, hub_off.format(_tls(pki.server_cert, pki.server_key, pki)))
+    await leaf.wait_for_log_async(r"TLS leafnode handshake error: .*certific")
 
 
 async def test_reloaded_compression_applies_to_live_links(make_server: MakeServer) -> None:
