@@ -1,7 +1,7 @@
 """Config reload of a leaf's remotes, on both servers: a remote taken out of the file
 has its link closed and is not dialled again, one put (back) in is dialled; any other
-change of `leafnodes {}` is refused in the reference's words and the old configuration
-stays."""
+change of `leafnodes {}` (but `tls` and `compression`: test_reload_tls) is refused in
+the reference's words and the old configuration stays."""
 
 from __future__ import annotations
 
