@@ -543,8 +543,14 @@ def _mqtt(top: _Section, key: str, out: dict[str, Any]) -> None:
             fields["max_ack_pending"] = value
         elif lowered == "stream_replicas":
             fields["stream_replicas"] = section.integer(name)
-        elif lowered == "consumer_memory_storage":
-            fields["consumer_memory_storage"] = section.boolean(name)
+        elif lowered in (
+            "consumer_memory_storage",
+            "reject_qos2_publish",
+            "downgrade_qos2_subscribe",
+        ):
+            fields[lowered] = section.boolean(name)
+        elif lowered == "consumer_replicas":
+            section.warn(name, "consumer replicas setting ignored in this server version")
         else:
             section.unknown(name)
     out["mqtt"] = MQTTConfig(port=0 if port == -1 else port, **fields) if port else None

@@ -136,6 +136,8 @@ class MQTTConfig:
     consumer_memory_storage: bool = False
     consumer_inactive_threshold: float = 0.0
     js_api_timeout: float = 5.0
+    reject_qos2_publish: bool = False  # a QoS 2 PUBLISH or Will closes the client
+    downgrade_qos2_subscribe: bool = False  # a QoS 2 subscription is granted QoS 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

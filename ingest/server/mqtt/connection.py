@@ -194,6 +194,14 @@ class MQTTConnection(Closing, asyncio.Protocol):
                 to_subject(packet.will.topic)
             except TopicError as exc:
                 raise mqtt.ProtocolError(str(exc)) from None
+        will = packet.will
+        if will is not None and will.qos == 2 and self.listener.config.reject_qos2_publish:
+            # The reference refuses it while reading the CONNECT, before the client id.
+            peer = (self.host, self.port, self.cid)
+            log.error('%s:%d - mid:%d - "" - server does not accept QoS2 for Will messages', *peer)
+            self.queue(mqtt.encode(mqtt.ConnAck(False, mqtt.QOS2_WILL_REJECTED)))
+            self.close("Protocol Violation")
+            return
         connect = self.listener.credentials(packet)
         resolver = self.server.resolver
         fetch = resolver.fetching(connect) if resolver is not None else None
@@ -282,6 +290,11 @@ class MQTTConnection(Closing, asyncio.Protocol):
         self.close("Maximum Account Connections Exceeded")
 
     def _on_publish(self, packet: mqtt.Publish) -> None:
+        if packet.qos == 2 and self.listener.config.reject_qos2_publish:
+            peer = (self.host, self.port, self.cid, self.client_id)
+            log.error('%s:%d - mid:%d - "%s" - QoS=2 is disabled for PUBLISH messages', *peer)
+            self.close("Protocol Violation", abnormal=True)
+            return
         try:
             subject = subject_of(packet.topic)
         except TopicError as exc:
@@ -305,6 +318,8 @@ class MQTTConnection(Closing, asyncio.Protocol):
             self.server.route(None, subject, b"", hdr, packet.payload, size, account=self.account)
 
     def _on_subscribe(self, packet: mqtt.Subscribe) -> None:
+        if self.listener.config.downgrade_qos2_subscribe:
+            packet = mqtt.Subscribe(packet.packet_id, self._downgraded(packet.filters))
         codes = self.filters.add(packet.filters)
         session = self._session()
 
@@ -321,6 +336,23 @@ class MQTTConnection(Closing, asyncio.Protocol):
                         session.send_retained(msg.topic, msg.payload, min(granted, msg.qos))
 
         self._run(setup())
+
+    def _downgraded(self, filters: tuple[tuple[bytes, int], ...]) -> tuple[tuple[bytes, int], ...]:
+        """QoS 2 requests granted as QoS 1 (`downgrade_qos2_subscribe`), each logged as
+        the reference logs it, with the filter as a subject."""
+        out = []
+        for topic_filter, qos in filters:
+            if qos == 2:
+                try:
+                    shown = to_subject(topic_filter, wildcards=True).decode()
+                except TopicError:
+                    shown = topic_filter.decode(errors="replace")
+                peer = (self.host, self.port, self.cid, self.client_id, shown)
+                log.warning('%s:%d - mid:%d - "%s" - Downgrading subscription QoS2 to QoS1 for '
+                            '"%s", as configured', *peer)  # fmt: skip
+                qos = 1
+            out.append((topic_filter, qos))
+        return tuple(out)
 
     def _on_unsubscribe(self, packet: mqtt.Unsubscribe) -> None:
         self.filters.remove(packet.filters)

@@ -657,6 +657,24 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "Timeout of MQTT's JetStream requests.",
             Field(MQ, "js_api_timeout"),
         ),
+        K(
+            "reject_qos2_publish",
+            "boolean",
+            "Close a client that publishes at QoS 2; CONNACK 0x10 for a QoS 2 Will.",
+            Field(MQ, "reject_qos2_publish"),
+        ),
+        K(
+            "downgrade_qos2_subscribe",
+            "boolean",
+            "Grant QoS 1 to a QoS 2 subscription (logged as a warning).",
+            Field(MQ, "downgrade_qos2_subscribe"),
+        ),
+        K(
+            "consumer_replicas",
+            "integer",
+            "Accepted and ignored with a warning, as the reference does.",
+            "none",
+        ),
     ),
     "leafnodes": (
         K("listen", "host:port", "Leafnode listener (a hub's); without a port none.", "none"),
