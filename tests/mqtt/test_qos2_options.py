@@ -1,7 +1,8 @@
 """`mqtt { reject_qos2_publish, downgrade_qos2_subscribe, consumer_replicas }` on both
 servers: a QoS 2 PUBLISH closes the client and a QoS 2 Will gets CONNACK 0x10, a QoS 2
 subscription is granted QoS 1 with the reference's warning, and `consumer_replicas` is
-accepted with the reference's warning. `js_domain` is a documented difference: jetlake
+accepted with the reference's warning; a QoS 2 message retained before the server was
+told to reject QoS 2 is not delivered at QoS 2. `js_domain` is a documented difference: jetlake
 refuses it rather than ignore it."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import aiomqtt
 import pytest
 
 from ingest.parser import mqtt
-from tests.conftest import ServerPool
+from tests.conftest import MakeServer, ServerPool
 from tests.mqtt.conftest import TIMEOUT, MQTTServer, RawMQTT, mqtt_port, next_message
 from tests.support.servers import server_command
 
@@ -89,6 +90,38 @@ async def test_qos2_will_is_refused_with_code_0x10(server: MQTTServer) -> None:
     server.process.wait_for_log(
         r'"" - server does not accept QoS2 for Will messages', timeout=TIMEOUT
     )  # fmt: skip
+
+
+async def test_retained_qos2_is_withheld_once_qos2_is_rejected(
+    make_server: MakeServer, tmp_path: Path
+) -> None:
+    process = make_server("-js", "-sd", str(tmp_path / "store"), config="mqtt { port: -1 }\n")
+    raw = await RawMQTT.open(MQTTServer(process, mqtt_port(process)))
+    try:
+        raw.send(mqtt.Connect("ret-put", True, 0))
+        assert await raw.packet() == mqtt.ConnAck(False, mqtt.ACCEPTED)
+        raw.send(mqtt.Publish(b"ret/q", b"kept", 2, True, False, 3))
+        assert await raw.packet() == mqtt.PubRec(3)
+        raw.send(mqtt.PubRel(3))
+        assert await raw.packet() == mqtt.PubComp(3)
+    finally:
+        raw.close()
+    assert process.config_path is not None
+    process.config_path.write_text("mqtt { port: -1, reject_qos2_publish: true }\n")
+    process.restart()
+    server = MQTTServer(process, mqtt_port(process))
+    async with aiomqtt.Client(
+        "127.0.0.1", server.mqtt_port, identifier="ret-get", timeout=TIMEOUT
+    ) as sub:
+        await sub.subscribe("ret/#", qos=2)
+        process.wait_for_log(
+            r'"ret-get" - Rejecting retained message with QoS2 for subscription "ret.>", '
+            "as configured",
+            timeout=TIMEOUT,
+        )
+        await sub.subscribe("ret/#", qos=1)  # at QoS 1 it is delivered
+        msg = await next_message(sub)
+        assert (msg.payload, msg.qos, msg.retain) == (b"kept", 1, True)
 
 
 def test_js_domain_is_refused_by_jetlake(tmp_path: Path) -> None:

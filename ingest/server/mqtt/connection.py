@@ -333,7 +333,12 @@ class MQTTConnection(Closing, asyncio.Protocol):
                     continue
                 for sub in self.filters.by_filter.get(topic_filter, ()):
                     for msg in retained.matching(sub.subject, reserved=sub.reserved):
-                        session.send_retained(msg.topic, msg.payload, min(granted, msg.qos))
+                        qos = min(granted, msg.qos)
+                        if qos == 2 and self.listener.config.reject_qos2_publish:
+                            what = "Rejecting retained message with QoS2 for subscription"
+                            self._warn_qos2(f'{what} "{sub.subject}"')
+                        else:
+                            session.send_retained(msg.topic, msg.payload, qos)
 
         self._run(setup())
 
@@ -347,12 +352,15 @@ class MQTTConnection(Closing, asyncio.Protocol):
                     shown = to_subject(topic_filter, wildcards=True).decode()
                 except TopicError:
                     shown = topic_filter.decode(errors="replace")
-                peer = (self.host, self.port, self.cid, self.client_id, shown)
-                log.warning('%s:%d - mid:%d - "%s" - Downgrading subscription QoS2 to QoS1 for '
-                            '"%s", as configured', *peer)  # fmt: skip
+                self._warn_qos2(f'Downgrading subscription QoS2 to QoS1 for "{shown}"')
                 qos = 1
             out.append((topic_filter, qos))
         return tuple(out)
+
+    def _warn_qos2(self, what: str) -> None:
+        """The reference's warning for a QoS 2 the configuration turned away."""
+        peer = (self.host, self.port, self.cid, self.client_id, what)
+        log.warning('%s:%d - mid:%d - "%s" - %s, as configured', *peer)
 
     def _on_unsubscribe(self, packet: mqtt.Unsubscribe) -> None:
         self.filters.remove(packet.filters)
