@@ -1,6 +1,7 @@
 """MQTT in named accounts on a three-server JetStream cluster, against both servers: a
 persistent session made in one account on one server gets, on another server, what was
-published at QoS 1 on a third while it was away; the other account sees none of it."""
+published at QoS 1 on a third while it was away; the other account sees none of it. An
+MQTT client counts in its account's `max_connections` on every server of the cluster."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ from pathlib import Path
 import nats
 import pytest
 
+from ingest.parser import mqtt
 from tests.jscluster.support import start_js_cluster, stop
-from tests.mqtt.conftest import CLUSTER_DEADLINE, connected, on
+from tests.mqtt.conftest import CLUSTER_DEADLINE, MQTTServer, RawMQTT, connected, on
 from tests.support.servers import ServerProcess
 
 ACCOUNTS = """
 accounts {
   APP { jetstream: enabled, users: [{user: app, password: pw}] }
   OTHER { jetstream: enabled, users: [{user: other, password: pw}] }
+  LIM { jetstream: enabled, limits: { max_connections: 1 }, users: [{user: lim, password: pw}] }
   SYS { users: [{user: sys, password: pw}] }
 }
 system_account: SYS
@@ -65,3 +68,43 @@ async def test_a_session_moves_between_servers_inside_its_account(
         assert info.config.num_replicas == 3  # the cluster's size, as in the global account
     finally:
         await nc.close()
+
+
+@pytest.mark.soak  # three servers of each kind
+async def test_an_mqtt_client_fills_its_account_on_every_server(
+    cluster: list[ServerProcess],
+) -> None:
+    device = await _device(on(cluster[0]))
+    try:
+        deadline = asyncio.get_running_loop().time() + CLUSTER_DEADLINE
+        while True:  # the count reaches the other servers with the account's event
+            try:
+                nc = await nats.connect(
+                    cluster[1].url, user="lim", password="pw", allow_reconnect=False
+                )
+            except nats.errors.Error as exc:
+                assert "maximum account active connections exceeded" in str(exc)
+                break
+            await nc.close()
+            assert asyncio.get_running_loop().time() < deadline, "the device was not counted"
+            await asyncio.sleep(0.1)
+    finally:
+        device.close()
+
+
+async def _device(server: MQTTServer) -> RawMQTT:
+    """A raw client, connected once the new cluster can make the account's MQTT streams.
+    It waits as long as that takes (a client library's attempt that timed out would hold
+    the account's one place) and tries again when the server gave up (no meta leader)."""
+    deadline = asyncio.get_running_loop().time() + CLUSTER_DEADLINE
+    while True:
+        device = await RawMQTT.open(server)
+        device.send(mqtt.Connect("lim-dev", True, 0, None, "lim", b"pw"))
+        left = deadline - asyncio.get_running_loop().time()
+        connack = await asyncio.wait_for(device.reader.read(4), max(left, 0.1))
+        if connack:
+            assert connack == mqtt.encode(mqtt.ConnAck(False, mqtt.ACCEPTED))
+            return device
+        device.close()
+        assert asyncio.get_running_loop().time() < deadline, "MQTT never came up"
+        await asyncio.sleep(0.1)
