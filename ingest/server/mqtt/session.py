@@ -78,7 +78,8 @@ class Session:
         }
         if self._pubrel:  # jetlake's: PUBRELs owed survive a restart without a consumer
             doc["pubrel_pending"] = sorted(self._pubrel)
-        await self.manager.jsa.request(SESS_PREFIX + self.id_hash, json.dumps(doc).encode())
+        subject = self.manager.sess_prefix + self.id_hash
+        await self.manager.jsa.request(subject, json.dumps(doc).encode())
 
     async def destroy(self, *, records: bool = True) -> None:
         """Forget the session: its consumers, and with `records` its record and the QoS 2
@@ -90,7 +91,8 @@ class Session:
         if not records:
             return
         purge = self.manager.jsa.request
-        await purge("$JS.API.STREAM.PURGE.$MQTT_sess", {"filter": SESS_PREFIX + self.id_hash})
+        record = self.manager.sess_prefix + self.id_hash
+        await purge("$JS.API.STREAM.PURGE.$MQTT_sess", {"filter": record})
         await purge(
             f"$JS.API.STREAM.PURGE.{QOS2_STREAM}", {"filter": f"{QOS2_PREFIX}{self.id_hash}.*"}
         )

@@ -87,6 +87,10 @@ class SessionManager:
         self.account = account
         self.origin = name_hash(server.server_name)
         self.jsa = JSAccess(server, self.origin, listener.config.js_api_timeout, account)
+        # A server in a JetStream domain keeps sessions under `$MQTT.sess.<domain>.`,
+        # as the reference does, so a store it made is read back as it wrote it.
+        domain = server.opts.jetstream.domain
+        self.sess_prefix = f"{SESS_PREFIX}{domain}." if domain else SESS_PREFIX
         self.retained = retained.RetainedStore(self.jsa, self.origin)
         self.sessions: dict[str, Session] = {}  # persistent sessions known in this run
         self.live: dict[str, MQTTConnection] = {}  # client id -> its connection
@@ -134,6 +138,8 @@ class SessionManager:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _START_PATIENCE
         for doc in STREAMS:
+            if doc["name"] == "$MQTT_sess":
+                doc = {**doc, "subjects": [self.sess_prefix + ">"]}
             while not await self._stream_made(doc, replicas):
                 if loop.time() > deadline:
                     raise JetStreamError(f"MQTT stream {doc['name']} could not be created")
@@ -204,7 +210,7 @@ class SessionManager:
 
     async def _load(self, client_id: str, id_hash: str) -> Session | None:
         """A session saved by this server or (on a cluster) any other, through the API."""
-        found = await self.jsa.last_msg("$MQTT_sess", SESS_PREFIX + id_hash)
+        found = await self.jsa.last_msg("$MQTT_sess", self.sess_prefix + id_hash)
         if found is None or not found.data:
             return None
         doc = json.loads(found.data)
