@@ -285,8 +285,9 @@ def test_the_lake_tick_merges(tmp_path: Path) -> None:
     sup.store_base = tmp_path
     store = build(tmp_path / STREAMS / "S", 20)
     stream = SimpleNamespace(store=store, config=StreamConfig(name="S"), created_ns=1)
-    sup._js = SimpleNamespace(streams={"S": stream})  # type: ignore[assignment]
-    ref = sup._ref(stream)  # type: ignore[arg-type]
+    engine = SimpleNamespace(account="$G", streams={"S": stream})
+    sup._engines = lambda: [engine]  # type: ignore[assignment,list-item]
+    ref = sup._ref("$G", stream)  # type: ignore[arg-type]
     sup.tick()  # seals the active segment (its first message is old), merges nothing
     assert len(list_segments(ref.dir)) == 22  # no pin: the lake has nothing
     write_pin(ref, Pin(ref.app_id, "t", 100))
