@@ -68,6 +68,7 @@ class Node:
     url: str
     proc: subprocess.Popen[bytes]
     mqtt_port: int = 0  # with an `mqtt {}` block in the cluster's ``config``
+    args: tuple[str, ...] = ()  # the command line, for a row that restarts the node
 
 
 Phase = Callable[[JetStreamContext, list[Node], Params], Awaitable[dict[str, float]]]
@@ -137,7 +138,7 @@ async def _cluster(
     conf = root / "shared.conf"
     if config:
         conf.write_text(config)
-    procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+    procs: list[tuple[str, subprocess.Popen[bytes], Path, list[str]]] = []
     try:
         for i in range(size):
             name, log = f"N{i}", root / f"N{i}.log"
@@ -151,14 +152,16 @@ async def _cluster(
                 proc = subprocess.Popen(
                     args, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
                 )
-            procs.append((name, proc, log))
-        ready = await asyncio.gather(*(_wait_ready(p, log, START_SECONDS) for _, p, log in procs))
+            procs.append((name, proc, log, args))
+        ready = await asyncio.gather(
+            *(_wait_ready(p, log, START_SECONDS) for _, p, log, _ in procs)
+        )
         yield [
-            Node(name, url, proc, mqtt_port)
-            for (name, proc, _), (url, mqtt_port) in zip(procs, ready, strict=True)
+            Node(name, url, proc, mqtt_port, tuple(args))
+            for (name, proc, _, args), (url, mqtt_port) in zip(procs, ready, strict=True)
         ]
     finally:
-        for _, proc, _ in procs:
+        for _, proc, _, _ in procs:
             _stop(proc)
 
 

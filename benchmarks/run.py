@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from time import perf_counter, strftime
 
-from benchmarks import scale
+from benchmarks import cluster_scale, scale
 from benchmarks.model import Incomplete, Params, Skipped, Workload
 from benchmarks.report import JETLAKE_ONLY, NOT_RUN, Outcome, Row, figure, render, write_json
 from benchmarks.servers import ServerError, running_server
@@ -75,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--json", type=Path, metavar="FILE", help="also write results as JSON")
     add("--list", action="store_true", help="list workloads and exit")
     scale.add_arguments(parser)
+    cluster_scale.add_arguments(parser)
     return parser
 
 
@@ -216,13 +217,18 @@ def main(argv: list[str] | None = None) -> int:
     # on its fixed ports, competing for the CPU (an operator's environment still wins).
     os.environ.setdefault(SQL_SWITCH, "off")
     if args.list:
-        for w in (*WORKLOADS, *scale.workloads(scale.Sizes())):
+        for w in (
+            *WORKLOADS,
+            *scale.workloads(scale.Sizes()),
+            *cluster_scale.workloads(cluster_scale.STREAMS),
+        ):
             print(f"{w.name:<22} {w.profile.value:<15} {w.description}")
         return 0
     names = [n for item in args.only for n in item.split(",") if n]
     rest, scale_rows = scale.choose(names, args)
+    rest, many_streams = cluster_scale.choose(rest, args)
     try:
-        workloads = [*(select(rest) if rest or not names else []), *scale_rows]
+        workloads = [*(select(rest) if rest or not names else []), *scale_rows, *many_streams]
     except KeyError as exc:
         parser.error(f"unknown workload {exc}; see --list")
     params = Params(

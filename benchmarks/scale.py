@@ -92,17 +92,27 @@ def child_pids(children: str) -> list[int]:
     return [int(pid) for pid in children.split()]
 
 
-def tree_rss(pid: int) -> int:
-    """RSS of ``pid`` and its descendants: a server that forks helpers pays for them too."""
-    total = 0
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its descendants: a server that forks helpers pays for them too."""
+    found = []
     pending = [pid]
     while pending:
         current = pending.pop()
-        proc = Path(f"/proc/{current}")
         try:
-            total += rss_bytes((proc / "status").read_text())
-            for task in (proc / "task").iterdir():
+            for task in Path(f"/proc/{current}/task").iterdir():
                 pending += child_pids((task / "children").read_text())
+        except FileNotFoundError:
+            continue  # exited while being read
+        found.append(current)
+    return found
+
+
+def tree_rss(pid: int) -> int:
+    """RSS of ``pid`` and its descendants."""
+    total = 0
+    for current in tree_pids(pid):
+        try:
+            total += rss_bytes(Path(f"/proc/{current}/status").read_text())
         except FileNotFoundError:
             continue  # exited while being read
     return total
