@@ -201,3 +201,43 @@ async def test_a_fetch_from_a_follower_gets_each_message_once_as_stored(
             await eventually(settled, "every message acknowledged")
         finally:
             await nc.close()
+
+
+async def test_a_peers_deliveries_reach_every_subscriber_of_the_inbox(
+    kind: str, tmp_path: Path
+) -> None:
+    """Deliveries a consumer on another server routes to an inbox are taken in runs only
+    where one plain subscription here takes them: with a second subscription on the
+    inbox both get every message, each under its stored subject; alone again, the one
+    left gets the next batch whole and in order."""
+    async with js_cluster(kind, tmp_path, timeout=5) as c:
+        await c.add_stream("ORDERS", [f"{SUBJECT}.>"])
+        leader = await c.leader("ORDERS")
+        follower = next(s for s in c.servers if server_name(s) != server_name(leader))
+        await c.js.add_consumer("ORDERS", durable_name="pull", ack_policy="none")
+        for i in range(40):
+            await c.js.publish(f"{SUBJECT}.{i % 2}", b"%d" % i)
+        nc = await nats.connect(follower.url, allow_reconnect=False)
+        try:
+            inbox, watch = await nc.subscribe(INBOX_ALL), await nc.subscribe(f"{INBOX}.>")
+            await nc.flush()
+            await asyncio.to_thread(
+                poll, lambda: has_route_interest(leader, INBOX_ALL), "the inbox at the leader"
+            )
+            next_msg = "$JS.API.CONSUMER.MSG.NEXT.ORDERS.pull"
+            batch = json.dumps({"batch": 20, "no_wait": True}).encode()
+            await nc.publish(next_msg, batch, reply=f"{INBOX}.1")
+            for sub in (inbox, watch):
+                got = [await sub.next_msg(timeout=5) for _ in range(20)]
+                assert [(m.subject, m.data) for m in got] == [
+                    (f"{SUBJECT}.{i % 2}", b"%d" % i) for i in range(20)
+                ]
+            await watch.unsubscribe()
+            await nc.flush()
+            await nc.publish(next_msg, batch, reply=f"{INBOX}.2")
+            got = [await inbox.next_msg(timeout=5) for _ in range(20)]
+            assert [(m.subject, m.data) for m in got] == [
+                (f"{SUBJECT}.{i % 2}", b"%d" % i) for i in range(20, 40)
+            ]
+        finally:
+            await nc.close()

@@ -23,6 +23,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.routes import RMsg, encode_info, encode_rmsg
+from ingest.server.cluster.delivery_runs import SHOWN_PREFIX, shown_header, split_shown
 from ingest.server.cluster.interest import Forwarding, LocalInterest, RemoteInterestMap
 from ingest.server.cluster.route import Route
 from ingest.server.cluster.settings import ClusterConfig, RouteURL, parse_route_url
@@ -464,21 +465,6 @@ class Cluster:
             if not route.lame_duck:
                 urls += [u for u in route.client_urls() if u not in urls]
         return urls
-
-
-SHOWN_PREFIX = b"NATS/1.0\r\nJetlake-Shown: "
-
-
-def shown_header(shown: bytes, hdr: bytes | None) -> bytes:
-    """A header block naming the subject to show, the message's own block (if any) after
-    it whole, status line included: only the receiving jetlake reads this block."""
-    return SHOWN_PREFIX + shown + b"\r\n" + (hdr or b"")
-
-
-def split_shown(hdr: bytes) -> tuple[bytes, bytes | None]:
-    """Inverse of `shown_header`: the subject, and the message's own block or None."""
-    end = hdr.index(b"\r\n", len(SHOWN_PREFIX))
-    return hdr[len(SHOWN_PREFIX) : end], hdr[end + 2 :] or None
 
 
 def _hostport(host: str, port: int) -> str:

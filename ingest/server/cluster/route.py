@@ -20,6 +20,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from ingest.parser import routes as proto
+from ingest.server.cluster.delivery_runs import (
+    delivery_run_end,
+    frame_deliveries,
+    is_delivery,
+    sole_receiver,
+)
 from ingest.server.cluster.settings import RouteURL, RouteURLError, parse_route_url
 from ingest.server.link import TURN_MSGS, PeerLink
 from ingest.server.subscription import learn_acks
@@ -176,6 +182,10 @@ class Route(PeerLink, asyncio.Protocol):
             taken += end - at
             if end - at > 1:
                 at += self._take_run(cast(list[proto.RMsg], ops[at:end]))
+            elif type(ops[at]) is proto.RMsg and is_delivery(cast(proto.RMsg, ops[at])):
+                end = delivery_run_end(ops, at)
+                taken += end - at - 1
+                at += self._take_deliveries(cast(list[proto.RMsg], ops[at:end]))
             for op in ops[at:end]:
                 if self.closed:
                     return
@@ -221,6 +231,29 @@ class Route(PeerLink, asyncio.Protocol):
         self.in_bytes += size
         server.in_msgs += taken
         server.in_bytes += size
+        return taken
+
+    def _take_deliveries(self, msgs: list[proto.RMsg]) -> int:
+        """How many of a run of a consumer's deliveries to one inbox were framed into its
+        one client subscription here in one pass (`frame_deliveries`): all, or none
+        where Python decides each (`route_from_peer`)."""
+        if not (self.registered or self.superseded):
+            return 0
+        server = self.cluster.server
+        account = server.accounts.get(msgs[0].account)
+        sub = None if account is None else sole_receiver(account.sublist, msgs[0].subject)
+        if account is None or sub is None:
+            return 0
+        routed, delivered = frame_deliveries(sub, msgs)
+        taken = len(msgs)
+        account.sublist.matches += taken - 1  # as one match a message would have counted
+        account.sublist.cache_hits += taken - 1
+        self.in_msgs += taken
+        self.in_bytes += routed
+        server.in_msgs += taken
+        server.in_bytes += delivered
+        server.out_msgs += taken
+        server.out_bytes += delivered
         return taken
 
     def _take_acks(self, account: Account, acks: list[tuple[bytes, bytes]]) -> int:
