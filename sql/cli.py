@@ -5,11 +5,15 @@
     jetlake sql serve --store ./data         # the long-lived SQL service (`sql.service`)
 
 A query goes to the SQL service when one is up (the one `<store>/jetlake-sql.json`
-names, or `--service sc://host:port`): no JVM starts, and the answer takes
-about a second. On a server with logins, `SPARK_CONNECT_AUTHENTICATE_TOKEN` holds
-the NATS login (`user:password`) the service checks. Without a service (or with
-`--local`) a Spark session starts here for the query, which costs 15-20 s. Which
-of the two answered is said on stderr.
+names, or `--service sc://host:port`): no JVM starts. The store's service is asked
+through its NATS door (`$JL.SQL.query`, Arrow chunks) when it has one, so this
+process imports nats-py and pyarrow only, not Spark Connect's client (pandas and
+gRPC: most of a second); a door that does not answer (no import of `$JL.SQL` in
+the login's account, a server down) leaves Spark Connect to ask. On a server with
+logins, `SPARK_CONNECT_AUTHENTICATE_TOKEN` holds the NATS login (`user:password`,
+`jwt:seed` or a token) the service checks, whichever door. Without a service (or
+with `--local`) a Spark session starts here for the query, which costs 15-20 s.
+Which door answered is said on stderr.
 
 Output formats are `jetlake inspect`'s (the same writers), so scripts can
 switch between the DuckDB and the Spark answer. A query running longer than
@@ -21,16 +25,19 @@ otherwise.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import socket
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from sql.nats_client import SqlError
+from sql.nats_client import query as ask_nats
 from sql.output import add_output_args, to_result, write_result
-from sql.service import SERVICE_FILE, Endpoints, first_line, quiet_query_errors, split_hostport
+from sql.service_info import SERVICE_FILE, Endpoints, first_line, quiet_query_errors, split_hostport
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -101,6 +108,12 @@ def service_url(store: Path, explicit: str | None) -> str | None:
     """The SQL service to ask: `explicit`, else the store's while its process and port live."""
     if explicit:
         return explicit
+    found = live_service(store)
+    return found.connect if found is not None else None
+
+
+def live_service(store: Path) -> Endpoints | None:
+    """The store's SQL service while its process lives and its Connect port answers."""
     found = Endpoints.read(store)
     if found is None:
         return None
@@ -110,7 +123,7 @@ def service_url(store: Path, explicit: str | None) -> str | None:
         socket.create_connection((host, port), timeout=1.0).close()
     except (OSError, ValueError):
         return None
-    return found.connect
+    return found
 
 
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # pyspark's own: a NATS login, with logins on
@@ -161,6 +174,94 @@ def _local(args: argparse.Namespace) -> pa.Table:
         spark.stop()
 
 
+def _answer(args: argparse.Namespace) -> pa.Table:
+    """The result from the first door that answers, each said on stderr as it is tried."""
+    found = None if args.local or args.service else live_service(Path(args.store))
+    if found is not None and found.nats:
+        table = _through_nats(found, args.sql)
+        if table is not None:
+            return table
+    url = args.service or (found.connect if found is not None else None)
+    if url is not None:
+        print(f"jetlake sql: querying the SQL service at {url}", file=sys.stderr)
+        return _remote(url, args.sql)
+    why = "--local" if args.local else f"no SQL service up for {args.store}"
+    print(f"jetlake sql: {why}; starting a local Spark session", file=sys.stderr)
+    return _local(args)
+
+
+def _through_nats(found: Endpoints, query: str) -> pa.Table | None:
+    """The result through the service's NATS door; None when the door does not answer
+    (said on stderr): unreachable, the login refused, no service in the login's account."""
+    import nats.errors
+
+    url = found.nats
+    print(f"jetlake sql: querying the SQL service over NATS at {url}", file=sys.stderr)
+    try:
+        return asyncio.run(_ask_nats(found, query))
+    except (OSError, TimeoutError, nats.errors.Error) as exc:
+        why = str(exc) or type(exc).__name__
+        print(f"jetlake sql: no answer over NATS ({why})", file=sys.stderr)
+        return None
+
+
+async def _ask_nats(found: Endpoints, query: str) -> pa.Table:
+    """One query over NATS, given up when the service's process exits meanwhile (its
+    result would never end: no NATS message says a responder died)."""
+    import nats
+
+    nc = await nats.connect(
+        found.nats,
+        name="jetlake sql",
+        allow_reconnect=False,
+        max_reconnect_attempts=0,
+        connect_timeout=_CONNECT_TIMEOUT,
+        **nats_login(os.environ.get(TOKEN_ENV, "")),
+    )
+    try:
+        asked = asyncio.ensure_future(ask_nats(nc, query, timeout=None))
+        while not (await asyncio.wait({asked}, timeout=_LIVENESS))[0]:
+            if not _alive(found.pid):
+                asked.cancel()
+                raise SqlError("503", f"the SQL service (pid {found.pid}) exited during the query")
+        return asked.result()
+    finally:
+        await nc.close()
+
+
+_CONNECT_TIMEOUT = 2.0
+_LIVENESS = 1.0  # seconds between checks that the service still runs
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        pass
+    return True
+
+
+def nats_login(token: str) -> dict[str, Any]:
+    """nats-py's login arguments for a login as the token variable holds it, read as the
+    Connect door reads it (`NatsLogins.fromToken`): `user:password`, `jwt:seed`, a token."""
+    if not token:
+        return {}
+    user, colon, password = token.partition(":")
+    if not colon:
+        return {"token": token}
+    if not user:
+        return {"token": password}
+    if user.startswith("eyJ") and password.startswith("SU"):
+        from nats.aio.client import RawCredentials
+
+        from sql.logins import creds_text
+
+        return {"user_credentials": RawCredentials(creds_text(user, password))}
+    return {"user": user, "password": password}
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:
         from sql.service import main as serve
@@ -171,15 +272,11 @@ def main(argv: list[str]) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     quiet_query_errors()
-    url = None if args.local else service_url(Path(args.store), args.service)
     try:
-        if url is not None:
-            print(f"jetlake sql: querying the SQL service at {url}", file=sys.stderr)
-            table = _remote(url, args.sql)
-        else:
-            why = "--local" if args.local else f"no SQL service up for {args.store}"
-            print(f"jetlake sql: {why}; starting a local Spark session", file=sys.stderr)
-            table = _local(args)
+        table = _answer(args)
+    except SqlError as exc:  # the service's answer over NATS: Spark's message, or its limits
+        print(f"jetlake sql: {exc.text}", file=sys.stderr)
+        return 1
     except Exception as exc:  # Spark's errors arrive through py4j or gRPC
         print(f"jetlake sql: {_said(exc)}", file=sys.stderr)
         return 1

@@ -5,7 +5,8 @@
 Any NATS client can do what this does: publish the SQL to `$JL.SQL.query` with a
 reply inbox, answer each chunk (an empty publish to its reply subject, which is
 the flow control), read each chunk as an Arrow IPC stream, and stop at the message
-with `Jl-Sql-Rows`, or at an error's `Nats-Service-Error`.
+with `Jl-Sql-Rows`, or at an error's `Nats-Service-Error`. With no service on the
+subject, the server answers the request with a status 503 (no responders) at once.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from nats.errors import NoRespondersError
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -28,13 +30,19 @@ class SqlError(Exception):
     def __init__(self, code: str, text: str) -> None:
         super().__init__(f"{code}: {text}")
         self.code = code
+        self.text = text
 
 
 async def query(
-    nc: Client, sql: str, *, timeout: float = 60.0, headers: dict[str, str] | None = None
+    nc: Client,
+    sql: str,
+    *,
+    timeout: float | None = 60.0,
+    headers: dict[str, str] | None = None,
 ) -> pa.Table:
     """The whole result of `sql`; SqlError when the service answers with an error,
-    TimeoutError when it has not finished within `timeout` seconds."""
+    NoRespondersError when no service listens, TimeoutError when it has not finished
+    within `timeout` seconds (None: no limit)."""
     chunks: list[pa.Table] = []
     done: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
 
@@ -54,6 +62,8 @@ async def query(
     finally:
         await sub.unsubscribe()
     found = end.headers or {}
+    if found.get("Status") == "503":
+        raise NoRespondersError
     if "Nats-Service-Error" in found:
         raise SqlError(found.get("Nats-Service-Error-Code", ""), found["Nats-Service-Error"])
     return pa.concat_tables(chunks) if chunks else pa.table({})

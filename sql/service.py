@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -58,7 +57,6 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +66,13 @@ from log.compactor.spark import build_session, local_jars
 from sql.account_views import allow, bind
 from sql.catalog import HiveCatalog, catalog_entries, keep_synced
 from sql.logins import OWN_LOGIN_ENV, NatsLogin
+from sql.service_info import (
+    SERVICE_FILE,
+    Endpoints,
+    first_line,
+    quiet_query_errors,
+    split_hostport,
+)
 from sql.views import quoted, register_views
 
 if TYPE_CHECKING:
@@ -77,32 +82,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetlake.sql")
 
-SERVICE_FILE = "jetlake-sql.json"
 ADDRESS_TAKEN = 3  # the exit code that tells the server not to start it again
 DEFAULT_LISTEN = "127.0.0.1:15002"  # Spark Connect's own default port
 DEFAULT_MAX_ROWS = 1_000_000  # a NATS or Connect result's (`lake { sql { max_rows } }`)
 DEFAULT_MAX_RESULT_SIZE = "256m"  # well under the driver's heap (1g): past it, an error
 _EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension,io.jetlake.sql.StreamViews"
 _RULE = "io.jetlake.sql.StreamViews"
-
-
-def split_hostport(value: str, what: str) -> tuple[str, int]:
-    """`host:port` (IPv6 in brackets); a clear error naming `what` otherwise."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"{what}: {value!r} is not host:port")
-    return host.strip("[]"), int(port)
-
-
-def first_line(exc: BaseException) -> str:
-    """Spark's message without the JVM stack trace and plan it may append."""
-    text = str(exc).split("\n\nJVM stacktrace:", 1)[0]
-    return text.split(";\n", 1)[0].strip()
-
-
-def quiet_query_errors() -> None:
-    """PySpark logs each failed query's error with its JVM stack; the caller reports it."""
-    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
 
 
 class SharedViews:
@@ -182,28 +167,6 @@ class SharedViews:
 
     class Java:
         implements = [f"{_RULE}$Refresher"]
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoints:
-    """What `<store>/jetlake-sql.json` records: the doors, and the process to check is alive."""
-
-    pid: int
-    connect: str  # sc://host:port
-    jdbc: str | None = None  # jdbc:hive2://host:port
-    nats: str | None = None  # the server the `$JL.SQL` service answers on
-
-    def write(self, store_dir: Path) -> None:
-        tmp = store_dir / f".{SERVICE_FILE}.tmp"
-        tmp.write_text(json.dumps(asdict(self)))
-        tmp.replace(store_dir / SERVICE_FILE)
-
-    @classmethod
-    def read(cls, store_dir: Path) -> Endpoints | None:
-        try:
-            return cls(**json.loads((store_dir / SERVICE_FILE).read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
 
 
 def start_session(

@@ -197,9 +197,20 @@ async def test_jetlake_sql_goes_to_the_service_and_says_so(service: Service) -> 
     )
     took = time.monotonic() - started
     assert done.returncode == 0, done.stderr
-    assert f"querying the SQL service at {service.connect}" in done.stderr
+    assert f"querying the SQL service over NATS at {service.server.url}" in done.stderr
+    assert "sc://" not in done.stderr  # no Connect client needed
     assert re.search(r"^\s*3\s*$", done.stdout, re.M), done.stdout
     print(f"jetlake sql through the service: {took:.2f}s end to end")
+    through = ("--service", service.connect, "SELECT count(*) AS n FROM CLI")
+    connect = subprocess.run(
+        [str(JETLAKE), "sql", "--store", str(service.store), *through],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert connect.returncode == 0, connect.stderr
+    assert f"querying the SQL service at {service.connect}" in connect.stderr
+    assert re.search(r"^\s*3\s*$", connect.stdout, re.M), connect.stdout
     bad = subprocess.run(
         [str(JETLAKE), "sql", "--store", str(service.store), "SELECT * FROM NOPE"],
         capture_output=True,

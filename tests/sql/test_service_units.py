@@ -262,3 +262,28 @@ def test_limits_in_headers_are_positive_numbers_named_when_not() -> None:
 def test_account_views_are_named_by_account_and_the_global_ones_bare() -> None:
     assert qualified("$G", "ORDERS") == "ORDERS"
     assert qualified("A", "ORDERS") == "A.ORDERS"
+
+
+@pytest.mark.parametrize(
+    ("token", "expected"),
+    [
+        ("", {}),
+        ("a:secret", {"user": "a", "password": "secret"}),
+        ("a:with:colons", {"user": "a", "password": "with:colons"}),
+        ("s3cret", {"token": "s3cret"}),
+        (":s3cret", {"token": "s3cret"}),
+    ],
+)
+def test_jetlake_sql_reads_a_nats_login_as_the_connect_door_does(
+    token: str, expected: dict[str, str]
+) -> None:
+    from sql.cli import nats_login
+
+    assert nats_login(token) == expected
+
+
+def test_jetlake_sql_reads_a_jwt_and_seed_as_a_creds_login() -> None:
+    from sql.cli import nats_login
+
+    found = nats_login("eyJhbGciOi.jwt:SUAseed")
+    assert list(found) == ["user_credentials"]
