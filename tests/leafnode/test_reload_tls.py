@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.server.leafnode.reload import remote_changes
+from ingest.server.leafnode.reload import LeafReloadRefused, remote_changes
 from ingest.server.options import load_config
 from tests.conftest import MakeServer
 from tests.leafnode.conftest import leaf_port, leafz
@@ -25,6 +25,7 @@ from tests.support.tls import Pki
 pytestmark = pytest.mark.timeout(60)
 
 RELOADED = "Reloaded server configuration"
+PIN = "b" * 64  # a key no certificate here has
 FAILED = "Failed to reload server configuration: "
 
 
@@ -100,6 +101,13 @@ async def test_reloaded_certificates_serve_new_handshakes_and_keep_links(
     assert _presented(port) == _der(pki.server_cert)  # the old certificates in force
     assert _ids(hub) == links
 
+    # The listener's pinned_certs are no TLS certificate: a change needs a restart.
+    pinned = _tls(pki.server_cert, pki.server_key, pki)[:-2] + f', pinned_certs: ["{PIN}"] }}'
+    _reload(hub, hub_conf.format(pinned), marker=FAILED)
+    refused = 'config reload not supported for LeafNode: field "TLSPinnedCerts": '
+    assert hub.find_log(re.escape(f"{FAILED}{refused}old=map[], new=map[{PIN}:{{}}]"))
+    assert _ids(hub) == links
+
     # A kept remote's new TLS serves its next handshake: trusting another CA only, its
     # redial (the hub's new `compression: off` closes the link) refuses the hub.
     _reload(leaf, leaf_conf.format(port, _tls(pki.client_cert, pki.client_key, other_pki)))
@@ -159,3 +167,31 @@ def test_the_plan_names_new_compressions_in_the_references_words(tmp_path: Path)
     )
     assert changes.kept == ((before.leafnodes.remotes[0], after.leafnodes.remotes[0]),)
     assert not changes.added and not changes.removed
+
+
+@pytest.mark.parametrize(
+    ("tls_keys", "refused"),
+    [
+        # An unset auth timeout follows the TLS timeout (one second more), as the
+        # reference derives it, so that is the field its refusal names first.
+        ("timeout: 3", 'field "AuthTimeout": old=3, new=4'),
+        (f'pinned_certs: ["{PIN}"]', f'field "TLSPinnedCerts": old=map[], new=map[{PIN}:{{}}]'),
+    ],
+)
+def test_the_listeners_tls_timeout_and_pins_need_a_restart(
+    tmp_path: Path, tls_keys: str, refused: str
+) -> None:
+    """Pure: of the listener's `tls`, only its certificates reload; the reference keeps
+    its timeout and pins beside the TLS config, and refuses their change."""
+    text = 'leafnodes {{ listen: 127.0.0.1:-1, tls {{ cert_file: "{c}", key_file: "{c}"{} }} }}\n'
+    cert = tmp_path / "cert.pem"
+    cert.write_text("")
+    path = tmp_path / "server.conf"
+    path.write_text(text.format("", c=cert))
+    before = load_config(str(path))
+    path.write_text(text.format(f", {tls_keys}", c=cert))
+    after = load_config(str(path))
+    assert before.leafnodes is not None and after.leafnodes is not None
+    with pytest.raises(LeafReloadRefused) as refusal:
+        remote_changes(before.leafnodes, after.leafnodes)
+    assert str(refusal.value) == refused

@@ -57,6 +57,9 @@ def read_leafnodes(top: Reader, key: str, *, tls: TLSReader) -> LeafnodeConfig:
             fields["compression"] = read_compression(section, name)
         else:
             section.unknown(name)
+    if fields.get("tls") is not None and "auth_timeout" not in fields:
+        # The reference gives a TLS handshake its whole timeout before the login's.
+        fields["auth_timeout"] = fields["tls"].timeout + 1.0
     return dataclasses.replace(LeafnodeConfig(), **fields)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from ingest.server.compression import Compression
 from ingest.server.gofmt import go_duration, go_value
 from ingest.server.leafnode.settings import LeafnodeConfig, RemoteLeaf
+from ingest.server.tls_settings import DEFAULT_TLS_TIMEOUT, TLSConfig
 
 
 class LeafReloadRefused(ValueError):
@@ -84,10 +85,10 @@ def _url(url: Any, *, redacted: bool) -> str:
 def remote_changes(before: LeafnodeConfig, after: LeafnodeConfig) -> RemoteChanges:
     """The remotes to drop, to dial and to update; LeafReloadRefused for any other change."""
     for field in dataclasses.fields(before):
-        if field.name in _RELOADABLE:
-            continue
         old, new = getattr(before, field.name), getattr(after, field.name)
-        if old != new:
+        if field.name == "tls":
+            _check_listener_tls(old, new)
+        elif field.name not in _RELOADABLE and old != new:
             old, new = go_value(old), go_value(new)
             raise LeafReloadRefused(f'field "{_go_field(field.name)}": old={old}, new={new}')
     old_by_name = {remote_name(r): r for r in before.remotes}
@@ -120,6 +121,26 @@ def remote_changes(before: LeafnodeConfig, after: LeafnodeConfig) -> RemoteChang
         ),
         compression=after.compression if before.compression != after.compression else None,
     )
+
+
+def _check_listener_tls(before: TLSConfig | None, after: TLSConfig | None) -> None:
+    """The reference reloads the listener's certificates (its TLS config) alone: its
+    timeout and pinned_certs are fields of their own, whose change needs a restart."""
+    old = before.timeout if before else DEFAULT_TLS_TIMEOUT
+    new = after.timeout if after else DEFAULT_TLS_TIMEOUT
+    if old != new:
+        raise LeafReloadRefused(f'field "TLSTimeout": old={go_value(old)}, new={go_value(new)}')
+    old_pins = before.pinned_certs if before else None
+    new_pins = after.pinned_certs if after else None
+    if old_pins != new_pins:
+        raise LeafReloadRefused(
+            f'field "TLSPinnedCerts": old={_go_set(old_pins)}, new={_go_set(new_pins)}'
+        )
+
+
+def _go_set(pins: frozenset[str] | None) -> str:
+    """A set as the reference's map prints it: `map[key:{} …]`, keys sorted."""
+    return "map[" + " ".join(f"{pin}:{{}}" for pin in sorted(pins or ())) + "]"
 
 
 _GO_FIELDS = {
