@@ -226,6 +226,15 @@ class Proposed:
             self.last_seq = max(self.last_seq, run[-1].seq)
             self.last_msg_id = run[-1].msg_id
 
+    def follow(self, last_seq: int) -> bool:
+        """A follower applied plain publishes through `last_seq` (no msg ids): as `settle`
+        when nothing is in flight here; False (nothing done) when something is."""
+        if self._pending or self._ids or self._counters:
+            return False
+        self.last_seq = max(self.last_seq, last_seq)
+        self.last_msg_id = ""
+        return True
+
     def reset(self) -> None:
         """Start over from the applied state: nothing is in flight any more (what was
         fails or commits without this member's bookkeeping)."""

@@ -43,6 +43,7 @@ from log.stream_entries import (
     Expire,
     Publish,
     Purge,
+    RawRun,
     Remove,
     Restored,
     pack_run,
@@ -112,6 +113,7 @@ class Stream:
             store,
             read_headers=read_headers,
             applied=self._settle_published,
+            applied_rows=self._settle_rows,
             on_sooner_expiry=on_sooner_expiry,
         )
         # what publishes are checked against (meaningful while accepting)
@@ -409,7 +411,10 @@ class Stream:
             listener(seq, subject)
 
     def _apply(self, entries: list[Entry]) -> None:
-        publishes = unpack_runs(entries) if self._replicated else entries
+        if self._replicated:
+            publishes = unpack_runs(entries, keep_raw=self._applier.takes_rows)
+        else:
+            publishes = entries
         self._applier.apply(publishes, self._group.committed, len(entries))
 
     def _settle_published(self, run: list[Publish]) -> None:
@@ -417,6 +422,12 @@ class Stream:
         self.proposed.settle(run, following=following)
         if following and self.config.allow_batched:
             self._fast.follow(run, now_ns())
+
+    def _settle_rows(self, run: RawRun, last_seq: int) -> None:
+        """A plain run a follower appended whole: its proposed state follows. Otherwise
+        (leading, publishes in flight here, fast batches) each publish is settled."""
+        if self._accepting or self.config.allow_batched or not self.proposed.follow(last_seq):
+            self._settle_published(list(run.msgs))
 
     @property
     def committed_seq(self) -> int:

@@ -35,6 +35,7 @@ from log.stream_entries import (
     Expire,
     Publish,
     Purge,
+    RawRun,
     Remove,
     Restored,
 )
@@ -43,6 +44,7 @@ from log.timefmt import now_ns
 HeaderReader = Callable[[bytes], Mapping[str, list[str]]]
 ConsumerOps = Callable[[str, bytes], None]  # consumer name, its op
 Applied = Callable[[list[Publish]], None]
+AppliedRows = Callable[[RawRun, int], None]  # a plain run appended whole, its last seq
 _NS = 1_000_000_000
 
 
@@ -58,13 +60,16 @@ class Applier:
         *,
         read_headers: HeaderReader,
         applied: Applied,
+        applied_rows: AppliedRows,
         on_sooner_expiry: Callable[[], None] | None,
     ) -> None:
         """`applied` hears of every run of publishes applied (the proposer settles its
-        in-flight state); `on_sooner_expiry` of a TTL moving the next expiry earlier."""
+        in-flight state), `applied_rows` of a plain RawRun appended whole;
+        `on_sooner_expiry` of a TTL moving the next expiry earlier."""
         self.store = store
         self._read_headers = read_headers
         self._applied = applied
+        self._applied_rows = applied_rows
         self.restore_began = False  # a restore's first entry applied (`STREAM.RESTORE`)
         self._on_sooner_expiry = on_sooner_expiry
         self.consumer_ops: ConsumerOps | None = None
@@ -97,6 +102,11 @@ class Applier:
         # Per-subject trimming can shrink the bytes newer than a message, so with both
         # limits the outcome of a run would depend on where batches split: go one by one.
         self._limit_each = config.max_bytes > 0 and config.max_msgs_per_subject > 0
+        # A RawRun goes to the store whole unless apply must see each message: a mirror's
+        # gaps, schedules, limits enforced one by one.
+        self.takes_rows = not (
+            self._limit_each or config.mirror is not None or config.allow_msg_schedules
+        )
 
     # -- recovery ------------------------------------------------------------
 
@@ -166,6 +176,11 @@ class Applier:
         `counted` how many of its entries they are (a Run's publishes are one).
         """
         self.committed_seq(committed)  # settle what committed since: marks stay few
+        self._apply_all(entries)
+        self._entries += counted
+        self._marks.append((self._entries, self._applied_seq))
+
+    def _apply_all(self, entries: list[Entry]) -> None:
         start = 0
         removes: list[int] = []  # consecutive Removes (one per ack): one store call
         for i, entry in enumerate(entries):
@@ -191,8 +206,23 @@ class Applier:
             self.store.remove_many(removes)
         if start < len(entries):
             self._apply_publishes(entries[start:] if start else entries)  # type: ignore[arg-type]
-        self._entries += counted
-        self._marks.append((self._entries, self._applied_seq))
+
+    def _apply_raw(self, run: RawRun) -> None:
+        """A follower's run from its log bytes: appended whole when its publishes are plain
+        and follow the store's last (not a replay), else as the publishes it holds. A plain
+        publish has no msg id, rollup or TTL, so the dedup window and TTLs stay as they are."""
+        rows = run.rows(self.store.overhead)
+        if rows is None or rows.first != self.stored_last + 1:
+            self._apply_all(list(run.msgs))
+            return
+        self.store.append_rows(rows)
+        last = rows.first + len(rows.subjects) - 1
+        self.stored_last = last
+        self.last_msg_id = ""
+        if last > self._applied_seq:
+            self._applied_seq = last
+        self._applied_rows(run, last)
+        self.enforce_limits(set(rows.subjects))
 
     def _apply_publishes(self, run: list[Publish], *, gaps: bool = False) -> None:
         """Append what the store does not hold yet (a replay skips what it does); with
@@ -269,7 +299,9 @@ class Applier:
             self.store.purge(retired, upto_seq=entry.seq)
 
     def _apply_other(self, entry: Entry) -> None:
-        if isinstance(entry, Batch):
+        if type(entry) is RawRun:
+            self._apply_raw(entry)
+        elif isinstance(entry, Batch):
             if entry.msgs:  # one append: on disk, the whole batch or none of it
                 self._apply_publishes(list(entry.msgs))
         elif isinstance(entry, Delete):

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ingest.parser.fast import native
-from log.segments.api import NewMsg
+from log.segments.api import NewMsg, Overhead, Rows
+from log.segments.ipc import run_rows
 
 ROLLUPS = ("", "sub", "all")
 _NO_HDR = 0xFFFF_FFFF  # a header-block length meaning "no header block" (distinct from empty)
@@ -117,6 +118,23 @@ class Run:
 
 
 @dataclass(frozen=True, slots=True)
+class RawRun:
+    """A Run as its log bytes (`decode_deferring_runs`): a follower appends a run of plain
+    publishes to its segment straight from them (`rows`), without a Python object per
+    message, and reads them as `Publish`es (`msgs`) only when they are not plain."""
+
+    data: bytes
+    count: int
+
+    def rows(self, overhead: Overhead) -> Rows | None:
+        return run_rows(self.data, _BATCH_HEAD.size, self.count, overhead)
+
+    @property
+    def msgs(self) -> tuple[Publish, ...]:
+        return _decode_publishes(self.data, _BATCH_HEAD.size, self.count, "run")
+
+
+@dataclass(frozen=True, slots=True)
 class Restored:
     """Rows of a backup restored into a replicated stream (`STREAM.RESTORE` in a cluster),
     with their own seqs and timestamps: what the backup lacks between them is a gap, and
@@ -132,7 +150,19 @@ class Barrier:
     every entry of earlier terms has been applied here."""
 
 
-Entry = Publish | Delete | Remove | Purge | Expire | ConsumerOp | Barrier | Batch | Restored | Run
+Entry = (
+    Publish
+    | Delete
+    | Remove
+    | Purge
+    | Expire
+    | ConsumerOp
+    | Barrier
+    | Batch
+    | Restored
+    | Run
+    | RawRun
+)
 
 
 class EntryDecodeError(ValueError):
@@ -158,6 +188,7 @@ _FAST_HEAD = struct.Struct(">BIQBHII")
 _RESTORED_HEAD = struct.Struct(">BQI")  # kind, through, count; then as a batch
 _LEN = struct.Struct(">I")
 _BARRIER_BYTES = bytes((_BARRIER,))
+_RUN_KIND = bytes((_RUN,))
 
 
 def _text(value: str) -> bytes:
@@ -241,6 +272,15 @@ def decode(data: bytes) -> Entry:
         raise EntryDecodeError(f"unknown stream entry kind {data[0]}") from None
     except (struct.error, UnicodeDecodeError) as exc:
         raise EntryDecodeError(f"malformed stream entry (kind {data[0]}): {exc}") from None
+
+
+def decode_deferring_runs(data: bytes) -> Entry:
+    """As `decode`, except that a Run stays its bytes (`RawRun`) until apply reads it,
+    when the compiled extension can lay its publishes out as a segment batch."""
+    deferred = native is not None and type(data) is bytes and data[:1] == _RUN_KIND
+    if deferred and len(data) >= _BATCH_HEAD.size:
+        return RawRun(data, _BATCH_HEAD.unpack_from(data)[1])
+    return decode(data)
 
 
 def _expect(data: bytes, size: int, kind: str) -> None:
@@ -387,14 +427,16 @@ def pack_run(publishes: list[Publish]) -> list[Entry]:
     return [Run(tuple(publishes))]
 
 
-def unpack_runs(entries: list[Entry]) -> list[Entry]:
-    """`entries` with each Run replaced by the publishes it holds, in order."""
-    if not any(type(e) is Run for e in entries):
+def unpack_runs(entries: list[Entry], *, keep_raw: bool = False) -> list[Entry]:
+    """`entries` with each Run replaced by the publishes it holds, in order; a RawRun
+    too, unless `keep_raw` (its applier takes it whole)."""
+    runs = (Run,) if keep_raw else (Run, RawRun)
+    if not any(type(e) in runs for e in entries):
         return entries
     out: list[Entry] = []
     for entry in entries:
-        if type(entry) is Run:
-            out += entry.msgs
+        if type(entry) in runs:
+            out += entry.msgs  # type: ignore[union-attr]
         else:
             out.append(entry)
     return out

@@ -92,6 +92,20 @@ def msg_size(
     return size
 
 
+class Rows(NamedTuple):
+    """New messages already laid out as one segment batch (`ipc.run_rows`): a follower
+    appends a replicated run without building a `NewMsg` per message."""
+
+    payload: bytes  # the batch's IPC message, numbered from `first`
+    first: int
+    subjects: list[str]  # each message's
+    sizes: bytes  # what each counts for (`msg_size`), native-endian uint64s
+    total: int  # their sum
+    min_ts: int
+    max_ts: int
+    last_ts: int
+
+
 class MsgStore(Protocol):
     overhead: Overhead  # the reference store's byte counting this store follows
     lake_mark: int | None  # rows above it are kept for the lake; None: no lake holds them
@@ -101,6 +115,10 @@ class MsgStore(Protocol):
 
         The write is buffered: it is durable only once `sync()` returns.
         """
+
+    def append_rows(self, rows: Rows) -> None:
+        """As `append`, for messages already laid out; StoreError (nothing written) unless
+        `rows.first` is the next seq."""
 
     def sync(self) -> None:
         """Make every append so far durable. Safe to call from a worker thread."""

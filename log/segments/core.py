@@ -27,7 +27,9 @@ from log.segments.api import (
     FILE_OVERHEAD,
     NewMsg,
     Overhead,
+    Rows,
     StoredMsg,
+    StoreError,
     StoreState,
     SubjectState,
     msg_size,
@@ -140,22 +142,48 @@ class BatchStore(ABC):
         if not msgs:
             return first
         payload = encode_batch(first, msgs)
-        last = first + len(msgs) - 1
         # In Python: compute calls cost more than a group commit's few rows.
         stamps = [m.ts for m in msgs]
         counted = array("Q", [msg_size(m.subject, m.hdr, m.data, self.overhead) for m in msgs])
-        ref = self._write(payload, first, last, len(msgs), min(stamps), max(stamps))
+        subjects = [m.subject for m in msgs]
+        span = (min(stamps), max(stamps), msgs[-1].ts)
+        self._keep(payload, first, subjects, counted, sum(counted), span)
+        return first
+
+    def append_rows(self, rows: Rows) -> None:
+        if rows.first != self._last + 1:
+            raise StoreError(
+                f"stream {self.name}: rows from seq {rows.first}, "
+                f"the store's next is {self._last + 1}"
+            )
+        counted = array("Q")
+        counted.frombytes(rows.sizes)
+        span = (rows.min_ts, rows.max_ts, rows.last_ts)
+        self._keep(rows.payload, rows.first, rows.subjects, counted, rows.total, span)
+
+    def _keep(
+        self,
+        payload: bytes,
+        first: int,
+        subjects: list[str],
+        counted: array,
+        total: int,
+        span: tuple[int, int, int],
+    ) -> None:
+        """Write a batch and index it; `span` is its least, greatest and last timestamp."""
+        min_ts, max_ts, last_ts = span
+        last = first + len(subjects) - 1
+        ref = self._write(payload, first, last, len(subjects), min_ts, max_ts)
         self._counted[ref] = (first, counted)
         if len(self._counted) > _COUNTED_BATCHES:
             self._counted.popitem(last=False)
         self._refs.append(ref)
         self._firsts.append(first)
-        self._subjects.add([m.subject for m in msgs], first)
+        self._subjects.add(subjects, first)
         self._last = last
-        self._last_ts = msgs[-1].ts
-        self._msgs += len(msgs)
-        self._bytes += sum(counted)
-        return first
+        self._last_ts = last_ts
+        self._msgs += len(subjects)
+        self._bytes += total
 
     def remove(self, seq: int, *, explicit: bool = False) -> bool:
         if not self._unindex(seq):

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from ingest.parser.fast import native
-from log.segments.api import NewMsg
+from log.segments.api import NewMsg, Overhead, Rows
 from log.segments.schema import SCHEMA, TS_TYPE, u64
 
 log = logging.getLogger("jetlake.segments")
@@ -151,3 +151,13 @@ def encode_batch(first_seq: int, msgs: Sequence[NewMsg]) -> bytes:
                 return encoded
         return _encode(first_seq, msgs)
     return arrow_batch(first_seq, msgs).serialize().to_pybytes()
+
+
+def run_rows(entry: bytes, at: int, count: int, overhead: Overhead) -> Rows | None:
+    """The `count` publishes of a replicated run's log entry from byte `at`, as a batch
+    written straight from those bytes (native/src/entries.rs), sizes counted by `overhead`;
+    None without the extension or when they are not all plain (see `run_rows` there)."""
+    if not FAST or native is None:
+        return None
+    found = native.run_rows(entry, at, count, _META, _LAYOUT, overhead)
+    return None if found is None else Rows(*found)

@@ -4,7 +4,9 @@
 //! replicated message once; in Python that was a fifth of a follower's loop thread.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+
+use crate::ipc::{message, Row};
 
 const PUBLISH: u8 = 1;
 const NO_HDR: u32 = 0xFFFF_FFFF;
@@ -34,53 +36,44 @@ pub fn decode_publishes<'py>(
     publish: &Bound<'py, PyAny>,
     rollups: &Bound<'py, PyTuple>,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-    let buf = data.as_bytes();
-    let mut at = at;
-    let mut out = Vec::with_capacity(count.min(buf.len() / PUB_HEAD + 1));
-    for _ in 0..count {
-        let Some(size) = u32_at(buf, at) else {
-            return Ok(None);
-        };
-        at += 4;
-        let end = at + size as usize;
-        if end > buf.len() {
-            return Ok(None);
-        }
-        match one(py, &buf[at..end], new_msg, publish, rollups)? {
-            Some(entry) => out.push(entry),
-            None => return Ok(None),
-        }
-        at = end;
-    }
-    if at != buf.len() {
+    let Some(parsed) = parse_all(data.as_bytes(), at, count) else {
+        return Ok(None);
+    };
+    if parsed.iter().any(|p| p.rollup >= rollups.len()) {
         return Ok(None);
     }
+    let out = parsed
+        .iter()
+        .map(|p| one(py, p, new_msg, publish, rollups))
+        .collect::<PyResult<Vec<_>>>()?;
     Ok(Some(PyTuple::new(py, out)?))
 }
 
-fn one<'py>(
-    py: Python<'py>,
-    b: &[u8],
-    new_msg: &Bound<'py, PyAny>,
-    publish: &Bound<'py, PyAny>,
-    rollups: &Bound<'py, PyTuple>,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
+/// One publish's fields as its bytes lay them out.
+struct Parsed<'a> {
+    seq: u64,
+    ts: i64,
+    ttl: i64,
+    rollup: usize,
+    subject: &'a str,
+    hdr: Option<&'a [u8]>,
+    body: &'a [u8],
+    msg_id: &'a str,
+}
+
+/// The publish in `b`; None when it is not exactly one or a string is not UTF-8.
+fn parse(b: &[u8]) -> Option<Parsed<'_>> {
     if b.len() < PUB_HEAD || b[0] != PUBLISH {
-        return Ok(None);
+        return None;
     }
-    let (Some(seq), Some(ts), Some(ttl)) = (u64_at(b, 1), u64_at(b, 9), u64_at(b, 17)) else {
-        return Ok(None);
-    };
-    let rollup = b[25] as usize;
-    let lengths = (u32_at(b, 26), u32_at(b, 30), u32_at(b, 34), u32_at(b, 38));
-    let (Some(n_subject), Some(n_hdr), Some(n_data), Some(n_id)) = lengths else {
-        return Ok(None);
-    };
+    let (seq, ts, ttl) = (u64_at(b, 1)?, u64_at(b, 9)?, u64_at(b, 17)?);
+    let (n_subject, n_hdr) = (u32_at(b, 26)?, u32_at(b, 30)?);
+    let (n_data, n_id) = (u32_at(b, 34)? as usize, u32_at(b, 38)? as usize);
     let has_hdr = n_hdr != NO_HDR;
     let n_hdr = if has_hdr { n_hdr as usize } else { 0 };
-    let (n_subject, n_data, n_id) = (n_subject as usize, n_data as usize, n_id as usize);
-    if PUB_HEAD + n_subject + n_hdr + n_data + n_id != b.len() || rollup >= rollups.len() {
-        return Ok(None);
+    let n_subject = n_subject as usize;
+    if PUB_HEAD + n_subject + n_hdr + n_data + n_id != b.len() {
+        return None;
     }
     let mut at = PUB_HEAD;
     let mut next = |n: usize| {
@@ -89,27 +82,137 @@ fn one<'py>(
         part
     };
     let (subject, hdr, body, msg_id) = (next(n_subject), next(n_hdr), next(n_data), next(n_id));
-    let (Ok(subject), Ok(msg_id)) = (std::str::from_utf8(subject), std::str::from_utf8(msg_id))
-    else {
-        return Ok(None);
-    };
-    let hdr = if has_hdr {
-        PyBytes::new(py, hdr).into_any()
-    } else {
-        py.None().into_bound(py)
+    Some(Parsed {
+        seq,
+        ts: ts as i64,
+        ttl: ttl as i64,
+        rollup: b[25] as usize,
+        subject: std::str::from_utf8(subject).ok()?,
+        hdr: has_hdr.then_some(hdr),
+        body,
+        msg_id: std::str::from_utf8(msg_id).ok()?,
+    })
+}
+
+/// The `count` length-prefixed publishes from `at` to the end of `buf`, each parsed;
+/// None as for `decode_publishes`.
+fn parse_all(buf: &[u8], at: usize, count: usize) -> Option<Vec<Parsed<'_>>> {
+    let mut at = at;
+    let mut out = Vec::with_capacity(count.min(buf.len() / PUB_HEAD + 1));
+    for _ in 0..count {
+        let size = u32_at(buf, at)? as usize;
+        at += 4;
+        out.push(parse(buf.get(at..at + size)?)?);
+        at += size;
+    }
+    (at == buf.len()).then_some(out)
+}
+
+fn one<'py>(
+    py: Python<'py>,
+    p: &Parsed<'_>,
+    new_msg: &Bound<'py, PyAny>,
+    publish: &Bound<'py, PyAny>,
+    rollups: &Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let hdr = match p.hdr {
+        Some(hdr) => PyBytes::new(py, hdr).into_any(),
+        None => py.None().into_bound(py),
     };
     let msg = new_msg.call1((
-        PyString::new(py, subject),
+        PyString::new(py, p.subject),
         hdr,
-        PyBytes::new(py, body),
-        ts as i64,
+        PyBytes::new(py, p.body),
+        p.ts,
     ))?;
-    let entry = publish.call1((
+    publish.call1((
         msg,
-        seq,
-        rollups.get_item(rollup)?,
-        ttl as i64,
-        PyString::new(py, msg_id),
-    ))?;
-    Ok(Some(entry))
+        p.seq,
+        rollups.get_item(p.rollup)?,
+        p.ttl,
+        PyString::new(py, p.msg_id),
+    ))
+}
+
+/// A plain Run's messages as a segment batch, read straight from the entry's bytes: the
+/// IPC message (`ipc::message`), the first seq, each message's subject (one `str` for a
+/// subject repeated back to back), the bytes each counts for (`msg_size` with the store's
+/// `overhead`: base, with headers) as native u64s and their sum, and the least, greatest
+/// and last timestamps. None when the publishes are not all plain (a msg id, a rollup, a
+/// TTL, seqs that do not follow one another) or not exactly what `decode_publishes` reads:
+/// those are applied from their `Publish`es.
+#[pyfunction]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn run_rows<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyBytes>,
+    at: usize,
+    count: usize,
+    meta: &[u8],
+    layout: (usize, usize, usize, usize),
+    overhead: (u64, u64),
+) -> PyResult<
+    Option<(
+        Bound<'py, PyBytes>,
+        u64,
+        Bound<'py, PyList>,
+        Bound<'py, PyBytes>,
+        u64,
+        i64,
+        i64,
+        i64,
+    )>,
+> {
+    let Some(parsed) = parse_all(data.as_bytes(), at, count) else {
+        return Ok(None);
+    };
+    let Some(first) = parsed.first() else {
+        return Ok(None);
+    };
+    let first_seq = first.seq;
+    let plain = parsed.iter().enumerate().all(|(i, p)| {
+        p.rollup == 0
+            && p.ttl == 0
+            && p.msg_id.is_empty()
+            && Some(p.seq) == first_seq.checked_add(i as u64)
+    });
+    if !plain {
+        return Ok(None);
+    }
+    let rows: Vec<Row<'_>> = parsed
+        .iter()
+        .map(|p| (p.subject.as_bytes(), p.hdr, p.body, p.ts))
+        .collect();
+    let payload = message(py, meta, layout, first_seq, &rows)?;
+    let subjects = PyList::empty(py);
+    let mut sizes = Vec::with_capacity(8 * parsed.len());
+    let mut total: u64 = 0;
+    let mut last: Option<(&str, Bound<'py, PyString>)> = None;
+    for p in &parsed {
+        let name = match &last {
+            Some((text, name)) if *text == p.subject => name.clone(),
+            _ => PyString::new(py, p.subject),
+        };
+        subjects.append(&name)?;
+        last = Some((p.subject, name));
+        let mut size = overhead.0 + (p.subject.len() + p.body.len()) as u64;
+        if let Some(hdr) = p.hdr.filter(|h| !h.is_empty()) {
+            size += overhead.1 + hdr.len() as u64;
+        }
+        total += size;
+        sizes.extend_from_slice(&size.to_ne_bytes());
+    }
+    let min_ts = parsed.iter().map(|p| p.ts).min().unwrap_or(0);
+    let max_ts = parsed.iter().map(|p| p.ts).max().unwrap_or(0);
+    let last_ts = parsed.last().map_or(0, |p| p.ts);
+    Ok(Some((
+        payload,
+        first_seq,
+        subjects,
+        PyBytes::new(py, &sizes),
+        total,
+        min_ts,
+        max_ts,
+        last_ts,
+    )))
 }

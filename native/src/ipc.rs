@@ -17,7 +17,7 @@ type Fields<'py> = (
     i64,
 );
 /// The same, borrowed as bytes.
-type Row<'a> = (&'a [u8], Option<&'a [u8]>, &'a [u8], i64);
+pub type Row<'a> = (&'a [u8], Option<&'a [u8]>, &'a [u8], i64);
 
 /// The body under construction and the (offset, length) of each of its buffers.
 struct Body {
@@ -126,6 +126,18 @@ pub fn encode_batch<'py>(
         let hdr = hdr.as_ref().map(|h| h.as_bytes());
         rows.push((subject.to_str()?.as_bytes(), hdr, data.as_bytes(), *ts));
     }
+    message(py, meta, at, first_seq, &rows).map(Some)
+}
+
+/// The IPC message of `rows` numbered from `first_seq` (see `encode_batch`); also what a
+/// follower writes for a Run's rows read straight from its log bytes (`entries::run_rows`).
+pub fn message<'py>(
+    py: Python<'py>,
+    meta: &[u8],
+    at: (usize, usize, usize, usize),
+    first_seq: u64,
+    rows: &[Row<'_>],
+) -> PyResult<Bound<'py, PyBytes>> {
     let n = rows.len();
     first_seq
         .checked_add((n as u64).saturating_sub(1))
@@ -145,7 +157,7 @@ pub fn encode_batch<'py>(
     body.close(start);
     body.none();
     let start = body.bytes.len();
-    for r in &rows {
+    for r in rows {
         body.bytes.extend_from_slice(&r.3.to_le_bytes());
     }
     body.close(start);
@@ -178,5 +190,5 @@ pub fn encode_batch<'py>(
         out[head.len()..].copy_from_slice(&body.bytes);
         Ok(())
     })?;
-    Ok(Some(out))
+    Ok(out)
 }

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from log.segments.api import NewMsg
+from log.segments.api import FILE_OVERHEAD, MEMORY_OVERHEAD, NewMsg, Overhead, msg_size
+from log.segments.ipc import encode_batch
 from log.stream_entries import (
     _BATCH_HEAD,
     ROLLUPS,
@@ -20,11 +21,13 @@ from log.stream_entries import (
     FastMark,
     Publish,
     Purge,
+    RawRun,
     Remove,
     Restored,
     Run,
     _read_publishes,
     decode,
+    decode_deferring_runs,
     encode,
     pack_run,
     unpack_runs,
@@ -160,3 +163,56 @@ def _compiled(raw: bytes, count: int) -> tuple[Publish, ...] | None:
         raw, _BATCH_HEAD.size, count, NewMsg, Publish, ROLLUPS
     )
     return found
+
+
+plain_msgs = st.lists(
+    st.builds(NewMsg, text, st.none() | st.binary(max_size=50), st.binary(max_size=90), i64),
+    min_size=1,
+    max_size=6,
+)
+
+
+@given(plain_msgs, st.integers(1, 2**40), st.sampled_from([FILE_OVERHEAD, MEMORY_OVERHEAD]))
+def test_a_plain_run_becomes_the_batch_its_publishes_would(
+    msgs: list[NewMsg], first: int, overhead: Overhead
+) -> None:
+    """A follower's RawRun laid out from its bytes is what the store makes of its messages:
+    the same IPC bytes, subjects, counted sizes and timestamps."""
+    run = Run(tuple(Publish(m, first + i) for i, m in enumerate(msgs)))
+    raw = decode_deferring_runs(encode(run))
+    assert type(raw) is RawRun and raw.msgs == run.msgs
+    rows = raw.rows(overhead)
+    assert rows is not None
+    sizes = [msg_size(m.subject, m.hdr, m.data, overhead) for m in msgs]
+    assert rows.payload == encode_batch(first, msgs)
+    assert rows.first == first and rows.subjects == [m.subject for m in msgs]
+    assert list(memoryview(rows.sizes).cast("Q")) == sizes and rows.total == sum(sizes)
+    stamps = [m.ts for m in msgs]
+    assert (rows.min_ts, rows.max_ts, rows.last_ts) == (min(stamps), max(stamps), stamps[-1])
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"msg_id": "m"},
+        {"rollup": "sub"},
+        {"ttl": 5},
+        {"seq": 9},  # not the next after the first
+    ],
+)
+def test_a_run_that_is_not_plain_is_read_as_its_publishes(change: dict[str, object]) -> None:
+    first = Publish(NewMsg("a", None, b"1", 1), 3)
+    second = Publish(NewMsg("a", None, b"2", 2), 4)._replace(**change)
+    raw = decode_deferring_runs(encode(Run((first, second))))
+    assert type(raw) is RawRun
+    assert raw.rows(FILE_OVERHEAD) is None
+    assert raw.msgs == (first, second)
+
+
+def test_a_deferred_run_that_is_malformed_names_what_is_wrong() -> None:
+    raw = decode_deferring_runs(encode(Run((Publish(NewMsg("a", None, b"1", 1), 3),) * 2))[:-1])
+    assert type(raw) is RawRun and raw.rows(FILE_OVERHEAD) is None
+    with pytest.raises(EntryDecodeError, match="run entry"):
+        raw.msgs  # noqa: B018
+    with pytest.raises(EntryDecodeError, match="kind 11"):
+        decode_deferring_runs(bytes((11, 0)))  # too short for its count

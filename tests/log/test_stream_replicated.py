@@ -21,9 +21,10 @@ from log.config import from_request
 from log.raft_group import RaftGroup
 from log.replication import ReplicationGroup, SingleNodeGroup
 from log.segments.api import MEMORY_OVERHEAD, MsgStore, NewMsg, StoreError, msg_size
+from log.segments.filestore import FileStore
 from log.segments.memstore import MemoryStore
 from log.stream import Stream, StreamNotLeaderError
-from log.stream_entries import Entry, Publish, decode, encode
+from log.stream_entries import Entry, Publish, RawRun, Run, decode_deferring_runs, encode
 from log.timefmt import now_ns
 from tests.consensus.cluster import Cluster, until
 from tests.log.raft_members import NodeFactory, raft_members
@@ -52,7 +53,9 @@ def member(n: NodeId, node: NodeFactory, ops: dict[NodeId, list[tuple[str, bytes
     rafts: list[RaftGroup[Entry]] = []
 
     def group(apply: Callable[[list[Entry]], None], _: object) -> RaftGroup[Entry]:
-        rafts.append(RaftGroup(apply, node, encode=encode, decode=decode, name=f"s on {n}"))
+        rafts.append(
+            RaftGroup(apply, node, encode=encode, decode=decode_deferring_runs, name=f"s on {n}")
+        )
         return rafts[0]
 
     stream = Stream(
@@ -306,6 +309,31 @@ async def test_applying_the_log_again_changes_nothing(history: tuple[Stream, lis
     await until(lambda: restarted.accepting, "the restarted member accepts")
     assert restarted.last_seq == source.last_seq
     assert (await pub(restarted, "s.x", Nats_Msg_Id="m9"))["duplicate"] is True
+
+
+async def test_a_follower_appends_runs_from_their_bytes_as_their_publishes(
+    history: tuple[Stream, list[Entry]], tmp_path: Path
+) -> None:
+    """Runs as a follower reads them (RawRun: a plain run's batch straight from its bytes)
+    leave the store the leader's Runs leave, in memory and in files, replayed too."""
+    _, log = history
+    raw = [decode_deferring_runs(encode(e)) if type(e) is Run else e for e in log]
+    runs = [e for e in raw if type(e) is RawRun]
+    assert runs and all(e.rows(MEMORY_OVERHEAD) is not None for e in runs)
+    for kind, make in (("memory", MemoryStore), ("file", FileStore)):
+        stores = []
+        for entries in (log, raw, raw):
+            store = (
+                make(tmp_path / f"{kind}{len(stores)}", name="r")
+                if kind == "file"
+                else make(name="r")
+            )
+            stream, apply = replica(store)
+            apply(entries)
+            if len(stores) == 2:
+                apply(raw)  # a replay: the store holds them, the run is read as its publishes
+            stores.append(dump(stream.store))
+        assert stores[1] == stores[0] and stores[2] == stores[0], kind
 
 
 async def test_a_store_that_lost_its_tail_gets_it_back_but_a_gap_raises(

@@ -429,7 +429,7 @@ class JetStreamCluster:
                     snapshot_entries=SNAPSHOT_ENTRIES,
                 ),
                 encode=stream_entries.encode,
-                decode=stream_entries.decode,
+                decode=stream_entries.decode_deferring_runs,
                 name=f"stream '{sa.account} > {sa.name}'",
             )
             holder.append(raft)
