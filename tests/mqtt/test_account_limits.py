@@ -1,11 +1,13 @@
 """An account's `max_connections` counts its MQTT clients with its NATS clients, on both
 servers: an MQTT CONNECT past the limit is closed without a CONNACK (the reference's
-refusal closes the socket first) and logged as the reference logs it, a NATS client is
-refused while MQTT clients hold the places, and a place comes back when one leaves."""
+refusal closes the socket first), logged as the reference logs it and reported by the
+account's DISCONNECT event alone; a NATS client is refused while MQTT clients hold the
+places, and a place comes back when one leaves."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,12 @@ accounts {{
   APP {{
     jetstream: enabled, limits: {{ max_connections: 2 }}, users: [{{user: app, password: pw}}]
   }}
+  ONE {{
+    jetstream: enabled, limits: {{ max_connections: 1 }}, users: [{{user: one, password: pw}}]
+  }}
+  SYS {{ users: [{{user: sys, password: pw}}] }}
 }}
+system_account: SYS
 mqtt {{ port: -1 }}
 """
 
@@ -45,10 +52,10 @@ def _device(server: MQTTServer, client_id: str) -> aiomqtt.Client:
     )  # fmt: skip
 
 
-async def _refused_mqtt(server: MQTTServer, client_id: str) -> None:
+async def _refused_mqtt(server: MQTTServer, client_id: str, user: str = "app") -> None:
     raw = await RawMQTT.open(server)
     try:
-        raw.send(mqtt.Connect(client_id, True, 0, None, "app", b"pw"))
+        raw.send(mqtt.Connect(client_id, True, 0, None, user, b"pw"))
         assert await raw.packet() is None  # closed, no CONNACK
     finally:
         raw.close()
@@ -84,3 +91,34 @@ async def test_mqtt_clients_count_against_max_connections(server: MQTTServer) ->
             await asyncio.sleep(0.05)
     async with _device(server, "lim-d"):
         await nc.close()
+
+
+async def test_a_refused_mqtt_client_is_reported_as_it_ends(server: MQTTServer) -> None:
+    """As a refused NATS client: no CONNECT event, a DISCONNECT naming its client id."""
+    sys_nc = await nats.connect(server.process.url, user="sys", password="pw")
+    try:
+        events = await sys_nc.subscribe("$SYS.ACCOUNT.ONE.*")
+        await sys_nc.flush()
+        device = aiomqtt.Client(
+            "127.0.0.1", server.mqtt_port, identifier="one-a", username="one", password="pw",
+            timeout=TIMEOUT,
+        )  # fmt: skip
+        async with device:
+            await _refused_mqtt(server, "one-b", "one")
+            seen = []
+            while not seen or seen[-1]["subject"] != "$SYS.ACCOUNT.ONE.DISCONNECT":
+                msg = await events.next_msg(TIMEOUT)
+                seen.append(json.loads(msg.data) | {"subject": msg.subject})
+        ends = [(e["subject"], e["client"]["client_id"]) for e in seen]
+        assert ends == [
+            ("$SYS.ACCOUNT.ONE.CONNECT", "one-a"),
+            ("$SYS.ACCOUNT.ONE.DISCONNECT", "one-b"),
+        ]
+        gone = seen[-1]
+        assert gone["reason"] == "Maximum Account Connections Exceeded"
+        assert (gone["client"]["client_type"], gone["client"]["user"]) == ("mqtt", "one")
+        assert (gone["sent"], gone["received"]) == ({"msgs": 0, "bytes": 0},) * 2
+        assert list(gone["client"]) == ["start", "host", "id", "acc", "user", "stop", "name_tag",
+                                        "kind", "client_type", "client_id"]  # fmt: skip
+    finally:
+        await sys_nc.close()

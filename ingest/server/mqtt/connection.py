@@ -288,6 +288,8 @@ class MQTTConnection(Closing, asyncio.Protocol):
                   self.grant.user)  # fmt: skip
         log.error('%s:%d - mid:%d - "%s" - unable to connect: authentication error', *peer)
         self.close("Maximum Account Connections Exceeded")
+        for hook in self.server.accounts.on_disconnect:  # refused: reported as it ends
+            hook(self)
 
     def _on_publish(self, packet: mqtt.Publish) -> None:
         if packet.qos == 2 and self.listener.config.reject_qos2_publish:
