@@ -317,6 +317,7 @@ class RaftNode:
                         self._store.release_hold()  # refilled: a restart may vote again
                     await self._maybe_snapshot()
                     self._feed()
+                self._transport.flush()  # what the apply answered, before the loop reads on
                 self._notice_leader()
         except Exception as exc:  # a disk or application failure: this node stops here
             log.exception("%s failed; it stops taking part in its group", self)
@@ -411,9 +412,11 @@ class RaftNode:
             await asyncio.to_thread(store.sync)
         elif ready.entries or ready.hard_state:  # a snapshot was fsynced as it was saved
             SYNCER.request(store, self._delay)
-        send = self._transport.send
-        for msg in ready.messages:
-            send(msg)
+        if ready.messages:
+            send = self._transport.send
+            for msg in ready.messages:
+                send(msg)
+            self._transport.flush()  # before the apply: a peer waits on these, not on it
         if ready.snapshot is not None:
             await self._restore_app(ready.snapshot)
             self._trailing = None  # older than what the leader sent

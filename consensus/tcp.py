@@ -103,9 +103,9 @@ class TcpTransport:
             return
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_soon(self.flush)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         self._flush_scheduled = False
         for peer in self._peers.values():
             if peer.out:

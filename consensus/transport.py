@@ -28,5 +28,11 @@ class Transport(Protocol):
     def send(self, msg: Message) -> None:
         """Best effort, never blocks: dropped if `msg.dst` is unknown, down or too far behind."""
 
+    def flush(self) -> None:
+        """Hand what `send` queued to the OS now, not at the end of the loop's turn.
+
+        A peer waiting on an APPEND or its answer waits for whatever the turn still
+        holds (an apply, other connections' reads) unless the node flushes first."""
+
     async def close(self) -> None:
         """Stop sending and receiving; messages still queued may be lost."""

@@ -38,6 +38,9 @@ class Peers:
     def send(self, msg: Message) -> None:
         self.sent.append(msg)
 
+    def flush(self) -> None:
+        pass
+
     async def close(self) -> None:
         pass
 

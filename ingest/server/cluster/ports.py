@@ -105,6 +105,7 @@ class SystemBus(Protocol):
         *,
         account: Account | None = None,
     ) -> None: ...
+    def flush_dirty(self) -> None: ...
 
 
 class SystemHost(SystemBus, Protocol):

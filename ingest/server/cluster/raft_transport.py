@@ -101,6 +101,11 @@ class RaftRoutes:
             return
         server.publish(inbox(msg.dst), None, None, data, account=server.accounts.system_account)
 
+    def flush(self) -> None:
+        """Write out everything the server queued, the Raft messages among them (and what
+        an apply answered: PubAcks), without waiting for the end of the loop's turn."""
+        self._server.flush_dirty()
+
     def _on_frame(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         try:
             group, msg = unframe(data)
@@ -131,6 +136,9 @@ class GroupTransport:
 
     def send(self, msg: Message) -> None:
         self._routes.send(self._group, msg)
+
+    def flush(self) -> None:
+        self._routes.flush()
 
     async def close(self) -> None:
         self._routes.unregister(self._group)
