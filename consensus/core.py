@@ -225,6 +225,22 @@ class RaftCore(ElectionRole, LeaderRole):
             self._election_elapsed = 0
             self._hup(forced=False)
 
+    def idle_ticks(self) -> int:
+        """How many ticks from now only advance counters: the next one after them may act
+        (a heartbeat, a quorum check, an election). A driver may hold that many back and
+        hand them over late, so an idle group costs no wake-up per tick."""
+        if self._role == Role.LEADER:
+            cfg = self._cfg
+            due = min(
+                cfg.heartbeat_ticks - self._heartbeat_elapsed,
+                cfg.election_ticks - self._election_elapsed,
+            )
+            if self._transferee is not None:
+                due = min(due, cfg.election_ticks - self._transfer_elapsed)
+        else:
+            due = self._timeout - self._election_elapsed
+        return max(due - 1, 0)
+
     def campaign(self) -> None:
         self._hup(forced=False)
 

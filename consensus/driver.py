@@ -34,6 +34,7 @@ from typing import Protocol
 from consensus.commits import OnCommit, notify
 from consensus.core import Config, RaftCore
 from consensus.durability import DEFAULT_SYNC_INTERVAL_NS, SYNCER, sync_delay
+from consensus.ticker import Ticker
 from consensus.transport import Transport
 from consensus.types import (
     ConfChange,
@@ -150,6 +151,7 @@ class RaftNode:
         self._trailing: Snapshot | None = None  # the latest own snapshot, not yet compacted to
         self._inbox: list[Message] = []
         self._ticks = 0
+        self._idle = 0  # ticks the core may be handed late (`RaftCore.idle_ticks`)
         self._proposals: list[bytes] = []
         self._proposal_waiters: list[tuple[int, OnCommit]] = []  # (entries before + own, cb)
         self._pending: list[_Pending] = []  # heap by index: proposals awaiting apply
@@ -163,7 +165,7 @@ class RaftNode:
         self._listeners: list[LeaderListener] = []
         self._leader: tuple[NodeId | None, int] = (None, 0)
         self._wake = asyncio.Event()
-        self._timer: asyncio.TimerHandle | None = None
+        self._ticker: Ticker | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False  # refusing work: closing, or failed
         self._shut = False  # close() ran: transport and store released
@@ -176,7 +178,8 @@ class RaftNode:
         self._transport.set_handler(self._receive)
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name=f"raft {self.id}")
-        self._timer = loop.call_later(self._tick_seconds, self._tick)
+        self._ticker = Ticker.of(loop, self._tick_seconds)
+        self._ticker.join(self)
         self._wake.set()  # a restored node may have committed entries to apply
 
     async def close(self) -> None:
@@ -184,8 +187,7 @@ class RaftNode:
         if self._shut:
             return
         self._shut = self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
+        self._stop_ticking()
         self._wake.set()
         if self._task is not None:
             if self._in_restore:  # it may wait on peers for long: what it did is redone
@@ -294,10 +296,15 @@ class RaftNode:
             self._inbox.append(msg)
             self._wake.set()
 
-    def _tick(self) -> None:
+    def on_tick(self) -> None:
+        """From the loop's `Ticker`: counted, and the loop woken only for a tick that acts."""
         self._ticks += 1
-        self._wake.set()
-        self._timer = asyncio.get_running_loop().call_later(self._tick_seconds, self._tick)
+        if self._ticks > self._idle:
+            self._wake.set()
+
+    def _stop_ticking(self) -> None:
+        if self._ticker is not None:
+            self._ticker.leave(self)
 
     async def _run(self) -> None:
         core = self._core
@@ -323,21 +330,25 @@ class RaftNode:
             log.exception("%s failed; it stops taking part in its group", self)
             self._error = NodeClosedError(f"raft node {self.id} failed: {exc}")
             self._closed = True
-            if self._timer is not None:
-                self._timer.cancel()
+            self._stop_ticking()
             self._fail_all(self._error)
 
     def _feed(self) -> None:
         """Hand the core everything queued since the last Ready.
 
-        The messages go before the ticks: both piled up while the loop waited (a save, a
-        snapshot), and ticks first would have a leader count a quorum lost, or a follower
-        its leader silent, although their answers and heartbeats had arrived."""
+        The messages go before the ticks that act: both piled up while the loop waited (a
+        save, a snapshot), and ticks first would have a leader count a quorum lost, or a
+        follower its leader silent, although their answers and heartbeats had arrived.
+        Ticks held back while idle only advance counters, and they passed before the
+        messages that woke the loop: they go first."""
         core = self._core
         inbox, self._inbox = self._inbox, []
+        early = min(self._ticks, self._idle)
+        for _ in range(early):
+            core.tick()
         for msg in inbox:
             core.step(msg)
-        for _ in range(self._ticks):
+        for _ in range(self._ticks - early):
             core.tick()
         self._ticks = 0
         self._propose_queued()
@@ -357,6 +368,7 @@ class RaftNode:
                 core.campaign() if to is _CAMPAIGN else core.transfer_leadership(to)
             except RaftError as exc:
                 log.info("%s: %s", self, exc)
+        self._idle = core.idle_ticks()
 
     def _propose_changes(self) -> None:
         changes, self._changes = self._changes, []

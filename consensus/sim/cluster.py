@@ -302,6 +302,7 @@ class Cluster:
         assert node.core is not None
         self._clients += 1
         value = make_value(self._clients % 7, self._clients)
+        node.catch_up()
         try:
             node.core.propose([value])
         except RaftError:
@@ -314,6 +315,7 @@ class Cluster:
         assert node.core is not None
         self._clients += 1
         ctx = f"r{self._clients}".encode()
+        node.catch_up()
         try:
             node.core.read_index(ctx)
         except RaftError:
@@ -325,6 +327,7 @@ class Cluster:
         assert leader.core is not None
         voters = sorted(leader.core.conf.voters - {leader.id})
         target = self.rng.choice([*voters, None]) if voters else None
+        leader.catch_up()
         try:
             leader.core.transfer_leadership(target)
         except RaftError:
@@ -359,6 +362,7 @@ class Cluster:
                 change = ConfChange(ConfOp.REMOVE, self.leaving)
         else:
             return
+        leader.catch_up()
         try:
             leader.core.propose_conf_change(change)
         except RaftError:
