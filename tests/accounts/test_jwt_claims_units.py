@@ -108,6 +108,19 @@ def test_unknown_exporter_and_unexported_subject() -> None:
     assert not found and "not exported" in refused[0]
 
 
+def test_an_account_token_position_admits_the_importers_own_subjects() -> None:
+    exporter = _account(
+        EXPORTER, exports=[{"subject": "orders.*", "type": "stream", "account_token_position": 2}]
+    )
+    own, other = f"orders.{_pub(IMPORTER)}", f"orders.{_pub(OTHER)}"
+    found, _, _, refused = _shares(
+        _importer({"subject": own, "type": "stream"}, {"subject": other, "type": "stream"}),
+        exporter,
+    )
+    assert [s.imp.subject for s in found] == [own]
+    assert len(refused) == 1 and other in refused[0]
+
+
 @pytest.mark.parametrize(
     ("token", "served"),
     [

@@ -22,6 +22,10 @@ from ingest.server.accounts.settings import (
 from ingest.server.options import ConfigError, Options, load_config
 
 EXPORTER = 'A { exports [ {stream: "a.>"}, {service: "svc.>", accounts: [B]} ] }\n'
+TOKEN_EXPORTER = (
+    'A { exports [ {stream: "orders.*", account_token_position: 2}\n'
+    '              {service: "q.*.x", account_token_position: 2} ] }\n'
+)
 
 
 def load(tmp_path: Path, text: str) -> Options:
@@ -60,8 +64,8 @@ def test_exports_and_imports_are_read(tmp_path: Path) -> None:
             latency=Latency(sampling=HEADERS_SAMPLING, subject="lat.three"),
         ),
     )
-    assert exports[1].response_type != SINGLETON and exports[0].allows("anyone")
-    assert not exports[1].allows("C")
+    assert exports[1].response_type != SINGLETON and exports[0].allows("anyone", "a.b")
+    assert not exports[1].allows("C", "svc.x")
     assert imports == (
         Import(service=False, account="A", subject="a.>", prefix="p"),
         Import(service=False, account="A", subject="a.x", to="x"),
@@ -145,6 +149,32 @@ def test_limits_are_read(tmp_path: Path) -> None:
             'A { exports [ {service: "a", latency: {sampling: "x", subject: "l"}} ] }',
             'Failed to parse latency sample: strconv.Atoi: parsing "x": invalid syntax',
         ),
+        # account_token_position: the export's token there must be `*`, and an importer
+        # may take only the subjects with its own name there.
+        (
+            'A { exports [ {stream: "orders.x", account_token_position: 2} ] }',
+            'Error adding stream export "orders.x": sublist: invalid subject',
+        ),
+        (
+            'A { exports [ {service: "q.*", account_token_position: 3} ] }',
+            'Error adding service export "q.*": sublist: invalid subject',
+        ),
+        (
+            'A { exports [ {stream: "orders.*", account_token_position: "x"} ] }',
+            "interface conversion: interface {} is string, not int64",
+        ),
+        (
+            TOKEN_EXPORTER + 'C { imports [ {stream: {account: A, subject: "orders.B"}} ] }',
+            'Error adding stream import "orders.B": stream import not authorized',
+        ),
+        (
+            TOKEN_EXPORTER + 'B { imports [ {stream: {account: A, subject: "orders.*"}} ] }',
+            'Error adding stream import "orders.*": stream import not authorized',
+        ),
+        (
+            TOKEN_EXPORTER + 'C { imports [ {service: {account: A, subject: "q.B.x"}} ] }',
+            'Error adding service import "q.B.x": service import not authorized',
+        ),
     ],
 )
 def test_refusals(tmp_path: Path, text: str, message: str) -> None:
@@ -152,6 +182,20 @@ def test_refusals(tmp_path: Path, text: str, message: str) -> None:
         load(tmp_path, "accounts {\n" + text + "\n}\n")
     assert message in str(caught.value)
     assert str(caught.value).startswith(str(tmp_path))
+
+
+def test_an_importer_takes_the_subjects_with_its_name_at_the_token_position(
+    tmp_path: Path,
+) -> None:
+    opts = load(
+        tmp_path,
+        "accounts {\n" + TOKEN_EXPORTER + "B { imports [ {stream: {account: A, subject: "
+        '"orders.B"}}, {service: {account: A, subject: "q.B.x"}} ] }\n}\n',
+    )
+    assert opts.accounts[0].exports[0] == Export(
+        service=False, subject="orders.*", account_token_position=2
+    )
+    assert [imp.subject for imp in opts.accounts[1].imports] == ["orders.B", "q.B.x"]
 
 
 @pytest.mark.parametrize(

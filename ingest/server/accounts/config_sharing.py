@@ -34,7 +34,7 @@ _RESPONSE_TYPES = {
     "chunked": CHUNKED,
 }
 # Export and import keys the reference accepts that change nothing here.
-_EXPORT_IGNORED = ("account_token_position", "advertise", "allow_trace")
+_EXPORT_IGNORED = ("advertise", "allow_trace")
 _IMPORT_IGNORED = ("share", "allow_trace")
 _LIMITS = {
     "max_connections": "max_connections",
@@ -120,6 +120,8 @@ def _export(section: _Reader, field: str, item: Any) -> Export:
         elif lowered == "accounts":
             names = value if isinstance(value, list) else [value]
             values["accounts"] = tuple(str(name) for name in names)
+        elif lowered == "account_token_position":
+            values["account_token_position"] = _position(item, key, value)
         elif lowered not in _EXPORT_IGNORED and key not in item.variables:
             raise _error(item, key, f'unknown field "{key}"')
     if service is None:
@@ -127,6 +129,13 @@ def _export(section: _Reader, field: str, item: Any) -> Export:
     if response is not None:
         values["response_type"] = response[1]
     return Export(service=service, **values)
+
+
+def _position(item: Table, key: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        kind = _go_type(value)
+        raise _error(item, key, f"interface conversion: interface {{}} is {kind}, not int64")
+    return value
 
 
 def _latency(item: Table, key: str, value: Any) -> Latency:
@@ -226,6 +235,11 @@ def check_sharing(top: _Reader, key: str, accounts: tuple[AccountConfig, ...]) -
     the reference refuses the config otherwise, naming the import."""
     by_name = {account.name: account for account in accounts}
     for account in accounts:
+        for export in account.exports:
+            refused = export.token_position_error()
+            if refused is not None:
+                raise top.error(key, refused)
+    for account in accounts:
         for imp in account.imports:
             kind = "service" if imp.service else "stream"
             exporter = by_name.get(imp.account)
@@ -254,7 +268,7 @@ def find_export(exporter: AccountConfig, imp: Import, importer: str) -> Export |
         if (
             export.service == imp.service
             and is_subset(imp.subject, export.subject)
-            and export.allows(importer)
+            and export.allows(importer, imp.subject)
         ):
             return export
     return None

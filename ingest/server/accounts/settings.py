@@ -37,9 +37,26 @@ class Export:
     response_type: str = SINGLETON
     response_threshold: float = DEFAULT_RESPONSE_THRESHOLD
     latency: Latency | None = None
+    # Set (1-based): an importer takes only the subjects with its own name at this token.
+    account_token_position: int = 0
 
-    def allows(self, account: str) -> bool:
+    def allows(self, account: str, subject: str) -> bool:
+        """Whether `account` may import `subject` (a subset of this export's): with a
+        token position the reference checks the importer's name there alone."""
+        at = self.account_token_position
+        if at > 0:
+            tokens = subject.split(".")
+            return at <= len(tokens) and tokens[at - 1] == account
         return self.accounts is None or account in self.accounts
+
+    def token_position_error(self) -> str | None:
+        """The reference's refusal of a token position that is not a `*` of the subject."""
+        at = self.account_token_position
+        tokens = self.subject.split(".")
+        if at < 0 or (at > 0 and (at > len(tokens) or tokens[at - 1] != "*")):
+            kind = "service" if self.service else "stream"
+            return f'Error adding {kind} export "{self.subject}": sublist: invalid subject'
+        return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -82,6 +82,9 @@ def _exports(account: Claims) -> list[_JWTExport]:
                 sampling=sampling if isinstance(sampling, int) else HEADERS_SAMPLING,
                 subject=latency["results"],
             )
+        position = doc.get("account_token_position")
+        if isinstance(position, int) and position > 0:
+            values["account_token_position"] = position
         revocations = doc.get("revocations")
         found.append(
             _JWTExport(
@@ -199,7 +202,11 @@ def shares(
             None,
         )
         why = "not exported" if export is None else ""
-        if export is not None and export.token_req:
+        if export is not None and export.export.account_token_position:
+            # The reference checks the importer's key at the position alone, no token.
+            if not export.export.allows(importer.subject, item.remote):
+                why = "not the importer's subject at the account token position"
+        elif export is not None and export.token_req:
             try:
                 token = _activation(item, export, exporter, importer.subject)
                 token.check_time(now)

@@ -896,7 +896,13 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "none",
         ),
         K("allow_trace", "boolean", "Accepted; no effect.", "false"),
-        K("account_token_position", "integer", "Accepted; no effect.", "none"),
+        K(
+            "account_token_position",
+            "integer",
+            "Importers may take only the subjects with their own account name at this "
+            "token (1-based), which must be a `*` of the export's subject.",
+            "none",
+        ),
         K("advertise", "boolean", "Accepted; no effect.", "false"),
     ),
     "accounts.NAME.imports": (
