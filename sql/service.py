@@ -73,7 +73,7 @@ from sql.service_info import (
     quiet_query_errors,
     split_hostport,
 )
-from sql.views import quoted, register_views
+from sql.views import file_stats, quoted, register_views
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -125,17 +125,7 @@ class SharedViews:
         the lake aside (a commit adds a log entry); None for a lake in object storage."""
         if self._lake.remote:
             return None
-        found: set[tuple[str, int, int]] = set()
-        for root in {self._store, Path(self._lake.root)}:
-            for folder, _, files in os.walk(root):
-                for name in files:
-                    if name.endswith((".parquet", ".crc")):
-                        continue
-                    path = os.path.join(folder, name)
-                    with contextlib.suppress(FileNotFoundError):  # reclaimed meanwhile
-                        st = os.stat(path)
-                        found.add((path, st.st_size, st.st_mtime_ns))
-        return frozenset(found)
+        return file_stats({self._store, Path(self._lake.root)})
 
     def _rebuild(self) -> None:
         """Every account's views, published, and the wall told which account's views read

@@ -10,7 +10,10 @@ names, a named account's as `<account>.<name>` (`ORDERS` of account A is
 (`layout` keeps accounts' tables apart) and its own live tail.
 
 Views are snapshots (of the tail and of the table) taken at registration:
-call `register_views` again to see newer messages. Other view families plug
+call `register_views` again to see newer messages. A stream none of whose files
+changed since its last registration in the same session (its folder in the
+store, its folder in a local lake) keeps its frames: the SQL service registers
+again at every query, and only the streams written to since pay for it. Other view families plug
 in as more `ViewBuilder`s; the KV and object store views (`sql.bucket_views`)
 and MQTT's (`sql.mqtt_views`) are derived from the stream views, so they come
 after them.
@@ -19,8 +22,10 @@ after them.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -126,8 +131,58 @@ def stream_views(
         return out
     for stream in found:
         if stream.storage == "file":
-            out.update(stream_frames(spark, stream, lake_dir))
+            out.update(_current_frames(spark, stream, lake_dir))
+    for gone in [folder for folder in _KEPT if not folder.exists()]:
+        del _KEPT[gone]
     return out
+
+
+# stream folder -> (the session, the files' fingerprint when its frames were read, the frames)
+_KEPT: dict[Path, tuple[SparkSession, frozenset[tuple[str, int, int]], dict[str, DataFrame]]] = {}
+
+
+def _current_frames(spark: SparkSession, stream: StreamRef, lake_dir: Lake) -> dict[str, DataFrame]:
+    """`stream_frames`, or the frames read last time while none of the stream's files changed.
+
+    Exact: the fingerprint is taken before the files are read, so a write during
+    the read shows as a change next time, and the frames are read again."""
+    seen = stream_fingerprint(stream, lake_dir)
+    kept = _KEPT.get(stream.dir)
+    if seen is not None and kept is not None and kept[0] is spark and kept[1] == seen:
+        return kept[2]
+    frames = stream_frames(spark, stream, lake_dir)
+    if seen is None:
+        _KEPT.pop(stream.dir, None)
+    else:
+        _KEPT[stream.dir] = (spark, seen, frames)
+    return frames
+
+
+def stream_fingerprint(stream: StreamRef, lake: Lake) -> frozenset[tuple[str, int, int]] | None:
+    """Every file's (path, size, mtime) in the stream's folder and its lake folder (where its
+    typed tables sit beside its table), the lake's data files aside (a commit adds a log
+    entry); None for a lake in object storage, which is listed only by reading its logs."""
+    folders = [stream.dir]
+    if stream.lake_on:
+        if lake.remote:
+            return None
+        folders.append(Path(stream.table_path(lake).uri).parent)
+    return file_stats(folders)
+
+
+def file_stats(roots: Iterable[Path]) -> frozenset[tuple[str, int, int]]:
+    """(path, size, mtime) of every file under `roots`, Parquet data and checksums aside."""
+    found: set[tuple[str, int, int]] = set()
+    for root in roots:
+        for folder, _, files in os.walk(root):
+            for name in files:
+                if name.endswith((".parquet", ".crc")):
+                    continue
+                path = os.path.join(folder, name)
+                with contextlib.suppress(FileNotFoundError):  # reclaimed meanwhile
+                    st = os.stat(path)
+                    found.add((path, st.st_size, st.st_mtime_ns))
+    return frozenset(found)
 
 
 DEFAULT_BUILDERS: tuple[ViewBuilder, ...] = (stream_views, bucket_views, mqtt_views)
