@@ -7,11 +7,14 @@ one inbox in the system account, `$NRG.<digest of its server name>`; a
 message for peer P is published to P's inbox, with the group's name in front
 of the encoded Raft message. Routing does the rest: one hop over the route to
 P, dropped when no route reaches P (a partition), which is what Raft expects
-of a transport (`consensus.transport`).
+of a transport (`consensus.transport`). The heartbeats (and their answers)
+that all groups send to P in one turn of the event loop go as one message
+(`raft_batch`); the rest goes at once, as a batch of one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import logging
@@ -21,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from consensus import codec
 from consensus.transport import Handler
-from consensus.types import Message, NodeId
+from consensus.types import Message, MessageType, NodeId
+from ingest.server.cluster.raft_batch import Outbox, pack, unpack
 
 if TYPE_CHECKING:
     from ingest.server.cluster.ports import SystemBus
@@ -30,6 +34,9 @@ log = logging.getLogger("jetlake.raft")
 
 INBOX_PREFIX = "$NRG."
 _NAME_LEN = struct.Struct(">H")
+# Liveness and commit news, every tick of every group: gathered per peer for a turn.
+# Raft takes them reordered against the APPENDs that go at once.
+GATHERED = frozenset((MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP))
 
 
 def inbox(server_name: str) -> str:
@@ -63,6 +70,8 @@ class RaftRoutes:
         self._server = server
         self._handlers: dict[str, Handler] = {}
         self._sub: object | None = None
+        self._outbox = Outbox()
+        self._inboxes: dict[NodeId, str] = {}  # peer -> its inbox subject
         self.dropped = 0  # frames for groups this server does not run (deleted, not yet made)
         self.heard: dict[tuple[str, NodeId], int] = {}  # (group, peer) -> monotonic ns
 
@@ -93,13 +102,28 @@ class RaftRoutes:
         self._handlers.pop(group, None)
 
     def send(self, group: str, msg: Message) -> None:
-        server = self._server
         try:
             data = frame(group, msg)
         except codec.CodecError as exc:
             log.error("Raft group %s: cannot send to %s: %s", group, msg.dst, exc)
             return
-        server.publish(inbox(msg.dst), None, None, data, account=server.accounts.system_account)
+        if msg.type not in GATHERED:
+            self._publish(msg.dst, pack([data]))
+            return
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._send_gathered)
+        self._outbox.add(msg.dst, data)
+
+    def _send_gathered(self) -> None:
+        for peer, payload in self._outbox.take():
+            self._publish(peer, payload)
+
+    def _publish(self, peer: NodeId, payload: bytes) -> None:
+        subject = self._inboxes.get(peer)
+        if subject is None:
+            subject = self._inboxes[peer] = inbox(peer)
+        server = self._server
+        server.publish(subject, None, None, payload, account=server.accounts.system_account)
 
     def flush(self) -> None:
         """Write out everything the server queued, the Raft messages among them (and what
@@ -108,16 +132,23 @@ class RaftRoutes:
 
     def _on_frame(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         try:
-            group, msg = unframe(data)
+            frames = unpack(data)
         except codec.CodecError as exc:
-            log.warning("Raft frame on %s dropped: %s", subject, exc)
+            log.warning("Raft frames on %s dropped: %s", subject, exc)
             return
-        handler = self._handlers.get(group)
-        if handler is None or msg.dst != self.me:
-            self.dropped += 1
-            return
-        self.heard[(group, msg.src)] = time.monotonic_ns()
-        handler(msg)
+        now = time.monotonic_ns()
+        for one in frames:
+            try:
+                group, msg = unframe(one)
+            except codec.CodecError as exc:
+                log.warning("Raft frame on %s dropped: %s", subject, exc)
+                continue
+            handler = self._handlers.get(group)
+            if handler is None or msg.dst != self.me:
+                self.dropped += 1
+                continue
+            self.heard[(group, msg.src)] = now
+            handler(msg)
 
 
 class GroupTransport:
