@@ -8,15 +8,16 @@ Delta; then the count by subject is asked through each door, the service warm
 (``WARM_QUERIES`` untimed queries first through each), median of ``QUERY_RUNS``:
 
 - `jetlake sql` as a user types it: a new process each time, which finds the
-  service from the store and asks it over Spark Connect (imports included);
+  service from the store and asks it through its NATS door (imports included);
 - a Spark Connect client session (`SparkSession.builder.remote`), opened once;
 - SQL over NATS from nats-py (`sql.nats_client`): Arrow chunks, each acked.
 
 Every answer must be the right one. Then the exactness probe: ``PROBES`` times,
 publish a message, wait for its PubAck, and ask (SQL over NATS) for its seq:
 the share of probes whose row was in the result, which must be 100 %. Each
-query waits for a view rebuild (the store changed since the last), about a
-second on a loaded two-core machine, so ``PROBERS`` probes run side by side.
+query waits for a rebuild of the probed stream's view (its files changed since the
+last), several tenths of a second on a loaded two-core machine, so ``PROBERS``
+probes run side by side.
 
 The reference reaches the count by replaying the stream with nats-py's ordered
 consumer (`lake.history_replay`), which sets each door's figure against it.
