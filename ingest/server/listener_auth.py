@@ -44,6 +44,12 @@ def listener_authenticator(server: Any, block: Any) -> Authenticator:
     )
 
 
+def server_users(opts: Any) -> tuple[Any, ...]:
+    """The top level's users and every account block's: the reference counts them all
+    as the server's users when it judges a `no_auth_user` or a listener's credentials."""
+    return opts.users + tuple(user for account in opts.accounts for user in account.users)
+
+
 def check_no_auth_user(no_auth_user: str | None, users: tuple[Any, ...]) -> None:
     """The reference refuses to start with a `no_auth_user` that names none of `users`."""
     if no_auth_user is None:

@@ -32,7 +32,7 @@ from ingest.server.config_file import apply_table, bind_port, blank_fields, moni
 from ingest.server.flags import FlagError, parse_flags
 from ingest.server.gofmt import go_duration
 from ingest.server.leafnode.config_section import check_leafnode_accounts
-from ingest.server.listener_auth import check_no_auth_user
+from ingest.server.listener_auth import check_no_auth_user, server_users
 from ingest.server.mqtt.validate import check_mqtt_options
 from ingest.server.settings import (
     JetStreamConfig,
@@ -239,9 +239,7 @@ def validate_options(opts: Options) -> None:
         check_operator_mode(opts)
     else:
         _check_accounts(opts)
-    check_no_auth_user(
-        opts.no_auth_user, opts.users + tuple(u for a in opts.accounts for u in a.users)
-    )
+    check_no_auth_user(opts.no_auth_user, server_users(opts))
     check_mqtt_options(opts)
     check_leafnode_accounts(opts)
     check_websocket_options(opts)

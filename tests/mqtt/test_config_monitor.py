@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.server.options import load_config
+from ingest.server.options import ConfigError, load_config, validate_options
 from ingest.server.settings import MQTTConfig
 from tests.mqtt.conftest import Connect, StartMQTT, next_message
 from tests.support.http import get_json
@@ -36,6 +36,12 @@ from tests.support.tls import make_pki
             ["-js"],
             "mqtt authentication username not compatible with presence of users/nkeys",
         ),
+        (  # an account's users count as the server's
+            "accounts { A { users: [{user: a, password: b}] } }\n"
+            "mqtt { port: -1, authorization { username: x, password: y } }\n",
+            ["-js"],
+            "mqtt authentication username not compatible with presence of users/nkeys",
+        ),
     ],
 )
 def test_config_errors(
@@ -47,6 +53,29 @@ def test_config_errors(
     done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
     assert done.returncode == 1
     assert message in done.stderr
+
+
+def test_no_auth_user_may_name_an_accounts_user(tmp_path: Path) -> None:
+    """Pure: as the top level's, mqtt's and websocket's no_auth_user may name a user of
+    an account block (the reference starts; the anonymous MQTT client lands in APP)."""
+    conf = tmp_path / "server.conf"
+    conf.write_text(
+        'jetstream { store_dir: "js" }\n'
+        "accounts { APP { jetstream: enabled, users: [{user: app, password: pw}] } }\n"
+        "mqtt { port: -1, no_auth_user: app }\n"
+        "websocket { port: -1, no_tls: true, no_auth_user: app }\n"
+    )
+    opts = load_config(str(conf))
+    validate_options(opts)  # as at start
+    assert opts.mqtt is not None and opts.mqtt.no_auth_user == "app"
+    assert opts.websocket is not None and opts.websocket.no_auth_user == "app"
+    # A listener's own username beside them is refused, as the reference refuses it.
+    auth = "authorization { username: x, password: y }"
+    conf.write_text(
+        conf.read_text().replace("no_tls: true, no_auth_user: app", f"no_tls: true, {auth}")
+    )
+    with pytest.raises(ConfigError, match="websocket authentication username not compatible"):
+        validate_options(load_config(str(conf)))
 
 
 async def test_varz_mqtt_block(start_mqtt: StartMQTT) -> None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from ingest.parser.conf import ConfigError
-from ingest.server.listener_auth import check_block_credentials, check_no_auth_user
+from ingest.server.listener_auth import (
+    check_block_credentials,
+    check_no_auth_user,
+    server_users,
+)
 from ingest.server.settings import Options
 
 
@@ -14,8 +18,8 @@ def check_mqtt_options(opts: Options) -> None:
         return
     if opts.server_name is None and opts.cluster is not None:
         raise ConfigError("mqtt requires server name to be explicitly set")
-    check_no_auth_user(mqtt.no_auth_user, opts.users)
-    check_block_credentials("mqtt", mqtt, opts.users)
+    check_no_auth_user(mqtt.no_auth_user, server_users(opts))
+    check_block_credentials("mqtt", mqtt, server_users(opts))
     if mqtt.ack_wait < 0:
         raise ConfigError("ack wait must be a positive value")
     if mqtt.js_api_timeout < 0:

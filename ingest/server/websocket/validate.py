@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ingest.parser.conf import ConfigError
-from ingest.server.listener_auth import check_block_credentials, check_no_auth_user
+from ingest.server.listener_auth import check_block_credentials, check_no_auth_user, server_users
 
 
 def check_websocket_options(opts: Any) -> None:
@@ -15,10 +15,8 @@ def check_websocket_options(opts: Any) -> None:
         return
     if ws.tls is None and not ws.no_tls:
         raise ConfigError("websocket requires TLS configuration")
-    check_no_auth_user(
-        ws.no_auth_user, opts.users + tuple(u for account in opts.accounts for u in account.users)
-    )
-    check_block_credentials("websocket", ws, opts.users)
+    check_no_auth_user(ws.no_auth_user, server_users(opts))
+    check_block_credentials("websocket", ws, server_users(opts))
     if ws.jwt_cookie and not opts.operators:
         raise ConfigError(
             "trusted operators or trusted keys configuration is required for JWT "
