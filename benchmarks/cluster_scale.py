@@ -117,8 +117,12 @@ async def _create(js: JetStreamContext, i: int) -> None:
     await _retry(f"stream {_name(i)}", partial(js.add_stream, config))
 
 
-async def _publish(js: JetStreamContext, payload: bytes, i: int) -> None:
-    await _retry(f"publish to {_subject(i)}", partial(js.publish, _subject(i), payload))
+async def _publish(js: JetStreamContext, payload: bytes, round: str, i: int) -> None:
+    """One message to stream ``i``; a retry after a lost PubAck is deduplicated, not stored."""
+    headers = {"Nats-Msg-Id": f"{round}-{i}"}
+    await _retry(
+        f"publish to {_subject(i)}", partial(js.publish, _subject(i), payload, headers=headers)
+    )
 
 
 async def _current(js: JetStreamContext, i: int, peer: str) -> bool:
@@ -176,7 +180,7 @@ async def _phases(
     start = perf_counter()
     await _windowed(range(streams), partial(_create, js))
     create_s = perf_counter() - start
-    await _windowed(range(streams), partial(_publish, js, p.payload))
+    await _windowed(range(streams), partial(_publish, js, p.payload, "first"))
     pids = [n.proc.pid for n in nodes]
     rss_mean, rss_max = _mean_max(tree_rss(pid) / MIB for pid in pids)
     await asyncio.sleep(SETTLE_SECONDS)
@@ -198,7 +202,7 @@ async def _phases(
 async def _restart_one(js: JetStreamContext, node: cluster.Node, p: Params, streams: int) -> float:
     """Stop ``node``, write to every stream without it, start it again: seconds to current."""
     _stop(node.proc)
-    await _windowed(range(streams), partial(_publish, js, p.payload))
+    await _windowed(range(streams), partial(_publish, js, p.payload, "without"))
     log = Path(node.args[node.args.index("-sd") + 1]).with_suffix(".restart.log")
     with log.open("wb") as sink:
         proc = subprocess.Popen(
