@@ -117,9 +117,9 @@ async def _create(js: JetStreamContext, i: int) -> None:
     await _retry(f"stream {_name(i)}", partial(js.add_stream, config))
 
 
-async def _publish(js: JetStreamContext, payload: bytes, round: str, i: int) -> None:
+async def _publish(js: JetStreamContext, payload: bytes, tag: str, i: int) -> None:
     """One message to stream ``i``; a retry after a lost PubAck is deduplicated, not stored."""
-    headers = {"Nats-Msg-Id": f"{round}-{i}"}
+    headers = {"Nats-Msg-Id": f"{tag}-{i}"}
     await _retry(
         f"publish to {_subject(i)}", partial(js.publish, _subject(i), payload, headers=headers)
     )
