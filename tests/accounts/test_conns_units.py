@@ -5,14 +5,18 @@ ends when counts crossing at once put the account over, peers whose route is gon
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, cast
+
+import pytest
 
 from ingest.server.accounts import limits
 from ingest.server.accounts.conns import ClusterConns
 from ingest.server.accounts.registry import Account
 from ingest.server.accounts.settings import AccountLimits
+from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.sublist import Sublist
 
 
@@ -93,3 +97,24 @@ def test_peers_leafnodes_bound_max_leafnodes() -> None:
     assert limits.leafnode_allowed(server, account, 0)
     conns._on_event("", None, None, event("P1", 0, leafnodes=0))
     assert limits.leafnode_allowed(server, account, 1)
+
+
+def test_an_mqtt_client_ended_over_the_limit_is_logged_once_with_its_client_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The reference logs one line, in the MQTT client's own words (`mid:`, its client
+    id), where the count and the MQTT connection each logged one."""
+    conns, account, clients, _ = setup(limit=2, local=1)
+    stub = SimpleNamespace(server=SimpleNamespace(
+        opts=SimpleNamespace(max_payload=1024), accounts=SimpleNamespace(global_account=None)
+    ))  # fmt: skip
+    device = MQTTConnection(cast(Any, stub), 9)
+    device.host, device.port, device.client_id, device.start = "127.0.0.1", 5, "dev", 9.0
+    ended: list[str] = []
+    device.close = lambda reason, **_: ended.append(reason)  # type: ignore[method-assign]
+    account.clients.add(cast(Any, device))
+    with caplog.at_level(logging.ERROR, logger="jetlake"):
+        conns._on_event("", None, None, event("P1", 1))
+    lines = [r.getMessage() for r in caplog.records if limits.MAX_CONNECTIONS in r.getMessage()]
+    assert lines == [f'127.0.0.1:5 - mid:9 - "dev" - {limits.MAX_CONNECTIONS}']
+    assert ended == ["Maximum Account Connections Exceeded"] and not clients[0].ended

@@ -78,8 +78,10 @@ def leafnode_allowed(server: Host, account: Account, links: int) -> bool:
 
 
 def refuse(client: Connection) -> None:
-    """End a connection its account has no room for."""
-    log.error("%s - %s", _where(client), MAX_CONNECTIONS)
+    """End a connection its account has no room for, logged once: a connection that logs
+    its own cut-off (MQTT, which has no -ERR to carry it) says it in its own words."""
+    if not getattr(client, "logs_cut_off", False):
+        log.error("%s - %s", _where(client), MAX_CONNECTIONS)
     client.cut_off(MAX_CONNECTIONS, "Maximum Account Connections Exceeded")
 
 

@@ -406,10 +406,12 @@ class MQTTConnection(Closing, asyncio.Protocol):
         else:
             self._arm_keepalive(self.keepalive - idle)
 
+    logs_cut_off = True  # see cut_off: the account limits leave the line to it
+
     def cut_off(self, why: str, reason: str = "Authentication Revoked") -> None:
         """The login is taken back (its JWT expired, its user revoked, its account
-        deleted): MQTT has no -ERR to say so; the log does."""
-        log.error("%s:%d - mid:%d - %s", self.host, self.port, self.cid, why)
+        deleted or over its connections): MQTT has no -ERR to say so; the log does."""
+        log.error('%s:%d - mid:%d - "%s" - %s', self.host, self.port, self.cid, self.client_id, why)
         self.close(reason)
 
     def _no_connect(self) -> None:
