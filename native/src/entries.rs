@@ -216,3 +216,104 @@ pub fn run_rows<'py>(
         last_ts,
     )))
 }
+
+/// One `Publish`'s log bytes, length-prefixed, appended to `out`; None when a field is not
+/// of its plain type, a string holds surrogate escapes, a length passes a u32 or the
+/// publish is a fast batch's (the reference then encodes it, or says what is wrong).
+fn put_publish(entry: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<Option<()>> {
+    let Ok(entry) = entry.cast::<PyTuple>() else {
+        return Ok(None);
+    };
+    if entry.len() != 6 || !entry.get_item(5)?.is_none() {
+        return Ok(None);
+    }
+    let msg = entry.get_item(0)?;
+    let Ok(msg) = msg.cast::<PyTuple>() else {
+        return Ok(None);
+    };
+    if msg.len() != 4 {
+        return Ok(None);
+    }
+    let (subject, hdr, data) = (msg.get_item(0)?, msg.get_item(1)?, msg.get_item(2)?);
+    let (rollup, msg_id) = (entry.get_item(2)?, entry.get_item(4)?);
+    let (Ok(subject), Ok(data), Ok(rollup), Ok(msg_id)) = (
+        subject.cast::<PyString>(),
+        data.cast::<PyBytes>(),
+        rollup.cast::<PyString>(),
+        msg_id.cast::<PyString>(),
+    ) else {
+        return Ok(None);
+    };
+    let hdr = if hdr.is_none() {
+        None
+    } else if let Ok(hdr) = hdr.cast::<PyBytes>() {
+        Some(hdr.as_bytes())
+    } else {
+        return Ok(None);
+    };
+    let (Ok(subject), Ok(rollup), Ok(msg_id)) =
+        (subject.to_str(), rollup.to_str(), msg_id.to_str())
+    else {
+        return Ok(None);
+    };
+    let Some(rollup) = ["", "sub", "all"].iter().position(|r| *r == rollup) else {
+        return Ok(None);
+    };
+    let (Ok(seq), Ok(ts), Ok(ttl)) = (
+        entry.get_item(1)?.extract::<u64>(),
+        msg.get_item(3)?.extract::<i64>(),
+        entry.get_item(3)?.extract::<i64>(),
+    ) else {
+        return Ok(None);
+    };
+    let data = data.as_bytes();
+    let n_hdr = hdr.map_or(Some(NO_HDR), |h| {
+        u32::try_from(h.len()).ok().filter(|n| *n != NO_HDR)
+    });
+    let lengths = (
+        u32::try_from(subject.len()).ok(),
+        n_hdr,
+        u32::try_from(data.len()).ok(),
+        u32::try_from(msg_id.len()).ok(),
+    );
+    let (Some(n_subject), Some(n_hdr), Some(n_data), Some(n_id)) = lengths else {
+        return Ok(None);
+    };
+    let hdr = hdr.unwrap_or(&[]);
+    let size = PUB_HEAD + subject.len() + hdr.len() + data.len() + msg_id.len();
+    let Ok(size) = u32::try_from(size) else {
+        return Ok(None);
+    };
+    out.extend_from_slice(&size.to_be_bytes());
+    out.push(PUBLISH);
+    out.extend_from_slice(&seq.to_be_bytes());
+    out.extend_from_slice(&ts.to_be_bytes());
+    out.extend_from_slice(&ttl.to_be_bytes());
+    out.push(rollup as u8);
+    for n in [n_subject, n_hdr, n_data, n_id] {
+        out.extend_from_slice(&n.to_be_bytes());
+    }
+    for part in [subject.as_bytes(), hdr, data, msg_id.as_bytes()] {
+        out.extend_from_slice(part);
+    }
+    Ok(Some(()))
+}
+
+/// `head` then each of `msgs` (`Publish` tuples) length-prefixed: a Run, Batch or Restored
+/// entry as `_encode_publishes` writes it, which the leader does for every message it
+/// proposes; None for the reference to encode (see `put_publish`).
+#[pyfunction]
+pub fn encode_publishes<'py>(
+    py: Python<'py>,
+    head: &[u8],
+    msgs: &Bound<'py, PyTuple>,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let mut out = Vec::with_capacity(head.len() + msgs.len() * (PUB_HEAD + 64));
+    out.extend_from_slice(head);
+    for entry in msgs.iter() {
+        if put_publish(&entry, &mut out)?.is_none() {
+            return Ok(None);
+        }
+    }
+    Ok(Some(PyBytes::new(py, &out)))
+}

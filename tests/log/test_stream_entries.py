@@ -216,3 +216,22 @@ def test_a_deferred_run_that_is_malformed_names_what_is_wrong() -> None:
         raw.msgs  # noqa: B018
     with pytest.raises(EntryDecodeError, match="kind 11"):
         decode_deferring_runs(bytes((11, 0)))  # too short for its count
+
+
+@given(run_publishes)
+def test_the_compiled_encoder_writes_a_run_as_the_reference(msgs: tuple[Publish, ...]) -> None:
+    """native/src/entries.rs writes each publish as `encode` does."""
+    head = _BATCH_HEAD.pack(11, len(msgs))
+    reference = head + b"".join(len(b).to_bytes(4, "big") + b for b in map(encode, msgs))
+    compiled = jetlake_native.encode_publishes(head, msgs)
+    assert compiled == reference
+    assert encode(Run(msgs)) == reference
+
+
+def test_the_compiled_encoder_leaves_fast_batches_and_escapes_to_the_reference() -> None:
+    escaped = Publish(NewMsg("a\udcff", None, b"x", 1), 7)
+    assert jetlake_native.encode_publishes(b"", (escaped,)) is None
+    mark = FastMark("b", 1, False, 10, False, "r")
+    msg = Publish(NewMsg("a", b"", b"x", 1), 7, "all", -1, "id", mark)
+    assert jetlake_native.encode_publishes(b"", (msg,)) is None
+    assert jetlake_native.encode_publishes(b"", (msg._replace(fast=None),)) is not None
