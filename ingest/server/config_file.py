@@ -384,14 +384,7 @@ def _jetstream_key(section: _Section, name: str, out: dict[str, Any]) -> dict[st
     if lowered in ("max_memory_store", "max_mem_store", "max_mem", "max_file_store", "max_file"):
         label = "max_file_store" if "file" in lowered else "max_mem_store"
         field_name = "max_file_store" if "file" in lowered else "max_memory_store"
-        if isinstance(value, int) and not isinstance(value, bool):
-            return {field_name: value}
-        if not isinstance(value, str):
-            raise section.error(name, f"{label} must be int64 or string")
-        try:
-            return {field_name: storage_size(value)}
-        except ValueError as exc:
-            raise section.error(name, f"{label} {exc}") from exc
+        return {field_name: _size(section, name, label)}
     if lowered in ("enable", "enabled"):
         return {"enabled": section.boolean(name)}
     if lowered == "domain":
@@ -444,8 +437,8 @@ _SQL_LOGIN = ("user", "password", "token", "creds")
 
 
 def _lake_sql(lake: _Section, key: str) -> SqlConfig | None:
-    """`sql: off` or `sql { listen, jdbc, nats, max_rows, catalog, user, password, token,
-    creds }`: Connect's address, each other door's address, `true` (its default) or
+    """`sql: off` or `sql { listen, jdbc, nats, max_rows, max_result_size, catalog, user,
+    password, token, creds }`: Connect's address, each other door's address, `true` (its default) or
     `false`/`off`, and the service's own NATS login."""
     if isinstance(lake.table[key], bool):
         return SqlConfig() if lake.boolean(key) else None
@@ -454,10 +447,12 @@ def _lake_sql(lake: _Section, key: str) -> SqlConfig | None:
     limits: dict[str, int] = {}
     for name in section.table:
         lowered = name.lower()
-        if lowered == "max_rows":
-            limits[lowered] = section.integer(name)
-            if limits[lowered] < 1:
-                raise section.error(name, f"lake sql max_rows {limits[lowered]} is not positive")
+        if lowered in ("max_rows", "max_result_size"):
+            label = f"lake sql {lowered}"
+            limit = section.integer(name) if lowered == "max_rows" else _size(section, name, label)
+            if limit < 1:
+                raise section.error(name, f"{label} {limit} is not positive")
+            limits[lowered] = limit
         elif lowered == "catalog":
             doors[lowered] = value = section.string(name)
             if not value.startswith("thrift://"):
@@ -488,6 +483,19 @@ def _lake_s3(section: _Section) -> S3Options:
         else:
             section.unknown(name)
     return S3Options(**given)
+
+
+def _size(section: _Section, key: str, label: str) -> int:
+    """A size in bytes: a number (`64MB` unquoted is one) or a string such as "64M"."""
+    value = section.table[key]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if not isinstance(value, str):
+        raise section.error(key, f"{label} must be int64 or string")
+    try:
+        return storage_size(value)
+    except ValueError as exc:
+        raise section.error(key, f"{label} {exc}") from exc
 
 
 def _int32(section: _Section, key: str) -> int:

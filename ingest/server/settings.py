@@ -84,7 +84,8 @@ class SqlConfig:
     listen: str = "127.0.0.1:15002"  # Spark Connect
     jdbc: str | None = "127.0.0.1:10000"  # the Spark Thrift server
     nats: str | None = ""
-    max_rows: int = 1_000_000  # a SQL-over-NATS result's rows at most (past it: an error)
+    max_rows: int = 1_000_000  # a result's rows at most, at every door (past it: an error)
+    max_result_size: int = 256 << 20  # a result's bytes in the service (Spark's maxResultSize)
     catalog: str | None = None  # a Hive metastore (thrift://host:port) to register tables in
     # The service's own NATS login for `nats` (a server with accounts or users needs one).
     user: str | None = None

@@ -91,7 +91,7 @@ def sql_service(
         argv += ["--nats", config.nats or client_url]
     if config.creds is not None:
         argv += ["--nats_creds", config.creds]
-    argv += ["--max_rows", str(config.max_rows)]
+    argv += ["--max_rows", str(config.max_rows), "--max_result_size", str(config.max_result_size)]
     if logins:
         argv += ["--logins", client_url]
     own = (config.user, config.password, config.token)

@@ -38,6 +38,9 @@ def lake_sql(tmp_path: Path, text: str) -> SqlConfig | None:
         ('sql { jdbc: "[::1]:10001", nats: false }', SqlConfig(jdbc="[::1]:10001", nats=None)),
         ("sql { jdbc: true }", SqlConfig()),
         ("sql { max_rows: 10 }", SqlConfig(max_rows=10)),
+        ("sql { max_result_size: 64MB }", SqlConfig(max_result_size=64 << 20)),
+        ('sql { max_result_size: "2G" }', SqlConfig(max_result_size=2 << 30)),
+        ("sql { max_result_size: 1000000 }", SqlConfig(max_result_size=1_000_000)),
         ('sql { catalog: "thrift://h:9083" }', SqlConfig(catalog="thrift://h:9083")),
         ("sql { user: svc, password: pw }", SqlConfig(user="svc", password="pw")),
         ('sql { token: t, creds: "/k/sql.creds" }', SqlConfig(token="t", creds="/k/sql.creds")),
@@ -56,6 +59,9 @@ def test_lake_sql_keys(tmp_path: Path, text: str, expected: SqlConfig | None) ->
         ('sql { catalog: "hive" }', "lake sql catalog 'hive' is not thrift://host:port"),
         ("sql { max_rows: 0 }", "lake sql max_rows 0 is not positive"),
         ('sql { max_rows: "many" }', "max_rows"),
+        ("sql { max_result_size: 0 }", "lake sql max_result_size 0 is not positive"),
+        ('sql { max_result_size: "lots" }', "lake sql max_result_size sizes defined as strings"),
+        ("sql { max_result_size: [1] }", "lake sql max_result_size must be int64 or string"),
     ],
 )
 def test_bad_lake_sql_keys_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -69,7 +75,7 @@ def test_the_server_hands_its_service_a_login_in_the_environment_not_argv(
     from ingest.server.sql_service import sql_service
 
     monkeypatch.delenv("JETLAKE_SQL", raising=False)
-    config = SqlConfig(user="svc", password="pw", creds="/k/sql.creds")
+    config = SqlConfig(user="svc", password="pw", creds="/k/sql.creds", max_result_size=64 << 20)
     found = sql_service(
         config,
         store_dir=tmp_path,
@@ -84,6 +90,7 @@ def test_the_server_hands_its_service_a_login_in_the_environment_not_argv(
     assert "pw" not in argv and "svc" not in argv
     assert argv[argv.index("--nats_creds") + 1] == "/k/sql.creds"
     assert argv[argv.index("--logins") + 1] == "nats://127.0.0.1:4222"
+    assert argv[argv.index("--max_result_size") + 1] == str(64 << 20)  # bytes, as Spark takes
     assert found._env["JETLAKE_SQL_NATS_USER"] == "svc"
     assert found._env["JETLAKE_SQL_NATS_PASSWORD"] == "pw"
 

@@ -520,9 +520,17 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         K(
             "max_rows",
             "integer",
-            "Rows a SQL-over-NATS or Spark Connect result may have; past them the query stops "
-            "with an error naming this key.",
+            "Rows a result may have (SQL over NATS, Spark Connect, JDBC); past them the query "
+            "stops with an error naming this key, and the service goes on.",
             Field(SQ, "max_rows"),
+        ),
+        K(
+            "max_result_size",
+            "size",
+            "Bytes a query's result may take in the service (Spark's "
+            "`spark.driver.maxResultSize`), e.g. `64MB`; past them its job fails with an "
+            "error naming that setting, and the service goes on.",
+            Field(SQ, "max_result_size"),
         ),
         K(
             "user",
