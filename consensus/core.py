@@ -73,6 +73,10 @@ class Config:
     id: NodeId
     election_ticks: int = 10  # election timeout randomized in [election_ticks, 2*election_ticks)
     heartbeat_ticks: int = 1
+    # A leader whose followers hold its whole log, know its commit, and owe it no read
+    # heartbeats only every this many ticks (when more than `heartbeat_ticks`): an idle
+    # group's upkeep, for a server with many. Keep it well under `election_ticks`.
+    quiet_heartbeat_ticks: int = 0
     pre_vote: bool = True
     check_quorum: bool = True
     max_append_entries: int = 256  # entries per APPEND message
@@ -232,7 +236,7 @@ class RaftCore(ElectionRole, LeaderRole):
         if self._role == Role.LEADER:
             cfg = self._cfg
             due = min(
-                cfg.heartbeat_ticks - self._heartbeat_elapsed,
+                self._heartbeat_interval() - self._heartbeat_elapsed,
                 cfg.election_ticks - self._election_elapsed,
             )
             if self._transferee is not None:

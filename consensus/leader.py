@@ -108,9 +108,23 @@ class LeaderRole:
             if self._check_quorum_lost():
                 self._become_follower(self._term, None)
                 return
-        if self._heartbeat_elapsed >= self._cfg.heartbeat_ticks:
+        if self._heartbeat_elapsed >= self._heartbeat_interval():
             self._heartbeat_elapsed = 0
             self._bcast_heartbeat(self._reads.latest_context())
+
+    def _heartbeat_interval(self) -> int:
+        """`quiet_heartbeat_ticks` once nothing but liveness is left to tell: every
+        follower matches the log and has been sent the commit, no read is waiting."""
+        cfg = self._cfg
+        if cfg.quiet_heartbeat_ticks <= cfg.heartbeat_ticks or self._reads.latest_context():
+            return cfg.heartbeat_ticks
+        last = self._log.last_index
+        if self._commit != last or self._transferee is not None:
+            return cfg.heartbeat_ticks
+        for pr in self._progress.values():
+            if pr.match != last or pr.sent_commit != last:
+                return cfg.heartbeat_ticks
+        return cfg.quiet_heartbeat_ticks
 
     def _check_quorum_lost(self) -> bool:
         """Once per election timeout: did a quorum answer since the last check? Also

@@ -102,6 +102,7 @@ class SimNode:
             max_append_entries=batch,
             max_inflight=inflight,
             lazy_commit=bool(self.seed & 1),  # either way, mixed in one cluster
+            quiet_heartbeat_ticks=3 if self.seed & 2 else 0,  # so are quiet heartbeats
         )
         self.restarts += 1
         self.core = RaftCore(config, bootstrap, restored)

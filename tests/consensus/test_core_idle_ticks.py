@@ -62,3 +62,46 @@ def test_a_leader_is_idle_until_its_next_heartbeat_or_quorum_check() -> None:
         net.drop()
         ticks += step
     assert a.role == Role.FOLLOWER and ticks <= 20  # answers seen in the first period count
+
+
+def heartbeat_ticks(net: Net, node: str, rounds: int) -> list[int]:
+    """The ticks, counted from now, at which `node` sent heartbeats (answers delivered)."""
+    sent_at = []
+    for tick in range(1, rounds + 1):
+        sent = len(net.sent)
+        net.tick(node)
+        if any(m.type == T.HEARTBEAT for m in net.sent[sent:]):
+            sent_at.append(tick)
+        net.stabilize()
+    return sent_at
+
+
+def test_an_idle_leader_heartbeats_quietly_and_a_proposal_ends_it() -> None:
+    net = Net("abc", election_ticks=10, quiet_heartbeat_ticks=3)
+    net.elect("a")
+    net.stabilize()
+    heartbeat_ticks(net, "a", 3)  # followers learn the commit
+    a = net.nodes["a"]
+    assert heartbeat_ticks(net, "a", 9) == [3, 6, 9] and a.idle_ticks() == 2
+    net.propose("a", b"x")  # not committed, then not known committed: every tick again
+    assert a.idle_ticks() == 0
+    net.stabilize()
+    heartbeat_ticks(net, "a", 3)
+    assert all(net.nodes[n].commit == a.commit for n in "bc")
+    assert heartbeat_ticks(net, "a", 6) == [3, 6] and a.role == Role.LEADER
+
+
+def test_a_read_is_confirmed_at_once_and_a_lagging_follower_ends_quiet() -> None:
+    net = Net("abc", election_ticks=10, quiet_heartbeat_ticks=3)
+    net.elect("a")
+    net.stabilize()
+    heartbeat_ticks(net, "a", 6)
+    a = net.nodes["a"]
+    sent = len(net.sent)
+    a.read_index(b"r1")
+    net.process("a")
+    assert [m.context for m in net.sent[sent:] if m.type == T.HEARTBEAT] == [b"r1", b"r1"]
+    net.isolate("c")
+    net.propose("a", b"y")
+    net.stabilize()
+    assert heartbeat_ticks(net, "a", 3) == [1, 2, 3]  # c does not hold the log
