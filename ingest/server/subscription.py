@@ -122,13 +122,15 @@ def learn_routed(
     Python routes it when a peer wants it (`local` false). Nothing if delivering changed
     the interest (the match is gone).
 
-    One case a peer wants is learnt: a replicated stream's subject on a follower, whose
-    replica drops what it is sent (only the leader takes publishes, and its intake alone
-    is announced), and one route, the leader's, wants it. `forward(subject)` names that
-    route's sink for runs of PUBs, which the codec then hands it as for an intake."""
+    One case a peer wants is learnt: nothing here takes the subject but a replicated
+    stream's replica that is not leading (only the leader takes publishes, and its intake
+    alone is announced) or nothing at all (a pull request to a consumer on the peer), and
+    one route wants it. `forward(subject)` names that route's sink for runs of PUBs, which
+    the codec then hands it as for an intake."""
     match = sublist.peek(subject)
     if match is not None and not local:
-        sink = forward(subject) if forward is not None and _followers_intake(match) else None
+        nobody = not (match.plain or match.queues) or _followers_intake(match)
+        sink = forward(subject) if forward is not None and nobody else None
         if sink is not None:
             routes.learn_intake(subject, sink)
         else:

@@ -368,6 +368,7 @@ impl ServerCodec {
         };
         let mut ops: Vec<Py<PyAny>> = Vec::new();
         let mut run: Option<Gathering> = None;
+        let mut python_seen = false; // an operation other than a run is in `ops`
         let routes_ref = self.routes.as_ref().map(|r| r.clone_ref(py));
         let mut routes = routes_ref.as_ref().map(|r| r.borrow_mut(py));
         let end = buf.len();
@@ -384,15 +385,15 @@ impl ServerCodec {
                     let err = self.err_unknown_op.clone_ref(py);
                     return self.fail(py, ops, err);
                 }
-                // Like the fast route, only before the read's first operation for Python,
-                // which may change who takes acks (a SUB to `$JS.ACK.>`, a consumer delete)
-                // or a subject (a SUB, a stream's update).
-                if let (Some(r), None, true) = (routes.as_deref(), pending.hlen, ops.is_empty()) {
+                // Only before the read's first operation for Python other than a PING or
+                // PONG, which may change who takes acks (a SUB to `$JS.ACK.>`, a consumer
+                // delete) or a subject (a SUB, a stream's update); runs change neither.
+                if let (Some(r), None, false) = (routes.as_deref(), pending.hlen, python_seen) {
                     let payload = &buf[pos..stop];
                     let plain = pending.reply.is_empty() && is_plain_ack(payload);
                     let ack = if plain { r.ack(&pending.subject) } else { None };
-                    let acks = ack.filter(|(sink, _)| join_run(py, &mut run, sink, None, false));
-                    if let Some((_, seqs)) = acks {
+                    if let Some((sink, seqs)) = ack {
+                        join_run(py, &mut run, &mut ops, sink, None, false)?;
                         if let Some(Gathering::Acks {
                             seqs: all, size, ..
                         }) = run.as_mut()
@@ -408,8 +409,8 @@ impl ServerCodec {
                     } else {
                         None
                     };
-                    let peer = peer.filter(|(p, _)| join_run(py, &mut run, &p.route, None, true));
                     if let Some((peer, seqs)) = peer {
+                        join_run(py, &mut run, &mut ops, &peer.route, None, true)?;
                         if let Some(Gathering::Acks {
                             seqs: all,
                             size,
@@ -425,8 +426,8 @@ impl ServerCodec {
                         continue;
                     }
                     let subject = Some(pending.subject.as_slice());
-                    let intake = r.intake(&pending.subject);
-                    if intake.is_some_and(|sink| join_run(py, &mut run, sink, subject, false)) {
+                    if let Some(sink) = r.intake(&pending.subject) {
+                        join_run(py, &mut run, &mut ops, sink, subject, false)?;
                         if let Some(Gathering::Pubs {
                             replies,
                             payloads,
@@ -465,6 +466,7 @@ impl ServerCodec {
                 };
                 close_run(py, &mut run, &mut ops)?;
                 ops.push(self.new_pub(py, &pending, &hdr, payload.as_any())?);
+                python_seen = true;
                 pos = stop + 2;
                 continue;
             }
@@ -491,6 +493,8 @@ impl ServerCodec {
                 Control::Nothing => {}
                 Control::Op(op) => {
                     close_run(py, &mut run, &mut ops)?;
+                    // A PING or PONG changes no routing: runs may follow it.
+                    python_seen |= !(op.is(&self.ping) || op.is(&self.pong));
                     ops.push(op);
                 }
                 Control::Fail(error) => {

@@ -1,6 +1,7 @@
 //! The runs the codec hands Python instead of one `Pub` each: a consumer's plain acks
-//! (`AckRun`) and a stream's plain publishes (`PubRun`). A read has at most one, before
-//! its first operation for Python (see `ServerCodec::parse` in lib.rs).
+//! (`AckRun`) and a stream's plain publishes (`PubRun`). A read has them one after
+//! another, all before its first operation for Python (see `ServerCodec::parse` in
+//! lib.rs).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -114,24 +115,28 @@ pub fn close_run(
     Ok(())
 }
 
-/// Whether a PUB going to `sink` (and, for PUBs, `subject`) joins the read's run: it
-/// starts the run, or goes where the run goes. One run a read: what follows a PUB
-/// going elsewhere is Python's, as after any other operation. Acks to a `peer` route
-/// gather their frames too.
+/// Add a PUB going to `sink` (and, for PUBs, `subject`) to the read's run: the run it
+/// goes with, or a new one after the run gathered so far (which becomes an operation).
+/// Acks to a `peer` route gather their frames too.
 pub fn join_run(
     py: Python<'_>,
     run: &mut Option<Gathering>,
+    ops: &mut Vec<Py<PyAny>>,
     sink: &Py<PyAny>,
     subject: Option<&[u8]>,
     peer: bool,
-) -> bool {
+) -> PyResult<()> {
     if let Some(g) = run.as_ref() {
-        return g.sink().is(sink)
+        let same = g.sink().is(sink)
             && match (g, subject) {
                 (Gathering::Acks { .. }, None) => true,
                 (Gathering::Pubs { subject: s, .. }, Some(subject)) => s == subject,
                 _ => false,
             };
+        if same {
+            return Ok(());
+        }
+        close_run(py, run, ops)?;
     }
     *run = Some(match subject {
         None => Gathering::Acks {
@@ -148,5 +153,5 @@ pub fn join_run(
             size: 0,
         },
     });
-    true
+    Ok(())
 }

@@ -131,6 +131,48 @@ async def test_a_subject_routed_here_reaches_a_later_subscriber_on_a_peer(
         await sub.unsubscribe()
 
 
+async def test_a_subject_forwarded_in_runs_reaches_later_subscribers_here_and_elsewhere(
+    mesh: list[ServerProcess], clients: list[NATS]
+) -> None:
+    """A subject nothing here takes and one peer does is learnt as that peer's: the
+    compiled codec hands runs of its PUBs to the route. Each message arrives once and in
+    order, replies kept; a subscriber joining here, then one on the third server, gets
+    the next message."""
+    a, b, c = clients
+    remote = await b.subscribe("fwd.x")
+    await b.flush()
+    await interest_reaches(mesh[0], "fwd.x")
+    for i in range(3):  # learnt the second time; then gathered while the socket is read
+        for j in range(30):
+            await a.publish("fwd.x", b"%d" % (i * 30 + j), reply="" if j % 2 else "fwd.r")
+        await a.flush()
+    got = [await remote.next_msg(timeout=5) for _ in range(90)]
+    assert [(m.data, m.reply) for m in got] == [
+        (b"%d" % i, "" if i % 30 % 2 else "fwd.r") for i in range(90)
+    ]
+    local = await a.subscribe("fwd.x")
+    await a.publish("fwd.x", b"local")
+    assert (await local.next_msg(timeout=5)).data == b"local"
+    assert (await remote.next_msg(timeout=5)).data == b"local"
+    await local.unsubscribe()
+    await a.flush()
+    third = await c.subscribe("fwd.x")
+    await c.flush()
+    await asyncio.to_thread(
+        poll,
+        lambda: all(
+            "fwd.x" in (r.get("subscriptions_list") or []) for r in routez(mesh[0])["routes"]
+        ),
+        "fwd.x from both peers",
+    )
+    for _ in range(3):
+        await a.publish("fwd.x", b"third")
+    for sub in (remote, third):
+        assert [(await sub.next_msg(timeout=5)).data for _ in range(3)] == [b"third"] * 3
+    for sub in (remote, third):
+        await sub.unsubscribe()
+
+
 async def test_queue_group_gets_each_message_once(
     mesh: list[ServerProcess], clients: list[NATS]
 ) -> None:
