@@ -65,14 +65,21 @@ def choose_peers(
             peer not in up,
             load.get(peer, 0),
             -room.get(peer, 0),
-            hashlib.sha256(f"{stream}/{peer}".encode()).digest(),
+            _tiebreak(stream, peer),
         ),
     )
     if replicas > len(candidates):
         if replicas <= len(eligible):
             raise errors.insufficient_storage()
         raise errors.no_suitable_peers(sorted(wanted))
-    return tuple(candidates[: max(replicas, 1)])
+    # The first peer stands first and leads (`groups.stand_first`): ordered by the hash
+    # too, so leaders spread over servers that tie on load instead of all going to the
+    # one with a few more bytes free.
+    return tuple(sorted(candidates[: max(replicas, 1)], key=lambda peer: _tiebreak(stream, peer)))
+
+
+def _tiebreak(stream: str, peer: str) -> bytes:
+    return hashlib.sha256(f"{stream}/{peer}".encode()).digest()
 
 
 @functools.cache  # sized once per server, at start, as the reference does
