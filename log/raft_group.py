@@ -41,8 +41,11 @@ class RaftGroup(Generic[E]):
         *,
         encode: Callable[[E], bytes],
         decode: Callable[[bytes], E],
+        own: Callable[[bytes, E], E] | None = None,
         name: str = "",
     ) -> None:
+        """`own` makes what this member applies of an entry it proposed from its bytes and
+        the entry proposed (default: the entry as proposed)."""
         self._apply = apply
         self._encode = encode
         self._decode = decode
@@ -52,6 +55,7 @@ class RaftGroup(Generic[E]):
         # What this member proposed, by the identity of its encoded bytes (kept alive here,
         # so an identity is never reused): the leader applies its own entries undecoded.
         self._own: dict[int, tuple[bytes, E]] = {}
+        self._adopt = own
         self._next_read: asyncio.Future[None] | None = None  # readers the next round serves
         self._reading: asyncio.Task[None] | None = None
         self.node = node(self._apply_entries)
@@ -85,9 +89,10 @@ class RaftGroup(Generic[E]):
         if len(own) > OWN_LIMIT:
             own.clear()
         data = []
+        adopt = self._adopt
         for entry in entries:
             raw = encode(entry)
-            own[id(raw)] = (raw, entry)
+            own[id(raw)] = (raw, entry if adopt is None else adopt(raw, entry))
             data.append(raw)
         self.node.propose(data, on_commit)
 

@@ -125,12 +125,15 @@ class RawRun:
 
     data: bytes
     count: int
+    known: tuple[Publish, ...] | None = None  # the publishes, where this member proposed them
 
     def rows(self, overhead: Overhead) -> Rows | None:
         return run_rows(self.data, _BATCH_HEAD.size, self.count, overhead)
 
     @property
     def msgs(self) -> tuple[Publish, ...]:
+        if self.known is not None:
+            return self.known
         return _decode_publishes(self.data, _BATCH_HEAD.size, self.count, "run")
 
 
@@ -287,6 +290,15 @@ def decode_deferring_runs(data: bytes) -> Entry:
     if deferred and len(data) >= _BATCH_HEAD.size:
         return RawRun(data, _BATCH_HEAD.unpack_from(data)[1])
     return decode(data)
+
+
+def own_entry(data: bytes, entry: Entry) -> Entry:
+    """What the leader applies of an entry it proposed: a Run as a RawRun over the bytes
+    it proposed, keeping its publishes (so the store takes the run whole, as a follower's
+    does, and the proposer settles each publish without reading them back)."""
+    if type(entry) is Run and native is not None:
+        return RawRun(data, len(entry.msgs), entry.msgs)
+    return entry
 
 
 def _expect(data: bytes, size: int, kind: str) -> None:

@@ -29,6 +29,7 @@ from log.stream_entries import (
     decode,
     decode_deferring_runs,
     encode,
+    own_entry,
     pack_run,
     unpack_runs,
 )
@@ -235,3 +236,13 @@ def test_the_compiled_encoder_leaves_fast_batches_and_escapes_to_the_reference()
     msg = Publish(NewMsg("a", b"", b"x", 1), 7, "all", -1, "id", mark)
     assert jetlake_native.encode_publishes(b"", (msg,)) is None
     assert jetlake_native.encode_publishes(b"", (msg._replace(fast=None),)) is not None
+
+
+def test_the_leader_applies_its_run_from_the_bytes_it_proposed_keeping_its_publishes() -> None:
+    run = Run(tuple(Publish(NewMsg("a", None, b"%d" % i, i), 5 + i) for i in range(3)))
+    raw = encode(run)
+    own = own_entry(raw, run)
+    assert type(own) is RawRun and own.msgs is run.msgs and own.data is raw
+    assert own.rows(FILE_OVERHEAD) == decode_deferring_runs(raw).rows(FILE_OVERHEAD)  # type: ignore[union-attr]
+    single = run.msgs[0]
+    assert own_entry(encode(single), single) is single

@@ -24,7 +24,15 @@ from log.segments.api import MEMORY_OVERHEAD, MsgStore, NewMsg, StoreError, msg_
 from log.segments.filestore import FileStore
 from log.segments.memstore import MemoryStore
 from log.stream import Stream, StreamNotLeaderError
-from log.stream_entries import Entry, Publish, RawRun, Run, decode_deferring_runs, encode
+from log.stream_entries import (
+    Entry,
+    Publish,
+    RawRun,
+    Run,
+    decode_deferring_runs,
+    encode,
+    own_entry,
+)
 from log.timefmt import now_ns
 from tests.consensus.cluster import Cluster, until
 from tests.log.raft_members import NodeFactory, raft_members
@@ -54,7 +62,14 @@ def member(n: NodeId, node: NodeFactory, ops: dict[NodeId, list[tuple[str, bytes
 
     def group(apply: Callable[[list[Entry]], None], _: object) -> RaftGroup[Entry]:
         rafts.append(
-            RaftGroup(apply, node, encode=encode, decode=decode_deferring_runs, name=f"s on {n}")
+            RaftGroup(
+                apply,
+                node,
+                encode=encode,
+                decode=decode_deferring_runs,
+                own=own_entry,
+                name=f"s on {n}",
+            )
         )
         return rafts[0]
 

@@ -430,6 +430,7 @@ class JetStreamCluster:
                 ),
                 encode=stream_entries.encode,
                 decode=stream_entries.decode_deferring_runs,
+                own=stream_entries.own_entry,
                 name=f"stream '{sa.account} > {sa.name}'",
             )
             holder.append(raft)
