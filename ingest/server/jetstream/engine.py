@@ -548,7 +548,7 @@ class JetStream:
             if replicas and max(stream.config.num_replicas, 1) != replicas:
                 continue
             kind = "memory" if stream.config.storage == "memory" else "storage"
-            used[kind] += stream.store.state().bytes
+            used[kind] += stream.store.totals()[1]  # 4 times a second in a cluster
         return used
 
     def info(self) -> dict[str, Any]:
