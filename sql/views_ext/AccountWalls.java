@@ -3,6 +3,7 @@ package io.jetlake.sql;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 import java.util.WeakHashMap;
@@ -10,6 +11,8 @@ import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.AnalysisException;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.TableIdentifier;
+import org.apache.spark.sql.catalyst.analysis.ResolvedNamespace;
+import org.apache.spark.sql.catalyst.analysis.ResolvedTempView;
 import org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.UserDefinedExpression;
@@ -30,6 +33,7 @@ import org.apache.spark.sql.catalyst.plans.logical.View;
 import org.apache.spark.sql.execution.LogicalRDD;
 import org.apache.spark.sql.execution.command.DescribeColumnCommand;
 import org.apache.spark.sql.execution.command.DescribeTableCommand;
+import org.apache.spark.sql.execution.command.ShowColumnsCommand;
 import org.apache.spark.sql.execution.command.SetNamespaceCommand;
 import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
@@ -51,7 +55,10 @@ import scala.runtime.BoxedUnit;
  * DESCRIBE} of its own view is let through), scripts
  * ({@code TRANSFORM ... USING}), {@code reflect}/{@code java_method} and user-defined
  * functions and typed closures (Python or JVM code a client sent), which run code in the
- * service. A session bound to all accounts (the system account's) is not checked. With logins
+ * service. Its listings ({@code SHOW TABLES}, {@code SHOW DATABASES}, the catalog API) name its
+ * own views only ({@link Listings}), and another account's view is refused as an unknown name
+ * is, by a view or a {@code DESCRIBE} alike: no error tells that it exists. A session bound to
+ * all accounts (the system account's) is not checked. With logins
  * on ({@link NatsLogins}) a session bound to none is refused every query: each door binds its
  * sessions (Connect's and NATS's as they open, JDBC's on its first query, {@link JdbcDoor});
  * with logins off it reads all, as on a server without accounts.
@@ -159,23 +166,37 @@ public final class AccountWalls {
           throw error("a session of no login may not query: " + NatsLogins.NO_LOGIN);
         }
         if (account != null && account != ALL) {
-          walk(plan, account, roots.getOrDefault(account, Set.of()));
+          walk(plan, account, roots.getOrDefault(account, Set.of()), searchPath(session));
         }
         return BoxedUnit.UNIT;
       }
     };
   }
 
-  private static void walk(LogicalPlan plan, String account, Set<String> allowed) {
+  private static void walk(
+      LogicalPlan plan, String account, Set<String> allowed, String searchPath) {
+    if (Listings.walled(plan, account)) { // a listing of its own views only
+      return;
+    }
     TableIdentifier described =
         plan instanceof DescribeTableCommand d
             ? d.table()
-            : plan instanceof DescribeColumnCommand c ? c.table() : null;
+            : plan instanceof DescribeColumnCommand c
+                ? c.table()
+                : plan instanceof ShowColumnsCommand s ? s.tableName() : null;
     if (described != null) { // names and types, no rows: of its own views only
       if (ownGlobal(account, described)) {
         return;
       }
-      throw refused(account, "may not read " + described.unquotedString() + ": no view of its");
+      throw notFound(described.quotedString(), searchPath);
+    }
+    if (plan instanceof ResolvedTempView named) { // a catalog look-up: no rows either
+      String[] namespace = named.identifier().namespace();
+      if (namespace.length == 0 || own(account, named.identifier().name())) {
+        return;
+      }
+      String name = "`" + String.join("`.`", namespace) + "`.`" + named.identifier().name() + "`";
+      throw notFound(name, searchPath);
     }
     if (plan instanceof Command) {
       throw refused(account, "runs queries only, not " + plan.nodeName());
@@ -194,7 +215,7 @@ public final class AccountWalls {
     if (plan instanceof View view && view.isTempView()) {
       String name = view.desc().identifier().table();
       if (!own(account, name)) {
-        throw refused(account, "may not read view " + name + ": it is another account's");
+        throw notFound(view.desc().identifier().quotedString(), searchPath);
       }
     }
     for (Expression e : CollectionConverters.asJava(plan.expressions())) {
@@ -204,17 +225,18 @@ public final class AccountWalls {
       leaf(plan, account, allowed);
     }
     for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
-      walk(child, account, allowed);
+      walk(child, account, allowed, searchPath);
     }
     for (LogicalPlan sub : CollectionConverters.asJava(plan.subqueries())) {
-      walk(sub, account, allowed);
+      walk(sub, account, allowed, searchPath);
     }
   }
 
   /** Whether a global view is one of the account's (stream names hold no dot). */
-  private static boolean own(String account, String view) {
-    String prefix = StreamViews.qualified(account, "");
-    return view.startsWith(prefix) && view.indexOf('.', prefix.length()) < 0;
+  static boolean own(String account, String view) {
+    String prefix = StreamViews.qualified(account, "").toLowerCase(Locale.ROOT);
+    String name = view.toLowerCase(Locale.ROOT); // the catalog keeps names in lower case
+    return name.startsWith(prefix) && name.indexOf('.', prefix.length()) < 0;
   }
 
   private static boolean ownGlobal(String account, TableIdentifier table) {
@@ -223,6 +245,7 @@ public final class AccountWalls {
 
   private static void leaf(LogicalPlan plan, String account, Set<String> allowed) {
     if (plan instanceof LocalRelation
+        || plan instanceof ResolvedNamespace // a catalog look-up of a namespace: no rows
         || plan instanceof Range
         || plan instanceof OneRowRelation
         || plan instanceof CTERelationRef
@@ -257,6 +280,25 @@ public final class AccountWalls {
     return error("account " + account + " " + what);
   }
 
+  /**
+   * Another account's view is refused as Spark refuses a name it does not know, so an error
+   * tells no more of its existence than a listing does.
+   */
+  private static RuntimeException notFound(String name, String searchPath) {
+    return unchecked(
+        new AnalysisException(
+            "TABLE_OR_VIEW_NOT_FOUND",
+            new scala.collection.immutable.Map.Map2<>(
+                "relationName", name, "searchPath", searchPath)));
+  }
+
+  /** The search path Spark's own "cannot be found" names: the session's current namespace. */
+  private static String searchPath(SparkSession session) {
+    String current = "`" + session.catalog().currentCatalog() + "`.`"
+        + session.catalog().currentDatabase() + "`";
+    return "[`system`.`builtin`, `system`.`session`, " + current + "]";
+  }
+
   private static RuntimeException error(String text) {
     return unchecked(
         new AnalysisException(
@@ -264,9 +306,10 @@ public final class AccountWalls {
             new scala.collection.immutable.Map.Map1<>("errorMessage", text)));
   }
 
-  /** Scala's exceptions are unchecked; Java's compiler takes AnalysisException for checked. */
+  /** Scala's exceptions are unchecked; Java's compiler takes AnalysisException (and Hive's
+   *  HiveSQLException, which Scala methods throw undeclared) for checked. */
   @SuppressWarnings("unchecked")
-  private static <T extends Throwable> RuntimeException unchecked(Throwable t) throws T {
+  static <T extends Throwable> RuntimeException unchecked(Throwable t) throws T {
     throw (T) t;
   }
 }

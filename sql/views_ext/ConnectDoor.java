@@ -39,6 +39,11 @@ public final class ConnectDoor implements ServerInterceptor {
     maxRows = rows;
   }
 
+  /** Rows one result may have, at every door that counts them ({@link JdbcOperations}). */
+  static long maxRows() {
+    return maxRows;
+  }
+
   @Override
   public <Q, R> ServerCall.Listener<Q> interceptCall(
       ServerCall<Q, R> call, Metadata headers, ServerCallHandler<Q, R> next) {

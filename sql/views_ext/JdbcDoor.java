@@ -37,10 +37,12 @@ public final class JdbcDoor implements PasswdAuthenticationProvider {
     USERS.put(user, login);
   }
 
-  /** Watch this Thrift server's sessions (after it started). */
-  public static void serve(HiveThriftServer2 server) {
+  /** Watch this Thrift server's sessions, and wall and bound their operations ({@link
+   *  JdbcOperations}): called as it started, before a client connects. */
+  public static void serve(HiveThriftServer2 server) throws ReflectiveOperationException {
     for (Service s : server.getServices()) {
       if (s instanceof CLIService cli) {
+        JdbcOperations.install(cli.getSessionManager());
         sessions = cli.getSessionManager();
       }
     }

@@ -37,6 +37,14 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
     refresher = r;
   }
 
+  /** Re-register the views now (a listing's, which names none). */
+  static void refresh() {
+    Refresher r = refresher;
+    if (r != null) {
+      r.refresh();
+    }
+  }
+
   @Override
   public BoxedUnit apply(SparkSessionExtensions extensions) {
     extensions.injectResolutionRule(
@@ -44,6 +52,20 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
           @Override
           public Rule<LogicalPlan> apply(SparkSession session) {
             return new Resolve((org.apache.spark.sql.classic.SparkSession) session);
+          }
+        });
+    extensions.injectPostHocResolutionRule(
+        new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+          @Override
+          public Rule<LogicalPlan> apply(SparkSession session) {
+            return new Listings(session);
+          }
+        });
+    extensions.injectOptimizerRule(
+        new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+          @Override
+          public Rule<LogicalPlan> apply(SparkSession session) {
+            return new Listings.Kept();
           }
         });
     extensions.injectCheckRule(
@@ -139,10 +161,9 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
       } else {
         return null;
       }
-      Refresher r = refresher;
-      if (r != null && !refreshed) {
+      if (!refreshed) {
         refreshed = true;
-        r.refresh();
+        refresh();
       }
       if (catalog.getGlobalTempView(name).isEmpty()) {
         return null;

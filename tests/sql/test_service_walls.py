@@ -163,11 +163,11 @@ async def test_an_account_reads_its_own_streams_only_and_the_system_account_all(
     refused = (
         ("SELECT * FROM SECRET", "`SECRET` cannot be found"),  # by name
         ("SELECT * FROM B.SECRET", "`B`.`SECRET` cannot be found"),
-        ("SELECT * FROM global_temp.`B.SECRET`", "account A may not read"),  # by a view
+        ("SELECT * FROM global_temp.`B.SECRET`", "`b.secret` cannot be found"),  # by a view
         (f"SELECT * FROM parquet.`{secret_file}`", "account A may not read"),  # by path
         (
             "SELECT * FROM ORDERS WHERE seq IN (SELECT seq FROM global_temp.`B.SECRET`)",
-            "account A may not read",
+            "`b.secret` cannot be found",
         ),
         (
             "SELECT reflect('java.lang.System', 'getProperty', 'user.dir')",
@@ -175,12 +175,64 @@ async def test_an_account_reads_its_own_streams_only_and_the_system_account_all(
         ),
         ("SET spark.sql.ansi.enabled=false", "account A runs queries only"),
         ("SELECT TRANSFORM(1) USING 'cat' AS (x)", "account A may not run scripts"),
-        ("DESCRIBE global_temp.`B.SECRET`", "account A may not read"),
+        ("DESCRIBE global_temp.`B.SECRET`", "`B.SECRET` cannot be found"),
     )
     answers = await asyncio.gather(*(_query(a, sql) for sql, _ in refused))
     for (sql, text), answer in zip(refused, answers, strict=True):
         code, said = _error(answer)
-        assert code == "400" and text in said, (sql, said)
+        assert code == "400" and text.lower() in said.lower(), (sql, said)
+
+
+def _names(answer: _Answer) -> list[str]:
+    """A listing's names (its second column: tableName, viewName), or SHOW DATABASES' own."""
+    assert answer.end is not None and "Nats-Service-Error" not in (answer.end.headers or {})
+    if answer.end.headers == {"Jl-Sql-Rows": "0"}:
+        return []
+    table = answer.table()
+    return table.column(1 if table.num_columns > 1 else 0).to_pylist()
+
+
+async def test_listings_name_an_accounts_own_views_only(walled: Walled) -> None:
+    a, b, sys = walled.url("a"), walled.url("b"), walled.url("sys")
+    await _publish(a, "LISTED", 1)
+    await _publish(b, "HIDDEN", 1)
+    listings = (
+        "SHOW TABLES IN global_temp",
+        "SHOW VIEWS IN global_temp",
+        "SHOW TABLE EXTENDED IN global_temp LIKE '*'",
+        "SHOW TABLES",  # the current database's: the metastore's tables are every account's
+        "SHOW VIEWS",
+        "SHOW DATABASES",
+    )
+    *globals_, tables, views, databases = await asyncio.gather(*(_query(a, q) for q in listings))
+    for sql, answer in zip(listings, globals_, strict=False):
+        names = _names(answer)
+        assert "a.listed" in names and all(n.startswith("a.") for n in names), (sql, names)
+    assert (_names(tables), _names(views), _names(databases)) == ([], [], ["default"])
+    assert "a.listed" not in _names(await _query(b, "SHOW TABLES IN global_temp"))
+    every = _names(await _query(sys, "SHOW TABLES IN global_temp"))
+    assert {"a.listed", "b.hidden"} <= set(every)  # the system account lists every account's
+    described = await _query(a, "SHOW COLUMNS IN LISTED")  # its own stream's columns
+    assert described.table().column(0).to_pylist()[:2] == ["stream", "seq"]
+
+
+def test_spark_connect_catalog_lists_an_accounts_own_views_only(walled: Walled) -> None:
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    asyncio.run(_publish(walled.url("a"), "CLISTED", 1))
+    asyncio.run(_publish(walled.url("b"), "CHIDDEN", 1))
+    a = ConnectSession.builder.remote(walled.connect("a:a")).create()
+    try:
+        names = [t.name for t in a.catalog.listTables("global_temp")]
+        assert "a.clisted" in names and all(n.startswith("a.") for n in names), names
+        assert a.catalog.listTables() == []
+        assert [d.name for d in a.catalog.listDatabases()] == ["default"]
+        assert a.catalog.tableExists("global_temp.`a.clisted`")
+        assert not a.catalog.tableExists("global_temp.`b.chidden`")  # as if it did not exist
+    finally:
+        a.stop()
+    every = [t.name for t in walled.spark.catalog.listTables("global_temp")]
+    assert {"a.clisted", "b.chidden"} <= set(every)
 
 
 @pytest.mark.soak  # a timeout and an ack wait run out, with their jobs' cancels: ~50 s
@@ -305,7 +357,7 @@ def test_spark_connect_logs_in_with_nats_credentials_and_is_walled(walled: Walle
         assert a.sql("SELECT count(*) AS n FROM MINE").collect()[0].n == 4
         for sql, said in (
             ("SELECT * FROM THEIRS", "`THEIRS` cannot be found"),  # by name
-            ("SELECT * FROM global_temp.`B.THEIRS`", "account A may not read"),  # by a view
+            ("SELECT * FROM global_temp.`B.THEIRS`", "(?i)`b.theirs` cannot be found"),  # by a view
             (f"SELECT * FROM parquet.`{theirs.f}`", "account A may not read"),  # by path
         ):
             with pytest.raises(AnalysisException, match=said):
@@ -357,15 +409,28 @@ async def test_jdbc_logs_in_with_nats_credentials_and_is_walled(walled: Walled) 
         "SELECT * FROM JTHEIRS;\n"  # by name
         "SELECT * FROM global_temp.`B.JTHEIRS`;\n"  # by a view
         f"SELECT * FROM parquet.`{theirs}`;\n"  # by path
+        "!tables\n"  # JDBC's getTables, as BI tools browse
+        "!columns b.jtheirs\n"
+        "SHOW TABLES IN global_temp;\n"
+        f"SELECT id AS past_max_rows FROM range({MAX_ROWS * 4});\n"
+        "SELECT count(*) AS still FROM JMINE;\n"  # the door goes on
         f"!connect {url} sys sys\n"  # the system account: every account's streams
         "SELECT count(*) AS theirs FROM B.JTHEIRS;\n"
+        "!tables\n"
         "!closeall\n"  # so the last statement has only the refused login to run on
         f"!connect {url} a wrong\n"
         "SELECT 1 AS leaked;\n"
     )
     out, err = done.stdout, done.stderr
-    assert "mine\n3\n" in out and "theirs\n2\n" in out, out + err
+    assert "mine\n3\n" in out and "theirs\n2\n" in out and "still\n3\n" in out, out + err
+    assert "NullPointerException" not in err and "ConcurrentModification" not in err, err
     assert "`JTHEIRS` cannot be found" in err, err
-    assert "account A may not read view B.JTHEIRS" in err, err
+    assert "`b.jtheirs` cannot be found" in err.lower(), err
+    a_sees, sys_sees = out.split("theirs\n2\n")
+    assert ",global_temp,a.jmine,VIEW" in a_sees and "global_temp,a.jmine,true" in a_sees, out + err
+    assert "b.jtheirs" not in a_sees, out  # in no listing: tables, columns, SHOW TABLES
+    assert ",global_temp,b.jtheirs,VIEW" in sys_sees, out
+    assert f"more than {MAX_ROWS} rows" in err and "max_rows" in err, err
+    assert f"\n{MAX_ROWS * 2}\n" not in out, "rows past max_rows reached the client"
     assert "it is no stream of the account" in err, err
     assert "Error validating the login" in err and "leaked" not in out, out + err
