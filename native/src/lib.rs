@@ -626,6 +626,7 @@ fn jetlake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(entries::decode_publishes, m)?)?;
     m.add_function(wrap_pyfunction!(entries::run_rows, m)?)?;
     m.add_function(wrap_pyfunction!(entries::encode_publishes, m)?)?;
+    m.add_function(wrap_pyfunction!(outlet::frame_routed_run, m)?)?;
     m.add_function(wrap_pyfunction!(encode_msg, m)?)?;
     m.add_function(wrap_pyfunction!(encode_hmsg, m)?)?;
     m.add_function(wrap_pyfunction!(leafnodes::split_leaf, m)?)?;

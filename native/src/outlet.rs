@@ -53,6 +53,77 @@ fn bytes_of<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         .cast_into::<PyBytes>()?)
 }
 
+/// `reply` made `prefix` followed by a delivery's five numbers (items 3 to 7 of `wire`)
+/// joined by dots, as `outlet.dotted` spells them.
+fn ack_reply(reply: &mut Vec<u8>, prefix: &[u8], wire: &Bound<'_, PyTuple>) -> PyResult<()> {
+    reply.clear();
+    reply.extend_from_slice(prefix);
+    for i in 3..8 {
+        if i > 3 {
+            reply.push(b'.');
+        }
+        let n = wire.get_item(i)?.extract::<i64>()?;
+        if n < 0 {
+            reply.push(b'-');
+        }
+        push_number(reply, n.unsigned_abs() as usize);
+    }
+    Ok(())
+}
+
+/// A consumer's run to an inbox a peer wants, as the HMSGs `Cluster.deliver_run` sends:
+/// routed on `routed` in `account`, each with the header block naming its own subject
+/// (`shown_prefix`, the subject, CRLF, then its own block if any) and its ack reply.
+/// Returns the frames and the run's header and payload bytes (its own blocks).
+#[pyfunction]
+pub fn frame_routed_run<'py>(
+    py: Python<'py>,
+    account: &[u8],
+    routed: &[u8],
+    prefix: &[u8],
+    shown_prefix: &[u8],
+    msgs: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyBytes>, u64)> {
+    let mut out = Vec::new();
+    let mut reply = Vec::with_capacity(prefix.len() + 64);
+    let mut size = 0u64;
+    for item in msgs.try_iter()? {
+        let item = item?;
+        let wire = item.cast::<PyTuple>()?;
+        let subject = bytes_of(&wire.get_item(0)?)?;
+        let hdr = wire.get_item(1)?;
+        let own = if hdr.is_none() {
+            None
+        } else {
+            Some(bytes_of(&hdr)?)
+        };
+        let own = own.as_ref().map_or(&b""[..], |h| h.as_bytes());
+        let payload = bytes_of(&wire.get_item(2)?)?;
+        let payload = payload.as_bytes();
+        ack_reply(&mut reply, prefix, wire)?;
+        let hlen = shown_prefix.len() + subject.as_bytes().len() + 2 + own.len();
+        out.extend_from_slice(b"HMSG ");
+        out.extend_from_slice(account);
+        out.push(b' ');
+        out.extend_from_slice(routed);
+        out.push(b' ');
+        out.extend_from_slice(&reply);
+        out.push(b' ');
+        push_number(&mut out, hlen);
+        out.push(b' ');
+        push_number(&mut out, hlen + payload.len());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(shown_prefix);
+        out.extend_from_slice(subject.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(own);
+        out.extend_from_slice(payload);
+        out.extend_from_slice(b"\r\n");
+        size += (payload.len() + own.len()) as u64;
+    }
+    Ok((PyBytes::new(py, &out), size))
+}
+
 impl Outlet {
     /// Frames one MSG or HMSG as `nats.encode_msg`/`encode_hmsg` do; true when the
     /// outlet was clean before.
@@ -184,18 +255,7 @@ impl Outlet {
                 Some(bytes_of(&hdr)?)
             };
             let payload = bytes_of(&wire.get_item(2)?)?;
-            reply.clear();
-            reply.extend_from_slice(prefix.as_bytes());
-            for i in 3..8 {
-                if i > 3 {
-                    reply.push(b'.');
-                }
-                let n = wire.get_item(i)?.extract::<i64>()?;
-                if n < 0 {
-                    reply.push(b'-');
-                }
-                push_number(&mut reply, n.unsigned_abs() as usize);
-            }
+            ack_reply(&mut reply, prefix.as_bytes(), wire)?;
             let hdr = hdr.as_ref().map(|h| h.as_bytes());
             size += (payload.as_bytes().len() + hdr.map_or(0, <[u8]>::len)) as u64;
             self.frame(

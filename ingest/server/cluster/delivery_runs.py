@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ingest.parser import fast
+from ingest.parser.routes import encode_rmsg
 from ingest.server.subscription import Subscription
 
 if TYPE_CHECKING:
     from ingest.parser.routes import RMsg
+    from log.consumers.wire import Deliveries
 
 SHOWN_PREFIX = b"NATS/1.0\r\nJetlake-Shown: "
 
@@ -31,6 +34,20 @@ def split_shown(hdr: bytes) -> tuple[bytes, bytes | None]:
     """Inverse of `shown_header`: the subject, and the message's own block or None."""
     end = hdr.index(b"\r\n", len(SHOWN_PREFIX))
     return hdr[len(SHOWN_PREFIX) : end], hdr[end + 2 :] or None
+
+
+def frame_for_peer(account: bytes, routed: bytes, run: Deliveries) -> tuple[bytes, int]:
+    """A consumer's run to an inbox on a peer as the HMSGs that carry it (each shown under
+    its own subject), and its header and payload bytes; framed by the compiled extension
+    when it is there."""
+    if fast.native is not None:
+        prefix = run.ack_prefix
+        return fast.native.frame_routed_run(account, routed, prefix, SHOWN_PREFIX, run.msgs)
+    parts, size = [], 0
+    for shown, reply, hdr, payload in run.wire():
+        parts.append(encode_rmsg(account, routed, reply, (), shown_header(shown, hdr), payload))
+        size += len(payload) + (len(hdr) if hdr else 0)
+    return b"".join(parts), size
 
 
 def is_delivery(msg: RMsg) -> bool:

@@ -23,7 +23,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.routes import RMsg, encode_info, encode_rmsg
-from ingest.server.cluster.delivery_runs import SHOWN_PREFIX, shown_header, split_shown
+from ingest.server.cluster.delivery_runs import (
+    SHOWN_PREFIX,
+    frame_for_peer,
+    shown_header,
+    split_shown,
+)
 from ingest.server.cluster.interest import Forwarding, LocalInterest, RemoteInterestMap
 from ingest.server.cluster.route import Route
 from ingest.server.cluster.settings import ClusterConfig, RouteURL, parse_route_url
@@ -410,12 +415,8 @@ class Cluster:
         route = self.remote.sole_peer(routed, account) if self.routes else None
         if route is None or route.closed or route.superseded:
             return None
-        name = account.encode()
-        parts, size = [], 0
-        for shown, reply, hdr, payload in run.wire():
-            parts.append(encode_rmsg(name, routed, reply, (), shown_header(shown, hdr), payload))
-            size += len(payload) + (len(hdr) if hdr else 0)
-        route.send_run(b"".join(parts), len(parts), size)
+        frames, size = frame_for_peer(account.encode(), routed, run)
+        route.send_run(frames, len(run.msgs), size)
         return size
 
     def forward(
