@@ -31,12 +31,12 @@ clients log in with NATS credentials, checked by the NATS server (`sql.logins`),
 and their sessions are bound to the login's account; a session of no login
 runs nothing. Without it those two doors are open, and read all.
 
-Every door bounds a result: past `--max_rows` rows SQL over NATS and Spark
-Connect stop the query with an error naming the key, and every query's result
-is at most `--max_result_size` bytes in the service (Spark's
+Every door bounds a result: past `--max_rows` rows SQL over NATS, Spark
+Connect and JDBC stop the query with an error naming the key, and every query's
+result is at most `--max_result_size` bytes in the service (Spark's
 `spark.driver.maxResultSize`), past which its job fails with Spark's error
-naming that setting; the JDBC door, which gathers a result whole before a
-client fetches it, is bounded by that.
+naming that setting (the JDBC door gathers a result within it before a client
+fetches, and counts rows as they are fetched).
 
 With `--catalog` a rebuild also registers every stream's lake table in a Hive
 metastore, for engines outside jetlake (`sql.catalog`).
@@ -243,7 +243,7 @@ def _parser() -> argparse.ArgumentParser:
         "--max_rows",
         type=int,
         default=DEFAULT_MAX_ROWS,
-        help="rows a NATS or Connect result may have (past them: an error naming max_rows)",
+        help="rows a result may have at any door (past them: an error naming max_rows)",
     )
     p.add_argument(
         "--max_result_size",
