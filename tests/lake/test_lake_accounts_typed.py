@@ -45,7 +45,8 @@ def _rows(lake: Lake, *views: str) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-@pytest.mark.timeout(600)  # a JVM start, appends and queries on two busy cores
+@pytest.mark.soak  # five Delta tables compacted and read twice: 140 s on two busy cores
+@pytest.mark.timeout(600)
 async def test_each_account_infers_and_declares_its_own_typed_tables(lake: Lake) -> None:
     server = lake.start("-m", "-1", config=CONF)
     a = await nats.connect(f"nats://a:a@127.0.0.1:{server.port}")
