@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from log.segments import NewMsg, StoredMsg, msg_size
+from log.segments.api import StoreError
+from log.stream_entries import Publish, Run, decode_deferring_runs, encode
 from tests.segments.conftest import Stores, msgs
 
 SUBJECTS = ["orders.eu.new", "orders.us.new", "orders.eu.paid", "audit"]
@@ -180,3 +184,25 @@ def test_header_scans_after_restart_skip_only_batches_without_headers(stores: St
     stores.store.append([tagged])
     assert [m.seq for m in stores.store.with_header("K")] == [6, 13]
     assert [m.seq for m in stores.store.with_header("K", since_ts=2_001)] == [13]
+
+
+def test_rows_laid_out_from_a_run_store_as_their_messages(stores: Stores) -> None:
+    """`append_rows` (a replicated run's batch written from its log bytes) leaves what
+    `append` of the same messages leaves, across a restart; rows that do not start at the
+    next seq are refused and nothing is written."""
+    written = fill(stores, batches=2)
+    batch = msgs(SUBJECTS * 2, ts=9_000)
+    first = len(written) + 1
+    run = Run(tuple(Publish(m, first + i) for i, m in enumerate(batch)))
+    rows = decode_deferring_runs(encode(run)).rows(stores.store.overhead)  # type: ignore[union-attr]
+    assert rows is not None
+    late = rows._replace(first=first + 1)
+    with pytest.raises(StoreError, match=f"rows from seq {first + 1}, the store's next is {first}"):
+        stores.store.append_rows(late)
+    stores.store.append_rows(rows)
+    written += [StoredMsg(first + i, m.ts, m.subject, m.hdr, m.data) for i, m in enumerate(batch)]
+    for store in stores.now_and_after_restart():
+        assert [store.load(m.seq) for m in written] == written
+        st = store.state()
+        assert st.bytes == sum(msg_size(m.subject, m.hdr, m.data, store.overhead) for m in written)
+        assert (st.last_seq, st.last_ts, st.num_subjects) == (len(written), 9_007, len(SUBJECTS))
