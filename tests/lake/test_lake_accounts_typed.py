@@ -14,19 +14,11 @@ import pytest
 from nats.js.api import StreamConfig
 from nats.js.errors import KeyNotFoundError
 
-from tests.lake.conftest import LAKE_CONF, Lake, poll
+from tests.lake.conftest import Lake, poll
+from tests.lake.test_lake_accounts import CONF
 from tests.lake.test_typed_e2e import SHIP_SCHEMA
 from tests.support.http import get_json
 
-CONF = (
-    LAKE_CONF
-    + """
-accounts {
-  A { jetstream: enabled, users: [{user: a, password: a}] }
-  B { jetstream: enabled, users: [{user: b, password: b}] }
-}
-"""
-)
 TYPED = {
     "jetlake.lake.format": "json",
     "jetlake.lake.tables": "orders.shipped.*=shipped",
