@@ -33,8 +33,8 @@ from pathlib import Path
 from benchmarks.client import connect
 from benchmarks.cluster import COMMANDS, PROBE, Node, _cluster, _create_stream
 from benchmarks.natscli import STATS, STREAM, SUBJECT, _cli
+from benchmarks.scale import cpu_seconds
 
-TICK = os.sysconf("SC_CLK_TCK")
 SPY_RATE = 250  # samples a second: enough for a stage of 2 %, little enough not to skew
 # natscli's arguments after `nats bench` for each workload, and whether the stream is
 # filled first (fetch drains what `js pub async` stored).
@@ -67,11 +67,8 @@ LOOP = ("Runner.run", "run (uvloop")
 def _cpu(pid: int) -> tuple[float, float]:
     """CPU seconds (user+sys) of the process, and of its main thread alone."""
 
-    def seconds(path: str) -> float:
-        fields = Path(path).read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
-
-    return seconds(f"/proc/{pid}/stat"), seconds(f"/proc/{pid}/task/{pid}/stat")
+    process = Path(f"/proc/{pid}/stat").read_text()
+    return cpu_seconds(process), cpu_seconds(Path(f"/proc/{pid}/task/{pid}/stat").read_text())
 
 
 def stage_of(frames: list[str]) -> str | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
@@ -35,7 +34,7 @@ from nats.js.errors import APIError, NoStreamResponseError
 from benchmarks import cluster
 from benchmarks.client import connect
 from benchmarks.model import Incomplete, Metric, Params, Profile, Workload
-from benchmarks.scale import MIB, tree_pids, tree_rss
+from benchmarks.scale import MIB, tree_cpu, tree_rss
 from benchmarks.servers import _stop, _wait_ready
 
 NAME = "cluster-scale"
@@ -46,34 +45,12 @@ SETTLE_SECONDS = 2.0  # after the last publish, before the idle window opens
 DEADLINE = 600.0  # for each phase: a create, a publish, catching up
 API_SECONDS = 5.0
 POLL = 0.2
-TICKS = os.sysconf("SC_CLK_TCK")
 RETRIED = (NatsTimeoutError, NoStreamResponseError, NoRespondersError, TimeoutError)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(f"many R3 streams (--only {NAME})")
     group.add_argument("--streams", type=int, default=STREAMS, help="R3 streams on three servers")
-
-
-def cpu_seconds(stat: str) -> float:
-    """utime + stime of a ``/proc/<pid>/stat`` text, in seconds.
-
-    The command name (field 2) may hold spaces and parentheses: fields are
-    counted from the last ``)``.
-    """
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # fields 14 and 15 of the whole line
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and its descendants so far."""
-    total = 0.0
-    for current in tree_pids(pid):
-        try:
-            total += cpu_seconds(Path(f"/proc/{current}/stat").read_text())
-        except FileNotFoundError:
-            continue  # exited while being read
-    return total
 
 
 def _name(i: int) -> str:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -43,6 +44,7 @@ STREAM = "scale"
 SUBJECT = "scale"
 KIB = 1024
 MIB = 1024 * 1024
+TICKS = os.sysconf("SC_CLK_TCK")
 RATE = "msgs/s"
 START_SECONDS = 300.0  # a restart on a large store, or a reference-sized history
 BATCH = 500  # connections opened at once: under the servers' accept backlogs
@@ -107,15 +109,33 @@ def tree_pids(pid: int) -> list[int]:
     return found
 
 
-def tree_rss(pid: int) -> int:
-    """RSS of ``pid`` and its descendants."""
-    total = 0
+def cpu_seconds(stat: str) -> float:
+    """utime + stime of a ``/proc/<pid>/stat`` text, in seconds.
+
+    The command name (field 2) may hold spaces and parentheses: fields are
+    counted from the last ``)``.
+    """
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # fields 14 and 15 of the whole line
+
+
+def _tree_texts(pid: int, name: str) -> Iterator[str]:
+    """``/proc/<p>/<name>`` of ``pid`` and each descendant still there when read."""
     for current in tree_pids(pid):
         try:
-            total += rss_bytes(Path(f"/proc/{current}/status").read_text())
+            yield Path(f"/proc/{current}/{name}").read_text()
         except FileNotFoundError:
             continue  # exited while being read
-    return total
+
+
+def tree_rss(pid: int) -> int:
+    """RSS of ``pid`` and its descendants."""
+    return sum(rss_bytes(status) for status in _tree_texts(pid, "status"))
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and its descendants so far."""
+    return sum(cpu_seconds(stat) for stat in _tree_texts(pid, "stat"))
 
 
 def _raise_fd_limit() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cluster, cluster_scale
+from benchmarks import cluster, cluster_scale, scale
 from benchmarks.model import Params
 
 # A command name with a space and a parenthesis: fields are counted from the last ")".
@@ -17,12 +17,12 @@ STAT = "4242 (jet lake) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 50 0 0 20 0 
 
 def test_cpu_is_utime_plus_stime_in_seconds() -> None:
     ticks = os.sysconf("SC_CLK_TCK")
-    assert cluster_scale.cpu_seconds(STAT) == 300 / ticks
+    assert scale.cpu_seconds(STAT) == 300 / ticks
 
 
 def test_this_process_has_spent_cpu_and_a_gone_one_none() -> None:
-    assert cluster_scale.tree_cpu(os.getpid()) > 0
-    assert cluster_scale.tree_cpu(2**22 + 1) == 0  # above the kernel's pid_max ceiling
+    assert scale.tree_cpu(os.getpid()) > 0
+    assert scale.tree_cpu(2**22 + 1) == 0  # above the kernel's pid_max ceiling
 
 
 def _args(*argv: str) -> argparse.Namespace:
