@@ -53,6 +53,28 @@ fn bytes_of<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         .cast_into::<PyBytes>()?)
 }
 
+/// A delivery tuple's subject, header block (None when it has none) and payload.
+type Delivery<'py> = (
+    Bound<'py, PyBytes>,
+    Option<Bound<'py, PyBytes>>,
+    Bound<'py, PyBytes>,
+);
+
+/// Items 0 to 2 of a delivery tuple (subject, hdr or None, payload) as bytes.
+fn delivery<'py>(wire: &Bound<'py, PyTuple>) -> PyResult<Delivery<'py>> {
+    let hdr = wire.get_item(1)?;
+    let hdr = if hdr.is_none() {
+        None
+    } else {
+        Some(bytes_of(&hdr)?)
+    };
+    Ok((
+        bytes_of(&wire.get_item(0)?)?,
+        hdr,
+        bytes_of(&wire.get_item(2)?)?,
+    ))
+}
+
 /// `reply` made `prefix` followed by a delivery's five numbers (items 3 to 7 of `wire`)
 /// joined by dots, as `outlet.dotted` spells them.
 fn ack_reply(reply: &mut Vec<u8>, prefix: &[u8], wire: &Bound<'_, PyTuple>) -> PyResult<()> {
@@ -90,15 +112,8 @@ pub fn frame_routed_run<'py>(
     for item in msgs.try_iter()? {
         let item = item?;
         let wire = item.cast::<PyTuple>()?;
-        let subject = bytes_of(&wire.get_item(0)?)?;
-        let hdr = wire.get_item(1)?;
-        let own = if hdr.is_none() {
-            None
-        } else {
-            Some(bytes_of(&hdr)?)
-        };
+        let (subject, own, payload) = delivery(wire)?;
         let own = own.as_ref().map_or(&b""[..], |h| h.as_bytes());
-        let payload = bytes_of(&wire.get_item(2)?)?;
         let payload = payload.as_bytes();
         ack_reply(&mut reply, prefix, wire)?;
         let hlen = shown_prefix.len() + subject.as_bytes().len() + 2 + own.len();
@@ -247,14 +262,7 @@ impl Outlet {
         for item in msgs.try_iter()? {
             let item = item?;
             let wire = item.cast::<PyTuple>()?;
-            let subject = bytes_of(&wire.get_item(0)?)?;
-            let hdr = wire.get_item(1)?;
-            let hdr = if hdr.is_none() {
-                None
-            } else {
-                Some(bytes_of(&hdr)?)
-            };
-            let payload = bytes_of(&wire.get_item(2)?)?;
+            let (subject, hdr, payload) = delivery(wire)?;
             ack_reply(&mut reply, prefix.as_bytes(), wire)?;
             let hdr = hdr.as_ref().map(|h| h.as_bytes());
             size += (payload.as_bytes().len() + hdr.map_or(0, <[u8]>::len)) as u64;
