@@ -104,14 +104,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def service_url(store: Path, explicit: str | None) -> str | None:
-    """The SQL service to ask: `explicit`, else the store's while its process and port live."""
-    if explicit:
-        return explicit
-    found = live_service(store)
-    return found.connect if found is not None else None
-
-
 def live_service(store: Path) -> Endpoints | None:
     """The store's SQL service while its process lives and its Connect port answers."""
     found = Endpoints.read(store)

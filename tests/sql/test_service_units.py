@@ -204,10 +204,9 @@ def test_jetlake_sql_takes_the_service_only_while_its_process_and_port_live(
     import subprocess
     import sys
 
-    from sql.cli import service_url
+    from sql.cli import live_service
 
-    assert service_url(tmp_path, None) is None  # no file
-    assert service_url(tmp_path, "sc://elsewhere:1") == "sc://elsewhere:1"
+    assert live_service(tmp_path) is None  # no file
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip
     with socket.socket() as listener:
@@ -215,10 +214,10 @@ def test_jetlake_sql_takes_the_service_only_while_its_process_and_port_live(
         listener.listen()
         url = f"sc://127.0.0.1:{listener.getsockname()[1]}"
         Endpoints(pid=int(gone.stdout), connect=url).write(tmp_path)
-        assert service_url(tmp_path, None) is None  # its process is gone
+        assert live_service(tmp_path) is None  # its process is gone
         Endpoints(pid=os.getpid(), connect=url).write(tmp_path)
-        assert service_url(tmp_path, None) == url
-    assert service_url(tmp_path, None) is None  # its port is closed
+        assert (found := live_service(tmp_path)) is not None and found.connect == url
+    assert live_service(tmp_path) is None  # its port is closed
 
 
 def test_sql_serve_refuses_a_taken_address_before_starting_a_jvm(tmp_path: Path) -> None:
