@@ -110,8 +110,11 @@ class TcpTransport:
         for peer in self._peers.values():
             if peer.out:
                 frames, peer.out = peer.out, []
-                if peer.transport is not None:
+                # The peer may have gone since `send` queued these: Raft resends what is lost.
+                if peer.transport is not None and not peer.transport.is_closing():
                     peer.transport.write(b"".join(frames))
+                else:
+                    self.dropped += len(frames)
 
     def connected(self, node: NodeId) -> bool:
         peer = self._peers.get(node)

@@ -125,3 +125,37 @@ async def test_a_peer_that_stops_reading_is_dropped_from_not_buffered() -> None:
         for writer in accepted:
             writer.close()
         sink.close()
+
+
+def test_a_send_to_a_connection_closed_before_its_dialler_notices_is_dropped() -> None:
+    """uvloop (which the node process runs) raises on a write to a closed handle, and the
+    flush runs inside the Raft loop: a peer lost between `send` and `flush` must cost the
+    message, which Raft resends, not the node."""
+    import uvloop
+
+    async def scenario() -> None:
+        a, b = TcpTransport("a"), TcpTransport("b")
+        await a.start()
+        await b.start()
+        a.add_peer("b", b.address)
+        try:
+            await until(lambda: a.connected("b"), "connected")
+            lost = asyncio.Event()
+
+            class Lost(asyncio.Protocol):
+                def connection_lost(self, exc: Exception | None) -> None:
+                    lost.set()
+
+            gone, _ = await asyncio.get_running_loop().create_connection(Lost, *b.address)
+            gone.abort()
+            await asyncio.wait_for(lost.wait(), DEADLINE)  # the handle is closed now
+            a._peers["b"].transport = gone  # type: ignore[assignment]  # as the dialler still sees it
+            dropped = a.dropped
+            a.send(msg("a", "b", 1))
+            a.flush()
+            assert a.dropped == dropped + 1
+        finally:
+            await a.close()
+            await b.close()
+
+    uvloop.run(scenario())
