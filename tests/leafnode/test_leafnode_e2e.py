@@ -18,6 +18,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
+from ingest.server.compression import S2_FAST, S2_UNCOMPRESSED
 from tests.leafnode.conftest import Link, knows, leafz
 from tests.support.clients import sync
 from tests.support.http import _get
@@ -178,8 +179,9 @@ async def test_leafz_entries_have_the_same_fields_on_both_ends(link: Link) -> No
     hub = leafz(link.hub)["leafs"][0]
     leaf = leafz(link.leaf)["leafs"][0]
     assert set(hub) == set(leaf)
-    # both ends default to s2_auto, which on loopback frames S2 without compressing
-    assert hub["compression"] == leaf["compression"] == "s2_uncompressed"
+    # Both ends default to s2_auto: each picks a level from the round trip it measured,
+    # no compression on an idle loopback, s2_fast past 10 ms on a loaded machine.
+    assert {hub["compression"], leaf["compression"]} <= {S2_UNCOMPRESSED, S2_FAST}
 
 
 async def test_varz_counts_and_describes_the_links(link: Link) -> None:

@@ -114,10 +114,9 @@ async def test_retained_qos2_is_withheld_once_qos2_is_rejected(
         "127.0.0.1", server.mqtt_port, identifier="ret-get", timeout=TIMEOUT
     ) as sub:
         await sub.subscribe("ret/#", qos=2)
-        process.wait_for_log(
+        await process.wait_for_log_async(  # a restarted reference recovers its streams first
             r'"ret-get" - Rejecting retained message with QoS2 for subscription "ret.>", '
-            "as configured",
-            timeout=TIMEOUT,
+            "as configured"
         )
         await sub.subscribe("ret/#", qos=1)  # at QoS 1 it is delivered
         msg = await next_message(sub)
