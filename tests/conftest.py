@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +82,13 @@ def make_server(
                 server.stop(expect_code=None)
             except ServerError:
                 server.kill()
+    print_logs_if_failed(request, started)
+
+
+def print_logs_if_failed(request: pytest.FixtureRequest, servers: Iterable[ServerProcess]) -> None:
+    """After a failed test body, each server's stderr, for the report's captured output."""
     if request.node.stash.get(_FAILED, False):
-        for server in started:
+        for server in servers:
             print(f"----- {server.kind} stderr ({server.log_path}) -----\n{server.log()}")
 
 

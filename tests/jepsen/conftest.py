@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import KIND_IDS
+from tests.conftest import KIND_IDS, print_logs_if_failed
 from tests.jepsen.cluster import NodeSet, start_nodes
 from tests.support.netns import NetLab, leftovers, netlab
 from tests.support.servers import enabled_kinds
@@ -29,3 +29,4 @@ def nodes(request: pytest.FixtureRequest, lab: NetLab, tmp_path: Path) -> Iterat
     started = start_nodes(kind, lab, tmp_path, power_loss=kind == "jetlake")
     yield started
     started.stop()
+    print_logs_if_failed(request, started.servers)
