@@ -334,9 +334,14 @@ class RaftCore(ElectionRole, LeaderRole):
     # ----------------------------------------------------------------- output
 
     def has_ready(self) -> bool:
+        return bool(self._msgs) or self.needs_io()
+
+    def needs_io(self) -> bool:
+        """Whether the next Ready holds more than messages: something to persist, apply or
+        serve. One that holds only messages (a heartbeat's answer, a tick's heartbeats)
+        needs no disk and no application, so a driver may send it wherever it is."""
         return bool(
-            self._msgs
-            or self._read_states
+            self._read_states
             or self._pending_snapshot
             or self._log.unstable_from <= self._log.last_index
             or self._commit > self._apply_floor()

@@ -179,7 +179,13 @@ class SimNode:
         for _ in range(READY_LIMIT):
             if self.core is None or not self.core.has_ready():
                 break
+            io = self.core.needs_io()
             rd = self.core.ready()
+            if not io and (
+                rd.hard_state or rd.entries or rd.snapshot or rd.committed or rd.read_states
+            ):
+                # the driver sends such a Ready from its transport's callback, unpersisted
+                self.checker.fail(f"{self.id}: a Ready said to need no I/O holds {rd}")
             for done, step in enumerate(READY_ORDER):
                 if done == self.crash_after:
                     self.crash_after = None

@@ -14,7 +14,7 @@ from consensus.core import Config
 from consensus.driver import RaftNode
 from consensus.log_store import LogStore
 from consensus.transport import Handler
-from consensus.types import Message, MessageType, NodeId, Role
+from consensus.types import Entry, EntryKind, Message, MessageType, NodeId, Role
 from tests.consensus.cluster import until
 
 T = MessageType
@@ -104,3 +104,72 @@ async def test_a_timeout_without_answers_still_ends_the_lead(
     assert node.role == Role.LEADER
     await piled(node, peers, 1, answered=False)
     assert node.role == Role.FOLLOWER
+
+
+# An idle group's traffic is taken in the caller's turn while the loop waits: a Ready of
+# messages alone (a heartbeat's answer, a tick's heartbeats) is sent from the transport's
+# callback or the ticker's, without waking the node's task; anything else wakes it.
+
+
+async def parked(node: RaftNode) -> None:
+    await until(lambda: node._parked and not node._wake.is_set(), "the loop waiting")
+
+
+@pytest.fixture
+async def follower(tmp_path: Path) -> AsyncIterator[tuple[RaftNode, Peers, list[int]]]:
+    """n1 following n2 in term 1, its log holding n2's entry 1 (not yet committed)."""
+    store, restored = LogStore.open(tmp_path / "n1", name="n1")
+    peers = Peers()
+    applied: list[int] = []
+    config = Config("n1", election_ticks=ELECTION_TICKS, seed=1, lazy_commit=True)
+    node = RaftNode(
+        config,
+        ("n1", "n2", "n3"),
+        store,
+        restored,
+        peers,
+        apply=lambda entries: applied.extend(e.index for e in entries),
+        tick_seconds=3600,
+    )
+    node.start()
+    try:
+        entry = Entry(1, 1, EntryKind.NORMAL, b"x")
+        peers.answer(Message(T.APPEND, "n2", "n1", 1, entries=(entry,)))
+        await until(lambda: peers.last(T.APPEND_RESP, "n2") is not None, "the append answered")
+        await parked(node)
+        yield node, peers, applied
+    finally:
+        await node.close()
+
+
+async def test_a_heartbeat_with_nothing_new_is_answered_in_the_callers_turn(
+    follower: tuple[RaftNode, Peers, list[int]],
+) -> None:
+    node, peers, _ = follower
+    peers.answer(Message(T.HEARTBEAT, "n2", "n1", 1, commit=0, context=b"r"))
+    answer = peers.last(T.HEARTBEAT_RESP, "n2")
+    assert answer is not None and answer.context == b"r" and answer.index == 1
+    assert not node._wake.is_set()
+
+
+async def test_a_heartbeat_bringing_a_commit_wakes_the_loop_to_apply(
+    follower: tuple[RaftNode, Peers, list[int]],
+) -> None:
+    node, peers, applied = follower
+    peers.answer(Message(T.HEARTBEAT, "n2", "n1", 1, commit=1))
+    assert peers.last(T.HEARTBEAT_RESP, "n2") is None  # the loop answers, after the write
+    assert node._wake.is_set()
+    await until(lambda: applied == [1], "entry 1 applied")
+    await until(lambda: peers.last(T.HEARTBEAT_RESP, "n2") is not None, "the answer")
+
+
+async def test_a_leaders_heartbeat_tick_sends_in_the_tickers_turn(
+    led: tuple[RaftNode, Peers],
+) -> None:
+    node, peers = led
+    await parked(node)
+    sent = len(peers.sent)
+    node.on_tick()  # as the loop's Ticker calls it; every tick is a heartbeat's here
+    beats = [m for m in peers.sent[sent:] if m.type == T.HEARTBEAT]
+    assert sorted(m.dst for m in beats) == ["n2", "n3"]
+    assert node.role == Role.LEADER
