@@ -62,6 +62,9 @@ class Cluster:
         self._explicit: dict[RouteURL, asyncio.Task[None]] = {}  # configured routes' diallers
         self.self_urls: set[tuple[str, int]] = set()
         self.tls_contexts = route_contexts(config.tls)  # (accepting, dialling) or None
+        # subject -> (account, handler of the payload): a service's own inbox, taken from
+        # the route without a match (Raft's, `raft_transport`)
+        self.direct: dict[bytes, tuple[str, Callable[[bytes], None]]] = {}
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -447,6 +450,13 @@ class Cluster:
         """A message from a peer, delivered in its account; one this server does not know
         has no subscriber here. A JetStream delivery too goes to this server's clients
         alone: the peer made its stream imports' copies and sent them where importers are."""
+        direct = self.direct.get(msg.subject)
+        if direct is not None and direct[0] == msg.account and msg.hdr is None:
+            server = self.server
+            server.in_msgs += 1
+            server.in_bytes += len(msg.payload)
+            direct[1](msg.payload)
+            return
         account = self.server.accounts.get(msg.account)
         if account is None:
             return

@@ -90,6 +90,7 @@ class SystemBus(Protocol):
     server_id: str
     server_name: str
     accounts: Accounts
+    cluster: Any  # the routed cluster (`mesh.Cluster`), if any
 
     def subscribe(
         self, subject: str, callback: InternalCallback, *, account: Account | None = None
@@ -112,7 +113,6 @@ class SystemHost(SystemBus, Protocol):
     """The server, as its $SYS.REQ.SERVER answers describe it."""
 
     opts: Options
-    cluster: Any  # the routed cluster (its name and routes), if any
     jetstream_cluster: Any  # the meta group's controller (its meta_info), if clustered
     start_time: float
     in_msgs: int

@@ -10,6 +10,15 @@ P, dropped when no route reaches P (a partition), which is what Raft expects
 of a transport (`consensus.transport`). The heartbeats (and their answers)
 that all groups send to P in one turn of the event loop go as one message
 (`raft_batch`); the rest goes at once, as a batch of one.
+
+A round trip of one publish at a time crosses the routes four times, two of
+them Raft messages, and each paid the general path on both ends: a subject
+match and routing decision to send, a match and a subscription's callback to
+receive. So a message for P goes straight to the route that alone announced P's
+inbox (`Cluster.forwarder`: the same interest rule, so a partition or a peer
+not yet listening still drops it), and the route hands one for this server's
+inbox straight to `take` (`Cluster.direct`). The subscription stays: it is
+what announces the inbox, and it serves whatever comes the general way.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ _NAME_LEN = struct.Struct(">H")
 # Liveness and commit news, every tick of every group: gathered per peer for a turn.
 # Raft takes them reordered against the APPENDs that go at once.
 GATHERED = frozenset((MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP))
+_NO_REPLY = [b""]
 
 
 def inbox(server_name: str) -> str:
@@ -71,7 +81,8 @@ class RaftRoutes:
         self._handlers: dict[str, Handler] = {}
         self._sub: object | None = None
         self._outbox = Outbox()
-        self._inboxes: dict[NodeId, str] = {}  # peer -> its inbox subject
+        self._inboxes: dict[NodeId, tuple[str, bytes]] = {}  # peer -> its inbox subject
+        self._mine = inbox(server.server_name)
         self.dropped = 0  # frames for groups this server does not run (deleted, not yet made)
         self.heard: dict[tuple[str, NodeId], int] = {}  # (group, peer) -> monotonic ns
 
@@ -81,16 +92,20 @@ class RaftRoutes:
 
     def start(self) -> None:
         server = self._server
-        sub = server.subscribe(
-            inbox(self.me), self._on_frame, account=server.accounts.system_account
-        )
+        system = server.accounts.system_account
+        mine = self._mine
+        sub = server.subscribe(mine, self._on_frame, account=system)
         server.announce(sub)
         self._sub = sub
+        if server.cluster is not None:
+            server.cluster.direct[mine.encode()] = (system.name, self.take)
 
     def stop(self) -> None:
         if self._sub is not None:
             self._server.unsubscribe(self._sub)
             self._sub = None
+            if self._server.cluster is not None:
+                self._server.cluster.direct.pop(self._mine.encode(), None)
 
     def transport(self, group: str) -> GroupTransport:
         return GroupTransport(self, group)
@@ -119,11 +134,18 @@ class RaftRoutes:
             self._publish(peer, payload)
 
     def _publish(self, peer: NodeId, payload: bytes) -> None:
-        subject = self._inboxes.get(peer)
-        if subject is None:
-            subject = self._inboxes[peer] = inbox(peer)
+        subjects = self._inboxes.get(peer)
+        if subjects is None:
+            subject = inbox(peer)
+            subjects = self._inboxes[peer] = (subject, subject.encode())
         server = self._server
-        server.publish(subject, None, None, payload, account=server.accounts.system_account)
+        system = server.accounts.system_account
+        cluster = server.cluster
+        route = cluster.forwarder(system.name, subjects[1]) if cluster is not None else None
+        if route is None:
+            server.publish(subjects[0], None, None, payload, account=system)
+        else:
+            route(subjects[1], _NO_REPLY, [payload])
 
     def flush(self) -> None:
         """Write out everything the server queued, the Raft messages among them (and what
@@ -131,17 +153,21 @@ class RaftRoutes:
         self._server.flush_dirty()
 
     def _on_frame(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        self.take(data)
+
+    def take(self, data: bytes) -> None:
+        """A routed message to this server's inbox: each of its frames to its group."""
         try:
             frames = unpack(data)
         except codec.CodecError as exc:
-            log.warning("Raft frames on %s dropped: %s", subject, exc)
+            log.warning("Raft frames on %s dropped: %s", self._mine, exc)
             return
         now = time.monotonic_ns()
         for one in frames:
             try:
                 group, msg = unframe(one)
             except codec.CodecError as exc:
-                log.warning("Raft frame on %s dropped: %s", subject, exc)
+                log.warning("Raft frame on %s dropped: %s", self._mine, exc)
                 continue
             handler = self._handlers.get(group)
             if handler is None or msg.dst != self.me:
