@@ -78,13 +78,13 @@ async def account_views(server: Server) -> list[tuple[str, JetStreamView]]:
         for a in server.accounts
         if a.jetstream is not None and a.jetstream is not server.jetstream
     ]
-    views = [(name, view) for name, js in engines if (view := await _engine_view(js))]
+    views = [(name, view) for name, js in engines if (view := await engine_view(js))]
     if len(views) > 1:
         views = [(n, v) for n, v in views if n != GLOBAL_ACCOUNT or v.streams]
     return views
 
 
-async def _engine_view(js: Any) -> JetStreamView | None:
+async def engine_view(js: Any) -> JetStreamView | None:
     """One account's engine as the monitor reads it."""
     if js is None or not hasattr(js, "info"):
         return None

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from ingest.server.accounts.conns import ClusterConns
 from ingest.server.accounts.events import AccountEvents
+from ingest.server.accounts.requests import AccountRequests
+from ingest.server.accounts.system_imports import SystemImports
 from ingest.server.cluster.system_account import SystemAccount
 from ingest.server.logs import setup_logging
 from ingest.server.options import ConfigError, FlagError, Options, parse_serve_args
@@ -119,7 +121,9 @@ async def _serve(opts: Options, argv: list[str]) -> int:
     system.start()
     account_events = AccountEvents(server, system)
     account_events.start()
-    ClusterConns(server, system, account_events).start()
+    counts = ClusterConns(server, system, account_events)
+    counts.start()
+    SystemImports(server).start()
     if server.resolver is not None:
         server.resolver.start(server, system)
     if monitor is not None:
@@ -154,7 +158,8 @@ async def _serve(opts: Options, argv: list[str]) -> int:
         from ingest.server.monitor import Monitor
 
         documents = Monitor(server, None, 0)
-    SystemAccount(server, system, documents, account_js).start()
+    requests = AccountRequests(server, documents, counts)
+    SystemAccount(server, system, documents, account_js, requests).start()
     mqtt = None
     if opts.mqtt is not None:
         from ingest.server.mqtt.listener import MQTTListener

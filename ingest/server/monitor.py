@@ -139,6 +139,24 @@ def _sub_detail(sub: Any, cid: int, *, account: bool) -> dict[str, Any]:
     return out
 
 
+def sublist_stats(sublist: Any) -> dict[str, Any]:
+    """A subject trie's figures as /subsz and an account's INFO give them (None: zeros)."""
+    if sublist is None:
+        zero = ("num_subscriptions", "num_cache", "num_inserts", "num_removes", "num_matches")
+        return {**dict.fromkeys(zero, 0), "cache_hit_rate": 0, "max_fanout": 0, "avg_fanout": 0}
+    max_fanout, avg_fanout = sublist.fanout()
+    return {
+        "num_subscriptions": sublist.count,
+        "num_cache": sublist.cache_size(),
+        "num_inserts": sublist.inserts,
+        "num_removes": sublist.removes,
+        "num_matches": sublist.matches,
+        "cache_hit_rate": sublist.cache_hits / sublist.matches if sublist.matches else 0,
+        "max_fanout": max_fanout,
+        "avg_fanout": avg_fanout,
+    }
+
+
 def connection_type(c: Any) -> str:
     """The `type` /connz gives and the `client_type` of connect events."""
     if isinstance(c, MQTTConnection):
@@ -278,6 +296,11 @@ class Monitor:
     def _envelope(self) -> dict[str, Any]:
         return {"server_id": self.server.server_id, "now": timestamp(time.time())}
 
+    async def jetstream_varz(self) -> dict[str, Any] | None:
+        """/varz's JetStream block (None: no account has JetStream)."""
+        js = await jetstream_view(self.server)
+        return None if js is None else js.varz()
+
     async def document(self, path: str, options: dict[str, Any]) -> Any:
         """An endpoint's JSON document for the system account's `$SYS.REQ.SERVER.…` requests,
         whose JSON options are the endpoint's query parameters."""
@@ -304,7 +327,7 @@ class Monitor:
     async def _varz(self, req: Request) -> Response:
         s, o = self.server, self.server.opts
         st = self.stats()
-        js = await jetstream_view(s)
+        js = await self.jetstream_varz()
         tls_timeout = o.tls.timeout if o.tls is not None else 2.0
         v: dict[str, Any] = {
             "server_id": s.server_id,
@@ -339,7 +362,7 @@ class Monitor:
             leaf={} if s.leafnodes is None else s.leafnodes.varz(),
             mqtt={} if s.mqtt is None else s.mqtt.varz(),
             websocket={} if s.websocket is None else s.websocket.varz(),
-            jetstream={} if js is None else js.varz(),
+            jetstream=js or {},
             tls_timeout=number(tls_timeout),
             **({"connect_urls": s.client_urls()} if s.client_urls() else {}),
             write_deadline=int(o.write_deadline * NS),
@@ -393,6 +416,12 @@ class Monitor:
         if state != "open":
             for rec in list(s.closed_clients):
                 conns.append(_Conn(rec["client"], float(rec["stop"]), str(rec["reason"])))
+        if req.arg("acc"):  # one account's; an unknown one's page is empty, as the reference's
+            account = s.accounts.get(req.arg("acc"))
+            if account is None:
+                out = {"server_id": "", "now": timestamp(now), "num_connections": 0, "total": 0}
+                return _json({**out, "offset": offset, "limit": limit, "connections": None})
+            conns = [c for c in conns if c.client.account is account]
         if cid > 0:
             conns = [c for c in conns if c.client.cid == cid]
             offset, limit = 0, 1
@@ -407,27 +436,22 @@ class Monitor:
         return _json(out)
 
     async def _subsz(self, req: Request) -> Response:
-        sublist = self.server.sublist
+        sublist: Any = self.server.sublist
+        clients = list(self.server.clients.values())
+        if req.arg("acc"):  # one account's trie (an unknown account's is empty)
+            account = self.server.accounts.get(req.arg("acc"))
+            sublist = account.sublist if account is not None else None
+            clients = [c for c in clients if c.account is account]
         detail = bool_arg(req, "subs")
         offset, limit = _page(req)
         out = self._envelope()
-        max_fanout, avg_fanout = sublist.fanout()
-        out.update(
-            num_subscriptions=sublist.count,
-            num_cache=sublist.cache_size(),
-            num_inserts=sublist.inserts,
-            num_removes=sublist.removes,
-            num_matches=sublist.matches,
-            cache_hit_rate=sublist.cache_hits / sublist.matches if sublist.matches else 0,
-            max_fanout=max_fanout,
-            avg_fanout=avg_fanout,
-        )
+        out.update(sublist_stats(sublist))
         subs: list[dict[str, Any]] = []
         if detail:  # client subscriptions; internal ones (JetStream's) are not enumerable
-            for client in list(self.server.clients.values()):
+            for client in clients:
                 subs += [_sub_detail(sub, client.cid, account=True) for sub in client.subs.values()]
         out.update(total=len(subs), offset=offset, limit=limit)
-        if detail:
+        if subs:
             out["subscriptions_list"] = subs[offset : offset + limit]
         return _json(out)
 

@@ -15,7 +15,7 @@ the event too, as the reference does.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ingest.server.accounts import limits
 from ingest.server.accounts.events import event_id
@@ -46,20 +46,39 @@ class ClusterConns:
         server.announce(sub)
         accounts.on_count.append(self.send)
 
-    def send(self, account: Account) -> None:
+    def send(self, account: Account, subject: str | None = None) -> None:
         """Tell the peers this account's count here (the global account is never counted
-        across servers, as on the reference)."""
+        across servers, as on the reference), or answer a `…CONNS` request on `subject`."""
         server = self._server
-        if account is server.accounts.global_account:
+        if account is server.accounts.global_account and subject is None:
             return
-        conns = len(account.clients)
-        links = server.leafnodes.links if server.leafnodes is not None else {}
-        leafnodes = len(links.get(account.name, ()))
         event = {
             "type": EVENT_TYPE,
             "id": event_id(),
             "timestamp": rfc3339(now_ns()),
             "server": self._system.envelope(),
+            **self.statz(account),
+        }
+        data = json.dumps(event, separators=(",", ":")).encode()
+        server.publish(
+            subject or EVENT.format(account.name),
+            None,
+            None,
+            data,
+            account=server.accounts.system_account,
+        )
+
+    def leafnodes(self, account: Account) -> int:
+        """The account's leafnode links on this server."""
+        links = self._server.leafnodes.links if self._server.leafnodes is not None else {}
+        return len(links.get(account.name, ()))
+
+    def statz(self, account: Account) -> dict[str, Any]:
+        """The account's figures on this server: the event's body, and an entry of a
+        `$SYS.REQ.ACCOUNT…STATZ` answer."""
+        conns = len(account.clients)
+        leafnodes = self.leafnodes(account)
+        return {
             "acc": account.name,
             "name": account.name,
             "conns": conns,
@@ -68,10 +87,6 @@ class ClusterConns:
             "num_subscriptions": account.sublist.count,
             **self._events.traffic(account),
         }
-        data = json.dumps(event, separators=(",", ":")).encode()
-        server.publish(
-            EVENT.format(account.name), None, None, data, account=server.accounts.system_account
-        )
 
     def _on_event(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         try:

@@ -157,6 +157,10 @@ class Sharing:
         if subs:
             self._by_importer[importer.name] = subs
 
+    def add(self, importer: Account, exporter: Account, imp: Import, export: Export) -> None:
+        """One more import, kept until `stop` (the system account's, into every account)."""
+        self._subs.append(self._import(importer, exporter, imp, export))
+
     def stop(self) -> None:
         for sub in self._subs + [s for subs in self._by_importer.values() for s in subs]:
             self.server.unsubscribe(sub)

@@ -113,7 +113,9 @@ class SystemHost(SystemBus, Protocol):
     """The server, as its $SYS.REQ.SERVER answers describe it."""
 
     opts: Options
+    jetstream: Any  # the global account's engine, if it has one
     jetstream_cluster: Any  # the meta group's controller (its meta_info), if clustered
+    leafnodes: Any  # the leafnode links, whose traffic is not the clients'
     start_time: float
     in_msgs: int
     in_bytes: int
@@ -125,6 +127,7 @@ class Documents(Protocol):
     """The monitoring documents $SYS.REQ.SERVER requests are answered with."""
 
     async def document(self, path: str, options: dict[str, Any]) -> Any: ...
+    async def jetstream_varz(self) -> dict[str, Any] | None: ...
     def stats(self) -> dict[str, Any]: ...
 
 
@@ -138,3 +141,20 @@ class JetStreamEngines(Protocol):
     """Every account's JetStream, as a JSZ answer counts it."""
 
     def engines(self) -> list[Any]: ...
+
+
+class Skip(Exception):
+    """This server has nothing to say (the reference's filtered response): no answer."""
+
+
+class RequestError(Exception):
+    """A `$SYS.REQ` answer's `error`, with the reference's code 500 and wording."""
+
+
+class AccountDocuments(Protocol):
+    """The documents of `$SYS.REQ.ACCOUNT.…` answers (`accounts/requests.py`); they raise
+    Skip or RequestError."""
+
+    async def document(self, kind: str, name: str, options: dict[str, Any]) -> Any: ...
+    def statz(self, names: list[str] | None, *, include_unused: bool) -> dict[str, Any]: ...
+    def conns(self, name: str, reply: str) -> None: ...

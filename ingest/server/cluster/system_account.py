@@ -1,4 +1,5 @@
-"""The system account's services: `$SYS.REQ.SERVER.PING…` and `$SYS.REQ.SERVER.<id>.…`.
+"""The system account's services: `$SYS.REQ.SERVER.PING…`, `$SYS.REQ.SERVER.<id>.…` and
+`$SYS.REQ.ACCOUNT.…` (their documents in `account_requests`).
 
 Operators run `nats server list`, `nats server report jetstream` and friends as a
 system-account user; the CLI publishes one request and gathers the answers of
@@ -8,7 +9,9 @@ server across the mesh (in the system account, as RMSG names it), and each one
 answers the requester's inbox, which its own route interest leads back.
 
 Each answer is `{"server": <envelope>, "<data key>": …}`, the envelope as
-`SystemServices` builds it; the documents are the monitoring endpoints' own.
+`SystemServices` builds it, or `{"server": …, "data": null, "error": {code,
+description}}`; the documents are the monitoring endpoints' own. IDZ (who answers) and
+an account's CONNS (its `account_connections` event) are bare, as on the reference.
 """
 
 from __future__ import annotations
@@ -21,10 +24,17 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ingest.server.cluster.ports import RequestError, Skip
 from ingest.server.gofmt import timestamp
 
 if TYPE_CHECKING:
-    from ingest.server.cluster.ports import Documents, Envelope, JetStreamEngines, SystemHost
+    from ingest.server.cluster.ports import (
+        AccountDocuments,
+        Documents,
+        Envelope,
+        JetStreamEngines,
+        SystemHost,
+    )
 
 log = logging.getLogger("jetlake")
 
@@ -33,6 +43,9 @@ STATSZ_EVENT = "$SYS.SERVER.{id}.STATSZ"
 # As the reference: the first event soon after start, then ever less often, up to 10 s.
 STATSZ_FIRST, STATSZ_EVERY = 0.25, 10.0
 _BY_ID = "$SYS.REQ.SERVER.{id}.{kind}"
+_ACCOUNT = "$SYS.REQ.ACCOUNT.*.{kind}"
+ACCOUNT_KINDS = ("SUBSZ", "CONNZ", "LEAFZ", "JSZ", "INFO", "STATZ", "CONNS")
+PING_STATZ = "$SYS.REQ.ACCOUNT.PING.STATZ"
 # Request kind -> (key of the answer's document, monitoring path or None for statsz).
 _KINDS: dict[str, tuple[str, str | None]] = {
     "STATSZ": ("statsz", None),
@@ -42,6 +55,7 @@ _KINDS: dict[str, tuple[str, str | None]] = {
     "ROUTEZ": ("data", "/routez"),
     "HEALTHZ": ("data", "/healthz"),
     "JSZ": ("data", None),
+    "IDZ": ("", None),
 }
 # Filters a PING may carry (the reference's event filter options) -> envelope field.
 _FILTERS = {"server_name": "name", "cluster": "cluster", "host": "host"}
@@ -56,11 +70,13 @@ class SystemAccount:
         system: Envelope,
         monitor: Documents,
         jetstreams: JetStreamEngines | None,
+        accounts: AccountDocuments,
     ) -> None:
         self._server = server
         self._system = system
         self._monitor = monitor
         self._jetstreams = jetstreams
+        self._accounts = accounts
         self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
@@ -70,6 +86,9 @@ class SystemAccount:
         for kind in _KINDS:
             subjects[f"{PING}.{kind}"] = kind
             subjects[_BY_ID.format(id=server.server_id, kind=kind)] = kind
+        for kind in ACCOUNT_KINDS:
+            subjects[_ACCOUNT.format(kind=kind)] = "ACCOUNT." + kind
+        subjects[PING_STATZ] = "ACCOUNTS.STATZ"
         for subject, kind in subjects.items():
             sub = server.subscribe(subject, self._handler(kind), account=account)
             server.announce(sub)
@@ -84,7 +103,7 @@ class SystemAccount:
         while True:
             await asyncio.sleep(delay)
             delay = min(delay * 2, STATSZ_EVERY)
-            body = {"server": self._system.envelope(), "statsz": self.statsz()}
+            body = {"server": self._system.envelope(), "statsz": await self.statsz()}
             data = json.dumps(body, separators=(",", ":")).encode()
             server.publish(subject, None, None, data, account=server.accounts.system_account)
 
@@ -96,9 +115,18 @@ class SystemAccount:
                 options = json.loads(data) if data.strip() else {}
             except ValueError:
                 options = {}
-            if not isinstance(options, dict) or not self._selected(options):
+            if not isinstance(options, dict):
                 return
-            task = asyncio.get_running_loop().create_task(self._answer(kind, reply, options))
+            if kind == "ACCOUNT.CONNS":  # no filters: a bare event where the account has clients
+                name = subject.split(".")[3]
+                if options.get("acc", name) == name:
+                    self._accounts.conns(name, reply)
+                return
+            if kind != "IDZ" and not self._selected(options):
+                return
+            task = asyncio.get_running_loop().create_task(
+                self._answer(kind, subject, reply, options)
+            )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -118,29 +146,49 @@ class SystemAccount:
                     return False
         return True
 
-    async def _answer(self, kind: str, reply: str, options: dict[str, Any]) -> None:
+    async def _answer(self, kind: str, subject: str, reply: str, options: dict[str, Any]) -> None:
+        server = self._server
+        body: dict[str, Any]
+        if kind == "IDZ":
+            body = {"name": server.server_name, "host": server.opts.host, "id": server.server_id}
+        else:
+            try:
+                key, document = await self._document(kind, subject, options)
+                body = {"server": self._system.envelope(), key: document}
+            except Skip:
+                return
+            except RequestError as e:
+                error = {"code": 500, "description": str(e)}
+                body = {"server": self._system.envelope(), "data": None, "error": error}
+        data = json.dumps(body, separators=(",", ":")).encode()
+        server.publish(reply, None, None, data, account=server.accounts.system_account)
+
+    async def _document(self, kind: str, subject: str, options: dict[str, Any]) -> tuple[str, Any]:
+        """(key of the answer's document, the document)."""
+        if kind.startswith("ACCOUNT."):
+            name = subject.split(".")[3]
+            return "data", await self._accounts.document(kind[8:], name, options)
+        if kind == "ACCOUNTS.STATZ":
+            names = options.get("accounts")
+            chosen = [n for n in names if isinstance(n, str)] if isinstance(names, list) else None
+            unused = bool(options.get("include_unused"))
+            return "data", self._accounts.statz(chosen, include_unused=unused)
         key, path = _KINDS[kind]
         if kind == "STATSZ":
-            document = self.statsz()
-        elif kind == "JSZ":
-            document = self.jsz()
-        else:
-            assert path is not None
-            document = await self._monitor.document(path, options)
-        body = {"server": self._system.envelope(), key: document}
-        self._server.publish(
-            reply,
-            None,
-            None,
-            json.dumps(body, separators=(",", ":")).encode(),
-            account=self._server.accounts.system_account,
-        )
+            return key, await self.statsz()
+        if kind == "JSZ":
+            return key, self.jsz()
+        assert path is not None
+        return key, await self._monitor.document(path, options)
 
     # ---- documents ----------------------------------------------------------------------
 
-    def statsz(self) -> dict[str, Any]:
+    async def statsz(self) -> dict[str, Any]:
         server = self._server
         stats = self._monitor.stats()
+        routes = list(server.cluster.routes.values()) if server.cluster is not None else []
+        links = server.leafnodes.links.values() if server.leafnodes is not None else ()
+        peers = routes + [link for account_links in links for link in account_links]
         out: dict[str, Any] = {
             "start": timestamp(server.start_time),
             "mem": stats["mem"],
@@ -151,7 +199,15 @@ class SystemAccount:
             "active_accounts": sum(1 for a in server.accounts if a.sublist.count),
             "subscriptions": sum(a.sublist.count for a in server.accounts),
             "sent": {"msgs": server.out_msgs, "bytes": server.out_bytes},
+            "sent_to_clients": {
+                "msgs": server.out_msgs - sum(p.out_msgs for p in peers),
+                "bytes": server.out_bytes - sum(p.out_bytes for p in peers),
+            },
             "received": {"msgs": server.in_msgs, "bytes": server.in_bytes},
+            "received_from_clients": {
+                "msgs": server.in_msgs - sum(p.in_msgs for p in peers),
+                "bytes": server.in_bytes - sum(p.in_bytes for p in peers),
+            },
             "slow_consumers": stats["slow_consumers"],
         }
         cluster = server.cluster
@@ -167,12 +223,10 @@ class SystemAccount:
                 for route in sorted(cluster.routes.values(), key=lambda r: r.rid)
             ]
         out["active_servers"] = 1 + (len(cluster.routes) if cluster is not None else 0)
-        jsz = self.jsz()
-        if jsz is not None:
-            stat_keys = ("memory", "storage", "reserved_memory", "reserved_storage", "accounts")
-            stats_block = {k: jsz[k] for k in (*stat_keys, "ha_assets", "api")}
-            config = {k: v for k, v in jsz["config"].items() if k != "store_dir"}
-            out["jetstream"] = {"config": config, "stats": stats_block}
+        block = await self._monitor.jetstream_varz()
+        if block is not None:  # /varz's block without the store directory
+            block["config"] = {k: v for k, v in block["config"].items() if k != "store_dir"}
+            out["jetstream"] = block
         out["gomaxprocs"] = os.cpu_count() or 1
         return out
 

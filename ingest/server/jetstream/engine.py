@@ -566,6 +566,7 @@ class JetStream:
                 "max_storage": capacity(self.config.max_file_store, self.store_dir),
                 "store_dir": str(self.store_dir),
                 **_sync_fields(self.config.sync_interval_ns),
+                "strict": True,  # unknown fields of an API request are refused (10025)
             },
             **self.local_usage(),
             "reserved_memory": 0,
