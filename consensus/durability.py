@@ -17,6 +17,7 @@ as anyone can observe.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
@@ -92,9 +93,31 @@ SYNCER = Syncer()  # one per process: every stream and consumer shares its threa
 
 
 def fsync_dir(path: Path) -> None:
-    """Make creations, renames and unlinks in a directory durable."""
+    """Make creations, renames and unlinks in a directory durable (a file's own writes
+    too: the same read-only open and fsync serves one)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class _Paths:
+    """Files and directories written without an fsync, for the background thread."""
+
+    __slots__ = ("paths", "sync_queued")
+
+    def __init__(self, paths: tuple[Path, ...]) -> None:
+        self.paths = paths
+        self.sync_queued = False
+
+    def sync(self) -> None:
+        for path in self.paths:
+            with contextlib.suppress(FileNotFoundError):  # deleted meanwhile: nothing to keep
+                fsync_dir(path)
+
+
+def sync_soon(sync_interval_ns: int, *paths: Path) -> None:
+    """fsync `paths` (in order: a file before the directories naming it) within the
+    interval, on the background thread."""
+    SYNCER.request(_Paths(paths), sync_interval_ns / 1e9)

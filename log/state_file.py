@@ -24,7 +24,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from consensus.wal_recovery import replace_durably
+from consensus.durability import fsync_dir, sync_soon
+from consensus.wal_recovery import TMP_SUFFIX, replace_durably
 
 MAGIC = b"JLSTATE1 "
 _HEADER_MAX = 64  # magic, 8 hex digits, a length: far less than this before the newline
@@ -93,6 +94,23 @@ def write_state(path: Path, doc: Any, *, shared: bool = False) -> None:
     at once (the lake's shared pin), so each writes aside under its own name."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp") if shared else None
     replace_durably(path, encode_state(doc), tmp=tmp)
+
+
+def write_new_state(path: Path, doc: Any, sync_interval_ns: int | None) -> None:
+    """Write a file that replaces no older state (a stream's config at its create) with
+    the durability `sync_interval` gives a message: under `always`, fsynced with its
+    folder and the folder above (which names a new folder) before this returns; else in
+    place now, so a kill -9 keeps it, and fsynced within the interval off the event
+    loop. A power cut inside that interval loses the new file or leaves it torn, which
+    its read reports (as it does a damaged one)."""
+    if sync_interval_ns is None:
+        replace_durably(path, encode_state(doc))
+        fsync_dir(path.parent.parent)
+        return
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    tmp.write_bytes(encode_state(doc))
+    os.replace(tmp, path)
+    sync_soon(sync_interval_ns, path, path.parent, path.parent.parent)
 
 
 def set_aside(path: Path) -> Path:

@@ -62,6 +62,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from consensus.durability import fsync_dir
 from log.segments.api import CorruptSegmentError
 from log.segments.core import BatchRef, BatchStore
 from log.segments.ipc import decode_batch
@@ -132,6 +133,7 @@ class FileStore(BatchStore):
         # rarely written and an fsync of a clean file still costs a journal check.
         self._tomb_dirty = False
         self._explicit_dirty = False
+        self._dir_dirty = False  # a segment created whose directory entry is not synced
         self.lake_mark: int | None = None  # rows above it are not in the lake yet
         self._held: dict[int, Segment] = {}  # reclaim deferred for the lake, by base
         self._segments: list[Segment] = []
@@ -196,7 +198,10 @@ class FileStore(BatchStore):
             self._persist_deletes(array("Q"))  # records the new last seq durably
             self.sync()
         if not found:
+            # No fsync of the directory here: a new stream's create fsyncs it with its
+            # config file, and an empty segment lost to a power cut is made again.
             self._segments.append(Segment.create(self.dir, self._last + 1))
+            self._dir_dirty = True
 
     def _open_active(self, base: int, gen: int) -> tuple[Segment, Keys]:
         """The newest segment, its torn tail cut (see `open_segment`), and its rows' keys."""
@@ -409,12 +414,15 @@ class FileStore(BatchStore):
                 owned.append(self._tomb.fileno())
             if self._explicit_dirty:
                 owned.append(self._explicit.fileno())
+            sync_dir, self._dir_dirty = self._dir_dirty, False
             self._tomb_dirty = self._explicit_dirty = False
             fds = [os.dup(fd) for fd in owned if fd is not None]
         try:
             # Issued together, the fsyncs of the segment, its index and the delete
             # logs share journal commits instead of waiting for one another.
             waits = [_FSYNC_POOL.submit(os.fsync, fd) for fd in fds[1:]]
+            if sync_dir:
+                waits.append(_FSYNC_POOL.submit(fsync_dir, self.dir))
             if fds:
                 os.fsync(fds[0])
             for wait in waits:
@@ -457,6 +465,7 @@ class FileStore(BatchStore):
         sealed = self._segments[-1]
         sealed.release()
         seg = Segment.create(self.dir, first)
+        fsync_dir(self.dir)
         self._segments.append(seg)
         if self.config.compression:
             self._to_compress.append(sealed)

@@ -34,7 +34,7 @@ class Keys(NamedTuple):
     @staticmethod
     def concat(parts: Sequence[Keys]) -> Keys:
         if not parts:
-            return keys_of(pa.Table.from_batches([], SCHEMA), [], Overhead(0, 0))
+            return _NO_KEYS
         if len(parts) == 1:
             return parts[0]
         return Keys(
@@ -62,6 +62,11 @@ def keys_of(table: pa.Table, rows: Sequence[int], overhead: Overhead) -> Keys:
     return Keys(seq, subject, size, headers)
 
 
+# A new stream's store opens with no rows: its keys are built once, not per stream
+# (a handful of Arrow kernels on empty arrays cost about a millisecond a create).
+_NO_KEYS = keys_of(pa.Table.from_batches([], SCHEMA), [], Overhead(0, 0))
+
+
 class Rebuilt(NamedTuple):
     msgs: int
     bytes: int
@@ -79,6 +84,8 @@ class _Ref(Protocol):
 def rebuild(refs: Sequence[_Ref], keys: Keys, deleted: array, floor: int, last: int) -> Rebuilt:
     """The live state of the rows of `refs` (in order, described by `keys`); sets each
     ref's `live` and `headers`."""
+    if not refs:  # a new or emptied store: nothing for the kernels to do
+        return Rebuilt(0, 0, last + 1, SubjectIndex(), SeqList())
     for ref, headers in zip(refs, keys.headers, strict=True):
         ref.headers = headers
     seq, subject, size = keys.seq, keys.subject, keys.size

@@ -179,11 +179,12 @@ class Segment:
 
     @classmethod
     def create(cls, directory: Path, base: int) -> Segment:
+        """A new empty segment; its directory entry is the caller's to make durable
+        (a roll fsyncs it at once, a new store with its first sync)."""
         arrows, idx = segment_paths(directory, base, 0)
         with open(arrows, "wb") as f:
             f.write(HEADER)
         idx.touch()
-        fsync_dir(directory)
         return cls(arrows, idx, base, 0, len(HEADER))
 
     @property

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from log.state_file import (
     encode_state,
     read_state,
     set_aside,
+    write_new_state,
     write_state,
 )
 
@@ -99,3 +103,53 @@ def test_set_aside_keeps_the_bytes(tmp_path: Path) -> None:
     aside = set_aside(path)
     assert not path.exists() and aside.read_bytes() == b"\x00garbage"
     assert aside.name == "state.json.damaged"
+
+
+def _fsyncs(monkeypatch: pytest.MonkeyPatch, under: Path) -> list[tuple[str, str]]:
+    """Each fsync from now on of a path `under`: (the path, the thread that waited)."""
+    seen: list[tuple[str, str]] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(str(under)):
+            seen.append((path, threading.current_thread().name))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+def test_new_state_under_an_interval_waits_for_no_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream's create answered only after its disk's fsyncs took seconds on a busy
+    machine, where the reference waits for none: the file is in place at once (a kill -9
+    keeps it) and the background thread fsyncs it, its folder and the one naming that."""
+    folder = tmp_path / "streams" / "ORDERS"
+    folder.mkdir(parents=True)
+    seen = _fsyncs(monkeypatch, tmp_path)
+    write_new_state(folder / "stream.json", DOC, 10_000_000)
+    caller = threading.current_thread().name
+    assert [what for what, thread in seen if thread == caller] == []
+    assert read_state(folder / "stream.json") == DOC
+    assert [p.name for p in folder.iterdir()] == ["stream.json"]
+    deadline = time.monotonic() + 30
+    while len(seen) < 3:
+        assert time.monotonic() < deadline, f"background fsyncs stopped at {seen}"
+        time.sleep(0.005)
+    want = [str(folder / "stream.json"), str(folder), str(folder.parent)]
+    assert seen == [(path, "background-sync") for path in want]
+
+
+def test_new_state_under_always_is_fsynced_before_it_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "streams" / "ORDERS"
+    folder.mkdir(parents=True)
+    seen = _fsyncs(monkeypatch, tmp_path)
+    write_new_state(folder / "stream.json", DOC, None)
+    caller = threading.current_thread().name
+    want = [str(folder / "stream.json.tmp"), str(folder), str(folder.parent)]
+    assert seen == [(path, caller) for path in want]
+    assert read_state(folder / "stream.json") == DOC

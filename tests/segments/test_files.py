@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from itertools import pairwise
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pytest
 
 from log.segments import SCHEMA, FileStore, MemoryStore, SegmentConfig, list_segments, read_table
 from log.segments.segment import read_entries
@@ -139,4 +141,30 @@ def test_read_table_after_seq_skips_only_segments_wholly_below(tmp_path: Path) -
     assert seqs[15] == list(range(11, 36))  # 11-20 straddles 15: read, caller filters
     assert seqs[30] == list(range(31, 36))
     assert seqs[35] == list(range(31, 36))  # the active segment is always read
+    store.close()
+
+
+def test_a_new_store_syncs_its_directory_with_its_first_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening an empty store waits for no fsync (a stream's create fsyncs the folder
+    with its config); its first sync makes the segment's entry durable, a roll at once."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store = open_store(tmp_path, max_msgs=5)
+    assert synced == []
+    store.append(msgs(["x"] * 2))
+    store.sync()
+    assert synced.count(str(tmp_path)) == 1
+    store.sync()
+    assert synced.count(str(tmp_path)) == 1  # once: nothing new in the directory
+    store.append(msgs(["x"] * 5))  # fills the segment: the next append rolls
+    store.append(msgs(["x"]))
+    assert synced.count(str(tmp_path)) == 2
     store.close()

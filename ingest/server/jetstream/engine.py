@@ -40,7 +40,7 @@ from log.consumers.replicated import ConsumerFiles
 from log.publish import error_ack as pub_refusal
 from log.segments.api import MsgStore
 from log.sources import SOURCE_HEADER, source_header_refused
-from log.state_file import StateFileError, read_state, write_state
+from log.state_file import StateFileError, read_state, write_new_state, write_state
 from log.stream import GroupFactory, Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
 
@@ -211,7 +211,9 @@ class JetStream:
             js_limits.check_stream(self.limits, self.configs(), cfg)
         self._check_overlap(cfg)
         stream = self._open(cfg, now_ns())
-        self._persist(stream)
+        if cfg.storage == "file":  # a new config: durable as a message is (no fsync waited for)
+            sync_ns = api_levels.sync_interval_ns(cfg, self.config.sync_interval_ns)
+            write_new_state(self._root / cfg.name / META_FILE, stream.snapshot_config(), sync_ns)
         return stream
 
     def update_stream(self, cfg: StreamConfig) -> Stream:
