@@ -226,6 +226,8 @@ class SystemAccount:
         block = await self._monitor.jetstream_varz()
         if block is not None:  # /varz's block without the store directory
             block["config"] = {k: v for k, v in block["config"].items() if k != "store_dir"}
+            if server.jetstream_cluster is not None:
+                block["meta"] = server.jetstream_cluster.meta_info()
             out["jetstream"] = block
         out["gomaxprocs"] = os.cpu_count() or 1
         return out

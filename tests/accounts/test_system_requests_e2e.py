@@ -1,0 +1,311 @@
+"""The system account's requests about accounts and servers, jetlake against the reference.
+
+Two routed servers per kind, with JetStream, an account APP (its user connected to S0
+only) and the system account SYS. Every request is sent once to S0 and its answers
+gathered from both servers: how many answer (one per server, or only the servers where
+the account has connections), what errors say, and the shape of each answer (its keys
+and their JSON types, recursively; values differ by nature) must be the reference's.
+A user of APP reaches only its own account's CONNZ and STATZ, through the system
+imports, and nothing else of `$SYS.REQ`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+
+from tests.conftest import KIND_IDS
+from tests.support.cluster import cluster_args, free_port, stop_all, wait_mesh
+from tests.support.servers import ServerProcess, enabled_kinds, start_server
+
+CONFIG = """
+accounts {
+  APP { users [ {user: app, password: app} ], jetstream: enabled }
+  SYS { users [ {user: sys, password: sys} ] }
+}
+system_account: SYS
+cluster { pool_size: -1 }
+"""
+NAMES = ["S0", "S1"]
+SILENCE = 0.5  # how long a server that should not answer is listened to
+# What the reference sends and jetlake does not, each on the compatibility page: the
+# envelope's feature flags (nats-server's own protocol features) and its JetStream
+# server limits block; jetlake's own defaults are not limits a server reports.
+NOT_SENT = {"server.feature_flags", "statsz.jetstream.limits"}
+# Told by role (the meta leader lists the replicas), checked apart.
+BY_ROLE = {"statsz.jetstream.meta"}
+# Told by role (the meta leader lists the replicas): checked apart.
+BY_ROLE = {"statsz.jetstream.meta"}
+# Answers a server sends only for an account with connections on it; the rest come
+# from every server.
+ONLY_WHERE_CONNECTED = {"STATZ", "CONNS"}
+ACCOUNT_KINDS = ["CONNZ", "SUBSZ", "LEAFZ", "JSZ", "INFO", "STATZ", "CONNS"]
+SERVER_KINDS = ["IDZ", "STATSZ", "CONNZ", "JSZ"]
+
+
+def shape(value: Any, path: str = "") -> Any:
+    """Keys and JSON types, recursively; a list's elements merged into one shape."""
+    if isinstance(value, dict):
+        return {
+            k: shape(v, f"{path}.{k}")
+            for k, v in value.items()
+            if f"{path}.{k}"[1:] not in NOT_SENT | BY_ROLE
+        }
+    if isinstance(value, list):
+        merged: dict[str, Any] = {}
+        plain: set[str] = set()
+        for item in value:
+            found = shape(item, path)
+            if isinstance(found, dict):
+                merged.update(found)
+            else:
+                plain.add(str(found))
+        return ["list", merged or sorted(plain)]
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "null" if value is None else type(value).__name__
+
+
+class Pair:
+    """One kind's two servers and a system user and an APP user connected to S0."""
+
+    def __init__(self, servers: list[ServerProcess], sys_nc: NATS, app_nc: NATS) -> None:
+        self.servers, self.sys, self.app = servers, sys_nc, app_nc
+
+
+def start_pair(kind: str, tmp_path: Path) -> list[ServerProcess]:
+    ports = [free_port() for _ in NAMES]
+    servers: list[ServerProcess] = []
+    try:
+        for i, name in enumerate(NAMES):
+            store = tmp_path / f"js{i}"
+            args = cluster_args(name, ports[i], ports)
+            servers.append(
+                start_server(
+                    kind,
+                    *args,
+                    "-js",
+                    "-sd",
+                    str(store),
+                    config=CONFIG,
+                    tmp_path=tmp_path,
+                    name=f"{KIND_IDS[kind]}-{name}",
+                )
+            )
+        wait_mesh(servers, NAMES)
+    except BaseException:
+        stop_all(servers)
+        raise
+    return servers
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[ServerProcess]]]:
+    started: dict[str, list[ServerProcess]] = {}
+    try:
+        for kind in enabled_kinds():
+            started[kind] = start_pair(kind, tmp_path_factory.mktemp(f"sysreq-{KIND_IDS[kind]}"))
+        yield started
+    finally:
+        for servers in started.values():
+            stop_all(servers)
+
+
+@pytest.fixture
+async def pair(clusters: dict[str, list[ServerProcess]], server_kind: str) -> AsyncIterator[Pair]:
+    servers = clusters[server_kind]
+    s0 = servers[0]
+    sys_nc = await nats.connect(f"nats://sys:sys@{s0.host}:{s0.port}", allow_reconnect=False)
+    app_nc = await nats.connect(f"nats://app:app@{s0.host}:{s0.port}", allow_reconnect=False)
+    await app_nc.subscribe("app.work")
+    await app_nc.flush()
+    try:
+        yield Pair(servers, sys_nc, app_nc)
+    finally:
+        await app_nc.close()
+        await sys_nc.close()
+
+
+async def gather(nc: NATS, subject: str, expect: int, body: bytes = b"") -> list[dict[str, Any]]:
+    """The answers to one request: `expect` of them within a generous deadline; when fewer
+    than every server should answer, then whatever else arrives in a short window (a
+    server that should be silent is not)."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish(subject, body, reply=inbox)
+    answers: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while len(answers) < expect and loop.time() < deadline:
+        try:
+            msg = await sub.next_msg(max(deadline - loop.time(), 0.01))
+        except nats.errors.TimeoutError:
+            break
+        answers.append(json.loads(msg.data))
+    while len(answers) < len(NAMES):
+        try:
+            answers.append(json.loads((await sub.next_msg(SILENCE)).data))
+        except nats.errors.TimeoutError:
+            break
+    await sub.unsubscribe()
+    return answers
+
+
+def answered_by(answers: list[dict[str, Any]]) -> list[str]:
+    return sorted(str((a.get("server") or a)["name"]) for a in answers)
+
+
+async def until_answered(nc: NATS, subject: str, expect: int) -> list[dict[str, Any]]:
+    """A request to every server once the routes carry every server's interest (the
+    reference's JetStream and the system subscriptions settle after the mesh)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while True:
+        answers = await gather(nc, subject, expect)
+        if len(answers) >= expect or loop.time() > deadline:
+            return answers
+
+
+@pytest.mark.parametrize("kind", ACCOUNT_KINDS)
+async def test_an_accounts_request_is_answered_by_each_server_it_concerns(
+    pair: Pair, kind: str
+) -> None:
+    expect = 1 if kind in ONLY_WHERE_CONNECTED else 2
+    answers = await until_answered(pair.sys, f"$SYS.REQ.ACCOUNT.APP.{kind}", expect)
+    assert answered_by(answers) == NAMES[:expect]
+    for answer in answers:
+        if kind == "CONNS":
+            assert answer["type"] == "io.nats.server.advisory.v1.account_connections"
+            assert (answer["acc"], answer["conns"]) == ("APP", 1)
+        else:
+            assert "error" not in answer, answer
+            assert isinstance(answer["data"], dict)
+    by_server = {a["server"]["name"]: a for a in answers}
+    if kind == "CONNZ":
+        assert by_server["S0"]["data"]["num_connections"] == 1
+        assert by_server["S1"]["data"]["num_connections"] == 0
+    if kind == "INFO":
+        assert by_server["S0"]["data"]["client_connections"] == 1
+        assert by_server["S0"]["data"]["jetstream_enabled"] is True
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [
+        ("INFO", "Account NOPE does not exist"),
+        ("JSZ", 'account "NOPE" not found'),
+        ("CONNZ", None),
+        ("SUBSZ", None),
+        ("LEAFZ", None),
+    ],
+)
+async def test_an_unknown_account(pair: Pair, kind: str, error: str | None) -> None:
+    answers = await until_answered(pair.sys, f"$SYS.REQ.ACCOUNT.NOPE.{kind}", 2)
+    assert answered_by(answers) == NAMES
+    for answer in answers:
+        if error is None:
+            data = answer["data"]
+            assert "error" not in answer and data.get("total", data.get("leafnodes")) == 0
+        else:
+            assert answer["data"] is None
+            assert answer["error"] == {"code": 500, "description": error}
+
+
+async def test_silence_where_an_account_has_no_connections(pair: Pair) -> None:
+    for subject in ("$SYS.REQ.ACCOUNT.NOPE.STATZ", "$SYS.REQ.ACCOUNT.NOPE.CONNS"):
+        assert await gather(pair.sys, subject, 0) == []
+    answers = await gather(pair.sys, "$SYS.REQ.ACCOUNT.SYS.JSZ", 2)
+    assert [a["error"]["description"] for a in answers] == [
+        'account "SYS" not jetstream enabled'
+    ] * 2
+    # Unused accounts are listed when asked for.
+    answers = await until_answered(pair.sys, "$SYS.REQ.ACCOUNT.PING.STATZ", 1)
+    listed = {a["server"]["name"]: {s["acc"] for s in a["data"]["account_statz"]} for a in answers}
+    assert listed == {"S0": {"APP", "SYS"}}
+    unused = await gather(pair.sys, "$SYS.REQ.ACCOUNT.PING.STATZ", 2, b'{"include_unused":true}')
+    assert answered_by(unused) == NAMES
+
+
+@pytest.mark.parametrize("kind", SERVER_KINDS)
+async def test_a_server_ping_is_answered_by_every_server(pair: Pair, kind: str) -> None:
+    answers = await until_answered(pair.sys, f"$SYS.REQ.SERVER.PING.{kind}", 2)
+    assert answered_by(answers) == NAMES
+    if kind == "IDZ":
+        assert all(sorted(a) == ["host", "id", "name"] for a in answers)
+    if kind == "STATSZ":  # the meta group as each server sees it
+        metas = [a["statsz"]["jetstream"]["meta"] for a in answers]
+        assert all(m["cluster_size"] == 2 for m in metas), metas
+
+
+async def test_another_accounts_user_sees_its_own_account_only(pair: Pair) -> None:
+    for subject in ("$SYS.REQ.SERVER.PING.CONNZ", "$SYS.REQ.ACCOUNT.PING.CONNZ"):
+        answers = await until_answered(pair.app, subject, 2)
+        assert answered_by(answers) == NAMES
+        counts = {a["server"]["name"]: a["data"]["num_connections"] for a in answers}
+        assert counts == {"S0": 1, "S1": 0}  # APP's connection, not SYS's
+    answers = await until_answered(pair.app, "$SYS.REQ.ACCOUNT.PING.STATZ", 1)
+    assert [[s["acc"] for s in a["data"]["account_statz"]] for a in answers] == [["APP"]]
+    for subject in (
+        "$SYS.REQ.ACCOUNT.APP.CONNZ",
+        "$SYS.REQ.ACCOUNT.APP.INFO",
+        "$SYS.REQ.SERVER.PING",
+        "$SYS.REQ.SERVER.PING.IDZ",
+    ):
+        with pytest.raises(nats.errors.NoRespondersError):
+            await pair.app.request(subject, b"", timeout=5)
+
+
+# ---- the shapes, the reference's against jetlake's ---------------------------------------
+
+CASES = [
+    *(
+        ("sys", f"$SYS.REQ.ACCOUNT.APP.{kind}", kind in ONLY_WHERE_CONNECTED)
+        for kind in ACCOUNT_KINDS
+    ),
+    ("sys", "$SYS.REQ.ACCOUNT.SYS.INFO", False),
+    ("sys", "$SYS.REQ.ACCOUNT.NOPE.CONNZ", False),
+    ("sys", "$SYS.REQ.ACCOUNT.NOPE.INFO", False),
+    ("sys", "$SYS.REQ.ACCOUNT.PING.STATZ", True),
+    ("sys", "$SYS.REQ.SERVER.PING.IDZ", False),
+    ("sys", "$SYS.REQ.SERVER.PING.STATSZ", False),
+    ("app", "$SYS.REQ.SERVER.PING.CONNZ", False),
+    ("app", "$SYS.REQ.ACCOUNT.PING.STATZ", True),
+]
+
+
+async def test_every_answer_has_the_references_shape(
+    clusters: dict[str, list[ServerProcess]],
+) -> None:
+    if len(clusters) < 2:
+        pytest.skip("compares both kinds (JETLAKE_TEST_SERVERS names one)")
+    shapes: dict[str, dict[str, Any]] = {}
+    for kind, servers in clusters.items():
+        s0 = servers[0]
+        sys_nc = await nats.connect(f"nats://sys:sys@{s0.host}:{s0.port}", allow_reconnect=False)
+        app_nc = await nats.connect(f"nats://app:app@{s0.host}:{s0.port}", allow_reconnect=False)
+        try:
+            await app_nc.subscribe("app.work")
+            await app_nc.flush()
+            seen = shapes[kind] = {}
+            for user, subject, one in CASES:
+                nc = sys_nc if user == "sys" else app_nc
+                answers = await until_answered(nc, subject, 1 if one else 2)
+                first = min(answers, key=lambda a: str((a.get("server") or a)["name"]))
+                seen[f"{user} {subject}"] = shape(first)
+        finally:
+            await app_nc.close()
+            await sys_nc.close()
+    reference, ours = shapes["nats-server"], shapes["jetlake"]
+    for case in reference:
+        theirs, mine = (json.dumps(s[case], indent=1).splitlines() for s in (reference, ours))
+        assert mine == theirs, "\n".join([case, *difflib.unified_diff(theirs, mine, lineterm="")])
