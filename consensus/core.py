@@ -131,6 +131,7 @@ class RaftCore(ElectionRole, LeaderRole):
         self._pending_conf_index = 0
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0
+        self._clock = 0  # ticks seen, counted from `align_clock`'s origin
         self._timeout = self._random_timeout()
         self._conf_scan = snap_index  # CONFIG entries up to here are in force
         self._commit_to(max(hs.commit, snap_index))
@@ -223,11 +224,19 @@ class RaftCore(ElectionRole, LeaderRole):
     def tick(self) -> None:
         if self._role == Role.LEADER:
             self._tick_leader()
-            return
-        self._election_elapsed += 1
-        if self._election_elapsed >= self._timeout:
-            self._election_elapsed = 0
-            self._hup(forced=False)
+        else:
+            self._election_elapsed += 1
+            if self._election_elapsed >= self._timeout:
+                self._election_elapsed = 0
+                self._hup(forced=False)
+        self._clock += 1
+
+    def align_clock(self, ticks: int) -> None:
+        """Count ticks from the caller's origin: `ticks` have passed on its timer. Quiet
+        heartbeats fall on multiples of their interval of this count, so the groups that
+        share a timer send theirs in the same turn (one message to each peer, not one
+        every tick). Any value is safe: it only moves where the next quiet one falls."""
+        self._clock = ticks
 
     def idle_ticks(self) -> int:
         """How many ticks from now only advance counters: the next one after them may act
@@ -235,10 +244,7 @@ class RaftCore(ElectionRole, LeaderRole):
         hand them over late, so an idle group costs no wake-up per tick."""
         if self._role == Role.LEADER:
             cfg = self._cfg
-            due = min(
-                self._heartbeat_interval() - self._heartbeat_elapsed,
-                cfg.election_ticks - self._election_elapsed,
-            )
+            due = min(self._ticks_to_heartbeat(), cfg.election_ticks - self._election_elapsed)
             if self._transferee is not None:
                 due = min(due, cfg.election_ticks - self._transfer_elapsed)
         else:
@@ -346,6 +352,17 @@ class RaftCore(ElectionRole, LeaderRole):
             or self._log.unstable_from <= self._log.last_index
             or self._commit > self._apply_floor()
             or self._hs_changed()
+        )
+
+    def needs_wait(self) -> bool:
+        """Whether the next Ready waits on the disk before its messages leave: a snapshot
+        to save and restore, or a new term or vote to fsync (a vote forgotten in a crash
+        can elect two leaders in one term). The rest (entries written under a sync
+        window, a commit, what to apply) a driver may carry out wherever it is."""
+        prev = self._prev_hs
+        return self._pending_snapshot is not None or (self._term, self._vote) != (
+            prev.term,
+            prev.vote,
         )
 
     def _hs_changed(self) -> bool:

@@ -180,6 +180,7 @@ class RaftNode:
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name=f"raft {self.id}")
         self._ticker = Ticker.of(loop, self._tick_seconds)
+        self._core.align_clock(self._ticker.fired)
         self._ticker.join(self)
         self._wake.set()  # a restored node may have committed entries to apply
 
@@ -316,8 +317,12 @@ class RaftNode:
         An idle group's traffic is heartbeats, their answers and the ticks that send
         them: a Ready of messages alone, which needs no disk and no application, so it
         is sent from here. With a thousand groups, waking each one's task for it cost
-        more than the step itself. Anything more (an entry, a commit, a vote, a read)
-        wakes the loop, which takes the core's Ready as ever."""
+        more than the step itself. So is a Ready that waits on no disk (`_now`): with
+        one publish at a time that is every Ready of the round trip (a follower's
+        append and answer, the leader's commit, apply and PubAck), and a wake-up of the
+        task for each was a turn of the event loop on the publish's path. A snapshot,
+        a term or vote to fsync, or entries under `always` wake the loop, which takes
+        the core's Ready as ever."""
         core = self._core
         try:
             ticks, self._ticks = self._ticks, 0
@@ -325,15 +330,19 @@ class RaftNode:
                 core.tick()
             if msg is not None:
                 core.step(msg)
-            if core.needs_io():
+            if core.needs_io() and (self._always or core.needs_wait()):
                 self._wake.set()
                 return
             if core.has_ready():
                 ready = core.ready()
-                send = self._transport.send
-                for out in ready.messages:
-                    send(out)
+                self._now(ready)
                 core.advance(ready)
+                if self._store.held and not core.held_back:
+                    self._store.release_hold()
+                if ready.committed:
+                    self._transport.flush()  # what the apply answered
+                    if self._snapshot_due():
+                        self._wake.set()  # the loop saves it, off this turn
             self._idle = core.idle_ticks()
             self._notice_leader()
         except Exception as exc:
@@ -354,6 +363,7 @@ class RaftNode:
                 await self._wake.wait()
                 self._parked = False
                 self._wake.clear()
+                await self._maybe_snapshot()  # one due after an apply in place
                 self._feed()
                 while core.has_ready() and not self._closed:
                     ready = core.ready()
@@ -457,25 +467,43 @@ class RaftNode:
         store = self._store
         if ready.snapshot is not None:
             await asyncio.to_thread(store.save_snapshot, ready.snapshot)
+        # Under `always` the entries are fsynced before anyone hears of them. A hard state
+        # that only moved the commit index is not: a restarted node learns the commit index
+        # again from the leader, and waiting for it would add a third fsync to each commit.
+        fsync = ready.must_sync or (self._always and bool(ready.entries))
+        self._write(ready, fsync)
+        if fsync:
+            await asyncio.to_thread(store.sync)
+        self._send(ready)
+        if ready.snapshot is not None:
+            await self._restore_app(ready.snapshot)
+            self._trailing = None  # older than what the leader sent
+        self._finish(ready)
+
+    def _now(self, ready: Ready) -> None:
+        """`_handle` of a Ready that waits on no disk: no snapshot, nothing to fsync."""
+        self._write(ready, False)
+        self._send(ready)
+        self._finish(ready)
+
+    def _write(self, ready: Ready, fsync: bool) -> None:
+        store = self._store
         if ready.entries:
             store.append(ready.entries)
         if ready.hard_state is not None:
             store.set_hard_state(ready.hard_state)
-        # Under `always` the entries are fsynced before anyone hears of them. A hard state
-        # that only moved the commit index is not: a restarted node learns the commit index
-        # again from the leader, and waiting for it would add a third fsync to each commit.
-        if ready.must_sync or (self._always and ready.entries):
-            await asyncio.to_thread(store.sync)
-        elif ready.entries or ready.hard_state:  # a snapshot was fsynced as it was saved
-            SYNCER.request(store, self._delay)
+        if not fsync and (ready.entries or ready.hard_state):
+            SYNCER.request(store, self._delay)  # a snapshot was fsynced as it was saved
+
+    def _send(self, ready: Ready) -> None:
         if ready.messages:
             send = self._transport.send
             for msg in ready.messages:
                 send(msg)
             self._transport.flush()  # before the apply: a peer waits on these, not on it
-        if ready.snapshot is not None:
-            await self._restore_app(ready.snapshot)
-            self._trailing = None  # older than what the leader sent
+
+    def _finish(self, ready: Ready) -> None:
+        """Apply what committed, then settle the proposals and reads it served."""
         if ready.committed:
             self._apply(ready.committed)
             last = ready.committed[-1]
@@ -532,12 +560,7 @@ class RaftNode:
         Only when everything committed is applied, so the membership the core
         reports is the membership as of the snapshot's index.
         """
-        if (
-            not self._snapshot_entries
-            or self._snapshot is None
-            or self._applied - self._snapshot_index < self._snapshot_entries
-            or self._core.commit != self._applied
-        ):
+        if self._snapshot is None or not self._snapshot_due():
             return
         meta = SnapshotMeta(self._applied, self._applied_term, self._core.conf)
         snapshot = Snapshot(meta, self._snapshot())
@@ -546,6 +569,14 @@ class RaftNode:
             self._core.compact(self._trailing)
         self._trailing = snapshot
         self._snapshot_index = self._applied
+
+    def _snapshot_due(self) -> bool:
+        return (
+            bool(self._snapshot_entries)
+            and self._snapshot is not None
+            and self._applied - self._snapshot_index >= self._snapshot_entries
+            and self._core.commit == self._applied
+        )
 
     def _notice_leader(self) -> None:
         now = (self._core.leader, self._core.term)

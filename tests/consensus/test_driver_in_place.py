@@ -1,0 +1,169 @@
+"""A Ready that waits on no disk is carried out in the caller's turn while the loop waits.
+
+With one publish at a time every Ready of the round trip is one (a follower's append
+and answer, the leader's commit, apply and PubAck): each is done in the transport's
+callback, in the contract's order (write, send, apply), with no wake-up of the node's
+task. What must reach the disk first (a vote, a new term, entries under `always`)
+still goes to the loop. One node over a transport the test answers for its peers, its
+timer far off."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from consensus.core import Config
+from consensus.driver import RaftNode
+from consensus.election import TRANSFER_CONTEXT
+from consensus.log_store import LogStore
+from consensus.transport import Handler
+from consensus.types import Entry, EntryKind, Message, MessageType, NodeId, Role
+from tests.consensus.cluster import until
+
+T = MessageType
+
+
+class Peers:
+    """n1's transport; `events` interleaves sends (with the log's last index written at
+    that moment), flushes and applies."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.sent: list[Message] = []
+        self.handler: Handler | None = None
+        self.store: LogStore | None = None
+
+    @property
+    def id(self) -> NodeId:
+        return "n1"
+
+    def set_handler(self, handler: Handler) -> None:
+        self.handler = handler
+
+    def send(self, msg: Message) -> None:
+        assert self.store is not None
+        self.sent.append(msg)
+        self.events.append(f"send {msg.type.name} to {msg.dst}, log at {self.store.last_index}")
+
+    def flush(self) -> None:
+        self.events.append("flush")
+
+    async def close(self) -> None:
+        pass
+
+    def apply(self, entries: list[Entry]) -> None:
+        self.events.append(f"apply {entries[0].index}-{entries[-1].index}")
+
+    def answer(self, msg: Message) -> None:
+        assert self.handler is not None
+        self.handler(msg)
+
+    def last(self, kind: MessageType, to: NodeId) -> Message | None:
+        return next((m for m in reversed(self.sent) if m.type == kind and m.dst == to), None)
+
+
+async def started(tmp_path: Path, *, always: bool = False) -> tuple[RaftNode, Peers]:
+    store, restored = LogStore.open(tmp_path / "n1", name="n1")
+    peers = Peers()
+    peers.store = store
+    node = RaftNode(
+        Config("n1", election_ticks=10, seed=1, lazy_commit=True),
+        ("n1", "n2", "n3"),
+        store,
+        restored,
+        peers,
+        apply=peers.apply,
+        sync_interval_ns=None if always else 10_000_000,
+        tick_seconds=3600,
+    )
+    node.start()
+    return node, peers
+
+
+async def parked(node: RaftNode) -> None:
+    await until(lambda: node._parked and not node._wake.is_set(), "the loop waiting")
+
+
+def append(index: int, commit: int) -> Message:
+    """n2's APPEND (term 1) of entry `index` after `index - 1`, committing up to `commit`."""
+    entry = Entry(1, index, EntryKind.NORMAL, b"m%d" % index)
+    return Message(T.APPEND, "n2", "n1", 1, 1 if index > 1 else 0, index - 1, (entry,), commit)
+
+
+@pytest.fixture
+async def follower(tmp_path: Path) -> AsyncIterator[tuple[RaftNode, Peers]]:
+    """n1 following n2 in term 1, holding entry 1: the term is on disk, the loop waits."""
+    node, peers = await started(tmp_path)
+    try:
+        peers.answer(append(1, 0))  # a new term: written and fsynced by the loop
+        await until(lambda: peers.last(T.APPEND_RESP, "n2") is not None, "entry 1 answered")
+        await parked(node)
+        peers.events.clear()
+        yield node, peers
+    finally:
+        await node.close()
+
+
+async def test_a_followers_append_is_written_answered_and_applied_in_the_callers_turn(
+    follower: tuple[RaftNode, Peers],
+) -> None:
+    node, peers = follower
+    peers.answer(append(2, 1))  # entry 2, and entry 1 committed
+    assert peers.events == ["send APPEND_RESP to n2, log at 2", "flush", "apply 1-1", "flush"]
+    assert not node._wake.is_set()
+    assert node.applied == 1
+
+
+async def test_a_vote_for_a_new_term_waits_for_the_loop_and_its_fsync(
+    follower: tuple[RaftNode, Peers],
+) -> None:
+    node, peers = follower
+    # n2 hands its lead to n3 (a transfer's vote is not refused for n2's lease)
+    peers.answer(Message(T.VOTE, "n3", "n1", 2, log_term=1, index=1, context=TRANSFER_CONTEXT))
+    assert peers.last(T.VOTE_RESP, "n3") is None and node._wake.is_set()
+    await until(lambda: peers.last(T.VOTE_RESP, "n3") is not None, "the vote answered")
+    assert node.term == 2
+
+
+async def test_under_always_an_append_waits_for_the_loop_and_its_fsync(tmp_path: Path) -> None:
+    node, peers = await started(tmp_path, always=True)
+    try:
+        peers.answer(append(1, 0))
+        await until(lambda: peers.last(T.APPEND_RESP, "n2") is not None, "entry 1 answered")
+        await parked(node)
+        peers.answer(append(2, 1))
+        assert node._wake.is_set() and peers.last(T.APPEND_RESP, "n2").index == 1  # type: ignore[union-attr]
+        await until(lambda: node.applied == 1, "entry 1 applied")
+        assert peers.last(T.APPEND_RESP, "n2").index == 2  # type: ignore[union-attr]
+    finally:
+        await node.close()
+
+
+async def test_a_leaders_commit_applies_and_answers_the_proposer_in_the_callers_turn(
+    tmp_path: Path,
+) -> None:
+    node, peers = await started(tmp_path)
+    try:
+        node.campaign()
+        for ask, answer in ((T.PRE_VOTE, T.PRE_VOTE_RESP), (T.VOTE, T.VOTE_RESP)):
+            await until(lambda ask=ask: peers.last(ask, "n2") is not None, f"{ask.name}")
+            peers.answer(Message(answer, "n2", "n1", peers.last(ask, "n2").term))  # type: ignore[union-attr]
+        await until(lambda: node.role == Role.LEADER, "n1 leading")
+        noop = peers.last(T.APPEND, "n2")
+        assert noop is not None
+        peers.answer(Message(T.APPEND_RESP, "n2", "n1", noop.term, index=1))
+        await until(lambda: node.applied == 1, "the leader's no-op applied")
+        await parked(node)
+        done: list[BaseException | None] = []
+        node.propose([b"publish"], done.append)
+        await until(lambda: peers.last(T.APPEND, "n2").index == 1, "entry 2 sent")  # type: ignore[union-attr]
+        await parked(node)
+        peers.events.clear()
+        peers.answer(Message(T.APPEND_RESP, "n2", "n1", noop.term, index=2))
+        assert done == [None]  # committed on n1 and n2, applied, the proposer answered
+        assert peers.events == ["apply 2-2", "flush"]
+        assert not node._wake.is_set()
+    finally:
+        await node.close()
