@@ -55,6 +55,7 @@ class LeaderRole:
     _pending_conf_index: int
     _election_elapsed: int
     _heartbeat_elapsed: int
+    _clock: int
 
     if TYPE_CHECKING:
 
@@ -97,6 +98,7 @@ class LeaderRole:
             raise NotLeaderError(self._leader)
 
     def _tick_leader(self) -> None:
+        beat = self._ticks_to_heartbeat() <= 1
         self._election_elapsed += 1
         self._heartbeat_elapsed += 1
         if self._transferee is not None:
@@ -108,9 +110,18 @@ class LeaderRole:
             if self._check_quorum_lost():
                 self._become_follower(self._term, None)
                 return
-        if self._heartbeat_elapsed >= self._heartbeat_interval():
+        if beat:
             self._heartbeat_elapsed = 0
             self._bcast_heartbeat(self._reads.latest_context())
+
+    def _ticks_to_heartbeat(self) -> int:
+        """Ticks from now to the next heartbeat (at most 1: the next tick sends one). A
+        quiet one falls on a multiple of the quiet interval of the clock (`align_clock`),
+        so it is never more than that interval after the last one either."""
+        interval = self._heartbeat_interval()
+        if interval == self._cfg.heartbeat_ticks:
+            return interval - self._heartbeat_elapsed
+        return interval - self._clock % interval
 
     def _heartbeat_interval(self) -> int:
         """`quiet_heartbeat_ticks` once nothing but liveness is left to tell: every

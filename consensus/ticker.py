@@ -33,6 +33,7 @@ class Ticker:
         self._seconds = seconds
         self._members: dict[Ticked, None] = {}  # insertion-ordered: ticks in join order
         self._handle: asyncio.TimerHandle | None = None
+        self.fired = 0  # ticks so far: a member's count from joining is this plus its own
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop, seconds: float) -> Ticker:
@@ -59,5 +60,6 @@ class Ticker:
 
     def _fire(self) -> None:
         self._handle = self._loop.call_later(self._seconds, self._fire)
+        self.fired += 1
         for member in list(self._members):
             member.on_tick()

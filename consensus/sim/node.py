@@ -102,10 +102,12 @@ class SimNode:
             max_append_entries=batch,
             max_inflight=inflight,
             lazy_commit=bool(self.seed & 1),  # either way, mixed in one cluster
-            quiet_heartbeat_ticks=3 if self.seed & 2 else 0,  # so are quiet heartbeats
+            # so are quiet heartbeats, two heartbeats or three to an election timeout
+            quiet_heartbeat_ticks=(5 if self.seed & 4 else 3) if self.seed & 2 else 0,
         )
         self.restarts += 1
         self.core = RaftCore(config, bootstrap, restored)
+        self.core.align_clock(self.ticks)  # as the driver does, to its timer's count
         self.election_ticks = config.election_ticks
         self.heard = None
         if snapshot is not None:

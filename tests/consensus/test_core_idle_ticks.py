@@ -105,3 +105,17 @@ def test_a_read_is_confirmed_at_once_and_a_lagging_follower_ends_quiet() -> None
     net.propose("a", b"y")
     net.stabilize()
     assert heartbeat_ticks(net, "a", 3) == [1, 2, 3]  # c does not hold the log
+
+
+def test_quiet_heartbeats_fall_on_multiples_of_the_aligned_clock() -> None:
+    """Groups sharing a timer send their quiet heartbeats on the same ticks."""
+    for phase in range(5):
+        net = Net("abc", election_ticks=10, quiet_heartbeat_ticks=5)
+        net.elect("a")
+        net.stabilize()
+        heartbeat_ticks(net, "a", 3)  # followers learn the commit: quiet from here
+        a = net.nodes["a"]
+        a.align_clock(phase)  # the timer had fired `phase` times when this one joined
+        assert a.idle_ticks() == 4 - phase
+        assert heartbeat_ticks(net, "a", 10) == [5 - phase, 10 - phase]
+        assert a.role == Role.LEADER

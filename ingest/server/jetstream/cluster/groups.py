@@ -18,9 +18,10 @@ from ingest.server.cluster.raft_transport import RaftRoutes
 
 RAFT_DIR = Path("$SYS") / "_js_"
 META_GROUP = "_meta_"
-# An idle group heartbeats every 0.3 s instead of every tick: a third of the upkeep of a
-# server with many streams, and still three heartbeats in the shortest election timeout.
-QUIET_HEARTBEAT_TICKS = 3
+# An idle group heartbeats every 0.5 s instead of every tick: a fifth of the upkeep of a
+# server with many streams, and still two heartbeats in the shortest election timeout (a
+# follower that misses one and stands is refused by the other: check-quorum's lease).
+QUIET_HEARTBEAT_TICKS = 5
 
 
 def group_dir(js_dir: Path, group: str) -> Path:
