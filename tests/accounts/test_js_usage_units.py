@@ -91,3 +91,31 @@ def test_a_message_counts_once_per_replica(
     checked("u", "reply", None, b"x" * (100 - FILE_OVERHEAD.base - 1))  # 100 bytes stored
     assert (taken == ["u"]) is accepted
     assert bool(engine.acks) is not accepted
+
+
+async def test_a_servers_record_carries_the_api_requests_it_answered() -> None:
+    """What an observer of `$JSC.ARU` reads: the account's bytes and API counts here, sent
+    again when only the API counts changed."""
+    api = SimpleNamespace(total=7, errors=2)
+    engine = SimpleNamespace(
+        account="A", cluster=object(), limits=None, api=api, elsewhere=None,
+        local_usage=lambda replicas: {"memory": 0, "storage": 10},
+    )  # fmt: skip
+    sent: list[tuple[str, bytes]] = []
+    system = SimpleNamespace(jetstream=None)
+
+    class Accounts(list[Any]):
+        system_account = system
+
+    server = SimpleNamespace(
+        server_id="ME",
+        accounts=Accounts([SimpleNamespace(jetstream=engine), system]),
+        publish=lambda subject, reply, hdr, data, account: sent.append((subject, data)),
+    )
+    usage = UsageExchange(cast(Any, server))
+    usage._tick()
+    api.total += 1
+    usage._tick()
+    usage.stop()
+    assert [subject for subject, _ in sent] == ["$JSC.ARU.A.ME"] * 2
+    assert [struct.unpack_from("<qqQQ", data) for _, data in sent] == [(0, 10, 7, 2), (0, 10, 8, 2)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
+import struct
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -263,6 +264,28 @@ async def test_another_accounts_user_sees_its_own_account_only(pair: Pair) -> No
     ):
         with pytest.raises(nats.errors.NoRespondersError):
             await pair.app.request(subject, b"", timeout=5)
+
+
+async def test_the_usage_records_count_the_accounts_api_requests(pair: Pair) -> None:
+    """`$JSC.ARU.<account>.<server>`: a server's record of an account that stores
+    something carries the API requests it answered (little-endian, after the memory and
+    storage bytes)."""
+    records = await pair.sys.subscribe("$JSC.ARU.APP.*")
+    await pair.sys.flush()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    config = json.dumps({"name": "USAGE", "subjects": ["usage.>"], "num_replicas": 2}).encode()
+    while True:  # once the meta group answers
+        reply = await pair.app.request("$JS.API.STREAM.CREATE.USAGE", config, timeout=10)
+        answer = json.loads(reply.data)
+        if "error" not in answer or loop.time() > deadline:
+            break
+    assert "error" not in answer, answer
+    await pair.app.request("usage.1", b"stored", timeout=10)
+    total = 0
+    while total == 0:
+        record = (await records.next_msg(max(deadline - loop.time(), 0.01))).data
+        total = struct.unpack_from("<qqQQ", record)[2]
 
 
 # ---- the shapes, the reference's against jetlake's ---------------------------------------

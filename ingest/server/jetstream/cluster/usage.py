@@ -7,8 +7,9 @@ replica counted (`js_limits.limited`), and `$JS.API.INFO` reports those, so a cl
 sees the same `storage`/`memory` and the same `10002` point whichever server it uses.
 
 The payload is the reference's binary record: little-endian memory and storage
-bytes, API totals, then one record per tier (`""` for an account without tiers,
-`R<n>` for an account JWT's tiers).
+bytes, the API requests this server answered for the account and how many of them
+failed (what an observer of `$JSC.ARU` reads per server), then one record per tier
+(`""` for an account without tiers, `R<n>` for an account JWT's tiers).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class UsageExchange:
         self._server = server
         self._node = server.server_id
         self._remote: dict[str, dict[str, Tiers]] = {}  # account -> server -> tiers
-        self._sent: dict[str, tuple[Tiers, float]] = {}
+        self._sent: dict[str, tuple[Tiers, tuple[int, int], float]] = {}  # with API counts
         self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
@@ -107,12 +108,14 @@ class UsageExchange:
         for engine in self._engines():
             self._watch(engine)
             tiers = _local(engine)
+            api = (engine.api.total, engine.api.errors)
             sent = self._sent.get(engine.account)
-            if sent is None or sent[0] != tiers or now - sent[1] >= _ALWAYS_EVERY:
-                self._sent[engine.account] = (tiers, now)
+            if sent is None or sent[:2] != (tiers, api) or now - sent[2] >= _ALWAYS_EVERY:
+                self._sent[engine.account] = (tiers, api, now)
                 subject = SUBJECT.format(engine.account, self._node)
                 system = self._server.accounts.system_account
-                self._server.publish(subject, None, None, encode(tiers), account=system)
+                record = encode(tiers, *api)
+                self._server.publish(subject, None, None, record, account=system)
         self._timer = asyncio.get_running_loop().call_later(_CHANGED_EVERY, self._tick)
 
     def _watch(self, engine: JetStream) -> None:
