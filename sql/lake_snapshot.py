@@ -15,6 +15,7 @@ transaction version), so no filter is needed. The version's files stay on
 disk until a vacuum past Delta's retention (7 days) removes them, long after
 anything newer shows in a refreshed view. Spark's frame over a version is
 kept while the table stays at it: refreshing again reuses its file listing.
+The rows of its files are cached in the session's memory (`sql.lake_cache`).
 
 DuckDB (`jetlake inspect`) reads the same version as `deltalake`'s Arrow
 dataset, whatever its columns; only a table that needs a reader feature Arrow
@@ -33,6 +34,7 @@ import pyarrow.fs as pafs
 
 from log.compactor.location import LakePath
 from log.compactor.rows import LAKE_SCHEMA, SPARK_DDL, spark_schema
+from sql.lake_cache import cached_read
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -105,7 +107,9 @@ def lake_frame(spark: SparkSession, snapshot: LakeSnapshot) -> DataFrame:
     if snapshot.files:
         # A typed table's older files lack the columns added since: Parquet reads them null.
         reader = spark.read.schema(schema).option("basePath", snapshot.table.spark)
-        frame = reader.parquet(*snapshot.files)
+        frame = cached_read(
+            spark, snapshot.table, snapshot.files, schema, lambda f: reader.parquet(*f)
+        )
     else:
         frame = spark.createDataFrame([], schema)
     _FRAMES[snapshot.table] = (snapshot.version, frame)

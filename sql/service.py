@@ -65,6 +65,7 @@ from log.compactor.location import Lake
 from log.compactor.spark import build_session, local_jars
 from sql.account_views import allow, bind
 from sql.catalog import HiveCatalog, catalog_entries, keep_synced
+from sql.lake_cache import ENABLED as LAKE_CACHE
 from sql.logins import OWN_LOGIN_ENV, NatsLogin
 from sql.service_info import (
     SERVICE_FILE,
@@ -73,7 +74,7 @@ from sql.service_info import (
     quiet_query_errors,
     split_hostport,
 )
-from sql.views import file_stats, quoted, register_views
+from sql.views import file_stats, quoted, register_changed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -103,6 +104,8 @@ class SharedViews:
         self._lock = threading.Lock()
         self._last_start = 0
         self._names: set[str] = set()
+        self._frames: dict[str, DataFrame] = {}  # the published views, by name
+        self._walled = False  # the wall was told the views at least once
         self._seen: frozenset[tuple[str, int, int]] | None = None
 
     def refresh(self) -> None:
@@ -128,22 +131,24 @@ class SharedViews:
         return file_stats({self._store, Path(self._lake.root)})
 
     def _rebuild(self) -> None:
-        """Every account's views, published, and the wall told which account's views read
-        which files (`sql.account_views`)."""
+        """Every account's views, those that changed published again, and the wall told
+        which account's views read which files (`sql.account_views`)."""
         spark = self._spark
-        readable: dict[str, list[DataFrame]] = {}
-        names: set[str] = set()
-        for account, found in register_views(spark, self._store, self._lake).items():
-            readable[account] = []
-            for name in found:
-                frame = spark.table(quoted(name))
-                frame.createOrReplaceGlobalTempView(quoted(name))
-                readable[account].append(frame)
-                names.add(name)
-        allow(spark, readable)
-        for gone in self._names - names:
-            spark.catalog.dropTempView(gone)
-            spark.catalog.dropGlobalTempView(gone)
+        found, changed = register_changed(spark, self._store, self._lake)
+        names = {name for names in found.values() for name in names}
+        fresh = changed | (names - self._frames.keys())  # a failed rebuild left some out
+        for name in fresh:
+            frame = spark.table(quoted(name))
+            frame.createOrReplaceGlobalTempView(quoted(name))
+            self._frames[name] = frame
+        gone = self._names - names
+        for name in gone:
+            spark.catalog.dropTempView(name)
+            spark.catalog.dropGlobalTempView(name)
+            self._frames.pop(name, None)
+        if fresh or gone or not self._walled:
+            allow(spark, {a: [self._frames[n] for n in ns] for a, ns in found.items()})
+            self._walled = True
         self._names = names
         if self._catalog is not None:
             self._sync_catalog(self._catalog)
@@ -185,6 +190,7 @@ def start_session(
         "spark.connect.grpc.binding.port": str(listen[1]),
         "spark.connect.grpc.interceptor.classes": "io.jetlake.sql.ConnectDoor",
         "spark.driver.maxResultSize": max_result_size,
+        LAKE_CACHE: "true",
     }
     if logins is not None:  # HiveServer2's CUSTOM authentication (its class: see below)
         conf["spark.hadoop.hive.server2.authentication"] = "CUSTOM"
