@@ -22,6 +22,7 @@ retired included, so no older revision can become a key's latest row again.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -105,7 +106,7 @@ def bucket_views(
 ) -> dict[str, DataFrame]:
     """A view per KV bucket and object store of the account (file storage, as the stream
     views), named as the stream views are (`kv_config`, `A.kv_config`)."""
-    from sql.views import quoted
+    from sql.views import derived
 
     out: dict[str, DataFrame] = {}
     try:
@@ -116,6 +117,8 @@ def bucket_views(
         for prefix, view, frame in ((KV_STREAM, "kv_", kv_frame), (OBJ_STREAM, "obj_", obj_frame)):
             if stream.name.startswith(prefix):
                 bucket = stream.name[len(prefix) :]
-                source = spark.table(quoted(stream.qualified))
-                out[qualified(account, f"{view}{bucket}")] = frame(source, bucket)
+                name = qualified(account, f"{view}{bucket}")
+                out[name] = derived(
+                    spark, stream.qualified, name, functools.partial(frame, bucket=bucket)
+                )
     return out

@@ -74,4 +74,6 @@ def mqtt_views(
         found = any(s.name == MSGS_STREAM and s.storage == "file" for s in streams(store_dir))
     except LakeError:
         return {}  # stream_views logged it in this pass
-    return {VIEW: messages_frame(spark.table(f"`{MSGS_STREAM}`"))} if found else {}
+    from sql.views import derived
+
+    return {VIEW: derived(spark, MSGS_STREAM, VIEW, messages_frame)} if found else {}

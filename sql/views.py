@@ -16,7 +16,9 @@ store, its folder in a local lake) keeps its frames: the SQL service registers
 again at every query, and only the streams written to since pay for it. Other view families plug
 in as more `ViewBuilder`s; the KV and object store views (`sql.bucket_views`)
 and MQTT's (`sql.mqtt_views`) are derived from the stream views, so they come
-after them.
+after them, and are built again only when their stream's frame changed
+(`derived`). A view whose frame is the one registered last is not registered
+again, and `register_changed` names those that were.
 """
 
 from __future__ import annotations
@@ -196,16 +198,58 @@ def register_views(
 ) -> dict[str, list[str]]:
     """Register (or refresh) every builder's views of every account as temp views; return
     their names by account (the global account's always there, maybe empty)."""
+    return register_changed(spark, store_dir, lake_dir, builders)[0]
+
+
+# view name -> the session and the frame registered under that name last
+_REGISTERED: dict[str, tuple[SparkSession, DataFrame]] = {}
+# derived view -> the frame of its source view it was built over, and itself
+_DERIVED: dict[str, tuple[DataFrame, DataFrame]] = {}
+
+
+def register_changed(
+    spark: SparkSession,
+    store_dir: str | Path,
+    lake_dir: Lake,
+    builders: Iterable[ViewBuilder] = DEFAULT_BUILDERS,
+) -> tuple[dict[str, list[str]], set[str]]:
+    """`register_views`, and the names whose frames changed since the last registration in
+    this session: only those are registered again (a kept frame is the same object)."""
     builders = tuple(builders)
     out: dict[str, list[str]] = {GLOBAL: []}
+    changed: set[str] = set()
     for account in accounts(store_dir):
         names = out.setdefault(account, [])
         for build in builders:
             for name, frame in build(spark, Path(store_dir), lake_dir, account).items():
-                # Quoted: names such as MQTT's `$MQTT_msgs` or `A.ORDERS` are no bare identifiers.
-                frame.createOrReplaceTempView(quoted(name))
+                kept = _REGISTERED.get(name)
+                if kept is None or kept[0] is not spark or kept[1] is not frame:
+                    # Quoted: names such as `$MQTT_msgs` or `A.ORDERS` are no bare identifiers.
+                    frame.createOrReplaceTempView(quoted(name))
+                    _REGISTERED[name] = (spark, frame)
+                    changed.add(name)
                 names.append(name)
-    return out
+    found = {name for names in out.values() for name in names}
+    for gone in [n for n, (s, _) in _REGISTERED.items() if s is spark and n not in found]:
+        del _REGISTERED[gone]
+        _DERIVED.pop(gone, None)
+    return out, changed
+
+
+def derived(
+    spark: SparkSession, source: str, view: str, build: Callable[[DataFrame], DataFrame]
+) -> DataFrame:
+    """`build` over the registered view `source` (a KV bucket's over its stream's), built
+    again only when the source's frame changed: the same plan otherwise."""
+    kept = _REGISTERED.get(source)
+    current = kept[1] if kept is not None and kept[0] is spark else None
+    last = _DERIVED.get(view)
+    if current is not None and last is not None and last[0] is current:
+        return last[1]
+    frame = build(spark.table(quoted(source)))
+    if current is not None:
+        _DERIVED[view] = (current, frame)
+    return frame
 
 
 def quoted(name: str) -> str:

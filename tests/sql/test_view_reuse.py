@@ -74,3 +74,58 @@ def test_a_lake_in_object_storage_is_read_every_time(tmp_path: Path, reads: list
     sql.views._current_frames(spark, stream, lake)  # type: ignore[arg-type]
     sql.views._current_frames(spark, stream, lake)  # type: ignore[arg-type]
     assert reads == ["ORDERS", "ORDERS"]
+
+
+class _Frame:
+    """A frame that counts its registrations."""
+
+    def __init__(self, source: object = None) -> None:
+        self.source = source
+        self.registered = 0
+
+    def createOrReplaceTempView(self, _name: str) -> None:
+        self.registered += 1
+
+
+class _Session:
+    def table(self, name: str) -> _Frame:
+        return _Frame(name)
+
+
+def test_views_are_registered_again_only_when_their_frames_change(tmp_path: Path) -> None:
+    """A stream frame kept (no file changed) is not registered again, and the bucket view
+    derived from it is neither built nor registered again; a new stream frame rebuilds both."""
+    store = tmp_path / "store"
+    (store / "jetstream" / "$G" / "streams").mkdir(parents=True)
+    stream = {"KV_config": _Frame()}
+    built: list[object] = []
+
+    def streams(*_: object) -> dict[str, object]:
+        return dict(stream)
+
+    def buckets(spark: object, *_: object) -> dict[str, object]:
+        def kv(source: object) -> _Frame:
+            built.append(source)
+            return _Frame(source)
+
+        return {"kv_config": sql.views.derived(spark, "KV_config", "kv_config", kv)}  # type: ignore[arg-type]
+
+    spark = _Session()
+    lake = lake_at(str(tmp_path / "lake"), store)
+
+    def register() -> set[str]:
+        names, changed = sql.views.register_changed(spark, store, lake, (streams, buckets))  # type: ignore[arg-type]
+        assert names == {"$G": ["KV_config", "kv_config"]}
+        return changed
+
+    assert register() == {"KV_config", "kv_config"}
+    assert register() == set()
+    assert [b.source for b in built] == ["`KV_config`"]  # type: ignore[attr-defined]
+    assert stream["KV_config"].registered == 1
+    stream["KV_config"] = _Frame()  # the stream was written to
+    assert register() == {"KV_config", "kv_config"}
+    assert len(built) == 2
+    stream.clear()
+    names, changed = sql.views.register_changed(spark, store, lake, (streams,))  # type: ignore[arg-type]
+    assert names == {"$G": []} and changed == set()
+    assert "KV_config" not in sql.views._REGISTERED and "kv_config" not in sql.views._DERIVED
