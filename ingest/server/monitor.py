@@ -21,7 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ingest.server.accounts.settings import GLOBAL_ACCOUNT
 from ingest.server.cluster.monitoring import routez, varz_cluster
+from ingest.server.cluster.ports import RequestError
 from ingest.server.gofmt import NS, number, rtt, timestamp, uptime
 from ingest.server.httpd import (
     JSON,
@@ -35,6 +37,7 @@ from ingest.server.httpd import (
     int_arg,
 )
 from ingest.server.jsz import account_detail, account_views, combined, jetstream_view
+from ingest.server.monitor_options import query
 from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.procstats import CpuMeter, rss
 from ingest.server.version import JETLAKE_VERSION, VERSION
@@ -201,6 +204,10 @@ def _conn_info(conn: _Conn, now: float, subs: str, auth: bool) -> dict[str, Any]
             out["tls_cipher_suite"] = cipher[0]
     if auth and c.grant.user:
         out["authorized_user"] = c.grant.user
+    if auth:  # as the reference: the account (not the global one) and its tag, its name
+        if c.account.name != GLOBAL_ACCOUNT:
+            out["account"] = c.account.name
+        out["name_tag"] = c.account.name
     if isinstance(c, MQTTConnection):
         out["mqtt_client"] = c.client_id
     if subs == "detail":
@@ -304,8 +311,10 @@ class Monitor:
     async def document(self, path: str, options: dict[str, Any]) -> Any:
         """An endpoint's JSON document for the system account's `$SYS.REQ.SERVER.…` requests,
         whose JSON options are the endpoint's query parameters."""
-        query = {k: [str(v).lower() if isinstance(v, bool) else str(v)] for k, v in options.items()}
-        response = await self._routes[path](Request("GET", path, query))
+        try:
+            response = await self._routes[path](Request("GET", path, query(path, options)))
+        except HttpError as e:  # a bad option: the reference answers with the error
+            raise RequestError(str(e), code=e.status) from None
         return json.loads(response.body)
 
     # ---- endpoints -----------------------------------------------------------------------

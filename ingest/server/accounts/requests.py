@@ -44,9 +44,9 @@ class AccountRequests:
         server = self._server
         account = server.accounts.get(name)
         if kind in ("CONNZ", "SUBSZ", "LEAFZ"):
-            query = {**options, "acc": name}
-            if kind == "SUBSZ":
-                query["subs"] = True
+            query = {**options, "acc": name}  # /connz's JSON name; the others' is `account`
+            if kind != "CONNZ":
+                query = {**options, "account": name, "subscriptions": kind == "SUBSZ"}
             path = {"CONNZ": "/connz", "SUBSZ": "/subsz", "LEAFZ": "/leafz"}[kind]
             return await self._monitor.document(path, query)
         if kind == "STATZ":

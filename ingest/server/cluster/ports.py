@@ -148,7 +148,12 @@ class Skip(Exception):
 
 
 class RequestError(Exception):
-    """A `$SYS.REQ` answer's `error`, with the reference's code 500 and wording."""
+    """A `$SYS.REQ` answer's `error`, with the reference's code (500 unless the request's
+    options were refused) and wording."""
+
+    def __init__(self, description: str, *, code: int = 500) -> None:
+        super().__init__(description)
+        self.code = code
 
 
 class AccountDocuments(Protocol):

@@ -158,7 +158,7 @@ class SystemAccount:
             except Skip:
                 return
             except RequestError as e:
-                error = {"code": 500, "description": str(e)}
+                error = {"code": e.code, "description": str(e)}
                 body = {"server": self._system.envelope(), "data": None, "error": error}
         data = json.dumps(body, separators=(",", ":")).encode()
         server.publish(reply, None, None, data, account=server.accounts.system_account)
