@@ -17,8 +17,12 @@ Any NATS client in any language can ask, with no Spark or JDBC client:
 
 Flow control: the client answers each chunk (an empty publish to the chunk's
 reply subject); the service keeps at most a window of unanswered chunks out, so a
-result never sits whole in the service: Spark hands it over a partition at a
-time (`toLocalIterator`) and each chunk is built, sent and dropped. A query stops,
+large result never sits whole in the service: Spark hands it over a partition at
+a time (`toLocalIterator`) and each chunk is built, sent and dropped. A small
+result (at most `SMALL_ROWS` rows, most aggregates) is taken in one job instead,
+as Arrow (or rows, for JSON): a job per partition and a row at a time through
+Python cost it more than its query. The service learns which kind it has by
+asking for one row more than that; a larger result is then run again, streamed. A query stops,
 its Spark jobs cancelled (each query runs under a job group of its own), when no
 chunk is answered for the ack wait (a client gone), when it outlives its timeout,
 and when its rows pass `max_rows`.
@@ -65,7 +69,7 @@ if TYPE_CHECKING:
     from nats.aio.msg import Msg
     from nats.micro.request import Request
     from nats.micro.service import Service
-    from pyspark.sql import Row, SparkSession
+    from pyspark.sql import DataFrame, Row, SparkSession
 
 log = logging.getLogger("jetlake.sql")
 
@@ -82,6 +86,11 @@ DEFAULT_WINDOW = 8
 ACK_WAIT = 30.0  # seconds without an ack before the client is taken for gone
 _CANCEL_WAIT = 30.0  # seconds a cancelled query's jobs get to end before it is logged
 _ROWS_PER_CHUNK = 2000  # a first guess, halved while a chunk exceeds max_payload
+SMALL_ROWS = 10_000  # a result of at most these is taken whole, in one job
+
+
+# A part of a result: Spark's rows, or an Arrow table (both slice and count as lists do).
+Sliced = Any
 
 
 class QueryError(Exception):
@@ -125,14 +134,18 @@ def encode_arrow(rows: list[Row], schema: pa.Schema) -> bytes:
     arrays = [
         pa.array(column, type=field.type) for column, field in zip(columns, schema, strict=True)
     ]
-    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return encode_table(pa.Table.from_arrays(arrays, schema=schema))
+
+
+def encode_table(table: pa.Table) -> bytes:
+    """One self-contained Arrow IPC stream of `table`: its schema and record batches."""
     sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, schema) as writer:
-        writer.write_batch(batch)
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
     return sink.getvalue()
 
 
-def chunks(rows: list[Row], encode: Callable[[list[Row]], bytes], limit: int) -> Iterator[bytes]:
+def chunks(rows: Sliced, encode: Callable[[Sliced], bytes], limit: int) -> Iterator[bytes]:
     """`rows` encoded in as few chunks as fit `limit` bytes each (halving until they do)."""
     body = encode(rows)
     if len(body) <= limit:
@@ -143,6 +156,13 @@ def chunks(rows: list[Row], encode: Callable[[list[Row]], bytes], limit: int) ->
     half = len(rows) // 2
     yield from chunks(rows[:half], encode, limit)
     yield from chunks(rows[half:], encode, limit)
+
+
+def _small(frame: DataFrame, cap: int, as_json: bool) -> pa.Table | list[Row] | None:
+    """The whole result when it has at most `cap` rows (None: it has more), in one job."""
+    head = frame.limit(cap + 1)
+    found = head.collect() if as_json else head.toArrow()
+    return found if len(found) <= cap else None
 
 
 def _rows(it: Iterator[Row], n: int) -> list[Row]:
@@ -303,36 +323,46 @@ class NatsSql:
         sub = await nc.subscribe(f"{acked}.*", cb=acks.on_ack)
         rows = 0
         sent = 0
+
+        async def send(batch: Sliced, encode: Callable[[Sliced], bytes]) -> None:
+            nonlocal rows, sent
+            rows += len(batch)
+            if rows > self._max_rows:
+                raise self._too_many()
+            for body in chunks(batch, encode, limit):
+                try:
+                    await acks.room(sent)
+                except TimeoutError:
+                    query.abandoned = True
+                    raise
+                await nc.publish(reply, body, reply=f"{acked}.{sent}", headers={CHUNK: str(sent)})
+                sent += 1
+
         try:
             frame = await query.run(query.plan)
-            schema = to_arrow_schema(frame.schema, timezone="UTC")
-            encode = encode_json if acks.as_json else (lambda r: encode_arrow(r, schema))
-            it = await query.run(frame.toLocalIterator, False)
-            while True:
-                batch = await query.run(_rows, it, _ROWS_PER_CHUNK)
-                if not batch:
-                    break
-                rows += len(batch)
-                if rows > self._max_rows:
-                    raise QueryError(
-                        "413",
-                        f"the result has more than {self._max_rows} rows, the service's "
-                        "max_rows (lake { sql { max_rows } }): aggregate, or add a LIMIT",
-                    )
-                for body in chunks(batch, encode, limit):
-                    try:
-                        await acks.room(sent)
-                    except TimeoutError:
-                        query.abandoned = True
-                        raise
-                    await nc.publish(
-                        reply, body, reply=f"{acked}.{sent}", headers={CHUNK: str(sent)}
-                    )
-                    sent += 1
+            cap = min(SMALL_ROWS, self._max_rows)
+            small = await query.run(_small, frame, cap, acks.as_json)
+            if small is not None:
+                await send(small, encode_json if acks.as_json else encode_table)
+            elif cap == self._max_rows:
+                raise self._too_many()
+            else:
+                schema = to_arrow_schema(frame.schema, timezone="UTC")
+                encode = encode_json if acks.as_json else (lambda r: encode_arrow(r, schema))
+                it = await query.run(frame.toLocalIterator, False)
+                while batch := await query.run(_rows, it, _ROWS_PER_CHUNK):
+                    await send(batch, encode)
             await nc.publish(reply, b"", headers={ROWS: str(rows)})
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+    def _too_many(self) -> QueryError:
+        return QueryError(
+            "413",
+            f"the result has more than {self._max_rows} rows, the service's "
+            "max_rows (lake { sql { max_rows } }): aggregate, or add a LIMIT",
+        )
 
 
 def _positive(headers: dict[str, str], name: str, default: Any) -> Any:

@@ -372,3 +372,57 @@ def test_jetlake_sql_without_a_service_starts_a_local_session_and_says_so(
     assert done.returncode == 0, done.stderr
     assert f"no SQL service up for {tmp_path}; starting a local Spark session" in done.stderr
     assert re.search(r"^\s*42\s*$", done.stdout, re.M), done.stdout
+
+
+def _compact(store: Path, name: str) -> None:
+    """Append the stream's rows past the lake's L to its Delta table in one commit, as the
+    compactor's small appends do (`log.compactor.direct`): in milliseconds, with no JVM (the
+    module's server runs no compactor)."""
+    import pyarrow.compute as pc
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from log.compactor.compact import lake_progress
+    from log.compactor.direct import append_direct
+    from log.compactor.layout import STREAMS, StreamRef, default_lake_dir
+    from log.compactor.rows import to_lake
+    from log.segments import read_table
+
+    ref = StreamRef.load(store / STREAMS / name)
+    table = ref.table_path(default_lake_dir(store))
+    done = lake_progress(table, ref.app_id)
+    live = read_table(ref.dir, include_deleted=True, after_seq=done)
+    rows = to_lake(name, live.filter(pc.greater(live.column("seq"), done)))
+    last = pc.max(rows.column("seq")).as_py()
+    if done:
+        append_direct(table.uri, rows, app_id=ref.app_id, after=done, version=last)
+    else:
+        txn = CommitProperties(app_transactions=[Transaction(ref.app_id, last)])
+        write_deltalake(table.uri, rows, partition_by=["date"], commit_properties=txn)
+
+
+async def test_cached_lake_part_misses_no_acknowledged_message(service: Service) -> None:
+    """The lake part of a view comes from memory once a query scanned it: each round adds a
+    file to the Delta table (read beside the cached ones, then a new base once more than
+    MIN_ADDED were added) and messages to the tail, and a query right after the PubAcks finds
+    every acknowledged row, in the tail and in a Delta version newer than the cached one."""
+    from sql.lake_cache import MIN_ADDED
+
+    nc = await nats.connect(service.server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="WARM", subjects=["warm.>"])
+        last = 0
+        for round_ in range(MIN_ADDED + 2):  # the base, MIN_ADDED files added, a new base
+            for part in ("lake", "tail"):
+                for i in range(5):
+                    last = (await js.publish(f"warm.{i}", part.encode())).seq
+                if part == "lake":
+                    await asyncio.to_thread(_compact, service.store, "WARM")
+            found = await nats_query(
+                nc, "SELECT count(DISTINCT seq) AS n, max(seq) AS top FROM WARM"
+            )
+            assert found.to_pylist() == [{"n": last, "top": last}], f"round {round_}"
+        plan = service.spark.sql("SELECT count(*) FROM WARM")._explain_string()
+        assert "InMemoryTableScan" in plan, plan
+    finally:
+        await nc.close()
