@@ -1,0 +1,49 @@
+"""A pull batch as a client's pending limits see it, and a pull with no one to receive it.
+
+The reference writes a fetch's messages in one burst, so a nats-py subscription
+whose pending limit is below the batch drops the excess (nats.py's own
+`test_pull_subscribe_limits` counts on it); a request from a subscription already
+gone leaves the consumer's pending count as it was.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nats.errors
+import pytest
+
+from tests.conftest import Connect, MakeServer
+from tests.support.servers import ServerProcess
+
+
+@pytest.fixture
+def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
+    return make_server("-js", "-sd", str(tmp_path / "store"))
+
+
+async def test_a_fetch_arrives_whole_and_a_pull_without_interest_takes_nothing(
+    js_server: ServerProcess, connect: Connect
+) -> None:
+    nc = await connect(js_server)
+    js = nc.jetstream()
+    await js.add_stream(name="LIMITS", subjects=["a3"])
+    sub = await js.pull_subscribe("a3", "auto", pending_msgs_limit=50, pending_bytes_limit=-1)
+    for _ in range(100):
+        await js.publish("a3", b"test")
+    msgs = await sub.fetch(100, timeout=2)  # waits it out: fewer than 100 come
+    # In one burst the client takes its limit (give or take a message its fetch takes
+    # meanwhile) and drops the rest as a slow consumer; sent in pieces of 32, it took
+    # 60 to 100 of them.
+    assert 50 <= len(msgs) <= 53
+    for msg in msgs:
+        await msg.ack()
+
+    other = await js.pull_subscribe("a3", "two", pending_msgs_limit=-1, pending_bytes_limit=-1)
+    assert len(await other.fetch(100, timeout=5)) == 100
+    await js.publish("a3", b"last message")
+    assert (await other.consumer_info()).num_pending == 1
+    await other.unsubscribe()
+    with pytest.raises(nats.errors.TimeoutError):
+        await other.fetch(1, timeout=1)
+    assert (await other.consumer_info()).num_pending == 1
