@@ -12,6 +12,7 @@ imports, and nothing else of `$SYS.REQ`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import json
 import struct
@@ -23,7 +24,9 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
+from tests.accounts.test_system_account_cli import tables
 from tests.conftest import KIND_IDS
+from tests.e2e.test_nats_cli import cli
 from tests.support.cluster import cluster_args, free_port, stop_all, wait_mesh
 from tests.support.servers import ServerProcess, enabled_kinds, start_server
 
@@ -122,9 +125,9 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, lis
             stop_all(servers)
 
 
-@pytest.fixture
-async def pair(clusters: dict[str, list[ServerProcess]], server_kind: str) -> AsyncIterator[Pair]:
-    servers = clusters[server_kind]
+@contextlib.asynccontextmanager
+async def connected(servers: list[ServerProcess]) -> AsyncIterator[Pair]:
+    """A system user and an APP user (one subscription) connected to S0."""
     s0 = servers[0]
     sys_nc = await nats.connect(f"nats://sys:sys@{s0.host}:{s0.port}", allow_reconnect=False)
     app_nc = await nats.connect(f"nats://app:app@{s0.host}:{s0.port}", allow_reconnect=False)
@@ -135,6 +138,12 @@ async def pair(clusters: dict[str, list[ServerProcess]], server_kind: str) -> As
     finally:
         await app_nc.close()
         await sys_nc.close()
+
+
+@pytest.fixture
+async def pair(clusters: dict[str, list[ServerProcess]], server_kind: str) -> AsyncIterator[Pair]:
+    async with connected(clusters[server_kind]) as found:
+        yield found
 
 
 async def gather(nc: NATS, subject: str, expect: int, body: bytes = b"") -> list[dict[str, Any]]:
@@ -313,22 +322,59 @@ async def test_every_answer_has_the_references_shape(
         pytest.skip("compares both kinds (JETLAKE_TEST_SERVERS names one)")
     shapes: dict[str, dict[str, Any]] = {}
     for kind, servers in clusters.items():
-        s0 = servers[0]
-        sys_nc = await nats.connect(f"nats://sys:sys@{s0.host}:{s0.port}", allow_reconnect=False)
-        app_nc = await nats.connect(f"nats://app:app@{s0.host}:{s0.port}", allow_reconnect=False)
-        try:
-            await app_nc.subscribe("app.work")
-            await app_nc.flush()
+        async with connected(servers) as found:
             seen = shapes[kind] = {}
             for user, subject, one in CASES:
-                nc = sys_nc if user == "sys" else app_nc
+                nc = found.sys if user == "sys" else found.app
                 answers = await until_answered(nc, subject, 1 if one else 2)
                 first = min(answers, key=lambda a: str((a.get("server") or a)["name"]))
                 seen[f"{user} {subject}"] = shape(first)
-        finally:
-            await app_nc.close()
-            await sys_nc.close()
     reference, ours = shapes["nats-server"], shapes["jetlake"]
     for case in reference:
         theirs, mine = (json.dumps(s[case], indent=1).splitlines() for s in (reference, ours))
         assert mine == theirs, "\n".join([case, *difflib.unified_diff(theirs, mine, lineterm="")])
+
+
+# ---- natscli's reports, the reference's against jetlake's --------------------------------
+
+# Report -> (title's words, compared columns): counts and names, not traffic or times.
+REPORTS = {
+    "connections": ("Connections out of", ["Server", "Cluster", "Account", "Subs"]),
+    "accounts": ("Accounts Overview", ["Account", "Connections", "Subs"]),
+}
+
+
+def rows(out: str, title: str, columns: list[str]) -> list[list[str]]:
+    found = [table for name, table in tables(out).items() if title in name]
+    assert len(found) == 1, out
+    header, body, _ = found[0]
+    return sorted([row[header.index(c)] for c in columns] for row in body)
+
+
+def labels(out: str) -> list[str]:
+    return [line.split(":")[0].strip() for line in out.splitlines() if ":" in line]
+
+
+async def test_the_clis_reports_and_account_info(clusters: dict[str, list[ServerProcess]]) -> None:
+    """`nats server report connections|accounts` as a system user, `nats account info` as
+    APP's, `nats server info` of a server: what the reference prints, bar values that
+    differ by nature."""
+    if len(clusters) < 2:
+        pytest.skip("compares both kinds (JETLAKE_TEST_SERVERS names one)")
+    seen: dict[str, dict[str, Any]] = {}
+    for kind, servers in clusters.items():
+        s0 = servers[0]
+        sys_url = f"nats://sys:sys@{s0.host}:{s0.port}"
+        async with connected(servers):
+            seen[kind] = {}
+            for report, (title, columns) in REPORTS.items():
+                code, out = await cli(sys_url, "server", "report", report)
+                assert code == 0, out
+                seen[kind][report] = rows(out, title, columns)
+            code, out = await cli(f"nats://app:app@{s0.host}:{s0.port}", "account", "info")
+            assert code == 0, out
+            seen[kind]["account info"] = labels(out)
+            code, out = await cli(sys_url, "server", "info", "S1")
+            assert code == 0 and out.startswith("Server information for S1"), out
+    assert seen["jetlake"] == seen["nats-server"]
+    assert ["S0", "C", "APP", "1"] in seen["jetlake"]["connections"]
