@@ -42,3 +42,15 @@ def bind(session: SparkSession, account: str | None) -> None:
         walls.bindAll(session._jsparkSession)
     else:
         walls.bind(session._jsparkSession, account)
+
+
+def told(session: SparkSession, error: Exception) -> str:
+    """The first line of a failed query's error as the session may be told it: an error whose
+    plan reaches another account's view becomes the wall's own (`WalledErrors` in the JVM)."""
+    from sql.service_info import first_line
+
+    origin = getattr(error, "_origin", None)
+    jvm = session._jvm
+    if origin is None or jvm is None:
+        return first_line(error)
+    return str(jvm.io.jetlake.sql.WalledErrors.firstLine(session._jsparkSession, origin))

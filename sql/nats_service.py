@@ -400,7 +400,7 @@ class _Query:
     def plan(self) -> Any:
         from pyspark.errors import AnalysisException, ParseException
 
-        from sql.account_views import bind
+        from sql.account_views import bind, told
 
         self._spark.sparkContext.setJobGroup(self.group, "SQL over NATS", interruptOnCancel=True)
         session = self._spark.newSession()
@@ -408,7 +408,7 @@ class _Query:
         try:
             return session.sql(self._text)
         except (AnalysisException, ParseException) as exc:
-            raise QueryError("400", first_line(exc)) from None
+            raise QueryError("400", told(session, exc)) from None
 
     async def cancel(self, why: str) -> None:
         """Stop the query's Spark jobs, and say so once none of their tasks runs any more

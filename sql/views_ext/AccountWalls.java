@@ -18,6 +18,7 @@ import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.UserDefinedExpression;
 import org.apache.spark.sql.catalyst.plans.logical.CTERelationRef;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
+import org.apache.spark.sql.catalyst.plans.logical.CommandResult;
 import org.apache.spark.sql.catalyst.plans.logical.DeserializeToObject;
 import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
@@ -67,6 +68,17 @@ public final class AccountWalls {
   private static final Map<SparkSession, String> BOUND =
       Collections.synchronizedMap(new WeakHashMap<>());
   private static final String GLOBAL_TEMP = "global_temp";
+  /**
+   * Commands a BI tool runs as it connects (DBeaver, Superset), which name the engine's parts
+   * and no account's: the catalogs ({@code spark_catalog}), the functions (built in, and the
+   * session's own), the current namespace.
+   */
+  private static final Set<String> ENGINE_LISTINGS =
+      Set.of(
+          "ShowCatalogsCommand",
+          "ShowFunctionsCommand",
+          "DescribeFunctionCommand",
+          "ShowCurrentNamespaceCommand");
   private static final String ALL = new String("*all accounts*"); // compared by identity
   private static volatile Map<String, Set<String>> roots = Map.of();
   private static Map<String, Set<String>> current = Map.of(); // the last rebuild's alone
@@ -178,25 +190,11 @@ public final class AccountWalls {
     if (Listings.walled(plan, account)) { // a listing of its own views only
       return;
     }
-    TableIdentifier described =
-        plan instanceof DescribeTableCommand d
-            ? d.table()
-            : plan instanceof DescribeColumnCommand c
-                ? c.table()
-                : plan instanceof ShowColumnsCommand s ? s.tableName() : null;
-    if (described != null) { // names and types, no rows: of its own views only
-      if (ownGlobal(account, described)) {
-        return;
-      }
-      throw notFound(described.quotedString(), searchPath);
+    if (named(plan, account, searchPath)) {
+      return; // a DESCRIBE or a catalog look-up of its own: names and types, no rows
     }
-    if (plan instanceof ResolvedTempView named) { // a catalog look-up: no rows either
-      String[] namespace = named.identifier().namespace();
-      if (namespace.length == 0 || own(account, named.identifier().name())) {
-        return;
-      }
-      String name = "`" + String.join("`.`", namespace) + "`.`" + named.identifier().name() + "`";
-      throw notFound(name, searchPath);
+    if (ENGINE_LISTINGS.contains(plan.nodeName())) {
+      return;
     }
     if (plan instanceof Command) {
       throw refused(account, "runs queries only, not " + plan.nodeName());
@@ -210,14 +208,6 @@ public final class AccountWalls {
         && !(plan instanceof DeserializeToObject || plan instanceof SerializeFromObject)) {
       throw refused(account, "may not run typed closures (" + plan.nodeName() + ")");
     }
-    // A view's rows may be no files at all (a tail sent to a cluster as rows): a temporary
-    // view is the account's own or refused, whatever it reads.
-    if (plan instanceof View view && view.isTempView()) {
-      String name = view.desc().identifier().table();
-      if (!own(account, name)) {
-        throw notFound(view.desc().identifier().quotedString(), searchPath);
-      }
-    }
     for (Expression e : CollectionConverters.asJava(plan.expressions())) {
       reflection(e, account);
     }
@@ -229,6 +219,75 @@ public final class AccountWalls {
     }
     for (LogicalPlan sub : CollectionConverters.asJava(plan.subqueries())) {
       walk(sub, account, allowed, searchPath);
+    }
+  }
+
+  /**
+   * Throws for a name of another account's in a plan node (a DESCRIBE, a catalog look-up, a
+   * view); true when the node is a DESCRIBE or look-up of the account's own, which reads no rows.
+   */
+  private static boolean named(LogicalPlan plan, String account, String searchPath) {
+    TableIdentifier described =
+        plan instanceof DescribeTableCommand d
+            ? d.table()
+            : plan instanceof DescribeColumnCommand c
+                ? c.table()
+                : plan instanceof ShowColumnsCommand s ? s.tableName() : null;
+    if (described != null) { // names and types, no rows: of its own views only
+      if (ownGlobal(account, described)) {
+        return true;
+      }
+      throw notFound(described.quotedString(), searchPath);
+    }
+    if (plan instanceof ResolvedTempView named) { // a catalog look-up: no rows either
+      String[] namespace = named.identifier().namespace();
+      if (namespace.length == 0 || own(account, named.identifier().name())) {
+        return true;
+      }
+      String name = "`" + String.join("`.`", namespace) + "`.`" + named.identifier().name() + "`";
+      throw notFound(name, searchPath);
+    }
+    // A view's rows may be no files at all (a tail sent to a cluster as rows): a temporary
+    // view is the account's own or refused, whatever it reads.
+    if (plan instanceof View view && view.isTempView()) {
+      String name = view.desc().identifier().table();
+      if (!own(account, name)) { // named as the catalog keeps it, as a listing shows it
+        String database = view.desc().identifier().database().getOrElse(() -> GLOBAL_TEMP);
+        throw notFound(
+            "`" + database + "`.`" + name.toLowerCase(Locale.ROOT) + "`", searchPath);
+      }
+    }
+    return false;
+  }
+
+  /**
+   * Throws the error the check gives for the first part of a plan the session's account may
+   * not see, if any; nothing for a session bound to all (or none).
+   *
+   * <p>Spark reports a failed analysis with the plan as far as it got, and some errors read
+   * that plan: a column not found lists the columns in scope as suggestions, and Connect and
+   * JDBC send the plan itself. A query naming another account's view fails its analysis on a
+   * column before the check runs, so its error would name that view's columns; {@link
+   * WalledErrors} asks here first and tells the client this error in its place.
+   */
+  static void expose(SparkSession session, LogicalPlan plan) {
+    String account = account(session);
+    if (account != null) {
+      exposeIn(plan, account, roots.getOrDefault(account, Set.of()), searchPath(session));
+    }
+  }
+
+  private static void exposeIn(
+      LogicalPlan plan, String account, Set<String> allowed, String searchPath) {
+    named(plan, account, searchPath);
+    if (plan.children().isEmpty() && plan.resolved() && !(plan instanceof Command)) {
+      leaf(plan, account, allowed); // unresolved leaves are names as the client wrote them
+    }
+    for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
+      exposeIn(child, account, allowed, searchPath);
+    }
+    for (LogicalPlan sub : CollectionConverters.asJava(plan.subqueries())) {
+      exposeIn(sub, account, allowed, searchPath);
     }
   }
 
@@ -249,7 +308,8 @@ public final class AccountWalls {
         || plan instanceof Range
         || plan instanceof OneRowRelation
         || plan instanceof CTERelationRef
-        || plan instanceof LogicalRDD) {
+        || plan instanceof LogicalRDD
+        || plan instanceof CommandResult) { // the rows of a command that passed as it ran
       return;
     }
     if (plan instanceof LogicalRelation lr && lr.relation() instanceof HadoopFsRelation fs) {

@@ -13,7 +13,9 @@ import org.sparkproject.connect.grpc.Metadata;
 import org.sparkproject.connect.grpc.ServerCall;
 import org.sparkproject.connect.grpc.ServerCallHandler;
 import org.sparkproject.connect.grpc.ServerInterceptor;
+import org.sparkproject.connect.google_protos.rpc.ErrorInfo;
 import org.sparkproject.connect.grpc.Status;
+import org.sparkproject.connect.protobuf.Any;
 
 /**
  * Spark Connect's door: who the client is, which account its session reads, and how many rows
@@ -32,6 +34,11 @@ public final class ConnectDoor implements ServerInterceptor {
   private static final Metadata.Key<String> AUTHORIZATION =
       Metadata.Key.of("Authorization", Metadata.ASCII_STRING_MARSHALLER);
   private static final String BEARER = "Bearer ";
+  private static final Metadata.Key<byte[]> DETAILS =
+      Metadata.Key.of("grpc-status-details-bin", Metadata.BINARY_BYTE_MARSHALLER);
+  private static final String ENRICHED = "spark.sql.connect.enrichError.enabled";
+  private static final String WITHHELD =
+      "the query failed; its details are withheld with " + ENRICHED + " off";
   private static volatile long maxRows = Long.MAX_VALUE;
 
   /** Rows one result may have (the service's max_rows). */
@@ -129,6 +136,9 @@ public final class ConnectDoor implements ServerInterceptor {
         return "session " + sessionId + " is account " + owner + "'s, not "
             + login.account() + "'s";
       }
+      if (!login.system()) { // its errors are kept by id, for the door to clean (Counted.close)
+        session.conf().set(ENRICHED, "true");
+      }
       if (!login.system() && request instanceof AddArtifactsRequest) {
         return "account " + login.account() + " may not add artifacts (code) to the service";
       }
@@ -174,11 +184,69 @@ public final class ConnectDoor implements ServerInterceptor {
 
     @Override
     public synchronized void close(Status status, Metadata trailers) {
-      if (!over) {
-        super.close(status, trailers);
+      if (over) {
+        return;
       }
+      SessionHolder h = holder;
+      if (!status.isOk() && h != null && AccountWalls.account(h.session()) != null) {
+        status = told(h, status, trailers);
+      }
+      super.close(status, trailers);
     }
   }
+
+  /**
+   * A walled session's failed call as {@link WalledErrors} would tell it: the status, its
+   * error details (class, parameters; no server stack) and the error kept for the client's
+   * FetchErrorDetails, all from the cleaned error. The trailers are rewritten in place.
+   */
+  private static Status told(SessionHolder holder, Status status, Metadata trailers) {
+    byte[] raw = trailers.get(DETAILS);
+    if (raw == null) {
+      return status;
+    }
+    try {
+      var rpc = org.sparkproject.connect.google_protos.rpc.Status.parseFrom(raw).toBuilder();
+      for (int i = 0; i < rpc.getDetailsCount(); i++) {
+        if (!rpc.getDetails(i).is(ErrorInfo.class)) {
+          continue;
+        }
+        ErrorInfo.Builder info = rpc.getDetails(i).unpack(ErrorInfo.class).toBuilder();
+        String id = info.getMetadataOrDefault("errorId", null);
+        Throwable original = id == null ? null : holder.errorIdToError().getIfPresent(id);
+        Throwable told =
+            original == null
+                ? new IllegalStateException(WITHHELD)
+                : WalledErrors.clean(holder.session(), original);
+        if (told == original) {
+          return status;
+        }
+        info.removeMetadata("stackTrace").removeMetadata("messageParameters");
+        if (told instanceof org.apache.spark.SparkThrowable spark) {
+          info.putMetadata("errorClass", spark.getCondition());
+          info.putMetadata(
+              "messageParameters", JSON.writeValueAsString(spark.getMessageParameters()));
+        } else {
+          info.removeMetadata("errorClass");
+        }
+        if (id != null) {
+          holder.errorIdToError().put(id, told);
+        }
+        String text = told.getMessage();
+        rpc.setDetails(i, Any.pack(info.build())).setMessage(text);
+        trailers.removeAll(DETAILS);
+        trailers.put(DETAILS, rpc.build().toByteArray());
+        return status.withDescription(text.length() > 2048 ? text.substring(0, 2048) : text);
+      }
+    } catch (java.io.IOException e) { // details Spark did not write: tell nothing of them
+      trailers.removeAll(DETAILS);
+      return status.withDescription(WITHHELD);
+    }
+    return status;
+  }
+
+  private static final com.fasterxml.jackson.databind.ObjectMapper JSON =
+      new com.fasterxml.jackson.databind.ObjectMapper();
 
   private static String userId(Object request) {
     Object context = field(request, "getUserContext");

@@ -9,6 +9,7 @@ import java.util.function.BiPredicate;
 import org.apache.hive.service.cli.FetchOrientation;
 import org.apache.hive.service.cli.HiveSQLException;
 import org.apache.hive.service.cli.OperationHandle;
+import org.apache.hive.service.cli.OperationStatus;
 import org.apache.hive.service.cli.RowSet;
 import org.apache.hive.service.cli.RowSetFactory;
 import org.apache.hive.service.cli.SessionHandle;
@@ -41,6 +42,7 @@ import org.apache.spark.sql.hive.thriftserver.server.SparkSQLOperationManager;
  */
 final class JdbcOperations extends SparkSQLOperationManager {
   private static final String ASYNC = "spark.sql.hive.thriftServer.async";
+  private static final String INCREMENTAL = "spark.sql.thriftServer.incrementalCollect";
   private static final String GLOBAL_TEMP = "global_temp";
   private static final String DEFAULT_DATABASE = "default";
   private static final String OVER_LIMIT = "54000"; // SQLSTATE: a program limit exceeded
@@ -168,8 +170,13 @@ final class JdbcOperations extends SparkSQLOperationManager {
     }
   }
 
-  /** A statement whose rows past max rows end it with an error naming the key. */
+  /**
+   * A statement whose rows past max rows end it with an error naming the key, and whose error
+   * names nothing of another account's ({@link WalledErrors}): Hive sends the error's whole
+   * chain of causes, each with its message, so the error itself is replaced.
+   */
   private static final class Bounded extends SparkExecuteStatementOperation {
+    private final SparkSession session;
     private long sent;
 
     Bounded(
@@ -180,6 +187,38 @@ final class JdbcOperations extends SparkSQLOperationManager {
         boolean background,
         long timeout) {
       super(session, parent, statement, conf, background, timeout);
+      this.session = session;
+      // Its rows are fetched a partition at a time as the client reads them, not gathered
+      // first: a result of 10 GB stops at max rows, one partition in.
+      session.conf().set(INCREMENTAL, "true");
+    }
+
+    @Override
+    public void run() {
+      try {
+        super.run();
+      } catch (Exception e) { // HiveSQLException, which Scala's run throws undeclared
+        HiveSQLException told = told(e);
+        throw AccountWalls.unchecked(told == null ? e : told);
+      }
+    }
+
+    @Override
+    public OperationStatus getStatus() {
+      OperationStatus status = super.getStatus();
+      HiveSQLException error = status.getOperationException();
+      HiveSQLException told = error == null ? null : told(error);
+      return told == null ? status : new OperationStatus(status.getState(), told);
+    }
+
+    /** The error to send in place of {@code error}, or null when it hides nothing. */
+    private HiveSQLException told(Exception error) {
+      Throwable cleaned = WalledErrors.clean(session, error);
+      if (cleaned == error) {
+        return null;
+      }
+      String state = cleaned instanceof org.apache.spark.SparkThrowable t ? t.getSqlState() : null;
+      return new HiveSQLException("Error running query: " + cleaned.getMessage(), state);
     }
 
     @Override

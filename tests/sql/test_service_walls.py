@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -235,6 +237,72 @@ def test_spark_connect_catalog_lists_an_accounts_own_views_only(walled: Walled) 
     assert {"a.clisted", "b.chidden"} <= set(every)
 
 
+async def test_an_error_tells_nothing_of_another_accounts_stream(walled: Walled) -> None:
+    """A query naming another account's view fails as if the view did not exist, at every
+    door, where Spark's own error would suggest the view's columns (a column not found) and
+    Connect and JDBC would send its plan; an account's own errors keep Spark's suggestions."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    a_url = walled.url("a")
+    await _publish(a_url, "EOWN", 1)
+    await _publish(walled.url("b"), "EHIDDEN", 1)
+    files = await _query(walled.url("sys"), "SELECT DISTINCT input_file_name() AS f FROM B.EHIDDEN")
+    [hidden_file] = files.table().column("f").to_pylist()
+    unknown = "`global_temp`.`b.ehidden` cannot be found"
+    probes = (
+        ("SELECT nosuch FROM global_temp.`b.ehidden`", unknown),
+        ("SELECT o.seq FROM EOWN o JOIN global_temp.`B.EHIDDEN` h ON o.nosuch = h.seq", unknown),
+        ("SELECT count(*) FROM EOWN WHERE seq IN (SELECT nosuch FROM global_temp.`b.ehidden`)",
+         unknown),
+        (f"SELECT nosuch FROM parquet.`{hidden_file}`", "account A may not read"),
+    )  # fmt: skip
+    own = "SELECT nosuch FROM EOWN"
+
+    def hides(said: str, text: str) -> None:
+        assert text in said, said
+        said = re.sub(r"\S+\.parquet", "<the path it gave>", said)
+        assert "`seq`" not in said and "B.EHIDDEN" not in said and "Did you mean" not in said
+
+    answers = await asyncio.gather(*(_query(a_url, sql) for sql, _ in (*probes, (own, ""))))
+    for (sql, text), answer in zip(probes, answers, strict=False):
+        code, said = _error(answer)
+        assert code == "400", (sql, said)
+        hides(said, text)
+    assert "`seq`" in _error(answers[-1])[1]
+
+    def over_connect() -> None:
+        a = ConnectSession.builder.remote(walled.connect("a:a")).create()
+        try:
+            for sql, text in probes:
+                with pytest.raises(AnalysisException) as caught:
+                    a.sql(sql).collect()
+                hides(str(caught.value), text)
+                assert "proposal" not in (caught.value.getMessageParameters() or {})
+            with pytest.raises(AnalysisException, match=r"Did you mean.*`seq`"):
+                a.sql(own).collect()
+        finally:
+            a.stop()
+
+    await asyncio.to_thread(over_connect)
+
+
+async def test_a_bi_tools_listings_of_the_engine_pass_the_wall(walled: Walled) -> None:
+    """What DBeaver and Superset ask as they connect names the engine, no account's stream."""
+    a = walled.url("a")
+    catalogs, functions, current, described = await asyncio.gather(
+        _query(a, "SHOW CATALOGS"),
+        _query(a, "SHOW FUNCTIONS LIKE 'ab*'"),
+        _query(a, "SHOW CURRENT NAMESPACE"),
+        _query(a, "DESCRIBE FUNCTION abs"),
+    )
+    assert _names(catalogs) == ["spark_catalog"]
+    assert _names(functions) == ["abs"]
+    assert current.table().column(1).to_pylist() == ["default"]
+    assert "Function: abs" in described.table().column(0).to_pylist()
+    code, said = _error(await _query(a, "SET spark.sql.ansi.enabled=false"))
+    assert code == "400" and "runs queries only" in said
+
+
 @pytest.mark.soak  # a timeout and an ack wait run out, with their jobs' cancels: ~50 s
 async def test_bad_input_gets_a_clear_error_and_others_go_on(walled: Walled) -> None:
     a, b = walled.url("a"), walled.url("b")
@@ -382,18 +450,57 @@ def test_spark_connect_logs_in_with_nats_credentials_and_is_walled(walled: Walle
 
 
 async def _beeline(script: str) -> subprocess.CompletedProcess:
-    """One beeline (one JVM) runs `script`, every statement whatever the ones before did:
-    `!connect <url> <user> <password>` logs in anew."""
+    """One beeline runs `script`, every statement whatever the ones before did: `!connect
+    <url> <user> <password>` logs in anew. Its class is run on one JVM, not through pyspark's
+    `bin/beeline`, whose launcher starts a JVM first to build the command of the second."""
     import pyspark
 
-    beeline = Path(pyspark.__file__).parent / "bin" / "beeline"
+    jars = Path(pyspark.__file__).parent / "jars"
+    java = Path(os.environ["JAVA_HOME"]) / "bin" / "java" if "JAVA_HOME" in os.environ else "java"
     with tempfile.NamedTemporaryFile("w", suffix=".sql") as file:
         file.write(script)
         file.flush()
-        argv = [str(beeline), "--silent=true", "--outputformat=csv2", "--force=true"]
+        argv = [str(java), "-cp", f"{jars}/*", "org.apache.hive.beeline.BeeLine"]
+        argv += ["--silent=true", "--outputformat=csv2", "--force=true", "-f", file.name]
         return await asyncio.to_thread(
-            subprocess.run, [*argv, "-f", file.name], capture_output=True, text=True, timeout=180
+            subprocess.run, argv, capture_output=True, text=True, timeout=180
         )
+
+
+async def test_jdbc_is_walled_bounded_and_answers_a_bi_tools_connect(walled: Walled) -> None:
+    """The JDBC door in the default run, one beeline JVM: an account's own stream, another's
+    refused with no word of its columns, a BI tool's calls on connect, a result of ~80 GB
+    stopped at max_rows without being gathered, and the system account's login."""
+    await _publish(walled.url("a"), "JOWN", 3)
+    await _publish(walled.url("b"), "JOTHER", 2)
+    url = walled.jdbc
+    done = await _beeline(
+        f"!connect {url} a a\n"
+        "SELECT count(*) AS own FROM JOWN;\n"
+        "SELECT nosuch FROM global_temp.`b.jother`;\n"  # a column of B's view, as a probe
+        "SELECT nosuch FROM JOWN;\n"
+        "SHOW CATALOGS;\n"
+        "SHOW FUNCTIONS LIKE 'ab*';\n"
+        "!tables\n"
+        # 10^10 rows: gathered before a fetch, this would never answer (nor fit the heap).
+        "SELECT id AS huge FROM range(0, 10000000000, 1, 1000000);\n"
+        "SELECT count(*) AS still FROM JOWN;\n"
+        f"!connect {url} sys sys\n"
+        "SELECT count(*) AS other FROM B.JOTHER;\n"
+    )
+    out, err = done.stdout, done.stderr
+    assert "own\n3\n" in out and "still\n3\n" in out and "other\n2\n" in out, out + err
+    assert "catalog\nspark_catalog\n" in out and "function\nabs\n" in out, out + err
+    a_sees = out.split("other\n2\n")[0]
+    assert ",global_temp,a.jown,VIEW" in a_sees and "jother" not in a_sees.lower(), out
+    errors = err.split("Error: ")
+    [probe] = [e for e in errors if "jother" in e.lower()]
+    assert "`global_temp`.`b.jother` cannot be found" in probe, err
+    assert "B.JOTHER" not in probe and "`seq`" not in probe, probe  # no plan, no columns
+    [own] = [e for e in errors if "Did you mean" in e]  # A's own: Spark's suggestions stay
+    assert "`seq`" in own, err
+    assert f"more than {MAX_ROWS} rows" in err and "max_rows" in err, err
+    assert f"\n{MAX_ROWS * 2}\n" not in out, "rows past max_rows reached the client"
 
 
 @pytest.mark.soak  # beeline is a JVM of its own: 12-40 s
