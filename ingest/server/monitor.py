@@ -204,18 +204,18 @@ def _conn_info(conn: _Conn, now: float, subs: str, auth: bool) -> dict[str, Any]
             out["tls_cipher_suite"] = cipher[0]
     if auth and c.grant.user:
         out["authorized_user"] = c.grant.user
-    if auth:  # as the reference: the account (not the global one) and its tag, its name
-        if c.account.name != GLOBAL_ACCOUNT:
-            out["account"] = c.account.name
-        out["name_tag"] = c.account.name
-    if isinstance(c, MQTTConnection):
-        out["mqtt_client"] = c.client_id
+    if auth and c.account.name != GLOBAL_ACCOUNT:
+        out["account"] = c.account.name
     if subs == "detail":
         out["subscriptions_list_detail"] = [
             _sub_detail(s, c.cid, account=False) for s in c.subs.values()
         ]
     elif subs:
         out["subscriptions_list"] = [s.subject for s in c.subs.values()]
+    if auth:  # as the reference: the account's tag, its name
+        out["name_tag"] = c.account.name
+    if isinstance(c, MQTTConnection):
+        out["mqtt_client"] = c.client_id
     return out
 
 

@@ -44,15 +44,25 @@ SILENCE = 0.5  # how long a server that should not answer is listened to
 # envelope's feature flags (nats-server's own protocol features) and its JetStream
 # server limits block; jetlake's own defaults are not limits a server reports.
 NOT_SENT = {"server.feature_flags", "statsz.jetstream.limits"}
-# Told by role (the meta leader lists the replicas), checked apart.
-BY_ROLE = {"statsz.jetstream.meta"}
+# Told by role (the meta leader lists the replicas, a stream's leader says since when).
+BY_ROLE = {"statsz.jetstream.meta", "data.stream_detail.cluster.leader_since"}
 # Told by role (the meta leader lists the replicas): checked apart.
 BY_ROLE = {"statsz.jetstream.meta"}
 # Answers a server sends only for an account with connections on it; the rest come
 # from every server.
 ONLY_WHERE_CONNECTED = {"STATZ", "CONNS"}
 ACCOUNT_KINDS = ["CONNZ", "SUBSZ", "LEAFZ", "JSZ", "INFO", "STATZ", "CONNS"]
-SERVER_KINDS = ["IDZ", "STATSZ", "CONNZ", "JSZ"]
+SERVER_KINDS = [
+    "IDZ",
+    "STATSZ",
+    "CONNZ",
+    "JSZ",
+    "LEAFZ",
+    "GATEWAYZ",
+    "RAFTZ",
+    "ACCOUNTZ",
+    "IPQUEUESZ",
+]
 
 
 def shape(value: Any, path: str = "") -> Any:
@@ -175,13 +185,15 @@ def answered_by(answers: list[dict[str, Any]]) -> list[str]:
     return sorted(str((a.get("server") or a)["name"]) for a in answers)
 
 
-async def until_answered(nc: NATS, subject: str, expect: int) -> list[dict[str, Any]]:
+async def until_answered(
+    nc: NATS, subject: str, expect: int, body: bytes = b""
+) -> list[dict[str, Any]]:
     """A request to every server once the routes carry every server's interest (the
     reference's JetStream and the system subscriptions settle after the mesh)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 30
     while True:
-        answers = await gather(nc, subject, expect)
+        answers = await gather(nc, subject, expect, body)
         if len(answers) >= expect or loop.time() > deadline:
             return answers
 
@@ -257,6 +269,16 @@ async def test_a_server_ping_is_answered_by_every_server(pair: Pair, kind: str) 
         assert all(m["cluster_size"] == 2 for m in metas), metas
 
 
+async def test_malformed_options_are_refused_by_every_server(pair: Pair) -> None:
+    answers = await until_answered(pair.sys, "$SYS.REQ.SERVER.PING.CONNZ", 2, b"nonsense")
+    assert answered_by(answers) == NAMES
+    assert all(a["error"]["code"] == 400 and "data" not in a for a in answers), answers
+    answers = await gather(pair.sys, "$SYS.REQ.SERVER.PING.ACCOUNTZ", 2, b'{"account":"NOPE"}')
+    assert [a["error"] for a in answers] == [
+        {"code": 500, "description": "Account NOPE does not exist"}
+    ] * 2
+
+
 async def test_another_accounts_user_sees_its_own_account_only(pair: Pair) -> None:
     for subject in ("$SYS.REQ.SERVER.PING.CONNZ", "$SYS.REQ.ACCOUNT.PING.CONNZ"):
         answers = await until_answered(pair.app, subject, 2)
@@ -301,17 +323,22 @@ async def test_the_usage_records_count_the_accounts_api_requests(pair: Pair) -> 
 
 CASES = [
     *(
-        ("sys", f"$SYS.REQ.ACCOUNT.APP.{kind}", kind in ONLY_WHERE_CONNECTED)
+        ("sys", f"$SYS.REQ.ACCOUNT.APP.{kind}", kind in ONLY_WHERE_CONNECTED, b"")
         for kind in ACCOUNT_KINDS
     ),
-    ("sys", "$SYS.REQ.ACCOUNT.SYS.INFO", False),
-    ("sys", "$SYS.REQ.ACCOUNT.NOPE.CONNZ", False),
-    ("sys", "$SYS.REQ.ACCOUNT.NOPE.INFO", False),
-    ("sys", "$SYS.REQ.ACCOUNT.PING.STATZ", True),
-    ("sys", "$SYS.REQ.SERVER.PING.IDZ", False),
-    ("sys", "$SYS.REQ.SERVER.PING.STATSZ", False),
-    ("app", "$SYS.REQ.SERVER.PING.CONNZ", False),
-    ("app", "$SYS.REQ.ACCOUNT.PING.STATZ", True),
+    ("sys", "$SYS.REQ.ACCOUNT.APP.JSZ", False, b'{"streams":true}'),
+    ("sys", "$SYS.REQ.ACCOUNT.SYS.INFO", False, b""),
+    ("sys", "$SYS.REQ.ACCOUNT.NOPE.CONNZ", False, b""),
+    ("sys", "$SYS.REQ.ACCOUNT.NOPE.INFO", False, b""),
+    ("sys", "$SYS.REQ.ACCOUNT.PING.STATZ", True, b""),
+    ("sys", "$SYS.REQ.SERVER.PING.IDZ", False, b""),
+    ("sys", "$SYS.REQ.SERVER.PING.STATSZ", False, b""),
+    ("sys", "$SYS.REQ.SERVER.PING.ACCOUNTZ", False, b""),
+    ("sys", "$SYS.REQ.SERVER.PING.ACCOUNTZ", False, b'{"account":"APP"}'),
+    ("sys", "$SYS.REQ.SERVER.PING.CONNZ", False, b'{"subscriptions":true,"auth":true,"state":0}'),
+    ("sys", "$SYS.REQ.SERVER.PING.LEAFZ", False, b""),
+    ("app", "$SYS.REQ.SERVER.PING.CONNZ", False, b""),
+    ("app", "$SYS.REQ.ACCOUNT.PING.STATZ", True, b""),
 ]
 
 
@@ -324,14 +351,16 @@ async def test_every_answer_has_the_references_shape(
     for kind, servers in clusters.items():
         async with connected(servers) as found:
             seen = shapes[kind] = {}
-            for user, subject, one in CASES:
+            for user, subject, one, body in CASES:
                 nc = found.sys if user == "sys" else found.app
-                answers = await until_answered(nc, subject, 1 if one else 2)
+                answers = await until_answered(nc, subject, 1 if one else 2, body)
                 first = min(answers, key=lambda a: str((a.get("server") or a)["name"]))
-                seen[f"{user} {subject}"] = shape(first)
+                seen[f"{user} {subject} {body.decode()}"] = shape(first)
     reference, ours = shapes["nats-server"], shapes["jetlake"]
     for case in reference:
-        theirs, mine = (json.dumps(s[case], indent=1).splitlines() for s in (reference, ours))
+        theirs, mine = (
+            json.dumps(s[case], indent=1, sort_keys=True).splitlines() for s in (reference, ours)
+        )
         assert mine == theirs, "\n".join([case, *difflib.unified_diff(theirs, mine, lineterm="")])
 
 

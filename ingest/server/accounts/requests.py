@@ -90,6 +90,19 @@ class AccountRequests:
         now = timestamp(time.time())
         return {"server_id": self._server.server_id, "now": now, "account_statz": entries}
 
+    def accountz(self, options: dict[str, Any]) -> dict[str, Any]:
+        """ACCOUNTZ: the accounts' names, or with `{"account": name}` that one's INFO."""
+        server = self._server
+        out: dict[str, Any] = {"server_id": server.server_id, "now": timestamp(time.time())}
+        out["system_account"] = server.accounts.system_account.name
+        name = options.get("account")
+        if not name:
+            return {**out, "accounts": [account.name for account in server.accounts]}
+        account = server.accounts.get(str(name))
+        if account is None:
+            raise RequestError(f"Account {name} does not exist")
+        return {**out, "account_detail": self.info(account)}
+
     def conns(self, name: str, reply: str) -> None:
         """`…CONNS`: the account's `account_connections` event to `reply`, from a server
         where it has clients."""

@@ -56,6 +56,11 @@ _KINDS: dict[str, tuple[str, str | None]] = {
     "HEALTHZ": ("data", "/healthz"),
     "JSZ": ("data", None),
     "IDZ": ("", None),
+    "LEAFZ": ("data", "/leafz"),
+    "GATEWAYZ": ("data", "/gatewayz"),
+    "RAFTZ": ("data", "/raftz"),
+    "ACCOUNTZ": ("data", None),
+    "IPQUEUESZ": ("data", None),  # jetlake has no internal queues to list
 }
 # Filters a PING may carry (the reference's event filter options) -> envelope field.
 _FILTERS = {"server_name": "name", "cluster": "cluster", "host": "host"}
@@ -111,11 +116,16 @@ class SystemAccount:
         def on_request(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
             if not reply:
                 return
+            if kind == "IDZ":  # takes no options
+                data = b""
             try:
                 options = json.loads(data) if data.strip() else {}
-            except ValueError:
-                options = {}
-            if not isinstance(options, dict):
+                if not isinstance(options, dict):
+                    raise ValueError(f"options must be a JSON object, not {data[:32]!r}")
+            except ValueError as e:  # refused as the reference refuses it (CONNS: unanswered)
+                if kind != "ACCOUNT.CONNS":
+                    error = {"code": 400, "description": f"invalid JSON options: {e}"}
+                    self._send(reply, {"server": self._system.envelope(), "error": error})
                 return
             if kind == "ACCOUNT.CONNS":  # no filters: a bare event where the account has clients
                 name = subject.split(".")[3]
@@ -160,7 +170,11 @@ class SystemAccount:
             except RequestError as e:
                 error = {"code": e.code, "description": str(e)}
                 body = {"server": self._system.envelope(), "data": None, "error": error}
+        self._send(reply, body)
+
+    def _send(self, reply: str, body: dict[str, Any]) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
+        server = self._server
         server.publish(reply, None, None, data, account=server.accounts.system_account)
 
     async def _document(self, kind: str, subject: str, options: dict[str, Any]) -> tuple[str, Any]:
@@ -178,6 +192,10 @@ class SystemAccount:
             return key, await self.statsz()
         if kind == "JSZ":
             return key, self.jsz()
+        if kind == "ACCOUNTZ":
+            return key, self._accounts.accountz(options)
+        if kind == "IPQUEUESZ":
+            return key, {}
         assert path is not None
         return key, await self._monitor.document(path, options)
 
