@@ -55,15 +55,15 @@ async def idle_figures(tmp_path: Path, side: str, streams: int) -> dict[str, flo
 
 @pytest.mark.soak
 @pytest.mark.timeout(3600)
-async def test_a_thousand_idle_r3_streams_stay_within_twice_the_reference_cpu(
+async def test_a_thousand_idle_r3_streams_cost_less_cpu_than_the_reference(
     tmp_path: Path,
 ) -> None:
     """1,000 R3 streams on three servers of each kind, created, idle, one server
-    restarted: jetlake's idle upkeep per server within twice the reference's (1.6-1.8x
+    restarted: jetlake's idle upkeep per server below the reference's (under half of it
     measured), its memory within half again of it, and the restarted server catches up
     on every stream."""
     ref = await idle_figures(tmp_path, "ref", SOAK_STREAMS)
     jetlake = await idle_figures(tmp_path, "jetlake", SOAK_STREAMS)
-    assert jetlake["idle_cpu_pct"] < 2 * ref["idle_cpu_pct"], (ref, jetlake)
+    assert jetlake["idle_cpu_pct"] < ref["idle_cpu_pct"], (ref, jetlake)
     assert jetlake["rss_mib"] < 1.5 * ref["rss_mib"], (ref, jetlake)
     assert jetlake["catch_up_s"] > 0  # every stream listed it current with no lag
