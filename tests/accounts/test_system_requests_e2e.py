@@ -32,7 +32,18 @@ from tests.support.servers import ServerProcess, enabled_kinds, start_server
 
 CONFIG = """
 accounts {
-  APP { users [ {user: app, password: app} ], jetstream: enabled }
+  APP {
+    users [ {user: app, password: app} ]
+    jetstream: enabled
+    imports [
+      {service: {account: EXP, subject: "svc.>"}}
+      {stream: {account: EXP, subject: "ev.*.*"}, to: "got.$2.$1"}
+    ]
+  }
+  EXP {
+    users [ {user: exp, password: exp} ]
+    exports [ {service: "svc.>", latency: {sampling: 100, subject: "lat.svc"}}, {stream: "ev.*.*"} ]
+  }
   SYS { users [ {user: sys, password: sys} ] }
 }
 system_account: SYS
@@ -46,8 +57,6 @@ SILENCE = 0.5  # how long a server that should not answer is listened to
 NOT_SENT = {"server.feature_flags", "statsz.jetstream.limits"}
 # Told by role (the meta leader lists the replicas, a stream's leader says since when).
 BY_ROLE = {"statsz.jetstream.meta", "data.stream_detail.cluster.leader_since"}
-# Told by role (the meta leader lists the replicas): checked apart.
-BY_ROLE = {"statsz.jetstream.meta"}
 # Answers a server sends only for an account with connections on it; the rest come
 # from every server.
 ONLY_WHERE_CONNECTED = {"STATZ", "CONNS"}
@@ -328,6 +337,7 @@ CASES = [
     ),
     ("sys", "$SYS.REQ.ACCOUNT.APP.JSZ", False, b'{"streams":true}'),
     ("sys", "$SYS.REQ.ACCOUNT.SYS.INFO", False, b""),
+    ("sys", "$SYS.REQ.ACCOUNT.EXP.INFO", False, b""),
     ("sys", "$SYS.REQ.ACCOUNT.NOPE.CONNZ", False, b""),
     ("sys", "$SYS.REQ.ACCOUNT.NOPE.INFO", False, b""),
     ("sys", "$SYS.REQ.ACCOUNT.PING.STATZ", True, b""),

@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ingest.server.accounts.settings import STREAM
+from ingest.server.accounts.config_sharing import find_export
+from ingest.server.accounts.settings import HEADERS_SAMPLING, STREAM
 from ingest.server.accounts.system_imports import EXPORTS, imports
 from ingest.server.cluster.ports import RequestError, Skip
 from ingest.server.gofmt import timestamp
@@ -27,7 +28,7 @@ from ingest.server.monitor import sublist_stats
 if TYPE_CHECKING:
     from ingest.server.accounts.conns import ClusterConns
     from ingest.server.accounts.registry import Account
-    from ingest.server.accounts.settings import Export, Import
+    from ingest.server.accounts.settings import Export, Import, Latency
     from ingest.server.cluster.ports import Documents, SystemHost
 
 _RESPONSE_TYPES = {STREAM: "Streamed"}  # as the reference's INFO spells it
@@ -119,8 +120,11 @@ class AccountRequests:
         exports = [_export(e) for e in (config.exports if config is not None else ())]
         if account is system:
             exports += [_export(e) for e in EXPORTS]
-        found = [_import(i) for i in (config.imports if config is not None else ())]
-        found += [_import(i) for i, _ in imports(account.name, system.name)]
+        found = [
+            _import(i, self._export_of(i, account.name))
+            for i in (config.imports if config is not None else ())
+        ]
+        found += [_import(i, export) for i, export in imports(account.name, system.name)]
         leafnodes = self._counts.leafnodes(account)
         out: dict[str, Any] = {
             "account_name": account.name,
@@ -144,6 +148,18 @@ class AccountRequests:
         out["sublist_stats"] = sublist_stats(account.sublist)
         return out
 
+    def _export_of(self, imp: Import, importer: str) -> Export | None:
+        """The configured export an import takes (its latency is the import's)."""
+        exporter = next((c for c in self._server.opts.accounts if c.name == imp.account), None)
+        return find_export(exporter, imp, importer) if exporter is not None else None
+
+
+def _latency(latency: Latency | None) -> dict[str, Any]:
+    if latency is None:
+        return {}
+    sampling: int | str = "headers" if latency.sampling == HEADERS_SAMPLING else latency.sampling
+    return {"sampling": sampling, "results": latency.subject}
+
 
 def _export(export: Export) -> dict[str, Any]:
     out: dict[str, Any] = {
@@ -152,21 +168,26 @@ def _export(export: Export) -> dict[str, Any]:
     }
     if export.service:
         out["response_type"] = _RESPONSE_TYPES.get(export.response_type, export.response_type)
+        if export.latency is not None:
+            out["service_latency"] = _latency(export.latency)
     if export.accounts:
         out["approved_accounts"] = list(export.accounts)
     return out
 
 
-def _import(imp: Import) -> dict[str, Any]:
+def _import(imp: Import, export: Export | None) -> dict[str, Any]:
     out: dict[str, Any] = {"subject": imp.subject, "account": imp.account}
     if imp.service:
         local = imp.to or imp.subject
         out.update(to=local, local_subject=local, type="service")
     else:
         local = imp.to or (imp.prefix.rstrip(".") + "." + imp.subject if imp.prefix else "")
-        if local:
-            out["local_subject"] = local
+        # A mapping's `$1` or `{{wildcard(1)}}` tokens read as the wildcards they fill.
+        tokens = (local or imp.subject).split(".")
+        out["local_subject"] = ".".join("*" if t[:1] in ("$", "{") else t for t in tokens)
         out["type"] = "stream"
     out.update(invalid=False, share=imp.service and imp.subject.startswith("$SYS.REQ.USER."))
     out["tracking"] = False
+    if imp.service and export is not None and export.latency is not None:
+        out["latency"] = _latency(export.latency)
     return out
