@@ -294,8 +294,16 @@ async def test_another_accounts_user_sees_its_own_account_only(pair: Pair) -> No
         assert answered_by(answers) == NAMES
         counts = {a["server"]["name"]: a["data"]["num_connections"] for a in answers}
         assert counts == {"S0": 1, "S1": 0}  # APP's connection, not SYS's
+    # Options naming another account do not widen it.
+    body = b'{"acc":"SYS","account":"SYS","auth":true}'
+    answers = await until_answered(pair.app, "$SYS.REQ.SERVER.PING.CONNZ", 2, body)
+    seen = [c["account"] for a in answers for c in a["data"]["connections"]]
+    assert seen == ["APP"]
     answers = await until_answered(pair.app, "$SYS.REQ.ACCOUNT.PING.STATZ", 1)
     assert [[s["acc"] for s in a["data"]["account_statz"]] for a in answers] == [["APP"]]
+    body = b'{"accounts":["SYS"],"include_unused":true}'
+    answers = await until_answered(pair.app, "$SYS.REQ.ACCOUNT.PING.STATZ", 2, body)
+    assert {s["acc"] for a in answers for s in a["data"]["account_statz"]} == {"APP"}
     for subject in (
         "$SYS.REQ.ACCOUNT.APP.CONNZ",
         "$SYS.REQ.ACCOUNT.APP.INFO",

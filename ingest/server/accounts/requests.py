@@ -45,9 +45,13 @@ class AccountRequests:
         server = self._server
         account = server.accounts.get(name)
         if kind in ("CONNZ", "SUBSZ", "LEAFZ"):
-            query = {**options, "acc": name}  # /connz's JSON name; the others' is `account`
-            if kind != "CONNZ":
-                query = {**options, "account": name, "subscriptions": kind == "SUBSZ"}
+            # The subject names the account, whatever the options say (/connz's JSON name
+            # for it is `acc`, the others' `account`).
+            query = {k: v for k, v in options.items() if k not in ("acc", "account")}
+            if kind == "CONNZ":
+                query["acc"] = name
+            else:
+                query.update(account=name, subscriptions=kind == "SUBSZ")
             path = {"CONNZ": "/connz", "SUBSZ": "/subsz", "LEAFZ": "/leafz"}[kind]
             return await self._monitor.document(path, query)
         if kind == "STATZ":
