@@ -321,7 +321,7 @@ async def test_the_usage_records_count_the_accounts_api_requests(pair: Pair) -> 
     records = await pair.sys.subscribe("$JSC.ARU.APP.*")
     await pair.sys.flush()
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
+    deadline = loop.time() + 60  # a loaded machine elects late
     config = json.dumps({"name": "USAGE", "subjects": ["usage.>"], "num_replicas": 2}).encode()
     while True:  # once the meta group answers
         reply = await pair.app.request("$JS.API.STREAM.CREATE.USAGE", config, timeout=10)
