@@ -3,6 +3,8 @@ gets, who is silent for STATZ, the errors for unknown accounts, and what an INFO
 
 from __future__ import annotations
 
+import base64
+import json
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -13,6 +15,7 @@ from ingest.server.accounts.requests import AccountRequests
 from ingest.server.accounts.settings import AccountConfig, Export, Import, Latency
 from ingest.server.accounts.system_imports import EXPORTS, imports
 from ingest.server.cluster.ports import RequestError, Skip
+from ingest.server.jwt.claims import Claims
 from ingest.server.sublist import Sublist
 
 CONFIGS = (
@@ -57,10 +60,12 @@ class Counts:
         return 0
 
 
-def requests() -> tuple[AccountRequests, Accounts]:
+def requests(resolver: Any = None) -> tuple[AccountRequests, Accounts]:
     opts = SimpleNamespace(accounts=CONFIGS, system_account="SYS")
     accounts = Accounts(cast(Any, opts), Sublist(), jetstream=False)
-    server = SimpleNamespace(accounts=accounts, server_id="ME", opts=opts, start_time=0.0)
+    server = SimpleNamespace(
+        accounts=accounts, server_id="ME", opts=opts, start_time=0.0, resolver=resolver
+    )
     return AccountRequests(cast(Any, server), cast(Any, None), cast(Any, Counts())), accounts
 
 
@@ -110,3 +115,19 @@ def test_info_lists_exports_and_imports_as_the_reference() -> None:
         ("$SYS.REQ.ACCOUNT.*.STATZ", "Streamed"),
         ("$SYS.REQ.USER.*.INFO", "Singleton"),
     ]
+
+
+def test_info_in_operator_mode_carries_the_accounts_jwt() -> None:
+    payload = {"jti": "J", "iat": 1, "iss": "OPKEY", "name": "Orders", "sub": "APP",
+               "nats": {"type": "account", "version": 2, "tags": ["team:a"]}}  # fmt: skip
+    body = base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+    token = f"eyJhbGciOiJlZDI1NTE5LW5rZXkifQ.{body}.c2ln"
+    claims = Claims(token=token, kind="account", issuer="OPKEY", subject="APP", name="Orders",
+                    issued_at=1, expires=0, not_before=0, nats=payload["nats"])  # fmt: skip
+    store = SimpleNamespace(get=lambda name: claims if name == "APP" else None)
+    answers, accounts = requests(SimpleNamespace(store=store))
+    info = answers.info(accounts["APP"])
+    assert (info["jwt"], info["issuer_key"], info["name_tag"]) == (token, "OPKEY", "Orders")
+    assert info["decoded_jwt"] == payload and info["tags"] == ["team:a"]
+    assert info["expired"] is False
+    assert "jwt" not in answers.info(accounts["EXP"])

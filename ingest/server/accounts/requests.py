@@ -116,8 +116,9 @@ class AccountRequests:
             self._counts.send(account, reply)
 
     def info(self, account: Account) -> dict[str, Any]:
-        """The account as the reference's INFO describes it (what a config file defines:
-        no JWT, mappings or revocations)."""
+        """The account as the reference's INFO describes it: what a config file defines,
+        or its JWT in operator mode (without the imports and exports the JWT grants, its
+        revocations or mappings)."""
         server = self._server
         system = server.accounts.system_account
         config = next((c for c in server.opts.accounts if c.name == account.name), None)
@@ -148,7 +149,16 @@ class AccountRequests:
             out["exports"] = exports
         if found:
             out["imports"] = found
-        out["name_tag"] = account.name
+        resolver = server.resolver
+        claims = resolver.store.get(account.name) if resolver is not None else None
+        if claims is not None:  # operator mode: the account's JWT
+            out["expired"] = claims.expired(time.time())
+            out.update(jwt=claims.token, issuer_key=claims.issuer)
+        out["name_tag"] = claims.name if claims is not None and claims.name else account.name
+        if claims is not None:
+            if claims.nats.get("tags"):
+                out["tags"] = claims.nats["tags"]
+            out["decoded_jwt"] = claims.payload()
         out["sublist_stats"] = sublist_stats(account.sublist)
         return out
 

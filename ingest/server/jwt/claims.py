@@ -54,6 +54,10 @@ class Claims:
     def expired(self, now: float) -> bool:
         return bool(self.expires) and now >= self.expires
 
+    def payload(self) -> dict[str, Any]:
+        """Every claim of the token, as an account's INFO shows it (`decoded_jwt`)."""
+        return _json(self.token.split(".")[1])
+
     def check_time(self, now: float) -> None:
         if self.expired(now):
             raise JWTError(f"{self.kind} JWT {self.subject} has expired")
