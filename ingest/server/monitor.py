@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ingest.server.accounts.events import name_tag
 from ingest.server.accounts.settings import GLOBAL_ACCOUNT
 from ingest.server.cluster.monitoring import routez, varz_cluster
 from ingest.server.cluster.ports import RequestError
@@ -212,8 +213,8 @@ def _conn_info(conn: _Conn, now: float, subs: str, auth: bool) -> dict[str, Any]
         ]
     elif subs:
         out["subscriptions_list"] = [s.subject for s in c.subs.values()]
-    if auth:  # as the reference: the account's tag, its name
-        out["name_tag"] = c.account.name
+    if auth:  # as the reference: the account's tag (its name, or its JWT's)
+        out["name_tag"] = name_tag(c.server.resolver, c.account)
     if isinstance(c, MQTTConnection):
         out["mqtt_client"] = c.client_id
     return out

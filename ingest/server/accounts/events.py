@@ -158,7 +158,7 @@ def _info(client: Connection, *, stop: float | None = None) -> dict[str, Any]:
         info["stop"] = rfc3339(int(stop * 1e9))
     if user_jwt is not None:
         info.update(jwt=token, issuer_key=user_jwt.issuer)
-    info["name_tag"] = _name_tag(client)
+    info["name_tag"] = name_tag(client.server.resolver, client.account)
     if user_jwt is not None and user_jwt.nats.get("tags"):
         info["tags"] = user_jwt.nats["tags"]
     if leaf:
@@ -182,11 +182,10 @@ def _raw_user(client: Client | LeafConnection) -> str:
     return "[REDACTED]" if connect.get("auth_token") else ""
 
 
-def _name_tag(client: Connection) -> str:
+def name_tag(resolver: Any, account: Account) -> str:
     """An operator-mode account's JWT name; a configured account's own name."""
-    resolver = client.server.resolver
-    claims = resolver.store.get(client.account.name) if resolver is not None else None
-    return claims.name if claims is not None and claims.name else client.account.name
+    claims = resolver.store.get(account.name) if resolver is not None else None
+    return claims.name if claims is not None and claims.name else account.name
 
 
 def _decoded(token: object, kind: str) -> Claims | None:

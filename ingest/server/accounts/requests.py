@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ingest.server.accounts.config_sharing import find_export
+from ingest.server.accounts.events import name_tag
 from ingest.server.accounts.settings import HEADERS_SAMPLING, STREAM
 from ingest.server.accounts.system_imports import EXPORTS, imports
 from ingest.server.cluster.ports import RequestError, Skip
@@ -154,7 +155,7 @@ class AccountRequests:
         if claims is not None:  # operator mode: the account's JWT
             out["expired"] = claims.expired(time.time())
             out.update(jwt=claims.token, issuer_key=claims.issuer)
-        out["name_tag"] = claims.name if claims is not None and claims.name else account.name
+        out["name_tag"] = name_tag(resolver, account)
         if claims is not None:
             if claims.nats.get("tags"):
                 out["tags"] = claims.nats["tags"]
