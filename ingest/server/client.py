@@ -665,6 +665,11 @@ class Client(Closing, asyncio.Protocol):
     def close_with(self, reason: str, *, flush: bool = True) -> None:
         self._close(reason, flush=flush)
 
+    @property
+    def takes_async_info(self) -> bool:
+        """Whether an INFO sent now reaches a client that reads it (lame duck, peers)."""
+        return self.protocol >= 1 and self._first_pong_sent
+
     def _close(self, reason: str, *, flush: bool = False, abort: bool = False) -> None:
         if not self._closing(reason, flush=flush):
             return

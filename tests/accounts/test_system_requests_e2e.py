@@ -288,6 +288,60 @@ async def test_malformed_options_are_refused_by_every_server(pair: Pair) -> None
     ] * 2
 
 
+async def test_a_client_is_told_of_lame_duck_or_kicked_by_id(pair: Pair) -> None:
+    """`$SYS.REQ.SERVER.<id>.LDM` and `.KICK` with `{"cid": …}`: an answer without data
+    when done, the reference's error for an unknown id; a kicked client's reason."""
+    s0 = pair.servers[0]
+    closed = asyncio.Event()
+
+    async def on_closed() -> None:
+        closed.set()
+
+    async def quiet(error: Exception) -> None:
+        pass
+
+    victim = await nats.connect(
+        f"nats://app:app@{s0.host}:{s0.port}", name="victim", allow_reconnect=False,
+        closed_cb=on_closed, error_cb=quiet,
+    )  # fmt: skip
+    try:
+        ids = await until_answered(pair.sys, "$SYS.REQ.SERVER.PING.IDZ", 2)  # takes no filter
+        idz = next(a for a in ids if a["name"] == "S0")
+        connz = await until_answered(pair.sys, "$SYS.REQ.ACCOUNT.APP.CONNZ", 2)
+        (cid,) = [
+            c["cid"] for a in connz for c in a["data"]["connections"] if c.get("name") == "victim"
+        ]
+        subject = "$SYS.REQ.SERVER." + idz["id"] + ".{}"
+        answers = {}
+        for kind, asked in (("LDM", cid), ("LDM", 999999), ("KICK", 999999), ("KICK", cid)):
+            body = json.dumps({"cid": asked}).encode()
+            reply = json.loads(
+                (await pair.sys.request(subject.format(kind), body, timeout=10)).data
+            )
+            answers[(kind, asked == cid)] = {k: v for k, v in reply.items() if k != "server"}
+        assert answers == {
+            ("LDM", True): {},
+            ("LDM", False): {"error": {"code": 500, "description": "no such client id"}},
+            ("KICK", False): {
+                "error": {"code": 500, "description": "no such client or leafnode id"}
+            },
+            ("KICK", True): {},
+        }
+        await asyncio.wait_for(closed.wait(), 20)
+        closed_conns = await until_answered(
+            pair.sys, "$SYS.REQ.ACCOUNT.APP.CONNZ", 2, b'{"state":1}'
+        )
+        reasons = [
+            c["reason"]
+            for a in closed_conns
+            for c in a["data"]["connections"] or ()
+            if c.get("name") == "victim"
+        ]
+        assert reasons == ["Kicked"]
+    finally:
+        await victim.close()
+
+
 async def test_another_accounts_user_sees_its_own_account_only(pair: Pair) -> None:
     for subject in ("$SYS.REQ.SERVER.PING.CONNZ", "$SYS.REQ.ACCOUNT.PING.CONNZ"):
         answers = await until_answered(pair.app, subject, 2)

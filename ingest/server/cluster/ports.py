@@ -117,11 +117,14 @@ class SystemHost(SystemBus, Protocol):
     jetstream_cluster: Any  # the meta group's controller (its meta_info), if clustered
     leafnodes: Any  # the leafnode links, whose traffic is not the clients'
     resolver: Any  # operator mode's account JWTs (`auth_resolver.Resolver`), if any
+    clients: dict[int, Any]  # the client connections, by cid
     start_time: float
     in_msgs: int
     in_bytes: int
     out_msgs: int
     out_bytes: int
+
+    def info_for(self, client: Any, *, ldm: bool = False, connect_info: bool = False) -> bytes: ...
 
 
 class Documents(Protocol):

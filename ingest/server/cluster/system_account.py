@@ -44,6 +44,8 @@ STATSZ_EVENT = "$SYS.SERVER.{id}.STATSZ"
 STATSZ_FIRST, STATSZ_EVERY = 0.25, 10.0
 _BY_ID = "$SYS.REQ.SERVER.{id}.{kind}"
 _ACCOUNT = "$SYS.REQ.ACCOUNT.*.{kind}"
+# Asked of one server by id: a client closed, or told its server is going away.
+_ACTIONS = ("KICK", "LDM")
 ACCOUNT_KINDS = ("SUBSZ", "CONNZ", "LEAFZ", "JSZ", "INFO", "STATZ", "CONNS")
 PING_STATZ = "$SYS.REQ.ACCOUNT.PING.STATZ"
 # Request kind -> (key of the answer's document, monitoring path or None for statsz).
@@ -90,6 +92,8 @@ class SystemAccount:
         subjects = {PING: "STATSZ"}
         for kind in _KINDS:
             subjects[f"{PING}.{kind}"] = kind
+            subjects[_BY_ID.format(id=server.server_id, kind=kind)] = kind
+        for kind in _ACTIONS:
             subjects[_BY_ID.format(id=server.server_id, kind=kind)] = kind
         for kind in ACCOUNT_KINDS:
             subjects[_ACCOUNT.format(kind=kind)] = "ACCOUNT." + kind
@@ -161,6 +165,12 @@ class SystemAccount:
         body: dict[str, Any]
         if kind == "IDZ":
             body = {"name": server.server_name, "host": server.opts.host, "id": server.server_id}
+        elif kind in _ACTIONS:  # no data: done, or an error
+            body = {"server": self._system.envelope()}
+            try:
+                self._act(kind, options.get("cid"))
+            except RequestError as e:
+                body["error"] = {"code": e.code, "description": str(e)}
         else:
             try:
                 key, document = await self._document(kind, subject, options)
@@ -171,6 +181,31 @@ class SystemAccount:
                 error = {"code": e.code, "description": str(e)}
                 body = {"server": self._system.envelope(), "data": None, "error": error}
         self._send(reply, body)
+
+    def _act(self, kind: str, cid: Any) -> None:
+        """KICK closes a client or leafnode link (`Kicked`); LDM sends a client the INFO
+        that says this server is going away, so it reconnects elsewhere."""
+        server = self._server
+        client = server.clients.get(cid) if type(cid) is int else None
+        if kind == "LDM":
+            if client is None:
+                raise RequestError("no such client id")
+            if not client.takes_async_info:
+                raise RequestError(
+                    "client does not support Lame Duck Mode or is not ready to receive the "
+                    "notification"
+                )
+            client.queue(server.info_for(client, ldm=True))
+            server.flush_dirty()
+            return
+        if client is not None:
+            client.close_with("Kicked")
+            return
+        links = server.leafnodes.connections if server.leafnodes is not None else ()
+        link = next((c for c in links if c.cid == cid), None)
+        if link is None:
+            raise RequestError("no such client or leafnode id")
+        link.close("Kicked", flush=True)
 
     def _send(self, reply: str, body: dict[str, Any]) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
