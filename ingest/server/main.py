@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -23,7 +24,7 @@ from ingest.server.accounts.system_imports import SystemImports
 from ingest.server.cluster.system_account import SystemAccount
 from ingest.server.logs import setup_logging
 from ingest.server.options import ConfigError, FlagError, Options, parse_serve_args
-from ingest.server.reload import SignalError, reload_config, send_signal
+from ingest.server.reload import SignalError, reload_config, reload_refusal, send_signal
 from ingest.server.server import Server
 from ingest.server.system import SystemServices
 from ingest.server.version import JETLAKE_VERSION, VERSION
@@ -159,7 +160,8 @@ async def _serve(opts: Options, argv: list[str]) -> int:
 
         documents = Monitor(server, None, 0)
     requests = AccountRequests(server, documents, counts)
-    SystemAccount(server, system, documents, account_js, requests).start()
+    reload = functools.partial(reload_refusal, server, argv)
+    SystemAccount(server, system, documents, account_js, requests, reload).start()
     mqtt = None
     if opts.mqtt is not None:
         from ingest.server.mqtt.listener import MQTTListener

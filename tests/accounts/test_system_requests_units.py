@@ -15,6 +15,7 @@ from ingest.server.accounts.requests import AccountRequests
 from ingest.server.accounts.settings import AccountConfig, Export, Import, Latency
 from ingest.server.accounts.system_imports import EXPORTS, imports
 from ingest.server.cluster.ports import RequestError, Skip
+from ingest.server.cluster.system_account import SystemAccount
 from ingest.server.jwt.claims import Claims
 from ingest.server.sublist import Sublist
 
@@ -131,3 +132,26 @@ def test_info_in_operator_mode_carries_the_accounts_jwt() -> None:
     assert info["decoded_jwt"] == payload and info["tags"] == ["team:a"]
     assert info["expired"] is False
     assert "jwt" not in answers.info(accounts["EXP"])
+
+
+async def test_reload_answers_why_the_old_configuration_stays() -> None:
+    """`$SYS.REQ.SERVER.<id>.RELOAD`: SIGHUP's reload; its refusal is the answer's error."""
+    sent: list[dict[str, Any]] = []
+    outcome: list[str | None] = ["config file not found"]
+    server = SimpleNamespace(
+        server_id="ME", server_name="S0", opts=SimpleNamespace(host="127.0.0.1"),
+        accounts=SimpleNamespace(system_account="SYS"),
+        publish=lambda subject, reply, hdr, data, account: sent.append(json.loads(data)),
+    )  # fmt: skip
+    envelope = SimpleNamespace(envelope=lambda: {"name": "S0"})
+    system = SystemAccount(
+        cast(Any, server), cast(Any, envelope), cast(Any, None), None, cast(Any, None),
+        lambda: outcome[0],
+    )  # fmt: skip
+    await system._answer("RELOAD", "$SYS.REQ.SERVER.ME.RELOAD", "inbox", {})
+    outcome[0] = None
+    await system._answer("RELOAD", "$SYS.REQ.SERVER.ME.RELOAD", "inbox", {})
+    assert sent == [
+        {"server": {"name": "S0"}, "error": {"code": 500, "description": "config file not found"}},
+        {"server": {"name": "S0"}},
+    ]

@@ -44,8 +44,9 @@ STATSZ_EVENT = "$SYS.SERVER.{id}.STATSZ"
 STATSZ_FIRST, STATSZ_EVERY = 0.25, 10.0
 _BY_ID = "$SYS.REQ.SERVER.{id}.{kind}"
 _ACCOUNT = "$SYS.REQ.ACCOUNT.*.{kind}"
-# Asked of one server by id: a client closed, or told its server is going away.
-_ACTIONS = ("KICK", "LDM")
+# Asked of one server by id: a client closed, or told its server is going away; the
+# configuration file read again.
+_ACTIONS = ("KICK", "LDM", "RELOAD")
 ACCOUNT_KINDS = ("SUBSZ", "CONNZ", "LEAFZ", "JSZ", "INFO", "STATZ", "CONNS")
 PING_STATZ = "$SYS.REQ.ACCOUNT.PING.STATZ"
 # Request kind -> (key of the answer's document, monitoring path or None for statsz).
@@ -78,12 +79,14 @@ class SystemAccount:
         monitor: Documents,
         jetstreams: JetStreamEngines | None,
         accounts: AccountDocuments,
+        reload: Callable[[], str | None],
     ) -> None:
         self._server = server
         self._system = system
         self._monitor = monitor
         self._jetstreams = jetstreams
         self._accounts = accounts
+        self._reload = reload  # why a reload was refused, None once applied
         self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
@@ -184,8 +187,14 @@ class SystemAccount:
 
     def _act(self, kind: str, cid: Any) -> None:
         """KICK closes a client or leafnode link (`Kicked`); LDM sends a client the INFO
-        that says this server is going away, so it reconnects elsewhere."""
+        that says this server is going away, so it reconnects elsewhere; RELOAD is SIGHUP's
+        reload."""
         server = self._server
+        if kind == "RELOAD":
+            refusal = self._reload()
+            if refusal is not None:
+                raise RequestError(refusal)
+            return
         client = server.clients.get(cid) if type(cid) is int else None
         if kind == "LDM":
             if client is None:

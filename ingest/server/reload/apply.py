@@ -66,13 +66,19 @@ def reload_config(server: Server, argv: list[str]) -> bool:
     """SIGHUP: the command line re-read with its config file, as at start (flags still
     win over the file). Logs the outcome; False when the old configuration stays."""
     log.info('Trapped "hangup" signal')
+    return reload_refusal(server, argv) is None
+
+
+def reload_refusal(server: Server, argv: list[str]) -> str | None:
+    """A reload however asked (SIGHUP, the system account's `…RELOAD`): why the old
+    configuration stays, or None once the new one applies."""
     try:
         prepared = _prepare(server, argv)
     except (ConfigError, FlagError, ReloadRefused, OSError, ValueError, ssl.SSLError) as exc:
         log.error("Failed to reload server configuration: %s", exc)
-        return False
+        return str(exc)
     _apply(server, prepared)
-    return True
+    return None
 
 
 def _prepare(server: Server, argv: list[str]) -> _Prepared:
