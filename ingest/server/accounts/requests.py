@@ -109,6 +109,17 @@ class AccountRequests:
             raise RequestError(f"Account {name} does not exist")
         return {**out, "account_detail": self.info(account)}
 
+    def client_traffic(self) -> tuple[dict[str, int], dict[str, int]]:
+        """What every client here was delivered and published, closed ones' included
+        (STATSZ's `sent_to_clients` and `received_from_clients`): every account's."""
+        sent, received = {"msgs": 0, "bytes": 0}, {"msgs": 0, "bytes": 0}
+        for account in self._server.accounts:
+            figures = self._counts.statz(account)
+            for total, part in ((sent, figures["sent"]), (received, figures["received"])):
+                total["msgs"] += part["msgs"]
+                total["bytes"] += part["bytes"]
+        return sent, received
+
     def conns(self, name: str, reply: str) -> None:
         """`…CONNS`: the account's `account_connections` event to `reply`, from a server
         where it has clients."""

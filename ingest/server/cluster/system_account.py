@@ -248,9 +248,7 @@ class SystemAccount:
     async def statsz(self) -> dict[str, Any]:
         server = self._server
         stats = self._monitor.stats()
-        routes = list(server.cluster.routes.values()) if server.cluster is not None else []
-        links = server.leafnodes.links.values() if server.leafnodes is not None else ()
-        peers = routes + [link for account_links in links for link in account_links]
+        to_clients, from_clients = self._accounts.client_traffic()
         out: dict[str, Any] = {
             "start": timestamp(server.start_time),
             "mem": stats["mem"],
@@ -261,15 +259,9 @@ class SystemAccount:
             "active_accounts": sum(1 for a in server.accounts if a.sublist.count),
             "subscriptions": sum(a.sublist.count for a in server.accounts),
             "sent": {"msgs": server.out_msgs, "bytes": server.out_bytes},
-            "sent_to_clients": {
-                "msgs": server.out_msgs - sum(p.out_msgs for p in peers),
-                "bytes": server.out_bytes - sum(p.out_bytes for p in peers),
-            },
+            "sent_to_clients": to_clients,
             "received": {"msgs": server.in_msgs, "bytes": server.in_bytes},
-            "received_from_clients": {
-                "msgs": server.in_msgs - sum(p.in_msgs for p in peers),
-                "bytes": server.in_bytes - sum(p.in_bytes for p in peers),
-            },
+            "received_from_clients": from_clients,
             "slow_consumers": stats["slow_consumers"],
         }
         cluster = server.cluster
