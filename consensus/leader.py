@@ -125,7 +125,12 @@ class LeaderRole:
 
     def _heartbeat_interval(self) -> int:
         """`quiet_heartbeat_ticks` once nothing but liveness is left to tell: every
-        follower matches the log and has been sent the commit, no read is waiting."""
+        follower heard from since the last quorum check matches the log and has been sent
+        the commit, no read is waiting. One not heard from since the check is likely down
+        or cut off: it gets quiet heartbeats, and the first it answers brings the
+        group back to every tick until it holds the log. Without that, one server down
+        put every group it followed back to every tick, ten times the upkeep, on the
+        servers left to carry the load."""
         cfg = self._cfg
         if cfg.quiet_heartbeat_ticks <= cfg.heartbeat_ticks or self._reads.latest_context():
             return cfg.heartbeat_ticks
@@ -133,7 +138,7 @@ class LeaderRole:
         if self._commit != last or self._transferee is not None:
             return cfg.heartbeat_ticks
         for pr in self._progress.values():
-            if pr.match != last or pr.sent_commit != last:
+            if pr.recent_active and (pr.match != last or pr.sent_commit != last):
                 return cfg.heartbeat_ticks
         return cfg.quiet_heartbeat_ticks
 

@@ -119,3 +119,20 @@ def test_quiet_heartbeats_fall_on_multiples_of_the_aligned_clock() -> None:
         assert a.idle_ticks() == 4 - phase
         assert heartbeat_ticks(net, "a", 10) == [5 - phase, 10 - phase]
         assert a.role == Role.LEADER
+
+
+def test_a_follower_silent_for_a_whole_check_gets_quiet_heartbeats_until_it_answers() -> None:
+    """One server down must not bring every group it follows back to every tick."""
+    net = Net("abc", election_ticks=10, quiet_heartbeat_ticks=5)
+    net.elect("a")
+    net.stabilize()
+    net.isolate("c")
+    net.propose("a", b"x")
+    net.stabilize()
+    a = net.nodes["a"]
+    assert heartbeat_ticks(net, "a", 2) == [1, 2]  # c lags, answered lately: every tick
+    heartbeat_ticks(net, "a", 10)  # a quorum check passes: c said nothing since
+    assert len(heartbeat_ticks(net, "a", 10)) == 2 and a.role == Role.LEADER
+    net.heal()
+    heartbeat_ticks(net, "a", 5)  # c answers a quiet one and is sent the entry
+    assert net.items("c") == net.items("a")
