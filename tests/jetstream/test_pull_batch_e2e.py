@@ -31,7 +31,7 @@ async def test_a_fetch_arrives_whole_and_a_pull_without_interest_takes_nothing(
     sub = await js.pull_subscribe("a3", "auto", pending_msgs_limit=50, pending_bytes_limit=-1)
     for _ in range(100):
         await js.publish("a3", b"test")
-    msgs = await sub.fetch(100, timeout=2)  # waits it out: fewer than 100 come
+    msgs = await sub.fetch(100, timeout=3)  # waits it out: fewer than 100 come
     # In one burst the client takes its limit (give or take a message its fetch takes
     # meanwhile) and drops the rest as a slow consumer; sent in pieces of 32, it took
     # 60 to 100 of them.
