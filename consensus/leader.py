@@ -115,7 +115,7 @@ class LeaderRole:
             self._bcast_heartbeat(self._reads.latest_context())
 
     def _ticks_to_heartbeat(self) -> int:
-        """Ticks from now to the next heartbeat (at most 1: the next tick sends one). A
+        """Ticks from now to the next heartbeat (1 or less: the next tick sends one). A
         quiet one falls on a multiple of the quiet interval of the clock (`align_clock`),
         so it is never more than that interval after the last one either."""
         interval = self._heartbeat_interval()
@@ -128,9 +128,9 @@ class LeaderRole:
         follower heard from since the last quorum check matches the log and has been sent
         the commit, no read is waiting. One not heard from since the check is likely down
         or cut off: it gets quiet heartbeats, and the first it answers brings the
-        group back to every tick until it holds the log. Without that, one server down
-        put every group it followed back to every tick, ten times the upkeep, on the
-        servers left to carry the load."""
+        group back to every tick until it holds the log. Else one server down would
+        hold every group it follows at every tick: ten times the upkeep, on the servers
+        left to carry the load."""
         cfg = self._cfg
         if cfg.quiet_heartbeat_ticks <= cfg.heartbeat_ticks or self._reads.latest_context():
             return cfg.heartbeat_ticks
