@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import socket
 import sys
@@ -191,6 +192,9 @@ def _through_nats(found: Endpoints, query: str) -> pa.Table | None:
     print(f"jetlake sql: querying the SQL service over NATS at {url}", file=sys.stderr)
     try:
         return asyncio.run(_ask_nats(found, query))
+    except KeyboardInterrupt:  # Ctrl-C: the query was called off on the way out
+        print("jetlake sql: cancelled", file=sys.stderr)
+        raise SystemExit(130) from None
     except (OSError, TimeoutError, nats.errors.Error) as exc:
         why = str(exc) or type(exc).__name__
         print(f"jetlake sql: no answer over NATS ({why})", file=sys.stderr)
@@ -210,14 +214,17 @@ async def _ask_nats(found: Endpoints, query: str) -> pa.Table:
         connect_timeout=_CONNECT_TIMEOUT,
         **nats_login(os.environ.get(TOKEN_ENV, "")),
     )
+    asked = asyncio.ensure_future(ask_nats(nc, query, timeout=None))
     try:
-        asked = asyncio.ensure_future(ask_nats(nc, query, timeout=None))
         while not (await asyncio.wait({asked}, timeout=_LIVENESS))[0]:
             if not _alive(found.pid):
-                asked.cancel()
                 raise SqlError("503", f"the SQL service (pid {found.pid}) exited during the query")
         return asked.result()
     finally:
+        if not asked.done():  # Ctrl-C, or the service gone: the query is called off first
+            asked.cancel()
+            with contextlib.suppress(BaseException):
+                await asked
         await nc.close()
 
 

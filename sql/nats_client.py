@@ -6,16 +6,22 @@ Any NATS client can do what this does: publish the SQL to `$JL.SQL.query` with a
 reply inbox, answer each chunk (an empty publish to its reply subject, which is
 the flow control), read each chunk as an Arrow IPC stream, and stop at the message
 with `Jl-Sql-Rows`, or at an error's `Nats-Service-Error`. With no service on the
-subject, the server answers the request with a status 503 (no responders) at once.
+subject, the server answers the request with a status 503 (no responders) at once. A
+query given up on (a timeout, a cancelled task: Ctrl-C) is called off, so the service
+stops its Spark jobs (`sql.nats_cancel`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from nats.errors import NoRespondersError
+
+from sql.nats_cancel import QUERY_ID, cancel_subject
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -42,7 +48,7 @@ async def query(
 ) -> pa.Table:
     """The whole result of `sql`; SqlError when the service answers with an error,
     NoRespondersError when no service listens, TimeoutError when it has not finished
-    within `timeout` seconds (None: no limit)."""
+    within `timeout` seconds (None: no limit); given up on, the query is cancelled."""
     chunks: list[pa.Table] = []
     done: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
 
@@ -54,11 +60,19 @@ async def query(
         elif not done.done():
             done.set_result(msg)
 
+    called = uuid.uuid4().hex
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=on_msg)
     try:
-        await nc.publish(SUBJECT, sql.encode(), reply=inbox, headers=headers)
+        await nc.publish(
+            SUBJECT, sql.encode(), reply=inbox, headers={**(headers or {}), QUERY_ID: called}
+        )
         end = await asyncio.wait_for(done, timeout)
+    except BaseException:  # given up on (TimeoutError, CancelledError): the service stops it
+        with contextlib.suppress(Exception):
+            await nc.publish(cancel_subject(called), b"")
+            await nc.flush(timeout=2)
+        raise
     finally:
         await sub.unsubscribe()
     found = end.headers or {}

@@ -62,6 +62,7 @@ import pyarrow as pa
 
 from log.compactor.layout import GLOBAL
 from sql.logins import whoami
+from sql.nats_cancel import CANCEL_PREFIX, CallOffs, query_id
 from sql.service import DEFAULT_MAX_ROWS, first_line
 
 if TYPE_CHECKING:
@@ -189,6 +190,7 @@ class NatsSql:
         self._nc: Client | None = None
         self._service: Service | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._call_offs = CallOffs()  # queries their clients may cancel (`sql.nats_cancel`)
         self._account = GLOBAL  # the service's own, learnt at start
         self._system = False  # the service's account is the system account: it sees all
 
@@ -216,6 +218,7 @@ class NatsSql:
         )
         group = self._service.add_group(name=SUBJECT_PREFIX)
         await group.add_endpoint(name="query", handler=self._handle)
+        await self._nc.subscribe(f"{CANCEL_PREFIX}.*", cb=self._on_cancel)
         log.info(
             "sql service: answering %s.query on %s in account %s%s",
             SUBJECT_PREFIX, self._url, self._account,
@@ -252,14 +255,29 @@ class NatsSql:
             text = request.data.decode(errors="replace").strip()
             if not text:
                 raise QueryError("400", "empty query: the request's body is the SQL text")
-        except QueryError as exc:
-            raise ServiceError(exc.code, str(exc)) from None
+            called = query_id(headers)
+        except (QueryError, ValueError) as exc:  # ValueError: a bad Jl-Sql-Id
+            raise ServiceError(getattr(exc, "code", "400"), str(exc)) from None
         query = _Query(self._spark, account, text)
         task = asyncio.get_running_loop().create_task(
             self._stream(request, query, _Acks(window, ack_wait, fmt == "json"), timeout)
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if called is not None:
+            key = (account, called)
+            self._call_offs.add(key, lambda: query.call_off(task))
+            task.add_done_callback(lambda _: self._call_offs.discard(key))
+
+    async def _on_cancel(self, msg: Msg) -> None:
+        """A client gave up on its query (`sql.nats_cancel`): stop it, if it is the asker's."""
+        try:
+            account = self._asker(msg.headers or {})
+        except QueryError:  # another account's, through a service of one account: not ours
+            return
+        key = CallOffs.key_of(msg.subject, account)
+        if key is not None:
+            self._call_offs.call_off(key)
 
     def _asker(self, headers: dict[str, str]) -> str | None:
         """The account a request is answered for (None: every account's streams).
@@ -304,8 +322,10 @@ class NatsSql:
                 await query.cancel(exc.code)
             await request.respond_error(exc.code, str(exc))
         except asyncio.CancelledError:
-            await query.cancel("the service stopping")
-            raise
+            if not query.called_off:
+                await query.cancel("the service stopping")
+                raise
+            await query.cancel("cancelled by its client")
         except Exception as exc:  # Spark's execution errors (a file gone, a cast)
             await request.respond_error("500", first_line(exc))
         finally:
@@ -393,6 +413,11 @@ class _Query:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jetlake-sql")
         self.group = f"jetlake-sql-{uuid.uuid4().hex}"
         self.abandoned = False  # the client stopped answering: nobody to tell
+        self.called_off = False  # its client cancelled it: nobody to tell either
+
+    def call_off(self, task: asyncio.Task[None]) -> None:
+        self.called_off = True
+        task.cancel()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)

@@ -1,10 +1,17 @@
 package io.jetlake.sql;
 
 import java.lang.reflect.Method;
+import org.apache.spark.SparkContext;
+import org.apache.spark.SparkJobInfo;
+import org.apache.spark.SparkStageInfo;
+import org.apache.spark.SparkStatusTracker;
 import org.apache.spark.connect.proto.AddArtifactsRequest;
+import org.apache.spark.connect.proto.ExecutePlanRequest;
 import org.apache.spark.connect.proto.ExecutePlanResponse;
+import org.apache.spark.connect.proto.ReattachExecuteRequest;
 import org.apache.spark.connect.proto.ReleaseSessionRequest;
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.connect.service.ExecuteJobTag$;
 import org.apache.spark.sql.connect.service.SessionHolder;
 import org.apache.spark.sql.connect.service.SparkConnectService;
 import org.sparkproject.connect.grpc.ForwardingServerCall;
@@ -28,7 +35,9 @@ import org.sparkproject.connect.protobuf.Any;
  * plan check ({@link AccountWalls}) walls every query of it; a session another account's login
  * opened is refused to this one (PERMISSION_DENIED), as are uploads of code (artifacts) to a
  * walled session. Whatever the logins, a result past the service's max rows ends its call
- * RESOURCE_EXHAUSTED, and its Spark jobs are interrupted.
+ * RESOURCE_EXHAUSTED, and its Spark jobs are interrupted; so are those of a call whose client
+ * went (its connection closed: the process killed, Ctrl-C), which Spark Connect would keep
+ * running for minutes, waiting for the client to reattach.
  */
 public final class ConnectDoor implements ServerInterceptor {
   private static final Metadata.Key<String> AUTHORIZATION =
@@ -40,6 +49,7 @@ public final class ConnectDoor implements ServerInterceptor {
   private static final String WITHHELD =
       "the query failed; its details are withheld with " + ENRICHED + " off";
   private static volatile long maxRows = Long.MAX_VALUE;
+  private static final long STOP_WAIT_MS = 60_000;
 
   /** Rows one result may have (the service's max_rows). */
   public static void limit(long rows) {
@@ -110,9 +120,24 @@ public final class ConnectDoor implements ServerInterceptor {
       }
     }
 
+    @Override
+    public void onCancel() {
+      SessionHolder h = call.holder;
+      String operation = call.operation;
+      if (h != null && operation != null) {
+        stopGone(h, operation);
+      }
+      super.onCancel();
+    }
+
     private String claim(Object request) {
       if (request instanceof ReleaseSessionRequest) { // ends a session, opens none
         return null;
+      }
+      if (request instanceof ExecutePlanRequest e && e.hasOperationId()) {
+        call.operation = e.getOperationId();
+      } else if (request instanceof ReattachExecuteRequest r) {
+        call.operation = r.getOperationId();
       }
       String user = userId(request);
       String sessionId = (String) field(request, "getSessionId");
@@ -150,6 +175,7 @@ public final class ConnectDoor implements ServerInterceptor {
   private static final class Counted<Q, R>
       extends ForwardingServerCall.SimpleForwardingServerCall<Q, R> {
     volatile SessionHolder holder;
+    volatile String operation; // the call's Spark Connect operation, once known
     private long rows;
     private boolean over;
 
@@ -161,6 +187,9 @@ public final class ConnectDoor implements ServerInterceptor {
     public synchronized void sendMessage(R message) {
       if (over) {
         return;
+      }
+      if (message instanceof ExecutePlanResponse r && operation == null) {
+        operation = r.getOperationId(); // one the server named (the client named none)
       }
       if (message instanceof ExecutePlanResponse r && r.hasArrowBatch()) {
         rows += r.getArrowBatch().getRowCount();
@@ -247,6 +276,52 @@ public final class ConnectDoor implements ServerInterceptor {
 
   private static final com.fasterxml.jackson.databind.ObjectMapper JSON =
       new com.fasterxml.jackson.databind.ObjectMapper();
+
+  /**
+   * Interrupts the operation of a call whose client went, and says once none of its Spark
+   * tasks runs any more (a job is marked cancelled at once; its tasks end when they next look).
+   */
+  private static void stopGone(SessionHolder holder, String operation) {
+    if (holder.interruptOperation(operation).isEmpty()) {
+      return; // it had ended
+    }
+    String tag = ExecuteJobTag$.MODULE$.apply(holder.userId(), holder.sessionId(), operation);
+    SparkContext sc = holder.session().sparkContext();
+    Thread watch =
+        new Thread(
+            () -> {
+              long deadline = System.currentTimeMillis() + STOP_WAIT_MS;
+              while (running(sc, tag) > 0 && System.currentTimeMillis() < deadline) {
+                try {
+                  Thread.sleep(100);
+                } catch (InterruptedException e) {
+                  return;
+                }
+              }
+              // The service's log is its standard error, where Python's logging writes too.
+              System.err.println(
+                  running(sc, tag) > 0
+                      ? "sql service: Connect operation " + operation + " still runs after its cancel"
+                      : "sql service: Connect operation " + operation
+                          + " stopped (its client went): no Spark task left");
+            },
+            "jetlake-connect-gone");
+    watch.setDaemon(true);
+    watch.start();
+  }
+
+  private static int running(SparkContext sc, String tag) {
+    SparkStatusTracker tracker = sc.statusTracker();
+    int tasks = 0;
+    for (int job : tracker.getJobIdsForTag(tag)) {
+      scala.Option<SparkJobInfo> info = tracker.getJobInfo(job);
+      for (int stage : info.isDefined() ? info.get().stageIds() : new int[0]) {
+        scala.Option<SparkStageInfo> found = tracker.getStageInfo(stage);
+        tasks += found.isDefined() ? found.get().numActiveTasks() : 0;
+      }
+    }
+    return tasks;
+  }
 
   private static String userId(Object request) {
     Object context = field(request, "getUserContext");

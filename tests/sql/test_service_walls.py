@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,8 +32,10 @@ from pyspark.sql import SparkSession
 from log.compactor.compact import lake_progress
 from log.compactor.layout import StreamRef, default_lake_dir, streams_root
 from log.segments import list_segments
+from sql.nats_client import query as nats_query
 from sql.service import quiet_query_errors
 from tests.sql.test_service_e2e import (
+    JETLAKE,
     START_DEADLINE,
     _Answer,
     _ask,
@@ -303,6 +306,98 @@ async def test_a_bi_tools_listings_of_the_engine_pass_the_wall(walled: Walled) -
     assert code == "400" and "runs queries only" in said
 
 
+ENDLESS = "SELECT count(*) FROM range(0, 1000000000000, 1, 2)"
+
+
+async def _logged(server: ServerProcess, pattern: str, after: int, timeout: float = 90) -> None:
+    """Until the log has more than `after` lines matching `pattern` (each test's own)."""
+    deadline = time.monotonic() + timeout
+    while _count_logged(server, pattern) <= after:
+        assert time.monotonic() < deadline, f"no {pattern!r} in the log in {timeout}s"
+        await asyncio.sleep(0.1)
+
+
+def _count_logged(server: ServerProcess, pattern: str) -> int:
+    return len(re.findall(pattern, server.log_path.read_text(errors="replace")))
+
+
+async def _queries_asked(sys_url: str) -> int:
+    """How many queries the service was asked ($SRV.STATS, as `nats micro stats` reads it)."""
+    nc = await nats.connect(sys_url)
+    try:
+        stats = json.loads((await nc.request("$SRV.STATS.jetlake-sql", b"", timeout=10)).data)
+    finally:
+        await nc.close()
+    return sum(e["num_requests"] for e in stats["endpoints"] if e["name"] == "query")
+
+
+async def test_a_query_its_client_gives_up_on_is_stopped_and_others_go_on(
+    walled: Walled,
+) -> None:
+    """Given up on by its client, a query's Spark job is cancelled, not left to run: a NATS
+    request past the client's own timeout, Ctrl-C of `jetlake sql`, a Spark Connect client
+    killed mid-query; B's queries answer meanwhile."""
+    a, b, sys_url = walled.url("a"), walled.url("b"), walled.url("sys")
+    await _publish(b, "GOESON", 2)
+    by_client = r"stopped \(cancelled by its client\): no Spark task left"
+    before = _count_logged(walled.server, by_client)
+    nc = await nats.connect(a)
+    try:
+        with pytest.raises(TimeoutError):
+            await nats_query(nc, ENDLESS, timeout=2)
+    finally:
+        await nc.close()
+    assert _count(await _query(b, "SELECT count(*) FROM GOESON")) == 2
+    await _logged(walled.server, by_client, before)
+
+    asked = await _queries_asked(sys_url)
+    env = {**os.environ, "SPARK_CONNECT_AUTHENTICATE_TOKEN": "a:a"}
+    argv = [str(JETLAKE), "sql", "--store", str(walled.store), ENDLESS]
+    cli = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while await _queries_asked(sys_url) <= asked:  # its request reached the service
+            assert time.monotonic() < deadline and cli.poll() is None, cli.stderr
+            await asyncio.sleep(0.1)
+        cli.send_signal(signal.SIGINT)
+        assert await asyncio.to_thread(cli.wait, 60) == 130
+    finally:
+        cli.kill()
+    assert "jetlake sql: cancelled" in cli.stderr.read()
+    await _logged(walled.server, by_client, before + 1)
+
+    gone = r"Connect operation \S+ stopped \(its client went\): no Spark task left"
+    before = _count_logged(walled.server, gone)
+    client = subprocess.Popen(
+        [sys.executable, "-c", _CONNECT_CLIENT, walled.connect("a:a"), ENDLESS],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert client.stdout is not None
+        line = await asyncio.to_thread(client.stdout.readline)  # its job has a running task
+        assert line.startswith("running"), line
+    finally:
+        client.kill()  # its connection closes with it
+    assert _count(await _query(b, "SELECT count(*) FROM GOESON")) == 2
+    await _logged(walled.server, gone, before)
+
+
+_CONNECT_CLIENT = """
+import sys
+from pyspark.sql.connect.session import SparkSession
+
+spark = SparkSession.builder.remote(sys.argv[1]).create()
+said = []
+def progress(stages, inflight_tasks, operation_id, done):
+    if inflight_tasks and not said:
+        said.append(operation_id)
+        print("running", operation_id, flush=True)
+spark.registerProgressHandler(progress)
+spark.sql(sys.argv[2]).collect()
+"""
+
+
 @pytest.mark.soak  # a timeout and an ack wait run out, with their jobs' cancels: ~50 s
 async def test_bad_input_gets_a_clear_error_and_others_go_on(walled: Walled) -> None:
     a, b = walled.url("a"), walled.url("b")
@@ -483,7 +578,7 @@ async def test_jdbc_is_walled_bounded_and_answers_a_bi_tools_connect(walled: Wal
         "SHOW FUNCTIONS LIKE 'ab*';\n"
         "!tables\n"
         # 10^10 rows: gathered before a fetch, this would never answer (nor fit the heap).
-        "SELECT id AS huge FROM range(0, 10000000000, 1, 1000000);\n"
+        "SELECT id AS huge FROM range(0, 10000000000, 1, 10000);\n"
         "SELECT count(*) AS still FROM JOWN;\n"
         f"!connect {url} sys sys\n"
         "SELECT count(*) AS other FROM B.JOTHER;\n"
