@@ -8,6 +8,8 @@ Any NATS client in any language can ask, with no Spark or JDBC client:
                                  Jl-Sql-Ack-Wait: seconds without an ack before the
                                    client is taken for gone (default 30)
                                  Jl-Sql-Timeout: seconds the query may take (default none)
+                                 Jl-Sql-Id: an id its client may cancel it by, with a
+                                   publish to $JL.SQL.cancel.<id> (`sql.nats_cancel`)
     replies  to the request's inbox, in order:
              chunk messages, each with a reply subject: the body is an Arrow IPC stream
              (schema + record batches, readable alone) or JSON lines, under the server's

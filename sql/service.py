@@ -35,8 +35,8 @@ Every door bounds a result: past `--max_rows` rows SQL over NATS, Spark
 Connect and JDBC stop the query with an error naming the key, and every query's
 result is at most `--max_result_size` bytes in the service (Spark's
 `spark.driver.maxResultSize`), past which its job fails with Spark's error
-naming that setting (the JDBC door gathers a result within it before a client
-fetches, and counts rows as they are fetched).
+naming that setting (the JDBC door hands rows over a partition at a time as a client
+fetches them, and counts them).
 
 With `--catalog` a rebuild also registers every stream's lake table in a Hive
 metastore, for engines outside jetlake (`sql.catalog`).
