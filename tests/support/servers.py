@@ -28,7 +28,7 @@ _LISTEN_RE = re.compile(r"Listening for client connections on (\S+):(\d+)")
 _HTTP_RE = re.compile(r"Starting http monitor on (\S+):(\d+)")
 _READY_RE = re.compile(r"Server is ready")
 
-START_TIMEOUT = 10.0
+START_TIMEOUT = 30.0  # a deadline: jetlake imports for 1-2 s, several times that on a busy machine
 STOP_TIMEOUT = 10.0
 
 
