@@ -335,8 +335,8 @@ async def test_a_query_its_client_gives_up_on_is_stopped_and_others_go_on(
     walled: Walled,
 ) -> None:
     """Given up on by its client, a query's Spark job is cancelled, not left to run: a NATS
-    request past the client's own timeout, Ctrl-C of `jetlake sql`, a Spark Connect client
-    killed mid-query; B's queries answer meanwhile."""
+    request past the client's own timeout, Ctrl-C of `jetlake sql`; B's queries answer
+    meanwhile (a Spark Connect client killed mid-query: the soak test below)."""
     a, b, sys_url = walled.url("a"), walled.url("b"), walled.url("sys")
     await _publish(b, "GOESON", 2)
     by_client = r"stopped \(cancelled by its client\): no Spark task left"
@@ -366,6 +366,13 @@ async def test_a_query_its_client_gives_up_on_is_stopped_and_others_go_on(
     assert "jetlake sql: cancelled" in cli.stderr.read()
     await _logged(walled.server, by_client, before + 1)
 
+
+@pytest.mark.soak  # a Python process importing Spark Connect's client: 5-20 s
+async def test_a_spark_connect_client_killed_mid_query_has_its_job_stopped(
+    walled: Walled,
+) -> None:
+    b = walled.url("b")
+    await _publish(b, "STILLON", 2)
     gone = r"Connect operation \S+ stopped \(its client went\): no Spark task left"
     before = _count_logged(walled.server, gone)
     client = subprocess.Popen(
@@ -375,11 +382,12 @@ async def test_a_query_its_client_gives_up_on_is_stopped_and_others_go_on(
     )
     try:
         assert client.stdout is not None
-        line = await asyncio.to_thread(client.stdout.readline)  # its job has a running task
+        # Its job has started: a line, or nothing if the client ends first.
+        line = await asyncio.wait_for(asyncio.to_thread(client.stdout.readline), 120)
         assert line.startswith("running"), line
     finally:
         client.kill()  # its connection closes with it
-    assert _count(await _query(b, "SELECT count(*) FROM GOESON")) == 2
+    assert _count(await _query(b, "SELECT count(*) FROM STILLON")) == 2
     await _logged(walled.server, gone, before)
 
 
@@ -390,7 +398,7 @@ from pyspark.sql.connect.session import SparkSession
 spark = SparkSession.builder.remote(sys.argv[1]).create()
 said = []
 def progress(stages, inflight_tasks, operation_id, done):
-    if inflight_tasks and not said:
+    if (stages or inflight_tasks) and not said:
         said.append(operation_id)
         print("running", operation_id, flush=True)
 spark.registerProgressHandler(progress)
