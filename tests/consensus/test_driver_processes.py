@@ -19,16 +19,17 @@ KILL_AFTER = 500  # acks before the kill: the rest are in flight or not yet sent
 
 async def find_leader(clients: dict[str, Client]) -> str:
     found: list[str] = []
+    statuses: list[dict[str, object]] = []
 
     async def probe() -> bool:
-        roles = {n: (await c.status())["role"] for n, c in clients.items()}
-        leaders = [n for n, role in roles.items() if role == "LEADER"]
+        statuses[:] = [await c.status() for c in clients.values()]
+        leaders = [str(s["id"]) for s in statuses if s["role"] == "LEADER"]
         found[:] = leaders
         return len(leaders) == 1
 
     deadline = asyncio.get_running_loop().time() + 15
     while not await probe():
-        assert asyncio.get_running_loop().time() < deadline, "no single leader"
+        assert asyncio.get_running_loop().time() < deadline, f"no single leader: {statuses}"
         await asyncio.sleep(0.02)
     return found[0]
 
