@@ -15,44 +15,17 @@ import pytest
 from consensus.core import Config
 from consensus.driver import RaftNode
 from consensus.log_store import LogStore
-from consensus.transport import Handler
-from consensus.types import Entry, EntryKind, Message, MessageType, NodeId
+from consensus.types import Entry, EntryKind, Message, MessageType
 from tests.consensus.cluster import until
+from tests.consensus.fake_transport import FakeTransport
 
 T = MessageType
 
 
-class Recorder:
-    """The transport of follower n2; `events` interleaves its calls with the applies."""
-
-    def __init__(self) -> None:
-        self.events: list[str] = []
-        self.handler: Handler | None = None
-
-    @property
-    def id(self) -> NodeId:
-        return "n2"
-
-    def set_handler(self, handler: Handler) -> None:
-        self.handler = handler
-
-    def send(self, msg: Message) -> None:
-        self.events.append(f"send {msg.type.name}")
-
-    def flush(self) -> None:
-        self.events.append("flush")
-
-    async def close(self) -> None:
-        pass
-
-    def apply(self, entries: list[Entry]) -> None:
-        self.events.append(f"apply {entries[0].index}-{entries[-1].index}")
-
-
 @pytest.fixture
-async def follower(tmp_path: Path) -> AsyncIterator[Recorder]:
+async def follower(tmp_path: Path) -> AsyncIterator[FakeTransport]:
     store, restored = LogStore.open(tmp_path / "n2", name="n2")
-    peers = Recorder()
+    peers = FakeTransport("n2")
     config = Config("n2", election_ticks=10, seed=2)
     node = RaftNode(
         config, ("n1", "n2", "n3"), store, restored, peers, apply=peers.apply, tick_seconds=3600
@@ -73,14 +46,14 @@ def append(index: int, commit: int) -> Message:
 
 
 async def test_the_answer_leaves_before_the_apply_and_the_apply_is_flushed(
-    follower: Recorder,
+    follower: FakeTransport,
 ) -> None:
     assert follower.handler is not None
     follower.handler(append(1, 0))
-    await until(lambda: "send APPEND_RESP" in follower.events, "the first answer")
+    await until(lambda: "send APPEND_RESP to n1" in follower.events, "the first answer")
     await until(lambda: follower.events[-1] == "flush", "the first answer flushed")
     follower.events.clear()
     follower.handler(append(2, 1))  # entry 2, and entry 1 committed: one Ready holds both
     await until(lambda: any(e.startswith("apply") for e in follower.events), "entry 1 applied")
     await until(lambda: follower.events[-1] == "flush", "the turn's last flush")
-    assert follower.events == ["send APPEND_RESP", "flush", "apply 1-1", "flush"]
+    assert follower.events == ["send APPEND_RESP to n1", "flush", "apply 1-1", "flush"]

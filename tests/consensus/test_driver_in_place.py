@@ -18,56 +18,16 @@ from consensus.core import Config
 from consensus.driver import RaftNode
 from consensus.election import TRANSFER_CONTEXT
 from consensus.log_store import LogStore
-from consensus.transport import Handler
-from consensus.types import Entry, EntryKind, Message, MessageType, NodeId, Role
+from consensus.types import Entry, EntryKind, Message, MessageType, Role
 from tests.consensus.cluster import until
+from tests.consensus.fake_transport import FakeTransport
 
 T = MessageType
 
 
-class Peers:
-    """n1's transport; `events` interleaves sends (with the log's last index written at
-    that moment), flushes and applies."""
-
-    def __init__(self) -> None:
-        self.events: list[str] = []
-        self.sent: list[Message] = []
-        self.handler: Handler | None = None
-        self.store: LogStore | None = None
-
-    @property
-    def id(self) -> NodeId:
-        return "n1"
-
-    def set_handler(self, handler: Handler) -> None:
-        self.handler = handler
-
-    def send(self, msg: Message) -> None:
-        assert self.store is not None
-        self.sent.append(msg)
-        self.events.append(f"send {msg.type.name} to {msg.dst}, log at {self.store.last_index}")
-
-    def flush(self) -> None:
-        self.events.append("flush")
-
-    async def close(self) -> None:
-        pass
-
-    def apply(self, entries: list[Entry]) -> None:
-        self.events.append(f"apply {entries[0].index}-{entries[-1].index}")
-
-    def answer(self, msg: Message) -> None:
-        assert self.handler is not None
-        self.handler(msg)
-
-    def last(self, kind: MessageType, to: NodeId) -> Message | None:
-        return next((m for m in reversed(self.sent) if m.type == kind and m.dst == to), None)
-
-
-async def started(tmp_path: Path, *, always: bool = False) -> tuple[RaftNode, Peers]:
+async def started(tmp_path: Path, *, always: bool = False) -> tuple[RaftNode, FakeTransport]:
     store, restored = LogStore.open(tmp_path / "n1", name="n1")
-    peers = Peers()
-    peers.store = store
+    peers = FakeTransport("n1", store)
     node = RaftNode(
         Config("n1", election_ticks=10, seed=1, lazy_commit=True),
         ("n1", "n2", "n3"),
@@ -93,7 +53,7 @@ def append(index: int, commit: int) -> Message:
 
 
 @pytest.fixture
-async def follower(tmp_path: Path) -> AsyncIterator[tuple[RaftNode, Peers]]:
+async def follower(tmp_path: Path) -> AsyncIterator[tuple[RaftNode, FakeTransport]]:
     """n1 following n2 in term 1, holding entry 1: the term is on disk, the loop waits."""
     node, peers = await started(tmp_path)
     try:
@@ -107,7 +67,7 @@ async def follower(tmp_path: Path) -> AsyncIterator[tuple[RaftNode, Peers]]:
 
 
 async def test_a_followers_append_is_written_answered_and_applied_in_the_callers_turn(
-    follower: tuple[RaftNode, Peers],
+    follower: tuple[RaftNode, FakeTransport],
 ) -> None:
     node, peers = follower
     peers.answer(append(2, 1))  # entry 2, and entry 1 committed
@@ -117,7 +77,7 @@ async def test_a_followers_append_is_written_answered_and_applied_in_the_callers
 
 
 async def test_a_vote_for_a_new_term_waits_for_the_loop_and_its_fsync(
-    follower: tuple[RaftNode, Peers],
+    follower: tuple[RaftNode, FakeTransport],
 ) -> None:
     node, peers = follower
     # n2 hands its lead to n3 (a transfer's vote is not refused for n2's lease)

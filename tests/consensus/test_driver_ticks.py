@@ -13,50 +13,19 @@ import pytest
 from consensus.core import Config
 from consensus.driver import RaftNode
 from consensus.log_store import LogStore
-from consensus.transport import Handler
-from consensus.types import Entry, EntryKind, Message, MessageType, NodeId, Role
+from consensus.types import Entry, EntryKind, Message, MessageType, Role
 from tests.consensus.cluster import until
+from tests.consensus.fake_transport import FakeTransport
 
 T = MessageType
 ELECTION_TICKS = 10
 
 
-class Peers:
-    """The transport of node n1: what it sends is kept, answers go to its handler."""
-
-    def __init__(self) -> None:
-        self.sent: list[Message] = []
-        self.handler: Handler | None = None
-
-    @property
-    def id(self) -> NodeId:
-        return "n1"
-
-    def set_handler(self, handler: Handler) -> None:
-        self.handler = handler
-
-    def send(self, msg: Message) -> None:
-        self.sent.append(msg)
-
-    def flush(self) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
-
-    def answer(self, msg: Message) -> None:
-        assert self.handler is not None
-        self.handler(msg)
-
-    def last(self, kind: MessageType, to: NodeId) -> Message | None:
-        return next((m for m in reversed(self.sent) if m.type == kind and m.dst == to), None)
-
-
 @pytest.fixture
-async def led(tmp_path: Path) -> AsyncIterator[tuple[RaftNode, Peers]]:
+async def led(tmp_path: Path) -> AsyncIterator[tuple[RaftNode, FakeTransport]]:
     """n1 leading n2 and n3; n2 alone answers (a quorum with n1)."""
     store, restored = LogStore.open(tmp_path / "n1", name="n1")
-    peers = Peers()
+    peers = FakeTransport("n1")
     config = Config("n1", election_ticks=ELECTION_TICKS, seed=1)
     node = RaftNode(
         config, ("n1", "n2", "n3"), store, restored, peers, apply=lambda _: None, tick_seconds=3600
@@ -75,7 +44,7 @@ async def led(tmp_path: Path) -> AsyncIterator[tuple[RaftNode, Peers]]:
         await node.close()
 
 
-async def piled(node: RaftNode, peers: Peers, ticks: int, *, answered: bool) -> None:
+async def piled(node: RaftNode, peers: FakeTransport, ticks: int, *, answered: bool) -> None:
     """`ticks` piled up while the loop waited; meanwhile n2 answered a heartbeat if
     `answered`. The loop then takes both in one turn."""
     if answered:
@@ -87,7 +56,7 @@ async def piled(node: RaftNode, peers: Peers, ticks: int, *, answered: bool) -> 
 
 
 async def test_answers_that_arrived_during_a_long_wait_keep_the_lead(
-    led: tuple[RaftNode, Peers],
+    led: tuple[RaftNode, FakeTransport],
 ) -> None:
     node, peers = led
     for _ in range(3):
@@ -96,7 +65,7 @@ async def test_answers_that_arrived_during_a_long_wait_keep_the_lead(
 
 
 async def test_a_timeout_without_answers_still_ends_the_lead(
-    led: tuple[RaftNode, Peers],
+    led: tuple[RaftNode, FakeTransport],
 ) -> None:
     node, peers = led
     await piled(node, peers, ELECTION_TICKS, answered=True)
@@ -116,10 +85,10 @@ async def parked(node: RaftNode) -> None:
 
 
 @pytest.fixture
-async def follower(tmp_path: Path) -> AsyncIterator[tuple[RaftNode, Peers, list[int]]]:
+async def follower(tmp_path: Path) -> AsyncIterator[tuple[RaftNode, FakeTransport, list[int]]]:
     """n1 following n2 in term 1, its log holding n2's entry 1 (not yet committed)."""
     store, restored = LogStore.open(tmp_path / "n1", name="n1")
-    peers = Peers()
+    peers = FakeTransport("n1")
     applied: list[int] = []
     config = Config("n1", election_ticks=ELECTION_TICKS, seed=1, lazy_commit=True)
     node = RaftNode(
@@ -143,7 +112,7 @@ async def follower(tmp_path: Path) -> AsyncIterator[tuple[RaftNode, Peers, list[
 
 
 async def test_a_heartbeat_with_nothing_new_is_answered_in_the_callers_turn(
-    follower: tuple[RaftNode, Peers, list[int]],
+    follower: tuple[RaftNode, FakeTransport, list[int]],
 ) -> None:
     node, peers, _ = follower
     peers.answer(Message(T.HEARTBEAT, "n2", "n1", 1, commit=0, context=b"r"))
@@ -153,7 +122,7 @@ async def test_a_heartbeat_with_nothing_new_is_answered_in_the_callers_turn(
 
 
 async def test_a_heartbeat_bringing_a_commit_is_applied_in_the_callers_turn(
-    follower: tuple[RaftNode, Peers, list[int]],
+    follower: tuple[RaftNode, FakeTransport, list[int]],
 ) -> None:
     node, peers, applied = follower  # a Ready that waits on no disk: see test_driver_in_place
     peers.answer(Message(T.HEARTBEAT, "n2", "n1", 1, commit=1))
@@ -162,7 +131,7 @@ async def test_a_heartbeat_bringing_a_commit_is_applied_in_the_callers_turn(
 
 
 async def test_a_leaders_heartbeat_tick_sends_in_the_tickers_turn(
-    led: tuple[RaftNode, Peers],
+    led: tuple[RaftNode, FakeTransport],
 ) -> None:
     node, peers = led
     await parked(node)
