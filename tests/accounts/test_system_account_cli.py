@@ -14,7 +14,7 @@ import asyncio
 from pathlib import Path
 
 from tests.e2e.test_nats_cli import cli
-from tests.support.cluster import cluster_args, free_port, stop_all, wait_mesh
+from tests.support.cluster import start_js_mesh, stop_all
 from tests.support.servers import ServerProcess, start_server
 
 CONFIG = """
@@ -136,27 +136,8 @@ async def test_one_server(tmp_path: Path) -> None:
 async def test_three_servers(tmp_path: Path) -> None:
     seen = {}
     for kind in KINDS:
-        ports = [free_port() for _ in range(3)]
-        servers: list[ServerProcess] = []
+        servers = start_js_mesh(kind, tmp_path / kind, ["S0", "S1", "S2"], config=CONFIG + CLUSTER)
         try:
-            for i in range(3):
-                # Every server names every route: the reference's JetStream cluster
-                # refuses to start without configured routes.
-                args = cluster_args(f"S{i}", ports[i], ports)
-                store = tmp_path / kind / f"js{i}"
-                servers.append(
-                    start_server(
-                        kind,
-                        *args,
-                        "-js",
-                        "-sd",
-                        str(store),
-                        config=CONFIG + CLUSTER,
-                        tmp_path=tmp_path / kind,
-                        name=f"S{i}",
-                    )
-                )
-            wait_mesh(servers, ["S0", "S1", "S2"])
             seen[kind] = await observe(servers[0], 3)
         finally:
             stop_all(servers)

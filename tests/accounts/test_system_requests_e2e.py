@@ -17,7 +17,6 @@ import difflib
 import json
 import struct
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import nats
@@ -27,8 +26,8 @@ from nats.aio.client import Client as NATS
 from tests.accounts.test_system_account_cli import tables
 from tests.conftest import KIND_IDS
 from tests.e2e.test_nats_cli import cli
-from tests.support.cluster import cluster_args, free_port, stop_all, wait_mesh
-from tests.support.servers import ServerProcess, enabled_kinds, start_server
+from tests.support.cluster import start_js_mesh, stop_all
+from tests.support.servers import ServerProcess, enabled_kinds
 
 CONFIG = """
 accounts {
@@ -106,38 +105,13 @@ class Pair:
         self.servers, self.sys, self.app = servers, sys_nc, app_nc
 
 
-def start_pair(kind: str, tmp_path: Path) -> list[ServerProcess]:
-    ports = [free_port() for _ in NAMES]
-    servers: list[ServerProcess] = []
-    try:
-        for i, name in enumerate(NAMES):
-            store = tmp_path / f"js{i}"
-            args = cluster_args(name, ports[i], ports)
-            servers.append(
-                start_server(
-                    kind,
-                    *args,
-                    "-js",
-                    "-sd",
-                    str(store),
-                    config=CONFIG,
-                    tmp_path=tmp_path,
-                    name=f"{KIND_IDS[kind]}-{name}",
-                )
-            )
-        wait_mesh(servers, NAMES)
-    except BaseException:
-        stop_all(servers)
-        raise
-    return servers
-
-
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[ServerProcess]]]:
     started: dict[str, list[ServerProcess]] = {}
     try:
         for kind in enabled_kinds():
-            started[kind] = start_pair(kind, tmp_path_factory.mktemp(f"sysreq-{KIND_IDS[kind]}"))
+            tmp = tmp_path_factory.mktemp(f"sysreq-{KIND_IDS[kind]}")
+            started[kind] = start_js_mesh(kind, tmp, NAMES, config=CONFIG)
         yield started
     finally:
         for servers in started.values():

@@ -145,3 +145,32 @@ def stop_all(servers: list[ServerProcess]) -> None:
                 server.stop(expect_code=None)
             except ServerError:
                 server.kill()
+
+
+def start_js_mesh(
+    kind: str, tmp_path: Path, names: list[str], *, config: str
+) -> list[ServerProcess]:
+    """JetStream servers called `names`, meshed; each names every route, since the
+    reference's JetStream cluster refuses to start without configured routes. What
+    started is stopped again if one fails."""
+    ports = [free_port() for _ in names]
+    servers: list[ServerProcess] = []
+    try:
+        for i, name in enumerate(names):
+            servers.append(
+                start_server(
+                    kind,
+                    *cluster_args(name, ports[i], ports),
+                    "-js",
+                    "-sd",
+                    str(tmp_path / f"js{i}"),
+                    config=config,
+                    tmp_path=tmp_path,
+                    name=f"{kind}-{name}",
+                )
+            )
+        wait_mesh(servers, names)
+    except BaseException:
+        stop_all(servers)
+        raise
+    return servers
