@@ -85,6 +85,12 @@ def make_server(
     print_logs_if_failed(request, started)
 
 
+@pytest.fixture
+def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
+    """One server of the test's kind with JetStream on, its store in the test's folder."""
+    return make_server("-js", "-sd", str(tmp_path / "store"))
+
+
 def print_logs_if_failed(request: pytest.FixtureRequest, servers: Iterable[ServerProcess]) -> None:
     """After a failed test body, each server's stderr, for the report's captured output."""
     if request.node.stash.get(_FAILED, False):

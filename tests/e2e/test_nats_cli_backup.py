@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 from tests.e2e.test_nats_cli import cli
-from tests.jetstream.test_streams_e2e import js_server  # noqa: F401  (fixture)
 from tests.support.servers import ServerProcess
 
 
@@ -21,7 +20,7 @@ async def _json(server: ServerProcess, *args: str) -> dict[str, object]:
 
 
 async def test_backup_and_restore_round_trip(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     tmp_path: Path,
 ) -> None:
     server, url = js_server, js_server.url

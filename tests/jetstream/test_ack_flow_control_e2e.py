@@ -15,7 +15,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from tests.conftest import Connect
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess
 
 S = 1_000_000_000
@@ -23,7 +23,7 @@ FC = {"ack_policy": "flow_control", "deliver_subject": "d.x"}
 
 
 @pytest.fixture
-async def nc(js_server: ServerProcess, connect: Connect) -> NATS:  # noqa: F811
+async def nc(js_server: ServerProcess, connect: Connect) -> NATS:
     """A client of the server under test, with stream S (subjects s.>) created."""
     client = await connect(js_server)
     await api(client, "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"]})

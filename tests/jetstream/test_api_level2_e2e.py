@@ -16,7 +16,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from tests.conftest import Connect
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess
 
 
@@ -42,7 +42,7 @@ async def stored(nc: NATS, stream: str, seq: int) -> tuple[str, str, bytes] | No
 
 
 async def test_the_api_level_and_the_level_streams_require(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -69,7 +69,7 @@ async def test_the_api_level_and_the_level_streams_require(
 
 
 async def test_atomic_batches_are_stored_whole_or_refused_whole(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -117,7 +117,7 @@ async def test_atomic_batches_are_stored_whole_or_refused_whole(
 
 
 async def test_atomic_batch_refusals_match_the_reference(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -184,7 +184,7 @@ async def test_atomic_batch_refusals_match_the_reference(
 
 
 async def test_a_batch_is_all_or_nothing_across_a_kill(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """Staged but uncommitted: gone after a kill -9. Killed at several moments after the
@@ -225,7 +225,7 @@ async def test_a_batch_is_all_or_nothing_across_a_kill(
 
 
 async def test_counters_keep_their_total_in_the_last_message(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -263,7 +263,7 @@ async def test_counters_keep_their_total_in_the_last_message(
 
 
 async def test_a_schedule_publishes_on_its_target_and_a_one_off_retires(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -330,7 +330,7 @@ async def test_a_schedule_publishes_on_its_target_and_a_one_off_retires(
 
 
 async def test_a_pull_request_nobody_listens_to_takes_no_message(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """The reply subject lost its subscriber (in the same flush as the publishes, too):
@@ -358,7 +358,7 @@ async def test_a_pull_request_nobody_listens_to_takes_no_message(
 
 
 async def test_a_counter_stream_sums_the_counters_it_sources(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)

@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from tests.conftest import Connect
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess, start_server
 
 CREATE = "io.nats.jetstream.api.v1.stream_create_response"
@@ -90,7 +90,7 @@ async def _filled(nc: NATS) -> dict[str, Any]:
 
 
 async def test_round_trip_brings_back_messages_gaps_and_consumers(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -133,7 +133,7 @@ async def test_round_trip_brings_back_messages_gaps_and_consumers(
 
 
 async def test_the_window_bounds_unacknowledged_chunks(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """API level 3: no more than `window_size` bytes go out before acks come back."""
@@ -153,7 +153,7 @@ async def test_the_window_bounds_unacknowledged_chunks(
 
 
 async def test_errors_match_the_reference(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -198,7 +198,7 @@ async def test_errors_match_the_reference(
 
 
 async def test_a_restore_left_silent_is_dropped(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """The reference drops a restore whose client sends nothing for 5 s: no stream."""
@@ -244,7 +244,7 @@ async def test_kill_during_restore_leaves_no_stream(tmp_path: Path, connect: Con
 
 
 async def test_a_memory_stream_round_trips(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """natscli refuses memory streams; the API itself takes them on both servers."""
@@ -263,7 +263,7 @@ async def test_a_memory_stream_round_trips(
 
 
 async def test_a_receiver_that_never_acks_ends_the_snapshot(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -278,7 +278,7 @@ async def test_a_receiver_that_never_acks_ends_the_snapshot(
 
 
 async def test_a_foreign_archive_fails_the_restore(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)

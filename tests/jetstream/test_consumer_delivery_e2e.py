@@ -9,22 +9,14 @@ parse, and not one message past its auto-unsubscribe limit.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 from nats.aio.client import Client as NATS
 
-from tests.conftest import Connect, MakeServer
+from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api
 from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess
 
 COUNT = 300  # more than one pump delivers at once (log.consumers.consumer.SLICE)
-
-
-@pytest.fixture
-def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
-    return make_server("-js", "-sd", str(tmp_path / "store"))
 
 
 async def filled_stream(nc: NATS) -> None:

@@ -17,7 +17,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from tests.conftest import Connect
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess
 
 RESET = "$JS.API.CONSUMER.RESET.S."
@@ -64,7 +64,7 @@ async def fetch(nc: NATS, n: int) -> list[tuple[int, int]]:
 
 
 async def test_reset_to_the_ack_floor_then_to_a_sequence(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -107,7 +107,7 @@ async def test_reset_to_the_ack_floor_then_to_a_sequence(
     ],
 )
 async def test_deliver_policies_start_the_floor_and_allow(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
     config: dict[str, Any],
     seq: int,
@@ -161,7 +161,7 @@ async def test_deliver_policies_start_the_floor_and_allow(
     ],
 )
 async def test_refusals(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
     config: dict[str, Any],
     body: dict[str, Any],
@@ -179,7 +179,7 @@ async def test_refusals(
 
 
 async def test_malformed_json_and_the_required_level(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -199,7 +199,7 @@ async def test_malformed_json_and_the_required_level(
 
 
 async def test_the_stream_identity_is_told_when_asked(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """The header asks for the stream's identity in the answer (durable sourcing's check
@@ -218,7 +218,7 @@ async def test_the_stream_identity_is_told_when_asked(
 
 
 async def test_an_unknown_consumer_or_stream_gets_no_answer(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """The reference's consumer answers on its own subscription: with no consumer there is
@@ -247,7 +247,7 @@ async def test_a_reset_survives_a_kill(jetlake_js: ServerProcess, connect: Conne
 
 
 async def test_an_interest_stream_drops_what_a_reset_skipped(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,17 +19,12 @@ from nats.aio.msg import Msg
 from nats.js import api as jsapi
 from nats.js.errors import NotFoundError
 
-from tests.conftest import Connect, MakeServer
+from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api, normalise
 from tests.support.clients import sync
 from tests.support.servers import ServerProcess
 
 ACK = "io.nats.jetstream.api.v1."
-
-
-@pytest.fixture
-def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
-    return make_server("-js", "-sd", str(tmp_path / "store"))
 
 
 async def stream_with(nc: NATS, n: int, **config: Any) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from nats.aio.client import Client as NATS
 from ingest.server.jetstream.direct_multi import last_seqs
 from log.segments.api import NewMsg
 from log.segments.memstore import MemoryStore
-from tests.conftest import Connect, MakeServer
+from tests.conftest import Connect
 from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess
 
@@ -32,11 +31,6 @@ PAST = "2000-01-01T00:00:00Z"
 # (subject, payload) in publish order: a.1 and a.2 get a second revision, a.3 has headers.
 SEED = [("a.1", b"1"), ("a.2", b"2"), ("b.1", b"3"), ("a.1", b"4")]
 SEED += [("c", b"5"), ("b.2", b"6"), ("a.2", b"7"), ("a.3", b"8")]
-
-
-@pytest.fixture
-def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
-    return make_server("-js", "-sd", str(tmp_path / "store"))
 
 
 async def create(nc: NATS, name: str, subjects: list[str], storage: str = "file") -> None:

@@ -9,17 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from pathlib import Path
 
-import pytest
-
-from tests.conftest import Connect, MakeServer
+from tests.conftest import Connect
 from tests.support.servers import ServerProcess
-
-
-@pytest.fixture
-def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
-    return make_server("-js", "-sd", str(tmp_path / "store"))
 
 
 async def test_acked_messages_survive_sigkill(js_server: ServerProcess, connect: Connect) -> None:

@@ -15,7 +15,7 @@ from nats.aio.msg import Msg
 
 from log.sources import name_hash
 from tests.conftest import Connect
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess
 
 MIRROR = "JS_MIRROR_" + name_hash("M $G")
@@ -89,7 +89,7 @@ async def _mirror_and_source(nc: NATS, origin: str) -> None:
 
 
 async def test_a_work_queue_with_a_mirror_and_a_source_gives_each_every_message(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -144,7 +144,7 @@ async def _acked(nc: NATS, stream: str, name: str, seq: int) -> dict[str, Any] |
 
 
 async def test_the_origin_keeps_a_message_until_every_reader_has_it(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """The source's consumer is paused: the mirror takes everything, the work queue keeps
@@ -167,7 +167,7 @@ async def test_the_origin_keeps_a_message_until_every_reader_has_it(
 
 
 async def test_an_interest_origin_keeps_messages_for_its_source(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """With no consumer of its own, an interest stream still stores for its source."""
@@ -183,7 +183,7 @@ async def test_an_interest_origin_keeps_messages_for_its_source(
 
 
 async def test_a_limits_origin_lists_no_sourcing_consumer(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """A limits origin waits for nobody: its readers are not listed or counted."""
@@ -222,7 +222,7 @@ async def test_work_queue_sourcing_survives_kill(
 
 
 async def test_an_external_origin_is_read_through_its_api_prefix(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """`JS.X.API` is answered by forwarding to this account's API (what an account's
@@ -263,7 +263,7 @@ async def _names(nc: NATS, stream: str) -> list[str]:
 
 
 async def test_readers_go_with_their_stream_or_source(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """A deleted sourcing stream, or a promoted mirror, stops holding the work queue."""
@@ -286,7 +286,7 @@ async def _only(nc: NATS, names: list[str]) -> bool:
 
 
 async def test_a_full_source_leaves_the_rest_in_the_work_queue(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """A source full with `discard: new` refuses copies: the queue keeps them until the

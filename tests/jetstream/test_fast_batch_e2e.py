@@ -18,7 +18,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from tests.conftest import Connect
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess
 
 INBOX = "fbx"
@@ -81,7 +81,7 @@ async def create(nc: NATS, name: str, **cfg: Any) -> Any:
 
 
 @pytest.fixture
-async def nc(js_server: ServerProcess, connect: Connect) -> NATS:  # noqa: F811
+async def nc(js_server: ServerProcess, connect: Connect) -> NATS:
     """A client of the server under test, with fast-batch stream F (subjects f.>)."""
     client = await connect(js_server)
     await create(client, "F", subjects=["f.>"], allow_batched=True)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from tests.conftest import Connect
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess
 
 
 async def test_first_seq_numbers_from_it_across_a_kill(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -29,7 +29,7 @@ async def test_first_seq_numbers_from_it_across_a_kill(
 
 
 async def test_empty_stream_with_first_seq_survives_a_restart(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -41,7 +41,7 @@ async def test_empty_stream_with_first_seq_survives_a_restart(
 
 
 async def test_compression_is_kept_and_messages_read_back(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -62,7 +62,7 @@ async def test_compression_is_kept_and_messages_read_back(
 
 
 async def test_compression_can_change_and_mirror_direct_needs_a_mirror(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)

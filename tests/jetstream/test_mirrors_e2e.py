@@ -17,7 +17,7 @@ from nats.js.errors import KeyNotFoundError
 
 from tests.conftest import Connect
 from tests.jetstream.test_sources_e2e import _until
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess
 
 
@@ -43,7 +43,7 @@ async def _get(nc: NATS, stream: str, seq: int) -> dict[str, Any]:
 
 
 async def test_mirror_keeps_the_origins_numbering_headers_and_times(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -72,7 +72,7 @@ async def test_mirror_keeps_the_origins_numbering_headers_and_times(
 
 
 async def test_filtered_and_transformed_mirrors(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -102,7 +102,7 @@ async def test_filtered_and_transformed_mirrors(
 
 
 async def test_mirror_and_source_starting_past_the_origins_end_and_own_limits(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -127,7 +127,7 @@ async def test_mirror_and_source_starting_past_the_origins_end_and_own_limits(
 
 
 async def test_a_mirror_drains_a_work_queue_as_its_consumer_would(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """The reference's link reads through a consumer that acks on delivery, and a work
@@ -176,7 +176,7 @@ MIRROR_REFUSALS = [
 
 @pytest.mark.parametrize("body", [case[0] for case in MIRROR_REFUSALS])
 async def test_mirror_refusals_are_the_references(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
     body: dict[str, Any],
 ) -> None:
@@ -188,7 +188,7 @@ async def test_mirror_refusals_are_the_references(
 
 
 async def test_mirror_update_rules_and_promotion(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -225,7 +225,7 @@ async def test_mirror_update_rules_and_promotion(
 
 
 async def test_mirror_direct_answers_for_its_origin(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -243,7 +243,7 @@ async def test_mirror_direct_answers_for_its_origin(
 
 
 async def test_a_kv_bucket_read_through_a_mirror(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -275,7 +275,7 @@ async def test_a_kv_bucket_read_through_a_mirror(
 
 
 async def test_external_origins_are_configured_and_reported(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """Neither server reaches `$JS.hub.API` here (no domain, no import): both report the
@@ -297,7 +297,7 @@ async def test_external_origins_are_configured_and_reported(
 
 
 async def test_mirror_progress_survives_kill(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """The server dies while the new mirror catches up: after the restart it resumes with

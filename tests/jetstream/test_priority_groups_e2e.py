@@ -10,14 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 from functools import partial
-from pathlib import Path
 from typing import Any
 
-import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from tests.conftest import Connect, MakeServer
+from tests.conftest import Connect
 from tests.jetstream.test_consumers_e2e import status_of, stream_with
 from tests.jetstream.test_streams_e2e import api, normalise
 from tests.support.clients import sync
@@ -28,11 +26,6 @@ UNPIN = "$JS.API.CONSUMER.UNPIN.S."
 GROUP_NAME = (
     "Valid priority group name must match A-Z, a-z, 0-9, -_/=)+ and may not exceed 16 characters"
 )
-
-
-@pytest.fixture
-def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
-    return make_server("-js", "-sd", str(tmp_path / "store"))
 
 
 async def create(nc: NATS, name: str, **cfg: Any) -> Any:

@@ -8,18 +8,11 @@ gone leaves the consumer's pending count as it was.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import nats.errors
 import pytest
 
-from tests.conftest import Connect, MakeServer
+from tests.conftest import Connect
 from tests.support.servers import ServerProcess
-
-
-@pytest.fixture
-def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
-    return make_server("-js", "-sd", str(tmp_path / "store"))
 
 
 async def test_a_fetch_arrives_whole_and_a_pull_without_interest_takes_nothing(

@@ -19,7 +19,7 @@ from tests.jetstream.test_durable_sourcing_e2e import (
     _origin_seqs,
     _poll,
 )
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess
 
 OWN = {"name": "C", "deliver_subject": "dlv.c"}
@@ -44,7 +44,7 @@ def _bytes(body: Any) -> bytes:
 
 
 async def test_the_reference_refusals(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -69,7 +69,7 @@ async def test_the_reference_refusals(
 
 
 async def test_a_source_reads_a_work_queue_through_the_users_durable(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """No `JS_SRC_` consumer is made; the durable survives the sourcing stream's deletion."""
@@ -100,7 +100,7 @@ def _own(origin: str) -> dict[str, Any]:
 
 
 async def test_a_mirror_reads_through_the_users_durable(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -119,7 +119,7 @@ async def test_a_mirror_reads_through_the_users_durable(
 
 
 async def test_a_durable_without_flow_control_acks_is_refused_in_stream_info(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -151,7 +151,7 @@ async def _link_error(nc: NATS, stream: str, key: str) -> dict[str, Any] | None:
 
 
 async def test_a_durable_made_after_the_source_is_read_once_there(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """A reset of a durable that is not there goes unanswered; the link asks again."""
@@ -169,7 +169,7 @@ async def test_a_durable_made_after_the_source_is_read_once_there(
 
 
 async def test_the_consumer_api_checks_a_sourcing_readers_stream_identity(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     """API level 5: another identity is refused with 10225 and the answer names this one;

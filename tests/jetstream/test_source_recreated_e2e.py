@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 
 from tests.conftest import Connect
 from tests.jetstream.test_sources_e2e import _identity
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess, start_server
 
 
@@ -44,7 +44,7 @@ async def _recreate_origin(nc: NATS) -> dict[str, Any]:
 
 
 async def test_a_recreated_source_is_copied_from_its_start(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)

@@ -11,7 +11,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from tests.conftest import Connect
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess
 
 
@@ -27,7 +27,7 @@ async def _until(nc: NATS, stream: str, messages: int, key: str = "messages") ->
 
 
 async def test_sources_copy_filter_and_transform(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -71,7 +71,7 @@ def _identity(created: str) -> str:
 
 
 async def test_source_validation_errors(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -111,7 +111,7 @@ async def test_source_validation_errors(
 
 
 async def test_source_progress_survives_kill(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -136,7 +136,7 @@ async def test_source_progress_survives_kill(
 
 
 async def test_source_cycles_are_refused(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -162,7 +162,7 @@ async def test_source_cycles_are_refused(
 
 
 async def test_a_client_may_not_write_the_source_header(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
-import pytest
 from nats.aio.client import Client as NATS
 
-from tests.conftest import Connect, MakeServer
+from tests.conftest import Connect
 from tests.support.servers import ServerProcess
 
 STREAMS = 300
@@ -26,11 +24,6 @@ async def api(nc: NATS, subject: str, body: Any = b"") -> Any:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     msg = await nc.request(subject, data, timeout=10)
     return json.loads(msg.data)
-
-
-@pytest.fixture
-def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
-    return make_server("-js", "-sd", str(tmp_path / "store"))
 
 
 async def test_streams_page_by_offset_and_outlive_a_kill(

@@ -8,7 +8,6 @@ own version metadata aside (`normalise`).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,11 +39,6 @@ async def api(nc: NATS, subject: str, body: Any = b"", **headers: str) -> Any:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     msg = await nc.request(subject, data, timeout=5, headers=headers or None)
     return json.loads(msg.data)
-
-
-@pytest.fixture
-def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
-    return make_server("-js", "-sd", str(tmp_path / "store"))
 
 
 async def test_stream_info_fields(js_server: ServerProcess, connect: Connect) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Connect
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess
 
 UNKNOWN = {"code": 400, "err_code": 10025, "description": 'invalid JSON: json: unknown field "%s"'}
@@ -38,7 +38,7 @@ def unknown(field: str) -> dict[str, Any]:
     ],
 )
 async def test_unknown_fields_are_refused(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
     subject: str,
     body: dict[str, Any],

@@ -15,7 +15,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from tests.conftest import Connect, MakeServer
-from tests.jetstream.test_streams_e2e import api, js_server  # noqa: F401  (fixture)
+from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess
 
 # (published subject, stored subject) through `orders.*.*` → `part.{{partition(7,1,2)}}.…`;
@@ -51,7 +51,7 @@ async def _subscribe(
 
 
 async def test_stream_subject_transform_partitions(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -74,7 +74,7 @@ async def test_stream_subject_transform_partitions(
 
 
 async def test_transform_validation_errors(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -102,7 +102,7 @@ async def test_transform_validation_errors(
 
 
 async def test_republish_headers(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     nc = await connect(js_server)
@@ -138,7 +138,7 @@ async def test_republish_headers(
 
 
 async def test_republish_headers_only_and_kv(
-    js_server: ServerProcess,  # noqa: F811
+    js_server: ServerProcess,
     connect: Connect,
 ) -> None:
     from nats.js.api import KeyValueConfig, RePublish

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import pytest
 from nats.js.client import JetStreamContext
@@ -24,17 +23,12 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
-from tests.conftest import Connect, MakeServer
+from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api, normalise
 from tests.support.servers import ServerProcess
 
 DEADLINE = 10.0  # seconds for an expiry to show; both servers take about one TTL
 RACE_ROUNDS = 20
-
-
-@pytest.fixture
-def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
-    return make_server("-js", "-sd", str(tmp_path / "js"))
 
 
 @pytest.fixture

@@ -11,24 +11,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import random
-from pathlib import Path
 
 import pytest
 from nats.js import api as jsapi
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
-from tests.conftest import Connect, MakeServer
+from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api, normalise
 from tests.support.servers import ServerProcess
 
 MIB = 1024 * 1024
 CHUNK = 128 * 1024
-
-
-@pytest.fixture
-def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
-    return make_server("-js", "-sd", str(tmp_path / "js"))
 
 
 @pytest.fixture
