@@ -440,7 +440,7 @@ async def test_bad_input_gets_a_clear_error_and_others_go_on(walled: Walled) -> 
     nc = await nats.connect(a)
     gone = await _ask(
         nc,
-        "SELECT id FROM range(0, 100000000, 1, 50)",
+        "SELECT id, repeat('x', 1000) AS pad FROM range(0, 4000, 1, 4)",  # ~4 MB: chunks
         ack=False,
         headers={"Jl-Sql-Window": "1", "Jl-Sql-Ack-Wait": "1"},
     )
