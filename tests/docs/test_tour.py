@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.support.servers import start_server
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
+WAIT = Path(__file__).with_name("wait_for_interest.py")
 BLOCK = re.compile(r"^```(sh|python)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 TOURS = {
     "README.md": "## A five-minute tour",
@@ -29,8 +31,9 @@ TOURS = {
 SKIPPED = ("jetlake sql ", "export PATH=")
 
 
-def _tour_blocks(page: str, heading: str) -> tuple[str, str]:
-    """The tour's shell lines as one script, and its Python program."""
+def _tour_blocks(page: str, heading: str, monitor: str) -> tuple[str, str]:
+    """The tour's shell lines as one script, and its Python program. A subscriber started
+    in the background is waited for (on `monitor`'s /connz) before the next line."""
     text = (ROOT / page).read_text(encoding="utf-8")
     start = text.index(heading)
     end = text.find("\n## ", start + len(heading))
@@ -44,16 +47,19 @@ def _tour_blocks(page: str, heading: str) -> tuple[str, str]:
         for line in body.splitlines():
             if line.strip() and not line.startswith(SKIPPED):
                 shell.append(line)
-                if line.split("#")[0].rstrip().endswith("&"):
-                    shell.append("sleep 1")  # a reader starts the subscriber before publishing
+                command = shlex.split(line.split("#")[0])
+                if command[:2] == ["nats", "sub"] and command[-1] == "&":
+                    shell.append(shlex.join([sys.executable, str(WAIT), monitor, command[2]]))
     return "\n".join(shell), python
 
 
 @pytest.mark.parametrize("page", sorted(TOURS))
 def test_the_tour_runs_as_written(page: str, tmp_path: Path) -> None:
-    shell, python = _tour_blocks(page, TOURS[page])
+    server = start_server(
+        "jetlake", "-js", "-sd", str(tmp_path / "data"), "-m", "-1", tmp_path=tmp_path
+    )
+    shell, python = _tour_blocks(page, TOURS[page], server.http_url)
     assert shell and python, f"{page}: tour blocks not found"
-    server = start_server("jetlake", "-js", "-sd", str(tmp_path / "data"), tmp_path=tmp_path)
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "NATS_URL": server.url}
     try:
         before, _, after = shell.partition("jetlake inspect")
