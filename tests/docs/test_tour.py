@@ -58,10 +58,10 @@ def test_the_tour_runs_as_written(page: str, tmp_path: Path) -> None:
     server = start_server(
         "jetlake", "-js", "-sd", str(tmp_path / "data"), "-m", "-1", tmp_path=tmp_path
     )
-    shell, python = _tour_blocks(page, TOURS[page], server.http_url)
-    assert shell and python, f"{page}: tour blocks not found"
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "NATS_URL": server.url}
     try:
+        shell, python = _tour_blocks(page, TOURS[page], server.http_url)
+        assert shell and python, f"{page}: tour blocks not found"
         before, _, after = shell.partition("jetlake inspect")
         out = _run(["bash", "-ec", before], tmp_path, env)
         assert 'Received on "orders.eu"' in out and "hello" in out
