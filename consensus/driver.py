@@ -336,9 +336,7 @@ class RaftNode:
             if core.has_ready():
                 ready = core.ready()
                 self._now(ready)
-                core.advance(ready)
-                if self._store.held and not core.held_back:
-                    self._store.release_hold()
+                self._advance(ready)
                 if ready.committed:
                     self._transport.flush()  # what the apply answered
                     if self._snapshot_due():
@@ -368,15 +366,18 @@ class RaftNode:
                 while core.has_ready() and not self._closed:
                     ready = core.ready()
                     await self._handle(ready)
-                    core.advance(ready)
-                    if self._store.held and not core.held_back:
-                        self._store.release_hold()  # refilled: a restart may vote again
+                    self._advance(ready)
                     await self._maybe_snapshot()
                     self._feed()
                 self._transport.flush()  # what the apply answered, before the loop reads on
                 self._notice_leader()
         except Exception as exc:  # a disk or application failure: this node stops here
             self._fail(exc)
+
+    def _advance(self, ready: Ready) -> None:
+        self._core.advance(ready)
+        if self._store.held and not self._core.held_back:
+            self._store.release_hold()  # refilled: a restart may vote again
 
     def _fail(self, exc: Exception) -> None:
         log.exception("%s failed; it stops taking part in its group", self)
