@@ -18,6 +18,7 @@ from nats.aio.subscription import Subscription
 
 from tests.accounts.test_leafnode_limits_e2e import REFUSED, leaf_connect
 from tests.conftest import Connect, ServerPool
+from tests.support.clients import routed_interest
 from tests.support.cluster import (
     ONE_ROUTE_PER_PEER,
     free_port,
@@ -111,28 +112,6 @@ async def test_a_client_refused_for_max_connections_is_reported_as_it_ends(
     assert event["reason"] == "Maximum Account Connections Exceeded"
 
 
-async def await_routed_interest(listener: nats.NATS, far_url: str) -> None:
-    """Returns once the server at `far_url` knows `listener`'s subscriptions: a probe
-    subscribed after them is announced after them on the one route, so the far server
-    routing a probe proves it has the rest. Without this the reference may emit an event
-    before its route peer's interest arrives and drop it."""
-    probe = await listener.subscribe("probe.routed")
-    await listener.flush()
-    far = await nats.connect(far_url)
-    try:
-        for _ in range(100):
-            await far.publish("probe.routed", b"")
-            try:
-                await probe.next_msg(0.1)
-                return
-            except nats.errors.TimeoutError:
-                continue
-        raise AssertionError(f"{far_url} never routed to the listener's probe")
-    finally:
-        await probe.unsubscribe()
-        await far.close()
-
-
 def leaf_port(server: ServerProcess) -> int:
     found = server.wait_for_log(r"Listening for leafnode connections on [\d.]+:(\d+)")
     return int(found.group(1))
@@ -150,7 +129,7 @@ async def test_leafnodes_counted_across_the_cluster(
         connects = await sys_nc.subscribe("$SYS.ACCOUNT.A.CONNECT")
         disconnects = await sys_nc.subscribe("$SYS.ACCOUNT.A.DISCONNECT")
         await sys_nc.flush()
-        await await_routed_interest(sys_nc, f"nats://sys:sys@{servers[0].host}:{servers[0].port}")
+        await routed_interest(sys_nc, f"nats://sys:sys@{servers[0].host}:{servers[0].port}")
         nc = await nats.connect(f"nats://a:a@{servers[0].host}:{servers[0].port}", name="far")
         # S0's connect event crosses the route to S1's system user.
         event = await next_event(connects)

@@ -11,6 +11,7 @@ from typing import Any
 from nats.aio.subscription import Subscription
 
 from tests.conftest import Connect
+from tests.support.clients import routed_interest
 from tests.support.cluster import ONE_ROUTE_PER_PEER, start_cluster, stop_all, wait_mesh
 from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess
@@ -50,10 +51,11 @@ async def test_connections_counted_across_the_cluster(
         wait_mesh(servers, ["S0", "S1"])
         # Each server's system client hears the other's counts when that server does.
         events = []
-        for server in servers:
-            nc = await connect(f"nats://sys:sys@{server.host}:{server.port}")
+        urls = [f"nats://sys:sys@{server.host}:{server.port}" for server in servers]
+        for url, far in zip(urls, reversed(urls), strict=True):
+            nc = await connect(url)
             events.append(await nc.subscribe("$SYS.ACCOUNT.LIM.SERVER.CONNS"))
-            await nc.flush()
+            await routed_interest(nc, far)
         first, lines, closed = await attempt(servers[0])
         assert (lines, closed) == ((), False)
         event = await count_from(events[1], "S0", 1)

@@ -8,6 +8,7 @@ queue. So "exactly these messages and no more" is checkable at an instant.
 
 from __future__ import annotations
 
+import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -52,3 +53,25 @@ async def received(publisher: NATS, subscriber: NATS, sub: Subscription) -> list
 def subjects(msgs: list[Msg]) -> list[str]:
     """Subjects in arrival order."""
     return [m.subject for m in msgs]
+
+
+async def routed_interest(listener: NATS, far_url: str) -> None:
+    """Returns once the server at `far_url` knows `listener`'s subscriptions: a probe
+    subscribed after them is announced after them on the one route, so the far server
+    routing a probe proves it has the rest. Without this the reference may emit an event
+    before its route peer's interest arrives and drop it."""
+    probe = await listener.subscribe("probe.routed")
+    await listener.flush()
+    far = await nats.connect(far_url)
+    try:
+        for _ in range(100):
+            await far.publish("probe.routed", b"")
+            try:
+                await probe.next_msg(0.1)
+                return
+            except nats.errors.TimeoutError:
+                continue
+        raise AssertionError(f"{far_url} never routed to the listener's probe")
+    finally:
+        await probe.unsubscribe()
+        await far.close()
