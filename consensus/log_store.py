@@ -80,6 +80,7 @@ from consensus.wal_format import (
 from consensus.wal_recovery import (
     HARD_STATE,
     SNAP_SUFFIX,
+    TMP_SUFFIX,
     LogStoreError,
     WalFile,
     fsync_dir,
@@ -144,33 +145,62 @@ class LogStore:
         window); False under `always`, where a power loss cannot take an acknowledged
         entry, so a reboot under this run's log will not hold the node back.
         """
+        fresh = not (Path(path) / HARD_STATE).exists()  # recover creates it, durably
         got = recover(Path(path), name)
         store = cls(Path(path), name, max_file_bytes, got.files)
         store._hs_seq = got.hs_seq
-        # Both slots get the recovered state (one may be damaged or older), so the
-        # vote it holds survives a flip in either from here on (see set_hard_state).
-        store._write_slot(got.restored.hard_state)
-        os.fdatasync(store._hs_fd)
-        store._write_slot(got.restored.hard_state)
         store._hs = got.restored.hard_state
         store._snapshot = got.snapshot
         store._snap_index = got.restored.snapshot.index if got.restored.snapshot else 0
         store._last = store._synced = got.last
-        # What a kill -9 left may be in the page cache only: make it what `synced` says.
-        for f in got.files:
+        if fresh:
+            store._record_synced(hard_state=True)  # as created: durable
+        else:
+            store._make_recovered_durable()
+        restored = store._hold(got.restored, store._lost_power())
+        # "-": no boot id to read, so no later open can tell a kill -9 from a power loss
+        record = f"{boot_id() or '-'} {int(acks_unsynced)}\n".encode()
+        if fresh:
+            store._record_running_lazily(record)
+        else:
+            replace_durably(store.dir / RUNNING, record)
+        return store, restored
+
+    def _make_recovered_durable(self) -> None:
+        """Both slots get the recovered state (one may be damaged or older), so the vote
+        it holds survives a flip in either from here on (see set_hard_state); and what a
+        kill -9 left may be in the page cache only: make it what `synced` says."""
+        self._write_slot(self._hs)
+        os.fdatasync(self._hs_fd)
+        self._write_slot(self._hs)
+        for f in self._files:
             fd = os.open(f.path, os.O_RDONLY)
             try:
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
-        os.fdatasync(store._hs_fd)
-        store._hs_dirty = False
-        store._record_synced(hard_state=True)
-        restored = store._hold(got.restored, store._lost_power())
-        # "-": no boot id to read, so no later open can tell a kill -9 from a power loss
-        record = f"{boot_id() or '-'} {int(acks_unsynced)}\n"
-        replace_durably(store.dir / RUNNING, record.encode())
-        return store, restored
+        os.fdatasync(self._hs_fd)
+        self._hs_dirty = False
+        self._record_synced(hard_state=True)
+
+    def _record_running_lazily(self, record: bytes) -> None:
+        """A new log's `running` record, made durable by its first `sync` instead of now.
+
+        Nothing unsynced can be acknowledged before that sync: the log starts at term 0,
+        every message a node sends carries its term, and the first term change is
+        fsynced (`Ready.must_sync`) before the message that follows it leaves. Until
+        then a power loss can only take a log that said nothing. The hard state needs no
+        rewrite either: `create_hard_state` wrote both slots, durably. So a new group
+        costs the two fsyncs of its hard state's creation instead of six.
+        """
+        path = self.dir / RUNNING
+        tmp = path.with_name(path.name + TMP_SUFFIX)
+        tmp.write_bytes(record)
+        os.replace(tmp, path)
+        fd = os.open(path, os.O_RDONLY)
+        with self._lock:
+            self._unsynced.append(fd)  # sync fsyncs and closes it, with the directory
+            self._dir_dirty = True
 
     # -- what the driver reads -------------------------------------------------------
 

@@ -39,8 +39,47 @@ def wal_files(path: Path) -> list[str]:
 def test_fresh_directory_restores_nothing(tmp_path: Path) -> None:
     store, restored = reopen(tmp_path / "new")
     assert restored == Restored()
-    assert (store.last_index, store.synced_index, store.needs_sync) == (0, 0, False)
+    # its `running` record waits for the first sync
+    assert (store.last_index, store.synced_index, store.needs_sync) == (0, 0, True)
+    store.sync()
+    assert not store.needs_sync
     assert store.load_snapshot() is None
+    store.close()
+
+
+def _fsynced_inodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The inode of every file or directory fsynced (or fdatasynced) from now on."""
+    seen: list[int] = []
+    for call in ("fsync", "fdatasync"):
+        real = getattr(os, call)
+
+        def recording(fd: int, real=real) -> None:  # type: ignore[no-untyped-def]
+            seen.append(os.fstat(fd).st_ino)
+            real(fd)
+
+        monkeypatch.setattr(os, call, recording)
+    return seen
+
+
+def test_a_new_log_is_durable_before_its_first_term(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new group opens with two fsyncs (its hard state's creation), and the sync its
+    first term change waits for covers the running record and the directory naming it:
+    nothing the node says can come before them."""
+    seen = _fsynced_inodes(monkeypatch)
+    folder = tmp_path / "new"
+    store, _ = reopen(folder)
+    hard_state = (folder / "hardstate").stat().st_ino
+    assert sorted(seen) == sorted([hard_state, folder.stat().st_ino])
+    seen.clear()
+    store.set_hard_state(HardState(1, "a", 0))  # Ready.must_sync: the driver syncs next
+    store.sync()
+    assert {(folder / "running").stat().st_ino, folder.stat().st_ino, hard_state} <= set(seen)
+    seen.clear()
+    store.close()
+    store, _ = reopen(folder)  # a log that ran: everything recovered made durable again
+    assert hard_state in seen and (folder / "running").stat().st_ino in seen
     store.close()
 
 
@@ -231,6 +270,7 @@ def test_sync_accounting_written_versus_synced(tmp_path: Path) -> None:
 
 def test_syncs_on_another_thread_while_the_owner_appends_and_rolls(tmp_path: Path) -> None:
     store, _ = reopen(tmp_path, max_file_bytes=4 * SMALL)
+    store.sync()  # a new log's first sync, longer than the rest (its running record)
     stop = threading.Event()
     errors: list[BaseException] = []
     seen: list[tuple[int, int]] = []
