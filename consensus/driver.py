@@ -94,9 +94,9 @@ class ProposalDroppedError(RaftError):
     """A proposal's entry was replaced by another leader's: it never committed."""
 
 
-# A proposal awaiting apply: (index, seq, term, on_commit). A tuple, not a dataclass: heap
-# order compares it per proposal. `seq` breaks ties in call order (a barrier behind a
-# proposal); term 0 marks a barrier, satisfied by whatever entry is applied at `index`.
+# A proposal awaiting its commit or apply: (index, seq, term, on_commit). A tuple, not a
+# dataclass: heap order compares it per proposal. `seq` breaks ties in call order (a barrier
+# behind a proposal); term 0 marks a barrier, satisfied by whatever entry is at `index`.
 _Pending = tuple[int, int, int, OnCommit]
 
 
@@ -153,8 +153,10 @@ class RaftNode:
         self._ticks = 0
         self._idle = 0  # ticks the core may be handed late (`RaftCore.idle_ticks`)
         self._proposals: list[bytes] = []
-        self._proposal_waiters: list[tuple[int, OnCommit]] = []  # (entries before + own, cb)
+        # (entries before + own, callback, whether it runs before the apply)
+        self._proposal_waiters: list[tuple[int, OnCommit, bool]] = []
         self._pending: list[_Pending] = []  # heap by index: proposals awaiting apply
+        self._early: list[_Pending] = []  # heap by index: proposals awaiting their commit
         self._order = itertools.count()
         self._last_proposed = 0
         self._reads: dict[bytes, asyncio.Future[int]] = {}  # context -> awaiting its ReadState
@@ -206,19 +208,34 @@ class RaftNode:
 
     # -- the application's calls -------------------------------------------------
 
-    def propose(self, data: Sequence[bytes], on_commit: OnCommit | None = None) -> None:
+    def propose(
+        self,
+        data: Sequence[bytes],
+        on_commit: OnCommit | None = None,
+        *,
+        early: OnCommit | None = None,
+    ) -> None:
         """Append `data` as entries; `on_commit` runs once they are applied here (None) or
         can no longer commit (NotLeaderError naming the leader, ProposalDroppedError).
 
-        An empty `data` is a barrier: it commits once everything proposed before it did.
+        `early` hears the same, but as soon as the entries committed, before this node
+        applies them, and what it queued is flushed before the apply: a publisher's
+        PubAck need not wait for the leader's own store, since a quorum's logs hold the
+        message. Whatever reads the applied state waits for `on_commit`. Both run in the
+        same turn of the loop, so a reader the early answer prompts is read after the
+        apply. An empty `data` is a barrier: it commits once everything proposed before
+        it did (its `early` runs with its `on_commit`).
         """
         if self._closed:
-            if on_commit is not None:
-                on_commit(self._error or NodeClosedError(f"raft node {self.id} closed"))
+            error = self._error or NodeClosedError(f"raft node {self.id} closed")
+            notify([cb for cb in (early, on_commit) if cb is not None], error)
             return
         self._proposals.extend(data)
+        upto = len(self._proposals)
+        if early is not None:
+            self._proposal_waiters.append((upto, early, bool(data)))
         if on_commit is not None:
-            self._proposal_waiters.append((len(self._proposals), on_commit))
+            self._proposal_waiters.append((upto, on_commit, False))
         self._wake.set()
 
     async def read_index(self) -> int:
@@ -436,33 +453,35 @@ class RaftNode:
                 continue
             self._last_proposed = index
             if on_commit is not None:
-                self._await_apply(index, self._core.term, on_commit)
+                self._await(index, self._core.term, on_commit)
 
     def _propose_queued(self) -> None:
         data, self._proposals = self._proposals, []
         waiters, self._proposal_waiters = self._proposal_waiters, []
         if not data:
-            for _, on_commit in waiters:
-                self._await_apply(self._last_proposed, 0, on_commit)
+            for _, on_commit, _ in waiters:
+                self._await(self._last_proposed, 0, on_commit)
             return
         try:
             last = self._core.propose(data)
         except RaftError as exc:
-            notify([on_commit for _, on_commit in waiters], exc)
+            notify([on_commit for _, on_commit, _ in waiters], exc)
             return
         first, term = last - len(data) + 1, self._core.term
         self._last_proposed = last
-        for upto, on_commit in waiters:
+        for upto, on_commit, early in waiters:
             if upto == 0:
-                self._await_apply(first - 1, 0, on_commit)
+                self._await(first - 1, 0, on_commit)
             else:
-                self._await_apply(first + upto - 1, term, on_commit)
+                self._await(first + upto - 1, term, on_commit, early)
 
-    def _await_apply(self, index: int, term: int, on_commit: OnCommit) -> None:
+    def _await(self, index: int, term: int, on_commit: OnCommit, early: bool = False) -> None:
+        """Queue a callback for the apply of entry `index` (or its commit, `early`)."""
         if term == 0 and index <= self._applied:
             notify([on_commit], None)
         else:
-            heapq.heappush(self._pending, (index, next(self._order), term, on_commit))
+            heap = self._early if early else self._pending
+            heapq.heappush(heap, (index, next(self._order), term, on_commit))
 
     async def _handle(self, ready: Ready) -> None:
         store = self._store
@@ -504,12 +523,17 @@ class RaftNode:
             self._transport.flush()  # before the apply: a peer waits on these, not on it
 
     def _finish(self, ready: Ready) -> None:
-        """Apply what committed, then settle the proposals and reads it served."""
-        if ready.committed:
-            self._apply(ready.committed)
-            last = ready.committed[-1]
+        """Settle the proposals waiting for the commit (and send what they answered), apply
+        what committed, then settle the proposals and reads it served."""
+        committed = ready.committed
+        if committed:
+            if self._early and self._settle(self._early, committed, committed[-1].index):
+                self._transport.flush()
+            self._apply(committed)
+            last = committed[-1]
             self._applied, self._applied_term = last.index, last.term
-        self._settle_proposals(ready.committed)
+        self._settle(self._early, committed, self._applied)  # those a snapshot covered
+        self._settle(self._pending, committed, self._applied)
         for state in ready.read_states:
             future = self._reads.pop(state.context, None)
             if future is not None and not future.done():
@@ -532,12 +556,14 @@ class RaftNode:
         self._applied = self._snapshot_index = snapshot.meta.index
         self._applied_term = snapshot.meta.term
 
-    def _settle_proposals(self, committed: list[Entry]) -> None:
-        """Each proposal applied up to here: committed if its entry is the one applied."""
-        pending, applied = self._pending, self._applied
-        first = committed[0].index if committed else applied + 1  # entries are contiguous
+    def _settle(self, pending: list[_Pending], committed: list[Entry], upto: int) -> bool:
+        """Each proposal of the heap up to index `upto`: committed if its entry is the one
+        committed there, lost if another is or a snapshot covered it. Whether any was."""
+        if not pending or pending[0][0] > upto:
+            return False
+        first = committed[0].index if committed else self._applied + 1  # entries are contiguous
         done: list[OnCommit] = []
-        while pending and pending[0][0] <= applied:
+        while pending and pending[0][0] <= upto:
             index, _, term, on_commit = heapq.heappop(pending)
             found = committed[index - first].term if index >= first else 0
             if term == 0 or found == term:
@@ -552,6 +578,7 @@ class RaftNode:
             )
             notify([on_commit], lost)
         notify(done, None)
+        return True
 
     async def _maybe_snapshot(self) -> None:
         """Every `snapshot_entries` applied: snapshot the app, then drop the log before the
@@ -596,11 +623,12 @@ class RaftNode:
                 log.exception("%s: leader listener failed", self)
 
     def _fail_all(self, error: BaseException) -> None:
-        pending, self._pending = self._pending, []
+        pending = sorted(self._early + self._pending)
+        self._early, self._pending = [], []
         waiters, self._proposal_waiters = self._proposal_waiters, []
         changes, self._changes = self._changes, []
         self._proposals = []
-        callbacks = [p[3] for p in sorted(pending)] + [cb for _, cb in waiters]
+        callbacks = [p[3] for p in pending] + [cb for _, cb, _ in waiters]
         notify(callbacks + [cb for _, cb in changes if cb is not None], error)
         waiting, self._read_applied = self._read_applied, []
         for future in [*self._reads.values(), *(f for _, _, f in waiting)]:

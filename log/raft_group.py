@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from consensus.commits import OnCommit, settle
+from consensus.commits import OnCommit, notify, settle
 from consensus.driver import Apply, RaftNode
 from consensus.types import Entry, EntryKind, NotLeaderError, RaftError, Role
 from log.replication import GroupClosedError
@@ -76,14 +76,20 @@ class RaftGroup(Generic[E]):
             self._apply(batch)
             self.committed += len(batch)
 
-    def propose(self, entries: Sequence[E], on_commit: OnCommit | None = None) -> None:
-        if self._closed:
-            if on_commit is not None:
-                on_commit(GroupClosedError(f"{self} closed"))
-            return
-        if self.node.role is not Role.LEADER:
-            if on_commit is not None:
-                on_commit(NotLeaderError(self.node.leader))
+    def propose(
+        self,
+        entries: Sequence[E],
+        on_commit: OnCommit | None = None,
+        *,
+        early: OnCommit | None = None,
+    ) -> None:
+        if self._closed or self.node.role is not Role.LEADER:
+            error = (
+                GroupClosedError(f"{self} closed")
+                if self._closed
+                else NotLeaderError(self.node.leader)
+            )
+            notify([cb for cb in (early, on_commit) if cb is not None], error)
             return
         encode, own = self._encode, self._own
         if len(own) > OWN_LIMIT:
@@ -94,7 +100,7 @@ class RaftGroup(Generic[E]):
             raw = encode(entry)
             own[id(raw)] = (raw, entry if adopt is None else adopt(raw, entry))
             data.append(raw)
-        self.node.propose(data, on_commit)
+        self.node.propose(data, on_commit, early=early)
 
     def barrier(self) -> asyncio.Future[int]:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()

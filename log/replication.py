@@ -27,8 +27,17 @@ class ReplicationGroup(Protocol[E]):
     def committed(self) -> int:
         """Index of the last committed entry (entries count from 1)."""
 
-    def propose(self, entries: Sequence[E], on_commit: OnCommit | None = None) -> None:
-        """Queue entries; `on_commit` runs on the event loop when their batch commits."""
+    def propose(
+        self,
+        entries: Sequence[E],
+        on_commit: OnCommit | None = None,
+        *,
+        early: OnCommit | None = None,
+    ) -> None:
+        """Queue entries; `on_commit` runs on the event loop once their batch committed and
+        is applied here. `early` may run sooner, once it committed but before this member
+        applied it (an answer that needs no read of the applied state); never after
+        `on_commit`."""
 
     def barrier(self) -> asyncio.Future[int]:
         """A future for the commit of everything proposed so far (for readers who wait)."""
@@ -82,13 +91,23 @@ class SingleNodeGroup(Generic[E]):
         self._closed = False
         self._error: BaseException | None = None
 
-    def propose(self, entries: Sequence[E], on_commit: OnCommit | None = None) -> None:
+    def propose(
+        self,
+        entries: Sequence[E],
+        on_commit: OnCommit | None = None,
+        *,
+        early: OnCommit | None = None,
+    ) -> None:
+        """A group of one applies a batch as it commits: `early` runs just before
+        `on_commit`."""
         if self._closed or self._error is not None:
-            if on_commit is not None:
-                on_commit(self._error or GroupClosedError("replication group closed"))
+            error = self._error or GroupClosedError("replication group closed")
+            notify([cb for cb in (early, on_commit) if cb is not None], error)
             return
         self._queue.extend(entries)
         self._proposed += len(entries)
+        if early is not None:
+            self._waiters.append(early)
         if on_commit is not None:
             self._waiters.append(on_commit)
         if not self._always:

@@ -222,7 +222,7 @@ class Stream:
             return
         taken = self._admit(subject, hdr, data, headers, ack)
         if taken is not None:
-            self._group.propose(*taken)
+            self._propose_admitted(*taken)
 
     def publish_run(
         self,
@@ -240,7 +240,7 @@ class Stream:
         no_ack = self.config.no_ack
         admit = self._admit
         entries: list[Publish] = []
-        waiters: list[OnCommit] = []
+        answered: list[OnCommit] = []
         answers = RunAnswers(send)
         to = answers.to
         for reply, data in zip(replies, payloads, strict=True):
@@ -248,12 +248,13 @@ class Stream:
                 subject, None, data, _NO_HEADERS, None if no_ack or not reply else to(reply)
             )
             if taken is not None:
-                entries += taken[0]
-                waiters.append(taken[1])
+                entries.append(taken[0])
+                answered.append(taken[1])
         answers.send()  # the refusals
         if entries:  # replicated: one log entry, one frame per member for all of them
             proposal = pack_run(entries) if self._replicated else entries
-            self._group.propose(proposal, answers.after(waiters))
+            stored = partial(self._stored, entries)
+            self._group.propose(proposal, stored, early=answers.after(answered))
 
     def _admit(
         self,
@@ -262,8 +263,8 @@ class Stream:
         data: bytes,
         headers: Mapping[str, list[str]],
         ack: AckSink | None,
-    ) -> tuple[tuple[Publish], OnCommit] | None:
-        """The publish rules: the entry to propose and what runs once it commits, or None
+    ) -> tuple[Publish, OnCommit] | None:
+        """The publish rules: the entry to propose and its answer once it commits, or None
         for a refusal or duplicate, answered now."""
         try:
             admitted = self.proposed.admit(subject, hdr, data, headers)
@@ -326,20 +327,25 @@ class Stream:
         self._fast.proposed(taken)
 
         def done(error: BaseException | None) -> None:
-            self._committed(entry.seq, entry.msg.subject, None, echo, "", error)
+            self._answered(entry.seq, None, echo, "", error)
+            self._stored((entry,), error)
             if error is None:
                 self._fast.stored(fast, entry.seq, send)
 
         self._group.propose((entry,), done)
 
     def _propose(self, entry: Publish, echo: Echo, value: str, ack: AckSink | None) -> None:
-        self._group.propose(*self._proposal(entry, echo, value, ack))
+        self._propose_admitted(*self._proposal(entry, echo, value, ack))
+
+    def _propose_admitted(self, entry: Publish, answer: OnCommit) -> None:
+        """The answer goes once the message committed; readers wake once it is stored."""
+        self._group.propose((entry,), partial(self._stored, (entry,)), early=answer)
 
     def _proposal(
         self, entry: Publish, echo: Echo, value: str, ack: AckSink | None
-    ) -> tuple[tuple[Publish], OnCommit]:
-        """An admitted message as proposed: itself, and what runs once it commits."""
-        return (entry,), partial(self._committed, entry.seq, entry.msg.subject, ack, echo, value)
+    ) -> tuple[Publish, OnCommit]:
+        """An admitted message as proposed: itself, and its answer once it commits."""
+        return entry, partial(self._answered, entry.seq, ack, echo, value)
 
     # -- atomic batches (`log.batch_commit` checks them) -----------------------
 
@@ -386,16 +392,11 @@ class Stream:
     def remove_commit_listener(self, listener: CommitListener) -> None:
         self._commit_listeners.remove(listener)
 
-    def _committed(
-        self,
-        seq: int,
-        subject: str,
-        ack: AckSink | None,
-        echo: Echo,
-        value: str,
-        error: BaseException | None,
+    def _answered(
+        self, seq: int, ack: AckSink | None, echo: Echo, value: str, error: BaseException | None
     ) -> None:
-        """The message's batch is durable (or failed): republish, answer, wake readers.
+        """The message committed (or failed): republish and answer. A replicated stream's
+        leader may not have stored it yet, but it does before it reads anything else.
 
         A leadership lost on the way (a RaftError) gets no answer, as in the reference."""
         if error is not None:
@@ -407,8 +408,13 @@ class Stream:
         if ack is not None:
             body = publish.counter_ack(self.name, seq, value) if value else None
             ack(body or publish.pub_ack(self.name, seq))
-        for listener in self._commit_listeners:
-            listener(seq, subject)
+
+    def _stored(self, entries: Sequence[Publish], error: BaseException | None) -> None:
+        """Committed messages stored here: wake their readers (consumers)."""
+        if error is None:
+            for listener in self._commit_listeners:
+                for entry in entries:
+                    listener(entry.seq, entry.msg.subject)
 
     def _apply(self, entries: list[Entry]) -> None:
         if self._replicated:

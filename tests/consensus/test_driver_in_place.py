@@ -101,9 +101,9 @@ async def test_under_always_an_append_waits_for_the_loop_and_its_fsync(tmp_path:
         await node.close()
 
 
-async def test_a_leaders_commit_applies_and_answers_the_proposer_in_the_callers_turn(
-    tmp_path: Path,
-) -> None:
+@pytest.fixture
+async def leader(tmp_path: Path) -> AsyncIterator[tuple[RaftNode, FakeTransport]]:
+    """n1 leading term 1 with its no-op (entry 1) applied, the loop waiting."""
     node, peers = await started(tmp_path)
     try:
         node.campaign()
@@ -116,14 +116,73 @@ async def test_a_leaders_commit_applies_and_answers_the_proposer_in_the_callers_
         peers.answer(Message(T.APPEND_RESP, "n2", "n1", noop.term, index=1))
         await until(lambda: node.applied == 1, "the leader's no-op applied")
         await parked(node)
-        done: list[BaseException | None] = []
-        node.propose([b"publish"], done.append)
-        await until(lambda: peers.last(T.APPEND, "n2").index == 1, "entry 2 sent")  # type: ignore[union-attr]
-        await parked(node)
-        peers.events.clear()
-        peers.answer(Message(T.APPEND_RESP, "n2", "n1", noop.term, index=2))
-        assert done == [None]  # committed on n1 and n2, applied, the proposer answered
-        assert peers.events == ["apply 2-2", "flush"]
-        assert not node._wake.is_set()
+        yield node, peers
     finally:
         await node.close()
+
+
+async def proposed(node: RaftNode, peers: FakeTransport) -> None:
+    """Once entry 2 is sent to n2 and the loop waits again."""
+    await until(lambda: peers.last(T.APPEND, "n2").index == 1, "entry 2 sent")  # type: ignore[union-attr]
+    await parked(node)
+    peers.events.clear()
+
+
+async def test_a_leaders_commit_applies_and_answers_the_proposer_in_the_callers_turn(
+    leader: tuple[RaftNode, FakeTransport],
+) -> None:
+    node, peers = leader
+    done: list[BaseException | None] = []
+    node.propose([b"publish"], done.append)
+    await proposed(node, peers)
+    peers.answer(Message(T.APPEND_RESP, "n2", "n1", node.term, index=2))
+    assert done == [None]  # committed on n1 and n2, applied, the proposer answered
+    assert peers.events == ["apply 2-2", "flush"]
+    assert not node._wake.is_set()
+
+
+async def test_an_early_answer_is_sent_at_the_commit_before_the_apply(
+    leader: tuple[RaftNode, FakeTransport],
+) -> None:
+    """A PubAck needs the quorum, not this node's store: it leaves before the apply, and
+    what reads the store (a consumer woken) runs after it."""
+    node, peers = leader
+    node.propose(
+        [b"publish"],
+        lambda error: peers.events.append(f"stored {error}"),
+        early=lambda error: peers.events.append(f"answered {error}"),
+    )
+    await proposed(node, peers)
+    peers.answer(Message(T.APPEND_RESP, "n2", "n1", node.term, index=2))
+    assert peers.events == ["answered None", "flush", "apply 2-2", "stored None", "flush"]
+
+
+async def test_a_proposal_that_cannot_commit_fails_both_callbacks_early_first(
+    leader: tuple[RaftNode, FakeTransport],
+) -> None:
+    node, peers = leader
+    heard: list[str] = []
+    node.propose(
+        [b"publish"],
+        lambda error: heard.append(f"stored {type(error).__name__}"),
+        early=lambda error: heard.append(f"answered {type(error).__name__}"),
+    )
+    await proposed(node, peers)
+    await node.close()
+    assert heard == ["answered NodeClosedError", "stored NodeClosedError"]
+    node.propose([b"late"], early=lambda error: heard.append(f"late {type(error).__name__}"))
+    assert heard[-1] == "late NodeClosedError"
+
+
+async def test_a_barriers_early_callback_runs_with_its_apply(
+    leader: tuple[RaftNode, FakeTransport],
+) -> None:
+    """A barrier answers a reader, who needs what came before it applied."""
+    node, peers = leader
+    node.propose([b"publish"])
+    node.propose(
+        [], lambda _: peers.events.append("stored"), early=lambda _: peers.events.append("answered")
+    )
+    await proposed(node, peers)
+    peers.answer(Message(T.APPEND_RESP, "n2", "n1", node.term, index=2))
+    assert peers.events == ["apply 2-2", "answered", "stored", "flush"]

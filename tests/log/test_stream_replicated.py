@@ -392,18 +392,24 @@ class Manual:
     def __init__(self, apply: Callable[[list[Entry]], None]) -> None:
         self.apply = apply
         self.committed = 0
-        self.proposed: list[tuple[list[Entry], OnCommit | None]] = []
+        self.proposed: list[tuple[list[Entry], list[OnCommit]]] = []
 
-    def propose(self, entries: Sequence[Entry], on_commit: OnCommit | None = None) -> None:
-        self.proposed.append((list(entries), on_commit))
+    def propose(
+        self,
+        entries: Sequence[Entry],
+        on_commit: OnCommit | None = None,
+        *,
+        early: OnCommit | None = None,
+    ) -> None:
+        self.proposed.append((list(entries), [cb for cb in (early, on_commit) if cb]))
 
     def settle(self, *, commit: bool) -> None:
         proposed, self.proposed = self.proposed, []
-        for entries, on_commit in proposed:
+        for entries, callbacks in proposed:
             if commit:
                 self.apply(entries)
                 self.committed += len(entries)
-            if on_commit is not None:
+            for on_commit in callbacks:
                 on_commit(None if commit else NotLeaderError("n2"))
 
     async def close(self) -> None:
