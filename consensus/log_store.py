@@ -145,7 +145,6 @@ class LogStore:
         window); False under `always`, where a power loss cannot take an acknowledged
         entry, so a reboot under this run's log will not hold the node back.
         """
-        fresh = not (Path(path) / HARD_STATE).exists()  # recover creates it, durably
         got = recover(Path(path), name)
         store = cls(Path(path), name, max_file_bytes, got.files)
         store._hs_seq = got.hs_seq
@@ -153,15 +152,13 @@ class LogStore:
         store._snapshot = got.snapshot
         store._snap_index = got.restored.snapshot.index if got.restored.snapshot else 0
         store._last = store._synced = got.last
-        if fresh:
-            store._record_synced(hard_state=True)  # as created: durable
-        else:
+        if not got.new:
             store._make_recovered_durable()
         restored = store._hold(got.restored, store._lost_power())
         # "-": no boot id to read, so no later open can tell a kill -9 from a power loss
         record = f"{boot_id() or '-'} {int(acks_unsynced)}\n".encode()
-        if fresh:
-            store._record_running_lazily(record)
+        if got.new:
+            store._start_lazily(record)
         else:
             replace_durably(store.dir / RUNNING, record)
         return store, restored
@@ -183,15 +180,15 @@ class LogStore:
         self._hs_dirty = False
         self._record_synced(hard_state=True)
 
-    def _record_running_lazily(self, record: bytes) -> None:
-        """A new log's `running` record, made durable by its first `sync` instead of now.
+    def _start_lazily(self, record: bytes) -> None:
+        """A new log's hard state and `running` record, made durable by its first `sync`
+        instead of now: a new group opens without an fsync (six before).
 
-        Nothing unsynced can be acknowledged before that sync: the log starts at term 0,
-        every message a node sends carries its term, and the first term change is
-        fsynced (`Ready.must_sync`) before the message that follows it leaves. Until
-        then a power loss can only take a log that said nothing. The hard state needs no
-        rewrite either: `create_hard_state` wrote both slots, durably. So a new group
-        costs the two fsyncs of its hard state's creation instead of six.
+        Nothing can be said on them before that sync: the log starts at term 0, every
+        message a node sends carries its term, and the first term change is fsynced
+        (`Ready.must_sync`) before the message that follows it leaves. Until then a
+        power loss can only take a log that said nothing, and the next open finds it
+        new again (wal_recovery: a hard state missing or short, with no log).
         """
         path = self.dir / RUNNING
         tmp = path.with_name(path.name + TMP_SUFFIX)
@@ -200,7 +197,8 @@ class LogStore:
         fd = os.open(path, os.O_RDONLY)
         with self._lock:
             self._unsynced.append(fd)  # sync fsyncs and closes it, with the directory
-            self._dir_dirty = True
+            self._hs_dirty = self._dir_dirty = True
+        self._record_synced(hard_state=False)  # power-loss tests: no WAL file is durable yet
 
     # -- what the driver reads -------------------------------------------------------
 

@@ -24,8 +24,10 @@ entries the snapshot covers cuts nothing when the entry after it is intact.
 Hard state: the slot with the higher sequence number that verifies; a
 damaged slot is logged and the other used (a torn write of the newer slot
 was never fsynced, so nobody was answered on it); both damaged, or the file
-missing beside a log, is `CorruptLogError`: term and vote are unknown, and
-guessing them could make the node vote twice in a term.
+missing or short beside a log, is `CorruptLogError`: term and vote are unknown,
+and guessing them could make the node vote twice in a term. Missing or short
+with no log at all is a new log (created without an fsync: its first sync
+covers it, and the node says nothing before that sync).
 """
 
 from __future__ import annotations
@@ -122,13 +124,14 @@ class Recovered:
     last: int  # the log's last index (the snapshot's when no entry follows it)
     hs_seq: int  # sequence number of the hard-state slot in use
     snapshot: Path | None
+    new: bool  # no log was here: its hard state was created now, not yet fsynced
 
 
 def recover(directory: Path, name: str) -> Recovered:
     directory.mkdir(parents=True, exist_ok=True)
     for _, tmp in numbered(directory, SNAP_SUFFIX + TMP_SUFFIX):
         tmp.unlink()  # a snapshot whose save did not finish
-    hs_seq, hs = _read_hard_state(directory, name)
+    hs_seq, hs, created = _read_hard_state(directory, name)
     meta, snapshot, lost_snapshot = _pick_snapshot(directory, name)
     s_index = meta.index if meta else 0
     files, entries, floor = _scan_wal(directory, name, s_index)
@@ -173,7 +176,7 @@ def recover(directory: Path, name: str) -> Recovered:
         floor = max(floor, hs.commit)
         hs = HardState(hs.term, hs.vote, last_index)
     restored = Restored(hs, meta, tuple(after), floor)
-    return Recovered(restored, files, last_index, hs_seq, snapshot)
+    return Recovered(restored, files, last_index, hs_seq, snapshot, created)
 
 
 def _term(meta: SnapshotMeta | None) -> int:
@@ -181,19 +184,31 @@ def _term(meta: SnapshotMeta | None) -> int:
 
 
 def create_hard_state(path: Path) -> None:
-    """Both slots hold the empty state from the start: a slot that fails is then always damage."""
+    """Both slots hold the empty state from the start: a slot that fails is then always damage.
+
+    Not fsynced: the log's first sync covers it (see `LogStore._start_lazily`), and a
+    power loss before that leaves it missing or short, which the next open takes for a
+    creation that never finished (`_read_hard_state`)."""
     raw = encode_slot(0, HardState()).ljust(SLOT_SIZE, b"\0") + encode_slot(1, HardState())
-    replace_durably(path, raw.ljust(2 * SLOT_SIZE, b"\0"))
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    tmp.write_bytes(raw.ljust(2 * SLOT_SIZE, b"\0"))
+    os.replace(tmp, path)
 
 
-def _read_hard_state(directory: Path, name: str) -> tuple[int, HardState]:
+def _read_hard_state(directory: Path, name: str) -> tuple[int, HardState, bool]:
+    """(slot sequence, hard state, whether the file was created now)."""
     path = directory / HARD_STATE
-    if not path.exists():
+    created = False
+    if not path.exists() or _unfinished(path):
         if numbered(directory, WAL_SUFFIX) or numbered(directory, SNAP_SUFFIX):
             raise CorruptLogError(
-                f"raft log {name}: {path} is missing beside the log: term and vote are unknown"
+                f"raft log {name}: {path} is missing or short beside the log: "
+                "term and vote are unknown"
             )
+        if path.exists():
+            log.warning("raft log %s: %s was never synced (a new log): created again", name, path)
         create_hard_state(path)
+        created = True
     raw = path.read_bytes()
     slots = [decode_slot(raw[k * SLOT_SIZE : (k + 1) * SLOT_SIZE]) for k in (0, 1)]
     good = [s for s in slots if s is not None]
@@ -211,7 +226,14 @@ def _read_hard_state(directory: Path, name: str) -> tuple[int, HardState]:
                 path,
                 k * SLOT_SIZE,
             )
-    return max(good, key=lambda s: s[0])
+    return (*max(good, key=lambda s: s[0]), created)
+
+
+def _unfinished(path: Path) -> bool:
+    """A hard-state file shorter than its two slots: every fsynced one has their full
+    length (slots are rewritten in place), so only a new one a power loss caught before
+    its first sync is short. Nothing was said on it: the log is new."""
+    return path.stat().st_size < 2 * SLOT_SIZE
 
 
 def _pick_snapshot(directory: Path, name: str) -> tuple[SnapshotMeta | None, Path | None, int]:
