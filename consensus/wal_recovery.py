@@ -24,10 +24,11 @@ entries the snapshot covers cuts nothing when the entry after it is intact.
 Hard state: the slot with the higher sequence number that verifies; a
 damaged slot is logged and the other used (a torn write of the newer slot
 was never fsynced, so nobody was answered on it); both damaged, or the file
-missing or short beside a log, is `CorruptLogError`: term and vote are unknown,
-and guessing them could make the node vote twice in a term. Missing or short
-with no log at all is a new log (created without an fsync: its first sync
-covers it, and the node says nothing before that sync).
+missing beside a log, is `CorruptLogError`: term and vote are unknown, and
+guessing them could make the node vote twice in a term. A new log's hard state
+is created without an fsync (its first sync covers it, and the node says
+nothing before that sync), so a power loss may leave it short: a short one
+(every fsynced one is whole) starts the log anew, dropping what was beside it.
 """
 
 from __future__ import annotations
@@ -199,14 +200,21 @@ def _read_hard_state(directory: Path, name: str) -> tuple[int, HardState, bool]:
     """(slot sequence, hard state, whether the file was created now)."""
     path = directory / HARD_STATE
     created = False
-    if not path.exists() or _unfinished(path):
+    if path.exists() and _unfinished(path):
+        beside = [p for _, p in numbered(directory, WAL_SUFFIX) + numbered(directory, SNAP_SUFFIX)]
+        log.warning(
+            "raft log %s: %s was never synced (a new log, nothing said on it): created again%s",
+            name,
+            path,
+            f"; unacknowledged {', '.join(p.name for p in beside)} dropped" if beside else "",
+        )
+        for p in [*beside, path]:
+            p.unlink()
+    if not path.exists():
         if numbered(directory, WAL_SUFFIX) or numbered(directory, SNAP_SUFFIX):
             raise CorruptLogError(
-                f"raft log {name}: {path} is missing or short beside the log: "
-                "term and vote are unknown"
+                f"raft log {name}: {path} is missing beside the log: term and vote are unknown"
             )
-        if path.exists():
-            log.warning("raft log %s: %s was never synced (a new log): created again", name, path)
         create_hard_state(path)
         created = True
     raw = path.read_bytes()
@@ -232,7 +240,9 @@ def _read_hard_state(directory: Path, name: str) -> tuple[int, HardState, bool]:
 def _unfinished(path: Path) -> bool:
     """A hard-state file shorter than its two slots: every fsynced one has their full
     length (slots are rewritten in place), so only a new one a power loss caught before
-    its first sync is short. Nothing was said on it: the log is new."""
+    its first fsync is short. A node says nothing before its first term change is
+    fsynced, so nothing was said on this log: entries or a snapshot beside it (a
+    leader's, written before that fsync) were never acknowledged, and the log is new."""
     return path.stat().st_size < 2 * SLOT_SIZE
 
 
