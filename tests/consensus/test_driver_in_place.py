@@ -186,3 +186,43 @@ async def test_a_barriers_early_callback_runs_with_its_apply(
     await proposed(node, peers)
     peers.answer(Message(T.APPEND_RESP, "n2", "n1", node.term, index=2))
     assert peers.events == ["apply 2-2", "answered", "stored", "flush"]
+
+
+async def test_a_leaders_proposals_of_a_turn_are_sent_as_one_batch_without_the_task(
+    leader: tuple[RaftNode, FakeTransport],
+) -> None:
+    node, peers = leader
+    fed: list[str] = []
+    node._feed = lambda: fed.append("the loop fed the core")  # type: ignore[method-assign]
+    peers.events.clear()
+    node.propose([b"a"])
+    node.propose([b"b"])
+    assert peers.events == [] and not node._wake.is_set()  # nothing before the turn ends
+    await until(lambda: "flush" in peers.events, "the proposals sent")
+    assert [e.data for e in peers.last(T.APPEND, "n2").entries] == [b"a", b"b"]  # type: ignore[union-attr]
+    assert peers.events == ["send APPEND to n2, log at 3", "flush"]  # n3 is still probed
+    assert fed == [] and node._parked
+
+
+async def test_a_group_of_one_commits_its_proposal_made_in_place(tmp_path: Path) -> None:
+    store, restored = LogStore.open(tmp_path / "n1", name="n1")
+    alone = FakeTransport("n1", store)
+    node = RaftNode(
+        Config("n1", election_ticks=10, seed=1),
+        ("n1",),
+        store,
+        restored,
+        alone,
+        apply=alone.apply,
+        tick_seconds=3600,
+    )
+    node.start()
+    try:
+        node.campaign()
+        await until(lambda: node.role == Role.LEADER and node.applied == 1, "n1 leading")
+        await parked(node)
+        done: list[BaseException | None] = []
+        node.propose([b"publish"], done.append)
+        await until(lambda: done == [None], "the proposal committed and applied")
+    finally:
+        await node.close()
