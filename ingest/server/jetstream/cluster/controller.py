@@ -36,9 +36,11 @@ from ingest.server.jetstream.cluster.founding import Founding
 from ingest.server.jetstream.cluster.groups import (
     META_GROUP,
     group_dir,
+    open_log,
     open_node,
     stand_first,
 )
+from ingest.server.jetstream.cluster.log_opening import LogPrefetch
 from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
 from ingest.server.jetstream.cluster.peer_requests import PeerRequests
 from ingest.server.jetstream.cluster.placement import STORAGE_KEYS, choose_peers, placement_of
@@ -108,6 +110,9 @@ class JetStreamCluster:
         self.meta: RaftNode | None = None
         self.meta_leader_since = 0
         self.hosted: dict[tuple[str, str], Hosted] = {}
+        self._logs = LogPrefetch(
+            lambda group: open_log(js_dir, group, me=self.me, sync_interval_ns=sync_interval_ns)
+        )
         # Replicas being deleted here: a stream created anew under the same name (same
         # folder) waits for its predecessor's files to go before it opens.
         self._dropping: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -299,6 +304,7 @@ class JetStreamCluster:
         return future
 
     def _apply_meta(self, entries: list[Entry]) -> None:
+        changes: list[meta.Change] = []
         for entry in entries:
             if entry.kind is not EntryKind.NORMAL:
                 continue
@@ -308,7 +314,8 @@ class JetStreamCluster:
                 log.error("JetStream meta log entry %d skipped: %s", entry.index, exc)
                 continue
             if change is not None:
-                self._enact(change)
+                changes.append(change)
+        self._enact_all(changes)
 
     def _restore_meta(self, data: bytes) -> None:
         changes = self.state.restore(data)
@@ -317,8 +324,24 @@ class JetStreamCluster:
             len(self.state.streams),
             len(changes),
         )
-        for change in changes:
-            self._enact(change)
+        self._enact_all(changes)
+
+    def _enact_all(self, changes: list[meta.Change]) -> None:
+        """Enact in order; the logs of the streams that come here open together first
+        (log_opening): a restart's replay hosts every stream of this server at once."""
+        self._logs.ahead(
+            c.assignment.group
+            for c in changes
+            if c.kind != "removed"
+            and self.me in c.assignment.peers
+            and c.assignment.key not in self.hosted
+            and c.assignment.key not in self._dropping
+        )
+        try:
+            for change in changes:
+                self._enact(change)
+        finally:
+            self._logs.discard()
 
     def _enact(self, change: meta.Change) -> None:
         sa = change.assignment
@@ -427,6 +450,7 @@ class JetStreamCluster:
                     snapshot=snapshots.take,
                     restore=snapshots.restore,
                     snapshot_entries=SNAPSHOT_ENTRIES,
+                    opened=self._logs.take(sa.group),
                 ),
                 encode=stream_entries.encode,
                 decode=stream_entries.decode_deferring_runs,
@@ -548,9 +572,13 @@ class JetStreamCluster:
     def host_assigned(self, account: str) -> None:
         """The adopted engine has started: host the account's streams the meta group
         assigned here meanwhile or before (their folders, if any, are picked up)."""
-        for sa in list(self.state.streams.values()):
-            if sa.account == account and sa.key not in self.hosted:
-                self._enact(meta.Change("added", sa))
+        self._enact_all(
+            [
+                meta.Change("added", sa)
+                for sa in list(self.state.streams.values())
+                if sa.account == account and sa.key not in self.hosted
+            ]
+        )
 
     def release(self, account: str) -> None:
         """The account's JetStream is switched off here: its replicas are forgotten, not

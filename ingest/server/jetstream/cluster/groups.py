@@ -15,6 +15,7 @@ from consensus.core import Config
 from consensus.driver import Apply, RaftNode, Restore
 from consensus.log_store import LogStore
 from ingest.server.cluster.raft_transport import RaftRoutes
+from ingest.server.jetstream.cluster.log_opening import Opened
 
 RAFT_DIR = Path("$SYS") / "_js_"
 META_GROUP = "_meta_"
@@ -28,6 +29,15 @@ def group_dir(js_dir: Path, group: str) -> Path:
     return js_dir / RAFT_DIR / group
 
 
+def open_log(js_dir: Path, group: str, *, me: str, sync_interval_ns: int | None) -> Opened:
+    """The group's log recovered from disk (on any thread: see log_opening)."""
+    folder = group_dir(js_dir, group)
+    folder.mkdir(parents=True, exist_ok=True)
+    return LogStore.open(
+        folder, name=f"{group} on {me}", acks_unsynced=sync_interval_ns is not None
+    )
+
+
 def open_node(
     routes: RaftRoutes,
     js_dir: Path,
@@ -39,12 +49,12 @@ def open_node(
     snapshot: Callable[[], bytes] | None = None,
     restore: Restore | None = None,
     snapshot_entries: int = 0,
+    opened: Opened | None = None,
 ) -> RaftNode:
-    """A node over the routes with its log recovered from disk; not started yet."""
-    folder = group_dir(js_dir, group)
-    folder.mkdir(parents=True, exist_ok=True)
-    store, restored = LogStore.open(
-        folder, name=f"{group} on {routes.me}", acks_unsynced=sync_interval_ns is not None
+    """A node over the routes with its log recovered from disk (`opened`: already); not
+    started yet."""
+    store, restored = opened or open_log(
+        js_dir, group, me=routes.me, sync_interval_ns=sync_interval_ns
     )
     seed = int.from_bytes(os.urandom(4), "big")  # distinct per node: no split votes in lockstep
     return RaftNode(
