@@ -16,6 +16,12 @@ by OPTIMIZE), a changed schema (a typed table's new column), or more than a
 quarter again as many files added as the base has (at least `MIN_ADDED`),
 starts a new base over all its files; the old one is dropped.
 
+Filled ahead of queries: persisting is lazy, so a new base would be read from its
+files by the first query that scans it. The SQL service fills every new base in the
+background (`fill`) once it sees a compaction commit, so that query reads memory.
+A deleted stream's base is dropped at the first rebuild that no longer finds the
+stream (`drop_unless`), not left to the storage memory's eviction.
+
 Bounded: the base is persisted `MEMORY_ONLY`, in Spark's storage memory (a
 share of the driver's heap, `spark.memory.fraction`), which evicts the least
 recently used partitions when it is full; a partition not in memory is read
@@ -26,6 +32,7 @@ meanwhile reads its files the same way.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -62,15 +69,17 @@ def plan(base: frozenset[str] | None, files: Sequence[str]) -> tuple[Plan, list[
     return Plan.EXTEND, added
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Base:
     session: SparkSession
     schema: StructType | str
     files: frozenset[str]
     frame: DataFrame  # persisted
+    filled: bool = False  # `fill` read its rows into memory
 
 
 _BASES: dict[LakePath, _Base] = {}
+_FILLING = threading.Lock()  # one fill at a time: two would read the same files twice
 
 
 def cached_read(
@@ -96,3 +105,37 @@ def cached_read(
     if kept is not None:
         kept.frame.unpersist(blocking=False)
     return frame
+
+
+def fill(group: str = "jetlake-sql-fill") -> list[LakePath]:
+    """Read every base not yet filled into memory, each by a job of `group` (the caller's
+    thread's job group, so a service stopping can cancel it); the tables filled."""
+    done = []
+    with _FILLING:
+        for table, base in list(_BASES.items()):
+            if base.filled or _BASES.get(table) is not base:
+                continue
+            base.session.sparkContext.setJobGroup(group, f"filling the lake cache of {table}")
+            base.frame.count()  # a count over a persisted frame builds all its columns
+            base.filled = True
+            done.append(table)
+    return done
+
+
+def drop_unless(live: Callable[[LakePath], bool]) -> list[LakePath]:
+    """Unpersist the bases of tables `live` rejects (a deleted stream's); the tables dropped."""
+    gone = [table for table in list(_BASES) if not live(table)]
+    for table in gone:
+        kept = _BASES.pop(table, None)
+        if kept is not None:
+            kept.frame.unpersist(blocking=False)
+    return gone
+
+
+def held() -> dict[str, dict[str, int | bool]]:
+    """What the cache holds, by table: its base's file count and whether it is filled (what
+    the SQL service reports in `$SRV.STATS`)."""
+    return {
+        str(table): {"files": len(base.files), "filled": base.filled}
+        for table, base in _BASES.copy().items()
+    }

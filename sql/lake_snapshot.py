@@ -25,6 +25,7 @@ datasets lack (deletion vectors, column mapping) is read whole through
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,7 @@ import pyarrow.fs as pafs
 
 from log.compactor.location import LakePath
 from log.compactor.rows import LAKE_SCHEMA, SPARK_DDL, spark_schema
-from sql.lake_cache import cached_read
+from sql.lake_cache import cached_read, drop_unless
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -114,6 +115,14 @@ def lake_frame(spark: SparkSession, snapshot: LakeSnapshot) -> DataFrame:
         frame = spark.createDataFrame([], schema)
     _FRAMES[snapshot.table] = (snapshot.version, frame)
     return frame
+
+
+def forget_unless(live: Callable[[LakePath], bool]) -> list[LakePath]:
+    """Drop the frames and the cached rows of the tables `live` rejects (a deleted stream's):
+    nothing reads them any more; the tables whose cached rows were dropped."""
+    for table in [t for t in _FRAMES if not live(t)]:
+        del _FRAMES[table]
+    return drop_unless(live)
 
 
 def lake_dataset(snapshot: LakeSnapshot) -> ds.Dataset | pa.Table:

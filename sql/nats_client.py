@@ -8,7 +8,9 @@ the flow control), read each chunk as an Arrow IPC stream, and stop at the messa
 with `Jl-Sql-Rows`, or at an error's `Nats-Service-Error`. With no service on the
 subject, the server answers the request with a status 503 (no responders) at once. A
 query given up on (a timeout, a cancelled task: Ctrl-C) is called off, so the service
-stops its Spark jobs (`sql.nats_cancel`).
+stops its Spark jobs (`sql.nats_cancel`); it asks for heartbeats, so a client that died
+without calling off (killed, its connection lost) has its query stopped too, at the
+service's next heartbeat.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
     from nats.aio.msg import Msg
 
 SUBJECT = "$JL.SQL.query"
+HEARTBEAT = "Jl-Sql-Heartbeat"
+BEAT = 1.0  # seconds between the service's heartbeats: its watch of this client
 
 
 class SqlError(Exception):
@@ -54,6 +58,8 @@ async def query(
 
     async def on_msg(msg: Msg) -> None:
         found = msg.headers or {}
+        if HEARTBEAT in found:  # the query still runs
+            return
         if "Jl-Sql-Chunk" in found:
             chunks.append(pa.ipc.open_stream(msg.data).read_all())
             await msg.respond(b"")
@@ -65,7 +71,10 @@ async def query(
     sub = await nc.subscribe(inbox, cb=on_msg)
     try:
         await nc.publish(
-            SUBJECT, sql.encode(), reply=inbox, headers={**(headers or {}), QUERY_ID: called}
+            SUBJECT,
+            sql.encode(),
+            reply=inbox,
+            headers={HEARTBEAT: f"{BEAT:g}", **(headers or {}), QUERY_ID: called},
         )
         end = await asyncio.wait_for(done, timeout)
     except BaseException:  # given up on (TimeoutError, CancelledError): the service stops it

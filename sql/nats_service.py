@@ -10,12 +10,15 @@ Any NATS client in any language can ask, with no Spark or JDBC client:
                                  Jl-Sql-Timeout: seconds the query may take (default none)
                                  Jl-Sql-Id: an id its client may cancel it by, with a
                                    publish to $JL.SQL.cancel.<id> (`sql.nats_cancel`)
+                                 Jl-Sql-Heartbeat: seconds between heartbeats while the
+                                   query runs (default none)
     replies  to the request's inbox, in order:
              chunk messages, each with a reply subject: the body is an Arrow IPC stream
              (schema + record batches, readable alone) or JSON lines, under the server's
              max_payload; header Jl-Sql-Chunk: its index from 0
              then an empty message with Jl-Sql-Rows: the row count (the end)
              or, instead, an error: Nats-Service-Error / Nats-Service-Error-Code
+             and, when asked for, empty heartbeats with Jl-Sql-Heartbeat (to ignore)
 
 Flow control: the client answers each chunk (an empty publish to the chunk's
 reply subject); the service keeps at most a window of unanswered chunks out, so a
@@ -28,6 +31,16 @@ asking for one row more than that; a larger result is then run again, streamed. 
 its Spark jobs cancelled (each query runs under a job group of its own), when no
 chunk is answered for the ack wait (a client gone), when it outlives its timeout,
 and when its rows pass `max_rows`.
+
+A client gone (its connection closed, its inbox unsubscribed) is seen at once: every
+chunk and heartbeat goes out with a reply subject, and the server answers a message
+nobody receives with a 503 (no responders) on that subject, which stops the query
+as a cancel does. A client that asks for heartbeats is thus watched while its query
+computes, before any chunk; one that does not is seen at its first chunk. A reply
+subject that crossed an account import reaches the importing account's inbox
+through the server's mapping, and whether that inbox still listens is not told back
+(the mapping takes every message): such a client gets no heartbeats, and is seen
+gone at the ack wait, or by its cancel.
 
 Accounts are walls. The service answers in its own account; requests from other
 accounts reach it through an import of its `$JL.SQL.>` export (the ack subjects are
@@ -57,12 +70,13 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from log.compactor.layout import GLOBAL
+from sql.lake_cache import held
 from sql.logins import whoami
 from sql.nats_cancel import CANCEL_PREFIX, CallOffs, query_id
 from sql.service import DEFAULT_MAX_ROWS, first_line
@@ -82,6 +96,7 @@ FORMAT = "Jl-Sql-Format"
 WINDOW = "Jl-Sql-Window"
 TIMEOUT = "Jl-Sql-Timeout"
 ACK_WAIT_HEADER = "Jl-Sql-Ack-Wait"
+HEARTBEAT = "Jl-Sql-Heartbeat"
 CHUNK = "Jl-Sql-Chunk"
 ROWS = "Jl-Sql-Rows"
 REQUEST_INFO = "Nats-Request-Info"  # the server's, on a request that crossed a service import
@@ -217,6 +232,7 @@ class NatsSql:
             name=SERVICE,
             version="1.0.0",
             description="SQL over every stream's history (Spark): Arrow IPC or JSON rows",
+            stats_handler=lambda _: {"lake_cache": held()},  # `nats micro stats` shows it
         )
         group = self._service.add_group(name=SUBJECT_PREFIX)
         await group.add_endpoint(name="query", handler=self._handle)
@@ -254,6 +270,8 @@ class NatsSql:
             window = _positive(headers, WINDOW, DEFAULT_WINDOW)
             timeout = _positive(headers, TIMEOUT, None)
             ack_wait = _positive(headers, ACK_WAIT_HEADER, ACK_WAIT)
+            # A reply mapped across an import is not watched (see the module doc).
+            beat = None if REQUEST_INFO in headers else _positive(headers, HEARTBEAT, None)
             text = request.data.decode(errors="replace").strip()
             if not text:
                 raise QueryError("400", "empty query: the request's body is the SQL text")
@@ -261,9 +279,12 @@ class NatsSql:
         except (QueryError, ValueError) as exc:  # ValueError: a bad Jl-Sql-Id
             raise ServiceError(getattr(exc, "code", "400"), str(exc)) from None
         query = _Query(self._spark, account, text)
+        acks = _Acks(window, ack_wait, fmt == "json")
         task = asyncio.get_running_loop().create_task(
-            self._stream(request, query, _Acks(window, ack_wait, fmt == "json"), timeout)
+            self._stream(request, query, acks, timeout, beat)
         )
+        if REQUEST_INFO not in headers:  # a reply subject of its own account: 503s tell
+            acks.on_gone = lambda: query.call_off(task, "its client went")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if called is not None:
@@ -308,11 +329,12 @@ class NatsSql:
         query: _Query,
         acks: _Acks,
         timeout: float | None,
+        beat: float | None,
     ) -> None:
         """Send the rows, a chunk at a time; stop Spark's job when the client is gone, the
         query outlives its `Jl-Sql-Timeout`, or the rows pass `max_rows`."""
         try:
-            await asyncio.wait_for(self._send(request, query, acks), timeout)
+            await asyncio.wait_for(self._send(request, query, acks, beat), timeout)
         except TimeoutError:
             await query.cancel("no ack" if query.abandoned else f"past its {TIMEOUT}")
             if not query.abandoned:
@@ -324,16 +346,16 @@ class NatsSql:
                 await query.cancel(exc.code)
             await request.respond_error(exc.code, str(exc))
         except asyncio.CancelledError:
-            if not query.called_off:
+            if query.called_off is None:
                 await query.cancel("the service stopping")
                 raise
-            await query.cancel("cancelled by its client")
+            await query.cancel(query.called_off)
         except Exception as exc:  # Spark's execution errors (a file gone, a cast)
             await request.respond_error("500", first_line(exc))
         finally:
             query.close()
 
-    async def _send(self, request: Request, query: _Query, acks: _Acks) -> None:
+    async def _send(self, request: Request, query: _Query, acks: _Acks, beat: float | None) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         nc = self._nc
@@ -343,6 +365,12 @@ class NatsSql:
         # Under the exported prefix, so a client in an importing account reaches it too.
         acked = f"{SUBJECT_PREFIX}.ack.{nc.new_inbox().rsplit('.', 1)[-1]}"
         sub = await nc.subscribe(f"{acked}.*", cb=acks.on_ack)
+        beating = None
+        if beat is not None:
+            said = {HEARTBEAT: f"{beat:g}"}
+            beating = asyncio.get_running_loop().create_task(
+                _beat(lambda: nc.publish(reply, b"", reply=f"{acked}.beat", headers=said), beat)
+            )
         rows = 0
         sent = 0
 
@@ -374,8 +402,12 @@ class NatsSql:
                 it = await query.run(frame.toLocalIterator, False)
                 while batch := await query.run(_rows, it, _ROWS_PER_CHUNK):
                     await send(batch, encode)
+            if beating is not None:  # no heartbeat after the end, which the client leaves at
+                beating.cancel()
             await nc.publish(reply, b"", headers={ROWS: str(rows)})
         finally:
+            if beating is not None:
+                beating.cancel()
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
@@ -385,6 +417,13 @@ class NatsSql:
             f"the result has more than {self._max_rows} rows, the service's "
             "max_rows (lake { sql { max_rows } }): aggregate, or add a LIMIT",
         )
+
+
+async def _beat(send: Callable[[], Awaitable[None]], every: float) -> None:
+    """A heartbeat every `every` seconds until cancelled (the query's end)."""
+    while True:
+        await asyncio.sleep(every)
+        await send()
 
 
 def _positive(headers: dict[str, str], name: str, default: Any) -> Any:
@@ -415,11 +454,12 @@ class _Query:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jetlake-sql")
         self.group = f"jetlake-sql-{uuid.uuid4().hex}"
         self.abandoned = False  # the client stopped answering: nobody to tell
-        self.called_off = False  # its client cancelled it: nobody to tell either
+        self.called_off: str | None = None  # why its client ended it: nobody to tell either
 
-    def call_off(self, task: asyncio.Task[None]) -> None:
-        self.called_off = True
-        task.cancel()
+    def call_off(self, task: asyncio.Task[None], why: str = "cancelled by its client") -> None:
+        if self.called_off is None:
+            self.called_off = why
+            task.cancel()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -474,8 +514,12 @@ class _Acks:
         self.as_json = as_json
         self.count = 0
         self._moved = asyncio.Event()
+        self.on_gone: Callable[[], None] = lambda: None  # the client's inbox heard nothing
 
-    async def on_ack(self, _msg: Msg) -> None:
+    async def on_ack(self, msg: Msg) -> None:
+        if (msg.headers or {}).get("Status") == "503":  # the server: no responders
+            self.on_gone()
+            return
         self.count += 1
         self._moved.set()
 

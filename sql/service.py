@@ -66,6 +66,7 @@ from log.compactor.spark import build_session, local_jars
 from sql.account_views import allow, bind
 from sql.catalog import HiveCatalog, catalog_entries, keep_synced
 from sql.lake_cache import ENABLED as LAKE_CACHE
+from sql.lake_snapshot import forget_unless
 from sql.logins import OWN_LOGIN_ENV, NatsLogin
 from sql.service_info import (
     SERVICE_FILE,
@@ -74,7 +75,8 @@ from sql.service_info import (
     quiet_query_errors,
     split_hostport,
 )
-from sql.views import file_stats, quoted, register_changed
+from sql.views import file_stats, lake_tables, quoted, register_changed
+from sql.warming import keep_warm
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -149,6 +151,7 @@ class SharedViews:
         if fresh or gone or not self._walled:
             allow(spark, {a: [self._frames[n] for n in ns] for a, ns in found.items()})
             self._walled = True
+            forget_unless(lake_tables(self._store, self._lake))  # a deleted stream's cache
         self._names = names
         if self._catalog is not None:
             self._sync_catalog(self._catalog)
@@ -320,9 +323,10 @@ def main(argv: list[str]) -> int:
         if address is not None and not _free(address):
             print(f"jetlake sql serve: {what} {address[0]}:{address[1]} is taken", file=sys.stderr)
             return ADDRESS_TAKEN
+    lake = lake_at(args.lake, store)
     spark, views = start_session(
         store_dir=store,
-        lake=lake_at(args.lake, store),
+        lake=lake,
         listen=listen,
         jdbc=jdbc,
         master=args.spark_master,
@@ -347,7 +351,10 @@ def main(argv: list[str]) -> int:
             loop.add_signal_handler(sig, stop.set)
         if args.catalog:  # other engines' queries do not pass here to trigger a refresh
             syncing = loop.create_task(keep_synced(views.refresh, stop))
+        warming = loop.create_task(keep_warm(spark, views.refresh, store, lake, stop))
         await _serve(args, spark, stop)
+        stop.set()  # orphaned: the watches end too
+        await warming
         if args.catalog:
             await syncing
 

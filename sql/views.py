@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from log.compactor.layout import GLOBAL, LakeError, StreamRef, accounts, qualified, streams
-from log.compactor.location import Lake
+from log.compactor.location import Lake, LakePath
 from log.compactor.rows import SPARK_DDL, erased, spark_schema
 from log.compactor.spark import resolve_master
 from sql.bucket_views import bucket_views
@@ -185,6 +185,18 @@ def file_stats(roots: Iterable[Path]) -> frozenset[tuple[str, int, int]]:
                     st = os.stat(path)
                     found.add((path, st.st_size, st.st_mtime_ns))
     return frozenset(found)
+
+
+def lake_tables(store_dir: Path, lake: Lake) -> Callable[[LakePath], bool]:
+    """Whether a views' rebuild still reads a lake table: a file stream's current table
+    (its lake on), or a typed table beside it (`<table>.<name>`)."""
+    found = streams(store_dir, None)
+    mains = {s.table_path(lake).uri for s in found if s.storage == "file" and s.lake_on}
+
+    def live(table: LakePath) -> bool:
+        return table.uri in mains or table.uri.rsplit(".", 1)[0] in mains
+
+    return live
 
 
 DEFAULT_BUILDERS: tuple[ViewBuilder, ...] = (stream_views, bucket_views, mqtt_views)

@@ -9,6 +9,7 @@ real clients, right after nats-py's PubAcks, with no refresh between.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -424,5 +425,68 @@ async def test_cached_lake_part_misses_no_acknowledged_message(service: Service)
             assert found.to_pylist() == [{"n": last, "top": last}], f"round {round_}"
         plan = service.spark.sql("SELECT count(*) FROM WARM")._explain_string()
         assert "InMemoryTableScan" in plan, plan
+    finally:
+        await nc.close()
+
+
+async def _lake_cache(nc: nats.NATS) -> dict[str, dict[str, object]]:
+    """What the service's lake cache holds, as `$SRV.STATS` (`nats micro stats`) says."""
+    stats = json.loads((await nc.request("$SRV.STATS.jetlake-sql", b"", timeout=10)).data)
+    (query,) = (e for e in stats["endpoints"] if e["name"] == "query")
+    return dict(query["data"]["lake_cache"])
+
+
+async def test_a_commit_is_cached_before_any_query_and_a_deleted_stream_leaves_the_cache(
+    service: Service,
+) -> None:
+    """No query between: the service sees the commit and fills its new base itself, and
+    drops the base once the stream is deleted."""
+    from log.compactor.layout import STREAMS, StreamRef, default_lake_dir
+
+    nc = await nats.connect(service.server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="FILLED", subjects=["filled.>"])
+        for i in range(20):
+            await js.publish(f"filled.{i % 2}", b"x")
+        ref = StreamRef.load(service.store / STREAMS / "FILLED")
+        table = ref.table_path(default_lake_dir(service.store)).uri
+        await asyncio.to_thread(_compact, service.store, "FILLED")
+        deadline = time.monotonic() + 60
+        while (await _lake_cache(nc)).get(table) != {"files": 1, "filled": True}:
+            assert time.monotonic() < deadline, await _lake_cache(nc)
+            await asyncio.sleep(0.1)
+        await js.delete_stream("FILLED")
+        while table in await _lake_cache(nc):
+            assert time.monotonic() < deadline + 60, await _lake_cache(nc)
+            await asyncio.sleep(0.1)
+    finally:
+        await nc.close()
+
+
+async def test_a_client_gone_without_a_cancel_has_its_query_stopped(service: Service) -> None:
+    """It asked for heartbeats, saw one (its query runs), and its connection closed with no
+    cancel sent: the next heartbeat finds no one, and the service stops the Spark job."""
+    endless = "SELECT count(*) FROM range(0, 1000000000000, 1, 2)"
+    beat = asyncio.Event()
+
+    async def on_msg(msg: nats.aio.msg.Msg) -> None:
+        assert msg.headers == {"Jl-Sql-Heartbeat": "0.5"}, msg.headers
+        beat.set()
+
+    nc = await nats.connect(service.server.url)
+    try:
+        inbox = nc.new_inbox()
+        await nc.subscribe(inbox, cb=on_msg)
+        headers = {"Jl-Sql-Heartbeat": "0.5"}
+        await nc.publish("$JL.SQL.query", endless.encode(), reply=inbox, headers=headers)
+        await _until(beat, "a heartbeat")
+    finally:
+        await nc.close()
+    await service.server.wait_for_log_async(r"stopped \(its client went\): no Spark task left", 60)
+    # The service answers the next query.
+    nc = await nats.connect(service.server.url)
+    try:
+        assert (await nats_query(nc, "SELECT 42 AS n")).to_pylist() == [{"n": 42}]
     finally:
         await nc.close()

@@ -293,3 +293,18 @@ def test_jetlake_sql_reads_a_jwt_and_seed_as_a_creds_login() -> None:
 
     found = nats_login("eyJhbGciOi.jwt:SUAseed")
     assert list(found) == ["user_credentials"]
+
+
+async def test_a_503_on_a_chunks_reply_subject_is_the_client_gone_not_an_ack() -> None:
+    """The server answers a chunk or heartbeat nobody received with no responders."""
+    from types import SimpleNamespace
+
+    from sql.nats_service import _Acks
+
+    acks = _Acks(1, 30.0, as_json=False)
+    gone: list[bool] = []
+    acks.on_gone = lambda: gone.append(True)
+    await acks.on_ack(SimpleNamespace(headers={"Status": "503"}))  # type: ignore[arg-type]
+    assert gone == [True] and acks.count == 0
+    await acks.on_ack(SimpleNamespace(headers=None))  # type: ignore[arg-type]
+    assert gone == [True] and acks.count == 1
