@@ -368,7 +368,13 @@ impl ServerCodec {
         };
         let mut ops: Vec<Py<PyAny>> = Vec::new();
         let mut run: Option<Gathering> = None;
-        let mut python_seen = false; // an operation other than a run is in `ops`
+        // Whether an operation other than a run is in `ops`.
+        let mut python_seen = false;
+        // Whether acks may still be gathered: an UNSUB only takes receivers away, and a
+        // consumer's sink is never a client's, so acks the table knows keep their one
+        // receiver past it (a fetching client unsubscribes the batch's inbox before it
+        // acks the batch's last messages).
+        let mut acks_open = true;
         let routes_ref = self.routes.as_ref().map(|r| r.clone_ref(py));
         let mut routes = routes_ref.as_ref().map(|r| r.borrow_mut(py));
         let end = buf.len();
@@ -386,9 +392,10 @@ impl ServerCodec {
                     return self.fail(py, ops, err);
                 }
                 // Only before the read's first operation for Python other than a PING or
-                // PONG, which may change who takes acks (a SUB to `$JS.ACK.>`, a consumer
-                // delete) or a subject (a SUB, a stream's update); runs change neither.
-                if let (Some(r), None, false) = (routes.as_deref(), pending.hlen, python_seen) {
+                // PONG (or, for acks, an UNSUB), which may change who takes acks (a SUB to
+                // `$JS.ACK.>`, a consumer delete) or a subject (a SUB, an UNSUB, a
+                // stream's update); runs change neither.
+                if let (Some(r), None, true) = (routes.as_deref(), pending.hlen, acks_open) {
                     let payload = &buf[pos..stop];
                     let plain = pending.reply.is_empty() && is_plain_ack(payload);
                     let ack = if plain { r.ack(&pending.subject) } else { None };
@@ -426,7 +433,12 @@ impl ServerCodec {
                         continue;
                     }
                     let subject = Some(pending.subject.as_slice());
-                    if let Some(sink) = r.intake(&pending.subject) {
+                    let intake = if python_seen {
+                        None
+                    } else {
+                        r.intake(&pending.subject)
+                    };
+                    if let Some(sink) = intake {
                         join_run(py, &mut run, &mut ops, sink, subject, false)?;
                         if let Some(Gathering::Pubs {
                             replies,
@@ -467,6 +479,7 @@ impl ServerCodec {
                 close_run(py, &mut run, &mut ops)?;
                 ops.push(self.new_pub(py, &pending, &hdr, payload.as_any())?);
                 python_seen = true;
+                acks_open = false;
                 pos = stop + 2;
                 continue;
             }
@@ -489,12 +502,15 @@ impl ServerCodec {
                 let err = self.err_max_control_line.clone_ref(py);
                 return self.fail(py, ops, err);
             }
+            let unsub = upper4(line) == *b"UNSU";
             match self.control(py, line)? {
                 Control::Nothing => {}
                 Control::Op(op) => {
                     close_run(py, &mut run, &mut ops)?;
                     // A PING or PONG changes no routing: runs may follow it.
-                    python_seen |= !(op.is(&self.ping) || op.is(&self.pong));
+                    let routing = !(op.is(&self.ping) || op.is(&self.pong));
+                    python_seen |= routing;
+                    acks_open &= !routing || unsub;
                     ops.push(op);
                 }
                 Control::Fail(error) => {

@@ -1,10 +1,11 @@
 """The compiled codec's ack runs against the PUBs the pure codec reads from the same bytes.
 
 A plain ack to a consumer whose sink `Routes` learnt, before any other operation in
-its read, must come out as part of an `AckRun` with the numbers the consumer's own
-parse (`Runner._on_ack`) reads from the subject; every other operation must come out
-as the pure codec gives it, in the same order. The model below is the rule the Rust
-code implements, written from what the Python path does with such a PUB.
+its read but a PING, PONG or UNSUB, must come out as part of an `AckRun` with the
+numbers the consumer's own parse (`Runner._on_ack`) reads from the subject; every other
+operation must come out as the pure codec gives it, in the same order. The model below
+is the rule the Rust code implements, written from what the Python path does with such
+a PUB.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def operation(
     replies: st.SearchStrategy[bytes] = REPLY,
     bodies: st.SearchStrategy[bytes] = BODY,
 ) -> bytes:
-    """A PUB, HPUB, PING or SUB, as a client sends it."""
+    """A PUB, HPUB, PING, SUB or UNSUB, as a client sends it."""
     subject = draw(subjects)
     reply = draw(replies)
     body = draw(bodies)
@@ -46,6 +47,8 @@ def operation(
         return b"PING\r\n"
     if kind == 1:
         return b"SUB x 1\r\n"
+    if kind == 3:
+        return b"UNSUB 1\r\n"
     if kind == 2:
         hdr = b"NATS/1.0\r\n\r\n"
         size = len(hdr) + len(body)
@@ -71,13 +74,14 @@ def gathered(op: nats.Op) -> tuple[int, int, int] | None:
 
 def expected(ops: list[nats.Op]) -> list[object]:
     """What one read must give: acks are gathered only before its first other operation
-    but a PING or PONG, which Python must run first (a SUB may add a receiver of acks)."""
+    but a PING, PONG or UNSUB, which Python must run first (a SUB may add a receiver of
+    acks; an UNSUB only takes one away, and never a consumer's sink)."""
     out: list[object] = []
     open_ = True
     for op in ops:
         seqs = gathered(op) if open_ else None
         out.append(("ack", *seqs) if seqs else op)
-        open_ = open_ and (seqs is not None or type(op) in (nats.Ping, nats.Pong))
+        open_ = open_ and (seqs is not None or type(op) in (nats.Ping, nats.Pong, nats.Unsub))
     return out
 
 
@@ -152,6 +156,22 @@ def test_consecutive_acks_are_one_run_and_others_keep_their_place() -> None:
     ]
     assert ops[0].seqs == [1, 1, 1, 1, 2, 2, 1, 3, 3]
     assert ops[0].size == 12
+
+
+def test_acks_after_an_unsub_are_still_gathered_but_a_publish_after_it_is_pythons() -> None:
+    """A fetching client unsubscribes its batch's inbox before it acks the batch's last
+    messages: those acks stay a run. PUBs to a stream's intake do not run past it (the
+    UNSUB may take away a receiver the table frames for)."""
+    routes = jetlake_native.Routes()
+    sink, intake = object(), object()
+    routes.learn_acks(PREFIX, sink)
+    routes.learn_intake(b"orders", intake)
+    _, compiled = connected(routes)
+    ack = b"PUB $JS.ACK.S.C.1.%d.%d.0.0 0\r\n\r\n"
+    data = b"UNSUB 7\r\n" + ack % (1, 1) + b"PUB orders 1\r\nx\r\n" + ack % (2, 2)
+    ops = compiled.receive(data)  # type: ignore[attr-defined]
+    assert [type(op) for op in ops] == [nats.Unsub, jetlake_native.AckRun, nats.Pub, nats.Pub]
+    assert ops[1].sink is sink and ops[1].seqs == [1, 1, 1]
 
 
 def test_forgotten_with_the_routes() -> None:
