@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from log.consumers.store import WIDTH
+from log.consumers.store import record_runs
 
 CREATE = 1
 META = 2
@@ -164,12 +164,9 @@ def _records(body: bytes, where: str) -> bytes:
     values.frombytes(body)
     if sys.byteorder != "little":
         values.byteswap()
-    i, n = 0, len(values)
-    while i < n:
-        width = WIDTH.get(values[i])
-        if width is None:
-            raise ConsumerOpError(where, f"unknown record tag {values[i]} at {i}")
-        if i + width > n:
-            raise ConsumerOpError(where, f"record at {i} cut short")
-        i += width
+    try:
+        for _ in record_runs(values):
+            pass
+    except ValueError as err:
+        raise ConsumerOpError(where, str(err)) from None
     return body if sys.byteorder == "little" else values.tobytes()
