@@ -339,7 +339,8 @@ class Stream:
 
     def _propose_admitted(self, entry: Publish, answer: OnCommit) -> None:
         """The answer goes once the message committed; readers wake once it is stored."""
-        self._group.propose((entry,), partial(self._stored, (entry,)), early=answer)
+        proposal = pack_run([entry]) if self._replicated else (entry,)
+        self._group.propose(proposal, partial(self._stored, (entry,)), early=answer)
 
     def _proposal(
         self, entry: Publish, echo: Echo, value: str, ack: AckSink | None

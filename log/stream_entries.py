@@ -438,9 +438,11 @@ _DECODERS = {
 
 
 def pack_run(publishes: list[Publish]) -> list[Entry]:
-    """Publishes to propose as one Run entry, where they can be (two or more, none a
-    fast batch's, whose marks a Run does not carry)."""
-    if len(publishes) < 2 or any(p.fast is not None for p in publishes):
+    """Publishes to propose as one Run entry, where they can be (none a fast batch's,
+    whose marks a Run does not carry). One publish too: a follower reads a Run's in the
+    compiled extension and appends a plain one from its bytes, where a lone Publish is
+    decoded in Python and appended as a message object."""
+    if not publishes or any(p.fast is not None for p in publishes):
         return list(publishes)
     return [Run(tuple(publishes))]
 
