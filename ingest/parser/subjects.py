@@ -54,6 +54,10 @@ def subject_matches(pattern: str, subject: str) -> bool:
 
 def subjects_overlap(a: str, b: str) -> bool:
     """Whether some literal subject matches both patterns (stream subject overlap)."""
+    if a == b:
+        return True
+    if not _wild(a) and not _wild(b):  # a create checks every stream's: most are literal
+        return False
     atoks = a.split(".")
     btoks = b.split(".")
     for x, y in zip(atoks, btoks, strict=False):
@@ -62,6 +66,12 @@ def subjects_overlap(a: str, b: str) -> bool:
         if x != y and x != "*" and y != "*":
             return False
     return len(atoks) == len(btoks)
+
+
+def _wild(subject: str) -> bool:
+    """Whether it may hold a wildcard: a quick look at characters (a token such as `a*`
+    is literal, and is then left to the token-wise check)."""
+    return "*" in subject or ">" in subject
 
 
 def is_subset(sub: str, sup: str) -> bool:

@@ -73,6 +73,13 @@ async def test_placement_errors_match_the_reference(kind: str, tmp_path: Path) -
         with pytest.raises(APIError) as missing:
             await c.js.stream_info("NOPE")
         assert missing.value.err_code == 10059
+        for subjects in (["ok"], ["*"], ["o.>", "ok"]):  # the same, a wildcard's, among others
+            with pytest.raises(APIError) as overlap:
+                await c.js.add_stream(StreamConfig(name="OVER", subjects=subjects))
+            assert (overlap.value.err_code, overlap.value.description) == (
+                10065,
+                "subjects overlap with an existing stream",
+            )
         names = await request(c.nc, "$JS.API.STREAM.NAMES")
         assert names["streams"] == ["OK"]
 

@@ -307,9 +307,16 @@ class ClusterRequests:
             js_limits.check_stream(limits, configs, cfg)
 
     def _check_overlap(self, subjects: tuple[str, ...] | list[str], name: str) -> None:
-        for sa in self._cluster.state.in_account(self._account):
-            if sa.name != name and any(
-                subjects_overlap(a, b) for a in subjects for b in sa.config.get("subjects") or []
+        account = self._account
+        for sa in self._cluster.state.streams.values():  # in_account sorts: not needed here
+            if (
+                sa.account == account
+                and sa.name != name
+                and any(
+                    subjects_overlap(a, b)
+                    for a in subjects
+                    for b in sa.config.get("subjects") or []
+                )
             ):
                 raise errors.subjects_overlap()
 
