@@ -189,8 +189,12 @@ def file_stats(roots: Iterable[Path]) -> frozenset[tuple[str, int, int]]:
 
 def lake_tables(store_dir: Path, lake: Lake) -> Callable[[LakePath], bool]:
     """Whether a views' rebuild still reads a lake table: a file stream's current table
-    (its lake on), or a typed table beside it (`<table>.<name>`)."""
-    found = streams(store_dir, None)
+    (its lake on), or a typed table beside it (`<table>.<name>`). Every table, while a
+    stream folder cannot be read (a deletion under way): none is taken for gone then."""
+    try:
+        found = list(streams(store_dir, None))
+    except LakeError:
+        return lambda _: True
     mains = {s.table_path(lake).uri for s in found if s.storage == "file" and s.lake_on}
 
     def live(table: LakePath) -> bool:

@@ -61,3 +61,11 @@ def test_the_tables_read_are_each_streams_current_one_and_its_typed_tables(
     assert live(main.with_name(f"{main.name}.rejects"))  # a typed table beside it
     assert not live(main.with_name("20261127T000000.000000001Z"))  # a former incarnation
     assert not live(lake.path("GONE") / main.name)
+
+
+def test_an_unreadable_stream_folder_takes_no_table_for_gone(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    lake = lake_at(str(tmp_path / "lake"), store)
+    main = StreamRef.load(_stream(store, "ORDERS")).table_path(lake)
+    (store / STREAMS / "ORDERS" / META_FILE).write_text("{not json")
+    assert lake_tables(store, lake)(main.with_name("20261127T000000.000000001Z"))
