@@ -168,7 +168,6 @@ class RaftNode:
         self._leader: tuple[NodeId | None, int] = (None, 0)
         self._wake = asyncio.Event()
         self._parked = False  # the loop waits for work: an input may be taken in place
-        self._proposing = False  # proposals wait for `_propose_in_place`
         self._ticker: Ticker | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False  # refusing work: closing, or failed
@@ -237,21 +236,7 @@ class RaftNode:
             self._proposal_waiters.append((upto, early, bool(data)))
         if on_commit is not None:
             self._proposal_waiters.append((upto, on_commit, False))
-        if not (self._parked and not self._wake.is_set()):
-            self._wake.set()
-        elif not self._proposing:
-            self._proposing = True
-            asyncio.get_running_loop().call_soon(self._propose_in_place)
-
-    def _propose_in_place(self) -> None:
-        """What was proposed in a turn of the loop, proposed in the next as one batch, as
-        the loop would: in place if the loop still waits (`_in_place`), without waking
-        the node's task for it. Otherwise the loop took the proposals already, or takes
-        them now that it was woken."""
-        self._proposing = False
-        queued = self._proposals or self._proposal_waiters
-        if queued and self._parked and not self._wake.is_set() and not self._closed:
-            self._in_place(None)
+        self._wake.set()
 
     async def read_index(self) -> int:
         """A linearizable read point: returns once this node applied everything committed
@@ -344,8 +329,7 @@ class RaftNode:
                 self._wake.set()
 
     def _in_place(self, msg: Message | None) -> None:
-        """Step the core in the caller's turn while the loop waits with nothing queued but
-        the proposals of the last turn (`_propose_in_place`).
+        """Step the core in the caller's turn while the loop waits with nothing queued.
 
         An idle group's traffic is heartbeats, their answers and the ticks that send
         them: a Ready of messages alone, which needs no disk and no application, so it
@@ -353,8 +337,7 @@ class RaftNode:
         more than the step itself. So is a Ready that waits on no disk (`_now`): with
         one publish at a time that is every Ready of the round trip (a follower's
         append and answer, the leader's commit, apply and PubAck), and a wake-up of the
-        task for each was a turn of the event loop on the publish's path, and so was the
-        leader's proposal: its entries written and sent from here too. A snapshot,
+        task for each was a turn of the event loop on the publish's path. A snapshot,
         a term or vote to fsync, or entries under `always` wake the loop, which takes
         the core's Ready as ever."""
         core = self._core
@@ -364,8 +347,6 @@ class RaftNode:
                 core.tick()
             if msg is not None:
                 core.step(msg)
-            if self._proposals or self._proposal_waiters:
-                self._propose_queued()
             if core.needs_io() and (self._always or core.needs_wait()):
                 self._wake.set()
                 return
