@@ -24,3 +24,55 @@ async def test_a_query_with_no_service_fails_at_once_with_no_responders(
         assert time.monotonic() - started < 5.0
     finally:
         await nc.close()
+
+
+async def test_heartbeats_are_skipped_and_one_nobody_receives_comes_back_as_503(
+    server: ServerProcess,
+) -> None:
+    """A stand-in for the service: the client asks for heartbeats, skips the one sent before
+    its chunk, and once it has its answer (its inbox gone) the server answers the next
+    heartbeat's reply subject with no responders, which is how the service sees it go."""
+    import asyncio
+
+    import pyarrow as pa
+
+    from sql.nats_service import encode_table
+
+    svc = await nats.connect(server.url)
+    nc = await nats.connect(server.url)
+    asked: list[dict[str, str]] = []
+    inbox: list[str] = []
+    back: asyncio.Queue[nats.aio.msg.Msg] = asyncio.Queue()
+    try:
+
+        async def serve(msg: nats.aio.msg.Msg) -> None:
+            asked.append(dict(msg.headers or {}))
+            inbox.append(msg.reply)
+            beat = {"Jl-Sql-Heartbeat": "1"}
+            await svc.publish(msg.reply, b"", reply="acks.beat", headers=beat)
+            chunk = encode_table(pa.table({"n": [42]}))
+            await svc.publish(msg.reply, chunk, reply="acks.0", headers={"Jl-Sql-Chunk": "0"})
+            await svc.publish(msg.reply, b"", headers={"Jl-Sql-Rows": "1"})
+
+        await svc.subscribe("$JL.SQL.query", cb=serve)
+        await svc.subscribe("acks.*", cb=back.put)
+        await svc.flush()
+        for tries in range(3):  # see below
+            try:
+                answer = await query(nc, "SELECT 42 AS n", timeout=30.0)
+                break
+            except NoRespondersError:
+                # Seen about once in 20 runs under load, from the reference only: its first
+                # request to a subject subscribed (and flushed) just before found no one.
+                assert tries < 2 and not asked
+        assert answer.to_pylist() == [{"n": 42}]
+        assert asked[0]["Jl-Sql-Heartbeat"] == "1"
+        acked = await asyncio.wait_for(back.get(), 30)  # the chunk's ack
+        assert acked.subject == "acks.0" and "Status" not in (acked.headers or {})
+
+        await svc.publish(inbox[0], b"", reply="acks.late", headers={"Jl-Sql-Heartbeat": "1"})
+        late = await asyncio.wait_for(back.get(), 30)
+        assert late.subject == "acks.late" and (late.headers or {}).get("Status") == "503"
+    finally:
+        await nc.close()
+        await svc.close()
