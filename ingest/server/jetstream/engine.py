@@ -250,6 +250,10 @@ class JetStream:
         """An empty store for a restore to fill before the stream exists."""
         return self._open_store(cfg, folder)
 
+    def replica_store(self, cfg: StreamConfig) -> MsgStore:
+        """A replicated stream's store, from its folder (on any thread: no stream yet)."""
+        return self._open_store(cfg, self._root / cfg.name, replicated=True)
+
     def open_restored(self, cfg: StreamConfig, created_ns: int, store: MsgStore | None) -> Stream:
         """A restored stream: its files already in its folder, or its filled memory store."""
         return self._open(cfg, created_ns, store=store)
@@ -261,10 +265,13 @@ class JetStream:
             ):
                 raise errors.subjects_overlap()
 
-    def adopt(self, cfg: StreamConfig, created_ns: int, group: GroupFactory) -> Stream:
-        """Open a replicated stream the meta group assigned here; it follows until its
-        group elects this server (`set_stream_leader`)."""
-        stream = self._open(cfg, created_ns, group)
+    def adopt(
+        self, cfg: StreamConfig, created_ns: int, group: GroupFactory, store: MsgStore | None = None
+    ) -> Stream:
+        """Open a replicated stream the meta group assigned here (on `store`, if opened
+        already: `replica_store`); it follows until its group elects this server
+        (`set_stream_leader`)."""
+        stream = self._open(cfg, created_ns, group, store)
         self.set_stream_leader(stream, False)
         return stream
 

@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -40,7 +40,7 @@ from ingest.server.jetstream.cluster.groups import (
     open_node,
     stand_first,
 )
-from ingest.server.jetstream.cluster.log_opening import LogPrefetch
+from ingest.server.jetstream.cluster.log_opening import Opened, Prefetch
 from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
 from ingest.server.jetstream.cluster.peer_requests import PeerRequests
 from ingest.server.jetstream.cluster.placement import STORAGE_KEYS, choose_peers, placement_of
@@ -110,9 +110,8 @@ class JetStreamCluster:
         self.meta: RaftNode | None = None
         self.meta_leader_since = 0
         self.hosted: dict[tuple[str, str], Hosted] = {}
-        self._logs = LogPrefetch(
-            lambda group: open_log(js_dir, group, me=self.me, sync_interval_ns=sync_interval_ns)
-        )
+        self._logs: Prefetch[Opened] = Prefetch(lambda opened: opened[0].close())
+        self._stores: Prefetch[MsgStore] = Prefetch(lambda store: store.close())
         # Replicas being deleted here: a stream created anew under the same name (same
         # folder) waits for its predecessor's files to go before it opens.
         self._dropping: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -327,21 +326,39 @@ class JetStreamCluster:
         self._enact_all(changes)
 
     def _enact_all(self, changes: list[meta.Change]) -> None:
-        """Enact in order; the logs of the streams that come here open together first
-        (log_opening): a restart's replay hosts every stream of this server at once."""
-        self._logs.ahead(
-            c.assignment.group
+        """Enact in order; the logs and stores of the streams that come here open together
+        first (log_opening): a restart's replay hosts every stream of this server at once."""
+        coming = [
+            c.assignment
             for c in changes
             if c.kind != "removed"
             and self.me in c.assignment.peers
             and c.assignment.key not in self.hosted
             and c.assignment.key not in self._dropping
-        )
+        ]
         try:
+            self._logs.ahead(
+                (sa.group, partial(open_log, self.js_dir, sa.group, me=self.me,
+                                   sync_interval_ns=self._sync))
+                for sa in coming
+            )  # fmt: skip
+            self._stores.ahead(self._store_opens(coming))
             for change in changes:
                 self._enact(change)
         finally:
             self._logs.discard()
+            self._stores.discard()
+
+    def _store_opens(
+        self, coming: list[StreamAssignment]
+    ) -> Iterator[tuple[str, Callable[[], MsgStore]]]:
+        """Stores of the streams whose folders are here (a restart's): a new stream's
+        folder must not appear before `_host` looks whether it is new."""
+        for sa in coming:
+            engine = self._engines(sa.account)
+            cfg = from_request(sa.config)
+            if engine is not None and engine.stream_folder(cfg.name).exists():
+                yield sa.group, partial(engine.replica_store, cfg)
 
     def _enact(self, change: meta.Change) -> None:
         sa = change.assignment
@@ -461,7 +478,9 @@ class JetStreamCluster:
             return raft
 
         try:
-            stream = engine.adopt(cfg, parse_rfc3339(sa.created), group)
+            stream = engine.adopt(
+                cfg, parse_rfc3339(sa.created), group, store=self._stores.take(sa.group)
+            )
         except LogStoreError as err:
             # Its own group alone is lost here (term and vote unknown: running on would risk
             # a second vote in a term); the meta group and the other streams carry on.
