@@ -25,6 +25,12 @@ def notify(waiters: list[OnCommit], error: BaseException | None) -> None:
             )
 
 
+def refuse(error: BaseException, *callbacks: OnCommit | None) -> None:
+    """A proposal turned away before it was queued: each of its callbacks given (`early`
+    before `on_commit`) hears why."""
+    notify([cb for cb in callbacks if cb is not None], error)
+
+
 def settle(future: asyncio.Future[int], index: int, error: BaseException | None) -> None:
     if future.done():
         return

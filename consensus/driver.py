@@ -31,7 +31,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
-from consensus.commits import OnCommit, notify
+from consensus.commits import OnCommit, notify, refuse
 from consensus.core import Config, RaftCore
 from consensus.durability import DEFAULT_SYNC_INTERVAL_NS, SYNCER, sync_delay
 from consensus.ticker import Ticker
@@ -228,7 +228,7 @@ class RaftNode:
         """
         if self._closed:
             error = self._error or NodeClosedError(f"raft node {self.id} closed")
-            notify([cb for cb in (early, on_commit) if cb is not None], error)
+            refuse(error, early, on_commit)
             return
         self._proposals.extend(data)
         upto = len(self._proposals)

@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from consensus.commits import OnCommit, notify, settle
+from consensus.commits import OnCommit, refuse, settle
 from consensus.driver import Apply, RaftNode
 from consensus.types import Entry, EntryKind, NotLeaderError, RaftError, Role
 from log.replication import GroupClosedError
@@ -89,7 +89,7 @@ class RaftGroup(Generic[E]):
                 if self._closed
                 else NotLeaderError(self.node.leader)
             )
-            notify([cb for cb in (early, on_commit) if cb is not None], error)
+            refuse(error, early, on_commit)
             return
         encode, own = self._encode, self._own
         if len(own) > OWN_LIMIT:

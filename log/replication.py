@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
-from consensus.commits import OnCommit, notify, settle
+from consensus.commits import OnCommit, notify, refuse, settle
 from consensus.durability import SYNCER, sync_delay
 
 E = TypeVar("E")
@@ -102,7 +102,7 @@ class SingleNodeGroup(Generic[E]):
         `on_commit`."""
         if self._closed or self._error is not None:
             error = self._error or GroupClosedError("replication group closed")
-            notify([cb for cb in (early, on_commit) if cb is not None], error)
+            refuse(error, early, on_commit)
             return
         self._queue.extend(entries)
         self._proposed += len(entries)
