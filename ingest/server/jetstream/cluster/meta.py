@@ -112,7 +112,8 @@ class MetaState:
         return changes
 
     def in_account(self, account: str) -> Iterator[StreamAssignment]:
-        for (acc, _), sa in sorted(self.streams.items()):
+        """The account's streams in no order (a listing sorts what it shows)."""
+        for (acc, _), sa in self.streams.items():
             if acc == account:
                 yield sa
 

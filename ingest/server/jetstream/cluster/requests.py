@@ -307,28 +307,24 @@ class ClusterRequests:
             js_limits.check_stream(limits, configs, cfg)
 
     def _check_overlap(self, subjects: tuple[str, ...] | list[str], name: str) -> None:
-        account = self._account
-        for sa in self._cluster.state.streams.values():  # in_account sorts: not needed here
-            if (
-                sa.account == account
-                and sa.name != name
-                and any(
-                    subjects_overlap(a, b)
-                    for a in subjects
-                    for b in sa.config.get("subjects") or []
-                )
+        for sa in self._cluster.state.in_account(self._account):
+            if sa.name != name and any(
+                subjects_overlap(a, b) for a in subjects for b in sa.config.get("subjects") or []
             ):
                 raise errors.subjects_overlap()
 
     def _matching(self, data: bytes) -> tuple[list[StreamAssignment], int]:
         req = optional_json(data)
         subject = str(req.get("subject") or "")
-        found = [
-            sa
-            for sa in self._cluster.state.in_account(self._account)
-            if not subject
-            or any(subjects_overlap(subject, s) for s in sa.config.get("subjects") or [])
-        ]
+        found = sorted(
+            (
+                sa
+                for sa in self._cluster.state.in_account(self._account)
+                if not subject
+                or any(subjects_overlap(subject, s) for s in sa.config.get("subjects") or [])
+            ),
+            key=lambda sa: sa.name,
+        )
         return found, max(int(req.get("offset") or 0), 0)
 
     def _names(self, tokens: list[str], data: bytes) -> Response:
