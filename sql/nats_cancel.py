@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 CANCEL_PREFIX = "$JL.SQL.cancel"
 QUERY_ID = "Jl-Sql-Id"
+# Asked by a client so the service sees it go (a 503 on a heartbeat's reply) before any chunk.
+HEARTBEAT = "Jl-Sql-Heartbeat"
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _REMEMBERED = 1024  # cancels of queries not arrived yet
 

@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from nats.errors import NoRespondersError
 
-from sql.nats_cancel import QUERY_ID, cancel_subject
+from sql.nats_cancel import HEARTBEAT, QUERY_ID, cancel_subject
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
 
 SUBJECT = "$JL.SQL.query"
-HEARTBEAT = "Jl-Sql-Heartbeat"
 BEAT = 1.0  # seconds between the service's heartbeats: its watch of this client
 
 

@@ -78,7 +78,7 @@ import pyarrow as pa
 from log.compactor.layout import GLOBAL
 from sql.lake_cache import held
 from sql.logins import whoami
-from sql.nats_cancel import CANCEL_PREFIX, CallOffs, query_id
+from sql.nats_cancel import CANCEL_PREFIX, HEARTBEAT, CallOffs, query_id
 from sql.service import DEFAULT_MAX_ROWS, first_line
 
 if TYPE_CHECKING:
@@ -96,7 +96,6 @@ FORMAT = "Jl-Sql-Format"
 WINDOW = "Jl-Sql-Window"
 TIMEOUT = "Jl-Sql-Timeout"
 ACK_WAIT_HEADER = "Jl-Sql-Ack-Wait"
-HEARTBEAT = "Jl-Sql-Heartbeat"
 CHUNK = "Jl-Sql-Chunk"
 ROWS = "Jl-Sql-Rows"
 REQUEST_INFO = "Nats-Request-Info"  # the server's, on a request that crossed a service import
