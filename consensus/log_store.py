@@ -80,13 +80,13 @@ from consensus.wal_format import (
 from consensus.wal_recovery import (
     HARD_STATE,
     SNAP_SUFFIX,
-    TMP_SUFFIX,
     LogStoreError,
     WalFile,
     fsync_dir,
     numbered,
     recover,
     replace_durably,
+    replace_unsynced,
     snap_path,
     wal_path,
     write_all,
@@ -191,9 +191,7 @@ class LogStore:
         new again (wal_recovery: a hard state missing or short, with no log).
         """
         path = self.dir / RUNNING
-        tmp = path.with_name(path.name + TMP_SUFFIX)
-        tmp.write_bytes(record)
-        os.replace(tmp, path)
+        replace_unsynced(path, record)
         fd = os.open(path, os.O_RDONLY)
         with self._lock:
             self._unsynced.append(fd)  # sync fsyncs and closes it, with the directory

@@ -106,6 +106,14 @@ def replace_durably(path: Path, data: bytes, *, tmp: Path | None = None) -> None
     fsync_dir(path.parent)
 
 
+def replace_unsynced(path: Path, data: bytes) -> None:
+    """Old file or new, whole, after a kill -9 (written aside, renamed over it); a power
+    loss may undo it until its caller fsyncs it and its folder."""
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 @dataclass(slots=True)
 class WalFile:
     path: Path

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from consensus.durability import fsync_dir, sync_soon
-from consensus.wal_recovery import TMP_SUFFIX, replace_durably
+from consensus.wal_recovery import replace_durably, replace_unsynced
 
 MAGIC = b"JLSTATE1 "
 _HEADER_MAX = 64  # magic, 8 hex digits, a length: far less than this before the newline
@@ -107,9 +107,7 @@ def write_new_state(path: Path, doc: Any, sync_interval_ns: int | None) -> None:
         replace_durably(path, encode_state(doc))
         fsync_dir(path.parent.parent)
         return
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    tmp.write_bytes(encode_state(doc))
-    os.replace(tmp, path)
+    replace_unsynced(path, encode_state(doc))
     sync_soon(sync_interval_ns, path, path.parent, path.parent.parent)
 
 
