@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 import urllib.parse
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ingest.parser.conf import ConfigError, Table
+from ingest.server.config_reader import Section
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt import nkey
 from ingest.server.jwt.settings import CACHE, FULL, MEMORY, URL, ResolverConfig
@@ -26,18 +27,7 @@ _RESOLVER_ERROR = (
 )
 
 
-class _Section(Protocol):
-    table: Table
-
-    def error(self, key: str, reason: str) -> ConfigError: ...
-    def unknown(self, key: str) -> None: ...
-    def string(self, key: str) -> str: ...
-    def boolean(self, key: str) -> bool: ...
-    def integer(self, key: str) -> int: ...
-    def section(self, key: str) -> Any: ...
-
-
-def nkey_user(section: _Section, key: str, entry: Table) -> str:
+def nkey_user(section: Section, key: str, entry: Table) -> str:
     """A user entry's `nkey`: a user's public key, and then no name or password."""
     value = section.string(key)
     if not nkey.is_public(value, nkey.USER):
@@ -49,7 +39,7 @@ def nkey_user(section: _Section, key: str, entry: Table) -> str:
     return value
 
 
-def _operator_jwt(section: _Section, key: str, value: object) -> str:
+def _operator_jwt(section: Section, key: str, value: object) -> str:
     if not isinstance(value, str):
         raise section.error(key, f"error parsing operator JWT: expected a string, got {value!r}")
     if not value.startswith(_JWT_START):
@@ -72,7 +62,7 @@ def _unwrap(text: str) -> str:
     return inner[0] if inner else text.strip()
 
 
-def operators(section: _Section, key: str, out: dict[str, Any]) -> None:
+def operators(section: Section, key: str, out: dict[str, Any]) -> None:
     value = section.table[key]
     items = value if isinstance(value, list) else [value]
     out["operators"] = tokens = tuple(_operator_jwt(section, key, item) for item in items)
@@ -88,7 +78,7 @@ def operators(section: _Section, key: str, out: dict[str, Any]) -> None:
         out.setdefault("resolver", ResolverConfig(type=URL, url=url))
 
 
-def resolver(section: _Section, key: str, out: dict[str, Any]) -> None:
+def resolver(section: Section, key: str, out: dict[str, Any]) -> None:
     value = section.table[key]
     if isinstance(value, str):
         out["resolver"] = _named_resolver(section, key, value)
@@ -143,7 +133,7 @@ def resolver(section: _Section, key: str, out: dict[str, Any]) -> None:
     out["resolver"] = ResolverConfig(**fields)
 
 
-def _named_resolver(section: _Section, key: str, value: str) -> ResolverConfig:
+def _named_resolver(section: Section, key: str, value: str) -> ResolverConfig:
     """`MEM`/`MEMORY`, or `URL("http://host/jwt/v1/accounts/")` (the URL ends with `/`)."""
     if value.strip().upper() in ("MEM", "MEMORY"):
         return ResolverConfig(type=MEMORY)
@@ -163,7 +153,7 @@ def account_server(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
-def resolver_preload(section: _Section, key: str, out: dict[str, Any]) -> None:
+def resolver_preload(section: Section, key: str, out: dict[str, Any]) -> None:
     inner = section.section(key)
     preload: list[tuple[str, str]] = []
     for name in inner.table:

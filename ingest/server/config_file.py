@@ -7,7 +7,6 @@ aliases and warnings and writes plain fields; `options` freezes the result.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
@@ -16,6 +15,8 @@ from ingest.parser.subjects import is_valid_subject
 from ingest.server import auth_config
 from ingest.server.accounts.config_section import read_accounts
 from ingest.server.cluster.config_section import read_cluster, single_user_authorization
+from ingest.server.config_reader import Section, describe, read_size
+from ingest.server.lake_config import read_lake
 from ingest.server.leafnode.config_section import read_leafnodes
 from ingest.server.mappings import read_mappings
 from ingest.server.pinning import pinned_certs
@@ -26,106 +27,17 @@ from ingest.server.settings import (
     MAX_INT32,
     MQTTConfig,
     Permissions,
-    SqlConfig,
     SubjectPermission,
     TLSConfig,
     User,
     parse_duration,
-    storage_size,
 )
 from ingest.server.websocket.config_section import read_websocket
-from log.compactor.location import S3Options
-
-# -- typed access to a table ------------------------------------------------
-
-_TYPE_NAMES = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, Table):
-        return "map"
-    if isinstance(value, datetime):
-        return "date"
-    return f"{_TYPE_NAMES.get(type(value), type(value).__name__)} {value!r}"
-
-
-class _Section:
-    """One table being interpreted, reporting problems at the key's position."""
-
-    def __init__(self, table: Table, warnings: list[str]) -> None:
-        self.table = table
-        self.warnings = warnings
-
-    def error(self, key: str, reason: str) -> ConfigError:
-        return ConfigError(reason, self.table.position(key))
-
-    def warn(self, key: str, reason: str) -> None:
-        self.warnings.append(f'{self.table.position(key)}: invalid use of field "{key}": {reason}')
-
-    def unknown(self, key: str) -> None:
-        if key not in self.table.variables:
-            raise self.error(key, f'unknown field "{key}"')
-
-    def typed(self, key: str, kind: type | tuple[type, ...], name: str) -> Any:
-        value = self.table[key]
-        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-            raise self.error(key, f'expected {name} for "{key}", got {_describe(value)}')
-        return value
-
-    def integer(self, key: str) -> int:
-        return self.typed(key, int, "an integer")
-
-    def string(self, key: str) -> str:
-        return self.typed(key, str, "a string")
-
-    def boolean(self, key: str) -> bool:
-        return self.typed(key, bool, "a boolean")
-
-    def section(self, key: str) -> _Section:
-        table = self.typed(key, Table, "a map")
-        return _Section(table, self.warnings)
-
-    def entry(self, table: Table) -> _Section:
-        """A table inside a list (a leafnode remote), read like a section."""
-        return _Section(table, self.warnings)
-
-    def duration(self, key: str) -> float:
-        """A duration string, or (warned) a number of seconds."""
-        value = self.typed(key, (str, int), "a duration")
-        if isinstance(value, int):
-            self.warn(key, f"{key} should be converted to a duration")
-            return float(value)
-        try:
-            return parse_duration(value)
-        except ValueError as exc:
-            raise self.error(key, f"error parsing {key}: {exc}") from exc
-
-    def timeout(self, key: str, context: str) -> float:
-        """Seconds as an int, a float, or a duration string."""
-        value = self.typed(key, (int, float, str), "a number of seconds or a duration")
-        if not isinstance(value, str):
-            return float(value)
-        try:
-            return parse_duration(value)
-        except ValueError as exc:
-            raise self.error(key, f"error parsing {context}, 'timeout' {exc}") from exc
-
-    def subjects(self, key: str, *, queue: bool) -> tuple[str, ...]:
-        value = self.table[key]
-        items = value if isinstance(value, list) else [value]
-        for subject in items:
-            if not isinstance(subject, str):
-                raise self.error(key, "Subject in permissions array cannot be cast to string")
-            literal, _, group = subject.partition(" ") if queue else (subject, "", "")
-            if not is_valid_subject(literal) or (group and not is_valid_subject(group)):
-                raise self.error(key, f'subject "{subject}" is not a valid subject')
-        return tuple(items)
-
 
 # -- config file keys ----------------------------------------------------------
 
 
-def _hostport(section: _Section, key: str) -> tuple[str | None, int]:
+def _hostport(section: Section, key: str) -> tuple[str | None, int]:
     value = section.typed(key, (int, str), "a port or host:port")
     if isinstance(value, int):
         return None, value
@@ -143,7 +55,7 @@ def monitor_port(raw: int) -> int | None:
     return None if raw == 0 else 0 if raw == -1 else raw
 
 
-def _subject_permission(section: _Section, key: str, *, queue: bool) -> SubjectPermission:
+def _subject_permission(section: Section, key: str, *, queue: bool) -> SubjectPermission:
     if not isinstance(section.table[key], Table):
         return SubjectPermission(allow=section.subjects(key, queue=queue))
     inner = section.section(key)
@@ -160,7 +72,7 @@ def _subject_permission(section: _Section, key: str, *, queue: bool) -> SubjectP
     return SubjectPermission(**lists)
 
 
-def _permissions(parent: _Section, key: str) -> Permissions:
+def _permissions(parent: Section, key: str) -> Permissions:
     section = parent.section(key)
     found: dict[str, SubjectPermission] = {}
     for name in section.table:
@@ -178,7 +90,7 @@ def _permissions(parent: _Section, key: str) -> Permissions:
     return Permissions(**found)
 
 
-def _allow_responses(parent: _Section, key: str) -> tuple[int, float] | None:
+def _allow_responses(parent: Section, key: str) -> tuple[int, float] | None:
     """`allow_responses: true`, or `{max: N, expires: "5s"}` (`ttl` too), as the reference
     reads it; see `ingest.server.responses`."""
     value = parent.table[key]
@@ -205,7 +117,7 @@ def _allow_responses(parent: _Section, key: str) -> tuple[int, float] | None:
     return most, ttl
 
 
-def _connection_types(section: _Section, key: str) -> frozenset[str]:
+def _connection_types(section: Section, key: str) -> frozenset[str]:
     """One name or a list of them, in any case; all must be known, as the reference checks."""
     value = section.table[key]
     items = value if isinstance(value, list) else [value]
@@ -222,13 +134,13 @@ def _connection_types(section: _Section, key: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def _users(parent: _Section, key: str, defaults: Permissions | None) -> list[User]:
+def _users(parent: Section, key: str, defaults: Permissions | None) -> list[User]:
     entries = parent.typed(key, list, "an array of users")
     users: list[User] = []
     for entry in entries:
         if not isinstance(entry, Table):
             raise parent.error(key, f"Expected user entry to be a map/struct, got {entry!r}")
-        section = _Section(entry, parent.warnings)
+        section = Section(entry, parent.warnings)
         fields: dict[str, Any] = {}
         for name in entry:
             lowered = name.lower()
@@ -251,7 +163,7 @@ def _users(parent: _Section, key: str, defaults: Permissions | None) -> list[Use
     return users
 
 
-def _authorization(top: _Section, key: str, out: dict[str, Any]) -> None:
+def _authorization(top: Section, key: str, out: dict[str, Any]) -> None:
     section = top.section(key)
     users: list[User] | None = None
     defaults: Permissions | None = None
@@ -293,7 +205,7 @@ def _authorization(top: _Section, key: str, out: dict[str, Any]) -> None:
         out["users"] = tuple(users)
 
 
-def _tls(top: _Section, key: str) -> TLSConfig:
+def _tls(top: Section, key: str) -> TLSConfig:
     section = top.section(key)
     fields: dict[str, Any] = {}
     for name in section.table:
@@ -322,7 +234,7 @@ def _tls(top: _Section, key: str) -> TLSConfig:
     return TLSConfig(**fields)
 
 
-def _unpinned_tls(top: _Section, key: str) -> TLSConfig:
+def _unpinned_tls(top: Section, key: str) -> TLSConfig:
     """A `tls {}` of a listener whose handshake runs in asyncio (WebSocket, MQTT), where
     no pin is checked: `pinned_certs` is refused rather than ignored."""
     tls = _tls(top, key)
@@ -331,7 +243,7 @@ def _unpinned_tls(top: _Section, key: str) -> TLSConfig:
     return tls
 
 
-def _handshake_first(section: _Section, name: str) -> dict[str, Any]:
+def _handshake_first(section: Section, name: str) -> dict[str, Any]:
     value = section.table[name]
     if isinstance(value, bool):
         return {"handshake_first": value}
@@ -348,7 +260,7 @@ def _handshake_first(section: _Section, name: str) -> dict[str, Any]:
         raise section.error(name, f'field "{name}"\'s value "{value}" is invalid') from None
 
 
-def _jetstream(top: _Section, key: str, out: dict[str, Any]) -> None:
+def _jetstream(top: Section, key: str, out: dict[str, Any]) -> None:
     value = top.table[key]
     js = dict(out["jetstream"])
     if isinstance(value, bool):
@@ -369,7 +281,7 @@ def _jetstream(top: _Section, key: str, out: dict[str, Any]) -> None:
     out["jetstream"] = js
 
 
-def _jetstream_key(section: _Section, name: str, out: dict[str, Any]) -> dict[str, Any]:
+def _jetstream_key(section: Section, name: str, out: dict[str, Any]) -> dict[str, Any]:
     lowered = name.lower()
     value = section.table[name]
     if lowered in ("store", "store_dir", "storedir"):
@@ -384,7 +296,7 @@ def _jetstream_key(section: _Section, name: str, out: dict[str, Any]) -> dict[st
     if lowered in ("max_memory_store", "max_mem_store", "max_mem", "max_file_store", "max_file"):
         label = "max_file_store" if "file" in lowered else "max_mem_store"
         field_name = "max_file_store" if "file" in lowered else "max_memory_store"
-        return {field_name: _size(section, name, label)}
+        return {field_name: read_size(section, name, label)}
     if lowered in ("enable", "enabled"):
         return {"enabled": section.boolean(name)}
     if lowered == "domain":
@@ -401,127 +313,30 @@ def _jetstream_key(section: _Section, name: str, out: dict[str, Any]) -> dict[st
     return {}
 
 
-_LAKE_INTERVALS = ("seal_interval", "compact_interval", "optimize_interval")
-_S3_STRINGS = ("endpoint", "region", "access_key", "secret_key")
-_S3_FLAGS = ("path_style", "allow_http")
-
-
-def _lake(top: _Section, key: str, out: dict[str, Any]) -> None:
-    """jetlake's own section (the reference has no lake): `lake: true` or a map of its keys."""
-    if isinstance(top.table[key], bool):
-        out["lake"] = {**out["lake"], "enabled": top.boolean(key)}
-        return
-    section = top.section(key)
-    lake = {**out["lake"], "enabled": True}
-    for name in section.table:
-        lowered = name.lower()
-        if lowered in ("enable", "enabled"):
-            lake["enabled"] = section.boolean(name)
-        elif lowered in ("dir", "spark_master"):
-            lake[lowered] = section.string(name)
-        elif lowered in _LAKE_INTERVALS:
-            seconds = section.timeout(name, f"lake {lowered}")
-            if seconds < 0:
-                raise section.error(name, f"lake {lowered} cannot be negative")
-            lake[lowered] = seconds
-        elif lowered == "s3":
-            lake["s3"] = _lake_s3(section.section(name))
-        elif lowered == "sql":
-            lake["sql"] = _lake_sql(section, name)
-        else:
-            section.unknown(name)
-    out["lake"] = lake
-
-
-_SQL_LOGIN = ("user", "password", "token", "creds")
-
-
-def _lake_sql(lake: _Section, key: str) -> SqlConfig | None:
-    """`sql: off` or `sql { listen, jdbc, nats, max_rows, max_result_size, catalog, user,
-    password, token, creds }`: Connect's address, each other door's address, `true` (its default) or
-    `false`/`off`, and the service's own NATS login."""
-    if isinstance(lake.table[key], bool):
-        return SqlConfig() if lake.boolean(key) else None
-    section = lake.section(key)
-    doors: dict[str, str | None] = {}
-    limits: dict[str, int] = {}
-    for name in section.table:
-        lowered = name.lower()
-        if lowered in ("max_rows", "max_result_size"):
-            label = f"lake sql {lowered}"
-            limit = section.integer(name) if lowered == "max_rows" else _size(section, name, label)
-            if limit < 1:
-                raise section.error(name, f"{label} {limit} is not positive")
-            limits[lowered] = limit
-        elif lowered == "catalog":
-            doors[lowered] = value = section.string(name)
-            if not value.startswith("thrift://"):
-                raise section.error(name, f"lake sql catalog {value!r} is not thrift://host:port")
-        elif lowered in _SQL_LOGIN:
-            doors[lowered] = section.string(name)
-        elif lowered not in ("listen", "jdbc", "nats"):
-            section.unknown(name)
-        elif lowered != "listen" and isinstance(section.table[name], bool):
-            doors[lowered] = getattr(SqlConfig(), lowered) if section.boolean(name) else None
-        else:
-            doors[lowered] = value = section.string(name)
-            host, _, port = value.rpartition(":")
-            if lowered != "nats" and (not host or not port.isdigit() or int(port) > 65535):
-                raise section.error(name, f"lake sql {lowered} {value!r} is not host:port")
-    return SqlConfig(**doors, **limits)
-
-
-def _lake_s3(section: _Section) -> S3Options:
-    """`lake { s3 { … } }`: the names Spark's S3A, delta-rs and the AWS CLI share."""
-    given: dict[str, Any] = {}
-    for name in section.table:
-        lowered = name.lower()
-        if lowered in _S3_STRINGS:
-            given[lowered] = section.string(name)
-        elif lowered in _S3_FLAGS:
-            given[lowered] = section.boolean(name)
-        else:
-            section.unknown(name)
-    return S3Options(**given)
-
-
-def _size(section: _Section, key: str, label: str) -> int:
-    """A size in bytes: a number (`64MB` unquoted is one) or a string such as "64M"."""
-    value = section.table[key]
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if not isinstance(value, str):
-        raise section.error(key, f"{label} must be int64 or string")
-    try:
-        return storage_size(value)
-    except ValueError as exc:
-        raise section.error(key, f"{label} {exc}") from exc
-
-
-def _int32(section: _Section, key: str) -> int:
+def _int32(section: Section, key: str) -> int:
     value = section.integer(key)
     if value > MAX_INT32:
         raise section.error(key, f"{key} value is too big")
     return value
 
 
-def _server_tags(section: _Section, key: str) -> tuple[str, ...]:
+def _server_tags(section: Section, key: str) -> tuple[str, ...]:
     """A list of strings, or one string (one tag, as the reference takes it); lower-cased."""
     value = section.table[key]
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(t, str) for t in items):
-        raise section.error(key, f'expected strings for "{key}", got {_describe(value)}')
+        raise section.error(key, f'expected strings for "{key}", got {describe(value)}')
     return tuple(t.lower() for t in items if t)
 
 
-def _server_name(section: _Section, key: str) -> str:
+def _server_name(section: Section, key: str) -> str:
     name = section.string(key)
     if " " in name:
         raise section.error(key, "server name cannot contain spaces")
     return name
 
 
-def _mqtt(top: _Section, key: str, out: dict[str, Any]) -> None:
+def _mqtt(top: Section, key: str, out: dict[str, Any]) -> None:
     """`mqtt { … }`: without a port there is no MQTT listener, as on the reference."""
     section = top.section(key)
     fields: dict[str, Any] = {}
@@ -574,16 +389,16 @@ _MQTT_DURATIONS = {
 }
 
 
-_Handler = Callable[[_Section, str, dict[str, Any]], None]
+_Handler = Callable[[Section, str, dict[str, Any]], None]
 
 
-def _accounts(section: _Section, key: str, out: dict[str, Any]) -> None:
+def _accounts(section: Section, key: str, out: dict[str, Any]) -> None:
     taken = {user.user for user in out.get("users", ())}
     out["accounts"] = read_accounts(section, key, _users, taken)
 
 
-def _setter(target: str, read: Callable[[_Section, str], Any]) -> _Handler:
-    def handle(section: _Section, key: str, out: dict[str, Any]) -> None:
+def _setter(target: str, read: Callable[[Section, str], Any]) -> _Handler:
+    def handle(section: Section, key: str, out: dict[str, Any]) -> None:
         out[target] = read(section, key)
 
     return handle
@@ -592,39 +407,39 @@ def _setter(target: str, read: Callable[[_Section, str], Any]) -> _Handler:
 def _error_reports(default: int) -> _Handler:
     """One failed dial in N logged as an error; 0 means the default, as the reference."""
 
-    def handle(section: _Section, key: str, out: dict[str, Any]) -> None:
+    def handle(section: Section, key: str, out: dict[str, Any]) -> None:
         out[key] = abs(section.integer(key)) or default
 
     return handle
 
 
-def _listen(section: _Section, key: str, out: dict[str, Any]) -> None:
+def _listen(section: Section, key: str, out: dict[str, Any]) -> None:
     host, port = _hostport(section, key)
     if host is not None:
         out["host"] = host
     out["port"] = bind_port(port)
 
 
-def _http(section: _Section, key: str, out: dict[str, Any]) -> None:
+def _http(section: Section, key: str, out: dict[str, Any]) -> None:
     host, port = _hostport(section, key)
     if host is not None:
         out["http_host"] = host
     out["http_port"] = monitor_port(port)
 
 
-def _store_dir(section: _Section, key: str, out: dict[str, Any]) -> None:
+def _store_dir(section: Section, key: str, out: dict[str, Any]) -> None:
     if out["jetstream"].get("store_dir"):
         raise section.error(key, "Duplicate 'store_dir' configuration")
     out["jetstream"] = {**out["jetstream"], "store_dir": section.string(key)}
 
 
-def _max_connections(section: _Section, key: str, out: dict[str, Any]) -> None:
+def _max_connections(section: Section, key: str, out: dict[str, Any]) -> None:
     # The reference reads 0 as "no client may connect", stored as -1.
     out["max_connections"] = section.integer(key) or -1
 
 
 def _lame_duck(minimum: float | None) -> _Handler:
-    def handle(section: _Section, key: str, out: dict[str, Any]) -> None:
+    def handle(section: Section, key: str, out: dict[str, Any]) -> None:
         text = section.string(key)
         try:
             seconds = parse_duration(text)
@@ -641,8 +456,8 @@ def _lame_duck(minimum: float | None) -> _Handler:
 
 _TOP_LEVEL: dict[str, _Handler] = {
     "listen": _listen,
-    "host": _setter("host", _Section.string),
-    "net": _setter("host", _Section.string),
+    "host": _setter("host", Section.string),
+    "net": _setter("host", Section.string),
     "port": lambda s, k, out: out.update(port=bind_port(s.integer(k))),
     "http": _http,
     "http_port": lambda s, k, out: out.update(http_port=monitor_port(s.integer(k))),
@@ -651,30 +466,30 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "server_tags": _setter("server_tags", _server_tags),
     "max_payload": _setter("max_payload", _int32),
     "max_control_line": _setter("max_control_line", _int32),
-    "max_pending": _setter("max_pending", _Section.integer),
+    "max_pending": _setter("max_pending", Section.integer),
     "max_connections": _max_connections,
     "max_conn": _max_connections,
-    "ping_interval": _setter("ping_interval", _Section.duration),
-    "ping_max": _setter("ping_max", _Section.integer),
+    "ping_interval": _setter("ping_interval", Section.duration),
+    "ping_max": _setter("ping_max", Section.integer),
     "connect_error_reports": _error_reports(3600),
     "reconnect_error_reports": _error_reports(1),
-    "write_deadline": _setter("write_deadline", _Section.duration),
-    "busy_poll": _setter("busy_poll", _Section.duration),  # jetlake's own
+    "write_deadline": _setter("write_deadline", Section.duration),
+    "busy_poll": _setter("busy_poll", Section.duration),  # jetlake's own
     "lame_duck_duration": _lame_duck(30.0),
     "lame_duck_grace_period": _lame_duck(None),
     "authorization": _authorization,
-    "no_auth_user": _setter("no_auth_user", _Section.string),
+    "no_auth_user": _setter("no_auth_user", Section.string),
     "tls": lambda s, k, out: out.update(tls=_tls(s, k)),
     "resolver_tls": lambda s, k, out: out.update(resolver_tls=_tls(s, k)),
     "jetstream": _jetstream,
-    "lake": _lake,
+    "lake": read_lake,
     "cluster": lambda s, k, out: out.update(cluster=read_cluster(s, k, tls=_tls)),
     "leafnodes": lambda s, k, out: out.update(leafnodes=read_leafnodes(s, k, tls=_tls)),
     "leaf": lambda s, k, out: out.update(leafnodes=read_leafnodes(s, k, tls=_tls)),
     "mappings": lambda s, k, out: out.update(mappings=read_mappings(s, k)),
     "accounts": _accounts,
-    "system_account": _setter("system_account", _Section.string),
-    "system": _setter("system_account", _Section.string),
+    "system_account": _setter("system_account", Section.string),
+    "system": _setter("system_account", Section.string),
     "operator": auth_config.operators,
     "operators": auth_config.operators,
     "resolver": auth_config.resolver,
@@ -684,14 +499,14 @@ _TOP_LEVEL: dict[str, _Handler] = {
     "ws": lambda s, k, out: out.update(websocket=read_websocket(s, k, tls=_unpinned_tls)),
     "store_dir": _store_dir,
     "storedir": _store_dir,
-    "debug": _setter("debug", _Section.boolean),
-    "trace": _setter("trace", _Section.boolean),
-    "logtime": _setter("logtime", _Section.boolean),
-    "logtime_utc": _setter("logtime_utc", _Section.boolean),
-    "logfile": _setter("logfile", _Section.string),
-    "log_file": _setter("logfile", _Section.string),
-    "pidfile": _setter("pid_file", _Section.string),
-    "pid_file": _setter("pid_file", _Section.string),
+    "debug": _setter("debug", Section.boolean),
+    "trace": _setter("trace", Section.boolean),
+    "logtime": _setter("logtime", Section.boolean),
+    "logtime_utc": _setter("logtime_utc", Section.boolean),
+    "logfile": _setter("logfile", Section.string),
+    "log_file": _setter("logfile", Section.string),
+    "pidfile": _setter("pid_file", Section.string),
+    "pid_file": _setter("pid_file", Section.string),
 }
 
 
@@ -700,7 +515,7 @@ def blank_fields() -> dict[str, Any]:
 
 
 def apply_table(table: Table, file: str | None, out: dict[str, Any]) -> None:
-    section = _Section(table, out["warnings"])
+    section = Section(table, out["warnings"])
     if not table:
         out["warnings"].append(f"{file}: config has no values or is empty")
     for key in table:

@@ -17,9 +17,9 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from ingest.parser.conf import ConfigError, Table
+from ingest.parser.conf import Table
 from ingest.parser.mapping import (
     MappingError,
     Transform,
@@ -29,16 +29,10 @@ from ingest.parser.mapping import (
 )
 from ingest.parser.subjects import is_literal, is_valid_subject, subject_matches
 
+if TYPE_CHECKING:
+    from ingest.server.config_reader import Section
+
 _GO_INT = re.compile(r"[+-]?[0-9]+")
-
-
-class _Reader(Protocol):
-    """What config_file's `_Section` offers."""
-
-    table: Table
-
-    def error(self, key: str, reason: str) -> ConfigError: ...
-    def section(self, key: str) -> _Reader: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +130,7 @@ class SubjectMapper:
 # -- the config file section -------------------------------------------------------
 
 
-def read_mappings(top: _Reader, key: str) -> tuple[SubjectMapping, ...]:
+def read_mappings(top: Section, key: str) -> tuple[SubjectMapping, ...]:
     section = top.section(key)
     out: list[SubjectMapping] = []
     for src in section.table:
@@ -166,7 +160,7 @@ def read_mappings(top: _Reader, key: str) -> tuple[SubjectMapping, ...]:
     return tuple(out)
 
 
-def _dest(section: _Reader, src: str, item: Any) -> WeightedDest:
+def _dest(section: Section, src: str, item: Any) -> WeightedDest:
     if not isinstance(item, Table):
         raise section.error(src, "Expected an entry for the mapping destination")
     subject, weight, cluster = "", None, ""
@@ -186,7 +180,7 @@ def _dest(section: _Reader, src: str, item: Any) -> WeightedDest:
     return WeightedDest(subject, weight, cluster)
 
 
-def _weight(section: _Reader, src: str, value: Any) -> int:
+def _weight(section: Section, src: str, value: Any) -> int:
     if isinstance(value, str):
         text = value.removesuffix("%")
         if not _GO_INT.fullmatch(text):

@@ -10,18 +10,13 @@ from __future__ import annotations
 import hashlib
 import re
 import ssl
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
-from ingest.parser.conf import ConfigError
+if TYPE_CHECKING:
+    from ingest.server.config_reader import Section
 
 _HEX_SHA256 = re.compile(r"^[a-f0-9]{64}$")
 _WHAT = "hex-encoded sha256 of DER encoded SubjectPublicKeyInfo"
-
-
-class _Section(Protocol):
-    table: Any
-
-    def error(self, key: str, reason: str) -> ConfigError: ...
 
 
 class CertNotPinned(ssl.SSLError):
@@ -33,7 +28,7 @@ class CertNotPinned(ssl.SSLError):
         return self.reason
 
 
-def pinned_certs(section: _Section, name: str) -> frozenset[str] | None:
+def pinned_certs(section: Section, name: str) -> frozenset[str] | None:
     """The configured set (lower-case hex); an empty list pins nothing, as on the
     reference."""
     value = section.table[name]

@@ -8,7 +8,7 @@ account parsing stays out of the top-level key table.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from ingest.parser.conf import ConfigError, Table
 from ingest.server.accounts.config_sharing import (
@@ -19,26 +19,17 @@ from ingest.server.accounts.config_sharing import (
     read_limits,
 )
 from ingest.server.accounts.settings import GLOBAL_ACCOUNT, AccountConfig, AccountLimits
+from ingest.server.config_reader import Section
 
 # Account keys the reference knows that jetlake refuses rather than ignores.
 _LATER = ("mappings", "nkey", "default_permissions")
-
-
-class SectionReader(Protocol):
-    """What `config_file._Section` offers: typed reads that report the key's position."""
-
-    table: Table
-
-    def error(self, key: str, reason: str) -> ConfigError: ...
-    def unknown(self, key: str) -> None: ...
-    def section(self, key: str) -> SectionReader: ...
 
 
 UsersReader = Callable[[Any, str, Any], list[Any]]
 
 
 def read_accounts(
-    top: SectionReader, key: str, read_users: UsersReader, taken: set[str]
+    top: Section, key: str, read_users: UsersReader, taken: set[str]
 ) -> tuple[AccountConfig, ...]:
     """Every account; `taken` holds user names already defined (authorization's, earlier
     accounts'), so a user is bound to one account only, as the reference insists."""
@@ -59,7 +50,7 @@ def read_accounts(
     return tuple(accounts)
 
 
-def _named(top: SectionReader, key: str, item: object) -> AccountConfig:
+def _named(top: Section, key: str, item: object) -> AccountConfig:
     if not isinstance(item, str):
         raise top.error(key, "Expected map entries for accounts")
     if item == GLOBAL_ACCOUNT:
@@ -68,7 +59,7 @@ def _named(top: SectionReader, key: str, item: object) -> AccountConfig:
 
 
 def _account(
-    section: SectionReader, name: str, read_users: UsersReader, taken: set[str]
+    section: Section, name: str, read_users: UsersReader, taken: set[str]
 ) -> AccountConfig:
     users: tuple[Any, ...] = ()
     jetstream = False
@@ -111,7 +102,7 @@ def _account(
     )
 
 
-def _jetstream(section: SectionReader, field: str) -> bool:
+def _jetstream(section: Section, field: str) -> bool:
     value = section.table[field]
     if isinstance(value, bool):
         return value

@@ -8,7 +8,7 @@ server at start, naming the import, as the reference does.
 from __future__ import annotations
 
 import re
-from typing import Any, Protocol
+from typing import Any
 
 from ingest.parser.conf import ConfigError, Table
 from ingest.parser.mapping import MappingError, compile_transform, tokenize_wildcards
@@ -24,6 +24,7 @@ from ingest.server.accounts.settings import (
     JetStreamLimits,
     Latency,
 )
+from ingest.server.config_reader import Section
 from ingest.server.settings import parse_duration, storage_size
 
 _RESPONSE_TYPES = {
@@ -61,20 +62,14 @@ _JS_LIMITS = {
 }
 
 
-class _Reader(Protocol):
-    table: Table
-
-    def error(self, key: str, reason: str) -> ConfigError: ...
-
-
-def read_exports(section: _Reader, field: str) -> tuple[Export, ...]:
+def read_exports(section: Section, field: str) -> tuple[Export, ...]:
     items = section.table[field]
     if not isinstance(items, list):
         items = [items]
     return tuple(_export(section, field, item) for item in items)
 
 
-def read_imports(section: _Reader, field: str) -> tuple[Import, ...]:
+def read_imports(section: Section, field: str) -> tuple[Import, ...]:
     items = section.table[field]
     if not isinstance(items, list):
         items = [items]
@@ -85,7 +80,7 @@ def _error(item: Table, key: str, reason: str) -> ConfigError:
     return ConfigError(reason, item.position(key))
 
 
-def _export(section: _Reader, field: str, item: Any) -> Export:
+def _export(section: Section, field: str, item: Any) -> Export:
     if not isinstance(item, Table):
         raise section.error(
             field, f"Export Items should be a map with type entry, got {_go_type(item)}"
@@ -164,7 +159,7 @@ def _latency(item: Table, key: str, value: Any) -> Latency:
     return Latency(sampling=percent, subject=str(subject))
 
 
-def _import(section: _Reader, field: str, item: Any) -> Import:
+def _import(section: Section, field: str, item: Any) -> Import:
     if not isinstance(item, Table):
         raise section.error(
             field, f"Import Items should be a map with type entry, got {_go_type(item)}"
@@ -189,7 +184,7 @@ def _import(section: _Reader, field: str, item: Any) -> Import:
     return Import(**values)
 
 
-def read_limits(section: _Reader, field: str) -> dict[str, int]:
+def read_limits(section: Section, field: str) -> dict[str, int]:
     table = section.table[field]
     if not isinstance(table, Table):
         raise section.error(
@@ -210,7 +205,7 @@ def read_limits(section: _Reader, field: str) -> dict[str, int]:
     return out
 
 
-def read_jetstream_limits(section: _Reader, field: str, table: Table) -> JetStreamLimits:
+def read_jetstream_limits(section: Section, field: str, table: Table) -> JetStreamLimits:
     """The map form of an account's `jetstream`: its JetStream limits."""
     values: dict[str, Any] = {}
     for key, value in table.items():
@@ -230,7 +225,7 @@ def read_jetstream_limits(section: _Reader, field: str, table: Table) -> JetStre
     return JetStreamLimits(**values)
 
 
-def check_sharing(top: _Reader, key: str, accounts: tuple[AccountConfig, ...]) -> None:
+def check_sharing(top: Section, key: str, accounts: tuple[AccountConfig, ...]) -> None:
     """Every import must name a defined account that exports the subject to the importer;
     the reference refuses the config otherwise, naming the import."""
     by_name = {account.name: account for account in accounts}

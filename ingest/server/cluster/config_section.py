@@ -8,30 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from ingest.parser.conf import ConfigError, Table
 from ingest.server.cluster.settings import ClusterConfig, RouteURL, RouteURLError, parse_route_url
+from ingest.server.config_reader import Section
 
 
-class SectionReader(Protocol):
-    """What `config_file._Section` offers: typed reads that report the key's position."""
-
-    table: Table
-
-    def error(self, key: str, reason: str) -> ConfigError: ...
-    def unknown(self, key: str) -> None: ...
-    def typed(self, key: str, kind: type | tuple[type, ...], name: str) -> Any: ...
-    def integer(self, key: str) -> int: ...
-    def string(self, key: str) -> str: ...
-    def boolean(self, key: str) -> bool: ...
-    def section(self, key: str) -> SectionReader: ...
-    def timeout(self, key: str, context: str) -> float: ...
-
-
-def read_cluster(
-    top: SectionReader, key: str, *, tls: Callable[[Any, str], Any]
-) -> ClusterConfig | None:
+def read_cluster(top: Section, key: str, *, tls: Callable[[Any, str], Any]) -> ClusterConfig | None:
     """None without a port (`listen` or `port`): the reference then opens no route
     listener and dials no route, whatever else the block says. `tls` reads a `tls {}`
     block as the top level's does."""
@@ -62,7 +45,7 @@ def read_cluster(
 
 
 def listener_fields(
-    section: SectionReader, key: str, tls: Callable[[Any, str], Any]
+    section: Section, key: str, tls: Callable[[Any, str], Any]
 ) -> dict[str, Any] | None:
     """The keys every listening section reads alike (listen, host/net, port, tls), as
     fields; None for any other key."""
@@ -79,7 +62,7 @@ def listener_fields(
     return None
 
 
-def listen_address(section: SectionReader, key: str) -> dict[str, Any]:
+def listen_address(section: Section, key: str) -> dict[str, Any]:
     value = section.typed(key, (int, str), "a port or host:port")
     if isinstance(value, int):
         return {"port": 0 if value == -1 else value}
@@ -92,19 +75,19 @@ def listen_address(section: SectionReader, key: str) -> dict[str, Any]:
     return fields
 
 
-def _name(section: SectionReader, key: str) -> str:
+def _name(section: Section, key: str) -> str:
     name = section.string(key)
     if " " in name:
         raise section.error(key, "cluster name cannot contain spaces")
     return name
 
 
-def _routes(section: SectionReader, key: str) -> tuple[RouteURL, ...]:
+def _routes(section: Section, key: str) -> tuple[RouteURL, ...]:
     return url_list(section, key, not_a_string=lambda item: f'error parsing route url ["{item}"]')
 
 
 def url_list(
-    section: SectionReader,
+    section: Section,
     key: str,
     *,
     not_a_string: Callable[[object], str],
@@ -133,7 +116,7 @@ _REFUSED = {
 
 
 def single_user_authorization(
-    parent: SectionReader,
+    parent: Section,
     key: str,
     *,
     token: bool,

@@ -5,35 +5,26 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from ingest.parser.conf import ConfigError, Table
 from ingest.server.accounts.settings import DEFAULT_SYSTEM_ACCOUNT, GLOBAL_ACCOUNT
 from ingest.server.cluster.config_section import (
-    SectionReader,
     listener_fields,
     single_user_authorization,
     url_list,
 )
 from ingest.server.cluster.settings import RouteURL
 from ingest.server.compression import OFF, S2_AUTO, Compression, normalise
+from ingest.server.config_reader import Section
 from ingest.server.gofmt import NS
 from ingest.server.leafnode.settings import LeafnodeConfig, LeafUser, RemoteLeaf
 from ingest.server.settings import TLSConfig, parse_duration
 
-
-class Reader(SectionReader, Protocol):
-    """A section reader that also reads a table inside a list (a remote)."""
-
-    warnings: list[str]
-
-    def entry(self, table: Table) -> Reader: ...
-
-
 TLSReader = Callable[[Any, str], Any]
 
 
-def read_leafnodes(top: Reader, key: str, *, tls: TLSReader) -> LeafnodeConfig:
+def read_leafnodes(top: Section, key: str, *, tls: TLSReader) -> LeafnodeConfig:
     """`tls` reads a `tls {}` block as the top level's does."""
     tls = _files_checked(tls)
     section = top.section(key)
@@ -63,18 +54,18 @@ def read_leafnodes(top: Reader, key: str, *, tls: TLSReader) -> LeafnodeConfig:
     return dataclasses.replace(LeafnodeConfig(), **fields)
 
 
-def _seconds(section: SectionReader, key: str) -> float:
+def _seconds(section: Section, key: str) -> float:
     """An integer of seconds or a duration string, as the reference reads `reconnect`."""
     if isinstance(section.table[key], int):
         return float(section.integer(key))
     return section.timeout(key, "leafnode reconnect")
 
 
-def _authorization(parent: Reader, key: str) -> dict[str, Any]:
+def _authorization(parent: Section, key: str) -> dict[str, Any]:
     return single_user_authorization(parent, key, token=False, more=_authorization_more)
 
 
-def _authorization_more(section: Reader, key: str) -> dict[str, Any] | None:
+def _authorization_more(section: Section, key: str) -> dict[str, Any] | None:
     """A leafnode block's keys beyond a single user's: the account a link binds to and
     a list of users."""
     lowered = key.lower()
@@ -85,7 +76,7 @@ def _authorization_more(section: Reader, key: str) -> dict[str, Any] | None:
     return None
 
 
-def _users(parent: Reader, key: str) -> tuple[LeafUser, ...]:
+def _users(parent: Section, key: str) -> tuple[LeafUser, ...]:
     value = parent.table[key]
     if not isinstance(value, list):
         raise parent.error(key, f"Expected users field to be an array, got {_go_type(value)}")
@@ -111,14 +102,14 @@ def _users(parent: Reader, key: str) -> tuple[LeafUser, ...]:
     return tuple(users)
 
 
-def _remotes(parent: Reader, key: str, tls: TLSReader) -> tuple[RemoteLeaf, ...]:
+def _remotes(parent: Section, key: str, tls: TLSReader) -> tuple[RemoteLeaf, ...]:
     value = parent.table[key]
     if not isinstance(value, list):
         raise parent.error(key, f"Expected remotes field to be an array, got {_go_type(value)}")
     return tuple(_remote(parent, key, item, tls) for item in value)
 
 
-def _remote(parent: Reader, key: str, item: object, tls: TLSReader) -> RemoteLeaf:
+def _remote(parent: Section, key: str, item: object, tls: TLSReader) -> RemoteLeaf:
     if not isinstance(item, Table):
         raise parent.error(key, f"Expected remote leafnode entry to be a map/struct, got {item}")
     section = parent.entry(item)
@@ -148,7 +139,7 @@ def _remote(parent: Reader, key: str, item: object, tls: TLSReader) -> RemoteLea
     return RemoteLeaf(**fields)  # without a URL it is never dialled, as on the reference
 
 
-def read_compression(section: SectionReader, key: str, *, on: str = S2_AUTO) -> Compression:
+def read_compression(section: Section, key: str, *, on: str = S2_AUTO) -> Compression:
     """`compression: <mode>`, `: true|false` (`on` or off), or `{ mode, rtt_thresholds
     [..] }`, with the reference's errors; a block without a mode is `on`."""
     value = section.table[key]
@@ -168,7 +159,7 @@ def read_compression(section: SectionReader, key: str, *, on: str = S2_AUTO) -> 
         raise ConfigError(str(exc)) from None
 
 
-def _compression_block(section: SectionReader) -> tuple[str, tuple[int, ...]]:
+def _compression_block(section: Section) -> tuple[str, tuple[int, ...]]:
     mode, thresholds = "", []
     for name in section.table:
         lowered = name.lower()
@@ -186,7 +177,7 @@ def _compression_block(section: SectionReader) -> tuple[str, tuple[int, ...]]:
     return mode, tuple(thresholds)
 
 
-def _urls(section: SectionReader, key: str) -> tuple[RouteURL, ...]:
+def _urls(section: Section, key: str) -> tuple[RouteURL, ...]:
     return url_list(
         section,
         key,

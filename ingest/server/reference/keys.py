@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from ingest.server import auth_config, config_file, flags
+from ingest.server import auth_config, config_file, flags, lake_config
 from ingest.server.accounts import config_section as accounts_section
 from ingest.server.accounts import config_sharing
 from ingest.server.cluster import config_section as cluster_section
@@ -29,9 +29,9 @@ SECTION_READERS: dict[str, tuple[Callable[..., Any], ...]] = {
     "permissions": (config_file._permissions, config_file._subject_permission),
     "tls": (config_file._tls,),
     "jetstream": (config_file._jetstream_key,),
-    "lake": (config_file._lake,),
-    "lake.s3": (config_file._lake_s3,),
-    "lake.sql": (config_file._lake_sql,),
+    "lake": (lake_config.read_lake,),
+    "lake.s3": (lake_config._lake_s3,),
+    "lake.sql": (lake_config._lake_sql,),
     "cluster": (cluster_section.read_cluster, cluster_section.listener_fields),
     "cluster.authorization": (cluster_section.single_user_authorization,),
     "leafnodes": (leafnode_section.read_leafnodes, cluster_section.listener_fields),

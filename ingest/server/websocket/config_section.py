@@ -10,17 +10,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ingest.server.cluster.config_section import (
-    SectionReader,
     listener_fields,
     single_user_authorization,
 )
+from ingest.server.config_reader import Section
 from ingest.server.websocket.settings import WebSocketConfig
 
 _ORIGIN_KEYS = ("allowed_origins", "allowed_origin", "allow_origins", "allow_origin", "origins")
 
 
 def read_websocket(
-    top: SectionReader, key: str, *, tls: Callable[[Any, str], Any]
+    top: Section, key: str, *, tls: Callable[[Any, str], Any]
 ) -> WebSocketConfig | None:
     """None without a port: the reference then opens no WebSocket listener."""
     section = top.section(key)
@@ -55,7 +55,7 @@ def read_websocket(
     return dataclasses.replace(WebSocketConfig(), **fields)
 
 
-def _origins(section: SectionReader, key: str) -> tuple[str, ...]:
+def _origins(section: Section, key: str) -> tuple[str, ...]:
     value = section.typed(key, (list, str), "a list of origins")
     items = [value] if isinstance(value, str) else value
     for origin in items:
