@@ -1,6 +1,6 @@
 """The configuration reference page against the option parsers it documents.
 
-A key added to a parser without a row in ingest/server/reference/entries.py, or a
+A key added to a parser without a row in ingest/server/reference/, or a
 page not regenerated after an edit, fails here rather than drifting unnoticed.
 """
 
@@ -11,8 +11,9 @@ from collections.abc import Callable
 import pytest
 
 from ingest.server.reference import keys
-from ingest.server.reference.entries import FLAGS, SECTIONS, TOP_LEVEL, Key
+from ingest.server.reference.entries import FLAGS, TOP_LEVEL, Key
 from ingest.server.reference.render import PAGE, render
+from ingest.server.reference.sections import SECTIONS
 
 # Documented in `permissions` though read by `_subject_permission` through `name.lower()`,
 # which the scan of `lowered` comparisons does not follow.
