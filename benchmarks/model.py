@@ -109,3 +109,11 @@ class Skipped(Exception):
 
 class Incomplete(Exception):
     """The workload ran but its result cannot be trusted (lost messages, failed acks)."""
+
+
+RATE = "msgs/s"
+
+
+def rate(label: str, target: float | None = None, text: str = "") -> Metric:
+    """A throughput metric, higher is better."""
+    return Metric("msgs_per_s", label, RATE, True, target, text)

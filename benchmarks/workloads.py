@@ -22,25 +22,20 @@ from benchmarks import (
     kv,
     lake,
     lake_sql,
-    leafnode,
     mqtt,
     natscli,
     raft,
     websocket,
 )
-from benchmarks.model import Measure, Metric, Profile, Workload
+from benchmarks.model import RATE, Metric, Profile, Workload, rate
+from benchmarks.natscli_rows import NATSCLI
 
-RATE = "msgs/s"
 OPS = "ops/s"
 MBPS = "MB/s"
 MICROS = "µs"
 SECONDS = "s"
 MILLIS = "ms"
 LAKE_ARGS = ("--lake",)  # jetlake's lake with its default settings
-
-
-def _rate(label: str, target: float | None = None, text: str = "") -> Metric:
-    return Metric("msgs_per_s", label, RATE, True, target, text)
 
 
 def _latencies(label: str, p50_target: float | None = None, text: str = "") -> tuple[Metric, ...]:
@@ -73,7 +68,7 @@ def _cluster_natscli_row(
         f"cluster-natscli-{name}",
         Profile.OFFLINE,
         cluster.natscli_measure(workload, "jetlake", nodes),
-        (_rate(f"R{nodes} {label} (nats bench)"),),
+        (rate(f"R{nodes} {label} (nats bench)"),),
         f"{nodes} servers, R{nodes} file storage: {text}",
         ref_measure=cluster.natscli_measure(workload, "ref", nodes),
         timeout=300.0,
@@ -93,117 +88,19 @@ def _raft_metrics(sync: str) -> tuple[Metric, ...]:
     )
 
 
-def _natscli_row(
-    name: str, profile: Profile, measure: Measure, label: str, target: float, text: str
-) -> Workload:
-    """A `nats bench` (Go client) row: what a Go, Rust or Java client would see."""
-    return Workload(
-        f"natscli-{name}",
-        profile,
-        measure,
-        (_rate(f"{label} (nats bench)", target, f"≥ {target:.0%} of ref"),),
-        text,
-    )
-
-
-NATSCLI: tuple[Workload, ...] = (
-    _natscli_row(
-        "pub", Profile.CORE, natscli.publish, "core publish", 0.5, "nats bench pub, --count"
-    ),
-    _natscli_row(
-        "pub-sub",
-        Profile.CORE,
-        natscli.pub_sub,
-        "publish→subscribe",
-        0.8,
-        "nats bench sub receiving nats bench pub, --count; the subscriber's rate",
-    ),
-    _natscli_row(
-        "service",
-        Profile.CORE,
-        natscli.service,
-        "request/reply",
-        0.9,
-        "nats bench service request to service serve, --requests in turn",
-    ),
-    _natscli_row(
-        "js-pub-async",
-        Profile.JS,
-        natscli.js_pub_async,
-        "js publish async, default sync",
-        0.8,
-        "nats bench js pub async, --count, 500 in flight; each server's default sync",
-    ),
-    _natscli_row(
-        "js-pub-sync",
-        Profile.JS,
-        natscli.js_pub_sync,
-        "js publish sync, default sync",
-        0.7,
-        "nats bench js pub sync, --sync-count one at a time",
-    ),
-    _natscli_row(
-        "js-fetch",
-        Profile.JS,
-        natscli.js_fetch,
-        "pull fetch + ack",
-        0.8,
-        "nats bench js fetch drains --count messages stored by nats bench js pub async",
-    ),
-    _natscli_row(
-        "js-ordered",
-        Profile.JS,
-        natscli.js_ordered,
-        "ordered consumer",
-        0.8,
-        "nats bench js ordered reads --count messages stored by nats bench js pub async",
-    ),
-    _natscli_row(
-        "kv-put", Profile.JS, natscli.kv_put, "KV put", 0.8, "nats bench kv put, --sync-count"
-    ),
-    Workload(
-        "natscli-leafnode",
-        Profile.OFFLINE,  # each side starts its own hub and leaf (benchmarks/leafnode)
-        leafnode.measure("jetlake"),
-        (_rate("leaf → hub pub → sub (nats bench)"),),
-        "a hub and a leaf of each kind: nats bench pub on the leaf, sub on the hub, --count",
-        ref_measure=leafnode.measure("ref"),
-        timeout=300.0,
-    ),
-    Workload(
-        "natscli-leafnode-s2",
-        Profile.OFFLINE,  # as natscli-leafnode, the link compressed (benchmarks/leafnode)
-        leafnode.measure("jetlake", "s2_fast"),
-        (_rate("leaf → hub pub → sub, link in s2_fast (nats bench)"),),
-        "natscli-leafnode with compression: s2_fast on the hub and the remote, --count",
-        ref_measure=leafnode.measure("ref", "s2_fast"),
-        timeout=300.0,
-    ),
-    Workload(
-        "natscli-websocket",
-        Profile.OFFLINE,  # each side starts its own server with a websocket {} block
-        websocket.measure("jetlake"),
-        (_rate("publish→subscribe over WebSocket (nats bench)"),),
-        "nats bench sub receiving nats bench pub, both on ws://, --count; the subscriber's rate",
-        ref_measure=websocket.measure("ref"),
-        timeout=300.0,
-    ),
-)
-
-
 WORKLOADS: tuple[Workload, ...] = (
     Workload(
         "core-pub",
         Profile.CORE,
         core.publish,
-        (_rate("core publish", 0.60, "≥ 60% of ref"),),
+        (rate("core publish", 0.60, "≥ 60% of ref"),),
         "one client publishes --count messages, timed to the flush PONG",
     ),
     Workload(
         "pub-sub",
         Profile.CORE,
         core.pub_sub,
-        (_rate("publish→subscribe", 0.80, "≥ 80% of ref"),),
+        (rate("publish→subscribe", 0.80, "≥ 80% of ref"),),
         "one publisher, one subscriber, timed until all --count arrived",
     ),
     Workload(
@@ -217,14 +114,14 @@ WORKLOADS: tuple[Workload, ...] = (
         "js-pub-async",
         Profile.JS,
         jetstream.publish_async,
-        (_rate("js publish_async, default sync", 0.80, "≥ 80% of ref default"),),
+        (rate("js publish_async, default sync", 0.80, "≥ 80% of ref default"),),
         "--count publish_async with --window acks in flight; each server's default sync",
     ),
     Workload(
         "js-pub-async-always",
         Profile.JS_SYNC_ALWAYS,
         jetstream.publish_async,
-        (_rate("js publish_async, sync always"),),
+        (rate("js publish_async, sync always"),),
         "as js-pub-async, both servers with jetstream { sync_interval: always }",
     ),
     Workload(
@@ -255,14 +152,14 @@ WORKLOADS: tuple[Workload, ...] = (
         "js-pull",
         Profile.JS,
         consumers.pull_fetch_ack,
-        (_rate("pull fetch + ack", 0.80, "≥ 80% of ref"),),
+        (rate("pull fetch + ack", 0.80, "≥ 80% of ref"),),
         "a durable pull consumer fetches and acks --count stored messages",
     ),
     Workload(
         "js-push",
         Profile.JS,
         consumers.push_ordered,
-        (_rate("ordered push consumer", 0.80, "≥ 80% of ref"),),
+        (rate("ordered push consumer", 0.80, "≥ 80% of ref"),),
         "an ordered push consumer (flow control) receives --count stored messages",
     ),
     Workload(
@@ -520,7 +417,7 @@ WORKLOADS: tuple[Workload, ...] = (
     _cluster_row(
         "cluster-pub-async",
         cluster.publish_async,
-        (_rate("R3 js publish_async"),),
+        (rate("R3 js publish_async"),),
         "--count publish_async with --window acks in flight",
     ),
     _cluster_row(
@@ -532,7 +429,7 @@ WORKLOADS: tuple[Workload, ...] = (
     _cluster_row(
         "cluster-pull",
         cluster.pull_fetch_ack,
-        (_rate("R3 pull fetch + ack"),),
+        (rate("R3 pull fetch + ack"),),
         "a durable R3 pull consumer fetches and acks --count stored messages",
     ),
     _cluster_row(
@@ -545,7 +442,7 @@ WORKLOADS: tuple[Workload, ...] = (
         "cluster-mqtt",
         Profile.OFFLINE,  # three servers a side with the same mqtt {} block (benchmarks/mqtt)
         mqtt.cluster_measure("jetlake"),
-        (_rate("R3 MQTT QoS 1 publish→subscribe, across servers"),),
+        (rate("R3 MQTT QoS 1 publish→subscribe, across servers"),),
         "3 servers with mqtt {}: aiomqtt --count QoS 1 (1000 in flight) from a publisher on "
         "one server to a subscriber on another",
         ref_measure=mqtt.cluster_measure("ref"),
