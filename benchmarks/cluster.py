@@ -1,4 +1,4 @@
-"""Cluster rows (issue 11): an R3 file stream on three processes of each server.
+"""Cluster rows: an R3 file stream on three processes of each server.
 
 Three servers on loopback, routed to each other, JetStream on, one R3 stream.
 Each row starts its own three, so a server that fails one (jetlake while its

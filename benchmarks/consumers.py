@@ -1,4 +1,4 @@
-"""Consumer workloads (issue 4): pull fetch + ack, and an ordered push consumer.
+"""Consumer workloads: pull fetch + ack, and an ordered push consumer.
 
 The stream is filled before timing (pipelined publishes, as in ``js-pub-async``), so
 each figure is the consume path alone: how fast stored messages reach a client.

@@ -1,4 +1,4 @@
-"""Core NATS workloads (issue 2): publish, publish→subscribe, request/reply.
+"""Core NATS workloads: publish, publish→subscribe, request/reply.
 
 All clients of a workload share one process and one event loop: on a 2-core machine
 the server gets the other core, and a third process would only add contention.

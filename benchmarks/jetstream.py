@@ -1,4 +1,4 @@
-"""JetStream workloads (issue 3): async and sync publish to a file stream, direct get.
+"""JetStream workloads: async and sync publish to a file stream, direct get.
 
 Each workload creates its own stream on a fresh server with an empty store dir, so
 neither server is measured on top of another workload's leftovers.

@@ -1,4 +1,4 @@
-"""KV and Object Store workloads (issue 4), through nats-py's own KV and Object Store APIs.
+"""KV and Object Store workloads, through nats-py's own KV and Object Store APIs.
 
 Buckets are created as nats-py creates them by default (a KV bucket without direct
 get, so reads go through STREAM.MSG.GET), since that is what users run.

@@ -1,4 +1,4 @@
-"""Lake workloads (issue 5): freshness, history analytics against a replay, compaction.
+"""Lake workloads: freshness, history analytics against a replay, compaction.
 
 Spark runs in this process, one session for the whole benchmark, started before
 any timing: the figures are for a warm session, as a notebook or a long-lived

@@ -1,4 +1,4 @@
-"""Workloads driven by natscli's own `nats bench` (Go), issue 15.
+"""Workloads driven by natscli's own `nats bench` (Go).
 
 nats-py is slower than either server, so the nats-py rows measure the client; a Go
 client is what shows whether the server keeps up. Each workload runs the CLI as a

@@ -1,4 +1,4 @@
-"""Raft (issue 10): what replication costs a commit, beside a group of one on the same log.
+"""Raft: what replication costs a commit, beside a group of one on the same log.
 
 Three processes on this machine: the leader runs in the benchmark's own
 process (its proposals are what a stream's publishes would be, without a

@@ -1,4 +1,4 @@
-"""Scale rows (issue 15): what each server costs as the work grows, not how fast it goes.
+"""Scale rows: what each server costs as the work grows, not how fast it goes.
 
 Four rows, each on fresh servers it starts itself (``Profile.OFFLINE``, like the
 cluster rows) because it needs the process (its RSS) or a restart on the store the

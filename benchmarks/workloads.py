@@ -1,10 +1,10 @@
-"""The table of workloads: later issues (consumers, KV, Object Store, lake) add rows here.
+"""The table of workloads `jetlake bench` runs, and the targets it judges them by.
 
 Targets are minimum scores (score > 1 = jetlake better, see ``Metric``), taken from
-the issues: core publish ≥ 60 % of the reference, publish→subscribe ≥ 80 %,
+the project's goals: core publish ≥ 60 % of the reference, publish→subscribe ≥ 80 %,
 request/reply p50 ≤ 1.5x the reference, durable JetStream publish ≥ 80 % of the
 reference's default (fsync every 2 minutes); consumers, KV and Object Store ≥ 80 %;
-the lake: PubAck to Delta p50 ≤ 1 s and p99 ≤ 2 s (issue 26), counting by subject
+the lake: PubAck to Delta p50 ≤ 1 s and p99 ≤ 2 s, counting by subject
 over the history ≥ 20x faster than replaying it from the reference. Lake freshness and
 compaction have no reference counterpart: jetlake-only rows, judged against an absolute
 bound or not at all; so are Raft's (a 3-node group beside a group of one, figures
