@@ -133,7 +133,7 @@ class ConsumerFiles:
         if isinstance(op, Records):
             store = self._open(name)
             if store is not None:
-                store.record_payload(op.payload, partial(_compacted, store))
+                store.record_payload(op.payload, None)
         elif isinstance(op, Create):
             self._create(name, op)
         elif isinstance(op, Meta):
@@ -212,12 +212,3 @@ def _whole(folder: Path, created: str) -> dict[str, Any] | None:
         log.error("%s; rebuilding the consumer from the stream's log", err)
         return None
     return meta
-
-
-def _compacted(store: ConsumerStore) -> dict[str, Any]:
-    """The whole state for a compaction, read back from the files just appended to: a
-    member other than the leader has no consumer in memory to ask."""
-    state = load_state(store.folder)
-    if state is None:
-        raise FileNotFoundError(f"{store}: no snapshot to compact onto")
-    return state

@@ -5,8 +5,16 @@ and a rename per turn, so the state is a snapshot (`state.json`, replaced
 whole: write a temporary file, rename it over the old one) plus an append-only
 log of what changed since (`acks.log`). The owner appends one frame per loop
 turn that changed anything: the deliveries and acks of that turn as int64
-records, then the position scalars. When the log outgrows `COMPACT_BYTES` the
-owner writes a fresh snapshot and the log starts over.
+records, then the position scalars. When the log outgrows `COMPACT_BYTES` it is
+renamed aside (`acks.log.old`) and a new one started; a worker thread folds the
+aside log into a fresh snapshot (replayed over the last one, or the owner's
+memory as it stood at the rename), writes it durably and removes the aside
+log. On a replicated stream every member compacts at about the same entry, so
+the replay (20-50 ms a MiB at a high load) and its fsyncs on the event loop
+stalled every server at once; on the worker they do not. A reader takes the
+aside log before the snapshot: either the worker has not renamed its snapshot
+in yet (the aside log completes the old one) or it has (replaying the aside log
+again changes nothing, see below).
 
 A kill -9 loses nothing the OS was handed: every frame is written before the
 turn ends and before a confirmed ack is answered. A frame carries its length
@@ -34,12 +42,13 @@ import struct
 import zlib
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from consensus.commits import OnCommit
-from consensus.durability import SYNCER, sync_delay
+from consensus.durability import SYNCER, fsync_dir, sync_delay
 from log.state_file import StateFileError, read_state, set_aside, write_state
 
 log = logging.getLogger("jetlake.consumers")
@@ -48,7 +57,11 @@ OBS_DIR = "obs"
 META_FILE = "meta.json"
 STATE_FILE = "state.json"
 LOG_FILE = "acks.log"
+ASIDE_FILE = "acks.log.old"  # a full log renamed aside, being folded into the snapshot
 COMPACT_BYTES = 1 << 20
+# One thread for every consumer's compactions: they are rare (a MiB of log each) and
+# a queue behind one another only delays removing an aside log, never a write.
+_COMPACTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="consumer-compact")
 
 # Record tags and their int64 fields (the tag included), as the consumer appends them.
 DELIVERED = 1  # sseq, dseq, delivery count, ts: pending now (again), redelivered if count > 1
@@ -96,16 +109,21 @@ class ConsumerStore:
         self.sync_queued = False  # waiting for the Syncer's thread
         self._fd: int | None = None
         self._log_bytes = 0
+        self._dir_unsynced = False  # the log was renamed aside and a new one created
+        self._compacting: Future[None] | None = None
 
     def save_meta(self, config: dict[str, Any], created: str) -> None:
         self._replace(META_FILE, {"config": config, "created": created})
 
     def save_state(self, state: dict[str, Any]) -> None:
-        """A full snapshot; the log restarts empty after it."""
+        """A full snapshot; the log restarts empty after it (a compaction under way is
+        waited for first: its older snapshot must not land over this one)."""
+        self.settle()
         self._replace(STATE_FILE, state)
         fd = self._log()
         os.ftruncate(fd, 0)
         self._log_bytes = 0
+        (self.folder / ASIDE_FILE).unlink(missing_ok=True)  # a crashed compaction's
 
     def record(self, records: Sequence[int], snapshot: Callable[[], dict[str, Any]]) -> None:
         """Append one turn's frame, compacting when the log is long.
@@ -114,10 +132,13 @@ class ConsumerStore:
         sync_interval, one fsync serving many turns. Confirmed acks sync at once."""
         self.record_payload(array("q", records).tobytes(), snapshot)
 
-    def record_payload(self, payload: bytes, snapshot: Callable[[], dict[str, Any]]) -> None:
-        """`record` of a turn already packed (a replicated RECORDS op's payload)."""
+    def record_payload(self, payload: bytes, snapshot: Callable[[], dict[str, Any]] | None) -> None:
+        """`record` of a turn already packed (a replicated RECORDS op's payload).
+        `snapshot`: the whole state after this turn, asked on this thread when the log
+        is compacted; None: the worker replays the log over the files' snapshot (a
+        member with no consumer in memory)."""
         if self.append_payload(payload):
-            self.save_state(snapshot())
+            self._compact(snapshot)
         SYNCER.request(self, self.sync_delay)
 
     def confirm(self, done: OnCommit) -> None:
@@ -138,25 +159,59 @@ class ConsumerStore:
 
     def sync(self) -> None:
         """Make appended frames survive a power cut (safe in a worker thread)."""
+        if self._dir_unsynced:  # the new log's name, and the old one's move aside
+            self._dir_unsynced = False
+            with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
+                fsync_dir(self.folder)
         fd = self._fd
         if fd is not None:
             with contextlib.suppress(OSError):  # closed meanwhile: close synced it
                 os.fdatasync(fd)
 
+    def settle(self) -> None:
+        """Wait for a compaction under way (before the files are replaced or read whole)."""
+        job, self._compacting = self._compacting, None
+        if job is not None:
+            with contextlib.suppress(Exception):  # reported by the job; the files stay whole
+                job.result()
+
     def __str__(self) -> str:
         return f"consumer state {self.folder}"
 
     def close(self) -> None:
+        self.settle()
         fd, self._fd = self._fd, None
         if fd is not None:
             os.fdatasync(fd)
             os.close(fd)
 
     def delete(self) -> None:
+        self.settle()
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _compact(self, snapshot: Callable[[], dict[str, Any]] | None) -> None:
+        """Rename the full log aside, start a new one, and fold the aside log into the
+        snapshot on the worker. While a compaction is under way (or an aside log is
+        left by a crash, which the worker folds in first) the log keeps growing."""
+        if self._compacting is not None and not self._compacting.done():
+            return
+        self.settle()
+        aside = self.folder / ASIDE_FILE
+        state = snapshot() if snapshot is not None else None
+        full: int | None = None  # the aside log's descriptor, for the worker to sync
+        if not aside.exists():
+            full, self._fd = self._log(), None
+            if self.fsync_confirmed:  # a confirmation syncs the new log only
+                os.fdatasync(full)
+            os.rename(self.folder / LOG_FILE, aside)
+            self._dir_unsynced = True
+            self._log()
+        elif state is not None:  # the memory holds more than the aside log: fold it later
+            state = None
+        self._compacting = _COMPACTOR.submit(_fold, self.folder, state, full)
 
     def _log(self) -> int:
         if self._fd is None:
@@ -169,6 +224,28 @@ class ConsumerStore:
     def _replace(self, name: str, doc: dict[str, Any]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         write_state(self.folder / name, doc)
+
+
+def _fold(folder: Path, state: dict[str, Any] | None, full: int | None) -> None:
+    """On the worker: the aside log synced (its descriptor `full`, when it was just
+    renamed aside; the Syncer now syncs the new one) and closed, then the snapshot
+    replaced durably by `state` (the memory at the rename) or by the aside log replayed
+    over it, then the aside log removed. A failure leaves both files, which every
+    reader replays."""
+    aside = folder / ASIDE_FILE
+    try:
+        if full is not None:
+            try:
+                os.fdatasync(full)
+            finally:
+                os.close(full)
+        if state is None:
+            state = replay(_read_state(folder), aside.read_bytes())
+        write_state(folder / STATE_FILE, state)
+        aside.unlink()  # if a power cut undoes this, replaying it again changes nothing
+    except Exception:
+        log.exception("consumer state %s: compaction failed; its log is kept", folder)
+        raise
 
 
 def consumers_dir(stream_folder: Path) -> Path:
@@ -206,6 +283,7 @@ def load_all(stream_folder: Path) -> list[Saved]:
             )
             set_aside(err.path)
             (folder / LOG_FILE).unlink(missing_ok=True)  # changes to a state no longer there
+            (folder / ASIDE_FILE).unlink(missing_ok=True)
             state = None
         found.append(Saved(folder.name, doc["config"], doc["created"], state))
     return found
@@ -225,20 +303,32 @@ def read_meta(folder: Path) -> dict[str, Any] | None:
 
 
 def load_state(folder: Path) -> dict[str, Any] | None:
-    """A consumer's snapshot with its log replayed over it (None: no snapshot yet);
-    `StateFileError` when the snapshot is damaged."""
-    path = folder / STATE_FILE
+    """A consumer's snapshot with its logs replayed over it (None: no snapshot yet);
+    `StateFileError` when the snapshot is damaged. The aside log is read before the
+    snapshot, which a compaction may replace meanwhile (see the module's docstring)."""
     try:
-        state = read_state(path)
+        aside = (folder / ASIDE_FILE).read_bytes()
+    except FileNotFoundError:
+        aside = b""
+    try:
+        state = _read_state(folder)
     except FileNotFoundError:
         return None
-    if not isinstance(state, dict):
-        raise StateFileError(path, 0, "not a consumer's state")
     log_file = folder / LOG_FILE
+    path = folder / STATE_FILE
     try:
+        state = replay(state, aside) if aside else state
         return replay(state, log_file.read_bytes()) if log_file.is_file() else state
     except (KeyError, TypeError, ValueError) as exc:
         raise StateFileError(path, 0, f"not a consumer's state: {exc!r}") from None
+
+
+def _read_state(folder: Path) -> dict[str, Any]:
+    path = folder / STATE_FILE
+    state = read_state(path)
+    if not isinstance(state, dict):
+        raise StateFileError(path, 0, "not a consumer's state")
+    return state
 
 
 def replay(state: dict[str, Any], log: bytes) -> dict[str, Any]:

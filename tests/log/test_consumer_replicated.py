@@ -31,8 +31,8 @@ from log.consumers.ops import ConsumerOpError, encode_records
 from log.consumers.replicated import ConsumerFiles, ReplicatedStore
 from log.consumers.store import (
     ACKED,
+    ASIDE_FILE,
     DELIVERED,
-    LOG_FILE,
     META_FILE,
     POSITION,
     STATE_FILE,
@@ -182,17 +182,19 @@ def test_a_long_log_compacts_into_the_snapshot_on_every_member(
         store.record([DELIVERED, seq, seq, 1, seq, POSITION, seq + 1, seq + 1, 0, 0, seq, 0], dict)
         if seq % 3 == 0:
             store.record([ACKED, seq, POSITION, seq + 1, seq + 1, 0, 0, seq, seq], dict)
-    oplog.commit()
+        oplog.commit()
+    for f in files:
+        f.close()  # waits for the compaction under way on the worker thread
     for root in roots:
         folder = consumers_dir(root) / "d"
-        assert (folder / LOG_FILE).stat().st_size < 200
+        assert not (folder / ASIDE_FILE).exists()  # folded into the snapshot
         snapshot = read_state(folder / STATE_FILE)
-        assert snapshot["dseq"] > 30  # the snapshot, not only the log, moved on
+        # The snapshot, not only the log, moved on (how far depends on the worker's pace:
+        # the log keeps growing while a compaction is under way).
+        assert snapshot["dseq"] > 1
         (saved,) = load_all(root)
         assert saved.state is not None
         assert [s for s, _, _ in saved.state["pending"]] == [s for s in range(1, 40) if s % 3]
-    for f in files:
-        f.close()
 
 
 def test_confirm_waits_for_the_commit_and_hears_a_lost_leadership(tmp_path: Path) -> None:

@@ -5,17 +5,24 @@ from __future__ import annotations
 from array import array
 from pathlib import Path
 
+import pytest
+
+from log.consumers import store as cstore
 from log.consumers.store import (
     ACKED,
+    ASIDE_FILE,
     DELIVERED,
     GAVE_UP,
     LOG_FILE,
     POSITION,
+    STATE_FILE,
     ConsumerStore,
     consumers_dir,
     load_all,
+    load_state,
     replay,
 )
+from log.state_file import read_state
 
 BASE = {
     "dseq": 1,
@@ -67,3 +74,53 @@ def test_replaying_a_log_the_snapshot_already_contains_changes_nothing(tmp_path:
     once = replay(BASE, log)
     assert once["pending"] == [[4, 2, 11]] and once["lps"] == []
     assert replay(once, log) == once
+
+
+def _turns(store: ConsumerStore, seqs: range) -> list[int]:
+    """Deliver each of `seqs`, ack every third; the pending sequences expected after."""
+    folder = store.folder
+    for seq in seqs:
+        position = (POSITION, seq + 1, seq + 1, 0, 0, seq, 0)
+        store.record([DELIVERED, seq, seq, 1, seq, *position], lambda: load_state(folder) or {})
+        if seq % 3 == 0:
+            store.record([ACKED, seq, *position], lambda: load_state(folder) or {})
+        (saved,) = load_all(folder.parent.parent)  # while a compaction may be under way
+        assert saved.state is not None and saved.state["dseq"] == seq + 1
+    return [s for s in range(1, seqs.stop) if s % 3]
+
+
+def test_a_full_log_is_folded_into_the_snapshot_aside_while_turns_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cstore, "COMPACT_BYTES", 200)
+    store = ConsumerStore(consumers_dir(tmp_path) / "d", sync_interval_ns=10**7)
+    store.save_meta({"durable_name": "d"}, "2024-01-01T00:00:00Z")
+    store.save_state(BASE)
+    pending = _turns(store, range(1, 60))
+    store.close()  # waits for the compaction under way
+    assert not (store.folder / ASIDE_FILE).exists()
+    assert (store.folder / LOG_FILE).stat().st_size < 400
+    assert read_state(store.folder / STATE_FILE)["dseq"] > 40  # the snapshot moved on
+    (saved,) = load_all(tmp_path)
+    assert saved.state is not None
+    assert [s for s, _, _ in saved.state["pending"]] == pending
+
+
+def test_an_aside_log_left_by_a_crash_is_read_and_folded_in_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill -9 between the rename aside and the worker's new snapshot."""
+    store = ConsumerStore(consumers_dir(tmp_path) / "d", sync_interval_ns=10**7)
+    store.save_meta({"durable_name": "d"}, "2024-01-01T00:00:00Z")
+    store.save_state(BASE)
+    _turns(store, range(1, 10))
+    store.close()
+    (store.folder / LOG_FILE).rename(store.folder / ASIDE_FILE)
+    monkeypatch.setattr(cstore, "COMPACT_BYTES", 200)
+    again = ConsumerStore(store.folder, sync_interval_ns=10**7)
+    pending = _turns(again, range(10, 20))  # the first turn compacts: the aside log only
+    again.close()
+    assert not (store.folder / ASIDE_FILE).exists()
+    (saved,) = load_all(tmp_path)
+    assert saved.state is not None
+    assert [s for s, _, _ in saved.state["pending"]] == pending
