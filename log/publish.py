@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -271,6 +271,13 @@ def _ack_prefix(stream: str) -> bytes:
 
 def pub_ack(stream: str, seq: int) -> bytes:
     return b"%s%d}" % (_ack_prefix(stream), seq)
+
+
+def pub_acks(stream: str, replies: Sequence[bytes], first: int) -> list[tuple[bytes, bytes]]:
+    """The PubAcks of a run's messages, stored from sequence `first` on, to send together:
+    one for each that has a reply subject."""
+    prefix = _ack_prefix(stream)
+    return [(reply, b"%s%d}" % (prefix, seq)) for seq, reply in enumerate(replies, first) if reply]
 
 
 def counter_ack(stream: str, seq: int, value: str) -> bytes:

@@ -31,7 +31,7 @@ from log.config import REQUIRED_LEVEL_HEADER, StreamConfig, above_api_level, seg
 from log.errors import ApiError
 from log.proposed import Echo, Proposed
 from log.replication import ReplicationGroup, SingleNodeGroup
-from log.run_answers import RunAnswers
+from log.run_answers import RunAnswers, answer_plain
 from log.segments.api import MsgStore
 from log.stream_apply import Applier, ConsumerOps, HeaderReader
 from log.stream_entries import (
@@ -237,6 +237,10 @@ class Stream:
         refusals once the rules ran, the PubAcks once the proposal committed."""
         if not self._accepting or self.restoring:
             return
+        plain = self.proposed.admit_plain(subject, payloads)
+        if plain is not None:
+            self._propose_plain(plain, replies, send)
+            return
         no_ack = self.config.no_ack
         admit = self._admit
         entries: list[Publish] = []
@@ -255,6 +259,20 @@ class Stream:
             proposal = pack_run(entries) if self._replicated else entries
             stored = partial(self._stored, entries)
             self._group.propose(proposal, stored, early=answers.after(answered))
+
+    def _propose_plain(
+        self,
+        entries: list[Publish],
+        replies: Sequence[bytes],
+        send: Callable[[list[tuple[bytes, bytes]]], None],
+    ) -> None:
+        """A run admitted whole (`Proposed.admit_plain`): one proposal, and its answers
+        framed together once it commits, as `_answered` frames each one's."""
+        early = None
+        if not self.config.no_ack:
+            early = partial(answer_plain, self.name, entries[0].seq, replies, send)
+        proposal = pack_run(entries) if self._replicated else entries
+        self._group.propose(proposal, partial(self._stored, entries), early=early)
 
     def _admit(
         self,
