@@ -81,34 +81,55 @@ class Acking:
             return CONFIRMED
         return IGNORED
 
+    def plain_acks(self, seqs: list[int], now: int) -> None:
+        """`+ACK`s without a reply, (delivered, stream seq, consumer seq) flat, as `ack`
+        takes each; under the explicit policy (a fetch + ack's, one per message) in one
+        loop rather than a call of `ack` per message."""
+        if self.cfg.ack_policy != "explicit":
+            for i in range(0, len(seqs), 3):
+                self.ack(seqs[i], seqs[i + 1], seqs[i + 2], b"", now)
+            return
+        top = self.sseq
+        sent = [sseq for sseq in seqs[1::3] if sseq < top]  # later ones were never sent
+        if sent:
+            self._ack_explicit(sent, now)
+
+    def _ack_explicit(self, seqs: list[int], now: int) -> None:
+        pending, redelivered, finished = self.pending, self.redelivered, self.finished
+        journal, queued = self.journal, self._rdq_set
+        for sseq in seqs:
+            p = pending.pop(sseq, None)
+            if p is not None:
+                finished.append(sseq)
+                self._move_floor(p[0], sseq)
+            if (redelivered.pop(sseq, None) or p) and journal is not None:
+                journal.extend((ACKED, sseq))
+            if sseq in queued:
+                self._unqueue(sseq)
+        self.last_acked = now
+        self.dirty = True
+
     def _ack(self, sseq: int, dseq: int, now: int) -> AckResult:
         if sseq >= self.sseq:
             return IGNORED
         policy = self.cfg.ack_policy
-        journal = self.journal
         if policy == "explicit":
-            p = self.pending.pop(sseq, None)
-            if p is not None:
-                self.finished.append(sseq)
-                self._move_floor(p[0], sseq)
-            if (self.redelivered.pop(sseq, None) or p) and journal is not None:
-                journal.extend((ACKED, sseq))
-            if sseq in self._rdq_set:
-                self._unqueue(sseq)
-        elif policy in ("all", "flow_control"):
-            if dseq <= self.adflr or sseq <= self.asflr:
-                return CONFIRMED
-            covered = list(takewhile(lambda seq: seq <= sseq, self.pending))
-            for seq in covered:
-                del self.pending[seq]
-                self.redelivered.pop(seq, None)
-                self._unqueue(seq)
-                if journal is not None:
-                    journal.extend((ACKED, seq))
-            self.finished += covered
-            self.adflr, self.asflr = dseq, sseq
-        else:
+            self._ack_explicit([sseq], now)
+            return CONFIRMED
+        if policy not in ("all", "flow_control"):
             return IGNORED
+        if dseq <= self.adflr or sseq <= self.asflr:
+            return CONFIRMED
+        journal = self.journal
+        covered = list(takewhile(lambda seq: seq <= sseq, self.pending))
+        for seq in covered:
+            del self.pending[seq]
+            self.redelivered.pop(seq, None)
+            self._unqueue(seq)
+            if journal is not None:
+                journal.extend((ACKED, seq))
+        self.finished += covered
+        self.adflr, self.asflr = dseq, sseq
         self.last_acked = now
         self.dirty = True
         return CONFIRMED

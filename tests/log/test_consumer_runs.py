@@ -38,6 +38,7 @@ EVENT = st.one_of(
     st.tuples(st.just("pull"), st.sampled_from([b'{"batch":9,"max_bytes":300}'])),
     st.tuples(st.just("pull"), st.sampled_from([b'{"batch":3,"no_wait":true}'])),
     st.tuples(st.just("ack"), st.sampled_from([b"", b"-NAK", b"+TERM"])),
+    st.tuples(st.just("acks"), st.integers(1, 12)),
     st.tuples(st.just("time"), st.integers(1, 40)),
     st.tuples(st.just("publish"), st.integers(1, 30)),
 )
@@ -53,7 +54,10 @@ def flat(out: list[Output]) -> list[Any]:
     return items
 
 
-def run(cfg: dict[str, Any], first: int, events: list[Any], *, runs: bool) -> Any:
+def run(
+    cfg: dict[str, Any], first: int, events: list[Any], *, runs: bool, plain_acks: bool = True
+) -> Any:
+    """`plain_acks`: a read of plain acks goes to `plain_acks` whole, else to `ack` each."""
     store = MemoryStore(name="S")
     seq = 0
 
@@ -79,6 +83,16 @@ def run(cfg: dict[str, Any], first: int, events: list[Any], *, runs: bool) -> An
         elif kind == "ack" and c.pending:
             sseq = sorted(c.pending)[n % len(c.pending)]
             c.ack(1, sseq, c.pending[sseq][0], arg, now)
+        elif kind == "acks":  # every other pending message, one twice, one never sent
+            seqs = sorted(c.pending)[::2][:arg]
+            flat_acks = [1, c.sseq + 1, c.dseq + 1]
+            for sseq in [*seqs, *seqs[:1]]:
+                flat_acks = [1, sseq, c.pending.get(sseq, (0,))[0], *flat_acks]
+            if plain_acks:
+                c.plain_acks(flat_acks, now)
+            else:
+                for i in range(0, len(flat_acks), 3):
+                    c.ack(*flat_acks[i : i + 3], b"", now)
         elif kind == "time":
             now += arg * S
         elif kind == "publish":
@@ -95,6 +109,15 @@ def test_runs_deliver_exactly_what_single_messages_do(
     cfg: dict[str, Any], first: int, events: list[Any]
 ) -> None:
     assert run(cfg, first, events, runs=True) == run(cfg, first, events, runs=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(CONFIGS, st.integers(0, 60), st.lists(EVENT, max_size=25))
+def test_a_read_of_plain_acks_does_what_acking_each_does(
+    cfg: dict[str, Any], first: int, events: list[Any]
+) -> None:
+    whole = run(cfg, first, events, runs=True, plain_acks=True)
+    assert whole == run(cfg, first, events, runs=True, plain_acks=False)
 
 
 def test_a_fetch_goes_out_in_runs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -46,7 +46,11 @@ class Runner:
         store: StateStore | None,
         on_done: DoneSink,
         on_idle: IdleSink,
+        save_delay: float = 0.0,
     ) -> None:
+        """`save_delay`: seconds a turn's records wait for later turns' to join them in
+        one write (for a replicated store, where each write is an entry in the stream's
+        log on every member; a confirmed ack and a stop write at once)."""
         self.consumer = consumer
         consumer.listening = messaging.has_interest
         self.stream = stream
@@ -59,6 +63,7 @@ class Runner:
         self._timer_at = 0
         self._scheduled = False
         self._save_scheduled = False
+        self._save_delay = save_delay
         self._inactive_since = now_ns()
         ack_prefix = f"{ACK_PREFIX}.{consumer.stream}.{consumer.name}."
         self._ack_cut = len(ack_prefix.encode("utf-8", "surrogateescape"))
@@ -174,10 +179,8 @@ class Runner:
         `_on_ack` does for each, once for the run."""
         if self.closed:
             return
-        c, now = self.consumer, now_ns()
-        ack = c.ack
-        for i in range(0, len(seqs), 3):
-            ack(seqs[i], seqs[i + 1], seqs[i + 2], b"", now)
+        c = self.consumer
+        c.plain_acks(seqs, now_ns())
         if c.finished:
             self._hand_over()
         if not self._scheduled:
@@ -226,7 +229,10 @@ class Runner:
             self._hand_over()
         if self.consumer.dirty and self.store is not None and not self._save_scheduled:
             self._save_scheduled = True
-            asyncio.get_running_loop().call_soon(self.save)
+            if self._save_delay:
+                asyncio.get_running_loop().call_later(self._save_delay, self.save)
+            else:
+                asyncio.get_running_loop().call_soon(self.save)
         self._arm(now)
 
     def _hand_over(self) -> None:
