@@ -41,6 +41,7 @@ from consensus.types import (
     Entry,
     HardState,
     Message,
+    MessageType,
     NodeId,
     RaftError,
     Ready,
@@ -178,7 +179,7 @@ class RaftNode:
 
     def start(self) -> None:
         """Start ticking and listening; call on the event loop that will run the node."""
-        self._transport.set_handler(self._receive)
+        self._transport.set_handler(self._receive, beat=self._beat)
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name=f"raft {self.id}")
         self._ticker = Ticker.of(loop, self._tick_seconds)
@@ -318,6 +319,30 @@ class RaftNode:
         else:
             self._inbox.append(msg)
             self._wake.set()
+
+    def _beat(self, kind: MessageType, src: NodeId, term: int, value: int) -> int | None:
+        """A plain heartbeat (`value` its commit) or answer (`value` the follower's last
+        index) from a transport that carries them without a `Message` (`BeatHandler`).
+        Taken in place by the core's quiet path while the loop waits with nothing
+        queued: for a heartbeat, the index to answer with; for an answer, 0. None: not
+        taken (the loop is busy, or the beat says more than liveness), and the transport
+        hands over the whole message instead. Ticks held back go first, as in `_in_place`."""
+        if self._closed or not self._parked or self._wake.is_set():
+            return None
+        core = self._core
+        try:
+            ticks, self._ticks = self._ticks, 0
+            for _ in range(ticks):
+                core.tick()
+            if kind == MessageType.HEARTBEAT:
+                answer = core.quiet_heartbeat(src, term, value)
+            else:
+                answer = 0 if core.quiet_answer(src, term, value) else None
+            self._idle = core.idle_ticks()
+        except Exception as exc:
+            self._fail(exc)
+            return None
+        return answer
 
     def on_tick(self) -> None:
         """From the loop's `Ticker`: counted, and the core stepped only for a tick that acts."""

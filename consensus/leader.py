@@ -187,6 +187,26 @@ class LeaderRole:
             if msg.context:
                 self._confirm_read(msg.context, msg.src)
 
+    def quiet_answer(self, src: NodeId, term: int, index: int) -> bool:
+        """A heartbeat's answer without a read round from a follower that holds the whole
+        log, in this leader's term: it only says the follower is alive. Taken as `step`
+        would, with no Message; False if it is not that plain (a lagging or cut log, a
+        full window to unblock): then `step` the whole message."""
+        if self._role != Role.LEADER or term != self._term:
+            return False
+        pr = self._progress.get(src)
+        last = self._log.last_index
+        if (
+            pr is None
+            or pr.match != last
+            or index < last
+            or (pr.state == ReplicaState.REPLICATE and len(pr.inflight) >= self._cfg.max_inflight)
+        ):
+            return False
+        pr.recent_active = True
+        pr.probe_sent = False
+        return True
+
     def _next_guess(self, msg: Message) -> int:
         """Where to retry after a rejection: past the leader's last entry of the
         follower's conflicting term if it has that term, else the follower's hint."""

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from functools import partial
 
 from consensus.codec import CodecError, FrameDecoder, encode
-from consensus.transport import Handler
+from consensus.transport import BeatHandler, Handler
 from consensus.types import Message, NodeId
 
 log = logging.getLogger("jetlake.raft")
@@ -85,7 +85,7 @@ class TcpTransport:
         if self._server is not None:
             peer.dial()
 
-    def set_handler(self, handler: Handler) -> None:
+    def set_handler(self, handler: Handler, beat: BeatHandler | None = None) -> None:
         self._handler = handler
 
     def send(self, msg: Message) -> None:

@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from consensus.types import Message, NodeId
+from consensus.types import Message, MessageType, NodeId
 
 Handler = Callable[[Message], None]
+# A plain heartbeat or answer as (type, src, term, value) without a Message: the node's
+# answer, else None, and the transport hands over the whole message (`RaftNode._beat`).
+BeatHandler = Callable[[MessageType, NodeId, int, int], int | None]
 
 
 class Transport(Protocol):
@@ -22,8 +25,9 @@ class Transport(Protocol):
     def id(self) -> NodeId:
         """The node this transport sends for and receives for."""
 
-    def set_handler(self, handler: Handler) -> None:
-        """Every message that arrives for this node goes to `handler`, on the event loop."""
+    def set_handler(self, handler: Handler, beat: BeatHandler | None = None) -> None:
+        """Every message that arrives for this node goes to `handler`, on the event loop.
+        A transport that carries plain heartbeats compactly may offer them to `beat` first."""
 
     def send(self, msg: Message) -> None:
         """Best effort, never blocks: dropped if `msg.dst` is unknown, down or too far behind."""

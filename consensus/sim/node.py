@@ -160,11 +160,29 @@ class SimNode:
                 and msg.context != TRANSFER_CONTEXT
             ):
                 self.leased = msg.src  # check-quorum's lease: this request must be ignored
-        core.step(msg)
+        if not (self.seed & 8 and self._quiet(core, msg)):
+            core.step(msg)
         from_leader = msg.type in (MessageType.APPEND, MessageType.HEARTBEAT, MessageType.SNAPSHOT)
         if from_leader and core.leader == msg.src and core.term == msg.term:
             self.heard = (self.ticks, msg.term)
         self.handle_ready()
+
+    def _quiet(self, core: RaftCore, msg: Message) -> bool:
+        """A plain heartbeat or answer taken by the core's quiet path where it takes it, as
+        the driver does for the routes' beats (`RaftNode._beat`), on half the seeds."""
+        if msg.context or msg.dst != self.id:
+            return False
+        if msg.type == MessageType.HEARTBEAT_RESP:
+            return core.quiet_answer(msg.src, msg.term, msg.index)
+        if msg.type != MessageType.HEARTBEAT:
+            return False
+        index = core.quiet_heartbeat(msg.src, msg.term, msg.commit)
+        if index is None:
+            return False
+        answer = Message(MessageType.HEARTBEAT_RESP, self.id, msg.src, msg.term, index=index)
+        self.checker.on_send(self.id, answer, self.disk, self.floor)
+        self.net.send(answer, self.checker.now)
+        return True
 
     def _check_lease(self, msg: Message) -> None:
         """Check-quorum's other half: a follower that heard its leader within an election

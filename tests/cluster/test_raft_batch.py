@@ -54,3 +54,41 @@ def test_a_broken_payload_is_refused_saying_why(data: bytes, words: str) -> None
 
 def test_an_empty_payload_has_no_frames() -> None:
     assert raft_batch.unpack(b"") == []
+
+
+def test_beats_round_trip_in_one_compact_frame() -> None:
+    beats = [
+        ("S-R3F-X", MessageType.HEARTBEAT, 7, 3),
+        ("S-R3F-Ü", MessageType.HEARTBEAT_RESP, 7, 1 << 40),
+    ]
+    data = raft_batch.pack_beats("n1", "n2", beats)
+    assert data.startswith(raft_batch.BEATS_MARK)
+    assert raft_batch.unpack_beats(data) == ("n1", "n2", beats)
+    assert raft_batch.unpack_beats(raft_batch.pack_beats("n1", "n2", [])) == ("n1", "n2", [])
+
+
+def test_no_group_frame_opens_like_a_beats_frame() -> None:
+    assert not frame("G", Message(MessageType.HEARTBEAT, "n1", "n2", 1)).startswith(
+        raft_batch.BEATS_MARK
+    )
+    with pytest.raises(CodecError, match="needs a name"):
+        frame("", Message(MessageType.HEARTBEAT, "n1", "n2", 1))
+
+
+_GOOD = raft_batch.pack_beats("n1", "n2", [("G", MessageType.HEARTBEAT, 7, 3)])
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b"\x00\x00\x09" + _GOOD[3:], "no mark and version 1"),
+        (_GOOD[:6], "a server name of 2 bytes, 1 left"),
+        (_GOOD[:-1], "a group name of 1 bytes, 0 left"),
+        (_GOOD[:-5], "bytes left, too few for a beat"),
+        (_GOOD[:11] + b"\x04" + _GOOD[12:], "type 4 is not a heartbeat"),
+        (_GOOD[:-1] + b"\xff", "a group name is not UTF-8"),
+    ],
+)
+def test_a_broken_beats_frame_is_refused_saying_why(data: bytes, words: str) -> None:
+    with pytest.raises(CodecError, match=words):
+        raft_batch.unpack_beats(data)

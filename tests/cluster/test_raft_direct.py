@@ -7,6 +7,7 @@ and takes, as a route does."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from consensus.types import Entry, EntryKind, Message, MessageType
 from ingest.parser.routes import RMsg, RouteCodec, encode_rmsg
 from ingest.server.cluster.mesh import Cluster
-from ingest.server.cluster.raft_batch import pack
+from ingest.server.cluster.raft_batch import pack, pack_beats, unpack, unpack_beats
 from ingest.server.cluster.raft_transport import RaftRoutes, frame, inbox
 from ingest.server.cluster.settings import ClusterConfig
 
@@ -140,3 +141,44 @@ async def test_frames_for_another_server_or_an_unknown_group_or_garbage_are_drop
     warnings = [r.getMessage() for r in caplog.records]
     assert any(w.startswith(f"Raft frame on {inbox('n2')} dropped") for w in warnings)
     assert any(w.startswith(f"Raft frames on {inbox('n2')} dropped") for w in warnings)
+
+
+async def test_plain_heartbeats_go_as_beats_and_are_answered_in_place() -> None:
+    _, out, wire, receiver, into, got = ends()
+    beats: list[tuple[MessageType, str, int, int]] = []
+
+    def beat(kind: MessageType, src: str, term: int, value: int) -> int | None:
+        beats.append((kind, src, term, value))
+        return 5 if kind == MessageType.HEARTBEAT else None
+
+    into.register("G", got.append, beat)
+    read = Message(MessageType.HEARTBEAT, "n1", "n2", 3, commit=2, context=b"round 1")
+    out.send("G", Message(MessageType.HEARTBEAT, "n1", "n2", 3, commit=2))
+    out.send("G", read)  # a read round: a whole message
+    await asyncio.sleep(0)  # the turn's end, when what was gathered leaves
+    carry(wire, receiver)
+    assert beats == [(MessageType.HEARTBEAT, "n1", 3, 2)] and got == [read]
+    await asyncio.sleep(0)
+    ((subject, payload),) = receiver.published  # no route back to n1 in this test
+    assert subject == inbox("n1")
+    answer = ("G", MessageType.HEARTBEAT_RESP, 3, 5)
+    assert [unpack_beats(f) for f in unpack(payload)] == [("n2", "n1", [answer])]
+
+
+async def test_a_beat_not_taken_or_not_for_this_server_or_broken_is_not_lost_silently(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _, _, _, receiver, into, got = ends()
+    into.register("G", got.append, lambda kind, src, term, value: None)
+    mine = inbox("n2").encode()
+    frames = [
+        pack_beats("n1", "n2", [("G", MessageType.HEARTBEAT_RESP, 3, 9)]),
+        pack_beats("n1", "n9", [("G", MessageType.HEARTBEAT, 3, 9)]),
+        pack_beats("n1", "n2", [("H", MessageType.HEARTBEAT, 3, 9)]),
+        b"\x00\x00\x07",
+    ]
+    receiver.cluster.deliver_inbound(RMsg(SYS, mine, b"", (), None, pack(frames)))
+    assert got == [Message(MessageType.HEARTBEAT_RESP, "n1", "n2", 3, index=9)]
+    assert into.dropped == 2
+    warnings = [r.getMessage() for r in caplog.records]
+    assert any(w.startswith(f"Raft beats on {inbox('n2')} dropped: beats frame") for w in warnings)

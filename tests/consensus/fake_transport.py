@@ -9,7 +9,7 @@ says how far the node's log was written when it left.
 from __future__ import annotations
 
 from consensus.log_store import LogStore
-from consensus.transport import Handler
+from consensus.transport import BeatHandler, Handler
 from consensus.types import Entry, Message, MessageType, NodeId
 
 
@@ -20,13 +20,15 @@ class FakeTransport:
         self.events: list[str] = []
         self.sent: list[Message] = []
         self.handler: Handler | None = None
+        self.beat: BeatHandler | None = None  # the node's, for plain heartbeats without a Message
 
     @property
     def id(self) -> NodeId:
         return self._node
 
-    def set_handler(self, handler: Handler) -> None:
+    def set_handler(self, handler: Handler, beat: BeatHandler | None = None) -> None:
         self.handler = handler
+        self.beat = beat
 
     def send(self, msg: Message) -> None:
         self.sent.append(msg)

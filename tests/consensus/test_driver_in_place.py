@@ -186,3 +186,27 @@ async def test_a_barriers_early_callback_runs_with_its_apply(
     await proposed(node, peers)
     peers.answer(Message(T.APPEND_RESP, "n2", "n1", node.term, index=2))
     assert peers.events == ["apply 2-2", "answered", "stored", "flush"]
+
+
+async def test_a_plain_heartbeat_is_taken_in_place_without_a_message_while_the_loop_waits(
+    follower: tuple[RaftNode, FakeTransport],
+) -> None:
+    node, peers = follower
+    assert peers.beat is not None
+    assert peers.beat(T.HEARTBEAT, "n2", 1, 0) == 1  # its answer: log at 1
+    assert peers.events == [] and not node._wake.is_set()
+    assert peers.beat(T.HEARTBEAT, "n2", 1, 1) is None  # entry 1 committed: news
+    assert peers.beat(T.HEARTBEAT, "n2", 2, 0) is None  # a new term
+    node._wake.set()  # the loop has work queued: the beat waits behind it
+    assert peers.beat(T.HEARTBEAT, "n2", 1, 0) is None
+
+
+async def test_a_plain_answer_is_taken_in_place_and_a_lagging_one_is_not(
+    leader: tuple[RaftNode, FakeTransport],
+) -> None:
+    node, peers = leader
+    peers.events.clear()
+    assert peers.beat is not None
+    assert peers.beat(T.HEARTBEAT_RESP, "n2", node.term, 1) == 0
+    assert peers.beat(T.HEARTBEAT_RESP, "n3", node.term, 0) is None  # n3 lacks the no-op
+    assert peers.events == [] and not node._wake.is_set()

@@ -9,7 +9,9 @@ of the encoded Raft message. Routing does the rest: one hop over the route to
 P, dropped when no route reaches P (a partition), which is what Raft expects
 of a transport (`consensus.transport`). The heartbeats (and their answers)
 that all groups send to P in one turn of the event loop go as one message
-(`raft_batch`); the rest goes at once, as a batch of one.
+(`raft_batch`), the plain ones as beats in one compact frame, offered on arrival to
+each group's node without a `Message` (`RaftNode._beat`); the rest goes at once, as a
+batch of one.
 
 A round trip of one publish at a time crosses the routes four times, two of
 them Raft messages, and each paid the general path on both ends: a subject
@@ -32,9 +34,18 @@ import time
 from typing import TYPE_CHECKING
 
 from consensus import codec
-from consensus.transport import Handler
+from consensus.transport import BeatHandler, Handler
 from consensus.types import Message, MessageType, NodeId
-from ingest.server.cluster.raft_batch import Outbox, pack, unpack
+from ingest.server.cluster.raft_batch import (
+    BEATS_MARK,
+    MAX_BEATS,
+    Beat,
+    Outbox,
+    pack,
+    pack_beats,
+    unpack,
+    unpack_beats,
+)
 
 if TYPE_CHECKING:
     from ingest.server.cluster.ports import SystemBus
@@ -57,6 +68,8 @@ def inbox(server_name: str) -> str:
 
 def frame(group: str, msg: Message) -> bytes:
     name = group.encode()
+    if not name:
+        raise codec.CodecError("a Raft group needs a name: an empty one marks a beats frame")
     return _NAME_LEN.pack(len(name)) + name + codec.encode(msg)
 
 
@@ -79,8 +92,10 @@ class RaftRoutes:
     def __init__(self, server: SystemBus) -> None:
         self._server = server
         self._handlers: dict[str, Handler] = {}
+        self._beat_handlers: dict[str, BeatHandler] = {}
         self._sub: object | None = None
         self._outbox = Outbox()
+        self._beats: dict[NodeId, list[Beat]] = {}  # peer -> beats queued this turn
         self._inboxes: dict[NodeId, tuple[str, bytes]] = {}  # peer -> its inbox subject
         self._mine = inbox(server.server_name)
         self.dropped = 0  # frames for groups this server does not run (deleted, not yet made)
@@ -110,13 +125,22 @@ class RaftRoutes:
     def transport(self, group: str) -> GroupTransport:
         return GroupTransport(self, group)
 
-    def register(self, group: str, handler: Handler) -> None:
+    def register(self, group: str, handler: Handler, beat: BeatHandler | None = None) -> None:
         self._handlers[group] = handler
+        if beat is None:
+            self._beat_handlers.pop(group, None)
+        else:
+            self._beat_handlers[group] = beat
 
     def unregister(self, group: str) -> None:
         self._handlers.pop(group, None)
+        self._beat_handlers.pop(group, None)
 
     def send(self, group: str, msg: Message) -> None:
+        if msg.type in GATHERED and not msg.context:
+            value = msg.commit if msg.type == MessageType.HEARTBEAT else msg.index
+            self._beat(msg.dst, (group, msg.type, msg.term, value))
+            return
         try:
             data = frame(group, msg)
         except codec.CodecError as exc:
@@ -125,11 +149,28 @@ class RaftRoutes:
         if msg.type not in GATHERED:
             self._publish(msg.dst, pack([data]))
             return
-        if not self._outbox:
-            asyncio.get_running_loop().call_soon(self._send_gathered)
+        self._gather()
         self._outbox.add(msg.dst, data)
 
+    def _beat(self, peer: NodeId, beat: Beat) -> None:
+        self._gather()
+        queued = self._beats.get(peer)
+        if queued is None:
+            self._beats[peer] = [beat]
+        else:
+            queued.append(beat)
+
+    def _gather(self) -> None:
+        """Send what is gathered at the end of this turn (once for the turn)."""
+        if not self._outbox and not self._beats:
+            asyncio.get_running_loop().call_soon(self._send_gathered)
+
     def _send_gathered(self) -> None:
+        beats, self._beats = self._beats, {}
+        me = self.me
+        for peer, queued in beats.items():
+            for at in range(0, len(queued), MAX_BEATS):
+                self._outbox.add(peer, pack_beats(me, peer, queued[at : at + MAX_BEATS]))
         for peer, payload in self._outbox.take():
             self._publish(peer, payload)
 
@@ -164,6 +205,9 @@ class RaftRoutes:
             return
         now = time.monotonic_ns()
         for one in frames:
+            if one[:2] == BEATS_MARK:
+                self._take_beats(one, now)
+                continue
             try:
                 group, msg = unframe(one)
             except codec.CodecError as exc:
@@ -175,6 +219,32 @@ class RaftRoutes:
                 continue
             self.heard[(group, msg.src)] = now
             handler(msg)
+
+    def _take_beats(self, data: bytes, now: int) -> None:
+        """Each beat to its group's node in place; one it does not take, and one for a
+        group without that, as a whole message. A plain heartbeat's answer is a beat too."""
+        try:
+            src, dst, beats = unpack_beats(data)
+        except codec.CodecError as exc:
+            log.warning("Raft beats on %s dropped: %s", self._mine, exc)
+            return
+        me = self.me
+        handlers, beat_handlers, heard = self._handlers, self._beat_handlers, self.heard
+        for group, kind, term, value in beats:
+            handler = handlers.get(group)
+            if handler is None or dst != me:
+                self.dropped += 1
+                continue
+            heard[(group, src)] = now
+            beat = beat_handlers.get(group)
+            answer = None if beat is None else beat(kind, src, term, value)
+            if answer is None:
+                if kind == MessageType.HEARTBEAT:
+                    handler(Message(kind, src, me, term, commit=value))
+                else:
+                    handler(Message(kind, src, me, term, index=value))
+            elif kind == MessageType.HEARTBEAT:
+                self._beat(src, (group, MessageType.HEARTBEAT_RESP, term, answer))
 
 
 class GroupTransport:
@@ -188,8 +258,8 @@ class GroupTransport:
     def id(self) -> NodeId:
         return self._routes.me
 
-    def set_handler(self, handler: Handler) -> None:
-        self._routes.register(self._group, handler)
+    def set_handler(self, handler: Handler, beat: BeatHandler | None = None) -> None:
+        self._routes.register(self._group, handler, beat)
 
     def send(self, msg: Message) -> None:
         self._routes.send(self._group, msg)
