@@ -16,6 +16,13 @@ Layout (big-endian): a frame is a u32 payload length, then the payload:
   the snapshot if flagged: u64 index, u64 term, u16 voter count + strs,
   u16 learner count + strs, blob data.
 A str is a u16 length and UTF-8; a blob a u32 length and bytes.
+
+A frame is read by the compiled extension when it is installed (`decode_raft` in
+native/src/raft_codec.rs, chosen as the client protocol's codec is:
+`ingest.parser.fast`): one call where the reader below makes a dozen, which each
+follower pays per APPEND and a leader per answer. The reader stays the reference and
+reads whatever the extension hands back (a snapshot, a malformed frame), so the error
+named is always its own.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from consensus.types import (
     Snapshot,
     SnapshotMeta,
 )
+from ingest.parser.fast import native
 
 VERSION = 1
 MAX_FRAME = 64 << 20  # one APPEND of max_append_entries large entries fits; garbage does not
@@ -43,6 +51,9 @@ _U16 = struct.Struct(">H")
 _REJECT = 1
 _KINDS = {kind.value: kind for kind in EntryKind}
 _TYPES = {kind.value: kind for kind in MessageType}
+# Each enum's members by value, for the compiled reader (values are 0, 1, 2...).
+_KIND_LIST = tuple(_KINDS[value] for value in range(len(_KINDS)))
+_TYPE_LIST = tuple(_TYPES[value] for value in range(len(_TYPES)))
 _HAS_SNAPSHOT = 2
 _HELD = 4
 
@@ -110,7 +121,19 @@ def decode(frame: bytes) -> Message:
     """One whole frame (length prefix included) to its message."""
     if len(frame) < _LEN.size or _LEN.unpack_from(frame)[0] != len(frame) - _LEN.size:
         raise CodecError("frame length does not match its prefix")
-    return _Reader(bytes(frame), _LEN.size, len(frame)).message()
+    data = bytes(frame)
+    return _read(data, _LEN.size, len(data))
+
+
+def _read(data: bytes, at: int, end: int) -> Message:
+    """The message in data[at:end]: the compiled reader's, else the reference's."""
+    if native is not None:
+        msg: Message | None = native.decode_raft(
+            data, at, end, Message, Entry, _TYPE_LIST, _KIND_LIST
+        )
+        if msg is not None:
+            return msg
+    return _Reader(data, at, end).message()
 
 
 class FrameDecoder:
@@ -134,7 +157,7 @@ class FrameDecoder:
                 return messages  # no whole frame yet: no copy either
             held = bytes(buffer)  # one copy per feed, however many frames it completes
             while end and end <= len(held):
-                messages.append(_Reader(held, start + _LEN.size, end).message())
+                messages.append(_read(held, start + _LEN.size, end))
                 start = end
                 end = self._frame_end(held, start)
         except CodecError as exc:

@@ -23,6 +23,7 @@ mod frames;
 mod ipc;
 mod leafnodes;
 mod outlet;
+mod raft_codec;
 mod route_split;
 mod routes;
 mod runs;
@@ -648,6 +649,7 @@ fn jetlake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(leafnodes::split_leaf, m)?)?;
     m.add_function(wrap_pyfunction!(leafnodes::frame_run, m)?)?;
     m.add_function(wrap_pyfunction!(route_split::split_route, m)?)?;
+    m.add_function(wrap_pyfunction!(raft_codec::decode_raft, m)?)?;
     m.add_class::<s2::S2Reader>()?;
     m.add_function(wrap_pyfunction!(s2::s2_encode_stream, m)?)?;
     m.add_function(wrap_pyfunction!(s2::s2_encode_block, m)?)?;
