@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetlake.jetstream")
 
 _ALPHABET = string.ascii_letters + string.digits
+# How long a replicated consumer's records wait to share one entry in the stream's log:
+# a fetch + ack turns the loop over every few messages, and each entry costs every
+# member a Raft round (the leader's loop thread most). What waits is redelivered after
+# a new leader takes over, as what is in flight already is.
+REPLICATED_SAVE_DELAY = 0.002
 _CREATE_REQUEST = fields("stream_name config action pedantic")  # `config`: ccfg checks it
 
 
@@ -157,6 +162,7 @@ class Consumers:
             store=store,
             on_done=self._on_done,
             on_idle=self._on_idle,
+            save_delay=REPLICATED_SAVE_DELAY if isinstance(store, ReplicatedStore) else 0.0,
         )
         self._by_stream[stream.name][name] = runner
         return runner
