@@ -8,9 +8,9 @@ the flow control), read each chunk as an Arrow IPC stream, and stop at the messa
 with `Jl-Sql-Rows`, or at an error's `Nats-Service-Error`. With no service on the
 subject, the server answers the request with a status 503 (no responders) at once. A
 query given up on (a timeout, a cancelled task: Ctrl-C) is called off, so the service
-stops its Spark jobs (`sql.nats_cancel`); it asks for heartbeats, so a client that died
-without calling off (killed, its connection lost) has its query stopped too, at the
-service's next heartbeat.
+stops its Spark jobs (`sql.nats_cancel`); it asks for heartbeats and answers each, so a
+client that died without calling off (killed, its connection lost) has its query stopped
+too, at the service's next heartbeat (a few, from another account through an import).
 """
 
 from __future__ import annotations
@@ -57,7 +57,9 @@ async def query(
 
     async def on_msg(msg: Msg) -> None:
         found = msg.headers or {}
-        if HEARTBEAT in found:  # the query still runs
+        if HEARTBEAT in found:  # the query still runs; answered, so the service sees us stay
+            if msg.reply:
+                await msg.respond(b"")
             return
         if "Jl-Sql-Chunk" in found:
             chunks.append(pa.ipc.open_stream(msg.data).read_all())

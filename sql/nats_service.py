@@ -11,7 +11,7 @@ Any NATS client in any language can ask, with no Spark or JDBC client:
                                  Jl-Sql-Id: an id its client may cancel it by, with a
                                    publish to $JL.SQL.cancel.<id> (`sql.nats_cancel`)
                                  Jl-Sql-Heartbeat: seconds between heartbeats while the
-                                   query runs (default none)
+                                   query runs (default none); each may be answered
     replies  to the request's inbox, in order:
              chunk messages, each with a reply subject: the body is an Arrow IPC stream
              (schema + record batches, readable alone) or JSON lines, under the server's
@@ -39,8 +39,11 @@ as a cancel does. A client that asks for heartbeats is thus watched while its qu
 computes, before any chunk; one that does not is seen at its first chunk. A reply
 subject that crossed an account import reaches the importing account's inbox
 through the server's mapping, and whether that inbox still listens is not told back
-(the mapping takes every message): such a client gets no heartbeats, and is seen
-gone at the ack wait, or by its cancel.
+(the mapping takes every message). So a client may answer each heartbeat (an empty
+publish to its reply subject, as it acks a chunk; `sql.nats_client` does): once it
+has answered one, `SILENT_BEATS` heartbeats in a row unanswered mean it is gone, in
+any account. A client of another account that answers none is seen gone at the ack
+wait, or by its cancel.
 
 Accounts are walls. The service answers in its own account; requests from other
 accounts reach it through an import of its `$JL.SQL.>` export (the ack subjects are
@@ -104,6 +107,7 @@ ACK_WAIT = 30.0  # seconds without an ack before the client is taken for gone
 _CANCEL_WAIT = 30.0  # seconds a cancelled query's jobs get to end before it is logged
 _ROWS_PER_CHUNK = 2000  # a first guess, halved while a chunk exceeds max_payload
 SMALL_ROWS = 10_000  # a result of at most these is taken whole, in one job
+SILENT_BEATS = 3  # heartbeats unanswered in a row that end the query of a client that answered
 
 
 # A part of a result: Spark's rows, or an Arrow table (both slice and count as lists do).
@@ -269,8 +273,7 @@ class NatsSql:
             window = _positive(headers, WINDOW, DEFAULT_WINDOW)
             timeout = _positive(headers, TIMEOUT, None)
             ack_wait = _positive(headers, ACK_WAIT_HEADER, ACK_WAIT)
-            # A reply mapped across an import is not watched (see the module doc).
-            beat = None if REQUEST_INFO in headers else _positive(headers, HEARTBEAT, None)
+            beat = _positive(headers, HEARTBEAT, None)
             text = request.data.decode(errors="replace").strip()
             if not text:
                 raise QueryError("400", "empty query: the request's body is the SQL text")
@@ -282,8 +285,9 @@ class NatsSql:
         task = asyncio.get_running_loop().create_task(
             self._stream(request, query, acks, timeout, beat)
         )
-        if REQUEST_INFO not in headers:  # a reply subject of its own account: 503s tell
-            acks.on_gone = lambda: query.call_off(task, "its client went")
+        acks.on_gone = lambda: query.call_off(task, "its client went")
+        # A reply subject mapped across an import: only the client's answers tell.
+        acks.told_gone = REQUEST_INFO not in headers
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if called is not None:
@@ -367,9 +371,12 @@ class NatsSql:
         beating = None
         if beat is not None:
             said = {HEARTBEAT: f"{beat:g}"}
-            beating = asyncio.get_running_loop().create_task(
-                _beat(lambda: nc.publish(reply, b"", reply=f"{acked}.beat", headers=said), beat)
-            )
+
+            async def send_beat() -> None:
+                acks.beat_sent(beat)
+                await nc.publish(reply, b"", reply=f"{acked}.{_BEAT}", headers=said)
+
+            beating = asyncio.get_running_loop().create_task(_beat(send_beat, beat))
         rows = 0
         sent = 0
 
@@ -503,9 +510,13 @@ class _Query:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+_BEAT = "beat"  # the last token of a heartbeat's reply subject (a chunk's is its index)
+
+
 class _Acks:
     """Chunks the client answered; `room` waits until fewer than a window are out, and
-    fails when none was answered for `wait` seconds (the client is gone)."""
+    fails when none was answered for `wait` seconds (the client is gone). Also the
+    client's answers to heartbeats, by which a client is seen gone across an import."""
 
     def __init__(self, window: int, wait: float, as_json: bool) -> None:
         self.window = window
@@ -513,14 +524,26 @@ class _Acks:
         self.as_json = as_json
         self.count = 0
         self._moved = asyncio.Event()
-        self.on_gone: Callable[[], None] = lambda: None  # the client's inbox heard nothing
+        self.on_gone: Callable[[], None] = lambda: None  # the client is gone: stop its query
+        self.told_gone = True  # the server's 503s reach us (no import between)
+        self._answered: float | None = None  # when the client last answered a heartbeat
 
     async def on_ack(self, msg: Msg) -> None:
         if (msg.headers or {}).get("Status") == "503":  # the server: no responders
-            self.on_gone()
+            if self.told_gone:
+                self.on_gone()
+            return
+        if msg.subject.endswith(f".{_BEAT}"):
+            self._answered = time.monotonic()
             return
         self.count += 1
         self._moved.set()
+
+    def beat_sent(self, every: float) -> None:
+        """Before each heartbeat: a client that answers heartbeats and left the last
+        `SILENT_BEATS` unanswered is gone (see the module doc)."""
+        if self._answered is not None and time.monotonic() - self._answered > SILENT_BEATS * every:
+            self.on_gone()
 
     async def room(self, sent: int) -> None:
         while sent - self.count >= self.window:
