@@ -80,10 +80,21 @@ public final class ConnectDoor implements ServerInterceptor {
     return new Claim<>(next.startCall(counted, headers), counted, login);
   }
 
+  /**
+   * Ends the call with {@code status} once the client has sent its request. Closed before the
+   * request is read, the call's stream is reset under the client, which then sees UNAVAILABLE
+   * rather than the status, and retries it with backoff for minutes (pyspark's default policy):
+   * a refused login must fail at once, with its reason.
+   */
   private static <Q> ServerCall.Listener<Q> refuse(
       ServerCall<Q, ?> call, Status status, String why) {
-    call.close(status.withDescription(why), new Metadata());
-    return new ServerCall.Listener<>() {};
+    call.request(Integer.MAX_VALUE); // read (and drop) whatever the client sends
+    return new ServerCall.Listener<>() {
+      @Override
+      public void onHalfClose() {
+        call.close(status.withDescription(why), new Metadata());
+      }
+    };
   }
 
   /** Binds the request's session to the login's account, or refuses the call. */
