@@ -92,3 +92,8 @@ _GOOD = raft_batch.pack_beats("n1", "n2", [("G", MessageType.HEARTBEAT, 7, 3)])
 def test_a_broken_beats_frame_is_refused_saying_why(data: bytes, words: str) -> None:
     with pytest.raises(CodecError, match=words):
         raft_batch.unpack_beats(data)
+
+
+def test_a_beat_that_does_not_fit_its_record_is_refused() -> None:
+    with pytest.raises(CodecError, match="beats to n2"):
+        raft_batch.pack_beats("n1", "n2", [("G", MessageType.HEARTBEAT, -1, 0)])

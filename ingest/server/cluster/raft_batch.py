@@ -89,13 +89,17 @@ def unpack(data: bytes) -> list[bytes]:
 
 
 def pack_beats(src: NodeId, dst: NodeId, beats: list[Beat]) -> bytes:
-    """One compact frame of `beats` from `src` to `dst` (at most `MAX_BEATS` of them)."""
-    parts = [BEATS_MARK, bytes((BEATS_VERSION,)), _name(src), _name(dst)]
+    """One compact frame of `beats` from `src` to `dst` (at most `MAX_BEATS` of them);
+    `CodecError` for a number or name that does not fit its field."""
     head = _BEAT.pack
-    for group, kind, term, value in beats:
-        name = group.encode()
-        parts.append(head(kind, term, value, len(name)))
-        parts.append(name)
+    try:
+        parts = [BEATS_MARK, bytes((BEATS_VERSION,)), _name(src), _name(dst)]
+        for group, kind, term, value in beats:
+            name = group.encode()
+            parts.append(head(kind, term, value, len(name)))
+            parts.append(name)
+    except struct.error as exc:
+        raise CodecError(f"beats to {dst}: {exc}") from None
     return b"".join(parts)
 
 

@@ -170,7 +170,10 @@ class RaftRoutes:
         me = self.me
         for peer, queued in beats.items():
             for at in range(0, len(queued), MAX_BEATS):
-                self._outbox.add(peer, pack_beats(me, peer, queued[at : at + MAX_BEATS]))
+                try:
+                    self._outbox.add(peer, pack_beats(me, peer, queued[at : at + MAX_BEATS]))
+                except codec.CodecError as exc:  # lost, as a transport may lose them
+                    log.error("Raft beats not sent: %s", exc)
         for peer, payload in self._outbox.take():
             self._publish(peer, payload)
 
