@@ -3,7 +3,7 @@
     jetlake sql serve --store ./data [--listen 127.0.0.1:15002] [--jdbc 127.0.0.1:10000]
                       [--nats nats://127.0.0.1:4222] [--max_rows N]
                       [--logins nats://127.0.0.1:4222] [--max_result_size 256m]
-                      [--catalog thrift://host:9083]
+                      [--catalog thrift://host:9083] [--cache_lake auto|on|off]
 
 A query through it costs a plan and a scan, not a JVM: the session starts
 once, and three doors lead in. Spark Connect (`sc://host:port`, any PySpark
@@ -65,6 +65,7 @@ from log.compactor.location import Lake
 from log.compactor.spark import build_session, local_jars
 from sql.account_views import allow, bind
 from sql.catalog import HiveCatalog, catalog_entries, keep_synced
+from sql.lake_cache import CHOICE_ENV, CHOICES, wanted
 from sql.lake_cache import ENABLED as LAKE_CACHE
 from sql.lake_snapshot import forget_unless
 from sql.logins import OWN_LOGIN_ENV, NatsLogin
@@ -178,6 +179,7 @@ def start_session(
     logins: str | None = None,
     max_rows: int = DEFAULT_MAX_ROWS,
     max_result_size: str = DEFAULT_MAX_RESULT_SIZE,
+    cache_lake: str = "auto",
 ) -> tuple[SparkSession, SharedViews]:
     """The service's session with its views published, Connect (and Thrift) listening, their
     clients logging in with NATS credentials checked at `logins` (a URL) when given."""
@@ -193,7 +195,7 @@ def start_session(
         "spark.connect.grpc.binding.port": str(listen[1]),
         "spark.connect.grpc.interceptor.classes": "io.jetlake.sql.ConnectDoor",
         "spark.driver.maxResultSize": max_result_size,
-        LAKE_CACHE: "true",
+        LAKE_CACHE: str(wanted(cache_lake, lake)).lower(),
     }
     if logins is not None:  # HiveServer2's CUSTOM authentication (its class: see below)
         conf["spark.hadoop.hive.server2.authentication"] = "CUSTOM"
@@ -261,6 +263,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--catalog", help="register every stream's lake table in this Hive metastore (thrift://…)"
+    )
+    p.add_argument(
+        "--cache_lake",
+        choices=CHOICES,
+        default=os.environ.get(CHOICE_ENV, "auto"),
+        help=f"cache the views' lake part in memory (auto: a bucket lake's only; ${CHOICE_ENV})",
     )
     p.add_argument("--parent", type=int, help="exit when this process (the server) is gone")
     return p
@@ -334,6 +342,7 @@ def main(argv: list[str]) -> int:
         logins=args.logins,
         max_rows=args.max_rows,
         max_result_size=args.max_result_size,
+        cache_lake=args.cache_lake,
     )
     endpoints = Endpoints(
         pid=os.getpid(),

@@ -3,7 +3,10 @@ the pure choice, no Spark."""
 
 from __future__ import annotations
 
-from sql.lake_cache import MIN_ADDED, Plan, plan
+from pathlib import Path
+
+from log.compactor.layout import lake_at
+from sql.lake_cache import MIN_ADDED, Plan, plan, wanted
 
 BASE = frozenset(f"date=2026-11-28/part-{i}.parquet" for i in range(40))
 
@@ -35,3 +38,11 @@ def test_many_added_files_mean_a_new_base() -> None:
     few = [f"new-{i}.parquet" for i in range(MIN_ADDED)]
     assert plan(small, ["a.parquet", *few])[0] is Plan.EXTEND
     assert plan(small, ["a.parquet", *few, "more.parquet"])[0] is Plan.REBASE
+
+
+def test_the_service_caches_a_bucket_lake_by_default_and_reads_a_local_one_from_its_files(
+    tmp_path: Path,
+) -> None:
+    local, bucket = lake_at(str(tmp_path / "lake"), tmp_path), lake_at("s3://b/lake", tmp_path)
+    assert [wanted("auto", local), wanted("auto", bucket)] == [False, True]
+    assert [wanted("on", local), wanted("off", bucket)] == [True, False]

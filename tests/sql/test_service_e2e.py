@@ -26,6 +26,7 @@ import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
+from sql.lake_cache import CHOICE_ENV
 from sql.nats_client import SqlError
 from sql.nats_client import query as nats_query
 from sql.service import Endpoints, quiet_query_errors
@@ -48,14 +49,20 @@ class Service:
     spark: SparkSession
 
 
-def start_with_service(*args: str, config: str, tmp_path: Path) -> ServerProcess:
-    """A jetlake server whose lake starts its SQL service (the suite keeps it off elsewhere)."""
-    saved = os.environ.pop("JETLAKE_SQL", None)
+def start_with_service(
+    *args: str, config: str, tmp_path: Path, env: dict[str, str] | None = None
+) -> ServerProcess:
+    """A jetlake server whose lake starts its SQL service (the suite keeps it off elsewhere),
+    `env` in its environment."""
+    saved = {key: os.environ.pop(key, None) for key in ("JETLAKE_SQL", *(env or {}))}
+    os.environ.update(env or {})
     try:
         return start_server("jetlake", *args, config=config, tmp_path=tmp_path)
     finally:
-        if saved is not None:
-            os.environ["JETLAKE_SQL"] = saved
+        for key, value in saved.items():
+            os.environ.pop(key, None)
+            if value is not None:
+                os.environ[key] = value
 
 
 def _wait_for_service(server: ServerProcess, store: Path, url: str | None = None) -> Endpoints:
@@ -95,7 +102,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         f'lake {{ seal_interval: "200ms", compact_interval: 0,\n'
         f'  sql {{ listen: "{listen}", jdbc: "{jdbc}" }} }}\n'
     )
-    server = start_with_service(config=conf, tmp_path=tmp)
+    # The lake cache on, as on a bucket lake, so its tests below reach it on a local one.
+    server = start_with_service(config=conf, tmp_path=tmp, env={CHOICE_ENV: "on"})
     try:
         found = _wait_for_service(server, store)
         assert found.connect == f"sc://{listen}" and found.jdbc == f"jdbc:hive2://{jdbc}"
