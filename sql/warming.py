@@ -11,8 +11,11 @@ deleted stream's cached rows are dropped then rather than at the next query.
 
 Exactness does not rest on this: a query still checks and rebuilds what changed
 since (the tail's new messages, a commit this watch has not seen yet). A lake in
-object storage is listed only by reading its logs, so only its streams' folders
-are watched there: its new bases are filled by their first query.
+object storage is listed only by reading its logs, so there the watch takes each
+stream's pin instead (`lake.json` in its folder), which this server's compactor moves
+after every commit: a new typed table, a schema change, a KV or object store bucket's
+new rows are then warmed as on a local lake. A commit by another writer (a batch job,
+another server) moves only the lake's own pin, and is warmed by the next query.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from log.compactor.layout import stream_dirs
+from log.compactor.layout import PIN_FILE, stream_dirs
 from log.compactor.location import Lake
 from sql.lake_cache import fill
 from sql.views import file_stats
@@ -41,10 +44,23 @@ Marks = frozenset[tuple[str, int, int]]
 
 
 def marks(store: Path, lake: Lake) -> Marks:
-    """What a compaction commit (a local lake's log files) or a stream created or deleted
-    (the store's stream folders) changes, and a publish does not."""
-    found = frozenset((str(folder), 0, 0) for folder in stream_dirs(store, None))
-    return found if lake.remote else found | file_stats({Path(lake.root)})
+    """What a compaction commit (a local lake's log files, a bucket lake's streams' pins) or
+    a stream created or deleted (the store's stream folders) changes, and a publish does not."""
+    folders = stream_dirs(store, None)
+    found = frozenset((str(folder), 0, 0) for folder in folders)
+    if lake.remote:
+        return found | _pins(folders)
+    return found | file_stats({Path(lake.root)})
+
+
+def _pins(folders: list[Path]) -> Marks:
+    """(path, size, mtime) of each stream's pin that is there."""
+    found = set()
+    for folder in folders:
+        with contextlib.suppress(FileNotFoundError):
+            st = (folder / PIN_FILE).stat()
+            found.add((str(folder / PIN_FILE), st.st_size, st.st_mtime_ns))
+    return frozenset(found)
 
 
 async def keep_warm(

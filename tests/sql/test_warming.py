@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from log.compactor.layout import META_FILE, STREAMS, StreamRef, lake_at
+from log.compactor.layout import META_FILE, STREAMS, Pin, StreamRef, lake_at, write_pin
 from log.state_file import write_state
 from sql.views import lake_tables
 from sql.warming import marks
@@ -43,11 +43,23 @@ def test_a_commit_or_a_stream_created_or_deleted_is_seen_a_publish_is_not(
     assert marks(store, lake) == committed
 
 
-def test_a_lake_in_object_storage_is_watched_by_its_streams_only(tmp_path: Path) -> None:
+def test_a_lake_in_object_storage_is_watched_by_its_streams_and_their_pins(
+    tmp_path: Path,
+) -> None:
+    """The compactor moves a stream's pin after each commit (new rows, a new typed table, a
+    schema change); a publish leaves it."""
     store = tmp_path / "store"
     lake = lake_at("s3://bucket/lake", store)
-    _stream(store, "ORDERS")
-    assert marks(store, lake) == {(str(store / STREAMS / "ORDERS"), 0, 0)}
+    orders = _stream(store, "ORDERS")
+    first = marks(store, lake)
+    assert first == {(str(orders), 0, 0)}
+    (orders / "1.arrow").write_bytes(b"a publish")
+    assert marks(store, lake) == first
+    write_pin(StreamRef.load(orders), Pin(StreamRef.load(orders).app_id, "t", 5))
+    committed = marks(store, lake)
+    assert committed != first
+    write_pin(StreamRef.load(orders), Pin(StreamRef.load(orders).app_id, "t", 10))
+    assert marks(store, lake) not in (first, committed)
 
 
 def test_the_tables_read_are_each_streams_current_one_and_its_typed_tables(
