@@ -331,9 +331,8 @@ class RaftNode:
             return None
         core = self._core
         try:
-            ticks, self._ticks = self._ticks, 0
-            for _ in range(ticks):
-                core.tick()
+            core.pass_idle(self._ticks)  # parked, not woken: only idle ones
+            self._ticks = 0
             if kind == MessageType.HEARTBEAT:
                 answer = core.quiet_heartbeat(src, term, value)
             else:
@@ -368,7 +367,9 @@ class RaftNode:
         core = self._core
         try:
             ticks, self._ticks = self._ticks, 0
-            for _ in range(ticks):  # held back as idle, or the one that acts: before msg
+            idle = min(ticks, self._idle)  # held back as idle, then the one that acts
+            core.pass_idle(idle)
+            for _ in range(ticks - idle):  # before msg
                 core.tick()
             if msg is not None:
                 core.step(msg)
@@ -441,8 +442,7 @@ class RaftNode:
         core = self._core
         inbox, self._inbox = self._inbox, []
         early = min(self._ticks, self._idle)
-        for _ in range(early):
-            core.tick()
+        core.pass_idle(early)
         for msg in inbox:
             core.step(msg)
         for _ in range(self._ticks - early):

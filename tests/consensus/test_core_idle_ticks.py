@@ -136,3 +136,21 @@ def test_a_follower_silent_for_a_whole_check_gets_quiet_heartbeats_until_it_answ
     net.heal()
     heartbeat_ticks(net, "a", 5)  # c answers a quiet one and is sent the entry
     assert net.items("c") == net.items("a")
+
+
+def test_idle_ticks_passed_at_once_leave_the_core_as_one_by_one() -> None:
+    counters = ("_election_elapsed", "_heartbeat_elapsed", "_transfer_elapsed", "_clock")
+    for quiet in (0, 5):
+        one, many = (Net("abc", election_ticks=10, quiet_heartbeat_ticks=quiet) for _ in "12")
+        for net in (one, many):
+            net.elect("a")
+            net.heartbeat()
+        for node in "ab":
+            idle = one.nodes[node].idle_ticks()
+            assert idle == many.nodes[node].idle_ticks()
+            one.tick(node, idle)
+            many.nodes[node].pass_idle(idle)
+            for name in counters:
+                assert getattr(one.nodes[node], name) == getattr(many.nodes[node], name)
+            assert one.nodes[node].status() == many.nodes[node].status()
+            assert not many.nodes[node].has_ready()
