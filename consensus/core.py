@@ -252,16 +252,19 @@ class RaftCore(ElectionRole, LeaderRole):
         return max(due - 1, 0)
 
     def pass_idle(self, ticks: int) -> None:
-        """`ticks` ticks at once, no more than `idle_ticks` allows: what handing them one
-        by one does (they only advance counters), without each one's heartbeat arithmetic,
-        which walks a leader's followers. A driver hands a group its held ticks before
-        each input, so with a thousand groups that was much of a beat's cost."""
+        """`ticks` ticks: the first `idle_ticks` at once (they only advance counters),
+        without each one's heartbeat arithmetic, which walks a leader's followers; any
+        past those as `tick`. A driver hands a group its held ticks before each input,
+        so with a thousand groups that was much of a beat's cost."""
+        idle = min(ticks, self.idle_ticks())
         if self._role == Role.LEADER:
-            self._heartbeat_elapsed += ticks
+            self._heartbeat_elapsed += idle
             if self._transferee is not None:
-                self._transfer_elapsed += ticks
-        self._election_elapsed += ticks
-        self._clock += ticks
+                self._transfer_elapsed += idle
+        self._election_elapsed += idle
+        self._clock += idle
+        for _ in range(ticks - idle):
+            self.tick()
 
     def campaign(self) -> None:
         self._hup(forced=False)

@@ -154,3 +154,11 @@ def test_idle_ticks_passed_at_once_leave_the_core_as_one_by_one() -> None:
                 assert getattr(one.nodes[node], name) == getattr(many.nodes[node], name)
             assert one.nodes[node].status() == many.nodes[node].status()
             assert not many.nodes[node].has_ready()
+
+
+def test_ticks_past_the_idle_ones_are_ticked_in_full() -> None:
+    net = Net("abc", election_ticks=10)
+    net.elect("a")
+    b = net.nodes["b"]
+    b.pass_idle(b.idle_ticks() + 1)  # its election timeout passes
+    assert b.role == Role.PRE_CANDIDATE
