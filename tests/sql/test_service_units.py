@@ -304,7 +304,10 @@ async def test_a_503_on_a_chunks_reply_subject_is_the_client_gone_not_an_ack() -
     acks = _Acks(1, 30.0, as_json=False)
     gone: list[bool] = []
     acks.on_gone = lambda: gone.append(True)
-    await acks.on_ack(SimpleNamespace(headers={"Status": "503"}))  # type: ignore[arg-type]
+    chunk = "_INBOX.acks.0"  # a chunk's ack subject ends in its index, a heartbeat's in beat
+    await acks.on_ack(SimpleNamespace(subject=chunk, headers={"Status": "503"}))  # type: ignore[arg-type]
     assert gone == [True] and acks.count == 0
-    await acks.on_ack(SimpleNamespace(headers=None))  # type: ignore[arg-type]
+    await acks.on_ack(SimpleNamespace(subject=chunk, headers=None))  # type: ignore[arg-type]
     assert gone == [True] and acks.count == 1
+    await acks.on_ack(SimpleNamespace(subject="_INBOX.acks.beat", headers=None))  # type: ignore[arg-type]
+    assert gone == [True] and acks.count == 1  # a heartbeat's answer is no chunk's ack
