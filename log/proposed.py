@@ -174,7 +174,7 @@ class Proposed:
         if self._transform is not None:
             subject = self._transform.match(subject) or subject
         try:
-            base = self._overhead.base + len(subject.encode())
+            base = msg_size(subject, None, b"", self._overhead)  # each adds its payload
         except UnicodeEncodeError:  # refused one by one, as `admit` does
             return None
         first = self.last_seq + 1
@@ -182,14 +182,10 @@ class Proposed:
             Publish(NewMsg(subject, None, data, now_ns()), seq)
             for seq, data in enumerate(payloads, first)
         ]
-        count = len(entries)
-        self.last_seq = first + count - 1
         self.last_msg_id = ""
-        pending = self._pending.setdefault(subject, [0, 0])
-        pending[0] += count
-        pending[1] = self.last_seq
-        self._pending_msgs += count
-        self._pending_bytes += base * count + sum(map(len, payloads))
+        self._count_pending(
+            subject, entries[-1].seq, len(entries), base * len(entries) + sum(map(len, payloads))
+        )
         return entries
 
     def mirrored(
@@ -228,16 +224,20 @@ class Proposed:
                 hdr=msg.hdr,
                 data=msg.data,
             )
-        self.last_seq = entry.seq
         self.last_msg_id = entry.msg_id
         if entry.msg_id:
             self._ids[entry.msg_id] = entry.seq
-        pending = self._pending.setdefault(msg.subject, [0, 0])
-        pending[0] += 1
-        pending[1] = entry.seq
-        self._pending_msgs += 1
-        self._pending_bytes += size
+        self._count_pending(msg.subject, entry.seq, 1, size)
         return echo
+
+    def _count_pending(self, subject: str, last_seq: int, count: int, size: int) -> None:
+        """`count` messages to `subject`, up to `last_seq`, of `size` bytes in all, in flight."""
+        self.last_seq = last_seq
+        pending = self._pending.setdefault(subject, [0, 0])
+        pending[0] += count
+        pending[1] = last_seq
+        self._pending_msgs += count
+        self._pending_bytes += size
 
     # -- leaving it --------------------------------------------------------------
 
