@@ -20,7 +20,8 @@ from log.segments import FileStore, NewMsg, SegmentConfig
 
 ROWS_PER_SEGMENT = 400
 SEGMENTS = 12
-KILLS = 3
+# One kill per run keeps CI's JVM starts down; the soak runs more kill points per table.
+KILLS = [1, pytest.param(3, marks=pytest.mark.soak)]
 
 
 def build_store(
@@ -81,12 +82,13 @@ def table_seqs(ref: StreamRef, lake: Path, name: str = "CRASH") -> tuple[list[in
     return seqs, int(table.transaction_version(ref.app_id) or 0)
 
 
-@pytest.mark.timeout(600)  # four JVM starts on two cores
-def test_sigkill_mid_append_then_restart_is_exact(tmp_path: Path) -> None:
+@pytest.mark.timeout(600)  # up to four JVM starts on two cores
+@pytest.mark.parametrize("kills", KILLS)
+def test_sigkill_mid_append_then_restart_is_exact(tmp_path: Path, kills: int) -> None:
     store = tmp_path / "store"
     ref, expected = build_store(store)
     rng = random.Random(5)
-    for _ in range(KILLS):
+    for _ in range(kills):
         assert run_job(store, kill_after=1, rng=rng) == -9
         if ref.table_path(store / "lake").is_delta_table():
             seqs, done = table_seqs(ref, store / "lake")
@@ -125,14 +127,15 @@ def _order(i: int) -> bytes:
 
 
 @pytest.mark.timeout(600)
-def test_sigkill_mid_typed_append_leaves_both_tables_exact(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kills", KILLS)
+def test_sigkill_mid_typed_append_leaves_both_tables_exact(tmp_path: Path, kills: int) -> None:
     """A typed stream's group is two commits (rejects, then the stream's own table, one of
     them a rewrite when `v` turns to text): killed anywhere, each table ends exact."""
     store = tmp_path / "store"
     ref, expected = build_store(store, {"jetlake.lake.format": "json"}, _order)
     bad = {s for s in expected if (s - 1) % 7 == 3}  # seq = i + 1
     rng = random.Random(11)
-    for _ in range(2):
+    for _ in range(kills):
         assert run_job(store, kill_after=2, rng=rng) == -9
     assert run_job(store, kill_after=None, rng=rng) == 0
     good, done = table_seqs(ref, store / "lake")
