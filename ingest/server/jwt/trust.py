@@ -53,7 +53,6 @@ class Operators:
 
     def __init__(self, operators: Iterable[Claims]) -> None:
         self.claims = tuple(operators)
-        self._strict: set[str] = set()
         self._keys: set[str] = set()
         for op in self.claims:
             signing = {k for k in jwt.key_list(op.nats) if isinstance(k, str)}
