@@ -48,6 +48,7 @@ def _default_jetlake_cmd() -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jetlake bench",
+        usage="%(prog)s [options]",
         description="Run the same workloads against nats-server and jetlake, print ratios.",
         epilog=f"{len(WORKLOADS)} workloads (`--list` names them) in groups: core, js, lake, "
         "raft, mqtt, cluster, natscli.",

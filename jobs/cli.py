@@ -34,15 +34,28 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "job": ("jobs.lake_job", "lake batch jobs: compact, optimize, vacuum", "docs/lake.md#jobs"),
 }
+# a command's subcommand with options of its own -> the docs page that explains it
+_SUBCOMMANDS: dict[str, str] = {"sql serve": "docs/lake.md#the-sql-service"}
+
+
+def help_pages() -> dict[str, str]:
+    """Every command line whose `--help` names a docs page, and that page."""
+    pages = {name: page for name, (_, _, page) in _COMMANDS.items()}
+    return pages | _SUBCOMMANDS
+
+
+def _page(args: list[str]) -> str:
+    """The page of the most specific command `args` start with."""
+    return _SUBCOMMANDS.get(" ".join(args[:2]), _COMMANDS[args[0]][2])
 
 
 def _usage() -> str:
     """One screen: the commands, and where each is explained (the docs live in the repo)."""
     lines = ["usage: jetlake <command> [options]", "", "commands:"]
-    lines += [f"  {name:<8} {about}" for name, (_, about, _) in _COMMANDS.items()]
+    lines += [f"  {name:<10} {about}" for name, (_, about, _) in _COMMANDS.items()]
     lines += ["", "`jetlake <command> --help` lists a command's options. Documentation, in the"]
     lines += ["repository's docs/ (`make docs` builds the site): docs/getting-started.md, and"]
-    lines += [f"  {name:<8} {page}" for name, (_, _, page) in _COMMANDS.items()]
+    lines += [f"  {name:<10} {page}" for name, page in help_pages().items()]
     return "\n".join(lines)
 
 
@@ -62,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         status = command(args[1:])
     except SystemExit as done:  # argparse ends its help this way
         status = done.code if isinstance(done.code, int) else 0
-    print(f"\nDocumentation: {entry[2]} (`make docs` builds the site)")
+    print(f"\nDocumentation: {_page(args)} (`make docs` builds the site)")
     return status
 
 

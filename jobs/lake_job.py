@@ -30,7 +30,12 @@ JOBS = ("compact", "optimize", "vacuum")
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jetlake job", description="The lake's batch jobs.")
-    p.add_argument("job", choices=JOBS)
+    p.add_argument(
+        "job",
+        choices=JOBS,
+        help="compact: sealed segments into Delta tables; optimize: bin-pack small files and "
+        "Z-order by subject; vacuum: drop files no table version needs",
+    )
     p.add_argument("--store", default="./data", help="store dir (the server's -sd)")
     p.add_argument("--lake", help="lake dir or s3://bucket/prefix (default: <store>/lake)")
     p.add_argument("--spark_master", help="Spark master (default: JETLAKE_SPARK_MASTER, local[*])")

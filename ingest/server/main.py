@@ -253,6 +253,8 @@ Server Options:
     -sl, --signal <signal>[=<pid>]   Send signal to jetlake process (ldm, stop, quit, term,
                                      reopen, reload); <pid> is a PID or a PID file's path
         --busy_poll <duration>       Longest poll before sleeping (jetlake; default 200us, 0: off)
+    -h, --help                       Show this message
+    -v, --version                    Show version
 
 Logging Options:
     -l, --log <file>                 File to redirect log output
@@ -268,31 +270,24 @@ Cluster Options:
         --no_advertise <bool>        Do not advertise known cluster information to clients
         --connect_retries <number>   For implicit routes, number of connect retries
 
-JetStream Options:
+JetStream and Lake Options:
     -js, --jetstream                 Enable JetStream functionality
     -sd, --store_dir <dir>           Set the storage directory
-
-Lake Options (jetlake):
         --lake                       Roll sealed segments into Delta tables (off by default)
         --lake_dir <dir>             Table root (default: <store_dir>/lake); turns the lake on
         --spark_master <url>         Compactor's Spark master (default: local[*]); turns it on
 
-Authorization Options:
+Authorization and TLS Options:
         --user <user>                User required for connections
         --pass <password>            Password required for connections
         --auth <token>               Authorization token required for connections
-
-TLS Options:
         --tls                        Enable TLS, do not verify clients (default: false)
         --tlscert <file>             Server certificate file
         --tlskey <file>              Private key for server certificate
         --tlsverify                  Enable TLS, verify client certificates
         --tlscacert <file>           Client certificate CA for verification
 
-Common Options:
-    -h, --help                       Show this message
-    -v, --version                    Show version
-"""
+Every flag and config key (type, default, reload): docs/reference/configuration.md"""
 
 
 def main(argv: list[str]) -> int:
