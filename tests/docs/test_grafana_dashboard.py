@@ -3,7 +3,7 @@ against the metrics a real `jetlake serve` exports.
 
 A renamed metric would leave the dashboard's panels empty without any error in Grafana,
 so every name it queries must be one the server serves, and every name the server
-serves must be on the monitoring page.
+serves must be on the monitoring page, as must every endpoint it answers.
 """
 
 from __future__ import annotations
@@ -141,3 +141,12 @@ def test_every_exported_metric_is_on_the_monitoring_page(exported: set[str]) -> 
     assert not missing, f"metrics missing from docs/monitoring.md: {missing}"
     varz = {f"jetlake_varz_{key}" for key, _, _ in monitor.STATS}
     assert varz <= exported
+
+
+def test_every_endpoint_is_on_the_monitoring_page() -> None:
+    source = inspect.getsource(monitor.Monitor.__init__)
+    paths = re.findall(r'"(/[a-z]*)": self\._', source)
+    assert "/metrics" in paths, "Monitor's routes are no longer in its __init__"
+    page = (DOCS / "monitoring.md").read_text(encoding="utf-8")
+    missing = [path for path in paths if f"| `{path}`" not in page and f", `{path}`" not in page]
+    assert not missing, f"endpoints missing from docs/monitoring.md's table: {missing}"
