@@ -11,7 +11,7 @@ import pytest
 from ingest.server import flags
 from ingest.server.main import USAGE
 from jobs import cli
-from tests.docs.test_readme import ROOT, _anchors
+from tests.docs.test_readme import ROOT, _anchors, nav_pages
 
 SCREEN = 50  # lines: what a terminal shows without scrolling back
 COMMANDS = ["", *cli.help_pages()]  # "": `jetlake --help` itself
@@ -23,13 +23,6 @@ def _help(command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.
     monkeypatch.setenv("COLUMNS", "80")  # argparse wraps to the terminal's width
     assert cli.main([*command.split(), "--help"]) == 0
     return capsys.readouterr().out
-
-
-def _nav() -> set[str]:
-    """The pages in mkdocs.yml's nav, as paths from the repository's root."""
-    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
-    nav = config[config.index("\nnav:") :]
-    return {f"docs/{page}" for page in re.findall(r":\s*(\S+\.md)\s*$", nav, re.MULTILINE)}
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c or "jetlake")
@@ -44,7 +37,7 @@ def test_each_help_fits_a_screen_and_names_pages_in_the_site(
         assert lines[-1] == f"Documentation: {page} (`make docs` builds the site)"
     named = NAMED_PAGE.findall(out)
     assert named, f"jetlake {command} --help names no docs page"
-    nav = _nav()
+    nav = nav_pages()
     for target in named:
         path, _, anchor = target.partition("#")
         assert (ROOT / path).is_file(), f"jetlake {command} --help: {path} does not exist"

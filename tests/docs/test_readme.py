@@ -1,5 +1,6 @@
-"""The README's and CONTRIBUTING's links into docs/ resolve, and the README stays a first
-screen, not a manual.
+"""The README's and CONTRIBUTING's links into docs/ resolve, the README stays a first
+screen, not a manual, and every page of the site can be reached from the README's list
+and from the site's first page.
 
 mkdocs checks links between the docs' own pages; these files are outside the site, so
 their links are checked here, anchors included.
@@ -37,6 +38,13 @@ def _anchors(page: Path) -> set[str]:
     return found
 
 
+def nav_pages() -> set[str]:
+    """The pages in mkdocs.yml's nav, as paths from the repository's root."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = config[config.index("\nnav:") :]
+    return {f"docs/{page}" for page in re.findall(r":\s*(\S+\.md)\s*$", nav, re.MULTILINE)}
+
+
 def test_the_readme_is_short() -> None:
     lines = README.read_text(encoding="utf-8").count("\n")
     assert lines <= MAX_LINES, f"README.md has {lines} lines; move detail into docs/"
@@ -54,3 +62,17 @@ def test_every_relative_link_resolves(name: str) -> None:
         if not page.exists() or (missing_anchor and anchor not in _anchors(page)):
             broken.append(target)
     assert not broken, f"broken links in {name}: {broken}"
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/index.md"])
+def test_every_page_of_the_site_is_linked(name: str) -> None:
+    page = ROOT / name
+    linked = {
+        str((page.parent / target.partition("#")[0]).resolve().relative_to(ROOT))
+        for target in LINK.findall(page.read_text(encoding="utf-8"))
+        if "://" not in target
+    }
+    pages = nav_pages()
+    assert len(pages) > 20, "mkdocs.yml's nav not read"
+    missing = sorted(pages - linked - {name})
+    assert not missing, f"{name} does not link to {missing}"
