@@ -65,3 +65,9 @@ def test_serves_help_lists_every_flag_the_parser_takes() -> None:
         if not re.search(rf"(?<![\w-])--?{re.escape(name)}(?![\w-])", USAGE)
     ]
     assert not missing, f"jetlake serve --help does not list {missing}"
+
+
+def test_getting_started_lists_every_command() -> None:
+    page = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    missing = [name for name in cli.help_pages() if f"| `jetlake {name}" not in page]
+    assert not missing, f"docs/getting-started.md's command table lacks {missing}"
