@@ -76,3 +76,11 @@ def test_every_page_of_the_site_is_linked(name: str) -> None:
     assert len(pages) > 20, "mkdocs.yml's nav not read"
     missing = sorted(pages - linked - {name})
     assert not missing, f"{name} does not link to {missing}"
+
+
+def test_contributing_names_every_test_folder() -> None:
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    folders = [p.name for p in (ROOT / "tests").iterdir() if (p / "__init__.py").is_file()]
+    assert len(folders) > 10
+    missing = sorted(name for name in folders if f"`tests/{name}/`" not in text)
+    assert not missing, f"CONTRIBUTING.md's table of test folders lacks {missing}"
