@@ -14,10 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
+from consensus.wal_format import SLOT_SIZE
 from tests.jscluster.support import (
     Running,
+    connect,
     eventually,
     js_cluster,
     request,
@@ -30,6 +32,7 @@ pytestmark = pytest.mark.timeout(180)
 
 PUBLISHED = 30
 ACKED = 10
+SLOT_TERM = 9  # a byte of the term in a hard-state slot
 
 
 def store_of(server: ServerProcess) -> Path:
@@ -174,27 +177,45 @@ async def test_damaged_peers_file_of_the_issue_is_no_longer_fatal(tmp_path: Path
         await eventually(lambda: _exists(path), "peers.json written again")
 
 
-async def test_a_stream_raft_state_beyond_repair_costs_that_replica_only(tmp_path: Path) -> None:
-    """Both copies of a stream group's term and vote damaged: the server must not vote
-    in that group again (it could vote twice in a term), but it stays up, in the meta
-    group, and hosts the other streams; the stream is served by its other replicas."""
+async def test_a_stream_raft_state_beyond_repair_rejoins_its_group_afresh(tmp_path: Path) -> None:
+    """Both slots of a stream group's term and vote damaged: the replica must not vote in
+    that group again as it was (it could vote twice in a term), so the leader takes it out
+    of the group and it joins again with nothing, caught up like a new member. The server
+    stays up meanwhile; then it is a current replica, holds every acknowledged message,
+    answers direct gets of each, and can lead the stream."""
     async with js_cluster("jetlake", tmp_path, timeout=5) as c:
         await fill(c)
+        config = StreamConfig(name="S", subjects=["s.>"], num_replicas=3, allow_direct=True)
+        await c.js.update_stream(config)
         leader = await c.leader("S")
         victim = next(s for s in c.servers if s is not leader)
         victim.stop()
         hardstate = only(list((store_of(victim) / "$SYS" / "_js_").glob("S-R3*/hardstate")))
-        hardstate.write_bytes(b"\xff" * len(hardstate.read_bytes()))
+        flip(hardstate, SLOT_TERM)  # both slots: nothing left to trust
+        flip(hardstate, SLOT_SIZE + SLOT_TERM)
         victim.start(port=victim.port)
         said = r"\[ERR\].*stream '\$G > S' has no replica here: .*hardstate"
         await eventually(lambda: _found(victim, said), "the error naming the hardstate")
-        info = await c.add_stream("T", ["t.>"])  # an R3 stream needs the victim too
-        assert info.cluster is not None and info.cluster.leader
-        assert (await c.js.publish("t.x", b"t")).seq == 1
-        for seq in range(1, PUBLISHED + 1):
-            msg = await eventually(lambda seq=seq: c.js.get_msg("S", seq), f"message {seq}")
-            assert msg.data == f"m{seq - 1}".encode()
+        await eventually(lambda: _found(victim, "joining it afresh"), "the replica back", 60)
+        assert list(hardstate.parent.parent.glob("S-R3*.damaged/hardstate"))
+        name = server_name(victim)
+        await eventually(lambda: _current(c, name), f"{name} a current replica", 60)
+        alone = await connect([victim])
+        try:
+            js = alone.jetstream(timeout=2)
+            for seq in range(1, PUBLISHED + 1):
+                msg = await js.get_msg("S", seq, direct=True)
+                assert msg.data == f"m{seq - 1}".encode()
+        finally:
+            await alone.close()
+        await check_served(c, victim)
         assert victim.running and "Traceback" not in victim.log()
+
+
+async def _current(c: Running, name: str) -> bool:
+    info = await c.js.stream_info("S")
+    replicas = info.cluster.replicas if info.cluster is not None else None
+    return any(r.name == name and r.current for r in replicas or [])
 
 
 async def test_damaged_peers_file_while_another_server_is_down(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from ingest.server.jetstream.cluster.log_opening import Opened, Prefetch
 from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
 from ingest.server.jetstream.cluster.peer_requests import PeerRequests
 from ingest.server.jetstream.cluster.placement import STORAGE_KEYS, choose_peers, placement_of
+from ingest.server.jetstream.cluster.rejoin import Rejoins
 from ingest.server.jetstream.cluster.system_requests import SystemRequests
 from ingest.server.settings import store_base
 from log import stream_entries
@@ -116,6 +117,7 @@ class JetStreamCluster:
         # folder) waits for its predecessor's files to go before it opens.
         self._dropping: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self.rejoins = Rejoins(self.requests, self._leading, self._reconcile, self._spawn)
         self._tags: dict[str, frozenset[str]] = {}
         self._stats: dict[str, dict[str, Any]] = {}  # server -> its STATSZ `jetstream` block
 
@@ -383,6 +385,8 @@ class JetStreamCluster:
             )
             return
         if hosted is None:
+            if self.rejoins.waiting(sa.group):
+                return
             dropping = self._dropping.get(sa.key)
             if dropping is None:
                 self._host(engine, sa)
@@ -477,18 +481,22 @@ class JetStreamCluster:
             holder.append(raft)
             return raft
 
+        store = self._stores.take(sa.group)
         try:
-            stream = engine.adopt(
-                cfg, parse_rfc3339(sa.created), group, store=self._stores.take(sa.group)
-            )
+            stream = engine.adopt(cfg, parse_rfc3339(sa.created), group, store=store)
         except LogStoreError as err:
             # Its own group alone is lost here (term and vote unknown: running on would risk
-            # a second vote in a term); the meta group and the other streams carry on.
+            # a second vote in a term); the meta group and the other streams carry on, and
+            # the replica leaves its group to join it again afresh (`rejoin`).
+            if store is not None:
+                store.close()
             log.error(
                 "JetStream: stream '%s > %s' has no replica here: %s; its other replicas "
-                "serve it (STREAM.PEER.REMOVE of %s places a new one)",
-                sa.account, sa.name, err, self.me,
+                "serve it, and this one joins its group again afresh once the leader has "
+                "taken it out",
+                sa.account, sa.name, err,
             )  # fmt: skip
+            self._rejoin(engine, sa)
             return
         snapshots.bind(stream)
         # A restart hosts its streams again: their first leader answered already (a
@@ -499,6 +507,26 @@ class JetStreamCluster:
             lambda leader, term: self._stream_leader_changed(engine, hosted, leader)
         )
         stand_first(hosted.group.node, sa.bootstrap, self.me)
+
+    def _leading(self, group: str) -> Hosted | None:
+        """The group's replica here, if this server leads it."""
+        found = (h for h in self.hosted.values() if h.assignment.group == group)
+        hosted = next(found, None)
+        return hosted if hosted is not None and hosted.group.node.role is Role.LEADER else None
+
+    def _rejoin(self, engine: JetStream, sa: StreamAssignment) -> None:
+        def still_here() -> bool:
+            now = self.state.streams.get(sa.key)
+            return (
+                now is not None and now.group == sa.group and self.me in now.peers
+                and sa.key not in self.hosted and sa.key not in self._dropping
+            )  # fmt: skip
+
+        def host_afresh() -> None:
+            shutil.rmtree(engine.stream_folder(sa.name), ignore_errors=True)
+            self._host(engine, self.state.streams[sa.key])
+
+        self.rejoins.rejoin(sa, still_here, group_dir(self.js_dir, sa.group), host_afresh)
 
     def _stream_leader_changed(self, engine: JetStream, hosted: Hosted, leader: str | None) -> None:
         if self.hosted.get(hosted.assignment.key) is not hosted:
