@@ -105,6 +105,7 @@ class SharedViews:
         self._store = store_dir
         self._lake = lake
         self._lock = threading.Lock()
+        self._rebuilder: int | None = None  # the thread rebuilding now, if one is
         self._last_start = 0
         self._names: set[str] = set()
         self._frames: dict[str, DataFrame] = {}  # the published views, by name
@@ -112,12 +113,22 @@ class SharedViews:
         self._seen: frozenset[tuple[str, int, int]] | None = None
 
     def refresh(self) -> None:
-        """Rebuild unless a rebuild that started after this call did already (one for a burst)."""
+        """Rebuild unless a rebuild that started after this call did already (one for a burst).
+
+        The rebuilding thread's own call returns at once: py4j runs the analyzer rule's
+        callback on the thread that called into the JVM, so a rebuild resolving a name that
+        is not registered yet (a KV bucket whose stream appeared between two listings) calls
+        back here while holding the lock, and waiting on it would hang every query. That
+        rebuild then fails on the name and the next refresh, finding the store still
+        changed, builds it again."""
+        if self._rebuilder == threading.get_ident():
+            return
         asked = time.monotonic_ns()
         with self._lock:
             if self._last_start >= asked:
                 return
             self._last_start = time.monotonic_ns()
+            self._rebuilder = threading.get_ident()
             try:
                 seen = self._fingerprint()
                 if seen is None or seen != self._seen:
@@ -125,6 +136,8 @@ class SharedViews:
                     self._seen = seen
             except Exception:  # a broken stream folder must not fail every query's analysis
                 log.exception("sql service: rebuilding the views of %s failed", self._store)
+            finally:
+                self._rebuilder = None
 
     def _fingerprint(self) -> frozenset[tuple[str, int, int]] | None:
         """Every file's (path, size, mtime) under the store and a local lake, data files of

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +16,7 @@ from ingest.server.options import ConfigError, load_config
 from ingest.server.settings import SqlConfig
 from log.compactor.layout import qualified
 from sql.nats_service import NatsSql, QueryError, _positive, chunks, encode_arrow, encode_json
-from sql.service import Endpoints, first_line, split_hostport
+from sql.service import Endpoints, SharedViews, first_line, split_hostport
 
 
 def lake_sql(tmp_path: Path, text: str) -> SqlConfig | None:
@@ -311,3 +312,30 @@ async def test_a_503_on_a_chunks_reply_subject_is_the_client_gone_not_an_ack() -
     assert gone == [True] and acks.count == 1
     await acks.on_ack(SimpleNamespace(subject="_INBOX.acks.beat", headers=None))  # type: ignore[arg-type]
     assert gone == [True] and acks.count == 1  # a heartbeat's answer is no chunk's ack
+
+
+def test_a_refresh_called_back_from_the_rebuild_itself_returns_instead_of_hanging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The analyzer rule calls `refresh` over py4j on the thread inside the JVM: during a
+    rebuild, that is the rebuilding thread, which holds the lock. The rebuild fails (the name
+    is not registered yet) and the next refresh builds again."""
+    views = SharedViews(None, tmp_path, None)  # type: ignore[arg-type]
+    rebuilds: list[str] = []
+
+    def rebuild() -> None:
+        rebuilds.append("start")
+        views.refresh()  # the rule's callback, on this thread
+        if len(rebuilds) == 1:
+            raise RuntimeError("[TABLE_OR_VIEW_NOT_FOUND] KV_config")
+
+    monkeypatch.setattr(views, "_fingerprint", lambda: frozenset({("KV_config", 1, 1)}))
+    monkeypatch.setattr(views, "_rebuild", rebuild)
+    worker = threading.Thread(target=views.refresh, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "refresh hung on its own rebuild's callback"
+    views.refresh()  # a query's: the store is still changed since the last good rebuild
+    assert rebuilds == ["start", "start"]
+    views.refresh()  # nothing changed since: no rebuild
+    assert rebuilds == ["start", "start"]
