@@ -21,6 +21,9 @@ MAX_LINES = 250  # what a newcomer reads before the docs; the rest belongs in do
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$", re.MULTILINE)
 EXPLICIT_ID = re.compile(r"\{#([\w-]+)\}\s*$")
+WORK_HISTORY = re.compile(  # issue and PR numbers, rounds of work
+    r"\(#\d+\)|\b[Ii]ssues? #?\d+|\bPR #?\d+|\bround \d+\b|\bthis (?:round|session)\b"
+)
 
 
 def _slug(title: str) -> str:
@@ -84,3 +87,14 @@ def test_contributing_names_every_test_folder() -> None:
     assert len(folders) > 10
     missing = sorted(name for name in folders if f"`tests/{name}/`" not in text)
     assert not missing, f"CONTRIBUTING.md's table of test folders lacks {missing}"
+
+
+def test_no_page_names_an_issue_or_a_round_of_work() -> None:
+    """The docs say what is; how it came to be belongs in git log."""
+    pages = [README, ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [
+        f"{page.relative_to(ROOT)}: {match.group(0)}"
+        for page in pages
+        for match in WORK_HISTORY.finditer(page.read_text(encoding="utf-8"))
+    ]
+    assert not found, found
