@@ -6,6 +6,7 @@ page not regenerated after an edit, fails here rather than drifting unnoticed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -14,6 +15,7 @@ from ingest.server.reference import keys
 from ingest.server.reference.entries import FLAGS, TOP_LEVEL, Key
 from ingest.server.reference.render import PAGE, render
 from ingest.server.reference.sections import SECTIONS
+from tests.docs.test_readme import ROOT
 
 # Documented in `permissions` though read by `_subject_permission` through `name.lower()`,
 # which the scan of `lowered` comparisons does not follow.
@@ -61,3 +63,16 @@ def test_every_key_of_a_section_is_on_the_page(section: str) -> None:
     assert documented - accepted <= _NOT_SCANNED.get(section, set()), (
         f"{section}: the page lists keys the parser does not accept"
     )
+
+
+def test_every_environment_variable_the_code_reads_is_on_the_configuration_page() -> None:
+    code = [
+        path
+        for package in ("ingest", "log", "sql", "jobs", "consensus", "benchmarks")
+        for path in (ROOT / package).rglob("*.py")
+    ]
+    names = {n for path in code for n in re.findall(r'"(JETLAKE_[A-Z_]+)"', path.read_text())}
+    assert len(names) > 5
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    missing = sorted(name for name in names if not re.search(rf"`{name}[`=]", page))
+    assert not missing, f"environment variables missing from docs/configuration.md: {missing}"
