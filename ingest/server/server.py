@@ -312,8 +312,11 @@ class Server:
         if sorted(urls) == sorted(self._advertised):
             return
         self._advertised = urls
+        # Not before a client's first PONG (it gets the INFO then, `_on_ping`): a client
+        # waiting for the PONG to its CONNECT (nats.py) reads one line, and an INFO there
+        # left it unconnected, sending nothing (one fresh cluster start in ~20 hung so).
         for client in list(self.clients.values()):
-            if client.protocol >= 1 and client.authenticated and not client.closed:
+            if client.takes_async_info and client.authenticated and not client.closed:
                 client.queue(self.info_for(client))
 
     # ---- routing ------------------------------------------------------------------------

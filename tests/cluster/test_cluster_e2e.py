@@ -7,6 +7,7 @@ refused peers) and waits on log lines or polls /routez with a deadline.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 
@@ -26,6 +27,7 @@ from tests.support.cluster import (
     varz,
     wait_mesh,
 )
+from tests.support.raw import RawClient, parse_info
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -116,6 +118,26 @@ async def test_clients_hear_of_a_new_server(make_server: MakeServer) -> None:
         assert b.port in {u.port for u in nc.servers}
     finally:
         await nc.close()
+
+
+async def test_a_new_server_is_told_only_after_the_first_pong(make_server: MakeServer) -> None:
+    """A client between its CONNECT and its first PONG is sent no async INFO: nats.py reads
+    one line after CONNECT + PING and, when it is not the PONG, stays unconnected and sends
+    nothing (one fresh cluster start in ~20 left a client so, see tests/jepsen). The INFO
+    after that PONG names the new server."""
+    port = free_port()
+    a = make_server(*cluster_args("A", port, []), config=ONE_ROUTE_PER_PEER)
+    raw = await RawClient.connect("127.0.0.1", a.port)
+    try:
+        await raw.send(f"CONNECT {json.dumps({'protocol': 1, 'verbose': False})}\r\n")
+        b = make_server(*cluster_args("B", free_port(), [port]), config=ONE_ROUTE_PER_PEER)
+        poll(lambda: peers(a) == {"B"}, "A routed to B")
+        await raw.send("PING\r\n")
+        assert await raw.read_line() == b"PONG"
+        info = parse_info(await raw.read_line())
+        assert f"127.0.0.1:{b.port}" in info["connect_urls"]
+    finally:
+        await raw.close()
 
 
 def test_no_advertise_keeps_connect_urls_from_clients(make_server: MakeServer) -> None:
