@@ -437,10 +437,12 @@ class JetStreamCluster:
         node.change_membership(change, partial(settle, future, 0))
         return future
 
+    def _hosted_group(self, group: str) -> Hosted | None:
+        """The stream whose Raft group this is, if this server hosts it."""
+        return next((h for h in self.hosted.values() if h.assignment.group == group), None)
+
     def _store_of(self, group: str) -> MsgStore | None:
-        """The store of the stream whose Raft group this is, if this server hosts it."""
-        found = (h for h in self.hosted.values() if h.assignment.group == group)
-        hosted = next(found, None)
+        hosted = self._hosted_group(group)
         return hosted.stream.store if hosted is not None else None
 
     def _host(self, engine: JetStream, sa: StreamAssignment) -> None:
@@ -510,8 +512,7 @@ class JetStreamCluster:
 
     def _leading(self, group: str) -> Hosted | None:
         """The group's replica here, if this server leads it."""
-        found = (h for h in self.hosted.values() if h.assignment.group == group)
-        hosted = next(found, None)
+        hosted = self._hosted_group(group)
         return hosted if hosted is not None and hosted.group.node.role is Role.LEADER else None
 
     def _rejoin(self, engine: JetStream, sa: StreamAssignment) -> None:
