@@ -81,10 +81,10 @@ def meta_leader() -> tuple[ClusterRequests, list[asyncio.Future[int]]]:
         state=state,
         assignment=lambda account, name: state.streams.get((account, name)),
         members=lambda: ["A", "B", "C"],
-        online_peers=lambda: {"A", "B", "C"},
+        peers=SimpleNamespace(
+            online=lambda: {"A", "B", "C"}, tags=lambda: {}, available=lambda _storage: {}
+        ),
         name="C",
-        tags=lambda: {},
-        available=lambda _storage: {},
         propose_meta=propose_meta,
     )
     engine = SimpleNamespace(account="$G", limits=None, api=SimpleNamespace(current_reply="_I.1"))

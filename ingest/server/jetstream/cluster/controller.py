@@ -12,8 +12,6 @@ The meta group's founding members are found once and written down
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import os
 import shutil
@@ -29,7 +27,6 @@ from consensus.driver import RaftNode
 from consensus.types import ConfChange, ConfOp, Entry, EntryKind, RaftError, Role
 from consensus.wal_recovery import LogStoreError
 from ingest.server.cluster.raft_transport import RaftRoutes
-from ingest.server.cluster.system_account import PING
 from ingest.server.jetstream.cluster import info, meta
 from ingest.server.jetstream.cluster.catchup import CatchUp
 from ingest.server.jetstream.cluster.founding import Founding
@@ -43,7 +40,8 @@ from ingest.server.jetstream.cluster.groups import (
 from ingest.server.jetstream.cluster.log_opening import Opened, Prefetch
 from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
 from ingest.server.jetstream.cluster.peer_requests import PeerRequests
-from ingest.server.jetstream.cluster.placement import STORAGE_KEYS, choose_peers, placement_of
+from ingest.server.jetstream.cluster.peer_view import PeerView
+from ingest.server.jetstream.cluster.placement import choose_peers, placement_of
 from ingest.server.jetstream.cluster.rejoin import Rejoins
 from ingest.server.jetstream.cluster.system_requests import SystemRequests
 from ingest.server.settings import store_base
@@ -61,9 +59,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetlake.jetstream")
 
-STATSZ_EVENTS = "$SYS.SERVER.*.STATSZ"
-STATSZ_ANSWERS = "_INBOX.{id}.jsc.statsz"  # the servers' answers to a new meta leader's ping
-STATSZ_WAIT = 1.0  # how long a placement by room waits to hear from every server
 RECONCILE_POLL = 0.1  # seconds between looks at a learner catching up
 LEAVE_SECONDS = 60  # how long a replica moved off this server waits for its removal
 # A Raft group's log (a stream's, the meta group's) is snapshotted every so many entries
@@ -99,12 +94,13 @@ class JetStreamCluster:
         self._sync = sync_interval_ns
         self.routes = RaftRoutes(server)
         self.requests = PeerRequests(server)
+        self.peers = PeerView(server)
         self.catchup = CatchUp(self.requests, self._store_of)
         self.founding = Founding(
             self.requests,
             group_dir(js_dir, META_GROUP),
             lambda: self.expected_size,
-            self.online_peers,
+            self.peers.online,
             self._open_meta,
         )
         self.state = MetaState()
@@ -118,8 +114,6 @@ class JetStreamCluster:
         self._dropping: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.rejoins = Rejoins(self.requests, self._leading, self._reconcile, self._spawn)
-        self._tags: dict[str, frozenset[str]] = {}
-        self._stats: dict[str, dict[str, Any]] = {}  # server -> its STATSZ `jetstream` block
 
     @property
     def me(self) -> str:
@@ -147,12 +141,8 @@ class JetStreamCluster:
     async def start(self) -> None:
         log.info("Starting JetStream cluster")
         self.routes.start()
-        system = self.server.accounts.system_account
-        answers = STATSZ_ANSWERS.format(id=self.server.server_id)
-        for subject in (STATSZ_EVENTS, answers):
-            self.server.announce(self.server.subscribe(subject, self._on_statsz, account=system))
+        self.peers.start()
         SystemRequests(self).start()
-        self.server.cluster_listeners.append(self._learn_tags)
         self.requests.start()
         if not self.founding.start():
             self.server.cluster_listeners.append(self.founding.routes_changed)
@@ -165,72 +155,10 @@ class JetStreamCluster:
         if self.meta is not None:
             await self.meta.close()
 
-    def online_peers(self) -> set[str]:
-        """JetStream servers this one reaches now (itself included)."""
-        peers = {self.me}
-        cluster = self.server.cluster
-        if cluster is not None:
-            peers |= {
-                r.remote_name
-                for r in cluster.routes.values()
-                if r.remote_info.get("jetstream") and r.remote_name
-            }
-        return peers
-
-    def tags(self) -> dict[str, frozenset[str]]:
-        """Each server's `server_tags`, as its routes announced them."""
-        self._learn_tags()
-        return self._tags
-
-    def available(self, storage: str) -> dict[str, int]:
-        """Each server's free storage of that kind, as its latest STATSZ event said."""
-        size, used = STORAGE_KEYS[storage]
-        free: dict[str, int] = {}
-        for name, js in self._stats.items():
-            with contextlib.suppress(KeyError, TypeError, ValueError):
-                free[name] = int(js["config"][size]) - int(js["stats"][used])
-        return free
-
-    async def hear_statsz(self, timeout: float = STATSZ_WAIT) -> None:
-        """Until every server reached now has told its storage (or `timeout`): placing by
-        room must not take a server it has not heard from yet for an empty one. Its
-        first events may have gone out before the routes carried this server's interest."""
-        if self.online_peers() <= set(self._stats):
-            return
-        self._ping_statsz()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not self.online_peers() <= set(self._stats) and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-
-    def _ping_statsz(self) -> None:
-        system = self.server.accounts.system_account
-        answers = STATSZ_ANSWERS.format(id=self.server.server_id)
-        self.server.publish(f"{PING}.STATSZ", answers, None, b"", account=system)
-
-    def _on_statsz(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
-        try:
-            doc = json.loads(data)
-            name, js = doc["server"]["name"], doc["statsz"].get("jetstream")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return  # not a server's event: nothing to learn
-        if isinstance(name, str) and isinstance(js, dict):
-            self._stats[name] = js
-
-    def _learn_tags(self) -> None:
-        """Kept once seen (routes come and go), so a server that is down, or whose route
-        is being replaced, still places by its tags."""
-        self._tags[self.me] = frozenset(self.server.opts.server_tags)
-        cluster = self.server.cluster
-        if cluster is not None:
-            for route in cluster.routes.values():
-                if route.remote_name:
-                    self._tags[route.remote_name] = frozenset(route.remote_info.get("tags") or ())
-
     def members(self) -> set[str]:
         """The meta group's voters: every JetStream server of the cluster."""
         if self.meta is None:
-            return self.online_peers()
+            return self.peers.online()
         return set(self.meta.status()["voters"])  # type: ignore[call-overload]
 
     def remapped(self, sa: StreamAssignment, peer: str) -> tuple[str, ...] | None:
@@ -245,9 +173,9 @@ class JetStreamCluster:
         (its tags, room for its `max_bytes`): `no_suitable_peers` when there are fewer."""
         return choose_peers(
             sa.name, count, self.members() - set(sa.peers), self.state.load(),
-            online=self.online_peers(), cluster=self.name, tags=self.tags(),
+            online=self.peers.online(), cluster=self.name, tags=self.peers.tags(),
             wanted_tags=placement_of(sa.config).get("tags") or (),
-            available=self.available(sa.config.get("storage", "file")),
+            available=self.peers.available(sa.config.get("storage", "file")),
             need=int(sa.config.get("max_bytes") or 0),
         )  # fmt: skip
 
@@ -284,7 +212,7 @@ class JetStreamCluster:
             log.info("Self is new JetStream cluster metadata leader")
             # Placement by free storage reads every server's STATSZ; a leader elected as
             # the routes come up may have missed their first events, so it asks at once.
-            self._ping_statsz()
+            self.peers.ping_statsz()
         else:
             log.info("JetStream cluster new metadata leader: %s/%s", leader, self.name)
 

@@ -145,7 +145,7 @@ class ClusterRequests:
     async def _assign_by_room(
         self, cfg: streamconfig.StreamConfig, placement: dict[str, Any], reply: str
     ) -> Response | None:
-        await self._cluster.hear_statsz()
+        await self._cluster.peers.hear_statsz()
         existing = self._cluster.assignment(self._account, cfg.name)
         if existing is not None:  # created by another request meanwhile
             return await self._created_already(existing, cfg)
@@ -199,12 +199,12 @@ class ClusterRequests:
             replicas,
             cluster.members(),
             cluster.state.load(),
-            online=cluster.online_peers(),
+            online=cluster.peers.online(),
             cluster=cluster.name,
             wanted_cluster=str(placement.get("cluster") or ""),
-            tags=cluster.tags(),
+            tags=cluster.peers.tags(),
             wanted_tags=[str(t) for t in placement.get("tags") or ()],
-            available=cluster.available(cfg.storage),
+            available=cluster.peers.available(cfg.storage),
             need=cfg.max_bytes,
         )
         sa = StreamAssignment(
@@ -370,9 +370,9 @@ class ClusterRequests:
                 optional_json(data),
                 me=cluster.me,
                 members=node.status()["voters"],  # type: ignore[arg-type]
-                online=cluster.online_peers(),
+                online=cluster.peers.online(),
                 cluster=cluster.name,
-                tags=cluster.tags(),
+                tags=cluster.peers.tags(),
             )
             node.transfer_leadership(to)
         return {"success": True}

@@ -53,9 +53,9 @@ class SystemRequests:
                 _request(data),
                 me=cluster.me,
                 members=cluster.members(),
-                online=cluster.online_peers(),
+                online=cluster.peers.online(),
                 cluster=cluster.name,
-                tags=cluster.tags(),
+                tags=cluster.peers.tags(),
             )
         except ApiError as err:
             self._answer(reply, kind, {"error": err.to_json()})
