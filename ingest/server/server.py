@@ -222,7 +222,8 @@ class Server:
         if self.websocket is not None:
             self.websocket.stop()
         for client in list(self.clients.values()):
-            client.queue(self.info_for(client, ldm=True))
+            if client.takes_async_info:  # as `_advertise`: not before its first PONG
+                client.queue(self.info_for(client, ldm=True))
         if self.cluster is not None:
             self.cluster.enter_lame_duck()
         self.flush_dirty()

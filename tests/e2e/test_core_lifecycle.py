@@ -86,7 +86,8 @@ async def test_reconnect_after_restart(server: ServerProcess, connect: Connect) 
 
 
 async def test_lame_duck_mode(make_server: MakeServer, connect: Connect) -> None:
-    """SIGUSR2: INFO with ldm:true to protocol-1 clients, no new clients, all closed, exit 0."""
+    """SIGUSR2: INFO with ldm:true to protocol-1 clients, no new clients, all closed, exit 0.
+    A client not yet sent its first PONG gets no INFO: it may be reading for that PONG."""
     server = make_server(config=LAME_DUCK_CONFIG)
     ldm_seen = asyncio.Event()
 
@@ -99,6 +100,9 @@ async def test_lame_duck_mode(make_server: MakeServer, connect: Connect) -> None
         raw = await RawClient.connect(server.host, server.port)
         await raw.handshake()
         raws.append(raw)
+    unponged = await RawClient.connect(server.host, server.port)
+    await unponged.send('CONNECT {"verbose": true, "protocol": 1}\r\n')
+    assert await unponged.read_line() == b"+OK"  # its CONNECT is in, and no PING yet
 
     server.send_signal(signal.SIGUSR2)
     await asyncio.wait_for(ldm_seen.wait(), 5)
@@ -121,5 +125,10 @@ async def test_lame_duck_mode(make_server: MakeServer, connect: Connect) -> None
         assert lines == [], f"only INFO expected before the close, got {lines!r}"
         ldm_infos = [i for i in raw.infos if i.get("ldm") is True]
         assert ldm_infos, f"no INFO with ldm:true among {raw.infos!r}"
+    try:
+        lines = await unponged.expect_closed(timeout=40)
+    finally:
+        await unponged.close()
+    assert (lines, unponged.infos) == ([], []), "an INFO before the client's first PONG"
     assert await server.wait_exit_async(40) == 0
     assert not nc.is_connected
