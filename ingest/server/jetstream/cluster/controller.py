@@ -32,6 +32,7 @@ from ingest.server.jetstream.cluster.catchup import CatchUp
 from ingest.server.jetstream.cluster.founding import Founding
 from ingest.server.jetstream.cluster.groups import (
     META_GROUP,
+    change_membership,
     group_dir,
     open_log,
     open_node,
@@ -351,19 +352,13 @@ class JetStreamCluster:
                     return
                 if isinstance(step, ConfChange):
                     try:
-                        await self._change(node, step)
+                        await change_membership(node, step)
                         continue
                     except RaftError as exc:
                         log.info("stream %s: %s: %s", hosted.assignment.name, step, exc)
                 await asyncio.sleep(RECONCILE_POLL)
         finally:
             hosted.reconciling = False
-
-    @staticmethod
-    def _change(node: RaftNode, change: ConfChange) -> asyncio.Future[int]:
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        node.change_membership(change, partial(settle, future, 0))
-        return future
 
     def _hosted_group(self, group: str) -> Hosted | None:
         """The stream whose Raft group this is, if this server hosts it."""

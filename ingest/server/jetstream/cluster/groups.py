@@ -7,13 +7,17 @@ the state machine, the log is how members agree on it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 
+from consensus.commits import settle
 from consensus.core import Config
 from consensus.driver import Apply, RaftNode, Restore
 from consensus.log_store import LogStore
+from consensus.types import ConfChange
 from ingest.server.cluster.raft_transport import RaftRoutes
 from ingest.server.jetstream.cluster.log_opening import Opened
 
@@ -84,3 +88,11 @@ def stand_first(node: RaftNode, voters: Sequence[str], me: str) -> None:
     a node with a term has been in an election already and waits its turn."""
     if node.status()["term"] == 0 and list(voters[:1]) == [me]:
         node.campaign()
+
+
+def change_membership(node: RaftNode, change: ConfChange) -> asyncio.Future[int]:
+    """`node.change_membership` as a future: done once the change committed, failed with
+    the RaftError that stopped it."""
+    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    node.change_membership(change, partial(settle, future, 0))
+    return future

@@ -25,12 +25,11 @@ import json
 import logging
 import shutil
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from consensus.commits import settle
 from consensus.types import ConfChange, ConfOp, RaftError, Role
+from ingest.server.jetstream.cluster.groups import change_membership
 
 if TYPE_CHECKING:
     from ingest.server.jetstream.cluster.controller import Hosted
@@ -95,9 +94,7 @@ class Rejoins:
         node = hosted.group.node
         try:
             if peer in node.status()["voters"]:  # type: ignore[operator]
-                future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-                node.change_membership(ConfChange(ConfOp.REMOVE, peer), partial(settle, future, 0))
-                await future
+                await change_membership(node, ConfChange(ConfOp.REMOVE, peer))
             else:  # taken out under an earlier leader: committed once a barrier is
                 await hosted.group.barrier()
             if node.role is Role.LEADER:
