@@ -8,6 +8,8 @@ gone leaves the consumer's pending count as it was.
 
 from __future__ import annotations
 
+import asyncio
+
 import nats.errors
 import pytest
 
@@ -34,6 +36,14 @@ async def test_a_fetch_arrives_whole_and_a_pull_without_interest_takes_nothing(
 
     other = await js.pull_subscribe("a3", "two", pending_msgs_limit=-1, pending_bytes_limit=-1)
     assert len(await other.fetch(100, timeout=5)) == 100
+
+    # A fetch whose first (no-wait) pull is answered in pieces leaves nats-py's second
+    # pull waiting until it expires; the last message must not go to it.
+    async def no_pull_waits() -> None:
+        while (await other.consumer_info()).num_waiting:
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(no_pull_waits(), 10)
     await js.publish("a3", b"last message")
     assert (await other.consumer_info()).num_pending == 1
     await other.unsubscribe()
