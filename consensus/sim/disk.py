@@ -101,7 +101,6 @@ class SimDisk:
         self._synced = 0  # records [0, _synced) are on the platter
         self._hard_state = HardState()  # both copies hold this (what the OS has)
         self._hard_state_synced = HardState()
-        self._damaged_copy: int | None = None  # a bit flip in copy 0 or 1
         # The vote floor is kept (durably, beside the hard state) until the log reaches
         # it: a second restart before that must not forget what the first one found.
         self._floor = 0
@@ -151,7 +150,6 @@ class SimDisk:
 
     def write_hard_state(self, hard_state: HardState) -> None:
         self._hard_state = hard_state
-        self._damaged_copy = None
 
     def sync(self) -> None:
         self._synced = len(self._records)
@@ -205,7 +203,6 @@ class SimDisk:
         if tear:
             self._records[-1].damaged = True
         self._hard_state = self._hard_state_synced
-        self._damaged_copy = None
         if self.sync_window:  # under `always` nothing acknowledged was unsynced
             self._rebooted = True
             self.lost.update((e.index, e.term) for e in lost)
@@ -222,10 +219,10 @@ class SimDisk:
         self.lost.clear()
 
     def flip(self, rng: random.Random) -> int | None:
-        """Damage one stored entry (returns its index), or one hard-state copy."""
+        """Damage one stored entry (returns its index), or one hard-state copy (None): the
+        node reads the other copy back, so that flip changes nothing it recovers."""
         entries = [r for r in self._records if r.kind is RecordKind.ENTRY and not r.damaged]
         if not entries or rng.random() < 0.2:
-            self._damaged_copy = rng.randint(0, 1)
             return None
         record = rng.choice(entries)
         record.damaged = True
