@@ -194,6 +194,13 @@ class Resolver:
             server.cluster_listeners.append(self._soon)
             self._every()
 
+    def stop(self) -> None:
+        """No more asking the cluster: a shut server's routes are gone."""
+        for timer in (self._pending, self._periodic):
+            if timer is not None:
+                timer.cancel()
+        self._pending = self._periodic = None
+
     # ---- fetching an account at a login ---------------------------------------------------
 
     def fetching(self, connect: dict[str, object]) -> asyncio.Future[None] | None:

@@ -183,6 +183,8 @@ async def _serve(opts: Options, argv: list[str]) -> int:
             usage.stop()
         if server.jetstream_cluster is not None:
             await server.jetstream_cluster.stop()
+        if server.resolver is not None:
+            server.resolver.stop()
         await server.shutdown()
 
     for sig in (signal.SIGTERM, signal.SIGINT):

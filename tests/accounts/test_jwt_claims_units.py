@@ -262,3 +262,26 @@ def test_operator_mode_refuses_mappings(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="operators do not allow Accounts to be configured"):
         validate_options(load_config(str(path)))
+
+
+async def test_a_stopped_full_resolver_asks_the_cluster_no_more(tmp_path: Path) -> None:
+    """A cluster's full resolver asks its peers every `interval`; a shut server must not."""
+    operator = {
+        "iat": 1,
+        "iss": _pub(OPERATOR),
+        "sub": _pub(OPERATOR),
+        "nats": {"type": "operator"},
+    }
+    path = tmp_path / "server.conf"
+    path.write_text(
+        f"operator: {encode_jwt(operator, OPERATOR)}\n"
+        f'resolver: {{ type: full, dir: "{tmp_path / "jwt"}" }}\n'
+    )
+    opts = load_config(str(path))
+    validate_options(opts)
+    resolver = Resolver(opts)
+    resolver._every()  # as `start` does in a cluster
+    timer = resolver._periodic
+    assert timer is not None and not timer.cancelled()
+    resolver.stop()
+    assert timer.cancelled() and resolver._periodic is None
