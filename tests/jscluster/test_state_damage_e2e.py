@@ -210,6 +210,41 @@ async def test_a_stream_raft_state_beyond_repair_rejoins_its_group_afresh(tmp_pa
             await alone.close()
         await check_served(c, victim)
         assert victim.running and "Traceback" not in victim.log()
+        await c.js.delete_stream("S")  # and the set-aside state goes with the stream
+        js_dir = hardstate.parent.parent
+        await eventually(lambda: _gone(js_dir, "S-R3*"), "the replica's group folders gone")
+
+
+async def test_a_replica_waiting_to_rejoin_is_deleted_with_its_stream(tmp_path: Path) -> None:
+    """The replica beyond repair cannot rejoin while the stream has no leader; the stream
+    deleted meanwhile, nothing of it is left on that server, and it serves on."""
+    async with js_cluster("jetlake", tmp_path, timeout=5) as c:
+        await fill(c)
+        leader = await c.leader("S")
+        victim = next(s for s in c.servers if s is not leader)
+        victim.stop()
+        hardstate = only(list((store_of(victim) / "$SYS" / "_js_").glob("S-R3*/hardstate")))
+        flip(hardstate, SLOT_TERM)
+        flip(hardstate, SLOT_SIZE + SLOT_TERM)
+        leader.stop()  # one voter of S left: no leader to take the victim out
+        victim.start(port=victim.port)
+        said = r"\[ERR\].*stream '\$G > S' has no replica here: .*hardstate"
+        await eventually(lambda: _found(victim, said), "the error naming the hardstate", 60)
+        await eventually(lambda: c.js.delete_stream("S"), "S deleted by the meta group", 60)
+        await eventually(lambda: _gone(store_of(victim) / "$SYS" / "_js_", "S-R3*"), "group gone")
+        assert not (store_of(victim) / "$G" / "streams" / "S").exists()
+        assert not _found_now(victim, "joining it afresh")
+        await c.add_stream("T", ["t.>"], replicas=2)  # the two servers up still serve
+        assert (await c.js.publish("t.x", b"x")).seq == 1
+        assert victim.running and "Traceback" not in victim.log()
+
+
+async def _gone(folder: Path, pattern: str) -> bool:
+    return not list(folder.glob(pattern))
+
+
+def _found_now(server: ServerProcess, pattern: str) -> bool:
+    return server.find_log(re.compile(pattern)) is not None
 
 
 async def _current(c: Running, name: str) -> bool:

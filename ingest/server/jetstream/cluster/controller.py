@@ -43,7 +43,7 @@ from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
 from ingest.server.jetstream.cluster.peer_requests import PeerRequests
 from ingest.server.jetstream.cluster.peer_view import PeerView
 from ingest.server.jetstream.cluster.placement import choose_peers, placement_of
-from ingest.server.jetstream.cluster.rejoin import Rejoins
+from ingest.server.jetstream.cluster.rejoin import Rejoins, set_aside
 from ingest.server.jetstream.cluster.system_requests import SystemRequests
 from ingest.server.settings import store_base
 from log import stream_entries
@@ -304,6 +304,8 @@ class JetStreamCluster:
             self._drop(hosted)  # deleted, or created anew
             hosted = None
         if not here:
+            if hosted is None and self.rejoins.waiting(sa.group):
+                self._forget_damaged(sa)  # its replica here waited to rejoin: nothing to join
             return
         engine = self._engines(sa.account)
         if engine is None:
@@ -515,12 +517,23 @@ class JetStreamCluster:
 
             def dropped(task: asyncio.Task[None]) -> None:
                 shutil.rmtree(raft_dir, ignore_errors=True)
+                shutil.rmtree(set_aside(raft_dir), ignore_errors=True)
                 if self._dropping.get(key) is task:
                     del self._dropping[key]
                 if not task.cancelled() and (exc := task.exception()) is not None:
                     log.error("JetStream: deleting stream '%s > %s' failed: %s", *key, exc)
 
             task.add_done_callback(dropped)
+
+    def _forget_damaged(self, sa: StreamAssignment) -> None:
+        """Delete a replica that never opened (its Raft state beyond repair) whose stream
+        went while it waited to rejoin: its stream folder and its group's, kept or set aside."""
+        raft_dir = group_dir(self.js_dir, sa.group)
+        for folder in (raft_dir, set_aside(raft_dir)):
+            shutil.rmtree(folder, ignore_errors=True)
+        engine = self._engines(sa.account)
+        if engine is not None:
+            shutil.rmtree(engine.stream_folder(sa.name), ignore_errors=True)
 
     async def _host_after(self, dropping: asyncio.Task[None], key: tuple[str, str]) -> None:
         """Host the stream's current assignment once its old replica here is gone."""

@@ -44,6 +44,11 @@ ASK_SECONDS = 1.0
 RETRY_SECONDS = 1.0
 
 
+def set_aside(group_folder: Path) -> Path:
+    """Where a group folder's damaged Raft state is kept, for a look, once its replica left."""
+    return group_folder.with_name(group_folder.name + ".damaged")
+
+
 class Rejoins:
     """Both sides: the leader taking a replica out (`_answer`), the replica asking (`rejoin`).
 
@@ -146,7 +151,7 @@ class Rejoins:
                     *(self._requests.ask(p, KIND, request, ASK_SECONDS) for p in others)
                 )
                 if OUT in answers and still_here():
-                    aside = damaged.with_name(damaged.name + ".damaged")
+                    aside = set_aside(damaged)
                     shutil.rmtree(aside, ignore_errors=True)
                     if damaged.exists():
                         damaged.rename(aside)
