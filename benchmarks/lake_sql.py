@@ -10,11 +10,13 @@ Delta; then the count by subject is asked through each door, the service warm
 - `jetlake sql` as a user types it: a new process each time, which finds the
   service from the store and asks it through its NATS door (imports included);
 - a Spark Connect client session (`SparkSession.builder.remote`), opened once;
-- SQL over NATS from nats-py (`sql.nats_client`): Arrow chunks, each acked.
+- SQL over NATS from nats-py (`sql.nats_client`): Arrow chunks, each acked;
+- the same door on its DuckDB engine (`Jl-Sql-Engine: duckdb`, `sql.duck_door`).
 
 Every answer must be the right one. Then the exactness probe: ``PROBES`` times,
 publish a message, wait for its PubAck, and ask (SQL over NATS) for its seq:
-the share of probes whose row was in the result, which must be 100 %. Each
+the share of probes whose row was in the result, which must be 100 %, through
+each engine of the NATS door. Each
 query waits for a rebuild of the probed stream's view (its files changed since the
 last), several tenths of a second on a loaded two-core machine, so ``PROBERS``
 probes run side by side.
@@ -67,7 +69,8 @@ PROBE_STREAM = "PROBE"
 SERVICE_SECONDS = 300.0  # the service's JVM and its first views, on a loaded machine
 START_SECONDS = 30.0
 # Each door against the one replay: key -> the unit's scale from seconds.
-SQL_UNITS = {"cli_s": 1.0, "connect_s": 1.0, "nats_s": 1.0}
+SQL_UNITS = {"cli_s": 1.0, "connect_s": 1.0, "nats_s": 1.0, "duck_s": 1.0}
+DUCK = {"Jl-Sql-Engine": "duckdb"}
 
 
 def _free_port() -> int:
@@ -128,8 +131,10 @@ async def doors(_url: str, p: Params) -> dict[str, float]:
                 "cli_s": await asyncio.to_thread(_timed, lambda: _cli(store), p.history),
                 "connect_s": await asyncio.to_thread(_connect, endpoints.connect, p.history),
                 "nats_s": await _nats(nc, p.history),
+                "duck_s": await _nats(nc, p.history, DUCK),
             }
-            out["probe_pct"] = await _probes(nc)
+            out["probe_pct"] = await _probes(nc, PROBE_STREAM)
+            out["duck_probe_pct"] = await _probes(nc, f"{PROBE_STREAM}_DUCK", DUCK)
             return out
         finally:
             await nc.close()
@@ -175,11 +180,11 @@ def _connect(url: str, total: int) -> float:
         spark.stop()
 
 
-async def _nats(nc: Client, total: int) -> float:
+async def _nats(nc: Client, total: int, headers: dict[str, str] | None = None) -> float:
     times = []
     for i in range(WARM_QUERIES + QUERY_RUNS):
         start = perf_counter()
-        found = await nats_query(nc, HISTORY_QUERY)
+        found = await nats_query(nc, HISTORY_QUERY, headers=headers)
         elapsed = perf_counter() - start
         subjects, counts = found.column("subject").to_pylist(), found.column("n").to_pylist()
         _check_counts(Counter(dict(zip(subjects, counts, strict=True))), total)
@@ -188,19 +193,19 @@ async def _nats(nc: Client, total: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-async def _probes(nc: Client) -> float:
+async def _probes(nc: Client, stream: str, headers: dict[str, str] | None = None) -> float:
     """Percent of PROBES acknowledged messages found by a query asked right after the ack,
     PROBERS at a time (the service shares one view rebuild among queries asked together)."""
     js = nc.jetstream(timeout=30)
-    await js.add_stream(name=PROBE_STREAM, subjects=["probe.>"])
+    await js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
     found = 0
 
     async def prober(k: int) -> None:
         nonlocal found
         for i in range(k, PROBES, PROBERS):
-            ack = await js.publish(f"probe.{k}", b"%d" % i)
-            sql = f"SELECT data FROM {PROBE_STREAM} WHERE seq = {ack.seq}"
-            rows = await nats_query(nc, sql)
+            ack = await js.publish(f"{stream.lower()}.{k}", b"%d" % i)
+            sql = f"SELECT data FROM {stream} WHERE seq = {ack.seq}"
+            rows = await nats_query(nc, sql, headers=headers)
             found += rows.num_rows == 1 and rows.column("data")[0].as_py() == b"%d" % i
 
     await asyncio.gather(*(prober(k) for k in range(PROBERS)))

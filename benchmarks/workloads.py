@@ -316,8 +316,22 @@ WORKLOADS: tuple[Workload, ...] = (
                 "nats_s", "count by subject: SQL over NATS (nats-py)", SECONDS, False, bound=0.5
             ),
             Metric(
+                "duck_s",
+                "count by subject: SQL over NATS on DuckDB (Jl-Sql-Engine: duckdb)",
+                SECONDS,
+                False,
+                bound=0.08,  # 100x faster than the replay of 1M messages (~8 s)
+            ),
+            Metric(
                 "probe_pct",
                 "acked before the query, in its result (1,000 probes)",
+                "%",
+                True,
+                bound=100.0,
+            ),
+            Metric(
+                "duck_probe_pct",
+                "acked before the query, in its result (1,000 probes, DuckDB)",
                 "%",
                 True,
                 bound=100.0,

@@ -122,12 +122,28 @@ def forget_unless(live: Callable[[LakePath], bool]) -> list[LakePath]:
     nothing reads them any more; the tables whose cached rows were dropped."""
     for table in [t for t in _FRAMES if not live(t)]:
         del _FRAMES[table]
+    for table in [t for t in _DATASETS if not live(t)]:
+        del _DATASETS[table]
     return drop_unless(live)
+
+
+_DATASETS: dict[LakePath, tuple[int, ds.Dataset | pa.Table]] = {}
 
 
 def lake_dataset(snapshot: LakeSnapshot) -> ds.Dataset | pa.Table:
     """The rows of the snapshot for Arrow readers: DuckDB scans a dataset with projection and
-    filter pushdown, file by file, reading only the columns a query names."""
+    filter pushdown, file by file, reading only the columns a query names. Kept while the
+    table stays at that version: building it lists and opens every file, which a warm
+    engine (SQL over NATS on DuckDB) would otherwise pay at each query."""
+    kept = _DATASETS.get(snapshot.table)
+    if kept is not None and kept[0] == snapshot.version:
+        return kept[1]
+    rows = _dataset(snapshot)
+    _DATASETS[snapshot.table] = (snapshot.version, rows)
+    return rows
+
+
+def _dataset(snapshot: LakeSnapshot) -> ds.Dataset | pa.Table:
     from deltalake import QueryBuilder
     from deltalake.exceptions import DeltaProtocolError
 

@@ -73,12 +73,14 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from log.compactor.layout import GLOBAL
+from log.compactor.location import Lake
 from sql.lake_cache import held
 from sql.logins import whoami
 from sql.nats_cancel import CANCEL_PREFIX, HEARTBEAT, CallOffs, query_id
@@ -91,6 +93,8 @@ if TYPE_CHECKING:
     from nats.micro.service import Service
     from pyspark.sql import DataFrame, Row, SparkSession
 
+    from sql.duck_door import DuckQuery
+
 log = logging.getLogger("jetlake.sql")
 
 SERVICE = "jetlake-sql"
@@ -98,6 +102,7 @@ SUBJECT_PREFIX = "$JL.SQL"
 FORMAT = "Jl-Sql-Format"
 WINDOW = "Jl-Sql-Window"
 TIMEOUT = "Jl-Sql-Timeout"
+ENGINE = "Jl-Sql-Engine"  # spark (the default) or duckdb (`sql.duck_door`)
 ACK_WAIT_HEADER = "Jl-Sql-Ack-Wait"
 CHUNK = "Jl-Sql-Chunk"
 ROWS = "Jl-Sql-Rows"
@@ -139,13 +144,21 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def encode_json(rows: list[Row]) -> bytes:
+def _json_lines(rows: Iterable[dict[str, Any]]) -> bytes:
     """JSON lines: binary as UTF-8 text when it is, else base64; times in ISO 8601."""
     return b"".join(
-        json.dumps({k: _json_value(v) for k, v in row.asDict(recursive=True).items()}).encode()
-        + b"\n"
-        for row in rows
+        json.dumps({k: _json_value(v) for k, v in row.items()}).encode() + b"\n" for row in rows
     )
+
+
+def encode_json(rows: list[Row]) -> bytes:
+    """Spark's rows as JSON lines."""
+    return _json_lines(row.asDict(recursive=True) for row in rows)
+
+
+def encode_json_table(table: pa.Table) -> bytes:
+    """An Arrow table's rows as JSON lines, as Spark's are."""
+    return _json_lines(table.to_pylist())
 
 
 def encode_arrow(rows: list[Row], schema: pa.Schema) -> bytes:
@@ -201,8 +214,12 @@ class NatsSql:
         creds: str | None = None,
         login: dict[str, str] | None = None,
         max_rows: int = DEFAULT_MAX_ROWS,
+        store: Path | None = None,
+        lake: Lake | None = None,
     ) -> None:
         self._spark = spark
+        self._store = store  # with `lake`, what the DuckDB engine reads (None: no DuckDB)
+        self._lake = lake
         self._url = url
         self._creds = creds
         self._login = login or {}  # user and password, or token: the service's own
@@ -266,10 +283,15 @@ class NatsSql:
             return
         headers = request.headers or {}
         fmt = headers.get(FORMAT, "arrow").lower()
+        engine = headers.get(ENGINE, "spark").lower()
         try:
             account = self._asker(headers)
             if fmt not in ("arrow", "json"):
                 raise QueryError("400", f"{FORMAT} {fmt!r} is neither arrow nor json")
+            if engine not in ("spark", "duckdb"):
+                raise QueryError("400", f"{ENGINE} {engine!r} is neither spark nor duckdb")
+            if engine == "duckdb" and (self._store is None or self._lake is None):
+                raise QueryError("501", "this SQL service has no DuckDB engine (no store)")
             window = _positive(headers, WINDOW, DEFAULT_WINDOW)
             timeout = _positive(headers, TIMEOUT, None)
             ack_wait = _positive(headers, ACK_WAIT_HEADER, ACK_WAIT)
@@ -280,7 +302,14 @@ class NatsSql:
             called = query_id(headers)
         except (QueryError, ValueError) as exc:  # ValueError: a bad Jl-Sql-Id
             raise ServiceError(getattr(exc, "code", "400"), str(exc)) from None
-        query = _Query(self._spark, account, text)
+        query: _Query | DuckQuery
+        if engine == "duckdb":
+            from sql.duck_door import DuckQuery
+
+            assert self._store is not None and self._lake is not None
+            query = DuckQuery(self._store, self._lake, account, text)
+        else:
+            query = _Query(self._spark, account, text)
         acks = _Acks(window, ack_wait, fmt == "json")
         task = asyncio.get_running_loop().create_task(
             self._stream(request, query, acks, timeout, beat)
@@ -329,7 +358,7 @@ class NatsSql:
     async def _stream(
         self,
         request: Request,
-        query: _Query,
+        query: _Query | DuckQuery,
         acks: _Acks,
         timeout: float | None,
         beat: float | None,
@@ -358,9 +387,9 @@ class NatsSql:
         finally:
             query.close()
 
-    async def _send(self, request: Request, query: _Query, acks: _Acks, beat: float | None) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
+    async def _send(
+        self, request: Request, query: _Query | DuckQuery, acks: _Acks, beat: float | None
+    ) -> None:
         nc = self._nc
         assert nc is not None
         reply = request._msg.reply
@@ -384,7 +413,7 @@ class NatsSql:
             nonlocal rows, sent
             rows += len(batch)
             if rows > self._max_rows:
-                raise self._too_many()
+                raise too_many(self._max_rows)
             for body in chunks(batch, encode, limit):
                 try:
                     await acks.room(sent)
@@ -396,18 +425,9 @@ class NatsSql:
 
         try:
             frame = await query.run(query.plan)
-            cap = min(SMALL_ROWS, self._max_rows)
-            small = await query.run(_small, frame, cap, acks.as_json)
-            if small is not None:
-                await send(small, encode_json if acks.as_json else encode_table)
-            elif cap == self._max_rows:
-                raise self._too_many()
-            else:
-                schema = to_arrow_schema(frame.schema, timezone="UTC")
-                encode = encode_json if acks.as_json else (lambda r: encode_arrow(r, schema))
-                it = await query.run(frame.toLocalIterator, False)
-                while batch := await query.run(_rows, it, _ROWS_PER_CHUNK):
-                    await send(batch, encode)
+            parts = query.results(frame, acks.as_json, self._max_rows)
+            while (part := await query.run(next, parts, None)) is not None:
+                await send(*part)
             if beating is not None:  # no heartbeat after the end, which the client leaves at
                 beating.cancel()
             await nc.publish(reply, b"", headers={ROWS: str(rows)})
@@ -417,12 +437,13 @@ class NatsSql:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    def _too_many(self) -> QueryError:
-        return QueryError(
-            "413",
-            f"the result has more than {self._max_rows} rows, the service's "
-            "max_rows (lake { sql { max_rows } }): aggregate, or add a LIMIT",
-        )
+
+def too_many(max_rows: int) -> QueryError:
+    return QueryError(
+        "413",
+        f"the result has more than {max_rows} rows, the service's "
+        "max_rows (lake { sql { max_rows } }): aggregate, or add a LIMIT",
+    )
 
 
 async def _beat(send: Callable[[], Awaitable[None]], every: float) -> None:
@@ -482,6 +503,26 @@ class _Query:
             return session.sql(self._text)
         except (AnalysisException, ParseException) as exc:
             raise QueryError("400", told(session, exc)) from None
+
+    def results(
+        self, frame: DataFrame, as_json: bool, max_rows: int
+    ) -> Iterator[tuple[Sliced, Callable[[Sliced], bytes]]]:
+        """The result in parts, each with its encoding: a small one whole, in one job (see
+        the module doc), a larger one a partition at a time."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        cap = min(SMALL_ROWS, max_rows)
+        small = _small(frame, cap, as_json)
+        if small is not None:
+            yield small, encode_json if as_json else encode_table
+            return
+        if cap == max_rows:
+            raise too_many(max_rows)
+        schema = to_arrow_schema(frame.schema, timezone="UTC")
+        encode = encode_json if as_json else (lambda r: encode_arrow(r, schema))
+        it = frame.toLocalIterator(False)
+        while batch := _rows(it, _ROWS_PER_CHUNK):
+            yield batch, encode
 
     async def cancel(self, why: str) -> None:
         """Stop the query's Spark jobs, and say so once none of their tasks runs any more

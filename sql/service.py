@@ -297,8 +297,15 @@ async def _serve(args: argparse.Namespace, spark: SparkSession, stop: asyncio.Ev
     if args.nats:
         from sql.nats_service import NatsSql
 
+        store = Path(args.store)
         door = NatsSql(
-            spark, args.nats, creds=args.nats_creds, login=own_login(), max_rows=args.max_rows
+            spark,
+            args.nats,
+            creds=args.nats_creds,
+            login=own_login(),
+            max_rows=args.max_rows,
+            store=store,
+            lake=lake_at(args.lake, store),
         )
         opening = asyncio.get_running_loop().create_task(_open(door, args.nats))
     try:

@@ -44,7 +44,7 @@ from sql.lake_snapshot import LakeSnapshot, lake_snapshot
 LiveReader = Callable[..., pa.Table]
 
 
-def _read_live(folder: Path, *, include_deleted: bool, after_seq: int) -> pa.Table:
+def read_live(folder: Path, *, include_deleted: bool, after_seq: int) -> pa.Table:
     return read_table(
         folder, include_deleted=include_deleted, skip_corrupt=True, after_seq=after_seq
     )
@@ -65,7 +65,7 @@ class UnionParts:
 
 
 def union_parts(
-    stream: StreamRef, lake_dir: Lake | None, read: LiveReader = _read_live
+    stream: StreamRef, lake_dir: Lake | None, read: LiveReader = read_live
 ) -> UnionParts:
     """The cut of one stream (see the module doc for why it is exact)."""
     table = stream.table_path(lake_dir) if stream.lake_on and lake_dir is not None else None
