@@ -2,6 +2,7 @@
 
     jetlake sql --store ./data "SELECT subject, count(*) FROM ORDERS GROUP BY 1"
     jetlake sql --store ./data --format json "SELECT seq, data FROM ORDERS WHERE seq > 10"
+    jetlake sql --store ./data --engine duckdb "SELECT count(*) FROM ORDERS"
     jetlake sql serve --store ./data         # the long-lived SQL service (`sql.service`)
 
 A query goes to the SQL service when one is up (the one `<store>/jetlake-sql.json`
@@ -13,7 +14,9 @@ the login's account, a server down) leaves Spark Connect to ask. On a server wit
 logins, `SPARK_CONNECT_AUTHENTICATE_TOKEN` holds the NATS login (`user:password`,
 `jwt:seed` or a token) the service checks, whichever door. Without a service (or
 with `--local`) a Spark session starts here for the query, which costs 15-20 s.
-Which door answered is said on stderr.
+Which door answered is said on stderr. With `--engine duckdb` the service's NATS
+door answers on DuckDB (`sql.duck_door`, DuckDB's dialect); without that door,
+DuckDB reads the store here, with the door's views: no JVM either way.
 
 Output formats are `jetlake inspect`'s (the same writers), so scripts can
 switch between the DuckDB and the Spark answer. A query running longer than
@@ -35,7 +38,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sql.nats_client import SqlError
+from sql.nats_client import ENGINE, SqlError
 from sql.nats_client import query as ask_nats
 from sql.output import add_output_args, to_result, write_result
 from sql.service_info import SERVICE_FILE, Endpoints, first_line, quiet_query_errors, split_hostport
@@ -101,6 +104,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--spark_master", help="Spark master (default: JETLAKE_SPARK_MASTER, local[*])")
     p.add_argument("--service", help="the SQL service's sc://host:port (default: the store's)")
     p.add_argument("--local", action="store_true", help="start a local session, not the service")
+    p.add_argument(
+        "--engine",
+        choices=("spark", "duckdb"),
+        default="spark",
+        help="spark (default), or duckdb: the service's NATS door on DuckDB, else DuckDB here",
+    )
     add_output_args(p)
     return p
 
@@ -170,10 +179,14 @@ def _local(args: argparse.Namespace) -> pa.Table:
 def _answer(args: argparse.Namespace) -> pa.Table:
     """The result from the first door that answers, each said on stderr as it is tried."""
     found = None if args.local or args.service else live_service(Path(args.store))
+    duck = args.engine == "duckdb"
     if found is not None and found.nats:
-        table = _through_nats(found, args.sql)
+        table = _through_nats(found, args.sql, {ENGINE: "duckdb"} if duck else None)
         if table is not None:
             return table
+    if duck:
+        print("jetlake sql: no SQL service over NATS; DuckDB over the store here", file=sys.stderr)
+        return _duck_here(args)
     url = args.service or (found.connect if found is not None else None)
     if url is not None:
         print(f"jetlake sql: querying the SQL service at {url}", file=sys.stderr)
@@ -183,7 +196,26 @@ def _answer(args: argparse.Namespace) -> pa.Table:
     return _local(args)
 
 
-def _through_nats(found: Endpoints, query: str) -> pa.Table | None:
+def _duck_here(args: argparse.Namespace) -> pa.Table:
+    """The result from DuckDB over the store, every account's streams (as the system
+    account's service sees them: `A.ORDERS` in schema A)."""
+    import pyarrow as pa
+
+    from log.compactor.layout import lake_at
+    from sql.duck_door import connection
+
+    store = Path(args.store)
+    con = connection(store, lake_at(args.lake, store), None, args.sql)
+    try:
+        found = con.sql(args.sql)
+        return pa.table({}) if found is None else found.to_arrow_table()
+    finally:
+        con.close()
+
+
+def _through_nats(
+    found: Endpoints, query: str, headers: dict[str, str] | None = None
+) -> pa.Table | None:
     """The result through the service's NATS door; None when the door does not answer
     (said on stderr): unreachable, the login refused, no service in the login's account."""
     import nats.errors
@@ -191,7 +223,7 @@ def _through_nats(found: Endpoints, query: str) -> pa.Table | None:
     url = found.nats
     print(f"jetlake sql: querying the SQL service over NATS at {url}", file=sys.stderr)
     try:
-        return asyncio.run(_ask_nats(found, query))
+        return asyncio.run(_ask_nats(found, query, headers))
     except KeyboardInterrupt:  # Ctrl-C: the query was called off on the way out
         print("jetlake sql: cancelled", file=sys.stderr)
         raise SystemExit(130) from None
@@ -201,7 +233,7 @@ def _through_nats(found: Endpoints, query: str) -> pa.Table | None:
         return None
 
 
-async def _ask_nats(found: Endpoints, query: str) -> pa.Table:
+async def _ask_nats(found: Endpoints, query: str, headers: dict[str, str] | None) -> pa.Table:
     """One query over NATS, given up when the service's process exits meanwhile (its
     result would never end: no NATS message says a responder died)."""
     import nats
@@ -214,7 +246,7 @@ async def _ask_nats(found: Endpoints, query: str) -> pa.Table:
         connect_timeout=_CONNECT_TIMEOUT,
         **nats_login(os.environ.get(TOKEN_ENV, "")),
     )
-    asked = asyncio.ensure_future(ask_nats(nc, query, timeout=None))
+    asked = asyncio.ensure_future(ask_nats(nc, query, timeout=None, headers=headers))
     try:
         while not (await asyncio.wait({asked}, timeout=_LIVENESS))[0]:
             if not _alive(found.pid):

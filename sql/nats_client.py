@@ -25,6 +25,8 @@ from nats.errors import NoRespondersError
 
 from sql.nats_cancel import HEARTBEAT, QUERY_ID, cancel_subject
 
+ENGINE = "Jl-Sql-Engine"  # spark (the default) or duckdb (`sql.duck_door`)
+
 if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg

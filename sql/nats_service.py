@@ -12,6 +12,8 @@ Any NATS client in any language can ask, with no Spark or JDBC client:
                                    publish to $JL.SQL.cancel.<id> (`sql.nats_cancel`)
                                  Jl-Sql-Heartbeat: seconds between heartbeats while the
                                    query runs (default none); each may be answered
+                                 Jl-Sql-Engine: spark (default) | duckdb: the query in
+                                   DuckDB's dialect, on DuckDB (`sql.duck_door`)
     replies  to the request's inbox, in order:
              chunk messages, each with a reply subject: the body is an Arrow IPC stream
              (schema + record batches, readable alone) or JSON lines, under the server's
@@ -84,6 +86,7 @@ from log.compactor.location import Lake
 from sql.lake_cache import held
 from sql.logins import whoami
 from sql.nats_cancel import CANCEL_PREFIX, HEARTBEAT, CallOffs, query_id
+from sql.nats_client import ENGINE
 from sql.service import DEFAULT_MAX_ROWS, first_line
 
 if TYPE_CHECKING:
@@ -102,7 +105,6 @@ SUBJECT_PREFIX = "$JL.SQL"
 FORMAT = "Jl-Sql-Format"
 WINDOW = "Jl-Sql-Window"
 TIMEOUT = "Jl-Sql-Timeout"
-ENGINE = "Jl-Sql-Engine"  # spark (the default) or duckdb (`sql.duck_door`)
 ACK_WAIT_HEADER = "Jl-Sql-Ack-Wait"
 CHUNK = "Jl-Sql-Chunk"
 ROWS = "Jl-Sql-Rows"

@@ -4,6 +4,8 @@ none), real nats-py clients of accounts A and B through the door's export."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,3 +147,17 @@ async def test_every_acknowledged_message_is_in_the_next_answer(door: Door) -> N
             assert answer.table().to_pylist() == [{"top": ack.seq}], i
     finally:
         await nc.close()
+
+
+async def test_jetlake_sql_with_the_duckdb_engine_and_no_service_reads_the_store_here(
+    door: Door,
+) -> None:
+    await _ready(door)
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "sql", "--store", str(door.store), "--engine",
+         "duckdb", "--format", "csv", "SELECT count(*) AS n FROM B.SECRET"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "DuckDB over the store here" in done.stderr
+    assert done.stdout.split() == ["n", "2"]
