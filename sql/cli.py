@@ -202,10 +202,10 @@ def _duck_here(args: argparse.Namespace) -> pa.Table:
     import pyarrow as pa
 
     from log.compactor.layout import lake_at
-    from sql.duck_door import connection
+    from sql.duck_door import DuckEngine
 
     store = Path(args.store)
-    con = connection(store, lake_at(args.lake, store), None, args.sql)
+    con = DuckEngine(store, lake_at(args.lake, store)).connection(None, args.sql)
     try:
         found = con.sql(args.sql)
         return pa.table({}) if found is None else found.to_arrow_table()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ CONFIG = {
     "enable_external_access": False,
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
+    "python_enable_replacements": False,  # no name resolves to a Python object of ours
 }
 BATCH_ROWS = 10_000  # rows DuckDB hands over at a time; `chunks` splits them to max_payload
 
@@ -66,44 +68,78 @@ def _streams(store: Path, account: str | None) -> list[tuple[str | None, str, Pa
     return out
 
 
-def connection(
-    store: Path, lake: Lake, account: str | None, text: str
-) -> duckdb.DuckDBPyConnection:
-    """A locked connection holding the views of the streams `text` names, for `account`."""
-    try:
-        wanted = {t.casefold() for t in duckdb.get_table_names(text)}
-    except duckdb.Error:
-        wanted = None  # a syntax error: DuckDB says where when the query runs
-    con = duckdb.connect(config=CONFIG)
-    try:
-        index = 0
-        for schema, name, folder in _streams(store, account):
-            if wanted is not None and not any(
-                v.casefold() in wanted for v in view_names(name, folder)
-            ):
-                continue
-            if schema is not None:
-                con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quoted(schema)}")
-            for view, parts in stream_views(name, folder, lake, read_live).items():
-                internal = f"_jetlake_view_{index}"
-                register(con, index, internal, parts)
-                where = _quoted(view) if schema is None else f"{_quoted(schema)}.{_quoted(view)}"
-                con.execute(f"CREATE VIEW {where} AS SELECT * FROM {internal}")
-                index += 1
-        con.execute("SET lock_configuration = true")
-    except BaseException:
-        con.close()
-        raise
-    return con
+QUERIES = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
+
+
+class DuckEngine:
+    """DuckDB over one store's streams, kept warm between queries.
+
+    Opening a DuckDB database costs tens of milliseconds (up to 150 at a load of 5), a
+    cursor of an open one nothing: an account's query runs in a cursor of one database
+    opened once, its views temporary (the cursor's alone), so concurrent queries of
+    several accounts share nothing but the engine. The system account's views live in
+    one schema per account (temporary objects have no schemas), so its queries each
+    open a database of their own. Only queries run (SELECT, EXPLAIN): nothing a query
+    does outlives it or reaches another's cursor."""
+
+    def __init__(self, store: Path, lake: Lake) -> None:
+        self.store = store
+        self.lake = lake
+        self._base: duckdb.DuckDBPyConnection | None = None
+        self._lock = threading.Lock()
+
+    def _warm(self) -> duckdb.DuckDBPyConnection:
+        with self._lock:
+            if self._base is None:
+                base = duckdb.connect(config=CONFIG)
+                base.execute("SET lock_configuration = true")
+                self._base = base
+            return self._base
+
+    def connection(self, account: str | None, text: str) -> duckdb.DuckDBPyConnection:
+        """A locked connection holding the views of the streams `text` names, for `account`
+        (None: every account's); duckdb.Error for a statement that is not one query."""
+        con = duckdb.connect(config=CONFIG) if account is None else self._warm().cursor()
+        try:
+            # On `con`, locked: DuckDB's module-level parser binds table functions on a
+            # default connection, whose file access would tell which paths exist.
+            statements = con.extract_statements(text)
+            if len(statements) != 1 or statements[0].type not in QUERIES:
+                raise duckdb.InvalidInputException("the DuckDB engine answers one SELECT query")
+            wanted = {t.casefold() for t in con.get_table_names(text)}
+            index = 0
+            for schema, name, folder in _streams(self.store, account):
+                if not any(v.casefold() in wanted for v in view_names(name, folder)):
+                    continue
+                if schema is not None:
+                    con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quoted(schema)}")
+                for view, parts in stream_views(name, folder, self.lake, read_live).items():
+                    if account is not None:
+                        register(con, index, view, parts, temp=True)
+                    else:
+                        internal = f"_jetlake_view_{index}"
+                        register(con, index, internal, parts)
+                        where = (
+                            _quoted(view)
+                            if schema is None
+                            else f"{_quoted(schema)}.{_quoted(view)}"
+                        )
+                        con.execute(f"CREATE VIEW {where} AS SELECT * FROM {internal}")
+                    index += 1
+            if account is None:
+                con.execute("SET lock_configuration = true")
+        except BaseException:
+            con.close()
+            raise
+        return con
 
 
 class DuckQuery:
     """One query on DuckDB, shaped as `sql.nats_service`'s Spark query: `plan` then `results`,
     every step on one thread of its own, `cancel` interrupting it."""
 
-    def __init__(self, store: Path, lake: Lake, account: str | None, text: str) -> None:
-        self._store = store
-        self._lake = lake
+    def __init__(self, engine: DuckEngine, account: str | None, text: str) -> None:
+        self._engine = engine
         self._account = account
         self._text = text
         self._con: duckdb.DuckDBPyConnection | None = None
@@ -120,8 +156,8 @@ class DuckQuery:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def plan(self) -> pa.RecordBatchReader:
-        self._con = connection(self._store, self._lake, self._account, self._text)
         try:
+            self._con = self._engine.connection(self._account, self._text)
             found = self._con.sql(self._text)
             if found is None:  # a statement with no result (a SET): no rows
                 return pa.RecordBatchReader.from_batches(pa.schema([]), [])

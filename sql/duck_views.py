@@ -126,8 +126,11 @@ def _fitted(lake: ds.Dataset | pa.Table | None, tail: pa.Table) -> ds.Dataset | 
     return retype(lake.to_table() if isinstance(lake, ds.Dataset) else lake, tail.schema)
 
 
-def register(con: duckdb.DuckDBPyConnection, index: int, name: str, view: View) -> None:
-    """The view as `name` in `con`: its lake part, then its tail, columns matched by name."""
+def register(
+    con: duckdb.DuckDBPyConnection, index: int, name: str, view: View, *, temp: bool = False
+) -> None:
+    """The view as `name` in `con`: its lake part, then its tail, columns matched by name;
+    `temp`: seen by `con` alone, not by the other cursors of its database."""
     if view.lake is None or not len(view.tail):
         con.register(name, view.tail if view.lake is None else view.lake)
         return
@@ -135,7 +138,8 @@ def register(con: duckdb.DuckDBPyConnection, index: int, name: str, view: View) 
     con.register(lake_name, view.lake)
     con.register(tail_name, view.tail)
     quoted = '"' + name.replace('"', '""') + '"'
+    kind = "TEMP VIEW" if temp else "VIEW"
     con.execute(
-        f"CREATE VIEW {quoted} AS SELECT * FROM {lake_name} UNION ALL BY NAME "
+        f"CREATE {kind} {quoted} AS SELECT * FROM {lake_name} UNION ALL BY NAME "
         f"SELECT * FROM {tail_name}"
     )

@@ -190,16 +190,16 @@ def query(
     sql: str, streams: dict[str, Path], warn: Callable[[str], None], lake: Lake | None = None
 ) -> pa.Table | None:
     """Run `sql` over one view per stream; None for a statement that returns nothing."""
-    try:
-        wanted = {t.casefold() for t in duckdb.get_table_names(sql)}
-    except duckdb.Error:
-        wanted = None  # several statements or a syntax error: DuckDB will say which
     by_fold: dict[str, list[str]] = {}
     for name in streams:
         by_fold.setdefault(name.casefold(), []).append(name)
     con = duckdb.connect(config=_DUCKDB_CONFIG)
     index = 0
     try:
+        try:  # on `con`: the module-level parser binds on a connection with file access
+            wanted: set[str] | None = {t.casefold() for t in con.get_table_names(sql)}
+        except duckdb.Error:
+            wanted = None  # several statements or a syntax error: DuckDB will say which
         for _fold, names in sorted(by_fold.items()):
             if wanted is not None and not any(
                 v.casefold() in wanted for n in names for v in view_names(n, streams[n])

@@ -96,7 +96,7 @@ if TYPE_CHECKING:
     from nats.micro.service import Service
     from pyspark.sql import DataFrame, Row, SparkSession
 
-    from sql.duck_door import DuckQuery
+    from sql.duck_door import DuckEngine, DuckQuery
 
 log = logging.getLogger("jetlake.sql")
 
@@ -220,8 +220,11 @@ class NatsSql:
         lake: Lake | None = None,
     ) -> None:
         self._spark = spark
-        self._store = store  # with `lake`, what the DuckDB engine reads (None: no DuckDB)
-        self._lake = lake
+        self._duck: DuckEngine | None = None  # for `Jl-Sql-Engine: duckdb` (None: no store)
+        if store is not None and lake is not None:
+            from sql.duck_door import DuckEngine
+
+            self._duck = DuckEngine(store, lake)
         self._url = url
         self._creds = creds
         self._login = login or {}  # user and password, or token: the service's own
@@ -292,7 +295,7 @@ class NatsSql:
                 raise QueryError("400", f"{FORMAT} {fmt!r} is neither arrow nor json")
             if engine not in ("spark", "duckdb"):
                 raise QueryError("400", f"{ENGINE} {engine!r} is neither spark nor duckdb")
-            if engine == "duckdb" and (self._store is None or self._lake is None):
+            if engine == "duckdb" and self._duck is None:
                 raise QueryError("501", "this SQL service has no DuckDB engine (no store)")
             window = _positive(headers, WINDOW, DEFAULT_WINDOW)
             timeout = _positive(headers, TIMEOUT, None)
@@ -308,8 +311,8 @@ class NatsSql:
         if engine == "duckdb":
             from sql.duck_door import DuckQuery
 
-            assert self._store is not None and self._lake is not None
-            query = DuckQuery(self._store, self._lake, account, text)
+            assert self._duck is not None
+            query = DuckQuery(self._duck, account, text)
         else:
             query = _Query(self._spark, account, text)
         acks = _Acks(window, ack_wait, fmt == "json")
