@@ -4,8 +4,11 @@ none), real nats-py clients of accounts A and B through the door's export."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,3 +165,16 @@ async def test_jetlake_sql_with_the_duckdb_engine_and_no_service_reads_the_store
     assert done.returncode == 0, done.stderr
     assert "DuckDB over the store here" in done.stderr
     assert done.stdout.split() == ["n", "2"]
+
+
+async def test_a_query_past_its_timeout_is_interrupted_and_answered_408(door: Door) -> None:
+    sql = "SELECT count(*) AS n FROM range(100000000000) a WHERE a.range % 7 = 3"
+    code, said = error_of(await query_as(door.url("a"), sql, **DUCK, **{"Jl-Sql-Timeout": "0.5"}))
+    assert code == "408" and "ran past its Jl-Sql-Timeout of 0.5s" in said
+    # Interrupted, not left running: its thread ends (the scan alone would take minutes).
+    deadline = time.monotonic() + 5
+    while any(t.name.startswith("jetlake-duck") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the timed-out query still runs"
+        await asyncio.sleep(0.05)
+    answer = await query_as(door.url("a"), "SELECT 1 AS x", **DUCK)
+    assert answer.table().to_pylist() == [{"x": 1}]
