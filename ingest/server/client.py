@@ -82,6 +82,7 @@ class Client(Closing, asyncio.Protocol):
         self.rtt = 0.0
         self._rtt_start = time.monotonic()
         self._first_pong_sent = False
+        self._pong_queued = False  # a PONG waits in the outlet: dispatch a read whole
         self.closed = False
         self.close_reason = ""
         self.outlet: Outlet = fast.outlet(self, server.mark_dirty)
@@ -177,7 +178,7 @@ class Client(Closing, asyncio.Protocol):
         ops = self.codec.receive(data)
         if self._fast_stats is not None:
             self._count_fast(self._fast_stats())
-        if len(ops) < 2 or self.transport is None:
+        if len(ops) < 2 or self.transport is None or self._pong_queued:
             self._dispatch(ops)
         else:
             self._dispatch_halves(ops)
@@ -192,10 +193,16 @@ class Client(Closing, asyncio.Protocol):
         # flight then works on those answers while this server works on the rest: on two
         # cores the two overlap instead of taking turns (KV put +35 %, concurrent direct
         # get +70 %). Reading waits meanwhile, so operations keep their order.
+        # A PONG queued in this turn waits for the rest: a client may stop the server
+        # once its flush is answered, and the reference answers with the read's output.
         half = (len(ops) + 1) // 2
         self._hold("half")
         self._dispatch(ops[:half])
-        asyncio.get_running_loop().call_soon(self._second_half, ops[half:])
+        if not self._pong_queued:
+            asyncio.get_running_loop().call_soon(self._second_half, ops[half:])
+        elif not self.closed:
+            self._release("half")
+            self._dispatch(ops[half:])
 
     def _count_fast(self, stats: tuple[int, int, int, int] | None) -> None:
         """The counters the fast path's messages (or acks) would have moved in `Server.route`."""
@@ -596,6 +603,7 @@ class Client(Closing, asyncio.Protocol):
         """PONG; after the first one, clients that take async INFOs (protocol 1) get the
         INFO answering their CONNECT, as from the reference (it names their account)."""
         self.queue(nats.PONG)
+        self._pong_queued = True
         if not self._first_pong_sent:
             self._first_pong_sent = True
             if self.protocol >= 1:
@@ -638,6 +646,7 @@ class Client(Closing, asyncio.Protocol):
 
     def flush(self) -> None:
         """Hand queued bytes to the transport; cut the connection off if it cannot keep up."""
+        self._pong_queued = False
         data = self.outlet.take()
         transport = self.transport
         if transport is None or self.closed or not data:

@@ -17,7 +17,8 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -127,6 +128,18 @@ class RawWS:
             payload = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
             head += key
         self.writer.write(head + payload)
+
+    def send_together(self, *datas: bytes) -> None:
+        """One data frame for each of `datas`, in a single write (so the server reads
+        them at once)."""
+        writer, gathered = self.writer, bytearray()
+        self.writer = cast(asyncio.StreamWriter, SimpleNamespace(write=gathered.extend))
+        try:
+            for data in datas:
+                self.send_frame(2, data)
+        finally:
+            self.writer = writer
+        writer.write(bytes(gathered))
 
     def send(self, data: bytes, *, compress: bool = False) -> None:
         if compress:

@@ -312,3 +312,21 @@ async def test_lame_duck(make_server: MakeServer, open_ws: OpenWS) -> None:
     assert b'"ldm":true' in await ws.read_data(b'"ldm":true')
     with pytest.raises(OSError):
         await open_ws(port)
+
+
+async def test_pong_leaves_with_what_followed_the_ping(
+    ws_server: WSServer, open_ws: OpenWS
+) -> None:
+    """nats.py's WebSocket `flush()` writes its PING frame ahead of the SUB and PUB it
+    queued before, then the test may kill the server once the PONG is in: what the
+    frames read with the PING earned leaves in the PONG's write, as from the reference."""
+    ws = await open_ws(ws_server.port)
+    await ws.read_data(b"\r\n")  # INFO
+    ws.send(b'CONNECT {"verbose":false}\r\nPING\r\n')
+    await ws.read_data(b"PONG\r\n")
+    ws.send_together(
+        b"PING\r\n", b"SUB ws.flushed 1\r\nPUB ws.flushed 5\r\nhello\r\nPUB ws.flushed 3\r\nbye\r\n"
+    )
+    opcode, payload = await ws.read_frame()
+    assert opcode == 2
+    assert payload == b"PONG\r\nMSG ws.flushed 1 5\r\nhello\r\nMSG ws.flushed 1 3\r\nbye\r\n"
