@@ -36,6 +36,12 @@ def _pub(seed: bytes) -> str:
     return nkeys.from_seed(seed).public_key.decode()
 
 
+def _operator_jwt() -> str:
+    """The self-signed operator JWT the operator-mode configs below start from."""
+    claims = {"iat": 1, "iss": _pub(OPERATOR), "sub": _pub(OPERATOR), "nats": {"type": "operator"}}
+    return encode_jwt(claims, OPERATOR)
+
+
 def _account(seed: bytes, **nats: Any) -> jwt.Claims:
     claims = {
         "iat": int(time.time()),
@@ -225,16 +231,10 @@ def test_response_permissions(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_preloaded_jwt_with_a_bad_token_is_taken_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    operator = {
-        "iat": 1,
-        "iss": _pub(OPERATOR),
-        "sub": _pub(OPERATOR),
-        "nats": {"type": "operator"},
-    }
     importer = _importer({"subject": "svc.a", "type": "service", "token": "not.a.jwt"})
     path = tmp_path / "server.conf"
     path.write_text(
-        f"operator: {encode_jwt(operator, OPERATOR)}\nresolver: MEMORY\n"
+        f"operator: {_operator_jwt()}\nresolver: MEMORY\n"
         f"resolver_preload: {{ {importer.subject}: {importer.token} }}\n"
     )
     opts = load_config(str(path))
@@ -250,32 +250,17 @@ def test_a_preloaded_jwt_with_a_bad_token_is_taken_with_a_warning(
 
 def test_operator_mode_refuses_mappings(tmp_path: Path) -> None:
     """Top-level mappings belong to the global account, which operator mode has not."""
-    operator = {
-        "iat": 1,
-        "iss": _pub(OPERATOR),
-        "sub": _pub(OPERATOR),
-        "nats": {"type": "operator"},
-    }
     path = tmp_path / "server.conf"
-    path.write_text(
-        f"operator: {encode_jwt(operator, OPERATOR)}\nresolver: MEMORY\nmappings {{ a: b }}\n"
-    )
+    path.write_text(f"operator: {_operator_jwt()}\nresolver: MEMORY\nmappings {{ a: b }}\n")
     with pytest.raises(ConfigError, match="operators do not allow Accounts to be configured"):
         validate_options(load_config(str(path)))
 
 
 async def test_a_stopped_full_resolver_asks_the_cluster_no_more(tmp_path: Path) -> None:
     """A cluster's full resolver asks its peers every `interval`; a shut server must not."""
-    operator = {
-        "iat": 1,
-        "iss": _pub(OPERATOR),
-        "sub": _pub(OPERATOR),
-        "nats": {"type": "operator"},
-    }
     path = tmp_path / "server.conf"
     path.write_text(
-        f"operator: {encode_jwt(operator, OPERATOR)}\n"
-        f'resolver: {{ type: full, dir: "{tmp_path / "jwt"}" }}\n'
+        f'operator: {_operator_jwt()}\nresolver: {{ type: full, dir: "{tmp_path / "jwt"}" }}\n'
     )
     opts = load_config(str(path))
     validate_options(opts)
