@@ -25,12 +25,9 @@ server's event loop, and a cancel interrupts it (`DuckDBPyConnection.interrupt`)
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -38,7 +35,7 @@ import pyarrow as pa
 from log.compactor.layout import GLOBAL, LakeError, StreamRef, stream_dirs
 from log.compactor.location import Lake
 from sql.duck_views import register, stream_views, view_names
-from sql.nats_service import QueryError, encode_json_table, encode_table
+from sql.nats_service import QueryError, QueryThread, encode_json_table, encode_table
 from sql.service_info import first_line
 from sql.union import read_live
 
@@ -134,26 +131,16 @@ class DuckEngine:
         return con
 
 
-class DuckQuery:
+class DuckQuery(QueryThread):
     """One query on DuckDB, shaped as `sql.nats_service`'s Spark query: `plan` then `results`,
     every step on one thread of its own, `cancel` interrupting it."""
 
     def __init__(self, engine: DuckEngine, account: str | None, text: str) -> None:
+        super().__init__("jetlake-duck")
         self._engine = engine
         self._account = account
         self._text = text
         self._con: duckdb.DuckDBPyConnection | None = None
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jetlake-duck")
-        self.abandoned = False
-        self.called_off: str | None = None
-
-    def call_off(self, task: asyncio.Task[None], why: str = "cancelled by its client") -> None:
-        if self.called_off is None:
-            self.called_off = why
-            task.cancel()
-
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def plan(self) -> pa.RecordBatchReader:
         try:

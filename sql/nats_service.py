@@ -472,19 +472,12 @@ def _positive(headers: dict[str, str], name: str, default: Any) -> Any:
         raise QueryError("400", text) from None
 
 
-class _Query:
-    """One query's Spark work, on a thread of its own so its job group can be cancelled.
+class QueryThread:
+    """A query of either engine: every step on one thread of its own (an engine's cancel
+    reaches what runs there), and how its client's end was told."""
 
-    Spark's job group is a property of the thread that starts the job, and py4j pins a
-    JVM thread to each Python thread: every call of the query (the plan, each partition
-    the iterator fetches) runs on this one thread, under one group."""
-
-    def __init__(self, spark: SparkSession, account: str | None, text: str) -> None:
-        self._spark = spark
-        self._account = account
-        self._text = text
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jetlake-sql")
-        self.group = f"jetlake-sql-{uuid.uuid4().hex}"
+    def __init__(self, thread_name: str) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=thread_name)
         self.abandoned = False  # the client stopped answering: nobody to tell
         self.called_off: str | None = None  # why its client ended it: nobody to tell either
 
@@ -495,6 +488,21 @@ class _Query:
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+
+class _Query(QueryThread):
+    """One query's Spark work, on a thread of its own so its job group can be cancelled.
+
+    Spark's job group is a property of the thread that starts the job, and py4j pins a
+    JVM thread to each Python thread: every call of the query (the plan, each partition
+    the iterator fetches) runs on this one thread, under one group."""
+
+    def __init__(self, spark: SparkSession, account: str | None, text: str) -> None:
+        super().__init__("jetlake-sql")
+        self._spark = spark
+        self._account = account
+        self._text = text
+        self.group = f"jetlake-sql-{uuid.uuid4().hex}"
 
     def plan(self) -> Any:
         from pyspark.errors import AnalysisException, ParseException
