@@ -19,7 +19,7 @@ import pytest
 
 from log.compactor.layout import lake_at
 from sql.nats_service import NatsSql
-from tests.sql.walls import IMPORT, error_of, publish_stream, query_as
+from tests.sql.walls import ACCOUNTS, error_of, publish_stream, query_as
 from tests.support.servers import ServerProcess, start_server
 
 DUCK = {"Jl-Sql-Engine": "duckdb"}
@@ -41,14 +41,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
     store = tmp / "store"
     conf = f"""
 jetstream {{ store_dir: "{store}" }}
-system_account: SYS
-accounts {{
-  SYS {{ users: [{{user: sys, password: sys}}],
-         exports: [{{service: "$JL.SQL.>", response_type: stream}}] }}
-  A {{ jetstream: enabled, users: [{{user: a, password: a}}], imports: [{IMPORT}] }}
-  B {{ jetstream: enabled, users: [{{user: b, password: b}}], imports: [{IMPORT}] }}
-}}
-"""
+{ACCOUNTS}"""
     server = start_server("jetlake", config=conf, tmp_path=tmp)
     try:
         yield Door(server, store)

@@ -34,6 +34,15 @@ from tests.support.servers import ServerProcess
 TIMEOUT = pytest.mark.timeout(START_DEADLINE + 180)  # each module's
 MAX_ROWS = 5000
 IMPORT = '{service: {account: SYS, subject: "$JL.SQL.>"}}'
+# The system account SYS serving $JL.SQL.> to accounts A and B (users a/a, b/b, sys/sys).
+ACCOUNTS = f"""system_account: SYS
+accounts {{
+  SYS {{ users: [{{user: sys, password: sys}}],
+         exports: [{{service: "$JL.SQL.>", response_type: stream}}] }}
+  A {{ jetstream: enabled, users: [{{user: a, password: a}}], imports: [{IMPORT}] }}
+  B {{ jetstream: enabled, users: [{{user: b, password: b}}], imports: [{IMPORT}] }}
+}}
+"""
 
 
 @dataclass
@@ -71,19 +80,12 @@ jetstream {{ store_dir: "{store}" }}
 lake {{ seal_interval: "200ms", compact_interval: 0,
   sql {{ listen: "127.0.0.1:{connect_port}", jdbc: "127.0.0.1:{jdbc_port}",
          nats: "nats://127.0.0.1:{port}", user: sys, password: sys, max_rows: {MAX_ROWS} }} }}
-system_account: SYS
-accounts {{
-  SYS {{ users: [{{user: sys, password: sys}}],
-         exports: [{{service: "$JL.SQL.>", response_type: stream}}] }}
-  A {{ jetstream: enabled, users: [{{user: a, password: a}}], imports: [{IMPORT}] }}
-  B {{ jetstream: enabled, users: [{{user: b, password: b}}], imports: [{IMPORT}] }}
-}}
-"""
+{ACCOUNTS}"""
     server = start_with_service("-p", str(port), config=conf, tmp_path=tmp)
     try:
         found = _wait_for_service(server, store, url=f"nats://sys:sys@127.0.0.1:{port}")
         assert found.jdbc is not None
-        spark = ConnectSession.builder.remote(connect_url(connect_port, "sys:sys")).getOrCreate()
+        spark = ConnectSession.builder.remote(connect_url(connect_port, "sys:sys")).create()
         yield Walled(server, store, connect_port, found.jdbc, spark)
         spark.stop()
     finally:
