@@ -107,7 +107,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     try:
         found = _wait_for_service(server, store)
         assert found.connect == f"sc://{listen}" and found.jdbc == f"jdbc:hive2://{jdbc}"
-        spark = ConnectSession.builder.remote(found.connect).getOrCreate()
+        spark = ConnectSession.builder.remote(found.connect).create()
         yield Service(server, store, found.connect, found.jdbc, spark)
         spark.stop()
     finally:
