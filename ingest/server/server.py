@@ -26,6 +26,7 @@ from ingest.server.auth_resolver import Resolver
 from ingest.server.busypoll import BusyPoll
 from ingest.server.client import Client
 from ingest.server.cluster.settings import local_addresses
+from ingest.server.internal_subs import InternalSubscription, RawSubscription
 from ingest.server.mappings import SubjectMapper
 from ingest.server.sublist import Sublist
 from ingest.server.subscription import Subscription, learn_tail
@@ -33,70 +34,16 @@ from ingest.server.version import JETLAKE_VERSION, VERSION
 
 if TYPE_CHECKING:
     from ingest.server.cluster.mesh import Cluster
-    from ingest.server.jetstream.port import AckSink, IntakeSink
+    from ingest.server.jetstream.port import AckSink, IntakeSink, InternalCallback, RawCallback
     from log.consumers.wire import Deliveries
 
 log = logging.getLogger("jetlake")
-
-InternalCallback = Callable[[str, str | None, bytes | None, bytes], None]
-RawCallback = Callable[[bytes, bytes, bytes | None, bytes], None]
 
 
 def new_server_id() -> str:
     """An ID shaped like the reference's (56 upper-case base32 chars starting with N)."""
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
     return "N" + "".join(secrets.choice(alphabet) for _ in range(55))
-
-
-class InternalSubscription:
-    """A subscription whose messages go to a Python callback (JetStream, system services)."""
-
-    __slots__ = ("account", "announced", "callback", "conn", "intake", "queue", "subject")
-
-    def __init__(
-        self,
-        subject: str,
-        queue: str | None,
-        callback: InternalCallback,
-        account: Account,
-        intake: IntakeSink | None = None,
-    ) -> None:
-        self.subject = subject
-        self.queue = queue
-        self.callback = callback
-        self.intake = intake  # runs of plain PUBs the codec gathered (see `learn_route`)
-        self.conn = None
-        self.account = account
-        # Told to the cluster, so messages from peers reach it (system-account services).
-        self.announced = False
-
-    def deliver(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
-        self.callback(
-            subject.decode("utf-8", "surrogateescape"),
-            reply.decode("utf-8", "surrogateescape") if reply else None,
-            hdr,
-            payload,
-        )
-
-
-class RawSubscription:
-    """An internal subscription whose callback is its `deliver`: routed bytes, as they are.
-
-    For hot internal subscribers (consumer acks): no wrapper call, no decoding.
-    """
-
-    __slots__ = ("account", "acks", "announced", "conn", "deliver", "queue", "subject")
-
-    def __init__(
-        self, subject: str, callback: RawCallback, account: Account, acks: AckSink | None
-    ) -> None:
-        self.subject = subject
-        self.queue = None
-        self.deliver = callback
-        self.acks = acks  # runs of plain acks the codec gathered (see `learn_acks`)
-        self.conn = None
-        self.account = account
-        self.announced = False
 
 
 class Server:

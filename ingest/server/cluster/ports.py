@@ -7,7 +7,6 @@ imports the mesh, the mesh imports the route, nothing imports back up).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -17,13 +16,10 @@ if TYPE_CHECKING:
     from ingest.server.accounts.registry import Account, Accounts
     from ingest.server.cluster.interest import RemoteInterestMap
     from ingest.server.cluster.settings import ClusterConfig, RouteURL
+    from ingest.server.jetstream.port import InternalCallback
     from ingest.server.mappings import SubjectMapper
     from ingest.server.settings import Options
     from ingest.server.sublist import Sublist
-
-
-# An internal subscription's callback: (subject, reply, headers, payload).
-InternalCallback = Callable[[str, str | None, bytes | None, bytes], None]
 
 
 class ClusterHost(Protocol):
