@@ -10,7 +10,7 @@ from consensus.codec import CodecError
 from consensus.types import ConfChange, ConfOp, Entry, EntryKind, Message, MessageType
 from ingest.server.cluster.raft_transport import frame, inbox, unframe
 from ingest.server.jetstream.cluster import meta
-from ingest.server.jetstream.cluster.controller import membership_step
+from ingest.server.jetstream.cluster.groups import membership_step
 from ingest.server.jetstream.cluster.meta import MetaOpError, MetaState, StreamAssignment
 from ingest.server.jetstream.cluster.placement import choose_peers, group_name
 from ingest.server.jetstream.cluster.requests import stream_token

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from consensus.commits import settle
 from consensus.driver import RaftNode
-from consensus.types import ConfChange, ConfOp, Entry, EntryKind, RaftError, Role
+from consensus.types import ConfChange, Entry, EntryKind, RaftError, Role
 from consensus.wal_recovery import LogStoreError
 from ingest.server.cluster.raft_transport import RaftRoutes
 from ingest.server.jetstream.cluster import info, meta
@@ -34,6 +34,7 @@ from ingest.server.jetstream.cluster.groups import (
     META_GROUP,
     change_membership,
     group_dir,
+    membership_step,
     open_log,
     open_node,
     stand_first,
@@ -631,21 +632,3 @@ def cluster_engines(server: Server, engines: list[JetStream]) -> JetStreamCluste
 
 def _now() -> int:
     return time.time_ns()
-
-
-def membership_step(status: dict[str, Any], peers: tuple[str, ...]) -> ConfChange | bool | None:
-    """The next change toward `peers`: a ConfChange, True to wait (a learner is still
-    catching up), None when the membership is the assignment's."""
-    voters, learners = set(status["voters"]), set(status["learners"])
-    wanted = set(peers)
-    gone = sorted((voters | learners) - wanted)
-    if gone:
-        return ConfChange(ConfOp.REMOVE, gone[0])
-    new = sorted(wanted - voters - learners)
-    if new:
-        return ConfChange(ConfOp.ADD_LEARNER, new[0])
-    if not learners:
-        return None
-    learner = min(learners)
-    match = int(status.get("peers", {}).get(learner, {}).get("match", 0))
-    return True if match < int(status["commit"]) else ConfChange(ConfOp.PROMOTE, learner)

@@ -1,4 +1,5 @@
-"""Opening the Raft node of a group (the meta group, a stream's) on this server.
+"""Opening the Raft node of a group (the meta group, a stream's) on this server, and
+changing who its members are.
 
 Every group's log lives under `<store_dir>/jetstream/$SYS/_js_/<group>/`, the
 reference's place for it, apart from the stream's segments: the segments are
@@ -12,12 +13,13 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from consensus.commits import settle
 from consensus.core import Config
 from consensus.driver import Apply, RaftNode, Restore
 from consensus.log_store import LogStore
-from consensus.types import ConfChange
+from consensus.types import ConfChange, ConfOp
 from ingest.server.cluster.raft_transport import RaftRoutes
 from ingest.server.jetstream.cluster.log_opening import Opened
 
@@ -96,3 +98,21 @@ def change_membership(node: RaftNode, change: ConfChange) -> asyncio.Future[int]
     future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     node.change_membership(change, partial(settle, future, 0))
     return future
+
+
+def membership_step(status: dict[str, Any], peers: tuple[str, ...]) -> ConfChange | bool | None:
+    """The next change toward `peers`: a ConfChange, True to wait (a learner is still
+    catching up), None when the membership is the assignment's."""
+    voters, learners = set(status["voters"]), set(status["learners"])
+    wanted = set(peers)
+    gone = sorted((voters | learners) - wanted)
+    if gone:
+        return ConfChange(ConfOp.REMOVE, gone[0])
+    new = sorted(wanted - voters - learners)
+    if new:
+        return ConfChange(ConfOp.ADD_LEARNER, new[0])
+    if not learners:
+        return None
+    learner = min(learners)
+    match = int(status.get("peers", {}).get(learner, {}).get("match", 0))
+    return True if match < int(status["commit"]) else ConfChange(ConfOp.PROMOTE, learner)
