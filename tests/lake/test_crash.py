@@ -1,4 +1,9 @@
-"""The compactor killed with SIGKILL mid-append, again and again: no row lost, none duplicated."""
+"""The compactor killed with SIGKILL mid-append, again and again: no row lost, none duplicated.
+
+The killed compactor is a `jetlake job compact` process (a JVM of its own, so the kill
+is a real one); the compactor that finishes after it runs on the tests' shared session,
+which reads the same files and spares a JVM start per test.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,16 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+from pyspark.sql import SparkSession
 
+from log.compactor.compact import Compactor
 from log.compactor.layout import STREAMS, StreamRef
+from log.compactor.location import Lake
 from log.segments import FileStore, NewMsg, SegmentConfig
 
 ROWS_PER_SEGMENT = 400
 SEGMENTS = 6  # 2,400 rows: three appends of 800, the third retyping `v` (from 2,000)
+MAX_ROWS = 800
 # One kill per run keeps CI's JVM starts down; the soak runs more kill points per table.
 KILLS = [1, pytest.param(3, marks=pytest.mark.soak)]
 
@@ -51,11 +60,11 @@ def build_store(
     return StreamRef.load(folder), expected
 
 
-def run_job(store: Path, *, kill_after: int | None, rng: random.Random) -> int:
-    """`jetlake job compact`; with kill_after, SIGKILL it once that many appends have begun."""
+def kill_job(store: Path, *, kill_after: int, rng: random.Random) -> int:
+    """`jetlake job compact`, SIGKILLed once `kill_after` appends have begun."""
     argv = [sys.executable, "-m", "jobs.cli", "job", "compact", "--store", str(store)]
     proc = subprocess.Popen(
-        [*argv, "--max_rows", "800", "--spark_master", "local[1]"],
+        [*argv, "--max_rows", str(MAX_ROWS), "--spark_master", "local[1]"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -65,11 +74,17 @@ def run_job(store: Path, *, kill_after: int | None, rng: random.Random) -> int:
     for line in proc.stdout:
         if "appending" in line:
             seen += 1
-            if kill_after is not None and seen == kill_after:
+            if seen == kill_after:
                 time.sleep(rng.uniform(0.0, 2.5))  # before, inside or just after a commit
                 proc.kill()
                 break
     return proc.wait(timeout=120)
+
+
+def finish(spark: SparkSession, store: Path) -> None:
+    """A whole compactor pass after the killed one, as the job runs it, on the shared session."""
+    summary = Compactor(spark, store, Lake.at(store / "lake"), max_rows=MAX_ROWS).run_once()
+    assert not summary.errors, summary.errors
 
 
 def table_seqs(ref: StreamRef, lake: Path, name: str = "CRASH") -> tuple[list[int], int]:
@@ -84,17 +99,19 @@ def table_seqs(ref: StreamRef, lake: Path, name: str = "CRASH") -> tuple[list[in
 
 @pytest.mark.timeout(600)  # up to four JVM starts on two cores
 @pytest.mark.parametrize("kills", KILLS)
-def test_sigkill_mid_append_then_restart_is_exact(tmp_path: Path, kills: int) -> None:
+def test_sigkill_mid_append_then_restart_is_exact(
+    tmp_path: Path, spark: SparkSession, kills: int
+) -> None:
     store = tmp_path / "store"
     ref, expected = build_store(store)
     rng = random.Random(5)
     for _ in range(kills):
-        assert run_job(store, kill_after=1, rng=rng) == -9
+        assert kill_job(store, kill_after=1, rng=rng) == -9
         if ref.table_path(store / "lake").is_delta_table():
             seqs, done = table_seqs(ref, store / "lake")
             # Whatever committed is whole: exactly the rows up to the recorded version.
             assert seqs == sorted(s for s in expected if s <= done)
-    assert run_job(store, kill_after=None, rng=rng) == 0
+    finish(spark, store)
     seqs, done = table_seqs(ref, store / "lake")
     assert done == SEGMENTS * ROWS_PER_SEGMENT
     assert seqs == sorted(expected)  # no loss, no duplicate
@@ -108,13 +125,15 @@ def test_sigkill_mid_append_then_restart_is_exact(tmp_path: Path, kills: int) ->
     assert "every stream's lake is up to date" in done_already.stdout
 
 
-def test_a_log_folder_without_commits_is_an_empty_table(tmp_path: Path) -> None:
+def test_a_log_folder_without_commits_is_an_empty_table(
+    tmp_path: Path, spark: SparkSession
+) -> None:
     """A compactor killed before its first commit leaves `_delta_log/` and nothing in it."""
     store = tmp_path / "store"
     ref, expected = build_store(store)
     (ref.table_path(store / "lake") / "_delta_log").mkdir()
     assert table_seqs(ref, store / "lake") == ([], 0)
-    assert run_job(store, kill_after=None, rng=random.Random(0)) == 0
+    finish(spark, store)
     seqs, done = table_seqs(ref, store / "lake")
     assert (seqs, done) == (sorted(expected), SEGMENTS * ROWS_PER_SEGMENT)
 
@@ -128,7 +147,9 @@ def _order(i: int) -> bytes:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kills", KILLS)
-def test_sigkill_mid_typed_append_leaves_both_tables_exact(tmp_path: Path, kills: int) -> None:
+def test_sigkill_mid_typed_append_leaves_both_tables_exact(
+    tmp_path: Path, spark: SparkSession, kills: int
+) -> None:
     """A typed stream's group is two commits (rejects, then the stream's own table, one of
     them a rewrite when `v` turns to text): killed anywhere, each table ends exact."""
     store = tmp_path / "store"
@@ -136,8 +157,8 @@ def test_sigkill_mid_typed_append_leaves_both_tables_exact(tmp_path: Path, kills
     bad = {s for s in expected if (s - 1) % 7 == 3}  # seq = i + 1
     rng = random.Random(11)
     for _ in range(kills):
-        assert run_job(store, kill_after=2, rng=rng) == -9
-    assert run_job(store, kill_after=None, rng=rng) == 0
+        assert kill_job(store, kill_after=2, rng=rng) == -9
+    finish(spark, store)
     good, done = table_seqs(ref, store / "lake")
     rejects, _ = table_seqs(ref, store / "lake", "CRASH_rejects")
     assert done == SEGMENTS * ROWS_PER_SEGMENT
