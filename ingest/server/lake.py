@@ -174,6 +174,8 @@ class LakeSupervisor:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 await asyncio.to_thread(proc.wait)
+            if proc.returncode:  # a compactor that did not finish its pass and exit on SIGTERM
+                log.error("lake compactor (pid %d) exited with code %d", proc.pid, proc.returncode)
 
     async def _run(self) -> None:
         interval = min(max(self.config.seal_interval / 2, 0.05), _TICK_MAX)
