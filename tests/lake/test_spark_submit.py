@@ -9,11 +9,12 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
+from log.compactor.spark import local_jars
 from tests.conftest import Connect
 from tests.lake.conftest import Lake
 
 VENV_BIN = Path(sys.executable).parent
-JARS = sorted((VENV_BIN.parent / "jars").glob("*.jar"))
+JARS = local_jars(s3a=False)  # as the job takes them for a folder lake: no S3A bundle to load
 # spark-submit takes the job as a file, not a module.
 JOB = Path(__file__).resolve().parents[2] / "jobs" / "lake_job.py"
 
@@ -34,7 +35,7 @@ async def test_compact_job_under_spark_submit(lake: Lake, connect: Connect) -> N
             "--master",
             "local[1]",
             "--jars",
-            ",".join(map(str, JARS)),
+            ",".join(JARS),
             str(JOB),
             "compact",
             "--store",

@@ -16,11 +16,12 @@ from log.compactor.maintain import current_tables, delta_tables, optimize, vacuu
 from tests.conftest import Connect
 from tests.lake.conftest import Lake
 
-# Only pyspark and Delta's documented session settings; the jars are the ones set-up installed.
+# Only pyspark, Delta's jars as set-up installed them, and Delta's documented session settings:
+# nothing of jetlake's (its log store, its views) and no S3A (a 650 MB jar for a folder lake).
 PLAIN_SPARK = """
 import glob, json, sys
 from pyspark.sql import SparkSession
-jars = ",".join(sorted(glob.glob(sys.prefix + "/jars/*.jar")))
+jars = ",".join(sorted(glob.glob(sys.prefix + "/jars/delta-*.jar")))
 spark = (SparkSession.builder.master("local[1]")
     .config("spark.jars", jars)
     .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
