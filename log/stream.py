@@ -108,6 +108,7 @@ class Stream:
         self._expiring = False  # an expiry entry is in flight: do not propose another
         self._requests = itertools.count(random.getrandbits(62))  # unlike another leader's
         self._commit_listeners: list[CommitListener] = []
+        self._stored_listeners: list[Callable[[], None]] = []
         self._applier = Applier(
             config,
             store,
@@ -392,9 +393,7 @@ class Stream:
                 self._send_core(*echo)
         if ack is not None:
             ack(publish.batch_ack(self.name, entries[-1].seq, batch_id, len(entries)))
-        for listener in self._commit_listeners:
-            for entry in entries:
-                listener(entry.seq, entry.msg.subject)
+        self._announce(entries)
 
     def copy_mirrored(
         self, seq: int, subject: str, hdr: bytes | None, data: bytes, ts: int
@@ -404,12 +403,23 @@ class Stream:
         if copy is not None:
             self._propose(*copy, "", None)
 
-    def add_commit_listener(self, listener: CommitListener) -> None:
-        """Call listener(seq, subject) as each message this member proposed commits."""
+    def add_commit_listener(
+        self, listener: CommitListener, stored: Callable[[], None] | None = None
+    ) -> None:
+        """Call listener(seq, subject) as each message this member proposed commits, and
+        `stored()` once after each run of them: a reader the run woke serves it there,
+        in the turn that stored it, so its deliveries leave with the run's PubAcks
+        rather than a turn of the event loop later."""
         self._commit_listeners.append(listener)
+        if stored is not None:
+            self._stored_listeners.append(stored)
 
-    def remove_commit_listener(self, listener: CommitListener) -> None:
+    def remove_commit_listener(
+        self, listener: CommitListener, stored: Callable[[], None] | None = None
+    ) -> None:
         self._commit_listeners.remove(listener)
+        if stored is not None:
+            self._stored_listeners.remove(stored)
 
     def _answered(
         self, seq: int, ack: AckSink | None, echo: Echo, value: str, error: BaseException | None
@@ -431,9 +441,14 @@ class Stream:
     def _stored(self, entries: Sequence[Publish], error: BaseException | None) -> None:
         """Committed messages stored here: wake their readers (consumers)."""
         if error is None:
-            for listener in self._commit_listeners:
-                for entry in entries:
-                    listener(entry.seq, entry.msg.subject)
+            self._announce(entries)
+
+    def _announce(self, entries: Sequence[Publish]) -> None:
+        for listener in self._commit_listeners:
+            for entry in entries:
+                listener(entry.seq, entry.msg.subject)
+        for stored in self._stored_listeners:
+            stored()
 
     def _apply(self, entries: list[Entry]) -> None:
         if self._replicated:

@@ -214,10 +214,17 @@ class Runner:
     # -- the pump -------------------------------------------------------------------
 
     def schedule(self) -> None:
-        """Pump once at the end of this loop turn, however many events arrived."""
+        """Pump once in the next turn of the loop, however many events arrived (or
+        sooner: `pump_due`)."""
         if not self._scheduled and not self.closed:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._run)
+            asyncio.get_running_loop().call_soon(self.pump_due)
+
+    def pump_due(self) -> None:
+        """Pump now if a pump is scheduled: the stream calls it once a run of messages is
+        stored, so their deliveries are written out with the PubAcks of that turn."""
+        if self._scheduled:
+            self._run()
 
     def _run(self) -> None:
         self._scheduled = False

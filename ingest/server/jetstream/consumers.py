@@ -18,7 +18,7 @@ import string
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from consensus.commits import settle
 from ingest.parser.headers import encode_headers, header_value
@@ -37,7 +37,7 @@ from log.consumers.replicated import ReplicatedStore
 from log.consumers.store import ConsumerStore, StateStore, consumers_dir, load_all
 from log.request_fields import Fields, fields, refuse_unknown
 from log.sources import stream_identity
-from log.stream import Stream
+from log.stream import CommitListener, Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class Consumers:
         self._js = engine
         self._version = server_version
         self._by_stream: dict[str, dict[str, Runner]] = {}
-        self._listeners: dict[str, Any] = {}
+        self._listeners: dict[str, tuple[CommitListener, Callable[[], None]]] = {}
         self._interest_scheduled = False
         engine.messaging.watch_interest(self._interest_changed)
 
@@ -74,8 +74,13 @@ class Consumers:
             if runners or stream.config.retention == "interest":
                 self._on_commit(stream, seq, subject)
 
-        self._listeners[stream.name] = on_commit
-        stream.add_commit_listener(on_commit)
+        def on_stored() -> None:
+            if runners:  # a pump may end a consumer (its runner leaves the dict)
+                for runner in list(runners.values()):
+                    runner.pump_due()
+
+        self._listeners[stream.name] = (on_commit, on_stored)
+        stream.add_commit_listener(on_commit, on_stored)
         if stream.config.storage == "file" and not _replicated(stream):
             self._recover(stream, folder)
 
@@ -115,9 +120,9 @@ class Consumers:
 
     def detach(self, stream: Stream, *, reason: str) -> None:
         """Stop a stream's consumers (shutdown, stream deleted); their files stay."""
-        listener = self._listeners.pop(stream.name, None)
-        if listener is not None:
-            stream.remove_commit_listener(listener)
+        listeners = self._listeners.pop(stream.name, None)
+        if listeners is not None:
+            stream.remove_commit_listener(*listeners)
         for runner in self._by_stream.pop(stream.name, {}).values():
             runner.stop(reason=reason)
 
