@@ -232,7 +232,7 @@ async def test_a_replica_waiting_to_rejoin_is_deleted_with_its_stream(tmp_path: 
         await eventually(lambda: _found(victim, said), "the error naming the hardstate", 60)
         await eventually(lambda: c.js.delete_stream("S"), "S deleted by the meta group", 60)
         await eventually(lambda: _gone(store_of(victim) / "$SYS" / "_js_", "S-R3*"), "group gone")
-        assert not (store_of(victim) / "$G" / "streams" / "S").exists()
+        await eventually(lambda: _gone(store_of(victim) / "$G" / "streams", "S"), "stream gone")
         assert not _found_now(victim, "joining it afresh")
         await c.add_stream("T", ["t.>"], replicas=2)  # the two servers up still serve
         assert (await c.js.publish("t.x", b"x")).seq == 1

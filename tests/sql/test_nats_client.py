@@ -63,6 +63,7 @@ async def test_heartbeats_are_skipped_and_one_nobody_receives_comes_back_as_503(
         assert sorted(m.subject for m in acked) == ["acks.0", "acks.beat"]  # chunk, heartbeat
         assert all("Status" not in (m.headers or {}) for m in acked)
 
+        await nc.flush()  # its inbox's UNSUB is in before the late heartbeat
         await svc.publish(inbox[0], b"", reply="acks.late", headers={"Jl-Sql-Heartbeat": "1"})
         late = await asyncio.wait_for(back.get(), 30)
         assert late.subject == "acks.late" and (late.headers or {}).get("Status") == "503"
