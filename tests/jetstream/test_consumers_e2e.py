@@ -19,7 +19,7 @@ from nats.js.errors import NotFoundError
 
 from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api, normalise
-from tests.support.clients import sync
+from tests.support.clients import current_entries, sync
 from tests.support.servers import ServerProcess
 
 ACK = "io.nats.jetstream.api.v1."
@@ -520,11 +520,7 @@ async def test_kv_watch_keys_history(js_server: ServerProcess, connect: Connect)
     assert sorted(await kv.keys()) == ["a"]
     assert [e.value for e in await kv.history("a")] == [b"1", b"3"]
     watcher = await kv.watchall()
-    seen = []
-    async for entry in watcher:
-        if entry is None:
-            break
-        seen.append((entry.key, entry.value, entry.operation))
+    seen = [(e.key, e.value, e.operation) for e in await current_entries(watcher, 2)]
     assert seen == [("a", b"3", None), ("b", b"", "DEL")]
     await kv.put("c", b"9")
     update = await watcher.updates(timeout=3)

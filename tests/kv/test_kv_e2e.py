@@ -25,6 +25,7 @@ from nats.js.kv import KeyValue
 
 from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api, normalise
+from tests.support.clients import current_entries
 from tests.support.servers import ServerProcess
 
 DEADLINE = 10.0  # seconds for an expiry to show; both servers take about one TTL
@@ -220,10 +221,9 @@ async def test_watch_sees_puts_updates_deletes(js: JetStreamContext) -> None:
     await kv.put("b", b"1")
     await kv.put("a", b"2")
     watcher = await kv.watchall()
-    initial = [await watcher.updates(timeout=5) for _ in range(3)]
-    assert initial[-1] is None  # the end of the current values
-    assert ops(initial[:-1]) == [("b", b"1", None, 2), ("a", b"2", None, 3)]
-    assert [e.delta for e in initial[:-1]] == [1, 0]
+    initial = await current_entries(watcher, 2)
+    assert ops(initial) == [("b", b"1", None, 2), ("a", b"2", None, 3)]
+    assert [e.delta for e in initial] == [1, 0]
     await kv.put("c", b"new")
     await kv.update("a", b"3", last=3)
     await kv.delete("b")
@@ -237,12 +237,11 @@ async def test_watch_sees_puts_updates_deletes(js: JetStreamContext) -> None:
     ]
     await watcher.stop()
     one = await kv.watch("a", include_history=True)
-    assert ops([await one.updates(timeout=5) for _ in range(3)]) == [
+    assert ops(await current_entries(one, 3)) == [
         ("a", b"1", None, 1),
         ("a", b"2", None, 3),
         ("a", b"3", None, 5),
     ]
-    assert await one.updates(timeout=5) is None
     await one.stop()
 
 
@@ -259,8 +258,7 @@ async def test_bucket_ttl_expires_values(js: JetStreamContext) -> None:
     await marked.put("k", b"1")
     await marked.put("k", b"2")
     watcher = await marked.watchall()
-    assert ops([await watcher.updates(timeout=5)]) == [("k", b"2", None, 2)]
-    assert await watcher.updates(timeout=5) is None
+    assert ops(await current_entries(watcher, 1)) == [("k", b"2", None, 2)]
     # Both revisions age out together: one marker for the key, not one per revision.
     assert ops([await watcher.updates(timeout=DEADLINE)]) == [("k", b"", "PURGE", 3)]
     await eventually(lambda: _values_are(marked, 0), "the marker outliving the bucket ttl")
@@ -323,11 +321,10 @@ async def test_per_key_ttl_leaves_a_marker_watchers_see(
     # Raised to the marker TTL (history 1 would be exempt), and stored so.
     assert stored.headers == {"Nats-Expected-Last-Subject-Sequence": "0", "Nats-TTL": "2"}
     watcher = await kv.watchall()
-    assert ops([await watcher.updates(timeout=5) for _ in range(2)]) == [
+    assert ops(await current_entries(watcher, 2)) == [
         ("stays", b"s", None, 1),
         ("brief", b"b", None, 2),
     ]
-    assert await watcher.updates(timeout=5) is None
     marker = await watcher.updates(timeout=DEADLINE)
     assert ops([marker]) == [("brief", b"", "PURGE", 3)]
     raw = await js.get_msg("KV_m", 3)

@@ -12,6 +12,7 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.js.kv import KeyValue
 
 FLUSH_TIMEOUT = 5.0
 
@@ -75,3 +76,15 @@ async def routed_interest(listener: NATS, far_url: str) -> None:
     finally:
         await probe.unsubscribe()
         await far.close()
+
+
+async def current_entries(watcher: KeyValue.KeyWatcher, count: int) -> list[KeyValue.Entry]:
+    """A KV watcher's first `count` entries and the `None` that ends the current values.
+
+    nats-py queues that `None` when its consumer-info reply says nothing is pending and
+    its callback has not yet counted a delivery: on a fast server the marker can come
+    before the entries it ends. Either order is the client's doing; once is required.
+    """
+    updates = [await watcher.updates(timeout=FLUSH_TIMEOUT) for _ in range(count + 1)]
+    assert updates.count(None) == 1, updates
+    return [u for u in updates if u is not None]
