@@ -14,10 +14,24 @@ if TYPE_CHECKING:
     from ingest.server.jetstream.port import AckSink, IntakeSink, InternalCallback, RawCallback
 
 
-class InternalSubscription:
+class _ServerSubscription:
+    """What routing reads of any server-owned subscription."""
+
+    __slots__ = ("account", "announced", "conn", "queue", "subject")
+
+    def __init__(self, subject: str, queue: str | None, account: Account) -> None:
+        self.subject = subject
+        self.queue = queue
+        self.conn = None
+        self.account = account
+        # Told to the cluster, so messages from peers reach it (system-account services).
+        self.announced = False
+
+
+class InternalSubscription(_ServerSubscription):
     """A subscription whose messages go to a Python callback (JetStream, system services)."""
 
-    __slots__ = ("account", "announced", "callback", "conn", "intake", "queue", "subject")
+    __slots__ = ("callback", "intake")
 
     def __init__(
         self,
@@ -27,14 +41,9 @@ class InternalSubscription:
         account: Account,
         intake: IntakeSink | None = None,
     ) -> None:
-        self.subject = subject
-        self.queue = queue
+        super().__init__(subject, queue, account)
         self.callback = callback
         self.intake = intake  # runs of plain PUBs the codec gathered (see `learn_route`)
-        self.conn = None
-        self.account = account
-        # Told to the cluster, so messages from peers reach it (system-account services).
-        self.announced = False
 
     def deliver(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
         self.callback(
@@ -45,21 +54,17 @@ class InternalSubscription:
         )
 
 
-class RawSubscription:
+class RawSubscription(_ServerSubscription):
     """An internal subscription whose callback is its `deliver`: routed bytes, as they are.
 
     For hot internal subscribers (consumer acks): no wrapper call, no decoding.
     """
 
-    __slots__ = ("account", "acks", "announced", "conn", "deliver", "queue", "subject")
+    __slots__ = ("acks", "deliver")
 
     def __init__(
         self, subject: str, callback: RawCallback, account: Account, acks: AckSink | None
     ) -> None:
-        self.subject = subject
-        self.queue = None
+        super().__init__(subject, None, account)
         self.deliver = callback
         self.acks = acks  # runs of plain acks the codec gathered (see `learn_acks`)
-        self.conn = None
-        self.account = account
-        self.announced = False
