@@ -4,9 +4,7 @@ without JetStream, and accounts kept apart across routes."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from tests.conftest import Connect, MakeServer
 from tests.support.clients import barrier, drain_pending, sync
 from tests.support.cluster import cluster_args, free_port, stop_all, wait_mesh
 from tests.support.http import get_json
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess, start_server
 
 ACCOUNTS = """
@@ -144,14 +143,6 @@ async def test_routes_keep_accounts_apart(
         assert (await in_a.next_msg(timeout=5)).data == b"A again"
     finally:
         stop_all(servers)
-
-
-async def poll_async(
-    check: Callable[[], Awaitable[bool]], what: str, timeout: float = 15.0
-) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
 
 
 async def test_system_requests_are_answered_in_the_system_account_only(

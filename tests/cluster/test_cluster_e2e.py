@@ -21,12 +21,12 @@ from tests.support.cluster import (
     free_port,
     has_route_interest,
     peers,
-    poll,
     route_url,
     routez,
     varz,
     wait_mesh,
 )
+from tests.support.poll import poll
 from tests.support.raw import RawClient, parse_info
 
 pytestmark = pytest.mark.timeout(60)

@@ -18,7 +18,8 @@ import pytest
 
 from tests.conftest import MakeServer
 from tests.jscluster.support import eventually
-from tests.support.cluster import free_port, peers, poll, routez, stop_all, wait_mesh
+from tests.support.cluster import free_port, peers, routez, stop_all, wait_mesh
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess, start_server
 from tests.support.tls import Pki
 

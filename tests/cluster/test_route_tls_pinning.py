@@ -16,7 +16,8 @@ import pytest
 from ingest.server.options import ConfigError, parse_serve_args
 from ingest.server.pinning import public_key_id
 from tests.conftest import MakeServer
-from tests.support.cluster import free_port, poll, routez
+from tests.support.cluster import free_port, routez
+from tests.support.poll import poll
 from tests.support.tls import Pki
 
 pytestmark = pytest.mark.timeout(60)

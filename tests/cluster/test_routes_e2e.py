@@ -20,7 +20,6 @@ from nats.errors import NoRespondersError
 from tests.conftest import KIND_IDS
 from tests.support.cluster import (
     has_route_interest,
-    poll,
     routez,
     start_cluster,
     stop_all,
@@ -28,6 +27,7 @@ from tests.support.cluster import (
     wait_mesh,
 )
 from tests.support.http import get_json
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess, enabled_kinds
 
 NAMES = ["S0", "S1", "S2"]

@@ -14,8 +14,8 @@ import pytest
 from tests.conftest import MakeServer
 from tests.e2e.test_url_resolver import AccountServer
 from tests.leafnode.conftest import leaf_port, leafz, linked
-from tests.support.cluster import poll
 from tests.support.nsc import Nsc
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess
 from tests.websocket.conftest import RawWS, ws_port
 

@@ -25,9 +25,10 @@ import pytest
 from tests.cluster.test_route_tls import cluster_config as route_tls_config
 from tests.conftest import MakeServer
 from tests.mqtt.conftest import TIMEOUT, mqtt_port
-from tests.support.cluster import ONE_ROUTE_PER_PEER, free_port, peers, poll, route_url, wait_mesh
+from tests.support.cluster import ONE_ROUTE_PER_PEER, free_port, peers, route_url, wait_mesh
 from tests.support.http import _get
 from tests.support.nsc import Nsc
+from tests.support.poll import poll
 from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess, server_command
 from tests.support.tls import Pki, make_pki

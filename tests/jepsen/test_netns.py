@@ -20,8 +20,9 @@ import nats
 import pytest
 
 from tests.jepsen.cluster import CLUSTER_PORT, LOGIN, NodeSet, start_nodes
-from tests.support.cluster import peers, poll
+from tests.support.cluster import peers
 from tests.support.netns import NetLab, NetnsError, ip, leftovers, netlab
+from tests.support.poll import poll
 
 pytestmark = pytest.mark.timeout(60)
 DELIVERY_WAIT = 1.0

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +16,8 @@ from nats.js.api import StreamConfig, StreamInfo
 
 from tests.support.cluster import ONE_ROUTE_PER_PEER, cluster_args, free_port, wait_mesh
 from tests.support.http import _get
-from tests.support.servers import ServerError, ServerProcess, start_server
+from tests.support.poll import poll_async
+from tests.support.servers import ServerProcess, start_server
 
 T = TypeVar("T")
 ELECTION_DEADLINE = 20.0  # the reference's election timeout is 4-9 s: leave it room
@@ -45,7 +44,7 @@ def start_js_cluster(
     for attempt in range(PORT_ATTEMPTS - 1):
         try:
             return _start(kind, tmp_path / f"try{attempt}", size, extra, config, own)
-        except ServerError as exc:
+        except AssertionError as exc:  # a server's start or the mesh poll failed
             if "address already in use" not in str(exc) and " routed to " not in str(exc):
                 raise
     return _start(kind, tmp_path / "last", size, extra, config, own)
@@ -96,19 +95,9 @@ async def connect(servers: list[ServerProcess], **kwargs: Any) -> Client:
 async def eventually(
     check: Callable[[], Awaitable[T | None]], what: str, timeout: float = ELECTION_DEADLINE
 ) -> T:
-    """Await `check` until it returns something truthy (errors count as not yet)."""
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while True:
-        try:
-            result = await check()
-            if result:
-                return result
-        except Exception as exc:  # a timeout or no-responders while roles move
-            last = exc
-        if time.monotonic() > deadline:
-            raise ServerError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-        await asyncio.sleep(0.1)
+    """Poll `check` over a cluster whose roles may be moving: a timeout or no-responders
+    meanwhile counts as not yet, and an election gets its full deadline."""
+    return await poll_async(check, what, timeout, interval=0.1, retry=Exception)
 
 
 async def request(nc: Client, subject: str, body: bytes = b"", timeout: float = 5.0) -> Any:

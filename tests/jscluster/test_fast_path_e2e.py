@@ -18,7 +18,8 @@ import nats
 import pytest
 
 from tests.jscluster.support import eventually, js_cluster, server_name
-from tests.support.cluster import has_route_interest, poll, routez
+from tests.support.cluster import has_route_interest, routez
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess, enabled_kinds
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.parametrize("kind", enabled_kinds())]

@@ -9,8 +9,6 @@ history and watches, and the error each refusal maps to.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
 
 import pytest
 from nats.js.client import JetStreamContext
@@ -26,6 +24,7 @@ from nats.js.kv import KeyValue
 from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api, normalise
 from tests.support.clients import current_entries
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 DEADLINE = 10.0  # seconds for an expiry to show; both servers take about one TTL
@@ -35,15 +34,6 @@ RACE_ROUNDS = 20
 @pytest.fixture
 async def js(js_server: ServerProcess, connect: Connect) -> JetStreamContext:
     return (await connect(js_server)).jetstream(timeout=5)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Poll `check` until it holds; expiry is the server's clock, so there is no event to await."""
-    deadline = time.monotonic() + DEADLINE
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {DEADLINE:g} s: {what}")
-        await asyncio.sleep(0.05)
 
 
 async def gone(kv: KeyValue, key: str) -> bool:
@@ -252,7 +242,7 @@ async def test_bucket_ttl_expires_values(js: JetStreamContext) -> None:
     kv = await js.create_key_value(bucket="ttl", ttl=1)
     await kv.put("k", b"v")
     assert (await kv.get("k")).value == b"v"
-    await eventually(lambda: gone(kv, "k"), "a value outliving the bucket's 1 s ttl")
+    await poll_async(lambda: gone(kv, "k"), "a value outliving the bucket's 1 s ttl", DEADLINE)
     assert (await kv.status()).values == 0
     marked = await js.create_key_value(bucket="ttlm", ttl=1, history=3, limit_marker_ttl=1)
     await marked.put("k", b"1")
@@ -261,7 +251,9 @@ async def test_bucket_ttl_expires_values(js: JetStreamContext) -> None:
     assert ops(await current_entries(watcher, 1)) == [("k", b"2", None, 2)]
     # Both revisions age out together: one marker for the key, not one per revision.
     assert ops([await watcher.updates(timeout=DEADLINE)]) == [("k", b"", "PURGE", 3)]
-    await eventually(lambda: _values_are(marked, 0), "the marker outliving the bucket ttl")
+    await poll_async(
+        lambda: _values_are(marked, 0), "the marker outliving the bucket ttl", DEADLINE
+    )
     await watcher.stop()
 
 
@@ -274,7 +266,7 @@ async def test_never_ttl_outlives_max_age(js: JetStreamContext) -> None:
     async def aged_out() -> bool:
         return (await js.stream_info("NEVER")).state.messages == 2
 
-    await eventually(aged_out, "the messages without a TTL outliving max_age")
+    await poll_async(aged_out, "the messages without a TTL outliving max_age", DEADLINE)
     state = (await js.stream_info("NEVER")).state
     assert (state.first_seq, state.last_seq, state.num_deleted) == (1, 4, 2)
     assert [(await js.get_msg("NEVER", seq)).data for seq in (1, 3)] == [b"nv.a", b"nv.c"]
@@ -335,11 +327,11 @@ async def test_per_key_ttl_leaves_a_marker_watchers_see(
     }
     # nats-py 2.16's get reads KV-Operation only: the marker reads as a value-less entry.
     assert (await kv.get("brief")).value is None
-    await eventually(lambda: _values_are(kv, 1), "the marker outliving its own 2 s TTL")
+    await poll_async(lambda: _values_are(kv, 1), "the marker outliving its own 2 s TTL", DEADLINE)
     await watcher.stop()
     plain = await js.create_key_value(bucket="plain")
     await plain.create("brief", b"b", msg_ttl=1)
-    await eventually(lambda: gone(plain, "brief"), "a key outliving its 1 s TTL")
+    await poll_async(lambda: gone(plain, "brief"), "a key outliving its 1 s TTL", DEADLINE)
     assert (await plain.status()).values == 0  # no markers unless the bucket asks
 
 

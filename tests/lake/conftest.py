@@ -8,10 +8,9 @@ tests that are about the compactor process start it themselves.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from log.compactor.spark import build_session
 from log.segments import FileStore, NewMsg, list_segments
 from log.timefmt import rfc3339
 from sql.session import refresh
+from tests.support.poll import poll_async
 from tests.support.servers import ServerError, ServerProcess, start_server
 
 LAKE_CONF = 'lake { seal_interval: "200ms", compact_interval: 0 }\n'
@@ -99,9 +99,10 @@ class Lake:
     async def sealed(self, name: str, last_seq: int, account: str = GLOBAL) -> None:
         """Wait until the server has sealed every seq up to last_seq (its seal timer)."""
         folder = self.stream_dir(name, account)
-        await poll(
+        await poll_async(
             lambda: any(s.sealed and s.last_seq >= last_seq for s in list_segments(folder)),
             f"stream {qualified(account, name)} sealed up to {last_seq}",
+            timeout=DEADLINE,
         )
 
     def compact(self) -> Summary:
@@ -155,19 +156,3 @@ def lake(tmp_path: Path, spark: SparkSession) -> Iterator[Lake]:
     env = Lake(tmp_path, spark)
     yield env
     env.stop()
-
-
-async def poll(
-    check: Callable[[], bool | Awaitable[bool]], what: str, deadline: float = DEADLINE
-) -> None:
-    """Poll until check() is true; fail naming what did not happen in time."""
-    end = time.monotonic() + deadline
-    while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > end:
-            raise AssertionError(f"not within {deadline}s: {what}")
-        await asyncio.sleep(0.05)

@@ -16,8 +16,9 @@ import time
 import pytest
 
 from tests.conftest import Connect
-from tests.lake.conftest import Lake, poll
+from tests.lake.conftest import Lake
 from tests.support.http import get_json, http_get
+from tests.support.poll import poll_async
 
 # An interval no test waits out: every pass after the first is one a seal started.
 SERVE_CONF = 'lake { seal_interval: "1s", compact_interval: "300s" }\n'
@@ -51,7 +52,7 @@ async def test_server_starts_compactor_reports_lag_and_stops_it(
         doc = await get_json(server.http_url + "/jsz")
         return doc["lake"]["streams"].get("FRESH", {}).get("lake_seq") == 200
 
-    await poll(in_lake, "FRESH in the lake up to seq 200", deadline=120)
+    await poll_async(in_lake, "FRESH in the lake up to seq 200", timeout=120)
     print(f"freshness with a cold compactor: {time.monotonic() - acked:.1f}s")
     doc = (await get_json(server.http_url + "/jsz"))["lake"]
     assert doc["streams"]["FRESH"]["lag_messages"] == 0
@@ -69,11 +70,11 @@ async def test_server_starts_compactor_reports_lag_and_stops_it(
         doc = await get_json(server.http_url + "/jsz")
         return doc["lake"]["streams"]["FRESH"]["lake_seq"] == ack.seq
 
-    await poll(warm, "the new message in the lake", deadline=60)
+    await poll_async(warm, "the new message in the lake", timeout=60)
     print(f"freshness with a warm compactor: {time.monotonic() - acked:.1f}s")
 
     await server.stop_async()
-    await poll(lambda: not _alive(pid), "the compactor gone with the server", deadline=30)
+    await poll_async(lambda: not _alive(pid), "the compactor gone with the server", timeout=30)
     assert "exited with code" not in server.log()
     rows = lake.sql("SELECT count(*) AS n FROM FRESH")
     assert rows[0].n == 201

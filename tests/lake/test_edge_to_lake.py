@@ -34,13 +34,13 @@ from log.compactor.layout import STREAMS, StreamRef
 from log.compactor.location import Lake
 from log.segments import list_segments
 from tests.jscluster.support import connect, eventually, leader_of, start_js_cluster, stop
-from tests.lake.conftest import poll
+from tests.lake.conftest import DEADLINE
 from tests.lake.test_lake_cluster_e2e import store_of
 from tests.leafnode.conftest import LINK_TIMEOUT, leaf_port, linked
 from tests.leafnode.relay import Relay
 from tests.mqtt.conftest import mqtt_port
 from tests.support.cluster import free_port
-from tests.support.cluster import poll as poll_sync
+from tests.support.poll import poll, poll_async
 from tests.support.servers import ServerProcess, start_server
 
 pytestmark = pytest.mark.timeout(300)
@@ -114,7 +114,7 @@ async def path(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 
 def poll_link(edge: ServerProcess, up: bool) -> None:
-    poll_sync(lambda: linked(edge) == up, f"the uplink {'up' if up else 'down'}", LINK_TIMEOUT)
+    poll(lambda: linked(edge) == up, f"the uplink {'up' if up else 'down'}", LINK_TIMEOUT)
 
 
 class Devices:
@@ -220,9 +220,10 @@ async def edge_to_lake(
     assert info.state.messages == len(sent)  # none doubled in the hub stream
     leader = leader_of(info, path.hubs)
     stream_dir = store_of(leader) / STREAMS / "HUB"
-    await poll(
+    await poll_async(
         lambda: any(s.sealed and s.last_seq >= len(sent) for s in list_segments(stream_dir)),
         "the hub leader sealing every message",
+        timeout=DEADLINE,
     )
     summary = Compactor(spark, store_of(leader), path.lake).run_once()
     assert not summary.errors, summary.errors

@@ -19,8 +19,9 @@ from nats.js.api import StreamConfig
 from log.compactor.compact import lake_progress
 from log.compactor.layout import StreamRef
 from sql.session import refresh
-from tests.lake.conftest import LAKE_CONF, Lake, poll
+from tests.lake.conftest import DEADLINE, LAKE_CONF, Lake
 from tests.support.http import get_json
+from tests.support.poll import poll_async
 
 CONF = (
     LAKE_CONF
@@ -95,7 +96,7 @@ async def test_each_account_has_its_own_tables_and_views(lake: Lake) -> None:
             lake_doc = (await get_json(server.http_url + "/jsz"))["lake"]["streams"]
             return lake_doc["A.ORDERS"]["lake_seq"] == 30 and lake_doc["B.ORDERS"]["lake_seq"] == 7
 
-        await poll(pinned, "/jsz shows each account's lake_seq")
+        await poll_async(pinned, "/jsz shows each account's lake_seq", timeout=DEADLINE)
     finally:
         await a.close()
         await b.close()

@@ -14,10 +14,11 @@ import pytest
 from nats.js.api import StreamConfig
 from nats.js.errors import KeyNotFoundError
 
-from tests.lake.conftest import Lake, poll
+from tests.lake.conftest import DEADLINE, Lake
 from tests.lake.test_lake_accounts import CONF
 from tests.lake.test_typed_e2e import SHIP_SCHEMA
 from tests.support.http import get_json
+from tests.support.poll import poll_async
 
 TYPED = {
     "jetlake.lake.format": "json",
@@ -88,7 +89,9 @@ async def test_each_account_infers_and_declares_its_own_typed_tables(lake: Lake)
                 return False
             return json.loads(entry.value or b"{}")["properties"]["amount"] == {"type": "number"}
 
-        await poll(inferred, "ORDERS.inferred in account A's bucket jetlake_schemas")
+        await poll_async(
+            inferred, "ORDERS.inferred in account A's bucket jetlake_schemas", timeout=DEADLINE
+        )
     finally:
         await a.close()
         await b.close()

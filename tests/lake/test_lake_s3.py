@@ -23,10 +23,11 @@ from log.compactor.location import Lake
 from sql.inspect import query
 from sql.session import refresh
 from tests.conftest import Connect
-from tests.lake.conftest import Folder, poll
+from tests.lake.conftest import DEADLINE, Folder
 from tests.lake.conftest import Lake as LakeServer
 from tests.lake.test_lake_cluster_writers import Replica
 from tests.support.http import get_json, http_get
+from tests.support.poll import poll_async
 from tests.support.s3faults import Fault, FaultProxy
 from tests.support.servers import ServerProcess
 
@@ -40,7 +41,7 @@ async def lake_reaches(server: ServerProcess, stream: str, seq: int) -> None:
         doc = await get_json(server.http_url + "/jsz")
         return doc["lake"]["streams"].get(stream, {}).get("lake_seq") == seq
 
-    await poll(there, f"{stream} in the bucket up to seq {seq}", deadline=300)
+    await poll_async(there, f"{stream} in the bucket up to seq {seq}", timeout=300)
 
 
 def server_conf(seaweed: SeaweedS3, uri: str, **keys: str) -> str:
@@ -180,7 +181,9 @@ async def test_the_servers_compactor_fills_a_bucket_through_store_faults(
             retried = server.log().count(PASS_FAILED) > failed  # a pass failed, naming the table
             return named and said[fault] in doc["error"] and retried
 
-        await poll(held, f"{fault.value}: the lag growing, /jsz naming the bucket", deadline=180)
+        await poll_async(
+            held, f"{fault.value}: the lag growing, /jsz naming the bucket", timeout=180
+        )
         assert (await http_get(server.http_url + "/healthz")).status == 200
         metrics = (await http_get(server.http_url + "/metrics")).body.decode()
         assert 'jetlake_lake_lag_messages{server_id="' in metrics
@@ -190,7 +193,7 @@ async def test_the_servers_compactor_fills_a_bucket_through_store_faults(
     async def cleared() -> bool:
         return "error" not in (await get_json(server.http_url + "/jsz"))["lake"]
 
-    await poll(cleared, "/jsz's lake error gone once the store answers")
+    await poll_async(cleared, "/jsz's lake error gone once the store answers", timeout=DEADLINE)
     table = StreamRef.load(lake.stream_dir("S3")).table_path(seaweed.lake(bucket))
     seqs = DeltaTable(table.uri, storage_options=table.delta_options).to_pyarrow_table(
         columns=["seq"]
@@ -218,7 +221,7 @@ async def test_a_missing_bucket_or_refused_keys_are_named_once_and_publishes_go_
         doc = (await get_json(server.http_url + "/jsz"))["lake"]
         return f"lake bucket {bucket}: " in doc.get("error", "")
 
-    await poll(named, f"the {refused} refused, naming the bucket in /jsz")
+    await poll_async(named, f"the {refused} refused, naming the bucket in /jsz", timeout=DEADLINE)
     await lake.sealed("HELD", 50)
     doc = (await get_json(server.http_url + "/jsz"))["lake"]
     assert doc["compactor"] == {"running": False, "pid": 0}  # nothing to restart in a loop
@@ -258,10 +261,10 @@ async def test_two_compactor_processes_racing_on_a_bucket_commit_each_seq_once(
     ]
     table = folder.ref.table_path(bucket_lake)
     try:
-        await poll(
+        await poll_async(
             lambda: lake_progress(table, folder.ref.app_id) == 1500,
             "the table up to seq 1500",
-            deadline=600,
+            timeout=600,
         )
     finally:
         for proc in procs:

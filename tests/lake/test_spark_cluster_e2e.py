@@ -28,8 +28,8 @@ from benchmarks.seaweed import SECRET_KEY, SeaweedS3
 from log.compactor.layout import STREAMS, StreamRef
 from log.compactor.location import Lake
 from tests.conftest import Connect
-from tests.lake.conftest import poll
 from tests.support.http import get_json, http_get
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess, start_server
 from tests.support.spark_cluster import SparkCluster, start_cluster
 
@@ -109,7 +109,7 @@ async def test_compaction_and_sql_run_on_a_standalone_cluster(
         doc = await get_json(server.http_url + "/jsz")
         return doc["lake"]["streams"].get("CLUSTER", {}).get("lake_seq") == COUNT
 
-    await poll(landed, f"CLUSTER in the lake up to seq {COUNT}", deadline=LAKE_SECONDS)
+    await poll_async(landed, f"CLUSTER in the lake up to seq {COUNT}", timeout=LAKE_SECONDS)
     assert "jetlake-compact" in await _apps(on_cluster)
     assert SECRET_KEY not in server.log()  # handed to the executors, never printed
     # Small appends go without Spark; a delete is a Delta DELETE, run by the executor.
@@ -123,7 +123,7 @@ async def test_compaction_and_sql_run_on_a_standalone_cluster(
         seqs = found.to_pyarrow_table(columns=["seq"]).column("seq").to_pylist()
         return len(seqs) == COUNT - 1 and GONE not in seqs
 
-    await poll(erased, f"seq {GONE} erased from {table}", deadline=LAKE_SECONDS)
+    await poll_async(erased, f"seq {GONE} erased from {table}", timeout=LAKE_SECONDS)
     jars = {p.name for p in on_cluster.work_dir.glob("app-*/*/*.jar")}
     assert any(name.startswith("delta-spark_") for name in jars), jars
     assert not where.remote or any(name.startswith("hadoop-aws-") for name in jars), jars

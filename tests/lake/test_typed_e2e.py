@@ -18,9 +18,10 @@ from nats.js.api import StreamConfig
 from nats.js.errors import KeyNotFoundError
 
 from tests.conftest import Connect
-from tests.lake.conftest import Lake, poll
+from tests.lake.conftest import DEADLINE, Lake
 from tests.lake.test_typed import order_descriptor
 from tests.support.http import get_json, http_get
+from tests.support.poll import poll_async
 
 SHIP_SCHEMA = {
     "type": "object",
@@ -110,7 +111,7 @@ async def test_json_inferred_declared_fan_out_rejects_and_the_live_tail(
         doc = json.loads(entry.value or b"{}")
         return doc["properties"]["amount"] == {"type": "number"}
 
-    await poll(inferred, "ORDERS.inferred in bucket jetlake_schemas")
+    await poll_async(inferred, "ORDERS.inferred in bucket jetlake_schemas", timeout=DEADLINE)
     metrics = (await http_get(server.http_url + "/metrics")).body.decode()
     assert 'jetlake_lake_rejects{server_id="' in metrics and 'stream="ORDERS"} 2' in metrics
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import free_port, poll
+from tests.support.cluster import free_port
 from tests.support.http import _get
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess, start_server
 
 PAIRS = [  # the reference on both ends is the baseline, checked under soak

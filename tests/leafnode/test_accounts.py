@@ -10,7 +10,8 @@ import nats
 import pytest
 
 from tests.leafnode.conftest import LINK_TIMEOUT, Link, knows, leaf_config, leafz, linked
-from tests.support.cluster import free_port, poll
+from tests.support.cluster import free_port
+from tests.support.poll import poll
 from tests.support.servers import start_server
 
 HUB = """server_name: hub

@@ -23,14 +23,8 @@ from tests.leafnode.conftest import (
     leafz,
     linked,
 )
-from tests.support.cluster import (
-    ONE_ROUTE_PER_PEER,
-    free_port,
-    poll,
-    start_cluster,
-    stop_all,
-    wait_mesh,
-)
+from tests.support.cluster import ONE_ROUTE_PER_PEER, free_port, start_cluster, stop_all, wait_mesh
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess, start_server
 
 

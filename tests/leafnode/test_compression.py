@@ -23,7 +23,8 @@ from ingest.server.options import load_config
 from tests.leafnode.conftest import LINK_TIMEOUT, Link, leafz, linked
 from tests.leafnode.test_config import refusal
 from tests.support.clients import sync
-from tests.support.cluster import free_port, poll
+from tests.support.cluster import free_port
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess, start_server
 
 TIMEOUT = 10.0

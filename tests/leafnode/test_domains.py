@@ -22,7 +22,8 @@ from nats.js.api import ExternalStream, StreamConfig, StreamSource
 
 from tests.leafnode.conftest import LINK_TIMEOUT, linked
 from tests.leafnode.relay import Relay
-from tests.support.cluster import free_port, poll
+from tests.support.cluster import free_port
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess, start_server
 
 TIMEOUT = 10.0

@@ -13,7 +13,8 @@ import pytest
 from tests.conftest import KIND_IDS
 from tests.leafnode.conftest import LINK_TIMEOUT, knows, leaf_config, leafz, linked, start_link
 from tests.leafnode.relay import Relay
-from tests.support.cluster import free_port, poll
+from tests.support.cluster import free_port
+from tests.support.poll import poll
 from tests.support.servers import start_server
 
 KINDS = ["nats-server", "jetlake"]

@@ -13,7 +13,8 @@ import nats
 import pytest
 
 from tests.leafnode.conftest import LINK_TIMEOUT, hub_config, knows, leaf_config, linked
-from tests.support.cluster import free_port, poll
+from tests.support.cluster import free_port
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess, start_server
 
 LIMIT = 1024

@@ -17,7 +17,8 @@ from ingest.server.leafnode.redial import CONNECT_ERROR_REPORTS, Redial
 from ingest.server.options import parse_serve_args
 from tests.conftest import KIND_IDS
 from tests.leafnode.conftest import LINK_TIMEOUT, hub_config, leaf_config, linked
-from tests.support.cluster import free_port, poll
+from tests.support.cluster import free_port
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess, start_server
 
 HOURS = 10_000  # failed dials: 2 h 47 min at the default 1 s interval

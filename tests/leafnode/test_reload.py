@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import MakeServer
 from tests.leafnode.conftest import leaf_port, leafz
-from tests.support.cluster import poll
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess
 
 RELOADED = re.escape("Reloaded server configuration")

@@ -18,7 +18,7 @@ from ingest.server.leafnode.reload import LeafReloadRefused, remote_changes
 from ingest.server.options import load_config
 from tests.conftest import MakeServer
 from tests.leafnode.conftest import leaf_port, leafz
-from tests.support.cluster import poll
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess
 from tests.support.tls import Pki
 

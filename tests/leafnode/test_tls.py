@@ -11,8 +11,9 @@ import nats
 import pytest
 
 from tests.leafnode.conftest import LINK_TIMEOUT, leafz, linked
-from tests.support.cluster import free_port, poll
+from tests.support.cluster import free_port
 from tests.support.http import _get
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess, start_server
 from tests.support.tls import Pki
 

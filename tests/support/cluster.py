@@ -11,22 +11,18 @@ from __future__ import annotations
 import os
 import random
 import socket
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tests.support.http import _get
+from tests.support.poll import poll
 from tests.support.servers import ServerError, ServerProcess, start_server
 
 MESH_TIMEOUT = 15.0
-POLL = 0.05
 
 # One route per peer on both kinds, so route counts compare (the reference pools 3 by default).
 ONE_ROUTE_PER_PEER = "cluster { pool_size: -1 }\n"
-
-T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -110,18 +106,6 @@ def varz(server: ServerProcess) -> dict[str, Any]:
 def peers(server: ServerProcess) -> set[str]:
     """Names of the servers this one has a route to."""
     return {str(r["remote_name"]) for r in routez(server)["routes"]}
-
-
-def poll(check: Callable[[], T | None], what: str, timeout: float = MESH_TIMEOUT) -> T:
-    """Call `check` until it returns something truthy; fail naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise ServerError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(POLL)
 
 
 def wait_mesh(
