@@ -6,7 +6,6 @@ mapped reply."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from nats.aio.client import Client as NATS
@@ -16,6 +15,7 @@ from nats.aio.subscription import Subscription
 from tests.conftest import Connect
 from tests.support.clients import barrier, drain_pending, sync
 from tests.support.cluster import ONE_ROUTE_PER_PEER, start_cluster, stop_all, wait_mesh
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 CONFIG = (
@@ -42,13 +42,6 @@ def url(server: ServerProcess, user: str) -> str:
     return f"nats://{user}:{user}@{server.host}:{server.port}"
 
 
-async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 15.0) -> None:
-    """Interest crosses a route on its own time: try until it has."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-
-
 async def test_imports_across_routes(server_kind: str, tmp_path: Path, connect: Connect) -> None:
     servers = start_cluster(server_kind, tmp_path, 2, config=CONFIG)
     try:
@@ -69,7 +62,7 @@ async def test_imports_across_routes(server_kind: str, tmp_path: Path, connect: 
             except TimeoutError:
                 return False
 
-        await until(lambda: reaches(a0, subs[1], b"probe"), "A's messages on S1")
+        await poll_async(lambda: reaches(a0, subs[1], b"probe"), "A's messages on S1")
         for sub in subs:
             await drain_pending(sub)
         await a0.publish("a.once", b"marker")
@@ -117,6 +110,6 @@ async def test_imports_across_routes(server_kind: str, tmp_path: Path, connect: 
                 return False
             return bool(reply.data == b"answer to q")
 
-        await until(answered, "an answer from S0's responder")
+        await poll_async(answered, "an answer from S0's responder")
     finally:
         stop_all(servers)

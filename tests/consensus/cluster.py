@@ -17,17 +17,15 @@ from consensus.log_store import LogStore
 from consensus.node_process import Journal
 from consensus.tcp import Address, TcpTransport
 from consensus.types import NodeId, Role
+from tests.support.poll import poll_async
 
 DEADLINE = 10.0
 TICK = 0.02  # fast ticks: elections in 0.2-0.4 s keep the tests short
 
 
 async def until(check: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not check():
-        assert loop.time() < end, f"not within {deadline} s: {what}"
-        await asyncio.sleep(0.005)
+    """Poll every 5 ms: with ticks this fast, a check must see the states between them."""
+    await poll_async(check, what, deadline, interval=0.005)
 
 
 class Cluster:

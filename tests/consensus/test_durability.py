@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
 from consensus.durability import WINDOW, Syncer, sync_delay
+from tests.support.poll import poll
 
 
 def test_delay_of_sync_interval() -> None:
@@ -38,24 +38,17 @@ class Broken:
         return "the broken one"
 
 
-def wait_for(ready: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 5
-    while not ready():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.001)
-
-
 def test_syncer_queues_a_target_once_and_syncs_off_the_caller() -> None:
     gate, synced = threading.Event(), []
     busy, a, last = (Gated(n, gate, synced) for n in ("busy", "a", "last"))
     syncer = Syncer()
     syncer.request(busy, 0)
-    wait_for(lambda: not busy.sync_queued, "the sync thread never took the first target")
+    poll(lambda: not busy.sync_queued, "the sync thread never took the first target", 5)
     syncer.request(a, 0)
     syncer.request(a, 0)  # still queued: not again
     syncer.request(last, 0)
     gate.set()
-    wait_for(lambda: len(synced) >= 3, f"syncs stopped at {synced}")
+    poll(lambda: len(synced) >= 3, lambda: f"syncs stopped at {synced}", 5)
     thread = "background-sync"
     assert synced == [("busy", thread), ("a", thread), ("last", thread)]
 
@@ -69,7 +62,7 @@ def test_each_target_is_synced_by_its_own_deadline() -> None:
     start = time.monotonic()
     syncer.request(late, 3600)
     syncer.request(soon, 0.05)
-    wait_for(lambda: bool(synced), "the target due soon was never synced")
+    poll(lambda: bool(synced), "the target due soon was never synced", 5)
     assert time.monotonic() - start >= 0.05
     assert synced == [("soon", "background-sync")] and late.sync_queued
 
@@ -80,6 +73,6 @@ def test_syncer_outlives_a_failing_sync(caplog: pytest.LogCaptureFixture) -> Non
     syncer = Syncer()
     syncer.request(Broken(), 0)
     syncer.request(Gated("fine", gate, synced), 0)
-    wait_for(lambda: bool(synced), "the sync thread died with the failing target")
+    poll(lambda: bool(synced), "the sync thread died with the failing target", 5)
     assert synced == [("fine", "background-sync")]
     assert "background sync failed: the broken one" in caplog.text

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from consensus.codec import encode
 from consensus.tcp import TcpTransport
 from consensus.types import Entry, Message, MessageType
+from tests.consensus.cluster import until
 
 DEADLINE = 5.0
 Pair = tuple[TcpTransport, TcpTransport, list[Message], list[Message]]
-
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + DEADLINE
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, f"not within {DEADLINE} s: {what}"
-        await asyncio.sleep(0.005)
 
 
 def msg(src: str, dst: str, n: int) -> Message:
@@ -46,11 +40,11 @@ async def pair() -> AsyncIterator[Pair]:
 
 async def test_messages_arrive_in_order_both_ways(pair: Pair) -> None:
     a, b, got_a, got_b = pair
-    await until(lambda: a.connected("b") and b.connected("a"), "both connected")
+    await until(lambda: a.connected("b") and b.connected("a"), "both connected", DEADLINE)
     for n in range(1, 501):
         a.send(msg("a", "b", n))
     b.send(msg("b", "a", 7))
-    await until(lambda: len(got_b) == 500 and len(got_a) == 1, "all delivered")
+    await until(lambda: len(got_b) == 500 and len(got_a) == 1, "all delivered", DEADLINE)
     assert [m.index for m in got_b] == list(range(1, 501))
     assert got_b[0] == msg("a", "b", 1)
     assert got_a == [msg("b", "a", 7)]
@@ -60,7 +54,7 @@ async def test_a_peer_down_drops_then_redial_delivers(pair: Pair) -> None:
     a, b, _, got_b = pair
     port = b.address[1]
     await b.close()
-    await until(lambda: not a.connected("b"), "a notices b is gone")
+    await until(lambda: not a.connected("b"), "a notices b is gone", DEADLINE)
     dropped = a.dropped
     a.send(msg("a", "b", 1))
     assert a.dropped == dropped + 1
@@ -69,9 +63,9 @@ async def test_a_peer_down_drops_then_redial_delivers(pair: Pair) -> None:
     back.set_handler(again.append)
     await back.start()
     try:
-        await until(lambda: a.connected("b"), "a redials b")
+        await until(lambda: a.connected("b"), "a redials b", DEADLINE)
         a.send(msg("a", "b", 2))
-        await until(lambda: bool(again), "delivery after the restart")
+        await until(lambda: bool(again), "delivery after the restart", DEADLINE)
         assert [m.index for m in again] == [2]
         assert got_b == []
     finally:
@@ -85,9 +79,9 @@ async def test_garbage_costs_only_its_own_connection(pair: Pair) -> None:
     writer.write(b"\x00\x00\x00\x05hello")  # a frame with a bad version byte
     assert await asyncio.wait_for(reader.read(), DEADLINE) == b""  # b hung up on it
     writer.close()
-    await until(lambda: a.connected("b"), "a connected")
+    await until(lambda: a.connected("b"), "a connected", DEADLINE)
     a.send(msg("a", "b", 3))
-    await until(lambda: bool(got_b), "a's connection still delivers")
+    await until(lambda: bool(got_b), "a's connection still delivers", DEADLINE)
     assert got_b[0].index == 3
 
 
@@ -95,7 +89,7 @@ async def test_messages_for_someone_else_are_not_delivered(pair: Pair) -> None:
     _, b, _, got_b = pair
     _, writer = await asyncio.open_connection(*b.address)
     writer.write(encode(msg("a", "c", 1)) + encode(msg("a", "b", 2)))  # one connection, in order
-    await until(lambda: bool(got_b), "b's own message")
+    await until(lambda: bool(got_b), "b's own message", DEADLINE)
     writer.close()
     assert [m.index for m in got_b] == [2]
 
@@ -111,7 +105,7 @@ async def test_a_peer_that_stops_reading_is_dropped_from_not_buffered() -> None:
     await a.start()
     a.add_peer("slow", sink.sockets[0].getsockname()[:2])
     try:
-        await until(lambda: a.connected("slow"), "connected")
+        await until(lambda: a.connected("slow"), "connected", DEADLINE)
         big = Message(MessageType.APPEND, "a", "slow", 1, entries=(Entry(1, 1, data=b"x" * 65536),))
         for _ in range(400):  # 26 MB: far more than the socket buffers and the limit hold
             a.send(big)
@@ -139,7 +133,7 @@ def test_a_send_to_a_connection_closed_before_its_dialler_notices_is_dropped() -
         await b.start()
         a.add_peer("b", b.address)
         try:
-            await until(lambda: a.connected("b"), "connected")
+            await until(lambda: a.connected("b"), "connected", DEADLINE)
             lost = asyncio.Event()
 
             class Lost(asyncio.Protocol):

@@ -5,7 +5,6 @@ natscli `--creds`), and every kind of bad JWT refused with the reference's error
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -23,6 +22,7 @@ from tests.e2e.test_core_auth import AUTH_VIOLATION, expect_auth_failure
 from tests.e2e.test_nats_cli import cli
 from tests.e2e.test_nkey_auth import logged_once_more
 from tests.support.nsc import Nsc, creds_file, mint_user
+from tests.support.poll import poll_async
 from tests.support.raw import Outcome, RawClient
 from tests.support.servers import ServerProcess
 
@@ -139,7 +139,7 @@ async def test_user_permissions_from_the_jwt(
     assert sorted(info["permissions"]["publish"]["allow"]) == ["$SYS.REQ.USER.INFO", "foo.>"]
     await nc.publish("bar", b"x")
     await nc.flush()
-    await _until(lambda: bool(errors))
+    await poll_async(lambda: bool(errors), "the permissions violation reported", 3)
     assert 'permissions violation for publish to "bar"' in str(errors[0]).lower()
 
 
@@ -190,7 +190,7 @@ async def test_signing_keys(op_server: ServerProcess, keystore: Keystore, connec
     assert (await watcher.next_msg(timeout=2)).data == b"mine"
     await dev.publish("other", b"x")
     await dev.flush()
-    await _until(lambda: bool(errors))
+    await poll_async(lambda: bool(errors), "the permissions violation reported", 3)
     assert 'publish to "other"' in str(errors[0]).lower()
 
 
@@ -314,10 +314,3 @@ async def test_jetstream_where_the_account_jwt_allows_it(
     with pytest.raises(ServiceUnavailableError) as disabled:
         await other.jetstream().account_info()
     assert disabled.value.err_code == 10039
-
-
-async def _until(check: object, timeout: float = 3.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():  # type: ignore[operator]
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)

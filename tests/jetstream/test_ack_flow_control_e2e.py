@@ -7,7 +7,6 @@ Every expectation was observed from the reference nats-server 2.15.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from nats.aio.msg import Msg
 
 from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 S = 1_000_000_000
@@ -77,13 +77,6 @@ class Deliveries:
         return [m for m in self.msgs if not m.data and m.reply.startswith("$JS.FC.")]
 
 
-async def until(check: Any, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + 5
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, what
-        await asyncio.sleep(0.02)
-
-
 async def floor_and_pending(nc: NATS, stream: str, name: str) -> tuple[int, int, int]:
     info = await api(nc, f"$JS.API.CONSUMER.INFO.{stream}.{name}")
     return info["delivered"]["stream_seq"], info["ack_floor"]["stream_seq"], info["num_ack_pending"]
@@ -119,7 +112,7 @@ async def test_acknowledged_by_flow_control_replies_only(nc: NATS) -> None:
     async def asked(n: int) -> bool:
         return len(got.flow_requests()) >= n
 
-    await until(lambda: asked(1), "a flow-control request once max_ack_pending is reached")
+    await poll_async(lambda: asked(1), "a flow-control request once max_ack_pending is reached", 5)
     assert got.data() == [b"0", b"1", b"2"]
     await nc.publish(got.msgs[0].reply, b"+ACK")  # an ordinary ack settles nothing
     assert await floor_and_pending(nc, "S", "fc") == (3, 0, 3)
@@ -128,8 +121,8 @@ async def test_acknowledged_by_flow_control_replies_only(nc: NATS) -> None:
     async def moved() -> bool:
         return await floor_and_pending(nc, "S", "fc") == (5, 2, 3)
 
-    await until(moved, "the reply acknowledged up to 2 and two more went out")
-    await until(lambda: asked(2), "full again: another request")
+    await poll_async(moved, "the reply acknowledged up to 2 and two more went out", 5)
+    await poll_async(lambda: asked(2), "full again: another request", 5)
     assert got.data() == [b"%d" % i for i in range(5)]
 
 
@@ -142,7 +135,7 @@ async def test_a_work_queue_retires_what_the_replies_acknowledge(nc: NATS) -> No
     async def asked() -> bool:
         return bool(got.flow_requests())
 
-    await until(asked, "the heartbeat asks for a reply while messages are pending")
+    await poll_async(asked, "the heartbeat asks for a reply while messages are pending", 5)
     assert got.data() == [b"0", b"1", b"2", b"3"]
     await acknowledge(nc, got.flow_requests()[0], 4)
 
@@ -150,5 +143,5 @@ async def test_a_work_queue_retires_what_the_replies_acknowledge(nc: NATS) -> No
         info = await api(nc, "$JS.API.STREAM.INFO.W")
         return info["state"]["messages"] == 0
 
-    await until(emptied, "acknowledged messages leave the work queue")
+    await poll_async(emptied, "acknowledged messages leave the work queue", 5)
     assert await floor_and_pending(nc, "W", "fc") == (4, 4, 0)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from nats.errors import NoRespondersError
 
 from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess, start_server
 
 CREATE = "io.nats.jetstream.api.v1.stream_create_response"
@@ -66,13 +66,6 @@ async def restore(nc: NATS, stream: str, meta: dict[str, Any], chunks: list[byte
         assert ack.data == b""
     final = await nc.request(subject, b"", timeout=30)
     return json.loads(final.data)
-
-
-async def _until(done: Callable[[], bool]) -> None:
-    deadline = asyncio.get_running_loop().time() + 10
-    while not done():
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.01)
 
 
 async def _filled(nc: NATS) -> dict[str, Any]:
@@ -144,7 +137,7 @@ async def test_the_window_bounds_unacknowledged_chunks(
     await nc.subscribe(inbox, cb=receiver.on_msg)
     request = {"deliver_subject": inbox, "chunk_size": 2048, "window_size": 6144}
     await api(nc, "$JS.API.STREAM.SNAPSHOT.B", request)
-    await _until(lambda: len(receiver.chunks) >= 3)
+    await poll_async(lambda: len(receiver.chunks) >= 3, "three snapshot chunks", 10)
     await asyncio.sleep(0.3)  # what a server that ignored the window would send meanwhile
     assert len(receiver.chunks) == 3
     await receiver.release()

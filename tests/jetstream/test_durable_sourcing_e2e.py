@@ -6,8 +6,6 @@ twice or skipped across a kill -9."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.aio.client import Client as NATS
@@ -16,21 +14,11 @@ from nats.aio.msg import Msg
 from log.sources import name_hash
 from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 MIRROR = "JS_MIRROR_" + name_hash("M $G")
 SOURCE = "JS_SRC_" + name_hash(name_hash("S $G"))
-
-
-async def _poll(check: Callable[[], Awaitable[Any]], what: str, timeout: float = 15) -> Any:
-    """`check()`'s first truthy answer (sourcing is asynchronous)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
 
 
 async def _messages(nc: NATS, stream: str) -> int:
@@ -61,10 +49,10 @@ async def _drained(
 ) -> None:
     """Each copy holds its count of messages, then the origin holds none."""
     for stream, count in copies.items():
-        await _poll(
+        await poll_async(
             lambda s=stream, n=count: _has(nc, s, n), f"{stream} never held {count}", timeout
         )
-    await _poll(lambda: _empty(nc, origin), f"{origin} kept messages", emptied)
+    await poll_async(lambda: _empty(nc, origin), f"{origin} kept messages", emptied)
 
 
 async def _killed_while_copying(server: ServerProcess, connect: Connect) -> NATS:
@@ -107,7 +95,7 @@ async def test_a_work_queue_with_a_mirror_and_a_source_gives_each_every_message(
     by_name = {c["name"]: c for c in listed["consumers"]}
     assert sorted(by_name) == sorted([MIRROR, SOURCE])
     for name, kind, stream in ((MIRROR, "mirror", "M"), (SOURCE, "src", "S")):
-        info = await _poll(lambda n=name: _acked(nc, "WQ", n, 5), f"{name} not acknowledged")
+        info = await poll_async(lambda n=name: _acked(nc, "WQ", n, 5), f"{name} not acknowledged")
         cfg = info["config"]
         assert cfg["deliver_subject"].startswith("$JS.M." if kind == "mirror" else "$JS.S.")
         del cfg["deliver_subject"]
@@ -153,14 +141,14 @@ async def test_the_origin_keeps_a_message_until_every_reader_has_it(
     js = nc.jetstream()
     await js.add_stream(name="WQ", subjects=["w.>"], retention="workqueue")
     await _mirror_and_source(nc, "WQ")
-    await _poll(lambda: _acked(nc, "WQ", SOURCE, 0), "no sourcing consumer")
+    await poll_async(lambda: _acked(nc, "WQ", SOURCE, 0), "no sourcing consumer")
     until = "2099-01-01T00:00:00Z"
     paused = await api(nc, f"$JS.API.CONSUMER.PAUSE.WQ.{SOURCE}", {"pause_until": until})
     assert paused["paused"] is True
     for i in range(4):
         await js.publish("w.a", b"%d" % i)
-    await _poll(lambda: _has(nc, "M", 4), "the mirror did not get every message")
-    await _poll(lambda: _acked(nc, "WQ", MIRROR, 4), "the mirror did not acknowledge")
+    await poll_async(lambda: _has(nc, "M", 4), "the mirror did not get every message")
+    await poll_async(lambda: _acked(nc, "WQ", MIRROR, 4), "the mirror did not acknowledge")
     assert await _messages(nc, "WQ") == 4 and await _messages(nc, "S") == 0
     await api(nc, f"$JS.API.CONSUMER.PAUSE.WQ.{SOURCE}", {})
     await _drained(nc, "WQ", {"S": 4})
@@ -175,7 +163,7 @@ async def test_an_interest_origin_keeps_messages_for_its_source(
     js = nc.jetstream()
     await js.add_stream(name="I", subjects=["i.>"], retention="interest")
     await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "sources": [{"name": "I"}]})
-    await _poll(lambda: _acked(nc, "I", SOURCE, 0), "no sourcing consumer")
+    await poll_async(lambda: _acked(nc, "I", SOURCE, 0), "no sourcing consumer")
     for i in range(3):
         await js.publish("i.x", b"%d" % i)
     await _drained(nc, "I", {"S": 3})
@@ -192,8 +180,8 @@ async def test_a_limits_origin_lists_no_sourcing_consumer(
     await js.add_stream(name="L", subjects=["l.>"])
     await js.publish("l.x", b"1")
     await _mirror_and_source(nc, "L")
-    await _poll(lambda: _has(nc, "S", 1), "the source did not copy")
-    await _poll(lambda: _has(nc, "M", 1), "the mirror did not copy")
+    await poll_async(lambda: _has(nc, "S", 1), "the source did not copy")
+    await poll_async(lambda: _has(nc, "M", 1), "the mirror did not copy")
     listed = await api(nc, "$JS.API.CONSUMER.LIST.L")
     assert (listed["total"], listed["consumers"]) == (0, [])
     assert (await api(nc, "$JS.API.CONSUMER.NAMES.L"))["consumers"] == []
@@ -272,11 +260,11 @@ async def test_readers_go_with_their_stream_or_source(
     await js.add_stream(name="WQ", subjects=["w.>"], retention="workqueue")
     await _mirror_and_source(nc, "WQ")
     both = sorted([MIRROR, SOURCE])
-    await _poll(lambda: _only(nc, both), "no readers")
+    await poll_async(lambda: _only(nc, both), "no readers")
     await js.delete_stream("S")
-    await _poll(lambda: _only(nc, [MIRROR]), "the source's reader stayed")
+    await poll_async(lambda: _only(nc, [MIRROR]), "the source's reader stayed")
     await api(nc, "$JS.API.STREAM.UPDATE.M", {"name": "M"})
-    await _poll(lambda: _only(nc, []), "the mirror's reader stayed")
+    await poll_async(lambda: _only(nc, []), "the mirror's reader stayed")
     await js.publish("w.a", b"kept")
     assert await _messages(nc, "WQ") == 1
 
@@ -296,10 +284,10 @@ async def test_a_full_source_leaves_the_rest_in_the_work_queue(
     await js.add_stream(name="WQ", subjects=["w.>"], retention="workqueue")
     bounded = {"name": "S", "sources": [{"name": "WQ"}], "max_msgs": 2, "discard": "new"}
     await api(nc, "$JS.API.STREAM.CREATE.S", bounded)
-    await _poll(lambda: _only(nc, [SOURCE]), "no reader")
+    await poll_async(lambda: _only(nc, [SOURCE]), "no reader")
     for i in range(4):
         await js.publish("w.a", b"%d" % i)
-    await _poll(lambda: _has(nc, "S", 2), "the source copied nothing")
+    await poll_async(lambda: _has(nc, "S", 2), "the source copied nothing")
     await asyncio.sleep(1.5)  # a flow-control round (heartbeat) has passed: nothing more
     assert await _messages(nc, "WQ") >= 2 and await _messages(nc, "S") == 2
     await js.purge_stream("S")

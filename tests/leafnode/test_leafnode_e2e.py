@@ -8,9 +8,8 @@ got the sentinel published after a message, that message would have arrived firs
 
 from __future__ import annotations
 
-import asyncio
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import nats
 import pytest
@@ -22,6 +21,7 @@ from ingest.server.compression import S2_FAST, S2_UNCOMPRESSED
 from tests.leafnode.conftest import Link, knows, leafz
 from tests.support.clients import sync
 from tests.support.http import _get
+from tests.support.poll import poll_async
 
 TIMEOUT = 5.0
 
@@ -116,7 +116,11 @@ async def test_queue_group_spans_the_link(link: Link, ends: tuple[NATS, NATS]) -
         await (hub if data.startswith(b"hub") else leaf).publish("work", data)
     await leaf.publish("solo", b"to the hub's only member")
     assert (await only_hub.next_msg(TIMEOUT)).data == b"to the hub's only member"
-    await _until(lambda: len(got) >= len(sent))
+    await poll_async(
+        lambda: len(got) >= len(sent),
+        lambda: f"{len(sent)} messages on the queue members, not {len(got)}",
+        TIMEOUT,
+    )
     await sync(hub)
     await sync(leaf)
     assert sorted(data for _, data in got) == sorted(sent)  # each once, none twice
@@ -164,14 +168,6 @@ async def test_leafz_describes_the_link(link: Link) -> None:
             assert key in entry, (server.kind, key)
         assert isinstance(entry["subscriptions"], int)
         assert any(s.startswith("$LDS.") for s in entry["subscriptions_list"])
-
-
-async def _until(check: Callable[[], bool], timeout: float = TIMEOUT) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.02)
 
 
 async def test_leafz_entries_have_the_same_fields_on_both_ends(link: Link) -> None:
