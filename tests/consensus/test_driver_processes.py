@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from consensus.node_client import Client, NodeProcess, NodeProcessError, start_group
+from tests.support.poll import poll_async
 
 IDS = ("p1", "p2", "p3")
 TICK = "0.02"
@@ -27,10 +28,7 @@ async def find_leader(clients: dict[str, Client]) -> str:
         found[:] = leaders
         return len(leaders) == 1
 
-    deadline = asyncio.get_running_loop().time() + 15
-    while not await probe():
-        assert asyncio.get_running_loop().time() < deadline, f"no single leader: {statuses}"
-        await asyncio.sleep(0.02)
+    await poll_async(probe, lambda: f"a single leader among {statuses}", 15)
     return found[0]
 
 
@@ -101,10 +99,7 @@ async def test_every_acked_entry_survives_kill_9_of_the_leader(tmp_path: Path, s
             await poll()
             return len(caught_up) >= len(reference)
 
-        deadline = asyncio.get_running_loop().time() + 10
-        while not await converged():
-            assert asyncio.get_running_loop().time() < deadline, "restarted node never caught up"
-            await asyncio.sleep(0.02)
+        await poll_async(converged, "the restarted node caught up", 10)
         assert caught_up[: len(reference)] == reference
     finally:
         for client in clients.values():

@@ -6,7 +6,6 @@ import logging
 import os
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from consensus.log_store import LogStore
 from consensus.types import Entry, EntryKind, HardState, Restored
 from consensus.wal_recovery import LogStoreError
 from tests.consensus.log_store_writer import entries, snapshot
+from tests.support.poll import poll
 
 SMALL = 1024  # bytes a WAL file: a few dozen of the test entries, so logs roll often
 
@@ -305,9 +305,7 @@ def test_the_process_syncer_fsyncs_it_within_its_delay(tmp_path: Path) -> None:
     store, _ = reopen(tmp_path)
     store.append(entries(1, 1, 3))
     SYNCER.request(store, 0.001)
-    deadline = time.monotonic() + 10
-    while store.synced_index < 3 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    poll(lambda: store.synced_index >= 3, "the store synced up to 3", 10)
     assert store.synced_index == 3 and not store.sync_queued
     store.close()
 

@@ -21,6 +21,7 @@ from consensus.log_store import HOLD
 from consensus.node_client import Client, NodeProcess
 from consensus.power_loss import BOOT_ID_ENV, SYNC_RECORD_ENV, power_cut
 from tests.consensus.test_driver_processes import find_leader, journal
+from tests.support.poll import poll_async
 
 IDS = ("p1", "p2", "p3")
 # A window far longer than the test: nothing acknowledged is fsynced before the cut
@@ -98,10 +99,7 @@ async def test_acknowledged_entries_survive_a_power_loss_of_the_leader(tmp_path:
             held = (await clients[lead].status())["held"]
             return held is False and not (procs[lead].dir / HOLD).exists()
 
-        deadline = loop.time() + 10
-        while not await released():
-            assert loop.time() < deadline, "the rebooted node was never released"
-            await asyncio.sleep(0.02)
+        await poll_async(released, "the rebooted node released", 10)
     finally:
         for client in clients.values():
             await client.close()

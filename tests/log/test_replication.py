@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from log.replication import SingleNodeGroup
+from tests.support.poll import poll_async
 
 
 class FakeLog:
@@ -109,10 +110,8 @@ async def test_with_a_short_interval_the_background_thread_syncs_unasked() -> No
     assert await group.barrier() == 3
     assert acks.calls == [(1, None), (3, None)]
     store.release.set()
-    deadline = asyncio.get_running_loop().time() + 5
-    while store.synced_upto < 3:  # the write during the first sync queued a second one
-        assert asyncio.get_running_loop().time() < deadline, store.synced_upto
-        await asyncio.sleep(0.001)
+    # The write during the first sync queued a second one.
+    await poll_async(lambda: store.synced_upto >= 3, lambda: f"synced up to {store.synced_upto}", 5)
     await group.close()
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from log.state_file import (
     write_new_state,
     write_state,
 )
+from tests.support.poll import poll
 
 DOC = {"config": {"name": "ORDERS", "subjects": ["o.>"]}, "created": "2026-01-01T00:00:00Z"}
 
@@ -134,10 +134,7 @@ def test_new_state_under_an_interval_waits_for_no_fsync(
     assert [what for what, thread in seen if thread == caller] == []
     assert read_state(folder / "stream.json") == DOC
     assert [p.name for p in folder.iterdir()] == ["stream.json"]
-    deadline = time.monotonic() + 30
-    while len(seen) < 3:
-        assert time.monotonic() < deadline, f"background fsyncs stopped at {seen}"
-        time.sleep(0.005)
+    poll(lambda: len(seen) >= 3, lambda: f"background fsyncs stopped at {seen}", 30)
     want = [str(folder / "stream.json"), str(folder), str(folder.parent)]
     assert seen == [(path, "background-sync") for path in want]
 

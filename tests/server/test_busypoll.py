@@ -20,6 +20,7 @@ from ingest.server.busypoll import FLOOR, BusyPoll, SpinBudget
 from ingest.server.options import parse_serve_args
 from ingest.server.server import Server
 from tests.conftest import MakeServer
+from tests.support.poll import poll_async
 from tests.support.raw import RawClient
 
 LIMIT = 200e-6
@@ -130,8 +131,5 @@ async def test_a_stalled_turn_stops_the_spin_and_halves_the_budget() -> None:
     assert poll.spinning and budget >= 0.1
     await asyncio.sleep(0)  # the spin's first turn
     time.sleep(0.002)  # the stall under test
-    deadline = time.monotonic() + 5
-    while poll.spinning and time.monotonic() < deadline:
-        await asyncio.sleep(0)
-    assert not poll.spinning
+    await poll_async(lambda: not poll.spinning, "the spin given up", 5, interval=0)
     assert poll.budget == budget / 2

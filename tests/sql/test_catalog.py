@@ -10,7 +10,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from log.state_file import write_state
 from sql.catalog import catalog_entries, hive_name, metastore_command
 from tests.sql.test_service_e2e import start_with_service
 from tests.support.cluster import free_port
+from tests.support.poll import poll
 
 CREATED = "2026-11-21T10:54:17.123456789Z"
 INCARNATION = "20261121T105417.123456789Z"
@@ -151,15 +151,18 @@ print(json.dumps({**found, "after": sorted(tables)}))
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         assert proc.poll() is None, log.read_text()
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"no metastore on {port} in {START}s:\n{log.read_text()}")
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+
+    poll(
+        listening,
+        lambda: f"a metastore on {port}:\n{log.read_text()}",
+        START,
+        interval=0.5,
+        retry=OSError,
+    )
 
 
 @pytest.fixture

@@ -4,11 +4,9 @@ none), real nats-py clients of accounts A and B through the door's export."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 from log.compactor.layout import lake_at
 from sql.nats_service import NatsSql
 from tests.sql.walls import ACCOUNTS, error_of, publish_stream, query_as
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess, start_server
 
 DUCK = {"Jl-Sql-Engine": "duckdb"}
@@ -165,9 +164,10 @@ async def test_a_query_past_its_timeout_is_interrupted_and_answered_408(door: Do
     code, said = error_of(await query_as(door.url("a"), sql, **DUCK, **{"Jl-Sql-Timeout": "0.5"}))
     assert code == "408" and "ran past its Jl-Sql-Timeout of 0.5s" in said
     # Interrupted, not left running: its thread ends (the scan alone would take minutes).
-    deadline = time.monotonic() + 5
-    while any(t.name.startswith("jetlake-duck") for t in threading.enumerate()):
-        assert time.monotonic() < deadline, "the timed-out query still runs"
-        await asyncio.sleep(0.05)
+    await poll_async(
+        lambda: not any(t.name.startswith("jetlake-duck") for t in threading.enumerate()),
+        "the timed-out query's thread ended",
+        5,
+    )
     answer = await query_as(door.url("a"), "SELECT 1 AS x", **DUCK)
     assert answer.table().to_pylist() == [{"x": 1}]

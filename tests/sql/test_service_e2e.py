@@ -31,6 +31,7 @@ from sql.nats_client import SqlError
 from sql.nats_client import query as nats_query
 from sql.service import Endpoints, quiet_query_errors
 from tests.support.cluster import free_port
+from tests.support.poll import poll
 from tests.support.servers import ServerProcess, start_server
 
 START_DEADLINE = 180.0  # a JVM on a loaded two-core machine
@@ -68,14 +69,13 @@ def start_with_service(
 def _wait_for_service(server: ServerProcess, store: Path, url: str | None = None) -> Endpoints:
     """The service's addresses, once its NATS door answers `$SRV.PING` too (asked on
     `url`: the service's own account)."""
-    deadline = time.monotonic() + START_DEADLINE
-    while time.monotonic() < deadline:
-        found = Endpoints.read(store)
-        if found is not None and asyncio.run(_pings(url or server.url)):
-            return found
+
+    def answering() -> Endpoints | None:
         assert server.running, server.log()
-        time.sleep(0.2)
-    raise AssertionError(f"no SQL service in {START_DEADLINE}s:\n{server.log()}")
+        found = Endpoints.read(store)
+        return found if found is not None and asyncio.run(_pings(url or server.url)) else None
+
+    return poll(answering, lambda: f"an SQL service:\n{server.log()}", START_DEADLINE, interval=0.2)
 
 
 async def _pings(url: str) -> bool:
@@ -113,10 +113,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     finally:
         server.stop()
     # The service leaves with its server, and takes its address file along.
-    deadline = time.monotonic() + 30
-    while Endpoints.read(store) is not None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert Endpoints.read(store) is None
+    poll(lambda: Endpoints.read(store) is None, "the address file gone with the service", 30)
 
 
 async def _publish(url: str, stream: str, subjects: tuple[str, ...], n: int) -> Counter[str]:

@@ -42,6 +42,7 @@ from tests.sql.walls import (
     query_as,
     wait_logged,
 )
+from tests.support.poll import poll_async
 
 pytestmark = TIMEOUT
 
@@ -321,9 +322,7 @@ async def test_an_accounts_lake_table_stands_behind_its_wall(walled: Walled) -> 
     def sealed(acc: str, seq: int) -> bool:
         return any(s.sealed and s.last_seq >= seq for s in list_segments(refs[acc].dir))
 
-    deadline = time.monotonic() + 30
-    while not (sealed("A", 6) and sealed("B", 4)) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    await poll_async(lambda: sealed("A", 6) and sealed("B", 4), "LAKED sealed in A and B", 30)
     job = [sys.executable, "-m", "jobs.lake_job", "compact", "--store", str(walled.store)]
     done = await asyncio.to_thread(subprocess.run, job, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -8,9 +8,7 @@ which exports `$JL.SQL.>`; accounts A and B import it, as an operator sets it up
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +27,7 @@ from tests.sql.test_service_e2e import (
     start_with_service,
 )
 from tests.support.cluster import free_port
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 TIMEOUT = pytest.mark.timeout(START_DEADLINE + 180)  # each module's
@@ -133,10 +132,9 @@ ENDLESS = "SELECT count(*) FROM range(0, 1000000000000, 1, 2)"
 
 async def wait_logged(server: ServerProcess, pattern: str, after: int, timeout: float = 90) -> None:
     """Until the log has more than `after` lines matching `pattern` (each test's own)."""
-    deadline = time.monotonic() + timeout
-    while count_logged(server, pattern) <= after:
-        assert time.monotonic() < deadline, f"no {pattern!r} in the log in {timeout}s"
-        await asyncio.sleep(0.1)
+    await poll_async(
+        lambda: count_logged(server, pattern) > after, f"{pattern!r} in the log", timeout
+    )
 
 
 def count_logged(server: ServerProcess, pattern: str) -> int:
