@@ -5,7 +5,6 @@ API used from another account. One server per kind serves every test here."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -16,6 +15,7 @@ from nats.errors import NoRespondersError
 from tests.conftest import Connect
 from tests.e2e.test_nats_cli import cli
 from tests.support.clients import barrier, drain_pending, sync
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 
@@ -173,10 +173,11 @@ async def test_a_source_in_another_account_through_the_api_prefix(
         ).encode(),
         timeout=5,
     )
-    deadline = asyncio.get_running_loop().time() + 15
-    while (await b.jetstream().stream_info(copy)).state.messages < 5:
-        assert asyncio.get_running_loop().time() < deadline, "the source copied nothing"
-        await asyncio.sleep(0.1)
+
+    async def copied() -> bool:
+        return (await b.jetstream().stream_info(copy)).state.messages >= 5
+
+    await poll_async(copied, "the source's 5 messages copied", 15, interval=0.1)
     msg = await b.jetstream().get_msg(copy, 5)
     assert (msg.subject, msg.data) == (f"{name.lower()}.4", b"m4")
 

@@ -5,7 +5,6 @@ cluster; an account no server holds, or one no server answers for within the res
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -20,6 +19,7 @@ from tests.conftest import Connect
 from tests.e2e.test_operator_mode import AUTH_VIOLATION, _login, _seed_of
 from tests.support.cluster import ONE_ROUTE_PER_PEER, cluster_args, free_port, stop_all, wait_mesh
 from tests.support.nsc import Nsc
+from tests.support.poll import poll_async
 from tests.support.raw import Outcome
 from tests.support.servers import ServerProcess, start_server
 
@@ -67,6 +67,10 @@ def _user(nsc: Nsc, account: str, user: str) -> tuple[str, bytes]:
     return nsc.user_jwt(account, user), _seed_of(nsc.creds(account, user))
 
 
+async def _logged_in(server: ServerProcess, user: tuple[str, bytes]) -> bool:
+    return await _login(server, *user) == Outcome((b"+OK",), closed=False)
+
+
 async def test_login_fetches_the_account_from_the_cluster(
     trio: list[ServerProcess], nsc: Nsc, tmp_path: Path, server_kind: str
 ) -> None:
@@ -75,10 +79,7 @@ async def test_login_fetches_the_account_from_the_cluster(
     # The reference waits for answers only from the servers it has heard of since the
     # routes came up; until then its own empty answer refuses the login.
     alice = _user(nsc, "B", "alice")
-    deadline = time.monotonic() + 5
-    while await _login(third, *alice) != Outcome((b"+OK",), closed=False):
-        assert time.monotonic() < deadline, third.log()
-        await asyncio.sleep(0.1)
+    await poll_async(lambda: _logged_in(third, alice), third.log, 5, interval=0.1)
     fetched = tmp_path / "jwt2" / f"{account}.jwt"
     assert fetched.read_text().strip() == nsc.account_jwt("B")
 
@@ -114,10 +115,7 @@ async def test_login_fetches_the_account_from_the_cluster(
 
 async def _logged_twice(server: ServerProcess, line: str) -> None:
     """`line` twice in the log: the first from an earlier refusal, the second from this."""
-    deadline = time.monotonic() + 5
-    while server.log().count(line) < 2:
-        assert time.monotonic() < deadline, server.log()
-        await asyncio.sleep(0.05)
+    await poll_async(lambda: server.log().count(line) >= 2, server.log, 5)
 
 
 @pytest.fixture
@@ -150,10 +148,7 @@ async def test_a_cache_keeps_the_newest_fetched(
 ) -> None:
     cache = full_and_cache[1]
     alice, carol = _user(nsc, "B", "alice"), _user(nsc, "C", "carol")
-    deadline = time.monotonic() + 5
-    while await _login(cache, *alice) != Outcome((b"+OK",), closed=False):
-        assert time.monotonic() < deadline, cache.log()
-        await asyncio.sleep(0.1)
+    await poll_async(lambda: _logged_in(cache, alice), cache.log, 5, interval=0.1)
     b_file = tmp_path / "cache" / f"{nsc.public('account', 'B')}.jwt"
     assert b_file.read_text().strip() == nsc.account_jwt("B")
     assert await _login(cache, *carol) == Outcome((b"+OK",), closed=False)

@@ -5,9 +5,7 @@ SHA-256 sums), when it answers only the empty message."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ import pytest
 from tests.conftest import Connect, MakeServer
 from tests.support.cluster import ONE_ROUTE_PER_PEER, cluster_args, free_port, stop_all, wait_mesh
 from tests.support.nsc import Nsc
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess, start_server
 
 
@@ -81,10 +80,7 @@ async def test_a_server_back_up_gets_what_was_pushed_without_a_login(
         assert b"jwt updated" in reply.data
         await servers[1].restart_async()
         stored = tmp_path / "jwt1" / f"{nsc.public('account', 'C')}.jwt"
-        deadline = time.monotonic() + 15
-        while not stored.exists():
-            assert time.monotonic() < deadline, servers[1].log()
-            await asyncio.sleep(0.2)
+        await poll_async(stored.exists, servers[1].log, 15, interval=0.2)
         assert stored.read_text().strip() == nsc.account_jwt("C")
     finally:
         stop_all(servers)

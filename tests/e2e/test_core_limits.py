@@ -18,6 +18,7 @@ from nats.errors import Error as NatsError
 
 from tests.conftest import Connect, MakeServer
 from tests.support.clients import barrier, sync
+from tests.support.poll import poll_async
 from tests.support.raw import Closed, Outcome, RawClient
 
 PING_INTERVAL_MS = 250
@@ -86,10 +87,9 @@ async def test_write_deadline_cuts_a_stalled_reader(
     for _ in range(128):
         await publisher.publish("big", b"x" * 65536)
     await sync(publisher)
-    deadline = asyncio.get_running_loop().time() + 10
-    while "WriteDeadline of 100ms exceeded" not in server.log():
-        assert asyncio.get_running_loop().time() < deadline, server.log()
-        await asyncio.sleep(0.05)  # polling another process's log file
+    await poll_async(  # another process's log file
+        lambda: "WriteDeadline of 100ms exceeded" in server.log(), server.log, 10
+    )
     await slow.close()
     assert publisher.is_connected
 
@@ -145,13 +145,7 @@ async def test_max_connections(make_server: MakeServer, connect: Connect) -> Non
 
     # A slot frees up once a client leaves (the server notices asynchronously).
     await first.close()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while True:
-        try:
-            nc = await connect(server)
-            break
-        except (NatsError, OSError):
-            if loop.time() > deadline:
-                raise
+    nc = await poll_async(
+        lambda: connect(server), "a connection in the freed slot", 5, retry=(NatsError, OSError)
+    )
     assert nc.is_connected

@@ -23,6 +23,7 @@ from tests.support.cluster import (
     wait_mesh,
 )
 from tests.support.nsc import Nsc
+from tests.support.poll import poll_async
 from tests.support.raw import Outcome, RawClient
 from tests.support.servers import ServerProcess, start_server
 
@@ -126,10 +127,11 @@ async def test_a_server_back_up_catches_up(pair: list[ServerProcess], nsc: Nsc) 
     alice = (nsc.user_jwt("B", "alice"), _seed_of(nsc.creds("B", "alice")))
     assert await _login(second, *alice) == Outcome((b"+OK",), closed=False)
     carol = (nsc.user_jwt("C", "carol"), _seed_of(nsc.creds("C", "carol")))
-    deadline = asyncio.get_running_loop().time() + 10
-    while await _login(second, *carol) != Outcome((b"+OK",), closed=False):
-        assert asyncio.get_running_loop().time() < deadline, "C never reached the second server"
-        await asyncio.sleep(0.1)
+
+    async def logged_in() -> bool:
+        return await _login(second, *carol) == Outcome((b"+OK",), closed=False)
+
+    await poll_async(logged_in, "C on the second server", 10, interval=0.1)
 
 
 async def _bad_updates(sys_nc: NATS, nsc: Nsc) -> None:
@@ -166,14 +168,13 @@ async def test_a_pushed_account_gets_jetstream(
         assert "jwt updated" in nsc.run("push", "-a", "B")
         nc = await connect(server, user_credentials=str(nsc.creds("B", "alice")))
         js = nc.jetstream()
-        deadline = asyncio.get_running_loop().time() + 5
-        while True:  # the account's JetStream starts as the JWT arrives
-            try:
-                await js.add_stream(name="PUSHED", subjects=["pushed.>"])
-                break
-            except ServiceUnavailableError:
-                assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.1)
+        await poll_async(  # the account's JetStream starts as the JWT arrives
+            lambda: js.add_stream(name="PUSHED", subjects=["pushed.>"]),
+            "the pushed account's JetStream",
+            5,
+            interval=0.1,
+            retry=ServiceUnavailableError,
+        )
         ack = await js.publish("pushed.1", b"x")
         assert (ack.stream, ack.seq) == ("PUSHED", 1)
     finally:

@@ -5,7 +5,6 @@ logs in. nats-py (`nkeys_seed=`), natscli (`--nkey`) and a raw socket are the cl
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -18,6 +17,7 @@ import pytest
 from tests.conftest import Connect, ServerPool
 from tests.e2e.test_core_auth import AUTH_VIOLATION, expect_auth_failure
 from tests.e2e.test_nats_cli import cli
+from tests.support.poll import poll_async
 from tests.support.raw import Outcome, RawClient
 from tests.support.servers import ServerProcess
 
@@ -64,10 +64,7 @@ def nkey_server(server_kind: str, server_pool: ServerPool) -> ServerProcess:
 async def logged_once_more(server: ServerProcess, line: str, before: int) -> None:
     """Wait until `line` ends one more log line than the `before` counted earlier."""
     pattern = re.compile(re.escape(line) + "$", re.M)
-    deadline = asyncio.get_running_loop().time() + 5
-    while len(pattern.findall(server.log())) <= before:
-        assert asyncio.get_running_loop().time() < deadline, f"{line!r} not logged"
-        await asyncio.sleep(0.02)
+    await poll_async(lambda: len(pattern.findall(server.log())) > before, f"{line!r} logged", 5)
 
 
 async def _attempt(server: ServerProcess, connect: dict[str, object]) -> tuple[dict, Outcome]:
@@ -93,9 +90,7 @@ async def test_signed_nonce_logs_in_and_permissions_apply(
     msg = await sub.next_msg(timeout=2)
     assert msg.data == b"yes"
     await nc.flush()
-    deadline = asyncio.get_running_loop().time() + 2
-    while not errors and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.02)
+    await poll_async(lambda: bool(errors), "the permissions violation reported", 2)
     assert 'permissions violation for publish to "denied"' in str(errors[0]).lower()
     info = await nc.request("$SYS.REQ.USER.INFO", b"", timeout=2)
     data = json.loads(info.data)["data"]

@@ -28,7 +28,7 @@ from tests.mqtt.conftest import TIMEOUT, mqtt_port
 from tests.support.cluster import ONE_ROUTE_PER_PEER, free_port, peers, route_url, wait_mesh
 from tests.support.http import _get
 from tests.support.nsc import Nsc
-from tests.support.poll import poll
+from tests.support.poll import poll, poll_async
 from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess, server_command
 from tests.support.tls import Pki, make_pki
@@ -402,12 +402,12 @@ def reloads(server: ServerProcess, count: int) -> None:
 
 async def js_info(nc: nats.NATS, want: str) -> str:
     """$JS.API.INFO's answer once it contains `want` (an engine starts in the background)."""
-    deadline = time.monotonic() + 10
-    while True:
+
+    async def answered() -> str | None:
         answer = (await nc.request("$JS.API.INFO", b"", timeout=5)).data.decode()
-        if want in answer or time.monotonic() > deadline:
-            return answer
-        await asyncio.sleep(0.05)  # the poll's pace
+        return answer if want in answer else None
+
+    return await poll_async(answered, f"{want} in $JS.API.INFO's answer", 10)
 
 
 NOT_ENABLED = '"err_code":10039,"description":"JetStream not enabled for account"'
@@ -487,15 +487,12 @@ async def _tls_login(port: int, pki: Pki | None) -> None:
 
 async def _login_soon(port: int, pki: Pki | None) -> None:
     """`_tls_login` once the port is open again (switching TLS reopens it)."""
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        try:
-            await _tls_login(port, pki)
-            return
-        except aiomqtt.MqttError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
+
+    async def logged_in() -> bool:
+        await _tls_login(port, pki)
+        return True
+
+    await poll_async(logged_in, "a login", TIMEOUT, interval=0.1, retry=aiomqtt.MqttError)
 
 
 async def test_reload_swaps_the_mqtt_certificate_for_new_connections(

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from tests.conftest import Connect, MakeServer
+from tests.support.poll import poll_async
 
 
 async def test_trace_logs_each_control_line(make_server: MakeServer, connect: Connect) -> None:
@@ -21,10 +20,9 @@ async def test_trace_logs_each_control_line(make_server: MakeServer, connect: Co
         "->> [MSG trace.x 1 2]",
         '->> MSG_PAYLOAD: ["hi"]',
     )
-    deadline = asyncio.get_running_loop().time() + 5
-    while not all(line in server.log() for line in wanted):
-        assert asyncio.get_running_loop().time() < deadline, server.log()
-        await asyncio.sleep(0.05)  # polling a log file written by another process
+    await poll_async(  # a log file written by another process
+        lambda: all(line in server.log() for line in wanted), server.log, 5
+    )
     assert "[TRC]" in server.log()
 
 

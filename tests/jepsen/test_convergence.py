@@ -11,7 +11,6 @@ checked. How long convergence took is printed beside the reference's.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -19,6 +18,7 @@ from tests.jepsen.checker import Attempt, check
 from tests.jepsen.cluster import NodeSet
 from tests.jepsen.outside import converge_outside, last_acked, read_outside
 from tests.jepsen.workload import Writers, client, create_stream, stream_leader
+from tests.support.poll import poll_async
 
 RATE = 500.0  # one writer, a publish every 2 ms
 WRITING = 3.0  # seconds of writes before the fault, and again while it holds
@@ -29,10 +29,12 @@ pytestmark = pytest.mark.timeout(150)
 
 
 async def leader_index(nodes: NodeSet, js: object) -> int:
-    deadline = time.monotonic() + LEADER_DEADLINE
-    while (leader := await stream_leader(js)) is None:  # type: ignore[arg-type]
-        assert time.monotonic() < deadline, "no stream leader elected"
-        await asyncio.sleep(POLL)
+    leader = await poll_async(
+        lambda: stream_leader(js),  # type: ignore[arg-type]
+        "a stream leader elected",
+        LEADER_DEADLINE,
+        interval=POLL,
+    )
     return nodes.index(leader)
 
 

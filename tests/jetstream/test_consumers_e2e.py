@@ -9,7 +9,6 @@ lower bound exactly and an upper bound with a generous tolerance.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from nats.js.errors import NotFoundError
 from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api, normalise
 from tests.support.clients import current_entries, sync
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 ACK = "io.nats.jetstream.api.v1."
@@ -276,9 +276,11 @@ async def test_pending_request_answered_when_message_arrives(
     sub = await nc.jetstream().pull_subscribe("s.>", durable="d")
     fetch = asyncio.create_task(sub.fetch(1, timeout=5))
     await asyncio.sleep(0)
-    deadline = time.monotonic() + 5
-    while (await sub.consumer_info()).num_waiting == 0:
-        assert time.monotonic() < deadline
+
+    async def waiting() -> bool:
+        return (await sub.consumer_info()).num_waiting > 0
+
+    await poll_async(waiting, "the fetch waiting", 5)
     await nc.jetstream().publish("s.x", b"late")
     assert [m.data for m in await fetch] == [b"late"]
 
@@ -469,13 +471,15 @@ async def test_ephemeral_removed_after_inactive_threshold(
     body = {"stream_name": "S", "config": {"name": "e", "inactive_threshold": 300_000_000}}
     assert "error" not in await api(nc, "$JS.API.CONSUMER.CREATE.S.e", body)
     js = nc.jetstream()
-    deadline = time.monotonic() + 5
-    while True:
+
+    async def gone() -> bool:
         try:
             await js.consumer_info("S", "e")
         except NotFoundError:
-            break
-        assert time.monotonic() < deadline, "ephemeral consumer outlived its inactive_threshold"
+            return True
+        return False
+
+    await poll_async(gone, "the ephemeral consumer gone after its inactive_threshold", 5)
 
 
 async def test_pause_and_resume(
@@ -492,9 +496,11 @@ async def test_pause_and_resume(
     await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.p", b'{"batch":1}', "inb.1")
     # The reference takes pull requests and API calls on separate paths: wait until the
     # request waits, or resuming first makes it a different test.
-    deadline = time.monotonic() + 5
-    while (await api(nc, "$JS.API.CONSUMER.INFO.S.p"))["num_waiting"] != 1:
-        assert time.monotonic() < deadline, "the pull request never waited"
+
+    async def waiting() -> bool:
+        return bool((await api(nc, "$JS.API.CONSUMER.INFO.S.p"))["num_waiting"] == 1)
+
+    await poll_async(waiting, "the pull request waiting", 5)
     resumed = await api(nc, "$JS.API.CONSUMER.PAUSE.S.p")
     assert resumed["paused"] is False
     # jetlake serves the waiting request on resume; the reference (2.15) only when the

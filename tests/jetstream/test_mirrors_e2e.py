@@ -6,7 +6,6 @@ progress that survives a kill -9 with nothing copied twice or skipped."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -16,26 +15,25 @@ from nats.errors import NoRespondersError
 from nats.js.errors import KeyNotFoundError
 
 from tests.conftest import Connect
-from tests.jetstream.test_sources_e2e import _until
+from tests.jetstream.test_sources_e2e import stream_holding
 from tests.jetstream.test_streams_e2e import api
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 
 async def _until_seq(nc: NATS, stream: str, last_seq: int) -> dict[str, Any]:
-    return await _until(nc, stream, last_seq, key="last_seq")
+    return await stream_holding(nc, stream, last_seq, key="last_seq")
 
 
 async def _origin_get(nc: NATS, origin: str, request: bytes) -> Msg:
     """A direct get for `origin` once its mirror has joined the origin's responders: the
     mirror joins when its first catch-up has committed, a moment after its copies show."""
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            return await nc.request(f"$JS.API.DIRECT.GET.{origin}", request, timeout=5)
-        except NoRespondersError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)
+    return await poll_async(
+        lambda: nc.request(f"$JS.API.DIRECT.GET.{origin}", request, timeout=5),
+        f"a direct get for {origin} answered",
+        10,
+        retry=NoRespondersError,
+    )
 
 
 async def _get(nc: NATS, stream: str, seq: int) -> dict[str, Any]:
@@ -141,10 +139,11 @@ async def test_a_mirror_drains_a_work_queue_as_its_consumer_would(
     await _until_seq(nc, "M", 3)
     await js.publish("w.a", b"3")
     assert (await _until_seq(nc, "M", 4))["state"]["messages"] == 4
-    deadline = time.monotonic() + 10
-    while (await api(nc, "$JS.API.STREAM.INFO.WQ"))["state"]["messages"]:
-        assert time.monotonic() < deadline, "the work queue kept what the mirror took"
-        await asyncio.sleep(0.05)
+
+    async def drained() -> bool:
+        return not (await api(nc, "$JS.API.STREAM.INFO.WQ"))["state"]["messages"]
+
+    await poll_async(drained, "the work queue emptied of what the mirror took", 10)
 
 
 MIRROR_REFUSALS = [

@@ -5,27 +5,19 @@ copies carry in `Nats-Stream-Source`; and on jetlake that progress survives a ki
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client as NATS
 
 from tests.conftest import Connect
-from tests.jetstream.test_sources_e2e import _identity
+from tests.jetstream.test_sources_e2e import _identity, stream_holding
 from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess, start_server
 
-
-async def _until(nc: NATS, stream: str, messages: int, within: float = 30) -> dict[str, Any]:
-    """Stream info once it holds `messages`; the reference notices a recreated origin on
-    its source consumer's next retry, about 12 s after the old one went."""
-    deadline = time.monotonic() + within
-    while True:
-        info = await api(nc, f"$JS.API.STREAM.INFO.{stream}")
-        if info["state"]["messages"] >= messages or time.monotonic() > deadline:
-            return info
-        await asyncio.sleep(0.1)
+# The reference notices a recreated origin on its source consumer's next retry, about
+# 12 s after the old one went.
+RETRY_WITHIN = 30
 
 
 async def _recreate_origin(nc: NATS) -> dict[str, Any]:
@@ -35,12 +27,12 @@ async def _recreate_origin(nc: NATS) -> dict[str, Any]:
     await api(nc, "$JS.API.STREAM.CREATE.AGG", {"name": "AGG", "sources": [{"name": "O"}]})
     for i in range(5):
         await js.publish("o", b"old%d" % i)
-    assert (await _until(nc, "AGG", 5))["state"]["messages"] == 5
+    assert (await stream_holding(nc, "AGG", 5, within=RETRY_WITHIN))["state"]["messages"] == 5
     await js.delete_stream("O")
     await js.add_stream(name="O", subjects=["o"])
     for i in range(2):
         await js.publish("o", b"new%d" % i)
-    return await _until(nc, "AGG", 7)
+    return await stream_holding(nc, "AGG", 7, within=RETRY_WITHIN)
 
 
 async def test_a_recreated_source_is_copied_from_its_start(
@@ -75,7 +67,7 @@ async def test_progress_against_the_new_origin_survives_kill(
         server.start()
         nc = await connect(server)
         await nc.jetstream().publish("o", b"after")
-        info = await _until(nc, "AGG", 8, within=10)
+        info = await stream_holding(nc, "AGG", 8)
         assert info["state"]["messages"] == 8
         assert (await nc.jetstream().get_msg("AGG", 8)).data == b"after"
         await asyncio.sleep(0.3)  # a double copy would land meanwhile

@@ -5,25 +5,27 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from typing import Any
 
 from nats.aio.client import Client as NATS
 
 from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 
-async def _until(nc: NATS, stream: str, messages: int, key: str = "messages") -> dict[str, Any]:
+async def stream_holding(
+    nc: NATS, stream: str, messages: int, key: str = "messages", within: float = 10
+) -> dict[str, Any]:
     """Stream info once its state's `key` reaches `messages` (sourcing and mirroring are
     asynchronous)."""
-    deadline = time.monotonic() + 10
-    while True:
+
+    async def reached() -> dict[str, Any] | None:
         info = await api(nc, f"$JS.API.STREAM.INFO.{stream}")
-        if info["state"][key] >= messages or time.monotonic() > deadline:
-            return info
-        await asyncio.sleep(0.05)
+        return info if info["state"][key] >= messages else None
+
+    return await poll_async(reached, f"{stream}'s {key} at {messages}", within)
 
 
 async def test_sources_copy_filter_and_transform(
@@ -49,7 +51,7 @@ async def test_sources_copy_filter_and_transform(
     await js.publish("us.deep.skipped", b"u2")
     # Met in the origin; the copy must not be checked against the aggregate's own sequence.
     await js.publish("eu.order", b"e2", headers={"Nats-Expected-Last-Sequence": "1"})
-    info = await _until(nc, "ALL", 3)
+    info = await stream_holding(nc, "ALL", 3)
     assert info["state"]["messages"] == 3
     by_name = {s["name"]: s for s in info["sources"]}
     assert by_name["EU"]["lag"] == 0 and by_name["EU"]["active"] > 0
@@ -126,7 +128,7 @@ async def test_source_progress_survives_kill(
     js = nc.jetstream()
     for i in range(300, 350):
         await js.publish("o", b"%d" % i)
-    info = await _until(nc, "AGG", 350)
+    info = await stream_holding(nc, "AGG", 350)
     assert info["state"]["messages"] == 350
     origin_seqs = []
     for seq in range(info["state"]["first_seq"], info["state"]["last_seq"] + 1):

@@ -23,7 +23,7 @@ from nats.js.api import ExternalStream, StreamConfig, StreamSource
 from tests.leafnode.conftest import LINK_TIMEOUT, linked
 from tests.leafnode.relay import Relay
 from tests.support.cluster import free_port
-from tests.support.poll import poll
+from tests.support.poll import poll, poll_async
 from tests.support.servers import ServerProcess, start_server
 
 TIMEOUT = 10.0
@@ -95,10 +95,10 @@ async def sourced_after_cut(domains: Domains, cut_for: float) -> None:
             assert ack.seq == sent
 
     async def hub_has(count: int) -> None:
-        deadline = time.monotonic() + TIMEOUT + cut_for
-        while (await hub_js.stream_info("HUB")).state.messages < count:
-            assert time.monotonic() < deadline, f"hub stream short of {count}"
-            await asyncio.sleep(0.05)
+        async def holding() -> bool:
+            return (await hub_js.stream_info("HUB")).state.messages >= count
+
+        await poll_async(holding, f"the hub stream at {count}", TIMEOUT + cut_for)
 
     await publish(200)
     await hub_has(200)

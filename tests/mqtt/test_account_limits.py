@@ -6,9 +6,7 @@ places, and a place comes back when one leaves."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import pytest
 from ingest.parser import mqtt
 from tests.conftest import ServerPool
 from tests.mqtt.conftest import TIMEOUT, MQTTServer, RawMQTT, mqtt_port
+from tests.support.poll import poll_async
 
 CONFIG = """
 jetstream {{ store_dir: "{store}" }}
@@ -81,14 +80,12 @@ async def test_mqtt_clients_count_against_max_connections(server: MQTTServer) ->
             with pytest.raises(nats.errors.Error, match=LIMIT):
                 await nats.connect(url, user="app", password="pw", allow_reconnect=False)
     # Both devices gone: their places come back once the server has seen them leave.
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        try:
-            nc = await nats.connect(url, user="app", password="pw", allow_reconnect=False)
-            break
-        except nats.errors.Error:
-            assert time.monotonic() < deadline, "the devices' places never came back"
-            await asyncio.sleep(0.05)
+    nc = await poll_async(
+        lambda: nats.connect(url, user="app", password="pw", allow_reconnect=False),
+        "the devices' places back",
+        TIMEOUT,
+        retry=nats.errors.Error,
+    )
     async with _device(server, "lim-d"):
         await nc.close()
 
