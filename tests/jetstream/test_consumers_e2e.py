@@ -18,7 +18,7 @@ from nats.js.errors import NotFoundError
 
 from tests.conftest import Connect
 from tests.jetstream.test_streams_e2e import api, normalise
-from tests.support.clients import current_entries, sync
+from tests.support.clients import current_entries, kv_history, kv_keys, sync
 from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
@@ -523,8 +523,8 @@ async def test_kv_watch_keys_history(js_server: ServerProcess, connect: Connect)
     await kv.put("b", b"2")
     await kv.put("a", b"3")
     await kv.delete("b")
-    assert sorted(await kv.keys()) == ["a"]
-    assert [e.value for e in await kv.history("a")] == [b"1", b"3"]
+    assert sorted(await kv_keys(kv)) == ["a"]
+    assert [e.value for e in await kv_history(kv, "a")] == [b"1", b"3"]
     watcher = await kv.watchall()
     seen = [(e.key, e.value, e.operation) for e in await current_entries(watcher, 2)]
     assert seen == [("a", b"3", None), ("b", b"", "DEL")]
