@@ -4,9 +4,7 @@ CONNECT past the limit is refused on whichever server it lands."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from nats.aio.subscription import Subscription
 from tests.conftest import Connect
 from tests.support.clients import routed_interest
 from tests.support.cluster import ONE_ROUTE_PER_PEER, start_cluster, stop_all, wait_mesh
+from tests.support.poll import poll_async
 from tests.support.raw import RawClient
 from tests.support.servers import ServerProcess
 
@@ -73,12 +72,12 @@ async def test_connections_counted_across_the_cluster(
         await count_from(events[1], "S0", 0)
         # The reference applies a count in its own goroutine, at times after its system
         # client got the event: the place comes back soon after, not at once.
-        deadline = time.monotonic() + 5
-        while True:
-            third, lines, closed = await attempt(servers[1])
-            if (lines, closed) != (REFUSED, True) or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.05)
+
+        async def admitted() -> tuple[RawClient, tuple[bytes, ...], bool] | None:
+            made = await attempt(servers[1])
+            return None if made[1:] == (REFUSED, True) else made
+
+        third, lines, closed = await poll_async(admitted, "the freed place on S1", 5)
         assert (lines, closed) == ((), False)
         await second.close()
         await third.close()

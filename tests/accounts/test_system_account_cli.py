@@ -10,11 +10,11 @@ streams, messages and bytes must match exactly.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from tests.e2e.test_nats_cli import cli
 from tests.support.cluster import start_js_mesh, stop_all
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess, start_server
 
 CONFIG = """
@@ -79,24 +79,26 @@ async def run(server: ServerProcess, user: str, *args: str) -> str:
 async def until_ok(server: ServerProcess) -> str:
     """`check jetstream` as the account's user, once the servers' JetStream is ready (the
     reference elects a meta leader first)."""
-    deadline = asyncio.get_running_loop().time() + 20
-    while True:
-        out = await run(server, "a", "server", "check", "jetstream")
-        if out.startswith("OK"):
-            return out
-        assert asyncio.get_running_loop().time() < deadline, out
+    return await poll_async(
+        lambda: run(server, "a", "server", "check", "jetstream"),
+        "OK from check jetstream",
+        20,
+        until=lambda out: out.startswith("OK"),
+    )
 
 
 async def listed_all(server: ServerProcess, expect: int) -> dict[str, Table]:
     """`server list` once every server answers within the CLI's wait (a loaded machine
     can make one late while the mesh settles; the comparison is of what they answer)."""
-    deadline = asyncio.get_running_loop().time() + 20
-    while True:
-        listed = tables(await run(server, "sys", "server", "list", str(expect)))
+
+    async def listed() -> dict[str, Table]:
+        return tables(await run(server, "sys", "server", "list", str(expect)))
+
+    def every(listed: dict[str, Table]) -> bool:
         overview = listed.get("Server Overview")
-        if overview is not None and len(overview[1]) == expect:
-            return listed
-        assert asyncio.get_running_loop().time() < deadline, listed
+        return overview is not None and len(overview[1]) == expect
+
+    return await poll_async(listed, f"{expect} servers listed", 20, until=every)
 
 
 async def observe(server: ServerProcess, expect: int) -> dict[str, object]:

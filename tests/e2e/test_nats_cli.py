@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tests.conftest import MakeServer
+from tests.support.poll import poll_async
 
 NATS_CLI = Path(sys.executable).parent / "nats"
 
@@ -37,12 +38,11 @@ async def until(
     probe: Callable[[], Awaitable[tuple[int, str]]], done: Callable[[str], bool]
 ) -> str:
     """Repeat a CLI call until its output shows the condition (the peer process is ready)."""
-    deadline = asyncio.get_running_loop().time() + 15
-    while True:
-        _, out = await probe()
-        if done(out):
-            return out
-        assert asyncio.get_running_loop().time() < deadline, out
+
+    async def output() -> str:
+        return (await probe())[1]
+
+    return await poll_async(output, "the CLI's output ready", 15, until=done)
 
 
 async def test_cli_pub_sub(make_server: MakeServer) -> None:

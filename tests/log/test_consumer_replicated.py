@@ -46,6 +46,7 @@ from log.state_file import read_state
 from log.stream import Stream
 from tests.consensus.cluster import Cluster
 from tests.jetstream.test_engine import FakeMessaging, Options
+from tests.support.poll import poll_async
 
 Apply = Callable[[str, bytes], None]
 CONFIG = {"durable_name": "d", "ack_policy": "explicit"}
@@ -61,6 +62,8 @@ STATE = {
     "last_delivered": 0,
     "last_acked": 0,
 }
+
+FAST = 0.005  # in-process members on fast ticks: a wait costs only loop turns
 
 
 @dataclass
@@ -296,12 +299,6 @@ async def members(tmp_path: Path) -> AsyncIterator[tuple[OpLog, Member, Member]]
         await member.stream.close()
 
 
-async def _until(check: Callable[[], bool]) -> None:
-    async with asyncio.timeout(5):
-        while not check():
-            await asyncio.sleep(0.005)
-
-
 def _info(member: Member) -> dict[str, Any]:
     info = member.js.consumers.info(["CONSUMER", "INFO", "S", "d"], b"")
     return {k: info[k] for k in ("delivered", "ack_floor", "num_ack_pending", "num_pending")}
@@ -333,7 +330,9 @@ async def test_a_new_leader_resumes_from_what_committed(
     # A delivers all ten; acks 1-4 and 7 plainly, 5 with a confirmation.
     delivered_at = time.monotonic()
     a.m.publish("$JS.API.CONSUMER.MSG.NEXT.S.d", "_INBOX.pull", None, b'{"batch":10}')
-    await _until(lambda: len(a.m.inbox.get("_INBOX.pull", [])) == 10)
+    await poll_async(
+        lambda: len(a.m.inbox.get("_INBOX.pull", [])) == 10, "10 messages pulled", 5, interval=FAST
+    )
     replies = {_seq(r): r for r in a.m.replies["_INBOX.pull"]}
     assert sorted(replies) == list(range(1, 11))
     for seq in (1, 2, 3, 4, 7):
@@ -354,7 +353,9 @@ async def test_a_new_leader_resumes_from_what_committed(
     b.js.consumers.lead(b.stream)
     assert _info(b) == expected
     b.m.publish("$JS.API.CONSUMER.MSG.NEXT.S.d", "_INBOX.b", None, b'{"batch":10}')
-    await _until(lambda: len(b.m.inbox.get("_INBOX.b", [])) == 4)
+    await poll_async(
+        lambda: len(b.m.inbox.get("_INBOX.b", [])) == 4, "4 messages pulled on b", 5, interval=FAST
+    )
     # Redelivered once A's ack wait ran out, counted from A's deliveries (their
     # timestamps are in the records), not at once: a slow consumer keeps its time.
     assert time.monotonic() - delivered_at >= 1.0
@@ -473,13 +474,17 @@ async def test_failover_between_raft_members_keeps_every_committed_ack(
 
     delivered_at = time.monotonic()
     a.m.publish("$JS.API.CONSUMER.MSG.NEXT.S.d", "_INBOX.pull", None, b'{"batch":10}')
-    await _until(lambda: len(a.m.inbox.get("_INBOX.pull", [])) == 10)
+    await poll_async(
+        lambda: len(a.m.inbox.get("_INBOX.pull", [])) == 10, "10 messages pulled", 5, interval=FAST
+    )
     replies = {_seq(r): r for r in a.m.replies["_INBOX.pull"]}
     for seq in (1, 2, 3, 4, 7):
         a.m.publish(replies[seq], None, None, b"+ACK")
     a.m.publish(replies[5], "_INBOX.ack5", None, b"+ACK")
     assert "_INBOX.ack5" not in a.m.inbox
-    await _until(lambda: "_INBOX.ack5" in a.m.inbox)  # after the quorum committed it
+    await poll_async(  # after the quorum committed it
+        lambda: "_INBOX.ack5" in a.m.inbox, "the ack of 5 answered", 5, interval=FAST
+    )
     expected = _info(a)
     assert expected["ack_floor"]["stream_seq"] == 5 and expected["num_ack_pending"] == 4
     a.m.publish("$JS.API.CONSUMER.MSG.NEXT.S.d", "_INBOX.wait", None, b'{"batch":1}')
@@ -488,11 +493,11 @@ async def test_failover_between_raft_members_keeps_every_committed_ack(
         states = [load_all(m.js.stream_folder("S")) for m in members.values()]
         return all(s and s[0].state and s[0].state["asflr"] == 5 for s in states)
 
-    await _until(acked_everywhere)
+    await poll_async(acked_everywhere, "the ack floor at 5 on every member", 5, interval=FAST)
     b_id = next(n for n in members if n != leader.id)
     b = members[b_id]
     leader.transfer_leadership(b_id)
-    await _until(lambda: cluster.nodes[b_id].role is Role.LEADER)
+    await poll_async(lambda: cluster.nodes[b_id].role is Role.LEADER, "b leading", 5, interval=FAST)
     a.stream.set_leader(False)
     a.js.consumers.follow(a.stream)
     assert a.m.inbox["_INBOX.wait"] == [(b"NATS/1.0 409 Leadership Change\r\n\r\n", b"")]
@@ -500,13 +505,15 @@ async def test_failover_between_raft_members_keeps_every_committed_ack(
     assert _info(b) == expected
 
     b.m.publish("$JS.API.CONSUMER.MSG.NEXT.S.d", "_INBOX.b", None, b'{"batch":10}')
-    await _until(lambda: len(b.m.inbox.get("_INBOX.b", [])) == 4)
+    await poll_async(
+        lambda: len(b.m.inbox.get("_INBOX.b", [])) == 4, "4 messages pulled on b", 5, interval=FAST
+    )
     assert time.monotonic() - delivered_at >= 1.0
     redelivered = {_seq(r): r for r in b.m.replies["_INBOX.b"]}
     assert sorted(redelivered) == [6, 8, 9, 10]
     # B's own acks travel the same way: confirmed after commit, on A's files too.
     b.m.publish(redelivered[6], "_INBOX.ack6", None, b"+ACK")
-    await _until(lambda: "_INBOX.ack6" in b.m.inbox)
+    await poll_async(lambda: "_INBOX.ack6" in b.m.inbox, "the ack of 6 answered", 5, interval=FAST)
     c = b.js.consumers._consumer("S", "d").consumer
 
     def a_agrees() -> bool:
@@ -514,13 +521,13 @@ async def test_failover_between_raft_members_keeps_every_committed_ack(
         assert saved.state is not None
         return _same(saved.state, c.snapshot()) and 6 not in c.pending
 
-    await _until(a_agrees)
+    await poll_async(a_agrees, "a's saved state agreeing with the leader's", 5, interval=FAST)
 
 
 async def _take_lead(member: Member) -> None:
     """As the server will: the stream catches up with its log, then its consumers start."""
     member.stream.set_leader(True)
-    await _until(lambda: member.stream.accepting)
+    await poll_async(lambda: member.stream.accepting, "the stream accepting", 5, interval=FAST)
     member.js.consumers.lead(member.stream)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from ingest.parser import mqtt
 from tests.conftest import MakeServer, ServerPool
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 _MQTT_LISTEN = re.compile(r"Listening for MQTT clients on (?:mqtt|tls)://(\S+):(\d+)")
@@ -49,18 +49,21 @@ async def connected(server: MQTTServer, client_id: str, **options: Any) -> aiomq
     """A connected client on a cluster's server, retried until the deadline: the first
     CONNECT to a new cluster waits for MQTT's streams, and after a kill -9 for their new
     leaders (and may time out meanwhile)."""
-    deadline = time.monotonic() + CLUSTER_DEADLINE
-    while True:
+
+    async def entered() -> aiomqtt.Client:
         client = aiomqtt.Client(
             "127.0.0.1", server.mqtt_port, identifier=client_id, timeout=TIMEOUT, **options
         )
-        try:
-            await client.__aenter__()
-            return client
-        except aiomqtt.MqttError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
+        await client.__aenter__()
+        return client
+
+    return await poll_async(
+        entered,
+        f"{client_id} connected on {server.kind}",
+        CLUSTER_DEADLINE,
+        interval=0.2,
+        retry=aiomqtt.MqttError,
+    )
 
 
 StartMQTT = Callable[..., MQTTServer]

@@ -27,18 +27,12 @@ from ingest.server.options import parse_serve_args
 from ingest.server.server import Server
 from ingest.server.sublist import Sublist
 from tests.server.test_fast_routing import Transport, chunks, connect, settle
+from tests.support.poll import poll_async
 
 COUNT = 12
 ACK = re.compile(rb"MSG s\.\d+ 1 (\$JS\.ACK\.\S+) ")
 STAMP = re.compile(rb"(\$JS\.ACK\.S\.C\.\d+\.\d+\.\d+\.)\d+")  # delivery times differ
 BODY = st.sampled_from([b"", b"+ACK", b"+OK", b"+NAK", b"+WPI", b"+TERM", b"bogus", b" +ACK"])
-
-
-async def until(check: Any, what: str) -> None:
-    async with asyncio.timeout(10):
-        while not check():
-            await asyncio.sleep(0.005)  # the store commits on a thread: poll, bounded
-    assert check(), what
 
 
 async def served(store: Path) -> tuple[Server, JetStream, list[Transport], list[Client]]:
@@ -67,15 +61,17 @@ async def fetched(store: Path, plan: Any) -> tuple[dict[str, Any], list[bytes]]:
     durable = b'{"stream_name":"S","config":{"durable_name":"C","ack_policy":"explicit"}}'
     pub.data_received(b"SUB 1 1\r\nSUB r.> 2\r\n")
     pub.data_received(b"PUB $JS.API.STREAM.CREATE.S r.1 %d\r\n%b\r\n" % (len(create), create))
-    await until(lambda: js.streams.get("S") is not None, "stream S")
+    await poll_async(lambda: js.streams.get("S") is not None, "stream S", 10, interval=0.005)
     pub.data_received(b"PUB $JS.API.CONSUMER.CREATE.S.C r.2 %d\r\n%b\r\n" % (len(durable), durable))
     for n in range(COUNT):
         pub.data_received(b"PUB s.%d 1\r\n%d\r\n" % (n, n % 10))
     stream = js.streams["S"]
-    await until(lambda: stream.committed_seq == COUNT, "12 messages committed")
+    await poll_async(
+        lambda: stream.committed_seq == COUNT, "12 messages committed", 10, interval=0.005
+    )
     pub.data_received(b'PUB $JS.API.CONSUMER.MSG.NEXT.S.C 1 12\r\n{"batch":12}\r\n')
     out = transports[0].out
-    await until(lambda: len(ACK.findall(out)) == COUNT, "12 deliveries")
+    await poll_async(lambda: len(ACK.findall(out)) == COUNT, "12 deliveries", 10, interval=0.005)
     acks = ACK.findall(out)
     for t in transports:
         del t.out[:]

@@ -21,6 +21,7 @@ import pytest
 from ingest.server.monitor import Monitor
 from ingest.server.options import parse_serve_args
 from ingest.server.server import Server
+from tests.support.poll import poll_async
 from tests.support.servers import start_server
 
 PATHS = (
@@ -73,9 +74,11 @@ async def scenario(client_port: int, http_port: int) -> dict[str, Any]:
 
 async def until(http_port: int, path: str, done: Callable[[Any], bool]) -> None:
     """Poll the server's own view: nats-py's flush can overtake a SUB it has not sent yet."""
-    async with asyncio.timeout(5):
-        while not done(await fetch(http_port, path)):
-            await asyncio.sleep(0.01)
+
+    async def shown() -> bool:
+        return done(await fetch(http_port, path))
+
+    await poll_async(shown, f"the change in {path}", 5, interval=0.01)
 
 
 def kind(value: Any) -> str:

@@ -23,6 +23,7 @@ from ingest.server.gofmt import go_duration, uptime
 from ingest.server.monitor import Monitor
 from ingest.server.options import parse_serve_args
 from ingest.server.server import Server
+from tests.support.poll import poll_async
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
 
@@ -91,20 +92,18 @@ async def traffic(st: Stack) -> tuple[NATS, NATS]:
     await alice.subscribe("foo.*", cb=got.put)
     await alice.subscribe("bar", queue="q")
     # nats-py's flush can overtake a SUB it has not written yet: wait for the server's view.
-    await until(lambda: sum(len(c.subs) for c in st.server.clients.values()) == 2)
+    await poll_async(
+        lambda: sum(len(c.subs) for c in st.server.clients.values()) == 2,
+        "both subscriptions on the server",
+        5,
+        interval=0.01,
+    )
     for _ in range(5):
         await bob.publish("foo.x", b"hello")
     await bob.flush()
     for _ in range(5):
         await asyncio.wait_for(got.get(), 5)
     return alice, bob
-
-
-async def until(predicate: Any, timeout: float = 5.0) -> None:
-    """Poll a server-side condition that follows a client action asynchronously."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
 
 
 async def test_start_logs_reference_line(caplog: pytest.LogCaptureFixture) -> None:
@@ -167,7 +166,7 @@ async def test_connz_closed_connections(stack: Stack) -> None:
     _, bob = await traffic(stack)
     cid = max(stack.server.clients)
     await bob.close()
-    await until(lambda: cid not in stack.server.clients)
+    await poll_async(lambda: cid not in stack.server.clients, "bob's client gone", 5, interval=0.01)
     closed = await stack.json("/connz?state=closed")
     (rec,) = closed["connections"]
     assert rec["cid"] == cid and rec["reason"] == "Client Closed" and RFC3339.match(rec["stop"])
@@ -377,7 +376,9 @@ async def test_random_bytes_never_break_the_server(stack: Stack) -> None:
         data = await asyncio.wait_for(reader.read(), 5)
         writer.close()
         assert data == b"" or re.match(rb"HTTP/1\.1 (200|400|404|405|431) ", data), (raw, data)
-    await until(lambda: not stack.monitor._tasks)
+    await poll_async(
+        lambda: not stack.monitor._tasks, "the monitor's connections closed", 5, interval=0.01
+    )
     assert (await stack.get("/healthz"))[0] == 200
 
 
@@ -394,7 +395,9 @@ async def test_stop_closes_open_connections(stack: Stack) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", stack.monitor.port)
     writer.write(b"GET /varz HTTP/1.1\r\n")
     await writer.drain()
-    await until(lambda: bool(stack.monitor._tasks))
+    await poll_async(
+        lambda: bool(stack.monitor._tasks), "the monitor serving the request", 5, interval=0.01
+    )
     await asyncio.wait_for(stack.monitor.stop(), 5)
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()

@@ -19,6 +19,7 @@ from ingest.server.jetstream import JetStream
 from ingest.server.options import parse_serve_args
 from ingest.server.server import Server
 from tests.server.test_fast_routing import Transport, connect
+from tests.support.poll import poll_async
 
 PUBLISHES = 5
 PUBACK = re.compile(rb"MSG r\.(\d+) 2 \d+\r\n")
@@ -37,12 +38,6 @@ class Writes(Transport):
         self.writes.append(bytes(data))
 
 
-async def until(check: object, what: str) -> None:
-    async with asyncio.timeout(10):
-        while not check():  # type: ignore[operator]
-            await asyncio.sleep(0.005)  # the server's own turns of the loop: poll, bounded
-
-
 async def test_each_delivery_is_in_the_write_of_its_puback(tmp_path: Path) -> None:
     server = Server(parse_serve_args(["-js", "--store_dir", str(tmp_path)]))
     server._loop = asyncio.get_running_loop()
@@ -58,13 +53,15 @@ async def test_each_delivery_is_in_the_write_of_its_puback(tmp_path: Path) -> No
         push = b'{"stream_name":"S","config":{"durable_name":"P","deliver_subject":"d"}}'
         api = b"PUB $JS.API.%b %d\r\n%b\r\n"
         client.data_received(api % (b"STREAM.CREATE.S r.c", len(create), create))
-        await until(lambda: js.streams.get("S") is not None, "stream S")
+        await poll_async(lambda: js.streams.get("S") is not None, "stream S", 10, interval=0.005)
         client.data_received(api % (b"CONSUMER.CREATE.S.P r.p", len(push), push))
-        await until(lambda: js.consumers.count("S") == 1, "consumer P")
+        await poll_async(lambda: js.consumers.count("S") == 1, "consumer P", 10, interval=0.005)
         for n in range(PUBLISHES):
             transport.writes.clear()
             client.data_received(b"PUB s.%d r.%d 1\r\nx\r\n" % (n, n))
-            await until(lambda: PUBACK.search(b"".join(transport.writes)), f"PubAck {n}")
+            await poll_async(
+                lambda: PUBACK.search(b"".join(transport.writes)), f"PubAck {n}", 10, interval=0.005
+            )
             [with_ack] = [w for w in transport.writes if PUBACK.search(w)]
             assert PUBACK.findall(with_ack) == [b"%d" % n]
             assert DELIVERY.findall(with_ack) == [b"%d" % n], f"publish {n}: {with_ack!r}"

@@ -6,9 +6,7 @@ query then reads every row.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from tests.sql.test_service_e2e import (
     start_with_service,
 )
 from tests.support.cluster import free_port
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 # A minute and a half of S3 server, jetlake and Spark: with the suite's other lake runs
@@ -55,13 +54,17 @@ def bucket_service(tmp_path: Path) -> Iterator[ServerProcess]:
 
 async def _filled(nc: nats.NATS, name: str, files: int = 1) -> dict[str, dict[str, object]]:
     """The lake cache's entries under `name` once one holds `files` files, filled."""
-    deadline = time.monotonic() + 120
-    while True:
-        held = {t: e for t, e in (await _lake_cache(nc)).items() if f"/{name}/" in t}
-        if any(e == {"files": files, "filled": True} for e in held.values()):
-            return held
-        assert time.monotonic() < deadline, await _lake_cache(nc)
-        await asyncio.sleep(0.2)
+
+    async def held() -> dict[str, dict[str, object]]:
+        return {t: e for t, e in (await _lake_cache(nc)).items() if f"/{name}/" in t}
+
+    return await poll_async(
+        held,
+        f"{name} filled with {files} files in the lake cache",
+        120,
+        until=lambda entries: {"files": files, "filled": True} in entries.values(),
+        interval=0.2,
+    )
 
 
 async def test_a_bucket_lakes_commits_are_warmed_with_no_query_between(

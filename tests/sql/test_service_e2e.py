@@ -31,7 +31,7 @@ from sql.nats_client import SqlError
 from sql.nats_client import query as nats_query
 from sql.service import Endpoints, quiet_query_errors
 from tests.support.cluster import free_port
-from tests.support.poll import poll
+from tests.support.poll import poll, poll_async
 from tests.support.servers import ServerProcess, start_server
 
 START_DEADLINE = 180.0  # a JVM on a loaded two-core machine
@@ -457,14 +457,21 @@ async def test_a_commit_is_cached_before_any_query_and_a_deleted_stream_leaves_t
         ref = StreamRef.load(service.store / STREAMS / "FILLED")
         table = ref.table_path(default_lake_dir(service.store)).uri
         await asyncio.to_thread(_compact, service.store, "FILLED")
-        deadline = time.monotonic() + 60
-        while (await _lake_cache(nc)).get(table) != {"files": 1, "filled": True}:
-            assert time.monotonic() < deadline, await _lake_cache(nc)
-            await asyncio.sleep(0.1)
+        await poll_async(
+            lambda: _lake_cache(nc),
+            f"{table} filled in the lake cache",
+            60,
+            until=lambda held: held.get(table) == {"files": 1, "filled": True},
+            interval=0.1,
+        )
         await js.delete_stream("FILLED")
-        while table in await _lake_cache(nc):
-            assert time.monotonic() < deadline + 60, await _lake_cache(nc)
-            await asyncio.sleep(0.1)
+        await poll_async(
+            lambda: _lake_cache(nc),
+            f"{table} gone from the lake cache",
+            60,
+            until=lambda held: table not in held,
+            interval=0.1,
+        )
     finally:
         await nc.close()
 

@@ -2,7 +2,8 @@
 
 Tests use this only for what they cannot subscribe to (another process's monitoring
 page or log, a server's clock, a replica catching up). The failure names what did not
-happen and after how long, so a timeout reads as a finding rather than a hang.
+happen and after how long, with the last thing seen, so a timeout reads as a finding
+rather than a hang.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -29,24 +30,26 @@ def poll(
     what: What,
     timeout: float = TIMEOUT,
     *,
+    until: Callable[[T], object] | None = None,
     interval: float = INTERVAL,
     retry: Retry = (),
 ) -> T:
-    """Call `check` until it returns something truthy and return that.
+    """Call `check` until its result holds, and return that result.
 
-    Exceptions of the `retry` types count as "not yet" (the last one is reported).
+    A result holds when `until(result)` is true, or without `until` when it is truthy
+    itself; with `until`, a failure shows the last result. Exceptions of the `retry`
+    types count as "not yet" (a failure shows the last one).
     """
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
+    attempts = _Attempts(what, timeout, until)
     while True:
         try:
             result = check()
         except retry as exc:
-            last, result = exc, None
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(_timed_out(what, timeout, last))
+            attempts.error = exc
+        else:
+            if attempts.held(result):
+                return result  # type: ignore[return-value]
+        attempts.expire()
         time.sleep(interval)
 
 
@@ -55,28 +58,49 @@ async def poll_async(
     what: What,
     timeout: float = TIMEOUT,
     *,
+    until: Callable[[T], object] | None = None,
     interval: float = INTERVAL,
     retry: Retry = (),
 ) -> T:
-    """Like `poll`, in a loop: `check` may be a coroutine function or a plain one, and
-    the loop runs between calls (the servers under test may share it)."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
+    """`poll` in a loop: `check` may be a coroutine function or a plain one, and the
+    loop runs between calls (the servers under test may share it)."""
+    attempts = _Attempts(what, timeout, until)
     while True:
         try:
             result = check()
             if inspect.isawaitable(result):
                 result = await result
         except retry as exc:
-            last, result = exc, None
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(_timed_out(what, timeout, last))
+            attempts.error = exc
+        else:
+            if attempts.held(result):
+                return result  # type: ignore[return-value]
+        attempts.expire()
         await asyncio.sleep(interval)
 
 
-def _timed_out(what: What, timeout: float, last: Exception | None) -> str:
-    said = what if isinstance(what, str) else str(what())
-    message = f"not within {timeout:g} s: {said}"
-    return message if last is None else f"{message} (last error: {last!r})"
+class _Attempts:
+    """One poll's deadline and what it saw last, for the sync and the async loop."""
+
+    def __init__(self, what: What, timeout: float, until: Callable[[Any], object] | None):
+        self.what, self.timeout, self.until = what, timeout, until
+        self.deadline = time.monotonic() + timeout
+        self.error: Exception | None = None
+        self.seen: list[object] = []
+
+    def held(self, result: object) -> bool:
+        if self.until is None:
+            return bool(result)
+        self.seen[:] = [result]
+        return bool(self.until(result))
+
+    def expire(self) -> None:
+        if time.monotonic() <= self.deadline:
+            return
+        said = self.what if isinstance(self.what, str) else str(self.what())
+        message = f"not within {self.timeout:g} s: {said}"
+        if self.seen:
+            message += f" (last seen: {self.seen[0]!r})"
+        if self.error is not None:
+            message += f" (last error: {self.error!r})"
+        raise AssertionError(message)
