@@ -8,12 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from nats.aio.client import Client as NATS
-from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 
 from tests.conftest import Connect, MakeServer
-from tests.support.clients import barrier, drain_pending, sync
+from tests.support.clients import barrier, crossed, drain_pending, sync
 from tests.support.cluster import cluster_args, free_port, stop_all, wait_mesh
 from tests.support.http import get_json
 from tests.support.poll import poll_async
@@ -123,18 +121,9 @@ async def test_routes_keep_accounts_apart(
         pub_a = await connect(url(servers[0], "a"))
         pub_b = await connect(url(servers[0], "b"))
 
-        async def reaches(nc: NATS, sub: Subscription, payload: bytes) -> bool:
-            await nc.publish("x", payload)
-            await sync(nc)
-            try:
-                msg = await sub.next_msg(timeout=0.2)
-            except TimeoutError:
-                return False
-            return bool(msg.data == payload)
-
         # Interest crosses the route on its own time: publish until it has.
-        await poll_async(lambda: reaches(pub_a, in_a, b"A"), "A's interest on S0")
-        await poll_async(lambda: reaches(pub_b, in_b, b"B"), "B's interest on S0")
+        await poll_async(lambda: crossed(pub_a, "x", in_a, b"A"), "A's interest on S0")
+        await poll_async(lambda: crossed(pub_b, "x", in_b, b"B"), "B's interest on S0")
         await pub_a.publish("x", b"A again")
         await pub_b.publish("x", b"B marker")  # sent after A's on the same route
         await sync(pub_a)

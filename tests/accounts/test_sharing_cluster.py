@@ -8,12 +8,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
 from tests.conftest import Connect
-from tests.support.clients import barrier, drain_pending, sync
+from tests.support.clients import barrier, crossed, drain_pending, sync
 from tests.support.cluster import ONE_ROUTE_PER_PEER, start_cluster, stop_all, wait_mesh
 from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
@@ -51,18 +49,7 @@ async def test_imports_across_routes(server_kind: str, tmp_path: Path, connect: 
         subs = [await b0.subscribe("p.a.>"), await b1.subscribe("p.a.>")]
         await barrier(b0, b1)
 
-        async def reaches(nc: NATS, sub: Subscription, payload: bytes) -> bool:
-            await nc.publish("a.probe", payload)
-            await sync(nc)
-            try:
-                while True:
-                    msg = await sub.next_msg(timeout=0.2)
-                    if msg.data == payload:
-                        return True
-            except TimeoutError:
-                return False
-
-        await poll_async(lambda: reaches(a0, subs[1], b"probe"), "A's messages on S1")
+        await poll_async(lambda: crossed(a0, "a.probe", subs[1]), "A's messages on S1")
         for sub in subs:
             await drain_pending(sub)
         await a0.publish("a.once", b"marker")

@@ -8,7 +8,6 @@ certificate carries both usages, as a production one must.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +17,9 @@ import pytest
 
 from tests.conftest import MakeServer
 from tests.jscluster.support import eventually
+from tests.support.clients import crossed
 from tests.support.cluster import free_port, peers, routez, stop_all, wait_mesh
-from tests.support.poll import poll
+from tests.support.poll import poll, poll_async
 from tests.support.servers import ServerProcess, start_server
 from tests.support.tls import Pki
 
@@ -130,15 +130,11 @@ async def test_jetlake_and_the_reference_route_over_tls(
         for sub_side, pub_side in ((ca, cb), (cb, ca)):
             sub = await sub_side.subscribe("over.tls")
             await sub_side.flush()
-            deadline = asyncio.get_running_loop().time() + 10
-            while True:  # until the subscription's interest has crossed the route
-                await pub_side.publish("over.tls", b"hello")
-                try:
-                    msg = await sub.next_msg(timeout=0.2)
-                    break
-                except nats.errors.TimeoutError:
-                    assert asyncio.get_running_loop().time() < deadline, "nothing crossed"
-            assert msg.data == b"hello"
+            await poll_async(
+                lambda s=sub, p=pub_side: crossed(p, "over.tls", s, b"hello"),
+                "the subscription's interest across the route",
+                10,
+            )
             await sub.unsubscribe()
     finally:
         await ca.close()

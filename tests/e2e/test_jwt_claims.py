@@ -14,7 +14,6 @@ with JetStream on, every account issued with `nsc` and preloaded:
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import datetime
 import json
@@ -37,6 +36,7 @@ from tests.conftest import Connect, ServerPool
 from tests.e2e.test_nats_cli import cli
 from tests.e2e.test_operator_mode import _seed_of, _sign
 from tests.support.nsc import Nsc, encode_jwt
+from tests.support.poll import poll_async
 from tests.support.raw import Outcome, RawClient
 from tests.support.responses import two_answers_within_a_second
 from tests.support.servers import ServerProcess
@@ -196,10 +196,13 @@ async def _answered(nc: NATS, subject: str) -> str:
 
 
 async def _until(nc: NATS, subject: str, expected: str, within: float = 5) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while (found := await _answered(nc, subject)) != expected:
-        assert asyncio.get_running_loop().time() < deadline, found
-        await asyncio.sleep(0.1)
+    await poll_async(
+        lambda: _answered(nc, subject),
+        f"{expected!r} on {subject}",
+        within,
+        until=lambda found: found == expected,
+        interval=0.1,
+    )
 
 
 async def test_public_service_import(server: ServerProcess, store: Store, connect: Connect) -> None:

@@ -5,17 +5,17 @@ other; an import deleted and pushed stops on both."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError, TimeoutError
 
 from tests.conftest import Connect
+from tests.e2e.test_jwt_claims import _until
+from tests.support.clients import crossed
 from tests.support.cluster import ONE_ROUTE_PER_PEER, cluster_args, free_port, stop_all, wait_mesh
 from tests.support.nsc import Nsc
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess, start_server
 
 pytestmark = pytest.mark.soak
@@ -50,22 +50,6 @@ def pair(server_kind: str, nsc: Nsc, tmp_path: Path) -> Iterator[list[ServerProc
         stop_all(servers)
 
 
-async def _answered(nc: NATS, subject: str) -> str:
-    try:
-        return (await nc.request(subject, b"", timeout=1)).data.decode()
-    except NoRespondersError:
-        return "no responders"
-    except TimeoutError:
-        return "timeout"
-
-
-async def _until(nc: NATS, subject: str, expected: str) -> None:
-    deadline = asyncio.get_running_loop().time() + 10
-    while (found := await _answered(nc, subject)) != expected:
-        assert asyncio.get_running_loop().time() < deadline, found
-        await asyncio.sleep(0.1)
-
-
 async def test_imports_across_the_cluster(
     pair: list[ServerProcess], nsc: Nsc, connect: Connect
 ) -> None:
@@ -84,17 +68,13 @@ async def test_imports_across_the_cluster(
     await a.subscribe("svc.>", cb=answer)
     await a.flush()
     b = await connect(second, user_credentials=str(nsc.creds("B", "b")))
-    await _until(b, "b.x", "from A svc.x")
+    await _until(b, "b.x", "from A svc.x", within=10)
     events = await b.subscribe("ev.>")
     await b.flush()
-    deadline = asyncio.get_running_loop().time() + 10
-    while True:  # until B's interest has crossed the route
-        await a.publish("events.1", b"e")
-        try:
-            assert (await events.next_msg(0.3)).subject == "ev.1"
-            break
-        except TimeoutError:
-            assert asyncio.get_running_loop().time() < deadline
+    event = await poll_async(
+        lambda: crossed(a, "events.1", events, b"e", 0.3), "B's interest across the route", 10
+    )
+    assert event.subject == "ev.1"
     nsc.run("delete", "import", "-a", "B", "--subject", "svc.>")
     assert nsc.run("push", "-a", "B", "-u", first.url).count("jwt updated") == 2
-    await _until(b, "b.x", "no responders")
+    await _until(b, "b.x", "no responders", within=10)

@@ -23,8 +23,9 @@ from tests.leafnode.conftest import (
     leafz,
     linked,
 )
+from tests.support.clients import crossed
 from tests.support.cluster import ONE_ROUTE_PER_PEER, free_port, start_cluster, stop_all, wait_mesh
-from tests.support.poll import poll
+from tests.support.poll import poll, poll_async
 from tests.support.servers import ServerProcess, start_server
 
 
@@ -80,14 +81,11 @@ async def test_the_leaf_and_the_far_hub_server_reach_each_other(hub_cluster: Hub
     await knows(hub_cluster.leaf, "far.*")  # the far server's interest, passed on
     await leaf.publish("far.x", b"up")
     assert (await at_far.next_msg(5)).data == b"up"
-    deadline = asyncio.get_running_loop().time() + LINK_TIMEOUT
-    while True:  # the far server learns the leaf's interest over its route
-        await far.publish("edge.y", b"down")
-        try:
-            assert (await at_leaf.next_msg(0.5)).data == b"down"
-            break
-        except nats.errors.TimeoutError:
-            assert asyncio.get_running_loop().time() < deadline
+    await poll_async(
+        lambda: crossed(far, "edge.y", at_leaf, b"down", 0.5),
+        "the leaf's interest on the far server, over its route",
+        LINK_TIMEOUT,
+    )
     await at_far.unsubscribe()
     await far.flush()
     await knows(hub_cluster.leaf, "far.*", present=False)

@@ -14,6 +14,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.kv import KeyValue
 
+from tests.support.poll import poll_async
+
 FLUSH_TIMEOUT = 5.0
 
 
@@ -51,6 +53,23 @@ async def received(publisher: NATS, subscriber: NATS, sub: Subscription) -> list
     return await drain_pending(sub)
 
 
+async def crossed(
+    publisher: NATS, subject: str, sub: Subscription, payload: bytes = b"probe", wait: float = 0.2
+) -> Msg | None:
+    """Publish `payload` and return the message carrying it that `sub` gets within `wait`,
+    or None. Interest crosses a route or a leaf link on its own time, with no event a
+    client sees: a test polls this (tests.support.poll) until a message comes."""
+    await publisher.publish(subject, payload)
+    await sync(publisher)
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=wait)
+            if msg.data == payload:
+                return msg
+    except nats.errors.TimeoutError:
+        return None
+
+
 def subjects(msgs: list[Msg]) -> list[str]:
     """Subjects in arrival order."""
     return [m.subject for m in msgs]
@@ -65,14 +84,11 @@ async def routed_interest(listener: NATS, far_url: str) -> None:
     await listener.flush()
     far = await nats.connect(far_url)
     try:
-        for _ in range(100):
-            await far.publish("probe.routed", b"")
-            try:
-                await probe.next_msg(0.1)
-                return
-            except nats.errors.TimeoutError:
-                continue
-        raise AssertionError(f"{far_url} never routed to the listener's probe")
+        await poll_async(
+            lambda: crossed(far, "probe.routed", probe, b"", 0.1),
+            f"{far_url} routing to the listener's probe",
+            10,
+        )
     finally:
         await probe.unsubscribe()
         await far.close()
