@@ -38,8 +38,14 @@ LIMIT = "maximum account active connections exceeded"
 
 
 @pytest.fixture
-def server(server_kind: str, server_pool: ServerPool, tmp_path_factory: Any) -> MQTTServer:
-    store = Path(tmp_path_factory.getbasetemp()) / f"mqtt-limits-{server_kind}"
+def server(
+    server_kind: str, server_pool: ServerPool, tmp_path_factory: Any, request: pytest.FixtureRequest
+) -> MQTTServer:
+    """One server per test (its own store makes its own config): the reference logs an
+    error statement at most once a second server-wide, so another test's refusal just
+    before would keep this one's "maximum account active connections" line out of the log."""
+    test = request.node.originalname
+    store = Path(tmp_path_factory.getbasetemp()) / f"mqtt-limits-{server_kind}-{test}"
     process = server_pool.get(server_kind, config=CONFIG.format(store=store))
     return MQTTServer(process, mqtt_port(process))
 
