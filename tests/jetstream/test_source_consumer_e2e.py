@@ -17,9 +17,9 @@ from tests.jetstream.test_durable_sourcing_e2e import (
     _killed_while_copying,
     _messages,
     _origin_seqs,
-    _poll,
 )
 from tests.jetstream.test_streams_e2e import api
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 OWN = {"name": "C", "deliver_subject": "dlv.c"}
@@ -129,13 +129,13 @@ async def test_a_durable_without_flow_control_acks_is_refused_in_stream_info(
     assert "error" not in await _durable(nc, "L", ack_policy="explicit")
     await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "sources": [_own("L")]})
     await api(nc, "$JS.API.STREAM.CREATE.M", {"name": "M", "mirror": _own("L")})
-    source = await _poll(lambda: _link_error(nc, "S", "sources"), "no source error")
+    source = await poll_async(lambda: _link_error(nc, "S", "sources"), "no source error")
     assert source == {
         "code": 400,
         "err_code": 10217,
         "description": "stream source consumer requires flow control ack policy",
     }
-    mirror = await _poll(lambda: _link_error(nc, "M", "mirror"), "no mirror error")
+    mirror = await poll_async(lambda: _link_error(nc, "M", "mirror"), "no mirror error")
     assert mirror == {
         "code": 400,
         "err_code": 10214,

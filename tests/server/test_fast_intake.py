@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from ingest.parser import fast
 from ingest.server.client import Client
-from tests.server.test_fast_acks import served, until
+from tests.server.test_fast_acks import served
 from tests.server.test_fast_routing import chunks, settle
+from tests.support.poll import poll_async
 
 FRAME = re.compile(rb"(H?MSG) (\S+) (\d+) (?:(\S+) )?(?:(\d+) )?(\d+)\r\n")
 
@@ -50,7 +51,7 @@ async def published(store: Path, rules: bytes, plan: list[tuple[int, bytes]]) ->
     clients[0].data_received(
         b"PUB $JS.API.STREAM.CREATE.S r.0 %d\r\n%b\r\n" % (len(create), create)
     )
-    await until(lambda: js.streams.get("S") is not None, "stream S")
+    await poll_async(lambda: js.streams.get("S") is not None, "stream S", 10, interval=0.005)
     stream = js.streams["S"]
     await settle()
     del transports[0].out[:]  # the create response carries a timestamp
@@ -58,7 +59,9 @@ async def published(store: Path, rules: bytes, plan: list[tuple[int, bytes]]) ->
     for cid, data in plan:
         clients[cid].data_received(data)
         await settle()
-    await until(lambda: stream.committed_seq == stream.proposed.last_seq, "every commit")
+    await poll_async(
+        lambda: stream.committed_seq == stream.proposed.last_seq, "every commit", 10, interval=0.005
+    )
     await settle()
     last = stream.committed_seq
     stored = [stream.store.load(seq) for seq in range(1, last + 1)]
