@@ -414,6 +414,7 @@ async def test_a_revoked_activation_stops_its_import(
         await _until(e, "svc.priv.r", "no responders")
     finally:
         nsc.run("revocations", "delete_activation", *revoke)
+    await _push_nsc(server, store, connect, "A")  # the server's A as nsc's again, for later tests
 
 
 async def _raw(server: ServerProcess, store: Store, user: str) -> tuple[RawClient, Outcome]:
