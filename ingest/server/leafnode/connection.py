@@ -12,12 +12,11 @@ as TLS client, checking the hub's certificate and the host it dialled), as the
 reference orders it; with `handshake_first` on both ends the handshake comes
 first. CONNECT and everything after travel encrypted.
 
-Compression is negotiated before CONNECT, as the reference does: the hub's INFO says
-its mode; a leaf that wants compression answers with an INFO of its own (its chosen
-mode) and from then on reads and writes S2 streams; the hub, on that INFO, switches
-too and repeats its INFO compressed, after which the leaf sends CONNECT. A leaf that
-does not want it (or a hub that says `off` or nothing) sends CONNECT at once, saying
-its mode in `compress_mode`. Each side writes at the level it chose.
+Compression is negotiated before CONNECT (`compressing.LeafCompression`): a leaf that
+wants it answers the hub's INFO with an INFO of its own, then sends CONNECT once the
+hub's INFO comes back compressed. A leaf that does not want it (or a hub that says
+`off` or nothing) sends CONNECT at once, saying its mode in `compress_mode`. Each side
+writes at the level it chose.
 """
 
 from __future__ import annotations
@@ -35,18 +34,10 @@ from ingest.parser.subjects import subject_matches
 from ingest.server.accounts import limits
 from ingest.server.auth import Grant
 from ingest.server.compression import (
-    ACCEPT,
     NOT_SUPPORTED,
-    OFF,
-    S2_AUTO,
-    S2_UNCOMPRESSED,
-    Compression,
-    auto_level,
-    info_mode,
-    needs_compression,
-    select,
 )
 from ingest.server.jwt.nkey import new_nonce
+from ingest.server.leafnode.compressing import LeafCompression
 from ingest.server.leafnode.interest import JETSTREAM_DENIED, Advertised, Denied
 from ingest.server.link import TURN_MSGS, PeerLink
 from ingest.server.settings import TLSConfig
@@ -93,7 +84,7 @@ class LeafSub:
         self.conn.send_msg(self.queue, subject, reply, hdr, payload)
 
 
-class LeafConnection(PeerLink, asyncio.Protocol):
+class LeafConnection(LeafCompression, PeerLink, asyncio.Protocol):
     tls_kind = "leafnode"
 
     def __init__(
@@ -380,79 +371,6 @@ class LeafConnection(PeerLink, asyncio.Protocol):
         reason = _reason_for(message)
         if reason is not None:
             self.close(reason)
-
-    # ---- compression ----------------------------------------------------------------------
-
-    @property
-    def compression_config(self) -> Compression:
-        remote = self.remote
-        return remote.compression if remote is not None else self.leafnodes.config.compression
-
-    def _negotiate(self, info: dict[str, Any]) -> bool:
-        """Settle the level this side writes at from the remote's INFO `compression`;
-        True when the link switched to S2 (or closed over a mode it cannot use)."""
-        self._negotiated = True
-        config = self.compression_config
-        theirs = info.get("compression")
-        theirs = theirs if isinstance(theirs, str) else ""
-        if not needs_compression(config.mode):
-            old = not theirs or config.mode == NOT_SUPPORTED
-            self.compression = NOT_SUPPORTED if old else OFF
-            return False
-        try:
-            chosen = select(config.mode, theirs)
-        except ValueError as exc:
-            log.error("%s - %s", self.where, exc)
-            self.queue(proto.encode_err(str(exc)))
-            self.close("Protocol Violation", flush=True)
-            return True
-        if chosen == S2_AUTO:  # the round trip so far: the time the INFO took
-            rtt = self.rtt or time.time() - self.start
-            chosen = auto_level(rtt, config.rtt_thresholds)
-        self.compression = chosen
-        if not needs_compression(chosen):
-            return False
-        info = self.leafnodes.info(self.cid, info_mode(config, chosen))
-        if self.nonce:  # the INFO the leaf answers with its CONNECT: the nonce it signs
-            info["nonce"] = self.nonce
-        writer = s2.writer(chosen != S2_UNCOMPRESSED)
-        if self.solicited:  # ours goes plain, the hub's answer comes compressed
-            self.queue(proto.encode_info(info))
-            self.compress_output(writer)
-        else:
-            self.compress_output(writer)
-            self.queue(proto.encode_info(info))
-        self._inflate = s2.reader()
-        log.debug("%s - Leafnode compression: %s", self.where, chosen)
-        return True
-
-    def _rtt_measured(self) -> None:
-        config = self.compression_config
-        if config.mode != S2_AUTO or self._deflate is None:
-            return
-        level = auto_level(self.rtt, config.rtt_thresholds)
-        if level != self.compression:
-            self.compression = level
-            self._deflate = s2.writer(level != S2_UNCOMPRESSED)
-
-    def recompress(self) -> None:
-        """A reload changed the mode this link was configured with. As the reference: a
-        link that ran plain, or a new mode of `off` or `accept` (both negotiated), is
-        closed to be made again; otherwise the writer switches to the new level."""
-        config = self.compression_config
-        current = self.compression
-        if current in ("", NOT_SUPPORTED) or current == config.mode:
-            return
-        if current == OFF or config.mode in (OFF, ACCEPT):
-            self.close("Client Closed", flush=True)
-            return
-        if config.mode == S2_AUTO:
-            level = auto_level(self.rtt or time.time() - self.start, config.rtt_thresholds)
-        else:
-            level = config.mode
-        if level != current and self._deflate is not None:
-            self.compression = level
-            self._deflate = s2.writer(level != S2_UNCOMPRESSED)
 
     # ---- TLS ---------------------------------------------------------------------------------
 
