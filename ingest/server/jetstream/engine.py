@@ -15,21 +15,20 @@ import shutil
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ingest.parser.headers import HeaderError, parse_headers
 from ingest.parser.subjects import subjects_overlap
 from ingest.server.accounts import js_limits
 from ingest.server.accounts.settings import JetStreamLimits
 from ingest.server.jetstream import direct
-from ingest.server.jetstream.cluster.placement import capacity
 from ingest.server.jetstream.port import Messaging
+from ingest.server.jetstream.reports import Reports
 from ingest.server.jetstream.sources import Sources
 from ingest.server.settings import store_base
 from ingest.server.version import VERSION
 from log import api_levels, errors, fast_batch
 from log.config import (
-    API_LEVEL,
     StreamConfig,
     above_api_level,
     check_update,
@@ -42,7 +41,7 @@ from log.segments.api import MsgStore
 from log.sources import SOURCE_HEADER, source_header_refused
 from log.state_file import StateFileError, read_state, write_new_state, write_state
 from log.stream import GroupFactory, Stream
-from log.timefmt import now_ns, parse_rfc3339, rfc3339
+from log.timefmt import now_ns, parse_rfc3339
 
 if TYPE_CHECKING:
     from ingest.server.jetstream.cluster.controller import JetStreamCluster
@@ -53,7 +52,6 @@ ACCOUNT = "$G"
 META_FILE = "stream.json"
 DIRECT_PREFIX = "$JS.API.DIRECT.GET."
 DIRECT_GROUP = "_zz_"  # the reference's queue group for direct gets (origin and mirrors)
-REFERENCE_SYNC_INTERVAL_NS = 120_000_000_000  # what the reference reports beside sync_always
 
 
 class StoreOpener(Protocol):
@@ -97,7 +95,7 @@ def read_headers(block: bytes) -> Mapping[str, list[str]]:
         return {}
 
 
-class JetStream:
+class JetStream(Reports):
     def __init__(
         self,
         config: JetStreamOptions,
@@ -507,105 +505,6 @@ class JetStream:
         if stream.next_expiry() is not None:
             self._arm_expiry(stream)
 
-    # -- reporting -----------------------------------------------------------
-
-    def describe(
-        self,
-        stream: Stream,
-        *,
-        dynamic: bool = False,
-        deleted_details: bool = False,
-        subjects_filter: str = "",
-    ) -> dict[str, Any]:
-        """config/created/state/ts of stream info, create, update and list responses."""
-        extra = {"_nats.level": str(API_LEVEL), "_nats.ver": VERSION} if dynamic else None
-        return {
-            "config": stream.config.to_json(dynamic=extra),
-            "created": rfc3339(stream.created_ns),
-            "state": stream.state_json(
-                consumers=self.consumers.count(stream.name),
-                deleted_details=deleted_details,
-                subjects_filter=subjects_filter,
-            ),
-            **self.sources.state(stream.name),
-            **({"cluster": self._cluster_block(stream)} if self.cluster is not None else {}),
-            "ts": rfc3339(now_ns()),
-        }
-
-    def _cluster_block(self, stream: Stream) -> dict[str, Any]:
-        assert self.cluster is not None
-        return self.cluster.stream_info(self.account, stream.name)
-
-    def configs(self) -> dict[str, StreamConfig]:
-        return {name: stream.config for name, stream in self.streams.items()}
-
-    def usage(self, replicas: int = 0) -> dict[str, int]:
-        """Bytes the account stores, by kind, in the whole cluster: here and what the other
-        servers last reported (each replica counted, as on the reference); of the streams
-        of `replicas` only (an account tier's)."""
-        used = self.local_usage(replicas)
-        if self.elsewhere is not None:
-            memory, storage = self.elsewhere(replicas)
-            used["memory"] += memory
-            used["storage"] += storage
-        return used
-
-    def local_usage(self, replicas: int = 0) -> dict[str, int]:
-        """Bytes stored on this server, by kind; of the streams of `replicas` only."""
-        used = {"memory": 0, "storage": 0}
-        for stream in self.streams.values():
-            if replicas and max(stream.config.num_replicas, 1) != replicas:
-                continue
-            kind = "memory" if stream.config.storage == "memory" else "storage"
-            used[kind] += stream.store.totals()[1]  # 4 times a second in a cluster
-        return used
-
-    def info(self) -> dict[str, Any]:
-        """The /jsz document."""
-        messages = total_bytes = 0
-        for stream in self.streams.values():
-            state = stream.store.state()
-            messages += state.msgs
-            total_bytes += state.bytes
-        return {
-            "server_id": self.server_id,
-            "now": rfc3339(now_ns()),
-            "config": {
-                "max_memory": capacity(self.config.max_memory_store, None),
-                "max_storage": capacity(self.config.max_file_store, self.store_dir),
-                "store_dir": str(self.store_dir),
-                **_sync_fields(self.config.sync_interval_ns),
-                "strict": True,  # unknown fields of an API request are refused (10025)
-            },
-            **self.local_usage(),
-            "reserved_memory": 0,
-            "reserved_storage": 0,
-            "accounts": 1,
-            "ha_assets": 0,
-            "api": {"level": API_LEVEL, "total": self.api.total, "errors": self.api.errors},
-            "streams": len(self.streams),
-            "consumers": self.consumers.total(),
-            "messages": messages,
-            "bytes": total_bytes,
-        }
-
-    def monitor_info(self) -> dict[str, Any]:
-        """What the monitor reads: `/jsz` figures and each stream's detail."""
-        doc = self.info()
-        stats = {k: doc[k] for k in ("memory", "storage", "reserved_memory", "reserved_storage")}
-        stats.update(accounts=doc["accounts"], ha_assets=doc["ha_assets"], api=doc["api"])
-        streams = []
-        for stream in self.streams.values():
-            detail: dict[str, Any] = {"name": stream.name, "created": rfc3339(stream.created_ns)}
-            if self.cluster is not None:
-                detail["cluster"] = self._cluster_block(stream)
-                group = detail["cluster"].get("raft_group")
-                if group:
-                    detail["stream_raft_group"] = group  # shown with ?raft=1 only
-            detail["state"] = stream.state_json(consumers=self.consumers.count(stream.name))
-            streams.append(detail)
-        return {"config": doc["config"], "stats": stats, "streams": streams}
-
 
 def _timed(cfg: StreamConfig) -> bool:
     """Whether messages of the stream can expire (max_age, Nats-TTL, schedules)."""
@@ -616,10 +515,3 @@ def _close_consumer_files(stream: Stream) -> None:
     """A replicated stream's consumer logs stay open between ops: close them with it."""
     if isinstance(stream.consumer_ops, ConsumerFiles):
         stream.consumer_ops.close()
-
-
-def _sync_fields(sync_interval_ns: int | None) -> dict[str, Any]:
-    """As the reference reports them: `sync_always` beside its default interval."""
-    if sync_interval_ns is None:
-        return {"sync_interval": REFERENCE_SYNC_INTERVAL_NS, "sync_always": True}
-    return {"sync_interval": sync_interval_ns}
