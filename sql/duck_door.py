@@ -35,7 +35,8 @@ import pyarrow as pa
 from log.compactor.layout import GLOBAL, LakeError, StreamRef, stream_dirs
 from log.compactor.location import Lake
 from sql.duck_views import register, stream_views, view_names
-from sql.nats_service import QueryError, QueryThread, encode_json_table, encode_table
+from sql.nats_service import QueryError, QueryThread
+from sql.result_encoding import encode_json_table, encode_table
 from sql.service_info import first_line
 from sql.union import read_live
 

@@ -12,7 +12,7 @@ import pytest
 from nats.errors import NoRespondersError
 
 from sql.nats_client import query
-from sql.nats_service import encode_table
+from sql.result_encoding import encode_table
 from tests.support.clients import sync
 from tests.support.servers import ServerProcess
 

@@ -15,7 +15,8 @@ from pyspark.sql import Row
 from ingest.server.options import ConfigError, load_config
 from ingest.server.settings import SqlConfig
 from log.compactor.layout import qualified
-from sql.nats_service import NatsSql, QueryError, _positive, chunks, encode_arrow, encode_json
+from sql.nats_service import NatsSql, QueryError, _positive, chunks
+from sql.result_encoding import encode_arrow, encode_json
 from sql.service import Endpoints, SharedViews, first_line, split_hostport
 
 
