@@ -27,6 +27,7 @@ from tests.accounts.test_system_account_cli import tables
 from tests.conftest import KIND_IDS
 from tests.e2e.test_nats_cli import cli
 from tests.support.cluster import start_js_mesh, stop_all
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess, enabled_kinds
 
 CONFIG = """
@@ -342,25 +343,34 @@ async def test_another_accounts_user_sees_its_own_account_only(pair: Pair) -> No
             await pair.app.request(subject, b"", timeout=5)
 
 
+async def usage_stream(app: NATS) -> None:
+    """APP's stream USAGE (R2), once the meta group answers (a loaded machine elects
+    late); asked again, with the same config, it is already there."""
+    config = json.dumps({"name": "USAGE", "subjects": ["usage.>"], "num_replicas": 2}).encode()
+
+    async def create() -> dict[str, Any]:
+        reply = await app.request("$JS.API.STREAM.CREATE.USAGE", config, timeout=10)
+        return dict(json.loads(reply.data))
+
+    await poll_async(
+        create,
+        "APP's stream USAGE created",
+        60,
+        until=lambda answer: "error" not in answer,
+        retry=(nats.errors.TimeoutError, nats.errors.NoRespondersError),
+    )
+
+
 async def test_the_usage_records_count_the_accounts_api_requests(pair: Pair) -> None:
     """`$JSC.ARU.<account>.<server>`: a server's record of an account that stores
     something carries the API requests it answered (little-endian, after the memory and
     storage bytes)."""
     records = await pair.sys.subscribe("$JSC.ARU.APP.*")
     await pair.sys.flush()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 60  # a loaded machine elects late
-    config = json.dumps({"name": "USAGE", "subjects": ["usage.>"], "num_replicas": 2}).encode()
-    while True:  # once the meta group answers
-        try:
-            reply = await pair.app.request("$JS.API.STREAM.CREATE.USAGE", config, timeout=10)
-            answer = json.loads(reply.data)
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as e:
-            answer = {"error": repr(e)}
-        if "error" not in answer or loop.time() > deadline:
-            break
-    assert "error" not in answer, answer
+    await usage_stream(pair.app)
     await pair.app.request("usage.1", b"stored", timeout=10)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
     total = 0
     while total == 0:
         record = (await records.next_msg(max(deadline - loop.time(), 0.01))).data
@@ -399,6 +409,7 @@ async def test_every_answer_has_the_references_shape(
     shapes: dict[str, dict[str, Any]] = {}
     for kind, servers in clusters.items():
         async with connected(servers) as found:
+            await usage_stream(found.app)  # JSZ's stream_detail, whichever test ran before
             seen = shapes[kind] = {}
             for user, subject, one, body in CASES:
                 nc = found.sys if user == "sys" else found.app
