@@ -256,6 +256,8 @@ class RaftCore(ElectionRole, LeaderRole):
         without each one's heartbeat arithmetic, which walks a leader's followers; any
         past those as `tick`. A driver hands a group its held ticks before each input,
         so with a thousand groups that was much of a beat's cost."""
+        if ticks <= 0:
+            return  # the usual case on a busy group's path: no idle_ticks walk
         idle = min(ticks, self.idle_ticks())
         if self._role == Role.LEADER:
             self._heartbeat_elapsed += idle

@@ -222,12 +222,16 @@ class LeaderRole:
             pr.state == ReplicaState.SNAPSHOT and pr.match >= pr.pending_snapshot
         ):
             pr.become_replicate()
-        self._maybe_commit()
-        if self._role != Role.LEADER or peer not in self._progress:
-            return
-        self._replicate(
-            peer, allow_empty=not self._cfg.lazy_commit and pr.sent_commit < self._commit
-        )
+        if index > self._commit:
+            # One at or below the commit (the second follower's of three, with one
+            # publish at a time) cannot move it: raising one voter's match to `index`
+            # raises the quorum's index to `index` at most.
+            self._maybe_commit()
+            if self._role != Role.LEADER or peer not in self._progress:
+                return
+        allow_empty = not self._cfg.lazy_commit and pr.sent_commit < self._commit
+        if allow_empty or pr.next <= self._log.last_index:  # else there is nothing to send
+            self._replicate(peer, allow_empty)
         if peer == self._transferee and pr.match == self._log.last_index:
             self._send(T.TIMEOUT_NOW, peer)
 
@@ -243,11 +247,14 @@ class LeaderRole:
         committed (and acknowledged to clients) does not."""
         moved = False
         while self._role == Role.LEADER:
+            conf = self._membership.conf
             index = self._quorum_index()
             if index <= self._commit or not self._commit_term_ok(index):
                 break
             self._commit_to(index)
             moved = True
+            if self._membership.conf is conf:
+                break  # the same voters hold the same matches: no further index to count
         if not moved or self._role != Role.LEADER:
             return
         removed = self._id not in self._membership.conf.voters
