@@ -153,6 +153,10 @@ class RaftNode:
         self._inbox: list[Message] = []
         self._ticks = 0
         self._idle = 0  # ticks the core may be handed late (`RaftCore.idle_ticks`)
+        # A hard state that only moved the commit is written once a tick (`_write`): the
+        # next one due, and the newest one held back since, written at `close`.
+        self._commit_due = True
+        self._unwritten: HardState | None = None
         self._proposals: list[bytes] = []
         # (entries before + own, callback, whether it runs before the apply)
         self._proposal_waiters: list[tuple[int, OnCommit, bool]] = []
@@ -201,6 +205,8 @@ class RaftNode:
                 await self._task
         self._fail_all(self._error or NodeClosedError(f"raft node {self.id} closed"))
         await self._transport.close()
+        if self._unwritten is not None and self._error is None:
+            self._store.set_hard_state(self._unwritten)  # a clean stop keeps the commit
         await asyncio.to_thread(self._store.close)  # it syncs first
 
     def sync(self) -> None:
@@ -346,6 +352,7 @@ class RaftNode:
     def on_tick(self) -> None:
         """From the loop's `Ticker`: counted, and the core stepped only for a tick that acts."""
         self._ticks += 1
+        self._commit_due = True
         if self._ticks > self._idle:
             if self._parked and not self._wake.is_set():
                 self._in_place(None)
@@ -532,12 +539,32 @@ class RaftNode:
         self._finish(ready)
 
     def _write(self, ready: Ready, fsync: bool) -> None:
+        """Write the entries and hard state; leave their fsync to the syncer unless `fsync`.
+
+        A hard state that only moved the commit index is written once a tick: with one
+        publish at a time every Ready moves it, on the leader and (told by the next
+        APPEND) on each follower, and its write was a system call and a checksum per
+        publish on every server. What is on disk may then lag the commit by up to a
+        tick's commits after a crash (a clean `close` writes the newest), which Raft
+        allows: the commit index is volatile state in the Raft paper, every entry up to
+        it is in a quorum's logs and never replaced, so a restarted node applies the
+        entries up to its older commit at once and the rest when its leader, or its own
+        election's first commit, tells it; an application replays entries past a
+        snapshot after any restart anyway. A sync window's power cut could already lose
+        it. A term or vote is always written (and fsynced: `must_sync`). The seeded
+        simulator writes commits this way on half its seeds."""
         store = self._store
         if ready.entries:
             store.append(ready.entries)
-        if ready.hard_state is not None:
-            store.set_hard_state(ready.hard_state)
-        if not fsync and (ready.entries or ready.hard_state):
+        hs = ready.hard_state
+        if hs is not None:
+            if ready.must_sync or self._commit_due:
+                store.set_hard_state(hs)
+                self._commit_due = False
+                self._unwritten = None
+            else:
+                self._unwritten, hs = hs, None
+        if not fsync and (ready.entries or hs is not None):
             SYNCER.request(store, self._delay)  # a snapshot was fsynced as it was saved
 
     def _send(self, ready: Ready) -> None:

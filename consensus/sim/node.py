@@ -79,6 +79,10 @@ class SimNode:
     # Ticks held back while the core said they only advance counters (`idle_ticks`),
     # handed over before its next input, as the driver does for an idle group.
     held: int = 0
+    # On seeds with bit 16 set, a hard state that only moved the commit is written on the first
+    # Ready after each tick, as the driver writes it (`RaftNode._write`): a crash leaves
+    # the commit on disk behind the one the node had.
+    commit_due: bool = True
 
     @property
     def up(self) -> bool:
@@ -130,6 +134,7 @@ class SimNode:
         while self._clock >= 1.0:
             self._clock -= 1.0
             self.ticks += 1
+            self.commit_due = True
             if self.held < self.core.idle_ticks():
                 self.held += 1
                 continue
@@ -239,8 +244,9 @@ class SimNode:
         if rd.entries:
             checker.on_write(self.id, self.disk, rd.entries)
             self.disk.append(rd.entries)
-        if rd.hard_state is not None:
+        if rd.hard_state is not None and (not self.seed & 16 or rd.must_sync or self.commit_due):
             self.disk.write_hard_state(rd.hard_state)
+            self.commit_due = False
         if self.disk.sync_window == 0 or rd.must_sync:
             self.disk.sync()
 

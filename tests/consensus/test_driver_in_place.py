@@ -210,3 +210,21 @@ async def test_a_plain_answer_is_taken_in_place_and_a_lagging_one_is_not(
     assert peers.beat(T.HEARTBEAT_RESP, "n2", node.term, 1) == 0
     assert peers.beat(T.HEARTBEAT_RESP, "n3", node.term, 0) is None  # n3 lacks the no-op
     assert peers.events == [] and not node._wake.is_set()
+
+
+async def test_a_commit_alone_is_written_once_a_tick_and_the_newest_at_close(
+    follower: tuple[RaftNode, FakeTransport], tmp_path: Path
+) -> None:
+    node, peers = follower
+    store = peers.store
+    assert store is not None
+    peers.answer(append(2, 1))  # commit 1: this tick's write went to the term
+    assert store._hs.commit == 0
+    node.on_tick()  # a follower's tick only counts here: its timeout is far
+    peers.answer(append(3, 2))
+    peers.answer(append(4, 3))
+    assert store._hs.commit == 2  # the first commit after the tick, not the next
+    assert [m.index for m in peers.sent[-3:]] == [2, 3, 4]  # each answered all the same
+    await node.close()
+    _, restored = LogStore.open(tmp_path / "n1", name="n1")
+    assert restored.hard_state.commit == 3
