@@ -15,7 +15,6 @@ itself (`learn_route`); a one-off subject (a reply inbox) is never learned.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import ssl
 import time
@@ -33,6 +32,7 @@ from ingest.server.jwt.nkey import new_nonce
 from ingest.server.logs import TRACE
 from ingest.server.subscription import Subscription, learn_acks, learn_routed
 from ingest.server.tls import TLSLayer
+from ingest.server.trace_lines import describe, quoted
 
 if TYPE_CHECKING:
     from ingest.server.host import Host
@@ -218,9 +218,9 @@ class Client(Closing, Pacing, asyncio.Protocol):
             if self.closed:
                 return
             if self.trace:
-                self._trace("<<-", f"[{_describe(op)}]")
+                self._trace("<<-", f"[{describe(op)}]")
                 if type(op) is pub:
-                    self._trace("<<-", f"MSG_PAYLOAD: [{_quoted(op.payload)}]")
+                    self._trace("<<-", f"MSG_PAYLOAD: [{quoted(op.payload)}]")
             kind = type(op)
             if kind is pub:
                 self._on_pub(op)  # type: ignore[arg-type]
@@ -535,7 +535,7 @@ class Client(Closing, Pacing, asyncio.Protocol):
         line, _, rest = data.partition(b"\r\n")
         self._trace("->>", f"[{line.decode('utf-8', 'replace')}]")
         if line.startswith((b"MSG ", b"HMSG ")):
-            self._trace("->>", f"MSG_PAYLOAD: [{_quoted(rest[:-2])}]")
+            self._trace("->>", f"MSG_PAYLOAD: [{quoted(rest[:-2])}]")
 
     def queue(self, data: bytes) -> None:
         if self.trace:
@@ -588,26 +588,3 @@ class Client(Closing, Pacing, asyncio.Protocol):
         self.server.unregister(self)
         limits.leave(self)
         self._hang_up_socket(abort=abort)
-
-
-def _quoted(payload: bytes) -> str:
-    """A payload as the reference's trace quotes it."""
-    return json.dumps(payload.decode("utf-8", "replace"), ensure_ascii=False)
-
-
-def _describe(op: nats.Op) -> str:
-    """An operation as the control line that carried it (payloads are not traced)."""
-    if isinstance(op, nats.Pub):
-        size = len(op.payload) + (len(op.hdr) if op.hdr else 0)
-        args = [op.subject, op.reply] if op.reply else [op.subject]
-        verb = "HPUB" if op.hdr is not None else "PUB"
-        return f"{verb} {b' '.join(args).decode('utf-8', 'replace')} {size}"
-    if isinstance(op, nats.Sub):
-        queue = f" {op.queue}" if op.queue else ""
-        return f"SUB {op.subject}{queue} {op.sid.decode('utf-8', 'replace')}"
-    if isinstance(op, nats.Unsub):
-        limit = f" {op.max_msgs}" if op.max_msgs is not None else ""
-        return f"UNSUB {op.sid.decode('utf-8', 'replace')}{limit}"
-    if isinstance(op, nats.Connect):
-        return "CONNECT " + json.dumps(op.options, separators=(",", ":"))
-    return type(op).__name__.upper()
