@@ -27,7 +27,7 @@ from tests.support.cluster import (
     wait_mesh,
 )
 from tests.support.poll import poll
-from tests.support.raw import RawClient, parse_info
+from tests.support.raw import Outcome, RawClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -133,9 +133,10 @@ async def test_a_new_server_is_told_only_after_the_first_pong(make_server: MakeS
         b = make_server(*cluster_args("B", free_port(), [port]), config=ONE_ROUTE_PER_PEER)
         poll(lambda: peers(a) == {"B"}, "A routed to B")
         await raw.send("PING\r\n")
-        assert await raw.read_line() == b"PONG"
-        info = parse_info(await raw.read_line())
-        assert f"127.0.0.1:{b.port}" in info["connect_urls"]
+        assert (await raw.read_op())[0] == b"PONG"
+        assert raw.infos == []
+        assert await raw.outcome() == Outcome((), closed=False)  # the INFO came meanwhile
+        assert [f"127.0.0.1:{b.port}" in info["connect_urls"] for info in raw.infos] == [True]
     finally:
         await raw.close()
 
