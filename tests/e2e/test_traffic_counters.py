@@ -10,7 +10,6 @@ size (ids, times).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 
 from tests.support.clients import barrier
 from tests.support.http import get_json
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess, start_server
 
 COUNTERS = ("in_msgs", "in_bytes", "out_msgs", "out_bytes")
@@ -44,12 +44,18 @@ async def counters(server: ServerProcess, path: str = "/varz") -> dict[str, int]
 
 async def closed(server: ServerProcess, count: int) -> dict[str, dict[str, int]]:
     """Per-connection counters of the closed connections, by name, once all `count` are."""
-    async with asyncio.timeout(5):
-        while True:
-            conns = (await get_json(server.http_url + "/connz?state=closed"))["connections"]
-            if len(conns) >= count:
-                return {c["name"]: {key: c[key] for key in COUNTERS} for c in conns}
-            await asyncio.sleep(0.01)
+
+    async def closed_conns() -> list[dict[str, Any]]:
+        return list((await get_json(server.http_url + "/connz?state=closed"))["connections"])
+
+    conns = await poll_async(
+        closed_conns,
+        f"{count} closed connections",
+        5,
+        until=lambda conns: len(conns) >= count,
+        interval=0.01,
+    )
+    return {c["name"]: {key: c[key] for key in COUNTERS} for c in conns}
 
 
 async def scenario(server: ServerProcess) -> dict[str, Any]:

@@ -6,7 +6,6 @@ whatever got published to its reply subject. No server, no sockets.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from ingest.parser.headers import encode_headers, parse_headers
 from ingest.parser.subjects import subject_matches
 from ingest.server.jetstream import JetStream
 from log.consumers.wire import Deliveries
+from tests.support.poll import poll_async
 
 Callback = Callable[[str, str | None, bytes | None, bytes], None]
 RawCallback = Callable[[bytes, bytes, bytes | None, bytes], None]
@@ -96,9 +96,7 @@ class FakeMessaging:
         if not any(subject_matches(p, subject) for p, _ in self.subs.values()):
             return b"NATS/1.0 503\r\n\r\n", b""
         self.publish(subject, reply, hdr, data)
-        async with asyncio.timeout(5):
-            while not self.inbox[reply]:
-                await asyncio.sleep(0)
+        await poll_async(lambda: self.inbox[reply], f"an answer on {reply}", 5, interval=0)
         return self.inbox[reply][0]
 
     async def api(self, subject: str, body: Any = b"", **headers: str) -> dict[str, Any]:
@@ -198,9 +196,9 @@ async def test_max_age_expires_on_a_timer(node: tuple[JetStream, FakeMessaging])
     js, m = node
     await m.api("$JS.API.STREAM.CREATE.t", {"name": "t", "max_age": 100_000_000})
     await m.api("t", b"x")
-    async with asyncio.timeout(5):
-        while js.streams["t"].store.state().msgs:
-            await asyncio.sleep(0.01)
+    await poll_async(
+        lambda: not js.streams["t"].store.state().msgs, "t emptied by max_age", 5, interval=0.01
+    )
 
 
 async def test_update_resubscribes_and_jsz_counts(node: tuple[JetStream, FakeMessaging]) -> None:

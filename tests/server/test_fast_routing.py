@@ -26,6 +26,7 @@ from ingest.parser import fast
 from ingest.server.client import Client
 from ingest.server.options import parse_serve_args
 from ingest.server.server import Server
+from tests.support.poll import poll_async
 
 TOKENS = ("a", "b")  # few subjects, so they repeat and get learnt
 LITERAL = st.lists(st.sampled_from(TOKENS), min_size=1, max_size=3).map(".".join)
@@ -256,9 +257,7 @@ async def test_a_producer_waits_while_its_subscriber_is_backlogged(
     assert server.stalled == {sub}
     pub.data_received(b"PUB s 1\r\nx\r\n")
     assert not pub_t.reading
-    async with asyncio.timeout(1):
-        while not pub_t.reading:
-            await asyncio.sleep(0.001)
+    await poll_async(lambda: pub_t.reading, "the publisher reading again", 1, interval=0.001)
     sub_t.backlog = 0
     sub.resume_writing()
     assert not server.stalled

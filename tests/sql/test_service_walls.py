@@ -229,10 +229,12 @@ async def test_a_query_its_client_gives_up_on_is_stopped_and_others_go_on(
     argv = [str(JETLAKE), "sql", "--store", str(walled.store), ENDLESS]
     cli = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while await _queries_asked(sys_url) <= asked:  # its request reached the service
-            assert time.monotonic() < deadline and cli.poll() is None, cli.stderr
-            await asyncio.sleep(0.1)
+
+        async def reached() -> bool:
+            assert cli.poll() is None, cli.stderr
+            return await _queries_asked(sys_url) > asked
+
+        await poll_async(reached, "the CLI's request at the service", 60, interval=0.1)
         cli.send_signal(signal.SIGINT)
         assert await asyncio.to_thread(cli.wait, 60) == 130
     finally:

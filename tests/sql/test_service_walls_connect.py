@@ -25,6 +25,7 @@ from tests.sql.walls import (
     query_as,
     wait_logged,
 )
+from tests.support.poll import poll
 
 pytestmark = TIMEOUT
 
@@ -104,9 +105,8 @@ def test_spark_connect_bad_input_and_a_cancelled_query(walled: Walled) -> None:
 
     runner = threading.Thread(target=endless)
     runner.start()
-    deadline = time.monotonic() + 60
-    while not spark.interruptAll() and time.monotonic() < deadline:  # until it has started
-        time.sleep(0.2)
+    # interruptAll names what it interrupted: nothing until the query has started.
+    poll(spark.interruptAll, "the query started and interrupted", 60, interval=0.2)
     runner.join(60)
     assert not runner.is_alive() and failed, "the query went on after interruptAll"
     assert "OPERATION_CANCELED" in str(failed[0]) or "cancel" in str(failed[0]).lower()
