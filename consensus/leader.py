@@ -300,8 +300,13 @@ class LeaderRole:
     def _replicate(self, peer: NodeId, allow_empty: bool) -> None:
         """Send what `peer` is missing, as far as its inflight window allows."""
         if self._send_append(peer, allow_empty):
-            while self._progress[peer].state == ReplicaState.REPLICATE and self._send_append(
-                peer, allow_empty=False
+            pr = self._progress[peer]
+            last = self._log.last_index
+            # Past the log's end there is nothing more to send: the usual case, one APPEND.
+            while (
+                pr.state == ReplicaState.REPLICATE
+                and pr.next <= last
+                and self._send_append(peer, allow_empty=False)
             ):
                 pass
 
