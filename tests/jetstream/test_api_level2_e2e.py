@@ -16,6 +16,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from tests.conftest import Connect
+from tests.jetstream.test_sources_e2e import stream_holding
 from tests.jetstream.test_streams_e2e import api
 from tests.support.servers import ServerProcess
 
@@ -373,10 +374,7 @@ async def test_a_counter_stream_sums_the_counters_it_sources(
     assert "error" not in await api(nc, "$JS.API.STREAM.CREATE.AGG", agg)
     for subject, incr in (("ca.x", "5"), ("cb.x", "7"), ("ca.x", "-1")):
         await send(nc, subject, b"", Nats_Incr=incr)
-    for _ in range(100):  # sources copy asynchronously: poll
-        if (await api(nc, "$JS.API.STREAM.INFO.AGG"))["state"]["messages"] == 3:
-            break
-        await asyncio.sleep(0.05)
+    await stream_holding(nc, "AGG", 3)  # sources copy asynchronously
     got = await stored(nc, "AGG", 3)
     assert got is not None and got[0] == "agg.x" and got[2] == b'{"val":"11"}'
     lines = got[1].split("\r\n")  # the two sources' copies interleave in either order

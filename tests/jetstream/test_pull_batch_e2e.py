@@ -8,12 +8,11 @@ gone leaves the consumer's pending count as it was.
 
 from __future__ import annotations
 
-import asyncio
-
 import nats.errors
 import pytest
 
 from tests.conftest import Connect
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 
@@ -39,11 +38,10 @@ async def test_a_fetch_arrives_whole_and_a_pull_without_interest_takes_nothing(
 
     # A fetch whose first (no-wait) pull is answered in pieces leaves nats-py's second
     # pull waiting until it expires; the last message must not go to it.
-    async def no_pull_waits() -> None:
-        while (await other.consumer_info()).num_waiting:
-            await asyncio.sleep(0.05)
+    async def no_pull_waits() -> bool:
+        return not (await other.consumer_info()).num_waiting
 
-    await asyncio.wait_for(no_pull_waits(), 10)
+    await poll_async(no_pull_waits, "nats-py's second pull expired", 10)
     await js.publish("a3", b"last message")
     assert (await other.consumer_info()).num_pending == 1
     await other.unsubscribe()
