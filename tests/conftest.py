@@ -17,6 +17,7 @@ from typing import Any
 
 import nats
 import pytest
+from nats.aio.client import DEFAULT_FLUSH_TIMEOUT
 from nats.aio.client import Client as NATS
 
 from tests.support.servers import ServerError, ServerProcess, enabled_kinds, start_server
@@ -30,6 +31,22 @@ os.environ.setdefault("JETLAKE_SQL", "off")
 
 MakeServer = Callable[..., ServerProcess]
 Connect = Callable[..., Awaitable[NATS]]
+
+_client_flush = NATS.flush
+
+
+async def _flush_in_order(self: NATS, timeout: int = DEFAULT_FLUSH_TIMEOUT) -> None:
+    """nats-py's flush() with the protocol's barrier: the tests use flush() to know the
+    server has processed what the client sent before it, e.g. a SUB before another
+    connection publishes. nats-py 2.16 writes flush's PING to the socket at once, ahead
+    of the SUB and PUB still queued for its flusher task, so its PONG proved nothing of
+    them: under load a request from another client found no responder (the reference
+    handles each connection on its own goroutine). Push that queue out first."""
+    await self._flush_pending(force_flush=True)
+    await _client_flush(self, timeout)
+
+
+NATS.flush = _flush_in_order  # type: ignore[method-assign]
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

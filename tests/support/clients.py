@@ -20,15 +20,8 @@ FLUSH_TIMEOUT = 5.0
 
 
 async def sync(nc: NATS) -> None:
-    """Return once the server has processed everything ``nc`` sent so far.
-
-    Not just ``nc.flush()``: nats-py 2.16 writes flush's PING straight to the
-    socket while earlier SUB/PUB commands may still wait in its write buffer,
-    so the PONG can come back before they were even sent (seen as ~10% flaky
-    "message missing" failures against the reference). Pushing the buffer
-    out first restores the protocol's ordering guarantee.
-    """
-    await nc._flush_pending(force_flush=True)
+    """Return once the server has processed everything ``nc`` sent so far (the suite's
+    flush() pushes nats-py's queued commands ahead of its PING: tests/conftest.py)."""
     await nc.flush(FLUSH_TIMEOUT)
 
 
