@@ -153,8 +153,10 @@ class RaftNode:
         self._inbox: list[Message] = []
         self._ticks = 0
         self._idle = 0  # ticks the core may be handed late (`RaftCore.idle_ticks`)
-        # A hard state that only moved the commit is written once a tick (`_write`): the
-        # next one due, and the newest one held back since, written at `close`.
+        # In a `lazy_commit` group a hard state that only moved the commit is written once
+        # a tick (`_write`): the next one due, and the newest one held back since, written
+        # at `close`. Elsewhere every one is (`_commit_due` stays set).
+        self._lazy_commit = config.lazy_commit
         self._commit_due = True
         self._unwritten: HardState | None = None
         self._proposals: list[bytes] = []
@@ -541,18 +543,21 @@ class RaftNode:
     def _write(self, ready: Ready, fsync: bool) -> None:
         """Write the entries and hard state; leave their fsync to the syncer unless `fsync`.
 
-        A hard state that only moved the commit index is written once a tick: with one
-        publish at a time every Ready moves it, on the leader and (told by the next
-        APPEND) on each follower, and its write was a system call and a checksum per
-        publish on every server. What is on disk may then lag the commit by up to a
-        tick's commits after a crash (a clean `close` writes the newest), which Raft
-        allows: the commit index is volatile state in the Raft paper, every entry up to
-        it is in a quorum's logs and never replaced, so a restarted node applies the
-        entries up to its older commit at once and the rest when its leader, or its own
-        election's first commit, tells it; an application replays entries past a
-        snapshot after any restart anyway. A sync window's power cut could already lose
-        it. A term or vote is always written (and fsynced: `must_sync`). The seeded
-        simulator writes commits this way on half its seeds."""
+        In a `lazy_commit` group (a stream's) a hard state that only moved the commit
+        index is written once a tick: with one publish at a time every Ready moves it,
+        on the leader and (told by the next APPEND) on each follower, and its write was
+        a system call and a checksum per publish on every server. What is on disk may
+        then lag the commit by up to a tick's commits after a crash (a clean `close`
+        writes the newest), which Raft allows: the commit index is volatile state in the
+        Raft paper, every entry up to it is in a quorum's logs and never replaced, so a
+        restarted node applies the entries up to its older commit at once and the rest
+        when its leader, or its own election's first commit, tells it; a stream's store
+        holds what it applied, and replays past a snapshot after any restart anyway. A
+        sync window's power cut could already lose it. A group whose members act on what
+        commits (the meta group: a restarted server hosts the streams it knew at once)
+        writes every commit, and a term or vote is always written (and fsynced:
+        `must_sync`). The seeded simulator writes commits once a tick on half its nodes,
+        lazy or not."""
         store = self._store
         if ready.entries:
             store.append(ready.entries)
@@ -560,7 +565,7 @@ class RaftNode:
         if hs is not None:
             if ready.must_sync or self._commit_due:
                 store.set_hard_state(hs)
-                self._commit_due = False
+                self._commit_due = not self._lazy_commit
                 self._unwritten = None
             else:
                 self._unwritten, hs = hs, None
