@@ -370,9 +370,10 @@ class RaftNode:
         more than the step itself. So is a Ready that waits on no disk (`_now`): with
         one publish at a time that is every Ready of the round trip (a follower's
         append and answer, the leader's commit, apply and PubAck), and a wake-up of the
-        task for each was a turn of the event loop on the publish's path. A snapshot,
-        a term or vote to fsync, or entries under `always` wake the loop, which takes
-        the core's Ready as ever."""
+        task for each was a turn of the event loop on the publish's path. A follower's
+        plain APPEND is taken whole (`RaftCore.append_in_order`), its Ready made
+        without the general one's bookkeeping. A snapshot, a term or vote to fsync, or
+        entries under `always` wake the loop, which takes the core's Ready as ever."""
         core = self._core
         try:
             ticks, self._ticks = self._ticks, 0
@@ -380,19 +381,25 @@ class RaftNode:
             core.pass_idle(idle)
             for _ in range(ticks - idle):  # before msg
                 core.tick()
-            if msg is not None:
-                core.step(msg)
-            if core.needs_io() and (self._always or core.needs_wait()):
-                self._wake.set()
-                return
-            if core.has_ready():
-                ready = core.ready()
-                self._now(ready)
-                self._advance(ready)
-                if ready.committed:
-                    self._transport.flush()  # what the apply answered
-                    if self._snapshot_due():
-                        self._wake.set()  # the loop saves it, off this turn
+            ready = None
+            if msg is not None and not self._always:
+                ready = core.append_in_order(msg)
+            if ready is not None:
+                self._now(ready)  # the core advanced it
+            else:
+                if msg is not None:
+                    core.step(msg)
+                if core.needs_io() and (self._always or core.needs_wait()):
+                    self._wake.set()
+                    return
+                if core.has_ready():
+                    ready = core.ready()
+                    self._now(ready)
+                    self._advance(ready)
+            if ready is not None and ready.committed:
+                self._transport.flush()  # what the apply answered
+                if self._snapshot_due():
+                    self._wake.set()  # the loop saves it, off this turn
             self._idle = core.idle_ticks()
             self._notice_leader()
         except Exception as exc:

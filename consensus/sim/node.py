@@ -165,7 +165,12 @@ class SimNode:
                 and msg.context != TRANSFER_CONTEXT
             ):
                 self.leased = msg.src  # check-quorum's lease: this request must be ignored
-        if not (self.seed & 8 and self._quiet(core, msg)):
+        ready = core.append_in_order(msg) if self.seed & 32 else None
+        if ready is not None:  # on half the seeds, as the driver takes a plain APPEND
+            if not self._carry_out(ready):
+                return
+            self._maybe_compact()
+        elif not (self.seed & 8 and self._quiet(core, msg)):
             core.step(msg)
         from_leader = msg.type in (MessageType.APPEND, MessageType.HEARTBEAT, MessageType.SNAPSHOT)
         if from_leader and core.leader == msg.src and core.term == msg.term:
@@ -211,22 +216,8 @@ class SimNode:
             ):
                 # the driver sends such a Ready from its transport's callback, unpersisted
                 self.checker.fail(f"{self.id}: a Ready said to need no I/O holds {rd}")
-            for done, step in enumerate(READY_ORDER):
-                if done == self.crash_after:
-                    self.crash_after = None
-                    self.stop()
-                    return
-                if step is Step.PERSIST:
-                    self._persist(rd)
-                elif step is Step.SEND:
-                    # By destination (stable): the core may walk its peers in set order,
-                    # which varies with PYTHONHASHSEED; a seed must replay in any process.
-                    for msg in sorted(rd.messages, key=lambda m: m.dst):
-                        self.checker.on_send(self.id, msg, self.disk, self.floor)
-                        self._check_lease(msg)
-                        self.net.send(msg, self.checker.now)
-                else:
-                    self._apply(rd)
+            if not self._carry_out(rd):
+                return
             self.core.advance(rd)
             self._maybe_compact()
         else:
@@ -236,6 +227,26 @@ class SimNode:
         whole = self.core is not None and not self.core.held_back
         if whole and (self.disk.power_held or self.disk.lost):
             self.disk.release_hold()  # as the driver does: a restart may vote again
+
+    def _carry_out(self, rd: Ready) -> bool:
+        """Persist, send and apply in `READY_ORDER`; False if `crash_after` killed it."""
+        for done, step in enumerate(READY_ORDER):
+            if done == self.crash_after:
+                self.crash_after = None
+                self.stop()
+                return False
+            if step is Step.PERSIST:
+                self._persist(rd)
+            elif step is Step.SEND:
+                # By destination (stable): the core may walk its peers in set order,
+                # which varies with PYTHONHASHSEED; a seed must replay in any process.
+                for msg in sorted(rd.messages, key=lambda m: m.dst):
+                    self.checker.on_send(self.id, msg, self.disk, self.floor)
+                    self._check_lease(msg)
+                    self.net.send(msg, self.checker.now)
+            else:
+                self._apply(rd)
+        return True
 
     def _persist(self, rd: Ready) -> None:
         checker = self.checker

@@ -90,6 +90,13 @@ MUTATIONS = [
         ("3-always-crashes", "5-partitions"),
     ),
     Mutation(
+        "a follower's in-order path takes an APPEND that overlaps its log",
+        lambda mp: mp.setattr(
+            RaftCore, "_follows_log", lambda core, m: core._append_matches(m.index, m.log_term)
+        ),
+        ("3-partitions", "3-leader-churn"),
+    ),
+    Mutation(
         "follower commits past what it matched",
         lambda mp: mp.setattr(RaftCore, "_follower_commit_index", lambda self, c, m: c),
         ("3-window-crashes", "3-leader-churn", "5-always-crashes"),
