@@ -423,6 +423,8 @@ class QueryThread:
 
     def __init__(self, thread_name: str) -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=thread_name)
+        # The step on the thread now: it goes on when the task awaiting it is cancelled.
+        self._step: concurrent.futures.Future[Any] | None = None
         self.abandoned = False  # the client stopped answering: nobody to tell
         self.called_off: str | None = None  # why its client ended it: nobody to tell either
 
@@ -432,7 +434,12 @@ class QueryThread:
             task.cancel()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        self._step = self._pool.submit(fn, *args)
+        return await asyncio.wrap_future(self._step)
+
+    def stepping(self) -> bool:
+        """A step still runs on the query's thread (and may yet start a job)."""
+        return self._step is not None and not self._step.done()
 
 
 class _Query(QueryThread):
@@ -483,13 +490,16 @@ class _Query(QueryThread):
             yield batch, encode
 
     async def cancel(self, why: str) -> None:
-        """Stop the query's Spark jobs, and say so once none of their tasks runs any more
-        (a job is marked cancelled at once; its tasks end when they next look)."""
+        """Stop the query's Spark jobs, and say so once its thread is idle and none of their
+        tasks runs any more (a job is marked cancelled at once; its tasks end when they
+        next look). The cancel is repeated until then: a step under way when it came
+        (the plan, a collect still submitting) starts its job after it, and a job
+        cancelled before it began would run on, holding the executors' cores."""
         sc = self._spark.sparkContext
-        await asyncio.to_thread(sc.cancelJobGroup, self.group)
         deadline = time.monotonic() + _CANCEL_WAIT
         while time.monotonic() < deadline:
-            if not await asyncio.to_thread(self._tasks_running):
+            await asyncio.to_thread(sc.cancelJobGroup, self.group)
+            if not self.stepping() and not await asyncio.to_thread(self._tasks_running):
                 log.info("sql service: query %s stopped (%s): no Spark task left", self.group, why)
                 return
             await asyncio.sleep(0.1)
