@@ -268,6 +268,9 @@ async def test_a_client_of_another_account_gone_without_a_cancel_has_its_query_s
     finally:
         await nc.close()
     await wait_logged(walled.server, went, before, timeout=60)
+    # Its job holds none of the executors' cores: a query that needs them answers.
+    answer = await query_as(walled.url("a"), "SELECT sum(id) AS s FROM range(0, 1000, 1, 2)")
+    assert answer.table().column("s").to_pylist() == [499500]
 
 
 @pytest.mark.soak  # a timeout and an ack wait run out, with their jobs' cancels: ~50 s
