@@ -49,6 +49,23 @@ async def _flush_in_order(self: NATS, timeout: int = DEFAULT_FLUSH_TIMEOUT) -> N
 NATS.flush = _flush_in_order  # type: ignore[method-assign]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test run against the reference alone gets one more try; every test that runs
+    jetlake gets none. The reference's run says what clients observe there, and a timing
+    race in our test's setup against it (a close it has not yet processed, a client
+    library's own race with its fast replies) is not a difference in jetlake. A rerun
+    shows in the summary line ("N rerun"), so it is seen, and a second failure fails."""
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        kinds = (
+            {v for v in spec.params.values() if isinstance(v, str) and v in KIND_IDS}
+            if spec
+            else set()
+        )
+        if kinds == {"nats-server"}:
+            item.add_marker(pytest.mark.flaky(reruns=1))
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """Remember whether the test body failed so fixtures can dump server logs."""

@@ -7,6 +7,7 @@ places, and a place comes back when one leaves."""
 from __future__ import annotations
 
 import json
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +51,10 @@ def server(
     return MQTTServer(process, mqtt_port(process))
 
 
-def _device(server: MQTTServer, client_id: str) -> aiomqtt.Client:
+def _device(server: MQTTServer, client_id: str, timeout: float = TIMEOUT) -> aiomqtt.Client:
     return aiomqtt.Client(
         "127.0.0.1", server.mqtt_port, identifier=client_id, username="app", password="pw",
-        timeout=TIMEOUT,
+        timeout=timeout,
     )  # fmt: skip
 
 
@@ -82,7 +83,15 @@ async def test_mqtt_clients_count_against_max_connections(server: MQTTServer) ->
                 await nats.connect(url, user="app", password="pw", allow_reconnect=False)
         finally:
             await nc.close()
-        async with _device(server, "lim-c"):  # the NATS client's place
+        # The NATS client's place, once the server has seen it leave (close() does not wait).
+        async with AsyncExitStack() as stack:
+            await poll_async(
+                # A refused CONNECT gets no CONNACK: each try waits out its own timeout.
+                lambda: stack.enter_async_context(_device(server, "lim-c", timeout=1.0)),
+                "the NATS client's place back",
+                3 * TIMEOUT,
+                retry=aiomqtt.MqttError,
+            )
             with pytest.raises(nats.errors.Error, match=LIMIT):
                 await nats.connect(url, user="app", password="pw", allow_reconnect=False)
     # Both devices gone: their places come back once the server has seen them leave.
