@@ -56,6 +56,14 @@ _KIND_LIST = tuple(_KINDS[value] for value in range(len(_KINDS)))
 _TYPE_LIST = tuple(_TYPES[value] for value in range(len(_TYPES)))
 _HAS_SNAPSHOT = 2
 _HELD = 4
+# A frame without a snapshot, a context or entries: its length and head, the names, then
+# an empty context and an entry count of 0.
+_FRAME_HEAD = struct.Struct(">IBBBQQQQQ")
+_NO_CONTEXT = b"\0\0\0\0"
+_NO_CONTEXT_NO_ENTRIES = _NO_CONTEXT + b"\0\0\0\0"
+_PLAIN_SIZE = _HEAD.size + len(_NO_CONTEXT_NO_ENTRIES)  # the payload's, besides the names
+_NAMES: dict[str, bytes] = {}
+_MAX_NAMES = 1024  # node ids are few; a stray flood of names is encoded each time
 
 
 class CodecError(ValueError):
@@ -64,10 +72,62 @@ class CodecError(ValueError):
 
 def encode(msg: Message) -> bytes:
     """One frame: the length prefix and the payload."""
+    if msg.snapshot is None and not msg.context:
+        return _plain(msg)
     payload = _payload(msg)
     if len(payload) > MAX_FRAME:
         raise CodecError(f"message to {msg.dst} is {len(payload)} bytes, over {MAX_FRAME}")
     return _LEN.pack(len(payload)) + payload
+
+
+def _plain(msg: Message) -> bytes:
+    """`encode` of a message without a snapshot or a read context: an APPEND, an answer, a
+    vote. The same bytes as `_payload`'s behind their length, in fewer calls: every hop of
+    a replicated publish sends one, and Python's per-call cost is most of a hop."""
+    src, dst = _name(msg.src), _name(msg.dst)
+    flags = (_REJECT if msg.reject else 0) | (_HELD if msg.held else 0)
+    entries = msg.entries
+    try:
+        if not entries:
+            return (
+                _FRAME_HEAD.pack(
+                    _PLAIN_SIZE + len(src) + len(dst),
+                    VERSION,
+                    msg.type,
+                    flags,
+                    msg.term,
+                    msg.log_term,
+                    msg.index,
+                    msg.commit,
+                    msg.reject_hint,
+                )
+                + src
+                + dst
+                + _NO_CONTEXT_NO_ENTRIES
+            )
+        head = _HEAD.pack(
+            VERSION, msg.type, flags, msg.term, msg.log_term, msg.index, msg.commit, msg.reject_hint
+        )
+        parts = [head, src, dst, _NO_CONTEXT, _LEN.pack(len(entries))]
+        for entry in entries:
+            parts.append(_ENTRY.pack(entry.term, entry.index, entry.kind, len(entry.data)))
+            parts.append(entry.data)
+    except struct.error as exc:  # a negative or oversized number
+        raise CodecError(f"cannot encode {msg.type.name} to {msg.dst}: {exc}") from exc
+    payload = b"".join(parts)
+    if len(payload) > MAX_FRAME:
+        raise CodecError(f"message to {msg.dst} is {len(payload)} bytes, over {MAX_FRAME}")
+    return _LEN.pack(len(payload)) + payload
+
+
+def _name(node: str) -> bytes:
+    """A node id as a str field; the few a server talks to are kept encoded."""
+    raw = _NAMES.get(node)
+    if raw is None:
+        raw = _str(node)
+        if len(_NAMES) < _MAX_NAMES:
+            _NAMES[node] = raw
+    return raw
 
 
 def _payload(msg: Message) -> bytes:

@@ -19,6 +19,7 @@ from ingest.parser.routes import RMsg, RouteCodec, encode_rmsg
 from ingest.server.cluster.mesh import Cluster
 from ingest.server.cluster.raft_batch import pack, pack_beats, unpack, unpack_beats
 from ingest.server.cluster.raft_transport import RaftRoutes, frame, inbox
+from ingest.server.cluster.route import Route
 from ingest.server.cluster.settings import ClusterConfig
 
 SYS = "$SYS"
@@ -26,7 +27,8 @@ SYS = "$SYS"
 
 @dataclass(eq=False)
 class Wire:
-    """A route connection as the sending `Cluster` sees it: what `forward_run` got, framed."""
+    """A route connection as the sending `Cluster` sees it: what `forward_run` got, framed,
+    and what the route's own `forward_one` framed."""
 
     closed: bool = False
     superseded: bool = False
@@ -37,6 +39,11 @@ class Wire:
     ) -> None:
         for reply, payload in zip(replies, payloads, strict=True):
             self.sent.append(encode_rmsg(account, subject, reply, (), None, payload))
+
+    forward_one = Route.forward_one
+
+    def forward_acks(self, data: bytes, msgs: int, size: int) -> None:
+        self.sent.append(data)
 
 
 class Host:

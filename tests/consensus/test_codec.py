@@ -8,10 +8,12 @@ from hypothesis import strategies as st
 
 from consensus.codec import (
     _KIND_LIST,
+    _LEN,
     _TYPE_LIST,
     MAX_FRAME,
     CodecError,
     FrameDecoder,
+    _payload,
     _Reader,
     decode,
     encode,
@@ -62,6 +64,14 @@ messages = st.builds(
 @given(messages)
 def test_every_message_round_trips(msg: Message) -> None:
     assert decode(encode(msg)) == msg
+
+
+@given(messages)
+def test_a_message_without_snapshot_or_context_is_framed_as_the_general_path_frames_it(
+    msg: Message,
+) -> None:
+    payload = _payload(msg)
+    assert encode(msg) == _LEN.pack(len(payload)) + payload
 
 
 @given(st.lists(messages, max_size=6), st.data())

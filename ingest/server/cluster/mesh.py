@@ -397,10 +397,17 @@ class Cluster:
     def forwarder(self, account: str, subject: bytes) -> Callable[..., None] | None:
         """The sink for runs of a client's plain PUBs on `subject` when one route alone
         wants it, with no queue group (a stream's leader there): `Route.forward_run`."""
+        route = self.sole_route(account, subject)
+        return None if route is None else partial(route.forward_run, account.encode())
+
+    def sole_route(self, account: str, subject: bytes) -> Route | None:
+        """The route that alone wants `subject`, with no queue group; None if none does, or
+        more than one, or it is closing (`forwarder`'s rule, for one message at a time: a
+        Raft message to a peer's inbox, `Route.forward_one`)."""
         route = self.remote.sole_peer(subject, account) if self.routes else None
         if route is None or route.closed or route.superseded:
             return None
-        return partial(route.forward_run, account.encode())
+        return route
 
     def sole_route_below(self, account: str, prefix: bytes) -> tuple[bytes, Route] | None:
         """The account's name on the wire and the route that alone takes every subject

@@ -72,6 +72,11 @@ def pack(frames: list[bytes]) -> bytes:
     return b"".join(_LEN.pack(len(f)) + f for f in frames)
 
 
+def pack_one(frame: bytes) -> bytes:
+    """`pack([frame])`, for a message that goes at once."""
+    return _LEN.pack(len(frame)) + frame
+
+
 def unpack(data: bytes) -> list[bytes]:
     """The frames of a payload built by `pack`; `CodecError` for anything else."""
     frames = []

@@ -41,8 +41,8 @@ from ingest.server.cluster.raft_batch import (
     MAX_BEATS,
     Beat,
     Outbox,
-    pack,
     pack_beats,
+    pack_one,
     unpack,
     unpack_beats,
 )
@@ -57,7 +57,6 @@ _NAME_LEN = struct.Struct(">H")
 # Liveness and commit news, every tick of every group: gathered per peer for a turn.
 # Raft takes them reordered against the APPENDs that go at once.
 GATHERED = frozenset((MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP))
-_NO_REPLY = [b""]
 
 
 def inbox(server_name: str) -> str:
@@ -67,10 +66,15 @@ def inbox(server_name: str) -> str:
 
 
 def frame(group: str, msg: Message) -> bytes:
+    return group_head(group) + codec.encode(msg)
+
+
+def group_head(group: str) -> bytes:
+    """What goes before each of a group's messages: its name behind its length."""
     name = group.encode()
     if not name:
         raise codec.CodecError("a Raft group needs a name: an empty one marks a beats frame")
-    return _NAME_LEN.pack(len(name)) + name + codec.encode(msg)
+    return _NAME_LEN.pack(len(name)) + name
 
 
 def unframe(data: bytes) -> tuple[str, Message]:
@@ -136,18 +140,20 @@ class RaftRoutes:
         self._handlers.pop(group, None)
         self._beat_handlers.pop(group, None)
 
-    def send(self, group: str, msg: Message) -> None:
+    def send(self, group: str, msg: Message, head: bytes | None = None) -> None:
+        """`msg` of `group` to its peer; `head` is `group_head(group)`, when the caller keeps
+        it (a group's transport), so that it is not encoded per message."""
         if msg.type in GATHERED and not msg.context:
             value = msg.commit if msg.type == MessageType.HEARTBEAT else msg.index
             self._beat(msg.dst, (group, msg.type, msg.term, value))
             return
         try:
-            data = frame(group, msg)
+            data = (head or group_head(group)) + codec.encode(msg)
         except codec.CodecError as exc:
             log.error("Raft group %s: cannot send to %s: %s", group, msg.dst, exc)
             return
         if msg.type not in GATHERED:
-            self._publish(msg.dst, pack([data]))
+            self._publish(msg.dst, pack_one(data))
             return
         self._gather()
         self._outbox.add(msg.dst, data)
@@ -185,11 +191,11 @@ class RaftRoutes:
         server = self._server
         system = server.accounts.system_account
         cluster = server.cluster
-        route = cluster.forwarder(system.name, subjects[1]) if cluster is not None else None
+        route = cluster.sole_route(system.name, subjects[1]) if cluster is not None else None
         if route is None:
             server.publish(subjects[0], None, None, payload, account=system)
         else:
-            route(subjects[1], _NO_REPLY, [payload])
+            route.forward_one(system.name.encode(), subjects[1], payload)
 
     def flush(self) -> None:
         """Write out everything the server queued, the Raft messages among them (and what
@@ -256,6 +262,7 @@ class GroupTransport:
     def __init__(self, routes: RaftRoutes, group: str) -> None:
         self._routes = routes
         self._group = group
+        self._head = group_head(group) if group else None  # RaftRoutes.send names an empty one
 
     @property
     def id(self) -> NodeId:
@@ -265,7 +272,7 @@ class GroupTransport:
         self._routes.register(self._group, handler, beat)
 
     def send(self, msg: Message) -> None:
-        self._routes.send(self._group, msg)
+        self._routes.send(self._group, msg, self._head)
 
     def flush(self) -> None:
         self._routes.flush()

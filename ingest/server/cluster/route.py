@@ -430,6 +430,11 @@ class Route(PeerLink, asyncio.Protocol):
         )
         self.forward_acks(data, len(payloads), sum(map(len, payloads)))
 
+    def forward_one(self, account: bytes, subject: bytes, payload: bytes) -> None:
+        """`forward_run` of one message without a reply."""
+        data = b"RMSG %b %b %d\r\n%b\r\n" % (account, subject, len(payload), payload)
+        self.forward_acks(data, 1, len(payload))
+
     def flush(self) -> None:
         self._dirty = False
         self._write_out()
