@@ -361,6 +361,15 @@ class RaftCore(ElectionRole, LeaderRole):
         log.stable_to(last, entries[-1].term)
         return rd
 
+    def in_order(self, msg: Message) -> Ready | None:
+        """`append_in_order` of an APPEND, `answer_in_order` of its answer; None for any
+        other message, or one that is not plain: `step` it."""
+        if msg.type == T.APPEND:
+            return self.append_in_order(msg)
+        if msg.type == T.APPEND_RESP:
+            return self.answer_in_order(msg)
+        return None
+
     def _follows_log(self, msg: Message) -> bool:
         """The APPEND's entries go right after this node's last entry: no gap, no overlap."""
         return msg.index == self._log.last_index and self._append_matches(msg.index, msg.log_term)

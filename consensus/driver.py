@@ -371,9 +371,10 @@ class RaftNode:
         one publish at a time that is every Ready of the round trip (a follower's
         append and answer, the leader's commit, apply and PubAck), and a wake-up of the
         task for each was a turn of the event loop on the publish's path. A follower's
-        plain APPEND is taken whole (`RaftCore.append_in_order`), its Ready made
-        without the general one's bookkeeping. A snapshot, a term or vote to fsync, or
-        entries under `always` wake the loop, which takes the core's Ready as ever."""
+        plain APPEND and the leader's plain answer to one are taken whole
+        (`RaftCore.in_order`), their Ready made without the general one's bookkeeping.
+        A snapshot, a term or vote to fsync, or entries under `always` wake the loop,
+        which takes the core's Ready as ever."""
         core = self._core
         try:
             ticks, self._ticks = self._ticks, 0
@@ -383,7 +384,7 @@ class RaftNode:
                 core.tick()
             ready = None
             if msg is not None and not self._always:
-                ready = core.append_in_order(msg)
+                ready = core.in_order(msg)
             if ready is not None:
                 self._now(ready)  # the core advanced it
             else:

@@ -165,8 +165,8 @@ class SimNode:
                 and msg.context != TRANSFER_CONTEXT
             ):
                 self.leased = msg.src  # check-quorum's lease: this request must be ignored
-        ready = core.append_in_order(msg) if self.seed & 32 else None
-        if ready is not None:  # on half the seeds, as the driver takes a plain APPEND
+        ready = core.in_order(msg) if self.seed & 32 else None
+        if ready is not None:  # on half the seeds, as the driver takes a plain APPEND or answer
             if not self._carry_out(ready):
                 return
             self._maybe_compact()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from consensus.core import RaftCore
+from consensus.progress import ReplicaState
 from consensus.sim import node as node_module
 from consensus.sim.invariants import Violation
 from consensus.sim.node import Step
@@ -93,6 +94,19 @@ MUTATIONS = [
         "a follower's in-order path takes an APPEND that overlaps its log",
         lambda mp: mp.setattr(
             RaftCore, "_follows_log", lambda core, m: core._append_matches(m.index, m.log_term)
+        ),
+        ("3-partitions", "3-leader-churn"),
+    ),
+    Mutation(
+        "the leader's in-order path counts a refusal as the follower holding the entries",
+        lambda mp: mp.setattr(
+            RaftCore,
+            "_acked_in_order",
+            lambda core, pr, m: (
+                pr.state == ReplicaState.REPLICATE
+                and pr.match < m.index <= core.last_index
+                and pr.next > core.last_index
+            ),
         ),
         ("3-partitions", "3-leader-churn"),
     ),
