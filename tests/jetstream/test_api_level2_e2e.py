@@ -18,6 +18,7 @@ from nats.aio.client import Client as NATS
 from tests.conftest import Connect
 from tests.jetstream.test_sources_e2e import stream_holding
 from tests.jetstream.test_streams_e2e import api
+from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
 
@@ -283,14 +284,12 @@ async def test_a_schedule_publishes_on_its_target_and_a_one_off_retires(
         X_Custom="kept",
     )
     assert ack == {"stream": "S", "seq": 1}
-    fired = None
-    for _ in range(100):  # the firing is the server's own publish: poll for it
-        info = await api(nc, "$JS.API.STREAM.INFO.S", {"subjects_filter": ">"})
-        if info["state"].get("subjects") == {"s.target": 1}:
-            fired = await stored(nc, "S", 2)
-            break
-        await asyncio.sleep(0.1)
-    assert fired == (
+    await poll_async(  # the firing is the server's own publish
+        lambda: api(nc, "$JS.API.STREAM.INFO.S", {"subjects_filter": ">"}),
+        "the schedule to fire",
+        until=lambda info: info["state"].get("subjects") == {"s.target": 1},
+    )
+    assert await stored(nc, "S", 2) == (
         "s.target",
         "NATS/1.0\r\nX-Custom: kept\r\nNats-Scheduler: s.once\r\n"
         "Nats-Schedule-Next: purge\r\nNats-TTL: 5m\r\n\r\n",
@@ -348,11 +347,11 @@ async def test_a_pull_request_nobody_listens_to_takes_no_message(
     for _ in range(3):
         await nc.publish("df.a", b"m")
     await nc.flush()
-    for _ in range(50):  # the stream takes them asynchronously: poll
-        info = await js.consumer_info("DF", "C")
-        if info.num_pending == 3:
-            break
-        await asyncio.sleep(0.05)
+    info = await poll_async(  # the stream takes them asynchronously
+        lambda: js.consumer_info("DF", "C"),
+        "the consumer to count all three",
+        until=lambda i: i.num_pending + i.num_ack_pending == 3,
+    )
     assert (info.num_pending, info.num_ack_pending, info.delivered.consumer_seq) == (3, 0, 0)
     fetched = await js.pull_subscribe_bind("C", stream="DF")
     assert len(await fetched.fetch(3, timeout=5)) == 3
