@@ -224,7 +224,7 @@ async def _quiet_error(exc: Exception) -> None:
 
 
 @pytest.fixture
-def jetlake_js(tmp_path: Path) -> Iterator[ServerProcess]:
+def jetlake_js(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     """jetlake alone with JetStream on, for what only jetlake promises (its own files, kill -9).
 
     The store is ``tmp_path / "store"``.
@@ -233,3 +233,4 @@ def jetlake_js(tmp_path: Path) -> Iterator[ServerProcess]:
     yield server
     if server.running:
         server.stop()
+    print_logs_if_failed(request, [server])
