@@ -47,10 +47,14 @@ async def _origin_seqs(nc: NATS, stream: str) -> list[int]:
 async def _drained(
     nc: NATS, origin: str, copies: dict[str, int], timeout: float = 15, emptied: float = 15
 ) -> None:
-    """Each copy holds its count of messages, then the origin holds none."""
+    """Each copy holds its count of messages, then the origin holds none. A failure shows
+    the copy's last stream info (its state, and its link's lag and error)."""
     for stream, count in copies.items():
         await poll_async(
-            lambda s=stream, n=count: _has(nc, s, n), f"{stream} never held {count}", timeout
+            lambda s=stream: api(nc, f"$JS.API.STREAM.INFO.{s}"),
+            f"{stream} never held {count}",
+            timeout,
+            until=lambda info, n=count: info["state"]["messages"] >= n,
         )
     await poll_async(lambda: _empty(nc, origin), f"{origin} kept messages", emptied)
 
