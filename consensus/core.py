@@ -25,17 +25,25 @@ because Readies are carried out in order and a `Ready`'s entries are persisted
 before its messages leave and before anything is applied: a commit index that
 counted an unpersisted entry of the leader's is never seen outside before it is.
 
-Elections (votes, campaigns, and the holds that keep a node that may have lost
-acknowledged entries out of them) live in `consensus.election`.
+`RaftCore` keeps the state, the inputs and the Ready contract; its roles are
+mixins that share that state: elections (votes, campaigns, and the holds that
+keep a node that may have lost acknowledged entries out of them) in
+`consensus.election`, the leader's replication and commit counting in
+`consensus.leader`, the follower's handling of its leader's messages in
+`consensus.follower`, and the plain-message paths that skip the Ready round
+(`append_in_order`, `answer_in_order`, `in_order`, the quiet heartbeats) in
+`consensus.in_order`.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from consensus.election import TRANSFER_CONTEXT, ElectionRole
+from consensus.follower import FollowerRole
+from consensus.in_order import InOrderPaths
 from consensus.leader import LeaderRole
 from consensus.membership import Membership, check_change, decode_change
 from consensus.progress import Progress
@@ -90,7 +98,7 @@ class Config:
     seed: int = 0  # seeds the core's own random.Random (deterministic runs)
 
 
-class RaftCore(ElectionRole, LeaderRole):
+class RaftCore(ElectionRole, LeaderRole, FollowerRole, InOrderPaths):
     def __init__(
         self, config: Config, voters: Iterable[NodeId], restored: Restored = FRESH
     ) -> None:
@@ -293,87 +301,6 @@ class RaftCore(ElectionRole, LeaderRole):
         else:
             self._step_candidate(msg)
 
-    def quiet_heartbeat(self, src: NodeId, term: int, commit: int) -> int | None:
-        """A heartbeat without a read round that tells this follower nothing new: its
-        leader's, in its term, with a commit it knows, nothing queued ahead of its
-        answer. Taken as `step` would (the election timer restarts) but with no Message
-        and no Ready: the index to answer with (`HEARTBEAT_RESP`'s), or None if it is not
-        that plain: then `step` the whole message. An idle group's followers get two a
-        second each, and most of their cost was building and stepping messages."""
-        if (
-            self._role != Role.FOLLOWER
-            or term != self._term
-            or src != self._leader
-            or self._msgs
-            or min(commit, self._log.last_index) > self._commit
-        ):
-            return None
-        self._election_elapsed = 0
-        return self._log.last_index
-
-    def append_in_order(self, msg: Message) -> Ready | None:
-        """A follower's plain APPEND taken whole, without `step`, `ready` and `advance`:
-        the Ready it makes, already advanced, for the caller to carry out in the
-        contract's order (write the entries and hard state, send the answer, apply what
-        committed); None if it is not that plain, and nothing changed: `step` it.
-
-        Plain: its leader's, in its term, with entries that follow this node's last
-        entry, whose term it names (`_follows_log`), while nothing else is under way
-        (no Ready out, nothing queued, unwritten, unapplied or held back). With one
-        publish at a time every APPEND a follower gets is one, and building the general
-        Ready around it was a third of the follower's Raft part. What it does is what
-        `step` and `ready` would: the election timer restarts, the entries are appended,
-        the commit moves as far as the leader's and the entries allow."""
-        log = self._log
-        last = log.last_index
-        if (
-            msg.type != T.APPEND
-            or not msg.entries
-            or self._role != Role.FOLLOWER
-            or msg.term != self._term
-            or msg.src != self._leader
-            or msg.dst != self._id
-            or self._outstanding is not None
-            or self._msgs
-            or self._read_states
-            or self._pending_snapshot is not None
-            or log.unstable_from <= last
-            or self._applied != self._commit
-            or self._hs_changed()
-            or self.held_back
-            or not self._follows_log(msg)
-            or not well_formed(msg)
-        ):
-            return None
-        self._election_elapsed = 0
-        entries = list(msg.entries)
-        log.append(entries)
-        self._settle_conf(entries)
-        last = log.last_index
-        answer = Message(T.APPEND_RESP, self._id, msg.src, self._term, index=last)
-        rd = Ready(entries=entries, messages=[answer])
-        commit = self._follower_commit_index(msg.commit, last)
-        if commit > self._commit:
-            rd.committed = log.slice(self._commit + 1, commit + 1)
-            self._commit_to(commit)
-            rd.hard_state = self._prev_hs = HardState(self._term, self._vote, commit)
-            self._applied = commit
-        log.stable_to(last, entries[-1].term)
-        return rd
-
-    def in_order(self, msg: Message) -> Ready | None:
-        """`append_in_order` of an APPEND, `answer_in_order` of its answer; None for any
-        other message, or one that is not plain: `step` it."""
-        if msg.type == T.APPEND:
-            return self.append_in_order(msg)
-        if msg.type == T.APPEND_RESP:
-            return self.answer_in_order(msg)
-        return None
-
-    def _follows_log(self, msg: Message) -> bool:
-        """The APPEND's entries go right after this node's last entry: no gap, no overlap."""
-        return msg.index == self._log.last_index and self._append_matches(msg.index, msg.log_term)
-
     def propose(self, data: Sequence[bytes]) -> int:
         self._check_leader()
         if self._transferee is not None:
@@ -555,16 +482,6 @@ class RaftCore(ElectionRole, LeaderRole):
         elif msg.type == T.PRE_VOTE:
             self._send(T.PRE_VOTE_RESP, msg.src, reject=True)
 
-    def _step_follower(self, msg: Message) -> None:
-        if msg.type in (T.APPEND, T.HEARTBEAT, T.SNAPSHOT):
-            self._election_elapsed = 0
-            self._leader = msg.src
-            self._receive_from_leader(msg)
-        elif msg.type == T.TIMEOUT_NOW:
-            self._hup(forced=True)
-        elif msg.type == T.READ_INDEX_RESP:
-            self._read_states.append(ReadState(msg.index, msg.context))
-
     def _step_candidate(self, msg: Message) -> None:
         if msg.type in (T.APPEND, T.HEARTBEAT, T.SNAPSHOT):
             self._become_follower(self._term, msg.src)
@@ -574,77 +491,6 @@ class RaftCore(ElectionRole, LeaderRole):
                 self._poll(msg.src, granted=not msg.reject, held=msg.held)
         elif msg.type == T.VOTE_RESP and self._role == Role.CANDIDATE:
             self._poll(msg.src, granted=not msg.reject, held=msg.held)
-
-    def _receive_from_leader(self, msg: Message) -> None:
-        if msg.type == T.APPEND:
-            self._handle_append(msg)
-        elif msg.type == T.HEARTBEAT:
-            self._commit_follower(self._follower_commit_index(msg.commit, self._log.last_index))
-            self._send(T.HEARTBEAT_RESP, msg.src, index=self._log.last_index, context=msg.context)
-        else:
-            self._handle_snapshot(msg)
-
-    def _handle_append(self, msg: Message) -> None:
-        if msg.index < self._commit:
-            msg = self._past_commit(msg)
-            if msg.index < self._commit:
-                self._send(T.APPEND_RESP, msg.src, index=self._commit)
-                return
-        if self._append_matches(msg.index, msg.log_term):
-            changed = self._log.merge(msg.entries, self._commit)
-            if changed is None:
-                return
-            self._conf_scan = min(self._conf_scan, changed - 1)
-            self._settle_conf(msg.entries)
-            last_new = msg.index + len(msg.entries)
-            self._commit_follower(self._follower_commit_index(msg.commit, last_new))
-            self._send(T.APPEND_RESP, msg.src, index=last_new)
-            return
-        if msg.index > self._log.last_index:
-            hint, log_term = self._log.last_index + 1, 0
-        else:
-            hint = max(self._log.first_index_of_term(msg.index), self._commit + 1)
-            log_term = self._log.term_at(msg.index) or 0
-        self._send(
-            T.APPEND_RESP,
-            msg.src,
-            index=msg.index,
-            reject=True,
-            reject_hint=hint,
-            log_term=log_term,
-        )
-
-    def _past_commit(self, msg: Message) -> Message:
-        """The part of an APPEND after this node's commit, as if sent from there. Entries up
-        to the commit are the same in every log that has them, so the rest can be taken:
-        a leader's farewell to a node it removed (sent once, from where the leader last
-        knew the node to be) must bring the removal even to a node that has committed
-        further since."""
-        skip = self._commit - msg.index
-        term = self._log.term_at(self._commit)
-        if len(msg.entries) <= skip or term is None:
-            return msg
-        return replace(msg, index=self._commit, log_term=term, entries=msg.entries[skip:])
-
-    def _handle_snapshot(self, msg: Message) -> None:
-        snapshot = msg.snapshot
-        assert snapshot is not None  # well_formed checked it
-        meta = snapshot.meta
-        if meta.index <= self._commit:
-            self._send(T.APPEND_RESP, msg.src, index=self._commit)
-            return
-        if self._append_matches(meta.index, meta.term):
-            self._commit_follower(meta.index)
-        else:
-            self._log.restore(meta.index, meta.term)
-            self._membership.restore(meta.conf)
-            self._commit = self._conf_scan = meta.index
-            self._snapshot = self._pending_snapshot = snapshot
-        self._send(T.APPEND_RESP, msg.src, index=meta.index)
-
-    def _commit_follower(self, index: int) -> None:
-        if index > self._commit:
-            self._commit_to(index)
 
     def _commit_to(self, index: int) -> None:
         """Move the commit index and put committed membership changes into force."""

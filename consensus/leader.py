@@ -20,17 +20,14 @@ from consensus.types import (
     ConfOp,
     Entry,
     EntryKind,
-    HardState,
     Message,
     MessageType,
     NodeId,
     NotLeaderError,
     ReadState,
-    Ready,
     Role,
     Snapshot,
 )
-from consensus.wellformed import well_formed
 
 if TYPE_CHECKING:
     from consensus.core import Config
@@ -44,13 +41,9 @@ class LeaderRole:
     _term: int
     _role: Role
     _leader: NodeId | None
-    _vote: NodeId | None
     _log: RaftLog
     _membership: Membership
     _commit: int
-    _applied: int
-    _prev_hs: HardState
-    _outstanding: Ready | None
     _msgs: list[Message]
     _read_states: list[ReadState]
     _snapshot: Snapshot | None
@@ -71,7 +64,6 @@ class LeaderRole:
         def _commit_to(self, index: int) -> None: ...
         def _has_quorum(self, ids: Iterable[NodeId]) -> bool: ...
         def _send(self, kind: MessageType, to: NodeId, **fields: object) -> None: ...
-        def _hs_changed(self) -> bool: ...
 
     def _commit_term_ok(self, index: int) -> bool:
         """Counting replicas commits only entries of the current term (Figure 8)."""
@@ -194,85 +186,6 @@ class LeaderRole:
                 self._replicate(msg.src, allow_empty=True)
             if msg.context:
                 self._confirm_read(msg.context, msg.src)
-
-    def quiet_answer(self, src: NodeId, term: int, index: int) -> bool:
-        """A heartbeat's answer without a read round from a follower that holds the whole
-        log, in this leader's term: it only says the follower is alive. Taken as `step`
-        would, with no Message; False if it is not that plain (a lagging or cut log, a
-        full window to unblock): then `step` the whole message."""
-        if self._role != Role.LEADER or term != self._term:
-            return False
-        pr = self._progress.get(src)
-        last = self._log.last_index
-        if (
-            pr is None
-            or pr.match != last
-            or index < last
-            or (pr.state == ReplicaState.REPLICATE and len(pr.inflight) >= self._cfg.max_inflight)
-        ):
-            return False
-        pr.recent_active = True
-        pr.probe_sent = False
-        return True
-
-    def answer_in_order(self, msg: Message) -> Ready | None:
-        """A leader's plain APPEND answer taken whole, without `step`, `ready` and
-        `advance`: the Ready it makes, already advanced (the commit's hard state and the
-        entries to apply; empty when it moves no commit), for the caller to carry out in
-        the contract's order; None if it is not that plain, and nothing changed: `step` it.
-
-        Plain: an acceptance in this leader's term, news from a follower it streams to
-        with nothing left to send it (`_acked_in_order`), under `lazy_commit` (no empty
-        APPEND for the commit), while nothing else is under way: no Ready out, nothing
-        queued, unwritten or unapplied, no membership change past the commit (so none
-        takes effect here), no leader transfer, no read waiting for the commit. With one
-        publish at a time both answers to each are: the first commits it, the second
-        moves nothing. What it does is what `step` and `ready` would: the follower is
-        active, its match moves, and the commit moves to what a quorum holds."""
-        log = self._log
-        if (
-            msg.type != T.APPEND_RESP
-            or self._role != Role.LEADER
-            or msg.term != self._term
-            or msg.dst != self._id
-            or not self._cfg.lazy_commit
-            or self._outstanding is not None
-            or self._msgs
-            or self._read_states
-            or self._reads_waiting
-            or self._transferee is not None
-            or self._pending_conf_index > self._commit
-            or log.unstable_from <= log.last_index
-            or self._applied != self._commit
-            or self._hs_changed()
-        ):
-            return None
-        pr = self._progress.get(msg.src)
-        if pr is None or not self._acked_in_order(pr, msg) or not well_formed(msg):
-            return None
-        pr.recent_active = True
-        pr.acknowledge(msg.index)
-        rd = Ready()
-        if msg.index > self._commit:  # at or below it, it cannot move it (`_handle_ack`)
-            index = self._quorum_index()
-            if index > self._commit and self._commit_term_ok(index):
-                rd.committed = log.slice(self._commit + 1, index + 1)
-                self._commit_to(index)
-                rd.hard_state = self._prev_hs = HardState(self._term, self._vote, index)
-                self._applied = index
-        return rd
-
-    def _acked_in_order(self, pr: Progress, msg: Message) -> bool:
-        """The answer accepts entries the follower did not hold, all of them sent by this
-        leader, and the follower has been sent the log's end: its match moves, nothing
-        more goes to it."""
-        last = self._log.last_index
-        return (
-            not msg.reject
-            and pr.state == ReplicaState.REPLICATE
-            and pr.match < msg.index <= last
-            and pr.next > last
-        )
 
     def _next_guess(self, msg: Message) -> int:
         """Where to retry after a rejection: past the leader's last entry of the
