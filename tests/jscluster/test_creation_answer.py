@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from ingest.server.jetstream.cluster.controller import Hosted, JetStreamCluster
+from ingest.server.jetstream.cluster.controller import JetStreamCluster
+from ingest.server.jetstream.cluster.hosting import Hosted
 from ingest.server.jetstream.cluster.meta import MetaState
 from ingest.server.jetstream.cluster.requests import ClusterRequests
 from log.errors import ApiError

@@ -32,7 +32,7 @@ from consensus.types import ConfChange, ConfOp, RaftError, Role
 from ingest.server.jetstream.cluster.groups import change_membership
 
 if TYPE_CHECKING:
-    from ingest.server.jetstream.cluster.controller import Hosted
+    from ingest.server.jetstream.cluster.hosting import Hosted
     from ingest.server.jetstream.cluster.meta import StreamAssignment
     from ingest.server.jetstream.cluster.peer_requests import PeerRequests
 
