@@ -2,12 +2,13 @@
 
 `RaftCore` inherits this; it shares the core's state (declared below, initialised
 in `RaftCore.__init__`). Each path does exactly what `step`, `ready` and `advance`
-would for one plain message and returns None, having changed nothing, for any
-other: their preconditions ("nothing else under way") are kept side by side here
-so they can be checked against each other. With one publish at a time nearly
-every APPEND, its answer and an idle group's heartbeats are plain, and building
-the general Ready around each was much of the Raft part's cost. The simulator
-takes them on half its nodes, so a path that differs from the general one shows.
+would for one plain message and declines any other (None, or False from
+`quiet_answer`) having changed nothing: their preconditions ("nothing else under
+way") are kept side by side here so they can be checked against each other. With
+one publish at a time nearly every APPEND, its answer and an idle group's
+heartbeats are plain, and building the general Ready around each was much of the
+Raft part's cost. The simulator takes them on half its seeds, so a path that
+differs from the general one shows.
 """
 
 from __future__ import annotations
