@@ -451,11 +451,15 @@ class Stream:
             stored()
 
     def _apply(self, entries: list[Entry]) -> None:
-        if self._replicated:
-            publishes = unpack_runs(entries, keep_raw=self._applier.takes_rows)
-        else:
-            publishes = entries
-        self._applier.apply(publishes, self._group.committed, len(entries))
+        """A lone RawRun the applier takes whole (a replica's usual entry: one client read's
+        publishes) goes to it as it is; anything else with its Runs unpacked."""
+        applier = self._applier
+        publishes = entries
+        if self._replicated and not (
+            len(entries) == 1 and type(entries[0]) is RawRun and applier.takes_rows
+        ):
+            publishes = unpack_runs(entries, keep_raw=applier.takes_rows)
+        applier.apply(publishes, self._group.committed, len(entries))
 
     def _settle_published(self, run: list[Publish]) -> None:
         following = not self._accepting

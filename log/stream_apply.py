@@ -102,6 +102,10 @@ class Applier:
         # Per-subject trimming can shrink the bytes newer than a message, so with both
         # limits the outcome of a run would depend on where batches split: go one by one.
         self._limit_each = config.max_bytes > 0 and config.max_msgs_per_subject > 0
+        # Whether an append may pass a limit (`enforce_limits` has work): most streams not.
+        self._limited = config.max_msgs_per_subject > 0 or (
+            config.discard == "old" and (config.max_msgs > 0 or config.max_bytes > 0)
+        )
         # A RawRun goes to the store whole unless apply must see each message: a mirror's
         # gaps, schedules, limits enforced one by one.
         self.takes_rows = not (
@@ -176,7 +180,10 @@ class Applier:
         `counted` how many of its entries they are (a Run's publishes are one).
         """
         self.committed_seq(committed)  # settle what committed since: marks stay few
-        self._apply_all(entries)
+        if len(entries) == 1 and type(entries[0]) is RawRun:  # the common entry: one read's run
+            self._apply_raw(entries[0])
+        else:
+            self._apply_all(entries)
         self._entries += counted
         self._marks.append((self._entries, self._applied_seq))
 
@@ -222,7 +229,8 @@ class Applier:
         if last > self._applied_seq:
             self._applied_seq = last
         self._applied_rows(run, last)
-        self.enforce_limits(set(rows.subjects))
+        if self._limited:
+            self.enforce_limits(set(rows.subjects))
 
     def _apply_publishes(self, run: list[Publish], *, gaps: bool = False) -> None:
         """Append what the store does not hold yet (a replay skips what it does); with
@@ -249,7 +257,7 @@ class Applier:
         if last.seq > self._applied_seq:
             self._applied_seq = last.seq
         self._applied(run)
-        if fresh:
+        if fresh and self._limited:
             self.enforce_limits({e.msg.subject for e in fresh})
 
     def _append(self, run: list[Publish]) -> None:
