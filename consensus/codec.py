@@ -28,6 +28,7 @@ named is always its own.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 from consensus.types import (
     ConfState,
@@ -89,35 +90,30 @@ def _plain(msg: Message) -> bytes:
     entries = msg.entries
     try:
         if not entries:
-            return (
-                _FRAME_HEAD.pack(
-                    _PLAIN_SIZE + len(src) + len(dst),
-                    VERSION,
-                    msg.type,
-                    flags,
-                    msg.term,
-                    msg.log_term,
-                    msg.index,
-                    msg.commit,
-                    msg.reject_hint,
-                )
-                + src
-                + dst
-                + _NO_CONTEXT_NO_ENTRIES
-            )
-        head = _HEAD.pack(
-            VERSION, msg.type, flags, msg.term, msg.log_term, msg.index, msg.commit, msg.reject_hint
-        )
-        parts = [head, src, dst, _NO_CONTEXT, _LEN.pack(len(entries))]
-        for entry in entries:
-            parts.append(_ENTRY.pack(entry.term, entry.index, entry.kind, len(entry.data)))
-            parts.append(entry.data)
+            size = _PLAIN_SIZE + len(src) + len(dst)
+            fields = msg.type, flags, msg.term, msg.log_term, msg.index, msg.commit, msg.reject_hint
+            return _FRAME_HEAD.pack(size, VERSION, *fields) + src + dst + _NO_CONTEXT_NO_ENTRIES
+        parts = [_HEAD.pack(VERSION, *_fields(msg, flags)), src, dst, _NO_CONTEXT]
+        _add_entries(parts, entries)
     except struct.error as exc:  # a negative or oversized number
         raise CodecError(f"cannot encode {msg.type.name} to {msg.dst}: {exc}") from exc
     payload = b"".join(parts)
     if len(payload) > MAX_FRAME:
         raise CodecError(f"message to {msg.dst} is {len(payload)} bytes, over {MAX_FRAME}")
     return _LEN.pack(len(payload)) + payload
+
+
+def _fields(msg: Message, flags: int) -> tuple[int, ...]:
+    """The head's fields after the version, in `_HEAD`'s order (`_plain` spells them out
+    for an answer, the most frequent message, to save the call)."""
+    return (msg.type, flags, msg.term, msg.log_term, msg.index, msg.commit, msg.reject_hint)
+
+
+def _add_entries(parts: list[bytes], entries: Sequence[Entry]) -> None:
+    parts.append(_LEN.pack(len(entries)))
+    for entry in entries:
+        parts.append(_ENTRY.pack(entry.term, entry.index, entry.kind, len(entry.data)))
+        parts.append(entry.data)
 
 
 def _name(node: str) -> bytes:
@@ -137,25 +133,9 @@ def _payload(msg: Message) -> bytes:
         | (_HELD if msg.held else 0)
     )
     try:
-        parts = [
-            _HEAD.pack(
-                VERSION,
-                msg.type,
-                flags,
-                msg.term,
-                msg.log_term,
-                msg.index,
-                msg.commit,
-                msg.reject_hint,
-            ),
-            _str(msg.src),
-            _str(msg.dst),
-            _blob(msg.context),
-            _LEN.pack(len(msg.entries)),
-        ]
-        for entry in msg.entries:
-            parts.append(_ENTRY.pack(entry.term, entry.index, entry.kind, len(entry.data)))
-            parts.append(entry.data)
+        head = _HEAD.pack(VERSION, *_fields(msg, flags))
+        parts = [head, _str(msg.src), _str(msg.dst), _blob(msg.context)]
+        _add_entries(parts, msg.entries)
         if msg.snapshot is not None:
             meta = msg.snapshot.meta
             parts.append(_SNAP.pack(meta.index, meta.term))
