@@ -297,3 +297,30 @@ async def test_a_full_source_leaves_the_rest_in_the_work_queue(
     await js.purge_stream("S")
     await _drained(nc, "WQ", {"S": 2}, timeout=30, emptied=30)
     assert await _origin_seqs(nc, "S") == [3, 4]
+
+
+async def test_a_mirror_acknowledges_what_a_rewound_reader_sends_again(
+    jetlake_js: ServerProcess,
+    connect: Connect,
+) -> None:
+    """The origin's reader goes back below what the mirror holds (reset here; after a kill
+    -9, its ack floor on disk can lag the committed copies) and sends more than its
+    max_ack_pending (1,000) of them again: the mirror's flow-control answers acknowledge
+    those deliveries, not its own newer copies, which the origin ignores as never
+    delivered, so the reader was stuck for good. jetlake only: it resets its own reader,
+    and a kill -9 of the reference loses mirror copies (see the test above)."""
+    nc = await connect(jetlake_js)
+    js = nc.jetstream()
+    await js.add_stream(name="WQ", subjects=["w"], retention="workqueue")
+    await _mirror_and_source(nc, "WQ")
+    await poll_async(lambda: _acked(nc, "WQ", SOURCE, 0), "no sourcing consumer")
+    until = "2099-01-01T00:00:00Z"  # the paused source keeps every message in the queue
+    await api(nc, f"$JS.API.CONSUMER.PAUSE.WQ.{SOURCE}", {"pause_until": until})
+    acks = [await js.publish_async("w", b"%d" % i) for i in range(1200)]  # type: ignore[attr-defined]
+    await asyncio.gather(*acks)
+    await poll_async(lambda: _acked(nc, "WQ", MIRROR, 1200), "the mirror did not acknowledge")
+    reset = await api(nc, f"$JS.API.CONSUMER.RESET.WQ.{MIRROR}", {"seq": 1})
+    assert "error" not in reset, reset
+    await js.publish("w", b"1200")
+    await poll_async(lambda: _has(nc, "M", 1201), "the mirror copied nothing after the reset")
+    await poll_async(lambda: _acked(nc, "WQ", MIRROR, 1201), "the mirror did not acknowledge")

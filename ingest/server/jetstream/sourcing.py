@@ -67,6 +67,10 @@ class ConsumerFeed:
         self._metadata = metadata
         self.sseq = 0  # origin seq of the newest delivery taken (copied or filtered out)
         self.dseq = 0  # its delivery number
+        # Origin seq of the newest delivery in this numbering, one copied before included:
+        # what a flow-control answer acknowledges. Below `sseq` while a rewound durable
+        # resends what is here already, and the origin ignores an ack past its deliveries.
+        self.confirmable = 0
         self.lag = 0
         self._fresh = True  # the first delivery of a new consumer sets the numbering
         self.consumer = ""  # the name the origin gave it
@@ -74,7 +78,7 @@ class ConsumerFeed:
         self._inbox: object | None = None  # while a create request is unanswered
         self._retired = False  # its consumer is to be deleted
         self._fails = 0  # create requests refused in a row
-        self._taking: tuple[int, int] | None = None  # (dseq, sseq) before the copy in hand
+        self._taking: tuple[int, int, int] | None = None  # (dseq, sseq, confirmable) before it
         self._retry: asyncio.TimerHandle | None = None
         self._health: asyncio.TimerHandle | None = None
         self._heard = 0
@@ -88,7 +92,7 @@ class ConsumerFeed:
     def start(self, after: int, first_time: bool) -> None:
         """Ask for delivery from after origin seq `after` (0: the configured start)."""
         self._cancel()
-        self.sseq, self.dseq, self._fresh = after, 0, True
+        self.sseq, self.dseq, self.confirmable, self._fresh = after, 0, 0, True
         source = self._link.source
         if source.consumer is not None:  # the user's durable: its subject, its start
             deliver = source.consumer.deliver_subject
@@ -239,13 +243,15 @@ class ConsumerFeed:
         if info.stream_seq <= self.sseq:  # copied already (a rewound durable resends it)
             if self._fresh or info.consumer_seq == self.dseq + 1:
                 self.dseq, self._fresh = info.consumer_seq, False
+                self.confirmable = info.stream_seq
             return
         if info.consumer_seq != self.dseq + 1 and not self._fresh:
             self._again()
             return
         self._fresh = False
-        self._taking = self.dseq, self.sseq
-        self.dseq, self.sseq = info.consumer_seq, info.stream_seq
+        self._taking = self.dseq, self.sseq, self.confirmable
+        self.dseq = info.consumer_seq
+        self.sseq = self.confirmable = info.stream_seq
         self.lag = max(info.pending - 1, 0)
         self._link.copy(StoredMsg(info.stream_seq, info.ts, subject, hdr, data))
         self._taking = None
@@ -257,7 +263,7 @@ class ConsumerFeed:
         acknowledged, and is asked for again after a pause, as the reference retries."""
         if self._taking is None:
             return  # not the copy in hand: a commit that failed is retried by the flush
-        self.dseq, self.sseq = self._taking
+        self.dseq, self.sseq, self.confirmable = self._taking
         self._again(sourcing.RETRY_NS)
 
     def _on_control(self, reply: str | None, hdr: bytes) -> None:
@@ -276,7 +282,7 @@ class ConsumerFeed:
             self._link.caught_up()
 
     def _answer(self, reply: str) -> None:
-        task = asyncio.ensure_future(self._confirm(reply, self.dseq, self.sseq))
+        task = asyncio.ensure_future(self._confirm(reply, self.dseq, self.confirmable))
         self._confirming.add(task)
         task.add_done_callback(self._confirming.discard)
 
