@@ -409,7 +409,7 @@ def _read_publishes(data: bytes, at: int, count: int, kind: str) -> tuple[Publis
     for _ in range(count):
         (size,) = _LEN.unpack_from(data, at)
         at += _LEN.size
-        if at + size > len(data) or size == 0 or data[at] != _PUBLISH:
+        if at + size > len(data) or size < _PUB.size or data[at] != _PUBLISH:
             raise EntryDecodeError(f"{kind} entry with a malformed message at byte {at}")
         msgs.append(_decode_publish(data[at : at + size]))
         at += size
