@@ -20,7 +20,13 @@ import pytest
 from nats.aio.client import DEFAULT_FLUSH_TIMEOUT
 from nats.aio.client import Client as NATS
 
-from tests.support.servers import ServerError, ServerProcess, enabled_kinds, start_server
+from tests.support.servers import (
+    ServerError,
+    ServerProcess,
+    enabled_kinds,
+    print_logs,
+    start_server,
+)
 from tests.support.tls import Pki, make_pki
 
 KIND_IDS = {"nats-server": "ref", "jetlake": "jl"}
@@ -128,8 +134,7 @@ def js_server(make_server: MakeServer, tmp_path: Path) -> ServerProcess:
 def print_logs_if_failed(request: pytest.FixtureRequest, servers: Iterable[ServerProcess]) -> None:
     """After a failed test body, each server's stderr, for the report's captured output."""
     if request.node.stash.get(_FAILED, False):
-        for server in servers:
-            print(f"----- {server.kind} stderr ({server.log_path}) -----\n{server.log()}")
+        print_logs(servers)
 
 
 class ServerPool:

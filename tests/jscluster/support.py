@@ -17,7 +17,7 @@ from nats.js.api import StreamConfig, StreamInfo
 from tests.support.cluster import ONE_ROUTE_PER_PEER, cluster_args, free_port, wait_mesh
 from tests.support.http import _get
 from tests.support.poll import poll_async
-from tests.support.servers import ServerProcess, start_server
+from tests.support.servers import ServerProcess, print_logs, start_server
 
 T = TypeVar("T")
 ELECTION_DEADLINE = 20.0  # the reference's election timeout is 4-9 s: leave it room
@@ -176,7 +176,8 @@ async def js_cluster(
     timeout: float = 2.0,
     **login: str,
 ) -> AsyncIterator[Running]:
-    """`size` servers and a client connected to all of them; all stopped afterwards."""
+    """`size` servers and a client connected to all of them; all stopped afterwards, and
+    their logs printed when the test body failed (they are in its captured output)."""
     servers = start_js_cluster(kind, tmp_path, size, config=config, own=own)
     try:
         nc = await connect(servers, **login)
@@ -184,5 +185,8 @@ async def js_cluster(
             yield Running(servers, nc, nc.jetstream(timeout=timeout))
         finally:
             await nc.close()
+    except Exception:
+        print_logs(servers)
+        raise
     finally:
         stop(servers)

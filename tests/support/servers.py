@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -274,6 +274,12 @@ class ServerProcess:
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.url} pid={self._proc.pid if self._proc else None}>"
+
+
+def print_logs(servers: Iterable[ServerProcess]) -> None:
+    """Each server's stderr since its last start, for a failed test's captured output."""
+    for server in servers:
+        print(f"----- {server.kind} stderr ({server.log_path}) -----\n{server.log()}")
 
 
 def _replace_flag(args: list[str], names: tuple[str, ...], value: str) -> list[str]:
