@@ -25,6 +25,7 @@ E = TypeVar("E")
 CLOSE_SECONDS = 5.0  # how long close waits for in-flight proposals before giving up on them
 OWN_LIMIT = 65_536  # own proposals kept for apply; only lost ones (a deposed leader's) pile up
 READ_SECONDS = 2.0  # a ReadIndex round unanswered by then: no quorum reachable from here
+_NORMAL = EntryKind.NORMAL
 
 
 class RaftGroup(Generic[E]):
@@ -62,16 +63,13 @@ class RaftGroup(Generic[E]):
         self.node.start()
 
     def _apply_entries(self, entries: list[Entry]) -> None:
+        """Usually one entry (a sync publish's), so a plain loop: no comprehension's frame."""
         decode, own = self._decode, self._own
-        if own:
-            normal = EntryKind.NORMAL
-            batch = [
-                kept[1] if (kept := own.pop(id(e.data), None)) is not None else decode(e.data)
-                for e in entries
-                if e.kind is normal
-            ]
-        else:
-            batch = [decode(e.data) for e in entries if e.kind is EntryKind.NORMAL]
+        batch: list[E] = []
+        for e in entries:
+            if e.kind is _NORMAL:
+                kept = own.pop(id(e.data), None) if own else None
+                batch.append(decode(e.data) if kept is None else kept[1])
         if batch:
             self._apply(batch)
             self.committed += len(batch)

@@ -240,7 +240,8 @@ class FileStore(BatchStore):
             if seg.refs and self._is_full(seg, min_ts):
                 seg = self._roll(first)
             ref = seg.append(payload, first, last, rows, min_ts, max_ts)
-        self._compress_sealed()
+        if self._to_compress:
+            self._compress_sealed()
         self._remember(ref, payload)
         return ref
 

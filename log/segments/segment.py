@@ -153,10 +153,14 @@ def _discover(directory: Path, *, clean: bool) -> list[tuple[int, int]]:
     return found
 
 
-def _write_all(fd: int, data: bytes | memoryview | pa.Buffer) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+def _write_all(fd: int, data: bytes) -> None:
+    """One `write` is the rule for a regular file; a view of the rest only after a short one
+    (every replicated publish writes twice here, on every member)."""
+    written = os.write(fd, data)
+    if written < len(data):
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 class Segment:
