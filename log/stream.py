@@ -452,11 +452,11 @@ class Stream:
 
     def _apply(self, entries: list[Entry]) -> None:
         """A lone RawRun the applier takes whole (a replica's usual entry: one client read's
-        publishes) goes to it as it is; anything else with its Runs unpacked."""
+        publishes, or a KV put) goes to it as it is; anything else with its Runs unpacked."""
         applier = self._applier
         publishes = entries
         if self._replicated and not (
-            len(entries) == 1 and type(entries[0]) is RawRun and applier.takes_rows
+            len(entries) == 1 and type(entries[0]) is RawRun and applier.takes_run(entries[0])
         ):
             publishes = unpack_runs(entries, keep_raw=applier.takes_rows)
         applier.apply(publishes, self._group.committed, len(entries))

@@ -108,9 +108,8 @@ class Applier:
         )
         # A RawRun goes to the store whole unless apply must see each message: a mirror's
         # gaps, schedules, limits enforced one by one.
-        self.takes_rows = not (
-            self._limit_each or config.mirror is not None or config.allow_msg_schedules
-        )
+        self._whole = config.mirror is None and not config.allow_msg_schedules
+        self.takes_rows = self._whole and not self._limit_each
 
     # -- recovery ------------------------------------------------------------
 
@@ -168,6 +167,11 @@ class Applier:
         return self._committed_seq
 
     # -- apply ----------------------------------------------------------------
+
+    def takes_run(self, run: RawRun) -> bool:
+        """Whether this run goes to the store whole: also, under limits enforced one by one,
+        a run of one message (a KV put), whose whole is that one message."""
+        return self.takes_rows or (self._whole and run.count == 1)
 
     def apply(self, entries: list[Entry], committed: int, counted: int) -> None:
         """Apply committed entries: consecutive publishes are appended as one batch, and

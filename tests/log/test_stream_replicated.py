@@ -385,7 +385,16 @@ async def test_limits_do_not_depend_on_how_the_log_is_split_into_batches() -> No
         for batch in batches:
             apply(batch)
         outcomes.append(live(stream))
-    assert outcomes == [[3], [3], [3]]
+    # each a run of one as a follower reads it (a KV put): appended whole, as one message
+    stream, apply = replica(MemoryStore(name="s"), cfg)
+    whole: list[int] = []
+    append_rows = stream.store.append_rows
+    stream.store.append_rows = lambda rows: (whole.append(rows.first), append_rows(rows))[1]  # type: ignore[method-assign]
+    for entry in log:
+        apply([decode_deferring_runs(encode(Run((entry,))))])
+    outcomes.append(live(stream))
+    assert whole == [1, 2, 3]
+    assert outcomes == [[3], [3], [3], [3]]
 
 
 class Manual:
