@@ -3,7 +3,7 @@
 
 Only jetlake restores what jetlake backed up, so the archive is jetlake's own,
 made of the pieces a replica already exchanges when it catches up from a peer
-(`log.stream_snapshot`): the store's shape and its consumers' state, then the
+(`log.streams.snapshot`): the store's shape and its consumers' state, then the
 rows by seq range with the log of erasures. Restoring is that same catch-up
 with the archive as the peer, so a restored stream keeps its seqs, gaps,
 timestamps and headers. Frames are length-prefixed after a magic header, and
@@ -23,7 +23,7 @@ import cramjam
 
 from log.consumers.store import Saved
 from log.segments.api import MsgStore
-from log.stream_snapshot import (
+from log.streams.snapshot import (
     Ask,
     Rows,
     SnapshotError,

@@ -6,7 +6,7 @@ what came before, this message is only the end marker). Until the commit the
 messages wait here, in memory on the stream's leader, and each is answered
 with an empty reply. At the commit the stream checks them all and proposes
 them as one entry of its log, so they are stored together or not at all,
-also across a crash (see `log.stream_entries.Batch`). A batch that a gap, a
+also across a crash (see `log.streams.entries.Batch`). A batch that a gap, a
 bad header or 10 s of silence breaks is dropped whole; a crash before the
 commit drops it too, as nothing of it was stored.
 

@@ -17,14 +17,14 @@ from log import batch, errors, publish
 from log.config import StreamConfig, above_api_level
 from log.errors import ApiError
 from log.proposed import Echo, Proposed
-from log.stream_entries import Publish
+from log.streams.entries import Publish
 from log.timefmt import now_ns
 
 AckSink = Callable[[bytes], None]
 
 
 class BatchTarget(Protocol):
-    """What of a stream a batch needs (`log.stream.Stream`)."""
+    """What of a stream a batch needs (`log.streams.stream.Stream`)."""
 
     config: StreamConfig
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from log import errors, publish
 from log.batch_limits import SERVER, ServerBatches
 from log.errors import ApiError
-from log.stream_entries import FastMark, Publish
+from log.streams.entries import FastMark, Publish
 
 SUFFIX = ".$FI"
 OP_START, OP_APPEND, OP_COMMIT, OP_COMMIT_EOB, OP_PING = range(5)

@@ -25,8 +25,8 @@ from log.errors import ApiError
 from log.republish import Republisher
 from log.segments.api import MsgStore, NewMsg, msg_size
 from log.sources import SOURCE_HEADER
-from log.stream_apply import Applier, HeaderReader
-from log.stream_entries import Publish
+from log.streams.apply import Applier, HeaderReader
+from log.streams.entries import Publish
 from log.timefmt import now_ns
 
 Echo = tuple[str, bytes, bytes] | None  # what republish sends once the message commits

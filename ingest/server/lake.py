@@ -80,7 +80,7 @@ from log.timefmt import now_ns, rfc3339
 if TYPE_CHECKING:
     from ingest.server.jetstream import JetStream
     from ingest.server.settings import LakeConfig
-    from log.stream import Stream
+    from log.streams.stream import Stream
 
 log = logging.getLogger("jetlake")
 

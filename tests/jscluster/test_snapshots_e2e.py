@@ -2,7 +2,7 @@
 
 On jetlake the stream's Raft log is snapshotted every 40 entries here, so
 the restarted replica is far behind the leader's log: it restores a snapshot
-and copies the messages from a peer (`log.stream_snapshot`). The reference
+and copies the messages from a peer (`log.streams.snapshot`). The reference
 catches up its own way; a client sees the same on both: the replica's copy
 equals the leader's, and once it leads, the stream and its consumer are as
 they were.

@@ -17,7 +17,7 @@ import pytest
 
 from ingest.parser.headers import parse_headers
 from ingest.server.jetstream import JetStream
-from log.stream import Stream
+from log.streams.stream import Stream
 from tests.jetstream.test_engine import FakeMessaging, Options
 
 KEYS = 20_000

@@ -34,7 +34,7 @@ from tests.segments.conftest import msgs
 
 @dataclass
 class Replica:
-    """What the supervisor reads of a `log.stream.Stream`."""
+    """What the supervisor reads of a `log.streams.stream.Stream`."""
 
     config: StreamConfig
     store: FileStore

@@ -20,8 +20,8 @@ from log.segments.api import NewMsg
 from log.segments.filestore import FileStore, SegmentConfig
 from log.segments.inspect import list_segments
 from log.segments.memstore import MemoryStore
-from log.stream import Stream
-from log.stream_entries import Batch, Entry, EntryDecodeError, Publish, decode, encode
+from log.streams.entries import Batch, Entry, EntryDecodeError, Publish, decode, encode
+from log.streams.stream import Stream
 from log.timefmt import parse_rfc3339
 from tests.consensus.cluster import until
 from tests.log.raft_members import NodeFactory, raft_members

@@ -43,7 +43,7 @@ from log.errors import ApiError
 from log.raft_group import RaftGroup
 from log.segments.memstore import MemoryStore
 from log.state_file import read_state
-from log.stream import Stream
+from log.streams.stream import Stream
 from tests.consensus.cluster import Cluster
 from tests.jetstream.test_engine import FakeMessaging, Options
 from tests.support.poll import poll_async

@@ -10,7 +10,7 @@ import pytest
 from log import fast_batch
 from log.fast_batch import FastBatches, FastRef, parse
 from log.segments.api import NewMsg
-from log.stream_entries import Publish
+from log.streams.entries import Publish
 
 S = 1_000_000_000
 

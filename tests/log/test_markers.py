@@ -11,7 +11,7 @@ import pytest
 
 from log import publish
 from log.config import from_request
-from log.stream import Stream
+from log.streams.stream import Stream
 from tests.log.test_stream import NS, live, make, pub, read_headers
 
 

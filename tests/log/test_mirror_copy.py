@@ -8,7 +8,7 @@ from pathlib import Path
 from ingest.parser.headers import encode_headers
 from log.config import from_request
 from log.segments.filestore import FileStore
-from log.stream import Stream
+from log.streams.stream import Stream
 from tests.log.test_stream import read_headers
 
 

@@ -14,7 +14,7 @@ from log.config import from_request
 from log.errors import ApiError
 from log.segments.api import MEMORY_OVERHEAD, msg_size
 from log.segments.memstore import MemoryStore
-from log.stream import Stream
+from log.streams.stream import Stream
 from log.timefmt import now_ns
 
 NS = 1_000_000_000

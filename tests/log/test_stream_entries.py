@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from log.segments.api import FILE_OVERHEAD, MEMORY_OVERHEAD, NewMsg, Overhead, msg_size
 from log.segments.ipc import encode_batch
-from log.stream_entries import (
+from log.streams.entries import (
     _BATCH_HEAD,
     ROLLUPS,
     Barrier,

@@ -8,7 +8,7 @@ from typing import Any
 
 from log.config import from_request
 from log.segments.memstore import MemoryStore
-from log.stream import Stream
+from log.streams.stream import Stream
 
 
 class CountingStore(MemoryStore):

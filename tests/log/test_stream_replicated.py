@@ -23,8 +23,7 @@ from log.replication import ReplicationGroup, SingleNodeGroup
 from log.segments.api import MEMORY_OVERHEAD, MsgStore, NewMsg, StoreError, msg_size
 from log.segments.filestore import FileStore
 from log.segments.memstore import MemoryStore
-from log.stream import Stream, StreamNotLeaderError
-from log.stream_entries import (
+from log.streams.entries import (
     Entry,
     Publish,
     RawRun,
@@ -34,6 +33,7 @@ from log.stream_entries import (
     own_entry,
     unpack_runs,
 )
+from log.streams.stream import Stream, StreamNotLeaderError
 from log.timefmt import now_ns
 from tests.consensus.cluster import Cluster, until
 from tests.log.raft_members import NodeFactory, raft_members

@@ -9,7 +9,7 @@ from functools import partial
 
 from consensus.commits import settle
 from log.segments.api import NewMsg
-from log.stream_entries import Publish, Restored
+from log.streams.entries import Publish, Restored
 from tests.log.test_stream import live, make, pub
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from log.segments.api import msg_size
-from log.stream import Stream
+from log.streams.stream import Stream
 from tests.log.test_stream import make, read_headers
 
 SUBJECT = "s.a"

@@ -15,7 +15,7 @@ from log.consumers.replicated import ConsumerFiles
 from log.consumers.store import Saved
 from log.segments.api import MsgStore, NewMsg
 from log.segments.filestore import FileStore, SegmentConfig
-from log.stream_snapshot import (
+from log.streams.snapshot import (
     GAP_SUBJECT,
     Ask,
     Rows,

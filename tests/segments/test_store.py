@@ -6,7 +6,7 @@ import pytest
 
 from log.segments import NewMsg, StoredMsg, msg_size
 from log.segments.api import StoreError
-from log.stream_entries import Publish, Run, decode_deferring_runs, encode
+from log.streams.entries import Publish, Run, decode_deferring_runs, encode
 from tests.segments.conftest import Stores, msgs
 
 SUBJECTS = ["orders.eu.new", "orders.us.new", "orders.eu.paid", "audit"]

@@ -23,7 +23,7 @@ from log.consumers.config import ConsumerConfig
 from log.errors import ApiError
 from log.publish import error_ack
 from log.segments.api import msg_size
-from log.stream import Stream
+from log.streams.stream import Stream
 
 UNLIMITED = JetStreamLimits()
 RESOURCES_EXCEEDED = "resource limits exceeded for account"

@@ -29,7 +29,7 @@ from log.timefmt import rfc3339
 
 if TYPE_CHECKING:
     from ingest.server.jetstream.engine import JetStream
-    from log.stream import Stream
+    from log.streams.stream import Stream
 
 log = logging.getLogger("jetlake.jetstream")
 

@@ -43,14 +43,14 @@ from log.errors import ApiError
 from log.request_fields import Fields
 from log.segments.api import CorruptSegmentError, MsgStore, NewMsg, StoreError
 from log.segments.inspect import list_segments, read_segment
-from log.stream_entries import Publish, Restored
-from log.stream_snapshot import Ask
+from log.streams.entries import Publish, Restored
+from log.streams.snapshot import Ask
 from log.timefmt import now_ns, rfc3339
 
 if TYPE_CHECKING:
     from ingest.server.jetstream.engine import JetStream
     from log.config import StreamConfig
-    from log.stream import Stream
+    from log.streams.stream import Stream
 
 log = logging.getLogger("jetlake.jetstream")
 

@@ -29,7 +29,7 @@ from log.timefmt import now_ns
 
 if TYPE_CHECKING:
     from ingest.server.jetstream.port import Messaging
-    from log.stream import Stream
+    from log.streams.stream import Stream
 
 NEXT_PREFIX = "$JS.API.CONSUMER.MSG.NEXT."
 DoneSink = Callable[["Runner", list[int]], None]

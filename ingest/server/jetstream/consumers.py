@@ -37,7 +37,7 @@ from log.consumers.replicated import ReplicatedStore
 from log.consumers.store import ConsumerStore, StateStore, consumers_dir, load_all
 from log.request_fields import Fields, fields, refuse_unknown
 from log.sources import stream_identity
-from log.stream import CommitListener, Stream
+from log.streams.stream import CommitListener, Stream
 from log.timefmt import now_ns, parse_rfc3339, rfc3339
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from ingest.server.jetstream.direct_multi import (
     seq_at_time,
 )
 from log.segments.api import MsgStore, StoredMsg
-from log.stream import Stream
+from log.streams.stream import Stream
 from log.timefmt import parse_rfc3339, rfc3339
 
 NOT_FOUND = b"NATS/1.0 404 Message Not Found\r\n\r\n"

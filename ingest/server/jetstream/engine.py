@@ -40,7 +40,7 @@ from log.publish import error_ack as pub_refusal
 from log.segments.api import MsgStore
 from log.sources import SOURCE_HEADER, source_header_refused
 from log.state_file import StateFileError, read_state, write_new_state, write_state
-from log.stream import GroupFactory, Stream
+from log.streams.stream import GroupFactory, Stream
 from log.timefmt import now_ns, parse_rfc3339
 
 if TYPE_CHECKING:

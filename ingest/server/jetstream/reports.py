@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ingest.server.jetstream.consumers import Consumers
     from ingest.server.jetstream.engine import JetStreamOptions
     from ingest.server.jetstream.sources import Sources
-    from log.stream import Stream
+    from log.streams.stream import Stream
 
 REFERENCE_SYNC_INTERVAL_NS = 120_000_000_000  # what the reference reports beside sync_always
 

@@ -41,7 +41,7 @@ from log.sources import (
     parse_source_header,
     stream_identity,
 )
-from log.stream import Stream
+from log.streams.stream import Stream
 from log.timefmt import now_ns
 
 HeaderReader = Callable[[bytes], Mapping[str, list[str]]]

@@ -25,7 +25,7 @@ from log import sourcing
 from log.consumers.wire import random_token
 from log.segments.api import StoredMsg
 from log.sources import StreamSource
-from log.stream import Stream
+from log.streams.stream import Stream
 from log.timefmt import now_ns
 
 log = logging.getLogger("jetlake.jetstream")

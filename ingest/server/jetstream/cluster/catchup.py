@@ -1,7 +1,7 @@
 """Copying a replicated stream's messages from a peer, for a replica restoring a snapshot.
 
 A Raft snapshot of a stream carries the store's shape, not its messages
-(`log.stream_snapshot`); the replica asks a peer for the rows it lacks, as a
+(`log.streams.snapshot`); the replica asks a peer for the rows it lacks, as a
 peer request (`peer_requests`), so a partition that cuts Raft cuts this too. The
 stream's leader is asked first (it holds everything committed), then the
 other peers; a peer that is behind answers as far as it can. With no peer
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from log.segments.api import MsgStore
-from log.stream_snapshot import Ask, Fetch, Rows, SnapshotError, decode_rows, encode_rows, rows_for
+from log.streams.snapshot import Ask, Fetch, Rows, SnapshotError, decode_rows, encode_rows, rows_for
 
 if TYPE_CHECKING:
     from ingest.server.jetstream.cluster.peer_requests import PeerRequests

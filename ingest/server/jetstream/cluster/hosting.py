@@ -34,16 +34,16 @@ from ingest.server.jetstream.cluster.groups import (
 from ingest.server.jetstream.cluster.log_opening import Opened, Prefetch
 from ingest.server.jetstream.cluster.meta import MetaState, StreamAssignment
 from ingest.server.jetstream.cluster.rejoin import Rejoins, set_aside
-from log import stream_entries
 from log.config import from_request
 from log.raft_group import RaftGroup
 from log.segments.api import MsgStore
-from log.stream_snapshot import Snapshots
+from log.streams import entries as stream_entries
+from log.streams.snapshot import Snapshots
 from log.timefmt import parse_rfc3339
 
 if TYPE_CHECKING:
     from ingest.server.jetstream.engine import JetStream
-    from log.stream import Stream
+    from log.streams.stream import Stream
 
 log = logging.getLogger("jetlake.jetstream")
 

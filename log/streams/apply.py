@@ -27,7 +27,7 @@ from log.config import StreamConfig
 from log.dedup import DedupWindow
 from log.errors import ApiError
 from log.segments.api import MsgStore, StoredMsg, StoreError
-from log.stream_entries import (
+from log.streams.entries import (
     Batch,
     ConsumerOp,
     Delete,

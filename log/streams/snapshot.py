@@ -38,7 +38,7 @@ from log.segments.api import MsgStore, NewMsg, StoredMsg
 from log.segments.schema import SCHEMA, TS_TYPE, rows_between, seq_view
 
 if TYPE_CHECKING:
-    from log.stream import Stream
+    from log.streams.stream import Stream
 
 log = logging.getLogger("jetlake.stream")
 
