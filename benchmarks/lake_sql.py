@@ -10,8 +10,8 @@ Delta; then the count by subject is asked through each door, the service warm
 - `jetlake sql` as a user types it: a new process each time, which finds the
   service from the store and asks it through its NATS door (imports included);
 - a Spark Connect client session (`SparkSession.builder.remote`), opened once;
-- SQL over NATS from nats-py (`sql.nats_client`): Arrow chunks, each acked;
-- the same door on its DuckDB engine (`Jl-Sql-Engine: duckdb`, `sql.duck_door`).
+- SQL over NATS from nats-py (`sql.nats_door.client`): Arrow chunks, each acked;
+- the same door on its DuckDB engine (`Jl-Sql-Engine: duckdb`, `sql.nats_door.duck_engine`).
 
 Every answer must be the right one. Then the exactness probe: ``PROBES`` times,
 publish a message, wait for its PubAck, and ask (SQL over NATS) for its seq:
@@ -57,7 +57,7 @@ from benchmarks.lake import (
 from benchmarks.model import Incomplete, Params
 from benchmarks.servers import STORE, server_process
 from log.compactor.compact import lake_progress
-from sql.nats_client import query as nats_query
+from sql.nats_door.client import query as nats_query
 from sql.service import Endpoints
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ logins, `SPARK_CONNECT_AUTHENTICATE_TOKEN` holds the NATS login (`user:password`
 `jwt:seed` or a token) the service checks, whichever door. Without a service (or
 with `--local`) a Spark session starts here for the query, which costs 15-20 s.
 Which door answered is said on stderr. With `--engine duckdb` the service's NATS
-door answers on DuckDB (`sql.duck_door`, DuckDB's dialect); without that door,
+door answers on DuckDB (`sql.nats_door.duck_engine`, DuckDB's dialect); without that door,
 DuckDB reads the store here, with the door's views: no JVM either way.
 
 Output formats are `jetlake inspect`'s (the same writers), so scripts can
@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sql.nats_client import ENGINE, SqlError
-from sql.nats_client import query as ask_nats
+from sql.nats_door.client import ENGINE, SqlError
+from sql.nats_door.client import query as ask_nats
 from sql.output import add_output_args, to_result, write_result
 from sql.service_info import SERVICE_FILE, Endpoints, first_line, quiet_query_errors, split_hostport
 
@@ -202,7 +202,7 @@ def _duck_here(args: argparse.Namespace) -> pa.Table:
     import pyarrow as pa
 
     from log.compactor.layout import lake_at
-    from sql.duck_door import DuckEngine
+    from sql.nats_door.duck_engine import DuckEngine
 
     store = Path(args.store)
     con = DuckEngine(store, lake_at(args.lake, store)).connection(None, args.sql)

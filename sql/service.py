@@ -8,7 +8,7 @@
 A query through it costs a plan and a scan, not a JVM: the session starts
 once, and three doors lead in. Spark Connect (`sc://host:port`, any PySpark
 client and `jetlake sql`), the Spark Thrift server (JDBC/ODBC, `jdbc:hive2://`:
-beeline, DBeaver, Superset, Tableau) and SQL over NATS (`sql.nats_service`).
+beeline, DBeaver, Superset, Tableau) and SQL over NATS (`sql.nats_door.service`).
 
 Connect and Thrift give each client a Spark session of its own, and a
 temporary view lives in one session, so the views are registered in the
@@ -82,7 +82,7 @@ from sql.warming import keep_warm
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from sql.nats_service import NatsSql
+    from sql.nats_door.service import NatsSql
 
 log = logging.getLogger("jetlake.sql")
 
@@ -295,7 +295,7 @@ async def _serve(args: argparse.Namespace, spark: SparkSession, stop: asyncio.Ev
     door = None
     opening = None
     if args.nats:
-        from sql.nats_service import NatsSql
+        from sql.nats_door.service import NatsSql
 
         store = Path(args.store)
         door = NatsSql(

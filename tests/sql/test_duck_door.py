@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from log.compactor.layout import lake_at
-from sql.nats_service import NatsSql
+from sql.nats_door.service import NatsSql
 from tests.sql.walls import ACCOUNTS, error_of, publish_stream, query_as
 from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess, start_server

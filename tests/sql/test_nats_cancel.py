@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sql.nats_cancel import CANCEL_PREFIX, CallOffs, query_id
+from sql.nats_door.cancel import CANCEL_PREFIX, CallOffs, query_id
 
 
 def test_a_cancel_stops_the_asking_accounts_query_only() -> None:

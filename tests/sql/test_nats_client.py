@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 from nats.errors import NoRespondersError
 
-from sql.nats_client import query
-from sql.result_encoding import encode_table
+from sql.nats_door.client import query
+from sql.nats_door.encoding import encode_table
 from tests.support.clients import sync
 from tests.support.servers import ServerProcess
 

@@ -15,7 +15,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from benchmarks.seaweed import SeaweedS3
-from sql.nats_client import query as nats_query
+from sql.nats_door.client import query as nats_query
 from tests.sql.test_service_e2e import (
     START_DEADLINE,
     _lake_cache,

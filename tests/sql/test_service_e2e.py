@@ -27,8 +27,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from sql.lake_cache import CHOICE_ENV
-from sql.nats_client import SqlError
-from sql.nats_client import query as nats_query
+from sql.nats_door.client import SqlError
+from sql.nats_door.client import query as nats_query
 from sql.service import Endpoints, quiet_query_errors
 from tests.support.cluster import free_port
 from tests.support.poll import poll, poll_async

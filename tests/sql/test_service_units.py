@@ -15,8 +15,8 @@ from pyspark.sql import Row
 from ingest.server.options import ConfigError, load_config
 from ingest.server.settings import SqlConfig
 from log.compactor.layout import qualified
-from sql.nats_service import NatsSql, QueryError, _positive, chunks
-from sql.result_encoding import encode_arrow, encode_json
+from sql.nats_door.encoding import encode_arrow, encode_json
+from sql.nats_door.service import NatsSql, QueryError, _positive, chunks
 from sql.service import Endpoints, SharedViews, first_line, split_hostport
 
 
@@ -301,7 +301,7 @@ async def test_a_503_on_a_chunks_reply_subject_is_the_client_gone_not_an_ack() -
     """The server answers a chunk or heartbeat nobody received with no responders."""
     from types import SimpleNamespace
 
-    from sql.nats_service import _Acks
+    from sql.nats_door.service import _Acks
 
     acks = _Acks(1, 30.0, as_json=False)
     gone: list[bool] = []

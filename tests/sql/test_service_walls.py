@@ -23,7 +23,7 @@ from pyspark.errors import AnalysisException
 from log.compactor.compact import lake_progress
 from log.compactor.layout import StreamRef, default_lake_dir, streams_root
 from log.segments import list_segments
-from sql.nats_client import query as nats_query
+from sql.nats_door.client import query as nats_query
 from tests.sql.test_service_e2e import (
     JETLAKE,
     _Answer,

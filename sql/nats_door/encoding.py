@@ -1,7 +1,7 @@
 """A query's result as the bodies `$JL.SQL` chunks carry: self-contained Arrow IPC
 streams (the schema and record batches, each readable alone) or JSON lines, from
 Spark's rows or from an Arrow table (DuckDB's, or a small Spark result taken whole).
-No I/O: `sql.nats_service` and `sql.duck_door` send what these return."""
+No I/O: `sql.nats_door.service` and `sql.nats_door.duck_engine` send what these return."""
 
 from __future__ import annotations
 

@@ -9,11 +9,11 @@ Any NATS client in any language can ask, with no Spark or JDBC client:
                                    client is taken for gone (default 30)
                                  Jl-Sql-Timeout: seconds the query may take (default none)
                                  Jl-Sql-Id: an id its client may cancel it by, with a
-                                   publish to $JL.SQL.cancel.<id> (`sql.nats_cancel`)
+                                   publish to $JL.SQL.cancel.<id> (`sql.nats_door.cancel`)
                                  Jl-Sql-Heartbeat: seconds between heartbeats while the
                                    query runs (default none); each may be answered
                                  Jl-Sql-Engine: spark (default) | duckdb: the query in
-                                   DuckDB's dialect, on DuckDB (`sql.duck_door`)
+                                   DuckDB's dialect, on DuckDB (`sql.nats_door.duck_engine`)
     replies  to the request's inbox, in order:
              chunk messages, each with a reply subject: the body is an Arrow IPC stream
              (schema + record batches, readable alone) or JSON lines, under the server's
@@ -42,7 +42,7 @@ computes, before any chunk; one that does not is seen at its first chunk. A repl
 subject that crossed an account import reaches the importing account's inbox
 through the server's mapping, and whether that inbox still listens is not told back
 (the mapping takes every message). So a client may answer each heartbeat (an empty
-publish to its reply subject, as it acks a chunk; `sql.nats_client` does): once it
+publish to its reply subject, as it acks a chunk; `sql.nats_door.client` does): once it
 has answered one, `SILENT_BEATS` heartbeats in a row unanswered mean it is gone, in
 any account. A client of another account that answers none is seen gone at the ack
 wait, or by its cancel.
@@ -81,9 +81,9 @@ from log.compactor.layout import GLOBAL
 from log.compactor.location import Lake
 from sql.lake_cache import held
 from sql.logins import whoami
-from sql.nats_cancel import CANCEL_PREFIX, HEARTBEAT, CallOffs, query_id
-from sql.nats_client import ENGINE
-from sql.result_encoding import encode_arrow, encode_json, encode_table
+from sql.nats_door.cancel import CANCEL_PREFIX, HEARTBEAT, CallOffs, query_id
+from sql.nats_door.client import ENGINE
+from sql.nats_door.encoding import encode_arrow, encode_json, encode_table
 from sql.service import DEFAULT_MAX_ROWS, first_line
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ if TYPE_CHECKING:
     from nats.micro.service import Service
     from pyspark.sql import DataFrame, Row, SparkSession
 
-    from sql.duck_door import DuckEngine, DuckQuery
+    from sql.nats_door.duck_engine import DuckEngine, DuckQuery
 
 log = logging.getLogger("jetlake.sql")
 
@@ -167,7 +167,7 @@ class NatsSql:
         self._spark = spark
         self._duck: DuckEngine | None = None  # for `Jl-Sql-Engine: duckdb` (None: no store)
         if store is not None and lake is not None:
-            from sql.duck_door import DuckEngine
+            from sql.nats_door.duck_engine import DuckEngine
 
             self._duck = DuckEngine(store, lake)
         self._url = url
@@ -177,7 +177,7 @@ class NatsSql:
         self._nc: Client | None = None
         self._service: Service | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._call_offs = CallOffs()  # queries their clients may cancel (`sql.nats_cancel`)
+        self._call_offs = CallOffs()  # queries their clients may cancel (`sql.nats_door.cancel`)
         self._account = GLOBAL  # the service's own, learnt at start
         self._system = False  # the service's account is the system account: it sees all
 
@@ -254,7 +254,7 @@ class NatsSql:
             raise ServiceError(getattr(exc, "code", "400"), str(exc)) from None
         query: _Query | DuckQuery
         if engine == "duckdb":
-            from sql.duck_door import DuckQuery
+            from sql.nats_door.duck_engine import DuckQuery
 
             assert self._duck is not None
             query = DuckQuery(self._duck, account, text)
@@ -275,7 +275,7 @@ class NatsSql:
             task.add_done_callback(lambda _: self._call_offs.discard(key))
 
     async def _on_cancel(self, msg: Msg) -> None:
-        """A client gave up on its query (`sql.nats_cancel`): stop it, if it is the asker's."""
+        """A client gave up on its query (`sql.nats_door.cancel`): stop it, if it is the asker's."""
         try:
             account = self._asker(msg.headers or {})
         except QueryError:  # another account's, through a service of one account: not ours

@@ -2,7 +2,7 @@
 
 Spark's floor is tens of milliseconds for `SELECT 1` (a plan, a job, py4j); DuckDB
 answers an aggregate over a million lake rows in a few. The door, its chunks, flow
-control, cancel, timeout, max_rows and error headers are `sql.nats_service`'s; only
+control, cancel, timeout, max_rows and error headers are `sql.nats_door.service`'s; only
 the engine differs, and the query is in DuckDB's dialect.
 
 Each query gets a connection of its own, with external access off and its
@@ -35,8 +35,8 @@ import pyarrow as pa
 from log.compactor.layout import GLOBAL, LakeError, StreamRef, stream_dirs
 from log.compactor.location import Lake
 from sql.duck_views import register, stream_views, view_names
-from sql.nats_service import QueryError, QueryThread
-from sql.result_encoding import encode_json_table, encode_table
+from sql.nats_door.encoding import encode_json_table, encode_table
+from sql.nats_door.service import QueryError, QueryThread
 from sql.service_info import first_line
 from sql.union import read_live
 
@@ -133,7 +133,7 @@ class DuckEngine:
 
 
 class DuckQuery(QueryThread):
-    """One query on DuckDB, shaped as `sql.nats_service`'s Spark query: `plan` then `results`,
+    """One query on DuckDB, shaped as `sql.nats_door.service`'s Spark query: `plan` then `results`,
     every step on one thread of its own, `cancel` interrupting it."""
 
     def __init__(self, engine: DuckEngine, account: str | None, text: str) -> None:

@@ -1,4 +1,4 @@
-"""A Python client of SQL over NATS (`sql.nats_service`): one query, its result as Arrow.
+"""A Python client of SQL over NATS (`sql.nats_door.service`): one query, its result as Arrow.
 
     table = await query(nc, "SELECT subject, count(*) FROM ORDERS GROUP BY 1")
 
@@ -8,7 +8,7 @@ the flow control), read each chunk as an Arrow IPC stream, and stop at the messa
 with `Jl-Sql-Rows`, or at an error's `Nats-Service-Error`. With no service on the
 subject, the server answers the request with a status 503 (no responders) at once. A
 query given up on (a timeout, a cancelled task: Ctrl-C) is called off, so the service
-stops its Spark jobs (`sql.nats_cancel`); it asks for heartbeats and answers each, so a
+stops its Spark jobs (`sql.nats_door.cancel`); it asks for heartbeats and answers each, so a
 client that died without calling off (killed, its connection lost) has its query stopped
 too, at the service's next heartbeat (a few, from another account through an import).
 """
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from nats.errors import NoRespondersError
 
-from sql.nats_cancel import HEARTBEAT, QUERY_ID, cancel_subject
+from sql.nats_door.cancel import HEARTBEAT, QUERY_ID, cancel_subject
 
-ENGINE = "Jl-Sql-Engine"  # spark (the default) or duckdb (`sql.duck_door`)
+ENGINE = "Jl-Sql-Engine"  # spark (the default) or duckdb (`sql.nats_door.duck_engine`)
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
