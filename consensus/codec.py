@@ -60,8 +60,7 @@ _HELD = 4
 # A frame without a snapshot, a context or entries: its length and head, the names, then
 # an empty context and an entry count of 0.
 _FRAME_HEAD = struct.Struct(">IBBBQQQQQ")
-_NO_CONTEXT = b"\0\0\0\0"
-_NO_CONTEXT_NO_ENTRIES = _NO_CONTEXT + b"\0\0\0\0"
+_NO_CONTEXT_NO_ENTRIES = b"\0" * 8
 _PLAIN_SIZE = _HEAD.size + len(_NO_CONTEXT_NO_ENTRIES)  # the payload's, besides the names
 _NAMES: dict[str, bytes] = {}
 _MAX_NAMES = 1024  # node ids are few; a stray flood of names is encoded each time
@@ -73,39 +72,47 @@ class CodecError(ValueError):
 
 def encode(msg: Message) -> bytes:
     """One frame: the length prefix and the payload."""
-    if msg.snapshot is None and not msg.context:
-        return _plain(msg)
-    payload = _payload(msg)
-    if len(payload) > MAX_FRAME:
-        raise CodecError(f"message to {msg.dst} is {len(payload)} bytes, over {MAX_FRAME}")
-    return _LEN.pack(len(payload)) + payload
-
-
-def _plain(msg: Message) -> bytes:
-    """`encode` of a message without a snapshot or a read context: an APPEND, an answer, a
-    vote. The same bytes as `_payload`'s behind their length, in fewer calls: every hop of
-    a replicated publish sends one, and Python's per-call cost is most of a hop."""
-    src, dst = _name(msg.src), _name(msg.dst)
-    flags = (_REJECT if msg.reject else 0) | (_HELD if msg.held else 0)
-    entries = msg.entries
     try:
-        if not entries:
-            size = _PLAIN_SIZE + len(src) + len(dst)
-            fields = msg.type, flags, msg.term, msg.log_term, msg.index, msg.commit, msg.reject_hint
-            return _FRAME_HEAD.pack(size, VERSION, *fields) + src + dst + _NO_CONTEXT_NO_ENTRIES
-        parts = [_HEAD.pack(VERSION, *_fields(msg, flags)), src, dst, _NO_CONTEXT]
-        _add_entries(parts, entries)
+        if not msg.entries and msg.snapshot is None and not msg.context:
+            return _bare(msg)
+        payload = _payload(msg)
     except struct.error as exc:  # a negative or oversized number
         raise CodecError(f"cannot encode {msg.type.name} to {msg.dst}: {exc}") from exc
-    payload = b"".join(parts)
     if len(payload) > MAX_FRAME:
         raise CodecError(f"message to {msg.dst} is {len(payload)} bytes, over {MAX_FRAME}")
     return _LEN.pack(len(payload)) + payload
 
 
-def _fields(msg: Message, flags: int) -> tuple[int, ...]:
-    """The head's fields after the version, in `_HEAD`'s order (`_plain` spells them out
-    for an answer, the most frequent message, to save the call)."""
+def _bare(msg: Message) -> bytes:
+    """The frame of a message that is its head and names alone (an answer, a vote, a
+    heartbeat): the same bytes as `_payload`'s behind their length, packed with it in
+    one call. Every hop of a replicated publish sends one, and Python's per-call cost
+    is most of a hop: so its fields are spelled out here rather than taken from
+    `_fields` (0.5 µs an answer instead of 0.7), and a snapshot flag cannot be set."""
+    src, dst = _name(msg.src), _name(msg.dst)
+    size = _PLAIN_SIZE + len(src) + len(dst)
+    flags = (_REJECT if msg.reject else 0) | (_HELD if msg.held else 0)
+    head = _FRAME_HEAD.pack(
+        size,
+        VERSION,
+        msg.type,
+        flags,
+        msg.term,
+        msg.log_term,
+        msg.index,
+        msg.commit,
+        msg.reject_hint,
+    )
+    return head + src + dst + _NO_CONTEXT_NO_ENTRIES
+
+
+def _fields(msg: Message) -> tuple[int, ...]:
+    """The head's fields after the version, in `_HEAD`'s order."""
+    flags = (
+        (_REJECT if msg.reject else 0)
+        | (_HAS_SNAPSHOT if msg.snapshot else 0)
+        | (_HELD if msg.held else 0)
+    )
     return (msg.type, flags, msg.term, msg.log_term, msg.index, msg.commit, msg.reject_hint)
 
 
@@ -127,24 +134,15 @@ def _name(node: str) -> bytes:
 
 
 def _payload(msg: Message) -> bytes:
-    flags = (
-        (_REJECT if msg.reject else 0)
-        | (_HAS_SNAPSHOT if msg.snapshot else 0)
-        | (_HELD if msg.held else 0)
-    )
-    try:
-        head = _HEAD.pack(VERSION, *_fields(msg, flags))
-        parts = [head, _str(msg.src), _str(msg.dst), _blob(msg.context)]
-        _add_entries(parts, msg.entries)
-        if msg.snapshot is not None:
-            meta = msg.snapshot.meta
-            parts.append(_SNAP.pack(meta.index, meta.term))
-            for members in (meta.conf.voters, meta.conf.learners):
-                parts.append(_U16.pack(len(members)))
-                parts.extend(_str(node) for node in sorted(members))
-            parts.append(_blob(msg.snapshot.data))
-    except struct.error as exc:  # a negative or oversized number
-        raise CodecError(f"cannot encode {msg.type.name} to {msg.dst}: {exc}") from exc
+    parts = [_HEAD.pack(VERSION, *_fields(msg)), _name(msg.src), _name(msg.dst), _blob(msg.context)]
+    _add_entries(parts, msg.entries)
+    if msg.snapshot is not None:
+        meta = msg.snapshot.meta
+        parts.append(_SNAP.pack(meta.index, meta.term))
+        for members in (meta.conf.voters, meta.conf.learners):
+            parts.append(_U16.pack(len(members)))
+            parts.extend(_str(node) for node in sorted(members))
+        parts.append(_blob(msg.snapshot.data))
     return b"".join(parts)
 
 
