@@ -132,10 +132,7 @@ class InOrderPaths:
         rd = Ready(entries=entries, messages=[answer])
         commit = self._follower_commit_index(msg.commit, last)
         if commit > self._commit:
-            rd.committed = log.slice(self._commit + 1, commit + 1)
-            self._commit_to(commit)
-            rd.hard_state = self._prev_hs = HardState(self._term, self._vote, commit)
-            self._applied = commit
+            self._commit_in_place(rd, commit)
         log.stable_to(last, entries[-1].term)
         return rd
 
@@ -213,11 +210,17 @@ class InOrderPaths:
         if msg.index > self._commit:  # at or below it, it cannot move it (`_handle_ack`)
             index = self._quorum_index()
             if index > self._commit and self._commit_term_ok(index):
-                rd.committed = log.slice(self._commit + 1, index + 1)
-                self._commit_to(index)
-                rd.hard_state = self._prev_hs = HardState(self._term, self._vote, index)
-                self._applied = index
+                self._commit_in_place(rd, index)
         return rd
+
+    def _commit_in_place(self, rd: Ready, index: int) -> None:
+        """Commit to `index` into a Ready handed out already advanced: the entries to
+        apply, the hard state to write, and the apply counted as done (the caller does it
+        before anything else reaches the core)."""
+        rd.committed = self._log.slice(self._commit + 1, index + 1)
+        self._commit_to(index)
+        rd.hard_state = self._prev_hs = HardState(self._term, self._vote, index)
+        self._applied = index
 
     def _acked_in_order(self, pr: Progress, msg: Message) -> bool:
         """The answer accepts entries the follower did not hold, all of them sent by this
