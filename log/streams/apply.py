@@ -38,6 +38,7 @@ from log.streams.entries import (
     RawRun,
     Remove,
     Restored,
+    unpack_runs,
 )
 from log.timefmt import now_ns
 
@@ -109,7 +110,7 @@ class Applier:
         # A RawRun goes to the store whole unless apply must see each message: a mirror's
         # gaps, schedules, limits enforced one by one.
         self._whole = config.mirror is None and not config.allow_msg_schedules
-        self.takes_rows = self._whole and not self._limit_each
+        self._takes_rows = self._whole and not self._limit_each
 
     # -- recovery ------------------------------------------------------------
 
@@ -168,27 +169,26 @@ class Applier:
 
     # -- apply ----------------------------------------------------------------
 
-    def takes_run(self, run: RawRun) -> bool:
-        """Whether this run goes to the store whole: also, under limits enforced one by one,
-        a run of one message (a KV put), whose whole is that one message."""
-        return self.takes_rows or (self._whole and run.count == 1)
-
-    def apply(self, entries: list[Entry], committed: int, counted: int) -> None:
+    def apply(self, entries: list[Entry], committed: int, *, runs: bool) -> None:
         """Apply committed entries: consecutive publishes are appended as one batch, and
         consecutive removes (interest retention proposes one per ack) are one store call.
 
         Limits are enforced at the end of each run of publishes; a run ends before any
         other entry and before a rollup, so the result is the same however the group
         splits the log into batches (with max_bytes and per-subject limits together,
-        message by message). `committed` is the group's count before these entries, and
-        `counted` how many of its entries they are (a Run's publishes are one).
+        message by message). `committed` is the group's count before these entries; with
+        `runs` (a replicated stream's log) they may hold Runs, applied as the publishes
+        they hold, and a lone RawRun (a replica's usual entry: one client read's
+        publishes, or a KV put) goes to the store whole where it can: also, under limits
+        enforced one by one, a run of one message, whose whole is that one message.
         """
         self.committed_seq(committed)  # settle what committed since: marks stay few
-        if len(entries) == 1 and type(entries[0]) is RawRun:  # the common entry: one read's run
-            self._apply_raw(entries[0])
+        run = entries[0] if runs and len(entries) == 1 else None
+        if type(run) is RawRun and (self._takes_rows or (self._whole and run.count == 1)):
+            self._apply_raw(run)
         else:
-            self._apply_all(entries)
-        self._entries += counted
+            self._apply_all(unpack_runs(entries, keep_raw=self._takes_rows) if runs else entries)
+        self._entries += len(entries)  # as the group counts them: a Run is one
         self._marks.append((self._entries, self._applied_seq))
 
     def _apply_all(self, entries: list[Entry]) -> None:

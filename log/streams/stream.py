@@ -42,7 +42,6 @@ from log.streams.entries import (
     RawRun,
     Remove,
     Restored,
-    unpack_runs,
 )
 from log.streams.publishing import CoreSink, Publishing
 from log.streams.state import state_json
@@ -219,15 +218,7 @@ class Stream(Publishing):
             stored()
 
     def _apply(self, entries: list[Entry]) -> None:
-        """A lone RawRun the applier takes whole (a replica's usual entry: one client read's
-        publishes, or a KV put) goes to it as it is; anything else with its Runs unpacked."""
-        applier = self._applier
-        publishes = entries
-        if self._replicated and not (
-            len(entries) == 1 and type(entries[0]) is RawRun and applier.takes_run(entries[0])
-        ):
-            publishes = unpack_runs(entries, keep_raw=applier.takes_rows)
-        applier.apply(publishes, self._group.committed, len(entries))
+        self._applier.apply(entries, self._group.committed, runs=self._replicated)
 
     def _settle_published(self, run: list[Publish]) -> None:
         following = not self._accepting
