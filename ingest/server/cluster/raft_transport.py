@@ -262,7 +262,8 @@ class GroupTransport:
     def __init__(self, routes: RaftRoutes, group: str) -> None:
         self._routes = routes
         self._group = group
-        self._head = group_head(group) if group else None  # RaftRoutes.send names an empty one
+        # An empty name is refused where a message is sent, and logged there (`group_head`).
+        self._head = group_head(group) if group else None
 
     @property
     def id(self) -> NodeId:
