@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from ingest.parser.routes import encode_rsub, encode_runsub
 from ingest.server.accounts.settings import GLOBAL_ACCOUNT
-from ingest.server.sublist import Sublist
+from ingest.server.sublist import Match, Sublist
 
 P = TypeVar("P", bound=Hashable)  # a peer: the route connection, opaque here
 
@@ -160,37 +160,34 @@ class RemoteInterestMap(Generic[P]):
     def sole_peer(self, subject: bytes, account: str = GLOBAL_ACCOUNT) -> P | None:
         """The one peer that wants `subject` with plain interest and no queue group."""
         trie = self._tries.get(account)
-        match = trie.match(subject) if trie is not None else None
-        if match is None or match.queues or not match.plain:
-            return None
-        peer = match.plain[0].peer
-        return peer if all(entry.peer == peer for entry in match.plain) else None
+        return _sole_peer(trie.match(subject) if trie is not None else None)
 
     def sole_peer_under(self, prefix: bytes, account: str = GLOBAL_ACCOUNT) -> P | None:
         """The one peer that takes every `prefix.<token>` with plain interest and no queue
         group, if the trie's last walk showed one (a client's reply inbox on that peer,
         `Sublist.tail_of`); else None."""
         trie = self._tries.get(account)
-        match = trie.tail_of(prefix) if trie is not None else None
-        if match is None or match.queues or not match.plain:
-            return None
-        peer = match.plain[0].peer
-        return peer if all(entry.peer == peer for entry in match.plain) else None
+        return _sole_peer(trie.tail_of(prefix) if trie is not None else None)
 
     def sole_peer_below(self, prefix: bytes, account: str = GLOBAL_ACCOUNT) -> P | None:
         """`sole_peer_under` for every subject `prefix.<tokens…>`, as the trie's last walk
         decided them (`Sublist.decided_by`: a consumer's `$JS.ACK.<stream>.<consumer>.>`)."""
         trie = self._tries.get(account)
-        match = trie.decided_by(prefix) if trie is not None else None
-        if match is None or match.queues or not match.plain:
-            return None
-        peer = match.plain[0].peer
-        return peer if all(entry.peer == peer for entry in match.plain) else None
+        return _sole_peer(trie.decided_by(prefix) if trie is not None else None)
 
     def wants_under(self, prefix: bytes, account: str = GLOBAL_ACCOUNT) -> bool:
         """Whether a peer announced interest that matches some subject `prefix.<tokens…>`."""
         trie = self._tries.get(account)
         return trie is not None and trie.reaches_under(prefix)
+
+
+def _sole_peer(match: Match[RemoteInterest[P]] | None) -> P | None:
+    """The one peer behind every plain entry of `match`, if it has no queue group and
+    any plain entry at all; the rule the three `sole_peer` lookups share."""
+    if match is None or match.queues or not match.plain:
+        return None
+    peer = match.plain[0].peer
+    return peer if all(entry.peer == peer for entry in match.plain) else None
 
 
 def _members(entry: RemoteInterest[Any]) -> int:
