@@ -267,35 +267,27 @@ class Api:
         purged = await stream.purge(str(req.get("filter") or ""), upto_seq=seq, keep=keep)
         return {"success": True, "purged": purged}
 
-    def _matching_streams(self, data: bytes) -> tuple[list[str], int]:
-        req = optional_json(data)
+    def _matching_streams(self, req: Response) -> list[str]:
         subject = str(req.get("subject") or "")
-        names = sorted(
+        return sorted(
             name
             for name, stream in self._js.streams.items()
             if not subject or any(subjects_overlap(subject, s) for s in stream.config.subjects)
         )
-        return names, max(int(req.get("offset") or 0), 0)
 
     def _stream_names(self, tokens: list[str], data: bytes) -> Response:
-        names, offset = self._matching_streams(data)
-        page = names[offset : offset + NAMES_LIMIT]
-        return {
-            "total": len(names),
-            "offset": offset,
-            "limit": NAMES_LIMIT,
-            "streams": page or None,
-        }
+        req = optional_json(data)
+        return paged(req, self._matching_streams(req), NAMES_LIMIT, "streams", lambda p: p or None)
 
     def _stream_list(self, tokens: list[str], data: bytes) -> Response:
-        names, offset = self._matching_streams(data)
-        page = names[offset : offset + LIST_LIMIT]
-        return {
-            "total": len(names),
-            "offset": offset,
-            "limit": LIST_LIMIT,
-            "streams": [self._js.describe(self._js.streams[name]) for name in page],
-        }
+        req = optional_json(data)
+        return paged(
+            req,
+            self._matching_streams(req),
+            LIST_LIMIT,
+            "streams",
+            lambda page: [self._js.describe(self._js.streams[name]) for name in page],
+        )
 
     # -- messages ------------------------------------------------------------
 
@@ -344,6 +336,17 @@ def optional_json(data: bytes) -> dict[str, Any]:
         return {}
     req = streamconfig.parse_json(data)
     return req if isinstance(req, dict) else {}
+
+
+def paged(
+    req: Response, names: list[str], limit: int, key: str, show: Callable[[list[str]], object]
+) -> Response:
+    """A names or list answer (streams, consumers): up to `limit` of the sorted `names`
+    from the request's `offset`, under `key` as `show` renders them, after the paging
+    fields the reference writes first."""
+    offset = max(int(req.get("offset") or 0), 0)
+    page = names[offset : offset + limit]
+    return {"total": len(names), "offset": offset, "limit": limit, key: show(page)}
 
 
 def require_empty(data: bytes) -> None:

@@ -24,7 +24,7 @@ from consensus.commits import settle
 from ingest.parser.headers import encode_headers, header_value
 from ingest.parser.subjects import subjects_overlap
 from ingest.server.accounts import js_limits
-from ingest.server.jetstream.api import HEADERS, LIST_LIMIT, NAMES_LIMIT, Response
+from ingest.server.jetstream.api import HEADERS, LIST_LIMIT, NAMES_LIMIT, Response, paged
 from ingest.server.jetstream.api import optional_json as _json_object
 from ingest.server.jetstream.consumer_runner import Runner
 from log import errors, sourcing
@@ -476,23 +476,22 @@ class Consumers:
 
     def names(self, tokens: list[str], data: bytes) -> Response:
         self._js.stream(tokens[2])
-        offset = max(int(_json_object(data).get("offset") or 0), 0)
+        req = _json_object(data)
         names = sorted(n for n, r in self._by_stream.get(tokens[2], {}).items() if _listed(r))
-        page = names[offset : offset + NAMES_LIMIT]
-        return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "consumers": page}
+        return paged(req, names, NAMES_LIMIT, "consumers", lambda page: page)
 
     def list(self, tokens: list[str], data: bytes) -> Response:
         stream = self._js.stream(tokens[2])
-        offset = max(int(_json_object(data).get("offset") or 0), 0)
+        req = _json_object(data)
         runners = self._by_stream.get(stream.name, {})
         names = sorted(n for n, r in runners.items() if _listed(r))
-        page = names[offset : offset + LIST_LIMIT]
-        return {
-            "total": len(names),
-            "offset": offset,
-            "limit": LIST_LIMIT,
-            "consumers": [self.describe(stream, runners[n]) for n in page],
-        }
+        return paged(
+            req,
+            names,
+            LIST_LIMIT,
+            "consumers",
+            lambda page: [self.describe(stream, runners[n]) for n in page],
+        )
 
     def describe(self, stream: Stream, runner: Runner, *, dynamic: bool = False) -> Response:
         """The reference's ConsumerInfo document."""
