@@ -119,7 +119,7 @@ def sync_interval_ns(cfg: StreamConfig, server_ns: int | None) -> int | None:
 # new one is listed (tests/log/test_api_levels_record.py holds it to that).
 COMPLETE_ABOVE_LEVEL_2: dict[int, str] = {
     3: "STREAM.SNAPSHOT window_size (ingest/server/jetstream/backup.py)",
-    4: "fast batches (log/fast_batch.py), ack_policy flow_control (log/consumers),"
+    4: "fast batches (log/batches/fast.py), ack_policy flow_control (log/consumers),"
     " CONSUMER.RESET, durable sourcing and a source's own consumer (log/sourcing.py)",
     5: "a recreated source copied anew, `seq` in source info, the consumer API's"
     " Nats-Stream-Identity and 10225 (ingest/server/jetstream/consumers.py)",

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ingest.parser.headers import remove_header
 from log import errors
-from log.batch_limits import SERVER, ServerBatches
+from log.batches.limits import SERVER, ServerBatches
 from log.errors import ApiError
 
 BATCH_ID = "Nats-Batch-Id"

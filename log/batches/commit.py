@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ingest.parser.headers import set_header
-from log import batch, errors, publish
+from log import errors, publish
+from log.batches import atomic
 from log.config import StreamConfig, above_api_level
 from log.errors import ApiError
 from log.proposed import Echo, Proposed
@@ -40,7 +41,7 @@ class BatchTarget(Protocol):
 
 
 def stage(
-    stream: BatchTarget, stager: batch.Stager, msg: batch.Staged, ack: AckSink | None
+    stream: BatchTarget, stager: atomic.Stager, msg: atomic.Staged, ack: AckSink | None
 ) -> None:
     """Take one message of a batch; the commit's message proposes the batch."""
     cfg = stream.config
@@ -66,7 +67,7 @@ def stage(
     _commit(stream, commit, ack)
 
 
-def _commit(stream: BatchTarget, commit: batch.Commit, ack: AckSink | None) -> None:
+def _commit(stream: BatchTarget, commit: atomic.Commit, ack: AckSink | None) -> None:
     saved = stream.proposed.save()
     entries: list[Publish] = []
     echoes: list[Echo] = []
@@ -87,7 +88,7 @@ def _commit(stream: BatchTarget, commit: batch.Commit, ack: AckSink | None) -> N
 
 
 def _admit(
-    stream: BatchTarget, msg: batch.Staged, index: int, written: set[str], *, last: bool
+    stream: BatchTarget, msg: atomic.Staged, index: int, written: set[str], *, last: bool
 ) -> tuple[Publish, Echo]:
     """The reference's extra rules inside a batch: no last-msg-id expectation, no
     duplicate, an expected last sequence on the first message only, and no
@@ -99,8 +100,8 @@ def _admit(
         seq_subject = headers.get(publish.EXPECTED_LAST_SUBJ_SEQ_SUBJECT, [msg.subject])[0]
         if seq_subject in written:
             raise errors.wrong_last_sequence_constant()
-    if last and batch.BATCH_COMMIT not in headers:  # committed by an end-of-batch marker
-        hdr = set_header(hdr, batch.BATCH_COMMIT.encode(), b"1")
+    if last and atomic.BATCH_COMMIT not in headers:  # committed by an end-of-batch marker
+        hdr = set_header(hdr, atomic.BATCH_COMMIT.encode(), b"1")
     admitted = stream.proposed.admit(msg.subject, hdr, msg.data, headers)
     if isinstance(admitted, publish.Duplicate):
         raise errors.atomic_duplicate_msg_id()

@@ -13,7 +13,7 @@ at the flow the publisher asked for (at most 500) when the batch is the
 stream's only one, else at 1, and moves toward 500 / batches in flight.
 
 The leader runs the batches. On a replicated stream each message's entry also
-carries where its batch stands (`stream_entries.FastMark`), which every other
+carries where its batch stands (`log.streams.entries.FastMark`), which every other
 member records as it applies (`follow`), so a new leader carries the batches on:
 it tells each publisher, with a flow ack for the last message stored, where to
 go on from (`lead`), as the reference's new leader does. Pure: time comes in as
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from log import errors, publish
-from log.batch_limits import SERVER, ServerBatches
+from log.batches.limits import SERVER, ServerBatches
 from log.errors import ApiError
 from log.streams.entries import FastMark, Publish
 

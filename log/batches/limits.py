@@ -3,7 +3,7 @@
 The reference refuses a new batch beyond 1,000 atomic batches being staged or
 50,000 fast batches in flight per server (`streamDefaultMaxAtomicBatchInflightTotal`,
 `streamDefaultMaxFastBatchInflightTotal`), with the same errors as its per-stream
-limits (`log.batch.MAX_INFLIGHT`, `log.fast_batch.MAX_INFLIGHT`): 10210 and 10211.
+limits (`log.batches.atomic.MAX_INFLIGHT`, `log.batches.fast.MAX_INFLIGHT`): 10210 and 10211.
 
 The open batches are counted by asking each stream's stager rather than by a
 counter kept in step with every way a batch ends (committed, broken, timed out,

@@ -27,7 +27,7 @@ _NO_HDR = 0xFFFF_FFFF  # a header-block length meaning "no header block" (distin
 
 
 class FastMark(NamedTuple):
-    """Where a fast batch stands once its message applies (`log.fast_batch`): every member
+    """Where a fast batch stands once its message applies (`log.batches.fast`): every member
     keeps it, so the next leader carries the batch on, as the reference's followers do."""
 
     batch_id: str

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 from consensus.commits import OnCommit
 from consensus.types import RaftError
 from ingest.parser.headers import header_value, remove_header
-from log import batch, batch_commit, errors, fast_batch, publish
+from log import errors, publish
+from log.batches import atomic, commit
+from log.batches import fast as fast_batch
 from log.config import REQUIRED_LEVEL_HEADER, StreamConfig, above_api_level
 from log.errors import ApiError
 from log.proposed import Echo, Proposed
@@ -35,7 +37,7 @@ class Publishing:
     _accepting: bool
     _replicated: bool
     _group: ReplicationGroup[Entry]
-    _batches: batch.Stager
+    _batches: atomic.Stager
     _fast: fast_batch.FastBatches
     _send_core: CoreSink | None
 
@@ -68,8 +70,8 @@ class Publishing:
         if fast is not None:
             self._publish_fast(subject, hdr, data, headers, fast, ack or _ignore)
             return
-        if headers and batch.BATCH_ID in headers:
-            batch_commit.stage(self, self._batches, batch.Staged(subject, hdr, data, headers), ack)
+        if headers and atomic.BATCH_ID in headers:
+            commit.stage(self, self._batches, atomic.Staged(subject, hdr, data, headers), ack)
             return
         taken = self._admit(subject, hdr, data, headers, ack)
         if taken is not None:
@@ -157,7 +159,7 @@ class Publishing:
         send: AckSink,
     ) -> None:
         """One message of a fast batch: the reference's refusals in its order, then the
-        batch's flow (`log.fast_batch`) around the usual rules and proposal."""
+        batch's flow (`log.batches.fast`) around the usual rules and proposal."""
         cfg = self.config
         hdr_len = len(hdr) if hdr else 0
         try:
@@ -217,7 +219,7 @@ class Publishing:
         """An admitted message as proposed: itself, and its answer once it commits."""
         return entry, partial(self._answered, entry.seq, ack, echo, value)
 
-    # -- atomic batches (`log.batch_commit` checks them) -----------------------
+    # -- atomic batches (`log.batches.commit` checks them) -----------------------
 
     def propose_batch(
         self, entries: list[Publish], echoes: list[Echo], batch_id: str, ack: AckSink | None

@@ -24,7 +24,9 @@ from typing import Any, TypeVar
 
 from consensus.commits import OnCommit
 from consensus.types import RaftError
-from log import batch, errors, fast_batch, publish, schedules
+from log import errors, publish, schedules
+from log.batches import atomic
+from log.batches import fast as fast_batch
 from log.config import StreamConfig, segment_codec
 from log.errors import ApiError
 from log.proposed import Proposed
@@ -92,7 +94,7 @@ class Stream(Publishing):
         self._read_headers = read_headers
         if config.first_seq > store.state().first_seq:  # as the reference, at every open
             store.compact(config.first_seq)
-        self._batches = batch.Stager()
+        self._batches = atomic.Stager()
         self._fast = fast_batch.FastBatches(config.name)
         self._replicated = group is not None
         self.restoring = False  # a backup is being restored into it: publishes wait

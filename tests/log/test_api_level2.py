@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from consensus.types import NodeId
-from log import batch, counter, cron, schedules
+from log import counter, cron, schedules
 from log.api_levels import required_level, sync_interval_ns
+from log.batches import atomic
 from log.config import check_update, from_request
 from log.errors import ApiError
 from log.raft_group import RaftGroup
@@ -182,36 +183,36 @@ def test_a_batch_entry_round_trips_and_a_damaged_one_is_refused() -> None:
             decode(damaged)
 
 
-def staged(seq: int, commit: str | None = None, batch_id: str = "b") -> batch.Staged:
-    headers = {batch.BATCH_ID: [batch_id], batch.BATCH_SEQ: [str(seq)]}
+def staged(seq: int, commit: str | None = None, batch_id: str = "b") -> atomic.Staged:
+    headers = {atomic.BATCH_ID: [batch_id], atomic.BATCH_SEQ: [str(seq)]}
     if commit is not None:
-        headers[batch.BATCH_COMMIT] = [commit]
-    return batch.Staged("s.a", None, b"x", headers)
+        headers[atomic.BATCH_COMMIT] = [commit]
+    return atomic.Staged("s.a", None, b"x", headers)
 
 
 def test_the_stager_drops_a_batch_at_a_gap_or_after_its_timeout() -> None:
-    stager = batch.Stager()
+    stager = atomic.Stager()
     assert stager.stage(staged(1), allowed=True, above_level=False, now=0) is None
     with pytest.raises(ApiError, match="incomplete"):
         stager.stage(staged(3), allowed=True, above_level=False, now=0)
     assert len(stager) == 0
     assert stager.stage(staged(1), allowed=True, above_level=False, now=0) is None
-    late = batch.TIMEOUT_NS + 1
+    late = atomic.TIMEOUT_NS + 1
     with pytest.raises(ApiError, match="incomplete"):
         stager.stage(staged(2, "1"), allowed=True, above_level=False, now=late)
 
 
 def test_the_stager_limits_size_and_batches_in_flight() -> None:
-    stager = batch.Stager()
+    stager = atomic.Stager()
     with pytest.raises(ApiError, match="too large: 1000"):
         stager.stage(staged(1001), allowed=True, above_level=False, now=0)
-    for i in range(batch.MAX_INFLIGHT):
+    for i in range(atomic.MAX_INFLIGHT):
         stager.stage(staged(1, batch_id=str(i)), allowed=True, above_level=False, now=0)
     with pytest.raises(ApiError) as refused:
         stager.stage(staged(1, batch_id="one more"), allowed=True, above_level=False, now=0)
     assert refused.value.err_code == 10210
     # abandoned batches give their slots back once past their deadline
-    later = batch.TIMEOUT_NS + 1
+    later = atomic.TIMEOUT_NS + 1
     assert stager.stage(staged(1, batch_id="x"), allowed=True, above_level=False, now=later) is None
 
 

@@ -1,4 +1,4 @@
-"""The server-wide limits on open batches (`log.batch_limits`): every stream's batches
+"""The server-wide limits on open batches (`log.batches.limits`): every stream's batches
 count toward them, a stream's own limit still holds below them, and a batch that ends for
 any reason gives its place back. Small limits stand in for the reference's 1,000 and 50,000."""
 
@@ -6,22 +6,22 @@ from __future__ import annotations
 
 import pytest
 
-from log import batch, batch_limits
-from log.batch_limits import ServerBatches
+from log.batches import atomic, limits
+from log.batches.fast import FastBatches, parse
+from log.batches.limits import ServerBatches
 from log.errors import ApiError
-from log.fast_batch import FastBatches, parse
 from tests.log.test_api_level2 import staged
 from tests.log.test_fast_batch import Outbox
 
 
 def test_the_reference_limits_are_the_defaults() -> None:
-    limits = batch_limits.SERVER
-    assert (limits.atomic_limit, limits.fast_limit) == (1000, 50_000)
+    server = limits.SERVER
+    assert (server.atomic_limit, server.fast_limit) == (1000, 50_000)
 
 
 def test_atomic_batches_of_every_stream_count_toward_the_server_limit() -> None:
     server = ServerBatches(atomic=3)
-    a, b = batch.Stager(server), batch.Stager(server)
+    a, b = atomic.Stager(server), atomic.Stager(server)
     a.stage(staged(1, batch_id="a1"), allowed=True, above_level=False, now=0)
     a.stage(staged(1, batch_id="a2"), allowed=True, above_level=False, now=0)
     b.stage(staged(1, batch_id="b1"), allowed=True, above_level=False, now=0)
@@ -41,10 +41,10 @@ def test_atomic_batches_of_every_stream_count_toward_the_server_limit() -> None:
 
 def test_a_deleted_streams_batches_stop_counting() -> None:
     server = ServerBatches(atomic=1)
-    gone = batch.Stager(server)
+    gone = atomic.Stager(server)
     gone.stage(staged(1, batch_id="g"), allowed=True, above_level=False, now=0)
     del gone
-    kept = batch.Stager(server)
+    kept = atomic.Stager(server)
     assert kept.stage(staged(1, batch_id="k"), allowed=True, above_level=False, now=0) is None
 
 

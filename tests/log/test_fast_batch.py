@@ -1,4 +1,4 @@
-"""Fast batch publish's pure rules (`log.fast_batch`): the reply subject, and the flow
+"""Fast batch publish's pure rules (`log.batches.fast`): the reply subject, and the flow
 of one stream's batches driven by hand (no server, time as an argument)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from log import fast_batch
-from log.fast_batch import FastBatches, FastRef, parse
+from log.batches import fast
+from log.batches.fast import FastBatches, FastRef, parse
 from log.segments.api import NewMsg
 from log.streams.entries import Publish
 
@@ -79,10 +79,10 @@ def test_a_silent_batch_is_forgotten_and_a_new_one_starts_alone() -> None:
         {"type": "ack", "seq": 1, "msgs": 2},  # stored: ramped up toward 500 / 2
     ]
     out.clear()
-    _run(batches, out, "p.a.4.ok.2.1.$FI", fast_batch.TIMEOUT_NS + 1, 3)
-    assert out == [{"error": fast_batch.unknown_id().to_json(), "stream": "F", "seq": 0}]
+    _run(batches, out, "p.a.4.ok.2.1.$FI", fast.TIMEOUT_NS + 1, 3)
+    assert out == [{"error": fast.unknown_id().to_json(), "stream": "F", "seq": 0}]
     out.clear()
-    _run(batches, out, "p.c.4.ok.1.0.$FI", fast_batch.TIMEOUT_NS + 1, 3)
+    _run(batches, out, "p.c.4.ok.1.0.$FI", fast.TIMEOUT_NS + 1, 3)
     assert out[0] == {"type": "ack", "seq": 0, "msgs": 4} and len(batches) == 1
 
 
@@ -117,11 +117,11 @@ def test_a_ping_in_gap_fail_mode_ends_the_batch_once_everything_is_stored() -> N
 
 def test_too_many_batches_in_flight_are_refused() -> None:
     batches, out = FastBatches("F"), Outbox()
-    for n in range(fast_batch.MAX_INFLIGHT):
+    for n in range(fast.MAX_INFLIGHT):
         _run(batches, out, f"p.b{n}.1.ok.1.0.$FI", 0, n + 1)
     out.clear()
     _run(batches, out, "p.one-more.1.ok.1.0.$FI", 0, 0)
-    assert out == [{"error": fast_batch.too_many_inflight().to_json(), "stream": "F", "seq": 0}]
+    assert out == [{"error": fast.too_many_inflight().to_json(), "stream": "F", "seq": 0}]
 
 
 def test_a_follower_carries_the_batches_and_leads_them_on() -> None:
@@ -161,5 +161,5 @@ def test_a_follower_forgets_silent_batches_before_leading() -> None:
     follower, sent = FastBatches("F"), []
     mark = FastBatches("F").mark(ref)
     follower.follow([Publish(NewMsg("s", None, b"", 0), 1, fast=mark)], now=0)
-    follower.lead(fast_batch.TIMEOUT_NS + 1, lambda *args: sent.append(args))
+    follower.lead(fast.TIMEOUT_NS + 1, lambda *args: sent.append(args))
     assert (len(follower), sent) == (0, [])

@@ -27,7 +27,8 @@ from ingest.server.jetstream.reports import Reports
 from ingest.server.jetstream.sources import Sources
 from ingest.server.settings import store_base
 from ingest.server.version import VERSION
-from log import api_levels, errors, fast_batch
+from log import api_levels, errors
+from log.batches import fast as fast_batch
 from log.config import (
     StreamConfig,
     above_api_level,
