@@ -13,40 +13,60 @@ from typing import Any
 from ingest.server.cluster.settings import ClusterConfig, RouteURL, RouteURLError, parse_route_url
 from ingest.server.config_reader import Section
 
+TLSReader = Callable[[Any, str], Any]  # reads a `tls {}` block as the top level's does
 
-def read_cluster(top: Section, key: str, *, tls: Callable[[Any, str], Any]) -> ClusterConfig | None:
+
+def read_cluster(top: Section, key: str, *, tls: TLSReader) -> ClusterConfig | None:
     """None without a port (`listen` or `port`): the reference then opens no route
     listener and dials no route, whatever else the block says. `tls` reads a `tls {}`
     block as the top level's does."""
-    section = top.section(key)
-    fields: dict[str, Any] = {}
-    for name in section.table:
-        lowered = name.lower()
-        listener = listener_fields(section, name, tls)
-        if listener is not None:
-            fields.update(listener)
-        elif lowered == "name":
-            fields["name"] = _name(section, name)
-        elif lowered == "routes":
-            fields["routes"] = _routes(section, name)
-        elif lowered in ("authorization", "authentication"):
-            fields.update(single_user_authorization(section, name, token=False, refused=_REFUSED))
-        elif lowered == "no_advertise":
-            fields["no_advertise"] = section.boolean(name)
-        elif lowered == "connect_retries":
-            fields["connect_retries"] = section.integer(name)
-        elif lowered == "pool_size":
-            fields["pool_size"] = section.integer(name)
-        else:
-            section.unknown(name)
+    fields = listener_section(top, key, tls, _cluster_key)
     if "port" not in fields:
         return None
     return dataclasses.replace(ClusterConfig(), **fields)
 
 
-def listener_fields(
-    section: Section, key: str, tls: Callable[[Any, str], Any]
-) -> dict[str, Any] | None:
+def _cluster_key(section: Section, key: str) -> dict[str, Any] | None:
+    """The cluster block's keys beyond every listener's, as fields; None for another."""
+    lowered = key.lower()
+    if lowered == "name":
+        return {"name": _name(section, key)}
+    if lowered == "routes":
+        return {"routes": _routes(section, key)}
+    if lowered in ("authorization", "authentication"):
+        return single_user_authorization(section, key, token=False, refused=_REFUSED)
+    if lowered == "no_advertise":
+        return {"no_advertise": section.boolean(key)}
+    if lowered == "connect_retries":
+        return {"connect_retries": section.integer(key)}
+    if lowered == "pool_size":
+        return {"pool_size": section.integer(key)}
+    return None
+
+
+def listener_section(
+    top: Section,
+    key: str,
+    tls: TLSReader,
+    own: Callable[[Section, str], dict[str, Any] | None],
+) -> dict[str, Any]:
+    """The fields of a listening section (cluster, websocket, leafnodes): each key read
+    by `listener_fields` or else by the section's `own` reader (None: not its key), and
+    refused as unknown by neither."""
+    section = top.section(key)
+    fields: dict[str, Any] = {}
+    for name in section.table:
+        found = listener_fields(section, name, tls)
+        if found is None:
+            found = own(section, name)
+        if found is None:
+            section.unknown(name)
+        else:
+            fields.update(found)
+    return fields
+
+
+def listener_fields(section: Section, key: str, tls: TLSReader) -> dict[str, Any] | None:
     """The keys every listening section reads alike (listen, host/net, port, tls), as
     fields; None for any other key."""
     lowered = key.lower()

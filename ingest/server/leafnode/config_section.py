@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ingest.parser.conf import ConfigError, Table
 from ingest.server.accounts.settings import DEFAULT_SYSTEM_ACCOUNT, GLOBAL_ACCOUNT
 from ingest.server.cluster.config_section import (
-    listener_fields,
+    TLSReader,
+    listener_section,
     single_user_authorization,
     url_list,
 )
@@ -21,37 +22,33 @@ from ingest.server.gofmt import NS
 from ingest.server.leafnode.settings import LeafnodeConfig, LeafUser, RemoteLeaf
 from ingest.server.settings import TLSConfig, parse_duration
 
-TLSReader = Callable[[Any, str], Any]
-
 
 def read_leafnodes(top: Section, key: str, *, tls: TLSReader) -> LeafnodeConfig:
     """`tls` reads a `tls {}` block as the top level's does."""
     tls = _files_checked(tls)
-    section = top.section(key)
-    fields: dict[str, Any] = {}
-    for name in section.table:
-        lowered = name.lower()
-        listener = listener_fields(section, name, tls)
-        if listener is not None:
-            fields.update(listener)
-        elif lowered in ("authorization", "authentication"):
-            fields.update(_authorization(section, name))
-        elif lowered == "remotes":
-            fields["remotes"] = _remotes(section, name, tls)
-        elif lowered in ("reconnect", "reconnect_delay", "reconnect_interval"):
-            fields["reconnect"] = _seconds(section, name)
-        elif lowered == "advertise":
-            fields["advertise"] = section.string(name)
-        elif lowered == "no_advertise":
-            fields["no_advertise"] = section.boolean(name)
-        elif lowered == "compression":
-            fields["compression"] = read_compression(section, name)
-        else:
-            section.unknown(name)
+    fields = listener_section(top, key, tls, partial(_leafnodes_key, tls=tls))
     if fields.get("tls") is not None and "auth_timeout" not in fields:
         # The reference gives a TLS handshake its whole timeout before the login's.
         fields["auth_timeout"] = fields["tls"].timeout + 1.0
     return dataclasses.replace(LeafnodeConfig(), **fields)
+
+
+def _leafnodes_key(section: Section, key: str, *, tls: TLSReader) -> dict[str, Any] | None:
+    """The leafnodes block's keys beyond every listener's, as fields; None for another."""
+    lowered = key.lower()
+    if lowered in ("authorization", "authentication"):
+        return _authorization(section, key)
+    if lowered == "remotes":
+        return {"remotes": _remotes(section, key, tls)}
+    if lowered in ("reconnect", "reconnect_delay", "reconnect_interval"):
+        return {"reconnect": _seconds(section, key)}
+    if lowered == "advertise":
+        return {"advertise": section.string(key)}
+    if lowered == "no_advertise":
+        return {"no_advertise": section.boolean(key)}
+    if lowered == "compression":
+        return {"compression": read_compression(section, key)}
+    return None
 
 
 def _seconds(section: Section, key: str) -> float:

@@ -5,12 +5,12 @@ without trusted operators)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 from ingest.server.cluster.config_section import (
-    listener_fields,
+    TLSReader,
+    listener_section,
     single_user_authorization,
 )
 from ingest.server.config_reader import Section
@@ -19,40 +19,36 @@ from ingest.server.websocket.settings import WebSocketConfig
 _ORIGIN_KEYS = ("allowed_origins", "allowed_origin", "allow_origins", "allow_origin", "origins")
 
 
-def read_websocket(
-    top: Section, key: str, *, tls: Callable[[Any, str], Any]
-) -> WebSocketConfig | None:
+def read_websocket(top: Section, key: str, *, tls: TLSReader) -> WebSocketConfig | None:
     """None without a port: the reference then opens no WebSocket listener."""
-    section = top.section(key)
-    fields: dict[str, Any] = {}
-    for name in section.table:
-        lowered = name.lower()
-        listener = listener_fields(section, name, tls)
-        if listener is not None:
-            fields.update(listener)
-        elif lowered == "advertise":
-            fields["advertise"] = section.string(name)
-        elif lowered == "no_tls":
-            fields["no_tls"] = section.boolean(name)
-        elif lowered in ("compression", "compress"):
-            fields["compression"] = section.boolean(name)
-        elif lowered == "same_origin":
-            fields["same_origin"] = section.boolean(name)
-        elif lowered in _ORIGIN_KEYS:
-            fields["allowed_origins"] = _origins(section, name)
-        elif lowered == "handshake_timeout":
-            fields["handshake_timeout"] = section.timeout(name, "websocket handshake")
-        elif lowered in ("authorization", "authentication"):
-            fields.update(single_user_authorization(section, name, token=True))
-        elif lowered == "no_auth_user":
-            fields["no_auth_user"] = section.string(name)
-        elif lowered == "jwt_cookie":
-            fields["jwt_cookie"] = section.string(name)
-        else:
-            section.unknown(name)
+    fields = listener_section(top, key, tls, _websocket_key)
     if "port" not in fields:
         return None
     return dataclasses.replace(WebSocketConfig(), **fields)
+
+
+def _websocket_key(section: Section, key: str) -> dict[str, Any] | None:
+    """The websocket block's keys beyond every listener's, as fields; None for another."""
+    lowered = key.lower()
+    if lowered == "advertise":
+        return {"advertise": section.string(key)}
+    if lowered == "no_tls":
+        return {"no_tls": section.boolean(key)}
+    if lowered in ("compression", "compress"):
+        return {"compression": section.boolean(key)}
+    if lowered == "same_origin":
+        return {"same_origin": section.boolean(key)}
+    if lowered in _ORIGIN_KEYS:
+        return {"allowed_origins": _origins(section, key)}
+    if lowered == "handshake_timeout":
+        return {"handshake_timeout": section.timeout(key, "websocket handshake")}
+    if lowered in ("authorization", "authentication"):
+        return single_user_authorization(section, key, token=True)
+    if lowered == "no_auth_user":
+        return {"no_auth_user": section.string(key)}
+    if lowered == "jwt_cookie":
+        return {"jwt_cookie": section.string(key)}
+    return None
 
 
 def _origins(section: Section, key: str) -> tuple[str, ...]:
