@@ -12,8 +12,8 @@ from typing import Any
 from consensus.durability import DEFAULT_SYNC_INTERVAL_NS
 from ingest.parser.conf import ConfigError, Table
 from ingest.parser.subjects import is_valid_subject
-from ingest.server import auth_config
 from ingest.server.accounts.config_section import read_accounts
+from ingest.server.auth import config as auth_config
 from ingest.server.cluster.config_section import read_cluster, single_user_authorization
 from ingest.server.config_reader import Section, describe, read_size
 from ingest.server.lake_config import read_lake
@@ -35,16 +35,6 @@ from ingest.server.settings import (
 from ingest.server.websocket.config_section import read_websocket
 
 # -- config file keys ----------------------------------------------------------
-
-
-def _hostport(section: Section, key: str) -> tuple[str | None, int]:
-    value = section.typed(key, (int, str), "a port or host:port")
-    if isinstance(value, int):
-        return None, value
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.lstrip("-").isdigit() or (":" in host and not host.startswith("[")):
-        raise section.error(key, f'could not parse address string "{value}"')
-    return host.strip("[]"), int(port)
 
 
 def bind_port(raw: int) -> int:
@@ -344,7 +334,7 @@ def _mqtt(top: Section, key: str, out: dict[str, Any]) -> None:
     for name in section.table:
         lowered = name.lower()
         if lowered == "listen":
-            host, port = _hostport(section, name)
+            host, port = section.address(name)
             if host is not None:
                 fields["host"] = host
         elif lowered == "port":
@@ -414,14 +404,14 @@ def _error_reports(default: int) -> _Handler:
 
 
 def _listen(section: Section, key: str, out: dict[str, Any]) -> None:
-    host, port = _hostport(section, key)
+    host, port = section.address(key)
     if host is not None:
         out["host"] = host
     out["port"] = bind_port(port)
 
 
 def _http(section: Section, key: str, out: dict[str, Any]) -> None:
-    host, port = _hostport(section, key)
+    host, port = section.address(key)
     if host is not None:
         out["http_host"] = host
     out["http_port"] = monitor_port(port)

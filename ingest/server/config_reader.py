@@ -56,6 +56,17 @@ class Section:
     def boolean(self, key: str) -> bool:
         return self.typed(key, bool, "a boolean")
 
+    def address(self, key: str) -> tuple[str | None, int]:
+        """A port, or "host:port" with an IPv6 host in brackets, as the reference's
+        `parseListen` reads every `listen`: the host None for a bare port."""
+        value = self.typed(key, (int, str), "a port or host:port")
+        if isinstance(value, int):
+            return None, value
+        host, sep, port = value.rpartition(":")
+        if not sep or not port.lstrip("-").isdigit() or (":" in host and not host.startswith("[")):
+            raise self.error(key, f'could not parse address string "{value}"')
+        return host.strip("[]"), int(port)
+
     def section(self, key: str) -> Section:
         table = self.typed(key, Table, "a map")
         return Section(table, self.warnings)

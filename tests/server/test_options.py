@@ -231,6 +231,7 @@ def test_full_config(tmp_path: Path) -> None:
         ('lame_duck_grace_period: "-1s"', "needs to be positive"),
         ('ping_interval: "soon"', 'error parsing ping_interval: time: invalid duration "soon"'),
         ('listen: "localhost"', 'could not parse address string "localhost"'),
+        ('cluster { listen: "::1:6222" }', 'could not parse address string "::1:6222"'),
         ("jetstream: maybe", "Expected 'enabled' or 'disabled'"),
         ('jetstream { max_mem: "1KB" }', "max_mem_store"),
         ("jetstream { bogus: 1 }", '1:13: unknown field "bogus"'),

@@ -83,15 +83,10 @@ def listener_fields(section: Section, key: str, tls: TLSReader) -> dict[str, Any
 
 
 def listen_address(section: Section, key: str) -> dict[str, Any]:
-    value = section.typed(key, (int, str), "a port or host:port")
-    if isinstance(value, int):
-        return {"port": 0 if value == -1 else value}
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.lstrip("-").isdigit():
-        raise section.error(key, f'could not parse address string "{value}"')
-    fields: dict[str, Any] = {"port": 0 if int(port) == -1 else int(port)}
+    host, port = section.address(key)
+    fields: dict[str, Any] = {"port": 0 if port == -1 else port}
     if host:
-        fields["host"] = host.strip("[]")
+        fields["host"] = host
     return fields
 
 
