@@ -25,7 +25,7 @@ from ingest.parser import fast, nats
 from ingest.parser.outlet import Outlet
 from ingest.parser.subjects import is_valid_literal_subject, is_valid_subject
 from ingest.server.accounts import limits
-from ingest.server.auth import AUTH_VIOLATION, AuthError, Grant
+from ingest.server.auth.authenticator import AUTH_VIOLATION, AuthError, Grant
 from ingest.server.client_pacing import Pacing
 from ingest.server.closing import Closing
 from ingest.server.jwt.nkey import new_nonce

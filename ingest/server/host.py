@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from ingest.parser.outlet import Outlet
     from ingest.server.accounts.registry import Account, Accounts
-    from ingest.server.auth import Authenticator, Grant
+    from ingest.server.auth.authenticator import Authenticator, Grant
     from ingest.server.busypoll import BusyPoll
     from ingest.server.mappings import SubjectMapper
     from ingest.server.settings import Options

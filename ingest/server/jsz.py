@@ -11,7 +11,7 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ingest.server.auth import GLOBAL_ACCOUNT
+from ingest.server.accounts.settings import GLOBAL_ACCOUNT
 
 if TYPE_CHECKING:
     from ingest.server.server import Server

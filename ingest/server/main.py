@@ -320,7 +320,7 @@ def main(argv: list[str]) -> int:
         print(f"jetlake: configuration file {opts.config_file} is valid", file=sys.stderr)
         return 0
     if opts.resolver is not None and opts.resolver.url:
-        from ingest.server.account_fetch import FetchError, client_tls, get
+        from ingest.server.auth.account_fetch import FetchError, client_tls, get
 
         try:
             # As the reference: is the account server there?

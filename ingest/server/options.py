@@ -21,7 +21,8 @@ from typing import Any
 
 from ingest.parser.conf import ConfigError, Loader, parse_file
 from ingest.server.accounts.settings import DEFAULT_SYSTEM_ACCOUNT
-from ingest.server.auth_config import check_operator_mode
+from ingest.server.auth.config import check_operator_mode
+from ingest.server.auth.listener import check_no_auth_user, server_users
 from ingest.server.cluster.settings import (
     ClusterConfig,
     RouteURLError,
@@ -32,7 +33,6 @@ from ingest.server.config_file import apply_table, bind_port, blank_fields, moni
 from ingest.server.flags import FlagError, parse_flags
 from ingest.server.gofmt import go_duration
 from ingest.server.leafnode.config_section import check_leafnode_accounts
-from ingest.server.listener_auth import check_no_auth_user, server_users
 from ingest.server.mqtt.validate import check_mqtt_options
 from ingest.server.settings import (
     JetStreamConfig,

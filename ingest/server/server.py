@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from ingest.parser import nats
 from ingest.server.accounts.registry import Account, Accounts
-from ingest.server.auth import Authenticator
-from ingest.server.auth_resolver import Resolver
+from ingest.server.auth.authenticator import Authenticator
+from ingest.server.auth.resolver import Resolver
 from ingest.server.busypoll import BusyPoll
 from ingest.server.client import Client
 from ingest.server.cluster.settings import local_addresses

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ingest.server.auth import Grant
+from ingest.server.auth.authenticator import Grant
 from ingest.server.version import VERSION
 from log.timefmt import now_ns, rfc3339
 

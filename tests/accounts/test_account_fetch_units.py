@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.server import account_fetch
-from ingest.server.account_fetch import FetchError, _Lookup
+from ingest.server.auth import account_fetch
+from ingest.server.auth.account_fetch import FetchError, _Lookup
 from tests.support.cluster import free_port
 
 

@@ -10,7 +10,7 @@ import pytest
 from ingest.parser.routes import RouteCodec, RSub, RUnsub
 from ingest.server.accounts.jetstream import refusal
 from ingest.server.accounts.registry import Accounts
-from ingest.server.auth import Authenticator, AuthError
+from ingest.server.auth.authenticator import Authenticator, AuthError
 from ingest.server.cluster.interest import LocalInterest, RemoteInterestMap
 from ingest.server.options import ConfigError, Options, load_config, validate_options
 from ingest.server.sublist import Sublist

@@ -16,7 +16,7 @@ import nkeys
 import pytest
 
 from ingest.server.accounts.settings import HEADERS_SAMPLING, Import
-from ingest.server.auth_resolver import Resolver
+from ingest.server.auth.resolver import Resolver
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt.exports import imported_from, invalid_imports, shares
 from ingest.server.jwt.times import window_end

@@ -12,7 +12,7 @@ from pathlib import Path
 import nkeys
 import pytest
 
-from ingest.server.auth import Authenticator
+from ingest.server.auth.authenticator import Authenticator
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt import nkey, trust
 from ingest.server.jwt.settings import CACHE, URL

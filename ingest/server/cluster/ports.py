@@ -112,7 +112,7 @@ class SystemHost(SystemBus, Protocol):
     jetstream: Any  # the global account's engine, if it has one
     jetstream_cluster: Any  # the meta group's controller (its meta_info), if clustered
     leafnodes: Any  # the leafnode links, whose traffic is not the clients'
-    resolver: Any  # operator mode's account JWTs (`auth_resolver.Resolver`), if any
+    resolver: Any  # operator mode's account JWTs (`auth.resolver.Resolver`), if any
     clients: dict[int, Any]  # the client connections, by cid
     start_time: float
     in_msgs: int

@@ -32,7 +32,7 @@ from ingest.parser import s2
 from ingest.parser.fast import native
 from ingest.parser.subjects import subject_matches
 from ingest.server.accounts import limits
-from ingest.server.auth import Grant
+from ingest.server.auth.authenticator import Grant
 from ingest.server.compression import (
     NOT_SUPPORTED,
 )

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ingest.parser.leafnodes import LOOP_DETECTION_PREFIX, encode_err, encode_info
 from ingest.server.accounts.settings import GLOBAL_ACCOUNT
-from ingest.server.auth import AuthError
+from ingest.server.auth.authenticator import AuthError
 from ingest.server.cluster.settings import RouteURL, local_addresses, parse_route_url
 from ingest.server.compression import NOT_SUPPORTED
 from ingest.server.gofmt import number, rtt

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.parser import mqtt
 from ingest.parser.mqtt_topics import TopicError, to_subject
 from ingest.server.accounts import limits
-from ingest.server.auth import AuthError, Grant
+from ingest.server.auth.authenticator import AuthError, Grant
 from ingest.server.closing import Closing
 from ingest.server.mqtt.jsa import JetStreamError
 from ingest.server.mqtt.subscriptions import SubscriptionSet, subject_of

@@ -16,10 +16,10 @@ import ssl
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser import mqtt
-from ingest.server.auth import MQTT, Authenticator, AuthError, Grant
+from ingest.server.auth.authenticator import MQTT, Authenticator, AuthError, Grant
+from ingest.server.auth.listener import listener_authenticator
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt.claims import JWTError
-from ingest.server.listener_auth import listener_authenticator
 from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.mqtt.sessions import SessionManager
 from ingest.server.settings import MQTTConfig

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ingest.parser.conf import ConfigError
-from ingest.server.listener_auth import (
+from ingest.server.auth.listener import (
     check_block_credentials,
     check_no_auth_user,
     server_users,

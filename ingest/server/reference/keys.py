@@ -15,9 +15,10 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from ingest.server import auth_config, config_file, flags, lake_config
+from ingest.server import config_file, flags, lake_config
 from ingest.server.accounts import config_section as accounts_section
 from ingest.server.accounts import config_sharing
+from ingest.server.auth import config as auth_config
 from ingest.server.cluster import config_section as cluster_section
 from ingest.server.leafnode import config_section as leafnode_section
 from ingest.server.websocket import config_section as websocket_section

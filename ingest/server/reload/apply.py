@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.parser.conf import ConfigError
 from ingest.server.accounts.limits import MAX_SUBSCRIPTIONS
 from ingest.server.accounts.registry import Account, Accounts
-from ingest.server.auth import AUTH_VIOLATION, Authenticator, AuthError
+from ingest.server.auth.authenticator import AUTH_VIOLATION, Authenticator, AuthError
 from ingest.server.flags import FlagError
 from ingest.server.leafnode.contexts import Contexts, build_contexts
 from ingest.server.leafnode.reload import remote_changes

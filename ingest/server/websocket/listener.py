@@ -12,9 +12,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ingest.server.auth import Authenticator, Grant
+from ingest.server.auth.authenticator import Authenticator, Grant
+from ingest.server.auth.listener import listener_authenticator
 from ingest.server.client import Client
-from ingest.server.listener_auth import listener_authenticator
 from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.tls_settings import DEFAULT_TLS_TIMEOUT
 from ingest.server.websocket import handshake

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ingest.parser.conf import ConfigError
-from ingest.server.listener_auth import check_block_credentials, check_no_auth_user, server_users
+from ingest.server.auth.listener import check_block_credentials, check_no_auth_user, server_users
 
 
 def check_websocket_options(opts: Any) -> None:

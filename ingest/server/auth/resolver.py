@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser.conf import ConfigError
-from ingest.server.account_fetch import Fetcher, account_of, client_tls
+from ingest.server.auth.account_fetch import Fetcher, account_of, client_tls
 from ingest.server.jwt import claims as jwt
 from ingest.server.jwt import nkey
 from ingest.server.jwt.claims import Claims, JWTError

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.parser.conf import ConfigError
-from ingest.server.auth import Authenticator
+from ingest.server.auth.authenticator import Authenticator
 
 
 @dataclass(frozen=True, slots=True)
