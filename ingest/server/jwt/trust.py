@@ -31,7 +31,7 @@ _TEMPLATE = re.compile(r"\{\{\s*([a-z-]+)\(\s*([^)]*?)\s*\)\s*\}\}")
 
 @dataclass(frozen=True, slots=True)
 class JWTUser:
-    """What an authenticated JWT user may do, for `auth.Grant`."""
+    """What an authenticated JWT user may do, for `auth.authenticator.Grant`."""
 
     user: str  # the user's public key
     name: str
