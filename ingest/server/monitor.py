@@ -25,6 +25,7 @@ from ingest.server.accounts.events import name_tag
 from ingest.server.accounts.settings import GLOBAL_ACCOUNT
 from ingest.server.cluster.monitoring import routez, varz_cluster
 from ingest.server.cluster.ports import RequestError
+from ingest.server.cluster.settings import hostport
 from ingest.server.gofmt import NS, number, rtt, timestamp, uptime
 from ingest.server.httpd import (
     JSON,
@@ -259,8 +260,7 @@ class Monitor:
     async def start(self) -> None:
         await self._http.start()
         self.port = self._http.port
-        where = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        log.info("Starting http monitor on %s", where)
+        log.info("Starting http monitor on %s", hostport(self.host, self.port))
 
     async def stop(self) -> None:
         await self._http.stop()

@@ -24,7 +24,7 @@ from ingest.server.auth.authenticator import Authenticator
 from ingest.server.auth.resolver import Resolver
 from ingest.server.busypoll import BusyPoll
 from ingest.server.client import Client
-from ingest.server.cluster.settings import local_addresses
+from ingest.server.cluster.settings import hostport, local_addresses
 from ingest.server.mappings import SubjectMapper
 from ingest.server.server_messaging import ServerMessaging
 from ingest.server.sublist import Sublist
@@ -113,7 +113,7 @@ class Server(ServerMessaging):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.port = sock.getsockname()[1]
         self._listeners.append(listener)
-        log.info("Listening for client connections on %s", _hostport(opts.host, self.port))
+        log.info("Listening for client connections on %s", hostport(opts.host, self.port))
 
     def _new_client(self) -> Client:
         return Client(self, self.next_id())
@@ -231,8 +231,8 @@ class Server(ServerMessaging):
         """host:port clients reach this server on (each address when listening on all)."""
         host = self.opts.host
         if host in ("0.0.0.0", "::", ""):
-            return [_hostport(address, self.port) for address in local_addresses()]
-        return [_hostport(host, self.port)]
+            return [hostport(address, self.port) for address in local_addresses()]
+        return [hostport(host, self.port)]
 
     def client_urls(self) -> list[str]:
         """Every server of the cluster a client may reconnect to (INFO connect_urls); none
@@ -459,10 +459,6 @@ def _reachable(sub: Any) -> bool:
     """Whether a message from a peer may reach `sub`: a client's, or an internal one the
     server announced to its peers (a clustered JetStream's API, direct gets, acks)."""
     return sub.conn is not None or sub.announced
-
-
-def _hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _closed_record(client: Client) -> dict[str, Any]:

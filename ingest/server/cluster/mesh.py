@@ -31,7 +31,7 @@ from ingest.server.cluster.delivery_runs import (
 )
 from ingest.server.cluster.interest import Forwarding, LocalInterest, RemoteInterestMap
 from ingest.server.cluster.route import Route
-from ingest.server.cluster.settings import ClusterConfig, RouteURL, parse_route_url
+from ingest.server.cluster.settings import ClusterConfig, RouteURL, hostport, parse_route_url
 from ingest.server.tls import route_contexts
 from ingest.server.version import VERSION
 
@@ -80,7 +80,7 @@ class Cluster:
             reuse_address=True,
         )
         self.port = self._listener.sockets[0].getsockname()[1]
-        log.info("Listening for route connections on %s", _hostport(self.config.host, self.port))
+        log.info("Listening for route connections on %s", hostport(self.config.host, self.port))
         if self.config.tls is not None and self.config.tls.insecure:
             log.warning(
                 "TLS certificate chain and hostname of solicited routes will not be verified. "
@@ -136,7 +136,7 @@ class Cluster:
             "headers": True,
             "max_payload": server.opts.max_payload,
             "cluster": self.name,
-            "ip": f"nats-route://{_hostport(self.config.host, self.port)}/",
+            "ip": f"nats-route://{hostport(self.config.host, self.port)}/",
         }
         if self.dynamic_name:
             info["cluster_dynamic"] = True
@@ -483,7 +483,3 @@ class Cluster:
             if not route.lame_duck:
                 urls += [u for u in route.client_urls() if u not in urls]
         return urls
-
-
-def _hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

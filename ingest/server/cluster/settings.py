@@ -35,7 +35,7 @@ class RouteURL:
 
     @property
     def hostport(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return hostport(self.host, self.port)
 
     def __str__(self) -> str:
         """As the reference prints a configured route URL (credentials included)."""
@@ -84,6 +84,11 @@ def parse_route_url(text: str, *, listen: bool = False) -> RouteURL:
 def parse_route_list(text: str) -> tuple[RouteURL, ...]:
     """The `--routes` flag: URLs separated by commas (spaces around them are allowed)."""
     return tuple(parse_route_url(item) for item in text.split(",") if item.strip())
+
+
+def hostport(host: str, port: int) -> str:
+    """`host:port` as the reference logs and gossips it, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def local_addresses() -> list[str]:

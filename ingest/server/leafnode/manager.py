@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.parser.leafnodes import LOOP_DETECTION_PREFIX, encode_err, encode_info
 from ingest.server.accounts.settings import GLOBAL_ACCOUNT
 from ingest.server.auth.authenticator import AuthError
-from ingest.server.cluster.settings import RouteURL, local_addresses, parse_route_url
+from ingest.server.cluster.settings import RouteURL, hostport, local_addresses, parse_route_url
 from ingest.server.compression import NOT_SUPPORTED
 from ingest.server.gofmt import number, rtt
 from ingest.server.leafnode.connection import LeafConnection, LeafSub
@@ -87,7 +87,7 @@ class Leafnodes:
                 reuse_address=True,
             )
             self.port = self._listener.sockets[0].getsockname()[1]
-            log.info("Listening for leafnode connections on %s", _hostport(config.host, self.port))
+            log.info("Listening for leafnode connections on %s", hostport(config.host, self.port))
         cluster = self.server.cluster
         if cluster is not None:
             cluster.remote.watch = self._peers_changed
@@ -273,7 +273,7 @@ class Leafnodes:
             return [self.config.advertise]
         host = self.config.host
         hosts = local_addresses() if host in ("0.0.0.0", "::", "") else [host]
-        return [_hostport(h, self.port) for h in hosts]
+        return [hostport(h, self.port) for h in hosts]
 
     def leafnode_urls(self) -> list[str]:
         """Where leafs reach the hub: this server and the cluster peers that take leafs
@@ -557,7 +557,3 @@ def _signed(path: str, nonce: str) -> dict[str, str]:
 def _rekey(table: dict[RemoteLeaf, Any], old: RemoteLeaf, new: RemoteLeaf) -> None:
     if old in table:
         table[new] = table.pop(old)
-
-
-def _hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
