@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ingest.server.child import stop_child
 from log.compactor.layout import (
     REPLICA_FILE,
     TYPING_FILE,
@@ -167,15 +168,9 @@ class LakeSupervisor:
                 task.cancel()
         self._task = self._watch = None
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                await asyncio.to_thread(proc.wait, _STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                await asyncio.to_thread(proc.wait)
-            if proc.returncode:  # a compactor that did not finish its pass and exit on SIGTERM
-                log.error("lake compactor (pid %d) exited with code %d", proc.pid, proc.returncode)
+        code = await stop_child(proc, _STOP_GRACE)
+        if proc is not None and code:  # it did not finish its pass and exit on SIGTERM
+            log.error("lake compactor (pid %d) exited with code %d", proc.pid, code)
 
     async def _run(self) -> None:
         interval = min(max(self.config.seal_interval / 2, 0.05), _TICK_MAX)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ingest.server.child import stop_child
 from ingest.server.settings import SqlConfig
 from sql.logins import OWN_LOGIN_ENV
 
@@ -57,13 +58,7 @@ class SqlServiceProcess:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                await asyncio.to_thread(proc.wait, _STOP_WAIT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        await stop_child(self._proc, _STOP_WAIT)
 
 
 def sql_service(
