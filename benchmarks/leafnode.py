@@ -28,7 +28,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from benchmarks.client import connect
-from benchmarks.cluster import COMMANDS, START_SECONDS, _free_port
+from benchmarks.cluster.rows import COMMANDS, START_SECONDS, _free_port
 from benchmarks.model import Incomplete, Measure, Params
 from benchmarks.natscli import READY_SUB, SUBJECT, _args, _output, _process, _rate, _run, _wait_for
 from benchmarks.servers import configured_servers

@@ -4,7 +4,7 @@ One workload, three figures, on one server started with the same `mqtt {}` block
 for both sides, so the session and stream set-up is paid once. Each phase uses
 its own topic and fresh clients; the clients share this process's event loop,
 as the core workloads do. ``cluster_measure`` runs QoS 1 across three servers
-(benchmarks/cluster.py starts them), publisher and subscriber on different ones.
+(benchmarks/cluster/rows.py starts them), publisher and subscriber on different ones.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from time import perf_counter
 import aiomqtt
 from nats.aio.msg import Msg
 
-from benchmarks import cluster
 from benchmarks.client import Counter, connect
+from benchmarks.cluster import rows
 from benchmarks.model import Measure, Params, Skipped
 
 WINDOW = 1_000
@@ -130,7 +130,7 @@ async def pub_sub(url: str, p: Params) -> dict[str, float]:
 
 def cluster_measure(side: str) -> Measure:
     """The harness's measure of the cluster row on one side: three fresh servers of that kind."""
-    return partial(_cluster_qos1, command=cluster.COMMANDS[side])
+    return partial(_cluster_qos1, command=rows.COMMANDS[side])
 
 
 async def _cluster_qos1(_url: str, p: Params, *, command: list[str]) -> dict[str, float]:
@@ -141,9 +141,9 @@ async def _cluster_qos1(_url: str, p: Params, *, command: list[str]) -> dict[str
     once the meta group can place them: a probe stream waits for that first.
     """
     assert p.store is not None, "the harness sets the store of every run"
-    async with cluster._cluster(command, p.store, cluster.NODES, CONFIG) as nodes:
+    async with rows._cluster(command, p.store, rows.NODES, CONFIG) as nodes:
         if not all(node.mqtt_port for node in nodes):
             raise Skipped("a server logged no MQTT port")
-        await cluster.placeable(nodes[0].url, cluster.NODES)
+        await rows.placeable(nodes[0].url, rows.NODES)
         rate = await _pub_sub(nodes[0].mqtt_port, 1, p, sub_port=nodes[1].mqtt_port)
         return {"msgs_per_s": rate}

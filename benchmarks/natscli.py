@@ -5,7 +5,7 @@ client is what shows whether the server keeps up. Each workload runs the CLI as 
 subprocess and takes the rate it prints, so both servers are judged by the same
 figures a user sees. The stream for the JetStream rows is made with `nats stream
 add` first rather than `--create`, which needs a newer JetStream API level.
-``replicas`` makes the same workloads the cluster rows' (benchmarks/cluster.py).
+``replicas`` makes the same workloads the cluster rows' (benchmarks/cluster/rows.py).
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from importlib import metadata
 from pathlib import Path
 from time import perf_counter, strftime
 
-from benchmarks import cluster_scale, scale
+from benchmarks import scale
+from benchmarks.cluster import scale as cluster_scale
 from benchmarks.model import Incomplete, Params, Skipped, Workload
 from benchmarks.report import JETLAKE_ONLY, NOT_RUN, Outcome, Row, figure, render, write_json
 from benchmarks.servers import ServerError, running_server

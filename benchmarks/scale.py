@@ -35,7 +35,7 @@ from nats.js.api import StorageType
 
 from benchmarks import natscli
 from benchmarks.client import connect
-from benchmarks.cluster import COMMANDS
+from benchmarks.cluster.rows import COMMANDS
 from benchmarks.model import Incomplete, Measure, Metric, Params, Profile, Workload
 from benchmarks.servers import Target, profile_args, server_process
 

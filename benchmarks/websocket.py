@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 
 from benchmarks import mqtt, natscli
-from benchmarks.cluster import COMMANDS, START_SECONDS
+from benchmarks.cluster.rows import COMMANDS, START_SECONDS
 from benchmarks.model import Incomplete, Measure, Params
 from benchmarks.servers import WEBSOCKET_LISTENING, configured_servers
 

@@ -15,7 +15,6 @@ the R5 row) have no target yet.
 from __future__ import annotations
 
 from benchmarks import (
-    cluster,
     consumers,
     core,
     jetstream,
@@ -27,6 +26,7 @@ from benchmarks import (
     raft,
     websocket,
 )
+from benchmarks.cluster import rows
 from benchmarks.model import RATE, Metric, Profile, Workload, rate
 from benchmarks.natscli_rows import NATSCLI
 
@@ -45,32 +45,30 @@ def _latencies(label: str, p50_target: float | None = None, text: str = "") -> t
     )
 
 
-def _cluster_row(
-    name: str, phase: cluster.Phase, metrics: tuple[Metric, ...], text: str
-) -> Workload:
+def _cluster_row(name: str, phase: rows.Phase, metrics: tuple[Metric, ...], text: str) -> Workload:
     """Three servers a side on loopback, an R3 file stream, then ``phase`` (benchmarks/cluster)."""
     return Workload(
         name,
         Profile.OFFLINE,
-        cluster.measure(phase, "jetlake"),
+        rows.measure(phase, "jetlake"),
         metrics,
         f"3 servers, R3 file stream: {text}",
-        ref_measure=cluster.measure(phase, "ref"),
+        ref_measure=rows.measure(phase, "ref"),
         timeout=300.0,
     )
 
 
 def _cluster_natscli_row(
-    name: str, workload: natscli.Replicated, label: str, text: str, nodes: int = cluster.NODES
+    name: str, workload: natscli.Replicated, label: str, text: str, nodes: int = rows.NODES
 ) -> Workload:
     """``nodes`` servers a side on loopback, a `nats bench` workload with R``nodes`` storage."""
     return Workload(
         f"cluster-natscli-{name}",
         Profile.OFFLINE,
-        cluster.natscli_measure(workload, "jetlake", nodes),
+        rows.natscli_measure(workload, "jetlake", nodes),
         (rate(f"R{nodes} {label} (nats bench)"),),
         f"{nodes} servers, R{nodes} file storage: {text}",
-        ref_measure=cluster.natscli_measure(workload, "ref", nodes),
+        ref_measure=rows.natscli_measure(workload, "ref", nodes),
         timeout=300.0,
     )
 
@@ -430,25 +428,25 @@ WORKLOADS: tuple[Workload, ...] = (
     ),
     _cluster_row(
         "cluster-pub-async",
-        cluster.publish_async,
+        rows.publish_async,
         (rate("R3 js publish_async"),),
         "--count publish_async with --window acks in flight",
     ),
     _cluster_row(
         "cluster-pub-sync",
-        cluster.publish_sync,
+        rows.publish_sync,
         _latencies("R3 js publish sync"),
         "--sync-count publishes one at a time",
     ),
     _cluster_row(
         "cluster-pull",
-        cluster.pull_fetch_ack,
+        rows.pull_fetch_ack,
         (rate("R3 pull fetch + ack"),),
         "a durable R3 pull consumer fetches and acks --count stored messages",
     ),
     _cluster_row(
         "cluster-failover",
-        cluster.failover,
+        rows.failover,
         (Metric("failover_ms", "R3 leader failover (SIGKILL → next ack)", MILLIS, False),),
         "SIGKILL of the stream leader, timed to the next publish acked via a survivor",
     ),

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cluster, cluster_scale, scale
+from benchmarks import scale
+from benchmarks.cluster import rows
+from benchmarks.cluster import scale as cluster_scale
 from benchmarks.model import Params
 
 # A command name with a space and a parenthesis: fields are counted from the last ")".
@@ -33,10 +35,10 @@ def _args(*argv: str) -> argparse.Namespace:
 
 def test_the_row_is_opt_in_and_sized_by_streams() -> None:
     assert cluster_scale.choose(["cluster"], _args()) == (["cluster"], [])
-    rest, rows = cluster_scale.choose(["cluster-scale", "core"], _args("--streams", "40"))
-    assert rest == ["core"] and [w.name for w in rows] == ["cluster-scale"]
-    assert rows[0].metrics[0].label == "create 40 R3 streams"
-    assert rows[0].ref_measure is not None
+    rest, chosen = cluster_scale.choose(["cluster-scale", "core"], _args("--streams", "40"))
+    assert rest == ["core"] and [w.name for w in chosen] == ["cluster-scale"]
+    assert chosen[0].metrics[0].label == "create 40 R3 streams"
+    assert chosen[0].ref_measure is not None
 
 
 SOAK_STREAMS = 1_000
@@ -50,7 +52,7 @@ async def idle_figures(tmp_path: Path, side: str, streams: int) -> dict[str, flo
         count=0, size=128, requests=0, sync_count=0, window=0, concurrency=0, timeout=60.0,
         store=root,
     )  # fmt: skip
-    return await cluster_scale._measure("", params, command=cluster.COMMANDS[side], streams=streams)
+    return await cluster_scale._measure("", params, command=rows.COMMANDS[side], streams=streams)
 
 
 @pytest.mark.soak

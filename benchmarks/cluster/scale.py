@@ -1,6 +1,6 @@
 """The many-streams row: ``--streams`` R3 streams on three servers of each kind.
 
-``cluster-scale`` starts three servers a side (benchmarks/cluster.py) and creates
+``cluster-scale`` starts three servers a side (benchmarks/cluster/rows.py) and creates
 ``--streams`` R3 file streams, ``WINDOW`` creates in flight (a provisioning script's
 pace, not one at a time), one message in each. Then the cluster idles for
 ``IDLE_SECONDS`` and each server's CPU is read from ``/proc``: with no traffic,
@@ -31,8 +31,8 @@ from nats.js.api import StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError
 
-from benchmarks import cluster
 from benchmarks.client import connect
+from benchmarks.cluster import rows
 from benchmarks.model import Incomplete, Metric, Params, Profile, Workload
 from benchmarks.scale import MIB, tree_cpu, tree_rss
 from benchmarks.servers import _stop, _wait_ready
@@ -80,7 +80,7 @@ async def _retry(what: str, call: Callable[[], Awaitable[object]]) -> None:
             await call()
             return
         except (*RETRIED, APIError) as exc:
-            if isinstance(exc, APIError) and exc.err_code not in cluster.FORMING:
+            if isinstance(exc, APIError) and exc.err_code not in rows.FORMING:
                 raise
             if perf_counter() > deadline:
                 raise Incomplete(f"{what}: not done in {DEADLINE:g} s: {exc!r}") from exc
@@ -141,8 +141,8 @@ def _mean_max(values: Iterable[float]) -> tuple[float, float]:
 
 async def _measure(_url: str, p: Params, *, command: list[str], streams: int) -> dict[str, float]:
     assert p.store is not None, "the harness sets the store of every run"
-    async with cluster._cluster(command, p.store, cluster.NODES) as nodes:
-        await cluster.placeable(nodes[0].url, cluster.NODES)
+    async with rows._cluster(command, p.store, rows.NODES) as nodes:
+        await rows.placeable(nodes[0].url, rows.NODES)
         nc = await connect(nodes[0].url, "bench-cluster-scale")
         try:
             return await _phases(nc, nodes, p, streams)
@@ -150,9 +150,7 @@ async def _measure(_url: str, p: Params, *, command: list[str], streams: int) ->
             await nc.close()
 
 
-async def _phases(
-    nc: Client, nodes: list[cluster.Node], p: Params, streams: int
-) -> dict[str, float]:
+async def _phases(nc: Client, nodes: list[rows.Node], p: Params, streams: int) -> dict[str, float]:
     js = nc.jetstream(timeout=API_SECONDS)
     start = perf_counter()
     await _windowed(range(streams), partial(_create, js))
@@ -176,7 +174,7 @@ async def _phases(
     }
 
 
-async def _restart_one(js: JetStreamContext, node: cluster.Node, p: Params, streams: int) -> float:
+async def _restart_one(js: JetStreamContext, node: rows.Node, p: Params, streams: int) -> float:
     """Stop ``node``, write to every stream without it, start it again: seconds to current."""
     _stop(node.proc)
     await _windowed(range(streams), partial(_publish, js, p.payload, "without"))
@@ -187,7 +185,7 @@ async def _restart_one(js: JetStreamContext, node: cluster.Node, p: Params, stre
         )
     try:
         start = perf_counter()
-        await _wait_ready(proc, log, cluster.START_SECONDS)
+        await _wait_ready(proc, log, rows.START_SECONDS)
         await _until_current(js, streams, node.name)
         return perf_counter() - start
     finally:
@@ -202,7 +200,7 @@ def workloads(streams: int) -> list[Workload]:
         Workload(
             NAME,
             Profile.OFFLINE,
-            partial(_measure, command=cluster.COMMANDS["jetlake"], streams=streams),
+            partial(_measure, command=rows.COMMANDS["jetlake"], streams=streams),
             (
                 metric("create_s", f"create {streams:,} R3 streams", "s"),
                 metric("rss_mib", "RSS per server, mean", "MiB"),
@@ -212,7 +210,7 @@ def workloads(streams: int) -> list[Workload]:
                 metric("catch_up_s", "restarted server current on all", "s"),
             ),
             f"{streams:,} R3 file streams on 3 servers: create, RSS, idle CPU, restart catch-up",
-            ref_measure=partial(_measure, command=cluster.COMMANDS["ref"], streams=streams),
+            ref_measure=partial(_measure, command=rows.COMMANDS["ref"], streams=streams),
             timeout=3600.0,
         )
     ]

@@ -3,7 +3,7 @@
 On two shared cores a throughput figure moves with whatever else runs; the CPU
 the three servers spend per message moves far less, so this is how a change to
 the replication path is judged (docs/cluster-performance.md). Three servers of
-one kind, as `jetlake bench --only cluster` starts them (benchmarks/cluster.py),
+one kind, as `jetlake bench --only cluster` starts them (benchmarks/cluster/rows.py),
 an R3 stream made by nats-py, then one natscli workload with the client on the
 stream's leader (``--on follower``: on another server, which routes every publish
 and PubAck to and from the leader). Printed as JSON: the rate natscli saw, user+sys CPU per message
@@ -14,7 +14,7 @@ With ``--profile DIR`` each server also runs under py-spy (raw stacks into DIR),
 and a jetlake server's loop thread is shown by stage, scaled to its /proc figure:
 a sample goes to the stage of its innermost frame that names one.
 
-    python -m benchmarks.cluster_cpu async --count 100000 [--side ref] [--profile DIR]
+    python -m benchmarks.cluster.cpu async --count 100000 [--side ref] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks.client import connect
-from benchmarks.cluster import COMMANDS, PROBE, Node, _cluster, _create_stream
+from benchmarks.cluster.rows import COMMANDS, PROBE, Node, _cluster, _create_stream
 from benchmarks.natscli import STATS, STREAM, SUBJECT, _cli
 from benchmarks.scale import cpu_seconds
 
