@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser import routes
-from ingest.parser.framing import PING, PONG
+from ingest.parser.framing import PING, PONG, encode_err
+from ingest.server.auth.authenticator import AUTH_VIOLATION
 from ingest.server.closing import Closing
 from ingest.server.tls import TLSLink
 
@@ -128,6 +129,15 @@ class PeerLink(Closing, TLSLink):
             self._on_info(op.info)
         elif isinstance(op, routes.Connect):
             self._on_connect(op.options)
+
+    def _refuse_login(self, options: dict[str, Any]) -> None:
+        """A peer's CONNECT without valid credentials: logged with the user it named, as
+        the reference does, answered with -ERR, and the link closed."""
+        user = options.get("user")
+        who = f' - User "{user}"' if isinstance(user, str) and user else ""
+        log.error("%s - authentication error%s", self.where, who)
+        self.queue(encode_err(AUTH_VIOLATION))
+        self.close("Authentication Failure", flush=True)
 
     def _hang_up(self, *, abort: bool) -> None:
         """Close the socket (our TLS close_notify first, unless aborting) and wake whoever

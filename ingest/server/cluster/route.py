@@ -20,6 +20,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from ingest.parser import routes as proto
+from ingest.server.auth.authenticator import AUTH_VIOLATION
 from ingest.server.cluster.delivery_runs import (
     delivery_run_end,
     frame_deliveries,
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetlake")
 
-AUTH_VIOLATION = "Authorization Violation"
 # Routes carry more than clients' messages: Raft appends and snapshots of whole streams.
 # The reference puts no limit on a route's messages; this one only bounds a runaway peer.
 ROUTE_MAX_PAYLOAD = 64 * 1024 * 1024
@@ -340,11 +340,7 @@ class Route(PeerLink, asyncio.Protocol):
             options.get("user") == config.username and options.get("pass") == config.password
         ):
             return True
-        user = options.get("user")
-        who = f' - User "{user}"' if isinstance(user, str) and user else ""
-        log.error("%s - authentication error%s", self.where, who)
-        self.queue(proto.encode_err(AUTH_VIOLATION))
-        self.close("Authentication Failure", flush=True)
+        self._refuse_login(options)
         return False
 
     def recheck_authorization(self) -> None:

@@ -32,7 +32,7 @@ from ingest.parser import s2
 from ingest.parser.fast import native
 from ingest.parser.subjects import subject_matches
 from ingest.server.accounts import limits
-from ingest.server.auth.authenticator import Grant
+from ingest.server.auth.authenticator import AUTH_VIOLATION, Grant
 from ingest.server.compression import (
     NOT_SUPPORTED,
 )
@@ -54,7 +54,6 @@ log = logging.getLogger("jetlake")
 
 frame_run = getattr(native, "frame_run", None)  # the compiled codec's; with `split_leaf`
 
-AUTH_VIOLATION = "Authorization Violation"
 WRONG_PORT = "attempted to connect to leaf node port"
 
 
@@ -314,11 +313,7 @@ class LeafConnection(LeafCompression, PeerLink, asyncio.Protocol):
             return
         account = leafnodes.authenticate(options, self.nonce)
         if account is None:
-            user = options.get("user")
-            who = f' - User "{user}"' if isinstance(user, str) and user else ""
-            log.error("%s - authentication error%s", self.where, who)
-            self.queue(proto.encode_err(AUTH_VIOLATION))
-            self.close("Authentication Failure", flush=True)
+            self._refuse_login(options)
             return
         cluster = options.get("cluster")
         if isinstance(cluster, str) and cluster and cluster == leafnodes.cluster_name():
