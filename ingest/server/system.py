@@ -30,9 +30,7 @@ class SystemServices:
         self._seq = 0
 
     def start(self) -> None:
-        for account in self._server.accounts:
-            self._serve(account)
-        self._server.accounts.on_create.append(self._serve)
+        self._server.accounts.every(self._serve)
 
     def _serve(self, account: Account) -> None:
         self._server.subscribe(USER_INFO, self._user_info, account=account)

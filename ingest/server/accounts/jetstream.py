@@ -65,9 +65,7 @@ class AccountJetStreams:
     async def start(self) -> None:
         for engine in self._engines:
             await engine.start()
-        for account in self._server.accounts:
-            self._refuse(account)
-        self._server.accounts.on_create.append(self._refuse)  # operator mode's accounts
+        self._server.accounts.every(self._refuse)  # operator mode's accounts come later
 
     def _refuse(self, account: Account) -> None:
         if account.jetstream is None and account.name not in self._importers:

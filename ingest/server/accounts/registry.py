@@ -97,6 +97,13 @@ class Accounts:
                 hook(account)
         return account
 
+    def every(self, hook: Callable[[Account], None]) -> None:
+        """Run `hook` on each account there is and on each one created later (a service
+        every account has, such as its $SYS.REQ.USER.INFO or its JetStream refusal)."""
+        for account in self:
+            hook(account)
+        self.on_create.append(hook)
+
     def get(self, name: str) -> Account | None:
         return self._by_name.get(name)
 

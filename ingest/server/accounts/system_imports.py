@@ -63,9 +63,7 @@ class SystemImports:
         self._sharing: Sharing = Sharing(server, ())
 
     def start(self) -> None:
-        for account in self._server.accounts:
-            self._serve(account)
-        self._server.accounts.on_create.append(self._serve)
+        self._server.accounts.every(self._serve)
 
     def _serve(self, account: Account) -> None:
         system = self._server.accounts.system_account

@@ -159,9 +159,7 @@ class Resolver:
 
     def start(self, server: Server, system: SystemServices) -> None:
         self._server, self._system = server, system
-        for account in server.accounts:
-            self._limit(account)
-        server.accounts.on_create.append(self._limit)
+        server.accounts.every(self._limit)
         full = self.config.type == FULL
         fetch = None
         if self.fetcher is not None:
