@@ -47,6 +47,13 @@ async def test_r3_stream_replicates_and_reports_its_cluster(kind: str, tmp_path:
                 lambda s=server: asyncio.sleep(0, stream_messages(s, "R3") == 50),
                 f"{server_name(server)} holding 50 messages",
             )
+        listed = await request(c.nc, "$JS.API.STREAM.LIST")
+        assert (listed["total"], listed["offset"], listed["limit"]) == (1, 0, 256)
+        [doc] = listed["streams"]  # the leader's info, without its envelope
+        assert doc["config"]["name"] == "R3" and doc["state"]["messages"] == 50
+        assert "type" not in doc and "missing" not in listed
+        past = await request(c.nc, "$JS.API.STREAM.LIST", b'{"offset": 1}')
+        assert (past["offset"], past["streams"]) == (1, [])
         meta = jsz(c.servers[0])["meta_cluster"]
         assert meta["cluster_size"] == 3 and meta["leader"] in {"S0", "S1", "S2"}
         [detail] = jsz(c.servers[0], "?streams=true&raft=true")["account_details"][0][

@@ -16,7 +16,7 @@ import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ingest.parser.subjects import subjects_overlap
 from ingest.server.accounts import js_limits
@@ -40,6 +40,7 @@ LIST_LIMIT = 256
 SUBJECT_DETAILS_LIMIT = 100_000
 
 Response = dict[str, Any]
+T = TypeVar("T")
 Handler = Callable[[list[str], bytes], "Response | Awaitable[Response | None] | None"]
 HEADERS = "_headers"  # a response's key for the header block it goes out with (not sent)
 
@@ -338,14 +339,19 @@ def optional_json(data: bytes) -> dict[str, Any]:
     return req if isinstance(req, dict) else {}
 
 
+def page_of(req: Response, items: list[T], limit: int) -> tuple[int, list[T]]:
+    """The request's `offset` and the page of up to `limit` sorted items from there."""
+    offset = max(int(req.get("offset") or 0), 0)
+    return offset, items[offset : offset + limit]
+
+
 def paged(
     req: Response, names: list[str], limit: int, key: str, show: Callable[[list[str]], object]
 ) -> Response:
-    """A names or list answer (streams, consumers): up to `limit` of the sorted `names`
-    from the request's `offset`, under `key` as `show` renders them, after the paging
-    fields the reference writes first."""
-    offset = max(int(req.get("offset") or 0), 0)
-    page = names[offset : offset + limit]
+    """A names or list answer (streams, consumers): the page of the sorted `names`
+    (`page_of`) under `key` as `show` renders them, after the paging fields the
+    reference writes first."""
+    offset, page = page_of(req, names, limit)
     return {"total": len(names), "offset": offset, "limit": limit, key: show(page)}
 
 

@@ -26,6 +26,8 @@ from ingest.server.jetstream.api import (
     PREFIX,
     Response,
     optional_json,
+    page_of,
+    paged,
     require_empty,
 )
 from ingest.server.jetstream.backup import name_in_use, restore_request
@@ -313,10 +315,9 @@ class ClusterRequests:
             ):
                 raise errors.subjects_overlap()
 
-    def _matching(self, data: bytes) -> tuple[list[StreamAssignment], int]:
-        req = optional_json(data)
+    def _matching(self, req: Response) -> list[StreamAssignment]:
         subject = str(req.get("subject") or "")
-        found = sorted(
+        return sorted(
             (
                 sa
                 for sa in self._cluster.state.in_account(self._account)
@@ -325,30 +326,18 @@ class ClusterRequests:
             ),
             key=lambda sa: sa.name,
         )
-        return found, max(int(req.get("offset") or 0), 0)
 
     def _names(self, tokens: list[str], data: bytes) -> Response:
-        found, offset = self._matching(data)
-        page = [sa.name for sa in found[offset : offset + NAMES_LIMIT]]
-        return {
-            "total": len(found),
-            "offset": offset,
-            "limit": NAMES_LIMIT,
-            "streams": page or None,
-        }
+        req = optional_json(data)
+        names = [sa.name for sa in self._matching(req)]
+        return paged(req, names, NAMES_LIMIT, "streams", lambda page: page or None)
 
     async def _list(self, tokens: list[str], data: bytes) -> Response:
-        found, offset = self._matching(data)
-        page = found[offset : offset + LIST_LIMIT]
-        docs = await asyncio.gather(
-            *(self._ask(f"{PREFIX}STREAM.INFO.{sa.name}", b"") for sa in page)
-        )
-        streams = []
-        for doc in docs:
-            if doc is not None and "error" not in doc:
-                for key in ("type", "total", "offset", "limit"):
-                    doc.pop(key, None)
-                streams.append(doc)
+        req = optional_json(data)
+        found = self._matching(req)
+        offset, page = page_of(req, found, LIST_LIMIT)
+        docs = await asyncio.gather(*(self._leader_info(sa.name) for sa in page))
+        streams = [doc for doc in docs if doc is not None and "error" not in doc]
         missing = [sa.name for sa, doc in zip(page, docs, strict=True) if doc is None]
         out: Response = {"total": len(found), "offset": offset, "limit": LIST_LIMIT}
         out["streams"] = streams
