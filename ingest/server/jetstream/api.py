@@ -215,20 +215,12 @@ class Api:
     # -- streams -------------------------------------------------------------
 
     def _stream_create(self, tokens: list[str], data: bytes) -> Response:
-        raw = optional_json(data)
-        if raw.get("name") != tokens[-1]:
-            raise errors.stream_name_mismatch()
-        check_create(raw)
-        stream = self._js.create_stream(streamconfig.from_request(raw))
+        cfg, _ = create_request(tokens, data)
+        stream = self._js.create_stream(cfg)
         return {**self._js.describe(stream, dynamic=True), "did_create": True}
 
     def _stream_update(self, tokens: list[str], data: bytes) -> Response:
-        """The reference validates an update before it compares names, unlike a create."""
-        raw = optional_json(data)
-        cfg = streamconfig.from_request(raw)
-        if cfg.name != tokens[-1]:
-            raise errors.stream_name_mismatch()
-        stream = self._js.update_stream(cfg)
+        stream = self._js.update_stream(update_request(tokens, data))
         return self._js.describe(stream, dynamic=True)
 
     def _stream_info(self, tokens: list[str], data: bytes) -> Response:
@@ -337,6 +329,26 @@ def optional_json(data: bytes) -> dict[str, Any]:
         return {}
     req = streamconfig.parse_json(data)
     return req if isinstance(req, dict) else {}
+
+
+def create_request(tokens: list[str], data: bytes) -> tuple[streamconfig.StreamConfig, Response]:
+    """A STREAM.CREATE's config and its request document (a clustered create reads the
+    placement from it): the name in the subject compared first, then the request
+    checked, as the reference does on one server and in a cluster alike."""
+    raw = optional_json(data)
+    if raw.get("name") != tokens[-1]:
+        raise errors.stream_name_mismatch()
+    check_create(raw)
+    return streamconfig.from_request(raw), raw
+
+
+def update_request(tokens: list[str], data: bytes) -> streamconfig.StreamConfig:
+    """A STREAM.UPDATE's config: the reference validates an update before it compares
+    names, unlike a create."""
+    cfg = streamconfig.from_request(optional_json(data))
+    if cfg.name != tokens[-1]:
+        raise errors.stream_name_mismatch()
+    return cfg
 
 
 def page_of(req: Response, items: list[T], limit: int) -> tuple[int, list[T]]:

@@ -25,10 +25,12 @@ from ingest.server.jetstream.api import (
     NAMES_LIMIT,
     PREFIX,
     Response,
+    create_request,
     optional_json,
     page_of,
     paged,
     require_empty,
+    update_request,
 )
 from ingest.server.jetstream.backup import name_in_use, restore_request
 from ingest.server.jetstream.cluster import meta
@@ -42,7 +44,6 @@ from ingest.server.jetstream.cluster.placement import (
 from ingest.server.jetstream.cluster.stepdown import stepdown_target
 from log import config as streamconfig
 from log import errors
-from log.mirror import check_create
 from log.timefmt import now_ns, rfc3339
 
 if TYPE_CHECKING:
@@ -125,11 +126,7 @@ class ClusterRequests:
     def _create(
         self, tokens: list[str], data: bytes
     ) -> Response | Awaitable[Response | None] | None:
-        raw = optional_json(data)
-        if raw.get("name") != tokens[-1]:
-            raise errors.stream_name_mismatch()
-        check_create(raw)
-        cfg = streamconfig.from_request(raw)
+        cfg, raw = create_request(tokens, data)
         replicas = max(cfg.num_replicas, 1)
         check_replicas(replicas)
         existing = self._cluster.assignment(self._account, cfg.name)
@@ -229,10 +226,7 @@ class ClusterRequests:
         cluster.propose_meta(meta.add_stream(sa)).add_done_callback(decided)
 
     def _update(self, tokens: list[str], data: bytes) -> Response | None:
-        raw = optional_json(data)
-        cfg = streamconfig.from_request(raw)
-        if cfg.name != tokens[-1]:
-            raise errors.stream_name_mismatch()
+        cfg = update_request(tokens, data)
         sa = self._cluster.assignment(self._account, cfg.name)
         if sa is None:
             raise errors.stream_not_found()
