@@ -6,24 +6,22 @@ which keys a cluster has, so the connections' code stays out of option parsing.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ingest.server.cluster.settings import ClusterConfig, RouteURL, RouteURLError, parse_route_url
 from ingest.server.config_reader import Section
 
 TLSReader = Callable[[Any, str], Any]  # reads a `tls {}` block as the top level's does
+KeyReader = Callable[[Section, str], dict[str, Any] | None]  # one key's fields; None: not its
+Config = TypeVar("Config")
 
 
 def read_cluster(top: Section, key: str, *, tls: TLSReader) -> ClusterConfig | None:
     """None without a port (`listen` or `port`): the reference then opens no route
     listener and dials no route, whatever else the block says. `tls` reads a `tls {}`
     block as the top level's does."""
-    fields = listener_section(top, key, tls, _cluster_key)
-    if "port" not in fields:
-        return None
-    return dataclasses.replace(ClusterConfig(), **fields)
+    return optional_listener(top, key, tls, _cluster_key, ClusterConfig)
 
 
 def _cluster_key(section: Section, key: str) -> dict[str, Any] | None:
@@ -44,12 +42,7 @@ def _cluster_key(section: Section, key: str) -> dict[str, Any] | None:
     return None
 
 
-def listener_section(
-    top: Section,
-    key: str,
-    tls: TLSReader,
-    own: Callable[[Section, str], dict[str, Any] | None],
-) -> dict[str, Any]:
+def listener_section(top: Section, key: str, tls: TLSReader, own: KeyReader) -> dict[str, Any]:
     """The fields of a listening section (cluster, websocket, leafnodes): each key read
     by `listener_fields` or else by the section's `own` reader (None: not its key), and
     refused as unknown by neither."""
@@ -64,6 +57,20 @@ def listener_section(
         else:
             fields.update(found)
     return fields
+
+
+def optional_listener(
+    top: Section,
+    key: str,
+    tls: TLSReader,
+    own: KeyReader,
+    kind: Callable[..., Config],
+) -> Config | None:
+    """A listening section that opens nothing without a port (cluster, websocket), as
+    the reference: None then, else its `kind` of config made of the fields
+    `listener_section` read (the rest keep their defaults)."""
+    fields = listener_section(top, key, tls, own)
+    return kind(**fields) if "port" in fields else None
 
 
 def listener_fields(section: Section, key: str, tls: TLSReader) -> dict[str, Any] | None:

@@ -4,13 +4,12 @@ without trusted operators)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 from urllib.parse import urlsplit
 
 from ingest.server.cluster.config_section import (
     TLSReader,
-    listener_section,
+    optional_listener,
     single_user_authorization,
 )
 from ingest.server.config_reader import Section
@@ -21,10 +20,7 @@ _ORIGIN_KEYS = ("allowed_origins", "allowed_origin", "allow_origins", "allow_ori
 
 def read_websocket(top: Section, key: str, *, tls: TLSReader) -> WebSocketConfig | None:
     """None without a port: the reference then opens no WebSocket listener."""
-    fields = listener_section(top, key, tls, _websocket_key)
-    if "port" not in fields:
-        return None
-    return dataclasses.replace(WebSocketConfig(), **fields)
+    return optional_listener(top, key, tls, _websocket_key, WebSocketConfig)
 
 
 def _websocket_key(section: Section, key: str) -> dict[str, Any] | None:
