@@ -94,11 +94,7 @@ class Sublist(Generic[S]):
             node.queues.setdefault(queue, []).append(sub)
         self.count += 1
         self.inserts += 1
-        self._clear_caches(subject)
-        if self.on_change is not None:
-            self.on_change()
-        if self.watch is not None:
-            self.watch(subject, queue, sub, 1)
+        self._changed(subject, queue, sub, 1)
 
     def remove(self, subject: str, queue: str | None, sub: S) -> bool:
         path: list[tuple[_Node[S], str]] = []
@@ -121,11 +117,7 @@ class Sublist(Generic[S]):
             del parent.children[tok]
         self.count -= 1
         self.removes += 1
-        self._clear_caches(subject)
-        if self.on_change is not None:
-            self.on_change()
-        if self.watch is not None:
-            self.watch(subject, queue, sub, -1)
+        self._changed(subject, queue, sub, -1)
         return True
 
     def peek(self, subject: bytes) -> Match[S] | None:
@@ -167,7 +159,9 @@ class Sublist(Generic[S]):
         if self.routes is not None:
             self.routes.clear(subject is None or subject.split(".", 1)[0] in _ACK_OVERLAPS)
 
-    def _clear_caches(self, subject: str) -> None:
+    def _changed(self, subject: str, queue: str | None, sub: S, delta: int) -> None:
+        """A subscription was inserted (`delta` 1) or removed (-1): what was learnt from
+        matches is dropped, and the listeners (`on_change`, `watch`) are told."""
         if self.routes is not None:
             # A consumer's ack sink stays learnt through the SUB and UNSUB of every fetch's
             # inbox: only a subject that can match `$JS.ACK.…` can change who takes acks.
@@ -177,6 +171,10 @@ class Sublist(Generic[S]):
         self._dead_ends.clear()
         self._tail_cuts.clear()
         self._dead_end_cuts.clear()
+        if self.on_change is not None:
+            self.on_change()
+        if self.watch is not None:
+            self.watch(subject, queue, sub, delta)
 
     def match(self, subject: bytes) -> Match[S]:
         self.matches += 1
