@@ -113,16 +113,22 @@ def check(
     if expected_id and expected_id != state.last_msg_id:
         raise errors.wrong_last_msg_id(state.last_msg_id)
     rollup = _rollup(cfg, headers)
+    check_size(cfg, hdr, data)
+    if hdr is not None and len(hdr) > MAX_HEADER_SIZE:
+        raise errors.header_too_big()
+    ttl = parse_ttl(ttl_text) if ttl_text else 0
+    _check_discard_new(cfg, state, subject, size, rollup)
+    return Accepted(msg_id, rollup, ttl)
+
+
+def check_size(cfg: StreamConfig, hdr: bytes | None, data: bytes) -> None:
+    """Refuse a message over `max_msg_size`, its header block and payload counted
+    together as the reference counts them (every publish path: plain, batched, fast)."""
     hdr_len = len(hdr) if hdr else 0
     if cfg.max_msg_size >= 0 and (
         hdr_len > cfg.max_msg_size or len(data) > cfg.max_msg_size - hdr_len
     ):
         raise errors.message_too_big()
-    if hdr_len > MAX_HEADER_SIZE:
-        raise errors.header_too_big()
-    ttl = parse_ttl(ttl_text) if ttl_text else 0
-    _check_discard_new(cfg, state, subject, size, rollup)
-    return Accepted(msg_id, rollup, ttl)
 
 
 def _check_expectations(

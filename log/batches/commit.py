@@ -45,14 +45,10 @@ def stage(
 ) -> None:
     """Take one message of a batch; the commit's message proposes the batch."""
     cfg = stream.config
-    hdr_len = len(msg.hdr) if msg.hdr else 0
     try:
         if cfg.sealed:
             raise errors.sealed()
-        if cfg.max_msg_size >= 0 and (
-            hdr_len > cfg.max_msg_size or len(msg.data) > cfg.max_msg_size - hdr_len
-        ):
-            raise errors.message_too_big()
+        publish.check_size(cfg, msg.hdr, msg.data)
         commit = stager.stage(
             msg, allowed=cfg.allow_atomic, above_level=above_api_level(msg.hdr), now=now_ns()
         )

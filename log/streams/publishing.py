@@ -161,14 +161,10 @@ class Publishing:
         """One message of a fast batch: the reference's refusals in its order, then the
         batch's flow (`log.batches.fast`) around the usual rules and proposal."""
         cfg = self.config
-        hdr_len = len(hdr) if hdr else 0
         try:
             if cfg.sealed:
                 raise errors.sealed()
-            if cfg.max_msg_size >= 0 and (
-                hdr_len > cfg.max_msg_size or len(data) > cfg.max_msg_size - hdr_len
-            ):
-                raise errors.message_too_big()
+            publish.check_size(cfg, hdr, data)
             if not cfg.allow_batched:
                 raise fast_batch.disabled()
             if not fast.valid:

@@ -127,7 +127,14 @@ async def test_atomic_batch_refusals_match_the_reference(
         nc, "$JS.API.STREAM.CREATE.B", {"name": "B", "subjects": ["b.>"], "allow_atomic": True}
     )
     await api(nc, "$JS.API.STREAM.CREATE.N", {"name": "N", "subjects": ["n.>"]})
+    small = {"name": "T", "subjects": ["t.>"], "allow_atomic": True, "max_msg_size": 16}
+    await api(nc, "$JS.API.STREAM.CREATE.T", small)
     cases: list[tuple[str, dict[str, str], tuple[int, str]]] = [
+        (
+            "t.1",  # the header block alone is over max_msg_size
+            {"Nats_Batch_Id": "m", "Nats_Batch_Sequence": "1", "Nats_Batch_Commit": "1"},
+            (10054, "message size exceeds maximum allowed"),
+        ),
         (
             "n.1",
             {"Nats_Batch_Id": "a", "Nats_Batch_Sequence": "1"},

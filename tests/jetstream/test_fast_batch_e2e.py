@@ -122,6 +122,9 @@ async def test_flow_gaps_errors_and_commits(nc: NATS) -> None:
     await r.start()
     disabled = refused(10205, "batch publish is disabled", "N")
     assert await r.send("b0.10.ok.1.0", 1, subject="n.a") == [disabled]
+    await create(nc, "Z", subjects=["z.>"], allow_batched=True, max_msg_size=16)
+    too_big = refused(10054, "message size exceeds maximum allowed", "Z")
+    assert await r.send("b0.10.ok.1.0", 1, subject="z.a", Nats_Msg_Id="over-16-bytes") == [too_big]
 
     # gap: fail; a flow ack every 3 stored, the gap ends the batch at what was stored
     assert await r.send("b1.3.fail.1.0", 1) == [ack(0, 3)]
