@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,12 +47,8 @@ def list_segments(stream_dir: str | os.PathLike[str], *, after_seq: int = 0) -> 
     streams of thousands of small sealed segments.
     """
     directory = Path(stream_dir)
-    found = discover(directory, clean=False)
     out = []
-    for k, (base, gen) in enumerate(found):
-        if _all_at_or_below(found, k, after_seq):
-            continue
-        arrows, idx = segment_paths(directory, base, gen)
+    for base, arrows, idx, sealed in _segments_after(directory, after_seq):
         try:
             entries = read_entries(idx)
             size = arrows.stat().st_size
@@ -65,7 +62,7 @@ def list_segments(stream_dir: str | os.PathLike[str], *, after_seq: int = 0) -> 
                 last_seq=entries[-1][3] if entries else base - 1,
                 rows=sum(e[4] for e in entries),
                 bytes=size,
-                sealed=k < len(found) - 1,
+                sealed=sealed,
             )
         )
     return out
@@ -111,20 +108,23 @@ def read_segment(info: SegmentInfo) -> pa.Table:
     return pa.Table.from_batches(batches, SCHEMA)
 
 
-def _all_at_or_below(found: list[tuple[int, int]], k: int, seq: int) -> bool:
-    """Whether segment k holds only seqs <= seq: its successor starts at or below seq + 1."""
-    return k + 1 < len(found) and found[k + 1][0] <= seq + 1
+def _segments_after(directory: Path, after_seq: int) -> Iterator[tuple[int, Path, Path, bool]]:
+    """Each segment's first seq, files (arrows, index) and whether it is sealed (any
+    but the last), in seq order; one holding only seqs <= after_seq (its successor
+    starts at or below after_seq + 1) is skipped unread."""
+    found = discover(directory, clean=False)
+    for k, (base, gen) in enumerate(found):
+        if k + 1 < len(found) and found[k + 1][0] <= after_seq + 1:
+            continue
+        arrows, idx = segment_paths(directory, base, gen)
+        yield base, arrows, idx, k < len(found) - 1
 
 
 def _read_all(directory: Path, *, skip_corrupt: bool, after_seq: int) -> pa.Table:
-    found = discover(directory, clean=False)
     batches: list[pa.RecordBatch] = []
-    for k, (base, gen) in enumerate(found):
-        if _all_at_or_below(found, k, after_seq):
-            continue
-        arrows, idx = segment_paths(directory, base, gen)
+    for _base, arrows, idx, sealed in _segments_after(directory, after_seq):
         _entries, got, good, problem = read_batches(arrows, idx)
-        if problem and k < len(found) - 1:
+        if problem and sealed:
             err = CorruptSegmentError(f"{arrows}: {problem} at byte {good}")
             if not skip_corrupt:
                 raise err
