@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -73,17 +74,23 @@ def _authorization_more(section: Section, key: str) -> dict[str, Any] | None:
     return None
 
 
-def _users(parent: Section, key: str) -> tuple[LeafUser, ...]:
+def _maps(parent: Section, key: str, field: str, entry: str) -> Iterator[Section]:
+    """Each map of a list (`users`, `remotes`), read as a section, with the reference's
+    errors for a value that is no array (`field` named) and an item that is no map."""
     value = parent.table[key]
     if not isinstance(value, list):
-        raise parent.error(key, f"Expected users field to be an array, got {_go_type(value)}")
-    users = []
+        raise parent.error(key, f"Expected {field} field to be an array, got {_go_type(value)}")
     for item in value:
         if not isinstance(item, Table):
-            raise parent.error(key, f"Expected user entry to be a map/struct, got {item}")
-        section = parent.entry(item)
+            raise parent.error(key, f"Expected {entry} entry to be a map/struct, got {item}")
+        yield parent.entry(item)
+
+
+def _users(parent: Section, key: str) -> tuple[LeafUser, ...]:
+    users = []
+    for section in _maps(parent, key, "users", "user"):
         fields: dict[str, Any] = {}
-        for name in item:
+        for name in section.table:
             lowered = name.lower()
             if lowered in ("user", "username"):
                 fields["user"] = section.string(name)
@@ -100,18 +107,12 @@ def _users(parent: Section, key: str) -> tuple[LeafUser, ...]:
 
 
 def _remotes(parent: Section, key: str, tls: TLSReader) -> tuple[RemoteLeaf, ...]:
-    value = parent.table[key]
-    if not isinstance(value, list):
-        raise parent.error(key, f"Expected remotes field to be an array, got {_go_type(value)}")
-    return tuple(_remote(parent, key, item, tls) for item in value)
+    return tuple(_remote(s, tls) for s in _maps(parent, key, "remotes", "remote leafnode"))
 
 
-def _remote(parent: Section, key: str, item: object, tls: TLSReader) -> RemoteLeaf:
-    if not isinstance(item, Table):
-        raise parent.error(key, f"Expected remote leafnode entry to be a map/struct, got {item}")
-    section = parent.entry(item)
+def _remote(section: Section, tls: TLSReader) -> RemoteLeaf:
     fields: dict[str, Any] = {}
-    for name in item:
+    for name in section.table:
         lowered = name.lower()
         if lowered in ("url", "urls"):
             fields["urls"] = _urls(section, name)
