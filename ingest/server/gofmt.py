@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ingest.parser.conf import Table
 from log.timefmt import rfc3339
 
 NS = 1_000_000_000
@@ -77,6 +78,17 @@ def friendly_bytes(size: int) -> str:
         return f"{size} B"
     exp = min(int(math.log(size) / math.log(1024)), 6)
     return f"{size / 1024**exp:.2f} {'KMGTPE'[exp - 1]}B"
+
+
+def go_type(value: Any) -> str:
+    """A config value's Go type as the reference's type errors name it (`%T` of what its
+    parser read)."""
+    if isinstance(value, Table):
+        return "map[string]interface {}"
+    return _GO_TYPES.get(type(value), "?")
+
+
+_GO_TYPES = {bool: "bool", int: "int64", float: "float64", str: "string", list: "[]interface {}"}
 
 
 def go_value(value: Any) -> str:

@@ -136,6 +136,8 @@ def test_limits_are_read(tmp_path: Path) -> None:
         ),
         ('A { exports [ {stream: "a.>", bogus: 1} ] }', 'unknown field "bogus"'),
         ('A { exports [ "x" ] }', "Export Items should be a map with type entry, got string"),
+        ("A { exports [ 1.5 ] }", "Export Items should be a map with type entry, got float64"),
+        ("A { limits { max_conn: 1.5 } }", "interface {} is float64, not int64"),
         (
             'A { exports [ {stream: "a", service: "b"} ] }',
             'Detected service "b" but already saw a stream',

@@ -25,6 +25,7 @@ from ingest.server.accounts.settings import (
     Latency,
 )
 from ingest.server.config_reader import Section
+from ingest.server.gofmt import go_type, go_value
 from ingest.server.settings import parse_duration, storage_size
 
 _RESPONSE_TYPES = {
@@ -83,7 +84,7 @@ def _error(item: Table, key: str, reason: str) -> ConfigError:
 def _export(section: Section, field: str, item: Any) -> Export:
     if not isinstance(item, Table):
         raise section.error(
-            field, f"Export Items should be a map with type entry, got {_go_type(item)}"
+            field, f"Export Items should be a map with type entry, got {go_type(item)}"
         )
     values: dict[str, Any] = {}
     service: bool | None = None
@@ -128,7 +129,7 @@ def _export(section: Section, field: str, item: Any) -> Export:
 
 def _position(item: Table, key: str, value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        kind = _go_type(value)
+        kind = go_type(value)
         raise _error(item, key, f"interface conversion: interface {{}} is {kind}, not int64")
     return value
 
@@ -162,7 +163,7 @@ def _latency(item: Table, key: str, value: Any) -> Latency:
 def _import(section: Section, field: str, item: Any) -> Import:
     if not isinstance(item, Table):
         raise section.error(
-            field, f"Import Items should be a map with type entry, got {_go_type(item)}"
+            field, f"Import Items should be a map with type entry, got {go_type(item)}"
         )
     values: dict[str, Any] = {}
     for key, value in item.items():
@@ -188,7 +189,7 @@ def read_limits(section: Section, field: str) -> dict[str, int]:
     table = section.table[field]
     if not isinstance(table, Table):
         raise section.error(
-            field, f"Expected account limits to be a map/struct, got {_go_value(table)}"
+            field, f"Expected account limits to be a map/struct, got {go_value(table)}"
         )
     out: dict[str, int] = {}
     for key, value in table.items():
@@ -199,7 +200,7 @@ def read_limits(section: Section, field: str) -> dict[str, int]:
             raise _error(table, key, f'Unknown field "{key}" parsing account limits')
         name = _LIMITS[lowered]
         if not isinstance(value, int) or isinstance(value, bool):
-            kind = _go_type(value)
+            kind = go_type(value)
             raise _error(table, key, f"interface conversion: interface {{}} is {kind}, not int64")
         out[name] = value
     return out
@@ -267,17 +268,3 @@ def find_export(exporter: AccountConfig, imp: Import, importer: str) -> Export |
         ):
             return export
     return None
-
-
-def _go_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int64"
-    if isinstance(value, str):
-        return "string"
-    return type(value).__name__
-
-
-def _go_value(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)

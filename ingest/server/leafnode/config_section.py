@@ -19,7 +19,7 @@ from ingest.server.cluster.config_section import (
 from ingest.server.cluster.settings import RouteURL
 from ingest.server.compression import OFF, S2_AUTO, Compression, normalise
 from ingest.server.config_reader import Section
-from ingest.server.gofmt import NS
+from ingest.server.gofmt import NS, go_type
 from ingest.server.leafnode.settings import LeafnodeConfig, LeafUser, RemoteLeaf
 from ingest.server.settings import TLSConfig, parse_duration
 
@@ -79,7 +79,7 @@ def _maps(parent: Section, key: str, field: str, entry: str) -> Iterator[Section
     errors for a value that is no array (`field` named) and an item that is no map."""
     value = parent.table[key]
     if not isinstance(value, list):
-        raise parent.error(key, f"Expected {field} field to be an array, got {_go_type(value)}")
+        raise parent.error(key, f"Expected {field} field to be an array, got {go_type(value)}")
     for item in value:
         if not isinstance(item, Table):
             raise parent.error(key, f"Expected {entry} entry to be a map/struct, got {item}")
@@ -149,7 +149,7 @@ def read_compression(section: Section, key: str, *, on: str = S2_AUTO) -> Compre
     elif isinstance(value, Table):
         mode, thresholds = _compression_block(section.section(key))
     else:
-        reason = f'field "{key}" should be a boolean or a structure, got {_go_type(value)}'
+        reason = f'field "{key}" should be a boolean or a structure, got {go_type(value)}'
         raise section.error(key, reason)
     try:
         return normalise(mode or on, thresholds, on=on)
@@ -203,12 +203,6 @@ def _tls_scheme(value: object) -> bool:
     """A tls:// URL asks for TLS without a `tls {}` block, as on the reference."""
     items = value if isinstance(value, list) else [value]
     return any(isinstance(i, str) and i.strip().lower().startswith("tls://") for i in items)
-
-
-def _go_type(value: object) -> str:
-    """The Go type the reference names in a type error."""
-    names = {bool: "bool", int: "int64", float: "float64", str: "string", list: "[]interface {}"}
-    return "map[string]interface {}" if isinstance(value, Table) else names.get(type(value), "?")
 
 
 def check_leafnode_accounts(opts: Any) -> None:
