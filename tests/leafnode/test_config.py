@@ -19,6 +19,7 @@ BAD = {
     ),
     "remotes not an array": "leafnodes { remotes: 5 }",
     "remote not a map": "leafnodes { remotes [ 5 ] }",
+    "users not an array": "leafnodes { port: -1, authorization { users: 5 } }",
     "user not a map": "leafnodes { port: -1, authorization { users [ 5 ] } }",
     "bad url": 'leafnodes { remotes [ { url: "nats://x:y:z" } ] }',
     "unknown key": "leafnodes { port: -1, bogus: 1 }",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -19,7 +19,7 @@ from ingest.server.cluster.config_section import (
 from ingest.server.cluster.settings import RouteURL
 from ingest.server.compression import OFF, S2_AUTO, Compression, normalise
 from ingest.server.config_reader import Section
-from ingest.server.gofmt import NS, go_type
+from ingest.server.gofmt import NS, go_type, go_value
 from ingest.server.leafnode.settings import LeafnodeConfig, LeafUser, RemoteLeaf
 from ingest.server.settings import TLSConfig, parse_duration
 
@@ -74,12 +74,15 @@ def _authorization_more(section: Section, key: str) -> dict[str, Any] | None:
     return None
 
 
-def _maps(parent: Section, key: str, field: str, entry: str) -> Iterator[Section]:
+def _maps(
+    parent: Section, key: str, field: str, entry: str, shown: Callable[[object], str] = go_type
+) -> Iterator[Section]:
     """Each map of a list (`users`, `remotes`), read as a section, with the reference's
-    errors for a value that is no array (`field` named) and an item that is no map."""
+    errors for a value that is no array (`field` named, the value `shown`: its type, or
+    for users the value itself) and an item that is no map."""
     value = parent.table[key]
     if not isinstance(value, list):
-        raise parent.error(key, f"Expected {field} field to be an array, got {go_type(value)}")
+        raise parent.error(key, f"Expected {field} field to be an array, got {shown(value)}")
     for item in value:
         if not isinstance(item, Table):
             raise parent.error(key, f"Expected {entry} entry to be a map/struct, got {item}")
@@ -88,7 +91,7 @@ def _maps(parent: Section, key: str, field: str, entry: str) -> Iterator[Section
 
 def _users(parent: Section, key: str) -> tuple[LeafUser, ...]:
     users = []
-    for section in _maps(parent, key, "users", "user"):
+    for section in _maps(parent, key, "users", "user", go_value):
         fields: dict[str, Any] = {}
         for name in section.table:
             lowered = name.lower()
