@@ -16,6 +16,7 @@ from ingest.server.accounts.config_section import read_accounts
 from ingest.server.auth import config as auth_config
 from ingest.server.cluster.config_section import read_cluster, single_user_authorization
 from ingest.server.config_reader import Section, describe, read_size
+from ingest.server.gofmt import go_value
 from ingest.server.lake_config import read_lake
 from ingest.server.leafnode.config_section import read_leafnodes
 from ingest.server.mappings import read_mappings
@@ -125,12 +126,9 @@ def _connection_types(section: Section, key: str) -> frozenset[str]:
 
 
 def _users(parent: Section, key: str, defaults: Permissions | None) -> list[User]:
-    entries = parent.typed(key, list, "an array of users")
     users: list[User] = []
-    for entry in entries:
-        if not isinstance(entry, Table):
-            raise parent.error(key, f"Expected user entry to be a map/struct, got {entry!r}")
-        section = Section(entry, parent.warnings)
+    for section in parent.maps(key, "users", "user", go_value):
+        entry = section.table
         fields: dict[str, Any] = {}
         for name in entry:
             lowered = name.lower()

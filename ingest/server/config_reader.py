@@ -6,11 +6,13 @@ keys through this one reader, so types, aliases and messages match the reference
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
 from ingest.parser.conf import ConfigError, Table
 from ingest.parser.subjects import is_valid_subject
+from ingest.server.gofmt import go_type
 from ingest.server.settings import parse_duration, storage_size
 
 _TYPE_NAMES = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}
@@ -74,6 +76,20 @@ class Section:
     def entry(self, table: Table) -> Section:
         """A table inside a list (a leafnode remote), read like a section."""
         return Section(table, self.warnings)
+
+    def maps(
+        self, key: str, field: str, entry: str, shown: Callable[[Any], str] = go_type
+    ) -> Iterator[Section]:
+        """Each map of a list (users, leafnode remotes), read as a section, with the
+        reference's errors for a value that is no array (`field` named, the value
+        `shown`: its type, or for users the value itself) and an item that is no map."""
+        value = self.table[key]
+        if not isinstance(value, list):
+            raise self.error(key, f"Expected {field} field to be an array, got {shown(value)}")
+        for item in value:
+            if not isinstance(item, Table):
+                raise self.error(key, f"Expected {entry} entry to be a map/struct, got {item}")
+            yield Section(item, self.warnings)
 
     def duration(self, key: str) -> float:
         """A duration string, or (warned) a number of seconds."""

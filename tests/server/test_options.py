@@ -242,6 +242,8 @@ def test_full_config(tmp_path: Path) -> None:
         ("authorization { users: [ {user: a}, {user: a} ] }", 'Duplicate user "a" detected'),
         ("authorization { users: [ {password: x} ] }", "User entry requires a user"),
         ("authorization { users: [ 1 ] }", "Expected user entry to be a map/struct"),
+        ('authorization { users: [ "x" ] }', "Expected user entry to be a map/struct, got x"),
+        ("authorization { users: 5 }", "Expected users field to be an array, got 5"),
         ("authorization { permissions { pub: 1 } }", "cannot be cast to string"),
         ('authorization { permissions { pub: "a..b" } }', 'subject "a..b" is not a valid'),
         ("authorization { permissions { pub { allow: a, x: b } } }", "only 'allow' or 'deny'"),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -74,24 +73,9 @@ def _authorization_more(section: Section, key: str) -> dict[str, Any] | None:
     return None
 
 
-def _maps(
-    parent: Section, key: str, field: str, entry: str, shown: Callable[[object], str] = go_type
-) -> Iterator[Section]:
-    """Each map of a list (`users`, `remotes`), read as a section, with the reference's
-    errors for a value that is no array (`field` named, the value `shown`: its type, or
-    for users the value itself) and an item that is no map."""
-    value = parent.table[key]
-    if not isinstance(value, list):
-        raise parent.error(key, f"Expected {field} field to be an array, got {shown(value)}")
-    for item in value:
-        if not isinstance(item, Table):
-            raise parent.error(key, f"Expected {entry} entry to be a map/struct, got {item}")
-        yield parent.entry(item)
-
-
 def _users(parent: Section, key: str) -> tuple[LeafUser, ...]:
     users = []
-    for section in _maps(parent, key, "users", "user", go_value):
+    for section in parent.maps(key, "users", "user", go_value):
         fields: dict[str, Any] = {}
         for name in section.table:
             lowered = name.lower()
@@ -110,7 +94,7 @@ def _users(parent: Section, key: str) -> tuple[LeafUser, ...]:
 
 
 def _remotes(parent: Section, key: str, tls: TLSReader) -> tuple[RemoteLeaf, ...]:
-    return tuple(_remote(s, tls) for s in _maps(parent, key, "remotes", "remote leafnode"))
+    return tuple(_remote(s, tls) for s in parent.maps(key, "remotes", "remote leafnode"))
 
 
 def _remote(section: Section, tls: TLSReader) -> RemoteLeaf:
