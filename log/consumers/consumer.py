@@ -284,6 +284,7 @@ class Consumer(Acking):
         self.priority.expire(now)
         if not self._push and len(self.waiting):
             self.drop_deaf()
+            self.waiting.expire(now, out)
         if cfg.pause_until is None or now >= cfg.pause_until:
             sent = self.dseq
             self._deliver(now, out)

@@ -205,18 +205,25 @@ class WaitQueue:
             return req
         return None
 
+    def expire(self, now: int, out: list[Output]) -> None:
+        """Answer (408) and drop the requests whose time is up. Asked before each
+        delivery too, not only when a request's timer fires: the timer can run late, and
+        a message claimed by a request its client stopped waiting on would lie in that
+        inbox until the client's next fetch (the reference checks expiry as it claims)."""
+        for req in [r for r in self._queue if r.expires and now >= r.expires]:
+            self._queue.remove(req)
+            out.append(Status(req.reply, status(408, "Request Timeout", req.remaining())))
+
     def sweep(
         self, now: int, heartbeat: Callable[[], bytes], exhausted: Callable[[], bool] | None
     ) -> list[Output]:
-        """Answer requests that expired (408), no_wait ones once nothing can go out now
+        """Answer requests that expired (`expire`), no_wait ones once nothing can go out now
         (404; `exhausted` is asked only for those, as it may read ahead; None: not at the
         end of the stream), and send heartbeats that are due."""
         out: list[Output] = []
+        self.expire(now, out)
         for req in list(self._queue):
-            if req.expires and now >= req.expires:
-                self._queue.remove(req)
-                out.append(Status(req.reply, status(408, "Request Timeout", req.remaining())))
-            elif (
+            if (
                 req.no_wait
                 and (not req.expires or req.delivered > 0)
                 and exhausted is not None

@@ -385,3 +385,19 @@ def test_filtered_read_ahead_takes_a_slice_when_every_seq_matches() -> None:
     sparse = ReadCountingStore("s.a", "s.b", "s.a")
     assert deliveries(pull(make(sparse, filter_subject="s.a"), b'{"batch":2}')) == [(1, 1), (3, 1)]
     assert sparse.reads == ["many"]
+
+
+def test_a_request_past_its_expiry_gets_no_message_even_before_its_timer() -> None:
+    """A message stored after a request expired goes to nobody, whether or not the timer
+    that answers the 408 has fired yet: the client stopped waiting on that inbox, and
+    its next fetch would find the message queued there (the reference checks a
+    request's expiry before it delivers)."""
+    store = store_with()
+    c = make(store, ack_policy="explicit")
+    assert statuses(pull(c, b'{"batch":1,"expires":1000000000}', now=0)) == []
+    store.append([NewMsg("s.a", None, b"late", 2 * S)])
+    c.on_commit(1, "s.a")
+    out = c.pump(2 * S)  # the store's news, before the expiry timer ran
+    assert deliveries(out) == []
+    assert statuses(out) == ["NATS/1.0 408 Request Timeout"]
+    assert deliveries(pull(c, b'{"batch":1}', now=2 * S)) == [(1, 1)]
