@@ -49,6 +49,10 @@ async def test_streams_page_by_offset_and_outlive_a_kill(
     assert len(await jsm.streams_info(offset=256)) == 44
     names = await api(nc, "$JS.API.STREAM.NAMES", {"offset": 0})
     assert (names["total"], names["limit"], len(names["streams"])) == (STREAMS, 1024, STREAMS)
+    past = await api(nc, "$JS.API.STREAM.LIST", {"offset": STREAMS + 5})  # at the end
+    assert (past["total"], past["offset"], past["streams"]) == (STREAMS, STREAMS, [])
+    past = await api(nc, "$JS.API.STREAM.NAMES", {"offset": STREAMS + 5})
+    assert (past["total"], past["offset"], past["limit"]) == (STREAMS, STREAMS, 1024)
 
     # A create's reply goes out before any fsync: the files are the OS's already, so a
     # kill -9 right after it keeps the stream.

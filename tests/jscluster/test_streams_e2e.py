@@ -52,8 +52,17 @@ async def test_r3_stream_replicates_and_reports_its_cluster(kind: str, tmp_path:
         [doc] = listed["streams"]  # the leader's info, without its envelope
         assert doc["config"]["name"] == "R3" and doc["state"]["messages"] == 50
         assert "type" not in doc and "missing" not in listed
-        past = await request(c.nc, "$JS.API.STREAM.LIST", b'{"offset": 1}')
-        assert (past["offset"], past["streams"]) == (1, [])
+        # Past the end the offset is the count; a clustered list's empty page says
+        # total 0 (the reference answers it before counting), its names say the count.
+        past = await request(c.nc, "$JS.API.STREAM.LIST", b'{"offset": 5}')
+        assert (past["total"], past["offset"], past["streams"]) == (0, 1, [])
+        past = await request(c.nc, "$JS.API.STREAM.NAMES", b'{"offset": 5}')
+        assert (past["total"], past["offset"]) == (1, 1)
+        await c.js.add_consumer("R3", durable_name="D", ack_policy="explicit")
+        past = await request(c.nc, "$JS.API.CONSUMER.LIST.R3", b'{"offset": 5}')
+        assert (past["total"], past["offset"], past["consumers"]) == (0, 1, [])
+        listed = await request(c.nc, "$JS.API.CONSUMER.LIST.R3")
+        assert (listed["total"], listed["offset"]) == (1, 0)
         meta = jsz(c.servers[0])["meta_cluster"]
         assert meta["cluster_size"] == 3 and meta["leader"] in {"S0", "S1", "S2"}
         [detail] = jsz(c.servers[0], "?streams=true&raft=true")["account_details"][0][

@@ -352,19 +352,33 @@ def update_request(tokens: list[str], data: bytes) -> streamconfig.StreamConfig:
 
 
 def page_of(req: Response, items: list[T], limit: int) -> tuple[int, list[T]]:
-    """The request's `offset` and the page of up to `limit` sorted items from there."""
-    offset = max(int(req.get("offset") or 0), 0)
+    """The request's `offset`, at most the number of items as the reference answers it,
+    and the page of up to `limit` sorted items from there."""
+    offset = min(max(int(req.get("offset") or 0), 0), len(items))
     return offset, items[offset : offset + limit]
 
 
+def listed_total(items: list[Any], page: list[Any], clustered: bool) -> int:
+    """A list answer's `total`. In a cluster the reference answers an empty page (an
+    offset at or past the end) before it counts anything, so its total is 0 there."""
+    return len(items) if page or not clustered else 0
+
+
 def paged(
-    req: Response, names: list[str], limit: int, key: str, show: Callable[[list[str]], object]
+    req: Response,
+    names: list[str],
+    limit: int,
+    key: str,
+    show: Callable[[list[str]], object],
+    *,
+    clustered_list: bool = False,
 ) -> Response:
     """A names or list answer (streams, consumers): the page of the sorted `names`
     (`page_of`) under `key` as `show` renders them, after the paging fields the
-    reference writes first."""
+    reference writes first (`listed_total` for a list in a cluster)."""
     offset, page = page_of(req, names, limit)
-    return {"total": len(names), "offset": offset, "limit": limit, key: show(page)}
+    total = listed_total(names, page, clustered_list)
+    return {"total": total, "offset": offset, "limit": limit, key: show(page)}
 
 
 def require_empty(data: bytes) -> None:

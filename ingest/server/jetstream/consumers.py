@@ -491,6 +491,7 @@ class Consumers:
             LIST_LIMIT,
             "consumers",
             lambda page: [self.describe(stream, runners[n]) for n in page],
+            clustered_list=self._js.cluster is not None,
         )
 
     def describe(self, stream: Stream, runner: Runner, *, dynamic: bool = False) -> Response:

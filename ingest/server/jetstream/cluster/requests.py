@@ -26,6 +26,7 @@ from ingest.server.jetstream.api import (
     PREFIX,
     Response,
     create_request,
+    listed_total,
     optional_json,
     page_of,
     paged,
@@ -333,7 +334,8 @@ class ClusterRequests:
         docs = await asyncio.gather(*(self._leader_info(sa.name) for sa in page))
         streams = [doc for doc in docs if doc is not None and "error" not in doc]
         missing = [sa.name for sa, doc in zip(page, docs, strict=True) if doc is None]
-        out: Response = {"total": len(found), "offset": offset, "limit": LIST_LIMIT}
+        total = listed_total(found, page, clustered=True)
+        out: Response = {"total": total, "offset": offset, "limit": LIST_LIMIT}
         out["streams"] = streams
         if missing:
             out["missing"] = missing
