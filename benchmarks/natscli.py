@@ -14,7 +14,7 @@ import asyncio
 import re
 import shutil
 import sys
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Protocol
@@ -23,16 +23,30 @@ from benchmarks.model import Incomplete, Params, Skipped
 
 STREAM = "benchstream"  # natscli's default stream and bucket names
 SUBJECT = "benchsubject"
+KV_STREAM = "KV_benchbucket"  # the stream behind natscli's default bucket
 STATS = re.compile(rb"stats: ([\d,]+) msgs/sec")
 READY_SUB = b"Starting Core NATS subscriber, expecting"
 READY_SERVE = b"Starting Core NATS service server"
 OUTPUT_TAIL = 600
 
 
-class Replicated(Protocol):
-    """A JetStream workload whose stream (or bucket) has ``replicas`` copies."""
+# The URL of the server that leads the named stream (the cluster rows' `leader_url`).
+Lead = Callable[[str], Awaitable[str]]
 
-    def __call__(self, url: str, p: Params, *, replicas: int) -> Awaitable[dict[str, float]]: ...
+
+class Replicated(Protocol):
+    """A JetStream workload whose stream (or bucket) has ``replicas`` copies; with
+    ``lead``, the measured CLI runs on the server that leads it."""
+
+    def __call__(
+        self, url: str, p: Params, *, replicas: int, lead: Lead | None = None
+    ) -> Awaitable[dict[str, float]]: ...
+
+
+async def _on_leader(url: str, lead: Lead | None, stream: str) -> str:
+    """Where the measured CLI runs once ``stream`` exists: its leader's server when the
+    cluster rows ask for it, else ``url``."""
+    return url if lead is None else await lead(stream)
 
 
 def _cli() -> str:
@@ -156,41 +170,60 @@ async def _with_stream(url: str, p: Params, replicas: int) -> None:
             raise Skipped(f"nats stream add failed: {out[-OUTPUT_TAIL:].decode(errors='replace')}")
 
 
-async def _fill(url: str, p: Params, replicas: int) -> None:
+async def _fill(url: str, p: Params, replicas: int, lead: Lead | None) -> str:
+    """The stream made and ``count`` messages stored; the URL the reader runs on."""
     await _with_stream(url, p, replicas)
+    url = await _on_leader(url, lead, STREAM)
     await _run(_args(url, p, "bench", "js", "pub", "async", SUBJECT, f"--msgs={p.count}"))
+    return url
 
 
-async def js_pub_async(url: str, p: Params, *, replicas: int = 1) -> dict[str, float]:
+async def js_pub_async(
+    url: str, p: Params, *, replicas: int = 1, lead: Lead | None = None
+) -> dict[str, float]:
     """`nats bench js pub async`: ``count`` publishes, 500 acks outstanding (natscli's batch)."""
     await _with_stream(url, p, replicas)
+    url = await _on_leader(url, lead, STREAM)
     return await _measure(
         _args(url, p, "bench", "js", "pub", "async", SUBJECT, f"--msgs={p.count}")
     )
 
 
-async def js_pub_sync(url: str, p: Params, *, replicas: int = 1) -> dict[str, float]:
+async def js_pub_sync(
+    url: str, p: Params, *, replicas: int = 1, lead: Lead | None = None
+) -> dict[str, float]:
     """`nats bench js pub sync`: ``sync_count`` publishes, each waiting for its ack."""
     await _with_stream(url, p, replicas)
+    url = await _on_leader(url, lead, STREAM)
     return await _measure(
         _args(url, p, "bench", "js", "pub", "sync", SUBJECT, f"--msgs={p.sync_count}")
     )
 
 
-async def js_fetch(url: str, p: Params, *, replicas: int = 1) -> dict[str, float]:
+async def js_fetch(
+    url: str, p: Params, *, replicas: int = 1, lead: Lead | None = None
+) -> dict[str, float]:
     """`nats bench js fetch`: a durable pull consumer drains the ``count`` stored messages."""
-    await _fill(url, p, replicas)
+    url = await _fill(url, p, replicas, lead)
     return await _measure(_args(url, p, "bench", "js", "fetch", f"--msgs={p.count}"))
 
 
-async def js_ordered(url: str, p: Params, *, replicas: int = 1) -> dict[str, float]:
+async def js_ordered(
+    url: str, p: Params, *, replicas: int = 1, lead: Lead | None = None
+) -> dict[str, float]:
     """`nats bench js ordered`: an ordered consumer reads the ``count`` stored messages."""
-    await _fill(url, p, replicas)
+    url = await _fill(url, p, replicas, lead)
     return await _measure(_args(url, p, "bench", "js", "ordered", f"--msgs={p.count}"))
 
 
-async def kv_put(url: str, p: Params, *, replicas: int = 1) -> dict[str, float]:
-    """`nats bench kv put`: ``sync_count`` puts, each waiting for its ack (creates the bucket)."""
-    return await _measure(
-        _args(url, p, "bench", "kv", "put", f"--msgs={p.sync_count}", f"--replicas={replicas}")
-    )
+async def kv_put(
+    url: str, p: Params, *, replicas: int = 1, lead: Lead | None = None
+) -> dict[str, float]:
+    """`nats bench kv put`: ``sync_count`` puts, each waiting for its ack. The CLI makes
+    the bucket; with ``lead`` a first put of one makes it, and the measured run takes
+    the same bucket (an identical create is no change) on its leader's server."""
+    bucket = ("bench", "kv", "put", f"--replicas={replicas}")
+    if lead is not None:
+        await _run(_args(url, p, *bucket, "--msgs=1"))
+        url = await lead(KV_STREAM)
+    return await _measure(_args(url, p, *bucket, f"--msgs={p.sync_count}"))

@@ -99,11 +99,34 @@ async def _measure(_url: str, p: Params, *, phase: Phase, command: list[str]) ->
 async def _measure_natscli(
     _url: str, p: Params, *, workload: Replicated, command: list[str], size: int
 ) -> dict[str, float]:
-    """The CLI talks to the first server; the stream's leader is wherever the cluster puts it."""
+    """The stream is made through the first server; the measured CLI runs on its leader's."""
     assert p.store is not None, "the harness sets the store of every run"
     async with _cluster(command, p.store, size) as nodes:
         await placeable(nodes[0].url, size)
-        return await workload(nodes[0].url, p, replicas=size)
+        return await workload(nodes[0].url, p, replicas=size, lead=partial(leader_url, nodes))
+
+
+async def leader_url(nodes: list[Node], stream: str) -> str:
+    """The URL of the server that leads ``stream``, where the measured CLI runs on both
+    kinds. The reference picks a new stream's first leader at random and jetlake by a
+    hash of the stream's and the servers' names, so a CLI on a fixed server would sit on
+    a follower in some runs of one kind and not of the other; a client on a follower
+    adds a route hop each way to every publish and ack."""
+    deadline = perf_counter() + STREAM_SECONDS
+    nc = await connect(nodes[0].url, "bench-leader-probe")
+    try:
+        js = nc.jetstream(timeout=2.0)
+        while True:
+            info = await js.stream_info(stream)
+            leader = info.cluster.leader if info.cluster is not None else None
+            for node in nodes:
+                if node.name == leader:
+                    return node.url
+            if perf_counter() > deadline:
+                raise Incomplete(f"stream {stream}: no leader in {STREAM_SECONDS:.0f} s")
+            await asyncio.sleep(RETRY)
+    finally:
+        await nc.close()
 
 
 async def placeable(url: str, replicas: int) -> None:
