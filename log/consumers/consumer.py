@@ -234,7 +234,8 @@ class Consumer(Acking):
         self.last_request = now
         out: list[Output] = []
         if self.waiting.full:
-            out += self._expire_requests(now, eos=False)
+            self.waiting.expire(now, out)
+            out += self.waiting.sweep(now, self._heartbeat, None)
         if req.no_wait:
             available = self.npc + len(self._rdq)
             if available == 0 and not req.expires:
@@ -294,7 +295,7 @@ class Consumer(Acking):
                 if self._push and cfg.idle_heartbeat:
                     self._next_hb = now + cfg.idle_heartbeat
         if not self._push:
-            out += self._expire_requests(now, eos=True)
+            out += self.waiting.sweep(now, self._heartbeat, self._exhausted)
         elif cfg.idle_heartbeat and self.active and now >= self._next_hb:
             out.append(Status(cfg.deliver_subject, self._heartbeat()))
             self._next_hb = now + cfg.idle_heartbeat
@@ -525,10 +526,6 @@ class Consumer(Acking):
         if self._fc.reply:
             headers[CONSUMER_STALLED] = self._fc.reply
         return status(100, "Idle Heartbeat", headers)
-
-    def _expire_requests(self, now: int, *, eos: bool) -> list[Output]:
-        """Answer requests that expired (408) or, at the end of the stream, no_wait ones (404)."""
-        return self.waiting.sweep(now, self._heartbeat, self._exhausted if eos else None)
 
     def _exhausted(self) -> bool:
         """Nothing can go out now; asked only for a no_wait request (it may read ahead)."""

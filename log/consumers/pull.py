@@ -217,11 +217,10 @@ class WaitQueue:
     def sweep(
         self, now: int, heartbeat: Callable[[], bytes], exhausted: Callable[[], bool] | None
     ) -> list[Output]:
-        """Answer requests that expired (`expire`), no_wait ones once nothing can go out now
-        (404; `exhausted` is asked only for those, as it may read ahead; None: not at the
-        end of the stream), and send heartbeats that are due."""
+        """Answer no_wait requests once nothing can go out now (404; `exhausted` is asked
+        only for those, as it may read ahead; None: not at the end of the stream), and send
+        heartbeats that are due. Expired requests are `expire`'s, asked before this."""
         out: list[Output] = []
-        self.expire(now, out)
         for req in list(self._queue):
             if (
                 req.no_wait
