@@ -9,7 +9,9 @@ When reading pauses and when writing gives up is `client_pacing.Pacing`.
 With the compiled codec, a connection without per-message checks routes most
 PUBs inside the codec (`_fast_path`): the sublist's `Routes` table says where a
 subject goes, and Python learns an entry the second time it routes a subject
-itself (`learn_route`); a one-off subject (a reply inbox) is never learned.
+itself (`learn_route`); a one-off subject (a reply inbox) is never learned, unless
+one stream alone takes every subject of its prefix (a KV bucket's keys:
+`learn_intake_tail`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ from ingest.server.client_pacing import Pacing
 from ingest.server.closing import Closing
 from ingest.server.jwt.nkey import new_nonce
 from ingest.server.logs import TRACE
-from ingest.server.subscription import Subscription, learn_acks, learn_routed
+from ingest.server.subscription import (
+    Subscription,
+    learn_acks,
+    learn_intake_tail,
+    learn_routed,
+)
 from ingest.server.tls import TLSLayer
 from ingest.server.trace_lines import describe, quoted
 
@@ -364,7 +371,8 @@ class Client(Closing, Pacing, asyncio.Protocol):
         routes = self._routes
         sublist = self.account.sublist
         # Learnt the second time: a subject seen once (a reply inbox) stays Python's.
-        learn = routes is not None and subject not in routes and sublist.peek(subject) is not None
+        fresh = routes is not None and subject not in routes
+        learn = fresh and sublist.peek(subject) is not None
         delivered = self.server.route(self, subject, reply, hdr, payload, size)
         if not delivered and reply and self.no_responders:
             self._no_responders(subject, reply)
@@ -378,6 +386,9 @@ class Client(Closing, Pacing, asyncio.Protocol):
             peer = partial(cluster.sole_route_below, self.account.name) if cluster else None
             local = partial(self.server.local_under, self.account)
             learn_acks(routes, sublist, subject, local, peer)
+        elif fresh:
+            local = partial(self.server.local_under, self.account)
+            learn_intake_tail(routes, sublist, subject, local)
 
     def _on_acks(self, run: Any) -> None:
         """Plain acks the codec gathered for one consumer: counted as the PUBs they are,

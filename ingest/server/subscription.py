@@ -4,7 +4,8 @@
 which matches the compiled codec may frame itself or hand to a stream in runs (see
 `ingest.server.client`), and
 the count of what it framed reaches `delivered` when its table settles; `learn_acks`
-which consumers it may hand their plain acks in runs; `learn_tail` which reply inboxes
+which consumers it may hand their plain acks in runs; `learn_intake_tail` which
+prefixes go to a stream alone; `learn_tail` which reply inboxes
 the server's own publishes may be framed into without a match.
 """
 
@@ -159,6 +160,24 @@ def learn_route(routes: Any, match: Match[Any], subject: bytes) -> None:
             routes.learn_intake(subject, intake)
             return
     routes.learn(subject, _targets(match))
+
+
+def learn_intake_tail(
+    routes: Any, sublist: Sublist[Any], subject: bytes, local: Callable[[bytes], bool]
+) -> None:
+    """Tell the table that every `prefix.<token>` of this published subject goes to one
+    stream's intake alone, if the sublist's walk showed so and `local(prefix)` that no
+    peer wants any of them: a KV bucket's keys, each put once, then take the codec's runs
+    as a repeated subject does (`learn_route`)."""
+    prefix, dot, _ = subject.rpartition(b".")
+    if not dot or prefix in routes:
+        return
+    match = sublist.tail_of(prefix)
+    if match is None or match.queues or len(match.plain) != 1:
+        return
+    intake = getattr(match.plain[0], "intake", None)
+    if intake is not None and local(prefix):
+        routes.learn_intake_tail(prefix, intake)
 
 
 def learn_tail(

@@ -13,7 +13,9 @@
 //! `AckRun` operation, in order among the read's other operations.
 //!
 //! A subject whose only receiver is a stream is learnt as that stream's intake
-//! (`learn_route`): the codec hands a read's PUBs to it as one `PubRun`.
+//! (`learn_route`): the codec hands a read's PUBs to it as one `PubRun`. So is a prefix
+//! whose every `prefix.<token>` goes to one stream alone (`learn_intake_tail`): a KV
+//! bucket's keys, each published once, would otherwise never be learnt.
 //!
 //! The server's own replies to a peer's inboxes (PubAcks to a client on another
 //! server) are known by prefix too, as the one route that alone takes every
@@ -130,6 +132,8 @@ pub struct Routes {
     /// A prefix → the one peer route that alone takes every `prefix.<token>` (a client's
     /// inbox on another server), for the server's own replies (`deliver_tails`).
     peers: HashMap<Vec<u8>, PeerTail>,
+    /// A prefix → the stream intake that alone takes every `prefix.<token>`.
+    intake_tails: HashMap<Vec<u8>, Py<PyAny>>,
     /// `$JS.ACK.<stream>.<consumer>.` → that consumer's `acks(seqs)` sink.
     acks: HashMap<Vec<u8>, Py<PyAny>>,
     /// `$JS.ACK.<stream>.<consumer>.` → the route to the consumer's server, which alone
@@ -145,11 +149,20 @@ impl Routes {
         self.map.get_mut(subject)
     }
 
-    /// The stream intake that alone takes `subject`, if learnt.
+    /// The stream intake that alone takes `subject`, if learnt for it or for its prefix
+    /// (a subject learnt otherwise keeps its own entry).
     pub fn intake(&self, subject: &[u8]) -> Option<&Py<PyAny>> {
         match self.map.get(subject) {
             Some(Route::Intake(sink)) => Some(sink),
-            _ => None,
+            Some(_) => None,
+            None if self.intake_tails.is_empty() => None,
+            None => {
+                let dot = subject.iter().rposition(|&b| b == b'.')?;
+                if matches!(&subject[dot + 1..], b"" | b"*" | b">") {
+                    return None;
+                }
+                self.intake_tails.get(&subject[..dot])
+            }
         }
     }
 
@@ -274,6 +287,7 @@ impl Routes {
         Self {
             map: HashMap::new(),
             tails: HashMap::new(),
+            intake_tails: HashMap::new(),
             peers: HashMap::new(),
             acks: HashMap::new(),
             peer_acks: HashMap::new(),
@@ -306,6 +320,14 @@ impl Routes {
         }
         self.map.insert(subject.to_vec(), Route::Intake(sink));
         Ok(())
+    }
+
+    /// Record that a stream's `sink` alone takes every `prefix.<token>`.
+    fn learn_intake_tail(&mut self, prefix: &[u8], sink: Py<PyAny>) {
+        if self.intake_tails.len() >= LIMIT {
+            self.intake_tails.clear();
+        }
+        self.intake_tails.insert(prefix.to_vec(), sink);
     }
 
     /// Record where every subject `prefix.<token>` goes, for `deliver_tail` (a prefix
@@ -488,6 +510,7 @@ impl Routes {
         self.settle(py)?;
         self.map.clear();
         self.tails.clear();
+        self.intake_tails.clear();
         self.peers.clear();
         if acks {
             self.acks.clear();
@@ -500,6 +523,7 @@ impl Routes {
     fn __contains__(&self, subject: &[u8]) -> bool {
         self.map.contains_key(subject)
             || self.tails.contains_key(subject)
+            || self.intake_tails.contains_key(subject)
             || self.peers.contains_key(subject)
             || self.acks.contains_key(subject)
             || self.peer_acks.contains_key(subject)
@@ -510,7 +534,7 @@ impl Routes {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        for sink in self.acks.values() {
+        for sink in self.acks.values().chain(self.intake_tails.values()) {
             visit.call(sink)?;
         }
         for peer in self.peers.values().chain(self.peer_acks.values()) {
@@ -535,6 +559,7 @@ impl Routes {
     fn __clear__(&mut self) {
         self.map.clear();
         self.tails.clear();
+        self.intake_tails.clear();
         self.peers.clear();
         self.acks.clear();
         self.peer_acks.clear();

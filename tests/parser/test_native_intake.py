@@ -20,19 +20,43 @@ from tests.parser.test_native_acks import PREFIX, connected, operation, read_bot
 from tests.parser.test_native_acks import gathered as ack_seqs
 
 INTAKES = {b"s.a": "A", b"s.b": "B", b"t": "A"}  # subject -> which stream takes it
-SUBJECT = st.sampled_from([*INTAKES, b"s.c", b"s.*", PREFIX + b"1.2.3.4.5"])
+TAIL = b"k"  # every `k.<token>` goes to stream B (a KV bucket's keys) but `k.slow`
+SLOW = b"k.slow"  # learnt on its own: Python routes it
+SUBJECT = st.sampled_from(
+    [
+        *INTAKES,
+        b"s.c",
+        b"s.*",
+        PREFIX + b"1.2.3.4.5",
+        b"k.x",
+        b"k.y",
+        b"k.*",
+        b"k.>",
+        SLOW,
+        b"k.x.y",
+    ]
+)
 BODY = st.sampled_from([b"", b"x", b"+ACK", b"hello world", b"\r\n\r\n"])
 
 
 OPERATION = operation(SUBJECT, st.sampled_from([b"", b" _INBOX.r.1", b" _INBOX.r.2"]), BODY)
 
 
+def stream_of(subject: bytes) -> str | None:
+    """Which stream's intake takes the subject: its own entry, else its prefix's."""
+    if subject in INTAKES:
+        return INTAKES[subject]
+    prefix, _, last = subject.rpartition(b".")
+    return "B" if prefix == TAIL and subject != SLOW and last not in (b"*", b">") else None
+
+
 def target(op: nats.Op) -> tuple[str, ...] | None:
     """Where a run would take the operation, or None if it is never gathered."""
     if type(op) is not nats.Pub or op.hdr is not None:
         return None
-    if op.subject in INTAKES:
-        return ("pub", INTAKES[op.subject], op.subject.decode())
+    stream = stream_of(op.subject)
+    if stream is not None:
+        return ("pub", stream, op.subject.decode())
     return ("ack", "C") if ack_seqs(op) else None
 
 
@@ -68,7 +92,7 @@ def observed(ops: list[object], sinks: dict[str, object]) -> list[object]:
             assert where != last, "a run split where it should have gone on"
             last = where
         if type(op) is jetlake_native.PubRun:
-            assert op.sink is sinks[INTAKES[op.subject]]
+            assert op.sink is sinks[stream_of(op.subject) or ""]
             assert op.payloads and len(op.replies) == len(op.payloads)
             assert op.size == sum(len(p) for p in op.payloads)
             out += [("pub", op.subject, r, p) for r, p in zip(op.replies, op.payloads, strict=True)]
@@ -86,6 +110,8 @@ def codecs() -> tuple[nats.ServerCodec, object, dict[str, object]]:
     sinks = {"A": object(), "B": object(), "C": object()}
     for subject, stream in INTAKES.items():
         routes.learn_intake(subject, sinks[stream])
+    routes.learn_intake_tail(TAIL, sinks["B"])
+    routes.learn(SLOW, None)
     routes.learn_acks(PREFIX, sinks["C"])
     return *connected(routes), sinks
 
@@ -119,9 +145,10 @@ def test_forgotten_with_the_routes() -> None:
     _, compiled, _ = codecs()
     routes = jetlake_native.Routes()
     routes.learn_intake(b"s.a", object())
-    assert b"s.a" in routes
+    routes.learn_intake_tail(TAIL, object())
+    assert b"s.a" in routes and TAIL in routes
     routes.clear(acks=False)
-    assert b"s.a" not in routes
+    assert b"s.a" not in routes and TAIL not in routes
     compiled.route_with(routes, False)  # type: ignore[attr-defined]
-    ops = compiled.receive(b"PUB s.a 1\r\nx\r\n")  # type: ignore[attr-defined]
-    assert [type(op) for op in ops] == [nats.Pub]
+    ops = compiled.receive(b"PUB s.a 1\r\nx\r\nPUB k.x 1\r\ny\r\n")  # type: ignore[attr-defined]
+    assert [type(op) for op in ops] == [nats.Pub, nats.Pub]

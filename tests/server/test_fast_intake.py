@@ -140,13 +140,34 @@ def test_plain_publishes_reach_the_stream_as_runs(tmp_path: Path, monkeypatch: A
     first, second, *rest = (b"PUB s.1 r.%d 1\r\n%d\r\n" % (n, n % 10) for n in range(20))
     plan = [(0, first), (0, second), (0, b"".join(rest))]
     result = asyncio.run(published(tmp_path, b"", plan))
-    assert runs == [18]  # Python routes a subject seen once; the second teaches the codec
+    assert runs == [1, 18]  # Python routes the first; the stream alone takes `s.<token>`
     assert [m[0] for m in result["stored"]] == list(range(1, 21))
     acks = [f for f in result["sent"][0] if f[1].startswith(b"r.")]
     assert sorted(a[4] for a in acks) == sorted(
         b'{"stream":"S","seq":%d}' % n for n in range(1, 21)
     )
     assert result["counts"][0][0] >= 20  # counted as the PUBs they are
+
+
+def test_subjects_seen_once_reach_the_stream_as_runs(tmp_path: Path, monkeypatch: Any) -> None:
+    """A KV bucket's puts: every subject new, each `s.<token>` the stream's alone. After the
+    first, Python never routes them, until a subscription to one of them shares it."""
+    runs: list[bytes] = []
+    real = Client._on_pubs
+
+    def counted(self: Client, run: Any) -> None:
+        runs.append(run.subject)
+        real(self, run)
+
+    monkeypatch.setattr(Client, "_on_pubs", counted)
+    keys = [b"PUB s.k%d r.%d 1\r\n%d\r\n" % (n, n, n % 10) for n in range(12)]
+    plan = [(0, keys[0]), (0, b"".join(keys[1:6])), (1, b"SUB s.k7 3\r\n"), (0, b"".join(keys[6:]))]
+    result = asyncio.run(published(tmp_path, b"", plan))
+    assert runs == [b"s.k%d" % n for n in (1, 2, 3, 4, 5)]  # a SUB makes Python route again
+    assert [(m[0], m[1]) for m in result["stored"]] == [(n + 1, f"s.k{n}") for n in range(12)]
+    assert [f[1] for f in result["sent"][1] if f[1].startswith(b"s.")] == [b"s.k7"]
+    acks = [f for f in result["sent"][0] if f[1].startswith(b"r.")]
+    assert len(acks) == 12
 
 
 def test_a_no_ack_stream_stores_a_run_without_answering(tmp_path: Path) -> None:
