@@ -28,11 +28,20 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from benchmarks.client import connect
-from benchmarks.cluster.rows import COMMANDS, PROBE, Node, _cluster, _create_stream
-from benchmarks.natscli import STATS, STREAM, SUBJECT, _cli
+from benchmarks.cluster.rows import (
+    COMMANDS,
+    Node,
+    _cluster,
+    _create_stream,
+    leader_url,
+    placeable,
+)
+from benchmarks.natscli import KV_STREAM, STATS, STREAM, SUBJECT, _cli
 from benchmarks.scale import cpu_seconds
 
 SPY_RATE = 250  # samples a second: enough for a stage of 2 %, little enough not to skew
@@ -100,31 +109,43 @@ def _bench(url: str, args: list[str], count: int) -> list[str]:
     return [_cli(), "--no-context", "-s", url, "bench", *args, f"--msgs={count}", "--no-progress"]
 
 
+@asynccontextmanager
+async def staged(
+    side: str, workload: str, count: int, root: Path, on: str = "leader"
+) -> AsyncIterator[tuple[list[Node], Node, list[str]]]:
+    """Three servers of ``side`` with what the workload needs made (and filled, for a
+    fetch): the servers, the stream's leader, and the natscli command to measure, run on
+    the leader's server (``on`` follower: another's). natscli makes a KV bucket itself, so
+    a put of one makes it first and the measured run reuses it, as the rows do."""
+    args, fill = WORKLOADS[workload]
+    async with _cluster(COMMANDS[side], root, 3) as nodes:
+        await placeable(nodes[0].url, 3)
+        if workload == "kv":
+            made = subprocess.run(_bench(nodes[0].url, args, 1), capture_output=True)
+            if made.returncode != 0:
+                raise RuntimeError(f"natscli could not make the KV bucket: {made.stderr!r}")
+            lead_url = await leader_url(nodes, KV_STREAM)
+        else:
+            nc = await connect(nodes[0].url, "cluster-cpu")
+            try:
+                await _create_stream(nc.jetstream(timeout=2.0), STREAM, SUBJECT, 3)
+            finally:
+                await nc.close()
+            lead_url = await leader_url(nodes, STREAM)
+        lead = next(n for n in nodes if n.url == lead_url)
+        client = lead if on == "leader" else next(n for n in nodes if n is not lead)
+        if fill:
+            fill_args = _bench(client.url, ["js", "pub", "async", SUBJECT], count)
+            subprocess.run(fill_args, check=True, capture_output=True)
+        yield nodes, lead, _bench(client.url, args, count)
+
+
 async def measure(
     side: str, workload: str, count: int, profile: Path | None, on: str = "leader"
 ) -> dict[str, object]:
-    args, fill = WORKLOADS[workload]
     with tempfile.TemporaryDirectory() as root:
-        async with _cluster(COMMANDS[side], Path(root), 3) as nodes:
-            nc = await connect(nodes[0].url, "cluster-cpu")
-            try:
-                js = nc.jetstream(timeout=2.0)
-                await _create_stream(js, PROBE, f"{PROBE}.x", 3)
-                await js.delete_stream(PROBE)
-                if workload != "kv":
-                    await _create_stream(js, STREAM, SUBJECT, 3)
-                    info = await js.stream_info(STREAM)
-                    leader = info.cluster.leader if info.cluster else None
-                else:
-                    leader = nodes[0].name  # the bucket is made by the workload itself
-            finally:
-                await nc.close()
-            lead = next(n for n in nodes if n.name == leader)
-            client = lead if on == "leader" else next(n for n in nodes if n is not lead)
-            if fill:
-                fill_args = _bench(client.url, ["js", "pub", "async", SUBJECT], count)
-                subprocess.run(fill_args, check=True, capture_output=True)
-            return _run(side, nodes, lead, _bench(client.url, args, count), count, profile)
+        async with staged(side, workload, count, Path(root), on) as (nodes, lead, args):
+            return _run(side, nodes, lead, args, count, profile)
 
 
 def _run(
