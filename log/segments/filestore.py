@@ -64,9 +64,10 @@ import pyarrow.compute as pc
 
 from consensus.durability import fsync_dir
 from log.segments.api import CorruptSegmentError
-from log.segments.core import BatchRef, BatchStore
+from log.segments.core import BatchStore
 from log.segments.ipc import decode_batch
 from log.segments.merging import plan_merge
+from log.segments.reads import BatchRef
 from log.segments.rebuild import Keys, keys_of
 from log.segments.schema import SCHEMA, SEQ, TS
 from log.segments.segment import (

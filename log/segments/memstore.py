@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from log.segments.api import MEMORY_OVERHEAD
-from log.segments.core import BatchRef, BatchStore
+from log.segments.core import BatchStore
 from log.segments.ipc import decode_batch
+from log.segments.reads import BatchRef
 from log.segments.tombstones import Erasure
 
 _MIN_ROWS_TO_COMPACT = 32

@@ -38,8 +38,8 @@ import pyarrow.compute as pc
 
 from consensus.durability import fsync_dir
 from log.segments.api import CorruptSegmentError, Overhead
-from log.segments.core import BatchRef
 from log.segments.ipc import decode_batch
+from log.segments.reads import BatchRef
 from log.segments.rebuild import Keys, keys_of
 from log.segments.schema import SCHEMA, TS, seq_view, stream_header
 from log.segments.summary import SUFFIX as SUMMARY
