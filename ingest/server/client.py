@@ -388,7 +388,9 @@ class Client(Closing, Pacing, asyncio.Protocol):
             learn_acks(routes, sublist, subject, local, peer)
         elif fresh:
             local = partial(self.server.local_under, self.account)
-            learn_intake_tail(routes, sublist, subject, local)
+            cluster = self.server.cluster
+            forward = partial(cluster.tail_forwarder, self.account.name) if cluster else None
+            learn_intake_tail(routes, sublist, subject, local, forward)
 
     def _on_acks(self, run: Any) -> None:
         """Plain acks the codec gathered for one consumer: counted as the PUBs they are,

@@ -163,12 +163,18 @@ def learn_route(routes: Any, match: Match[Any], subject: bytes) -> None:
 
 
 def learn_intake_tail(
-    routes: Any, sublist: Sublist[Any], subject: bytes, local: Callable[[bytes], bool]
+    routes: Any,
+    sublist: Sublist[Any],
+    subject: bytes,
+    local: Callable[[bytes], bool],
+    forward: Callable[[bytes], Any] | None = None,
 ) -> None:
     """Tell the table that every `prefix.<token>` of this published subject goes to one
-    stream's intake alone, if the sublist's walk showed so and `local(prefix)` that no
-    peer wants any of them: a KV bucket's keys, each put once, then take the codec's runs
-    as a repeated subject does (`learn_route`)."""
+    stream alone: to its intake here, if the sublist's walk showed it is the prefix's one
+    receiver and `local(prefix)` that no peer wants any of them; or, where the one
+    receiver here is a replica that is not leading, to the route `forward(prefix)` names
+    as the one that takes them all (the stream leader's server). A KV bucket's keys, each
+    put once, then take the codec's runs as a repeated subject does (`learn_routed`)."""
     prefix, dot, _ = subject.rpartition(b".")
     if not dot or prefix in routes:
         return
@@ -176,8 +182,14 @@ def learn_intake_tail(
     if match is None or match.queues or len(match.plain) != 1:
         return
     intake = getattr(match.plain[0], "intake", None)
-    if intake is not None and local(prefix):
+    if intake is None:
+        return
+    if local(prefix):
         routes.learn_intake_tail(prefix, intake)
+    elif forward is not None and _followers_intake(match):
+        sink = forward(prefix)
+        if sink is not None:
+            routes.learn_intake_tail(prefix, sink)
 
 
 def learn_tail(

@@ -400,6 +400,12 @@ class Cluster:
         route = self.sole_route(account, subject)
         return None if route is None else partial(route.forward_run, account.encode())
 
+    def tail_forwarder(self, account: str, prefix: bytes) -> Callable[..., None] | None:
+        """`forwarder` for every `prefix.<token>` at once, when one route alone takes them
+        all (a stream's leader there takes a KV bucket's keys: `learn_intake_tail`)."""
+        found = self.sole_route_under(account, prefix)
+        return None if found is None else partial(found[1].forward_run, found[0])
+
     def sole_route(self, account: str, subject: bytes) -> Route | None:
         """The route that alone wants `subject`, with no queue group; None if none does, or
         more than one, or it is closing (`forwarder`'s rule, for one message at a time: a
