@@ -140,26 +140,30 @@ def learn_routed(
         learn_route(routes, match, subject)
 
 
+def _sole_intake(match: Match[Any]) -> Any | None:
+    """The stream intake that is the match's one receiver, if it is (no queue group, one
+    subscription, an internal one with an `intake`)."""
+    if match.queues or len(match.plain) != 1:
+        return None
+    return getattr(match.plain[0], "intake", None)
+
+
 def _followers_intake(match: Match[Any]) -> bool:
     """Whether a stream replica that is not leading is the subject's one receiver here:
     an intake not announced to the peers (`JetStream.set_stream_leader` announces the
     leader's alone, as it starts taking publishes)."""
-    if match.queues or len(match.plain) != 1:
-        return False
-    sub = match.plain[0]
-    return getattr(sub, "intake", None) is not None and not sub.announced
+    return _sole_intake(match) is not None and not match.plain[0].announced
 
 
 def learn_route(routes: Any, match: Match[Any], subject: bytes) -> None:
     """Tell the codec's table where `subject` goes: to client subscriptions, to a stream's
     intake alone, or to Python: queue groups (a random member), other internal
     subscribers, filtered or limited subscriptions."""
-    if not match.queues and len(match.plain) == 1:
-        intake = getattr(match.plain[0], "intake", None)
-        if intake is not None:
-            routes.learn_intake(subject, intake)
-            return
-    routes.learn(subject, _targets(match))
+    intake = _sole_intake(match)
+    if intake is not None:
+        routes.learn_intake(subject, intake)
+    else:
+        routes.learn(subject, _targets(match))
 
 
 def learn_intake_tail(
@@ -179,10 +183,8 @@ def learn_intake_tail(
     if not dot or prefix in routes:
         return
     match = sublist.tail_of(prefix)
-    if match is None or match.queues or len(match.plain) != 1:
-        return
-    intake = getattr(match.plain[0], "intake", None)
-    if intake is None:
+    intake = None if match is None else _sole_intake(match)
+    if match is None or intake is None:
         return
     if local(prefix):
         routes.learn_intake_tail(prefix, intake)

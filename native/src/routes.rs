@@ -156,13 +156,7 @@ impl Routes {
             Some(Route::Intake(sink)) => Some(sink),
             Some(_) => None,
             None if self.intake_tails.is_empty() => None,
-            None => {
-                let dot = subject.iter().rposition(|&b| b == b'.')?;
-                if matches!(&subject[dot + 1..], b"" | b"*" | b">") {
-                    return None;
-                }
-                self.intake_tails.get(&subject[..dot])
-            }
+            None => self.intake_tails.get(tail_prefix(subject)?),
         }
     }
 
@@ -180,11 +174,7 @@ impl Routes {
         notices: &mut Vec<(Py<PyAny>, Py<PyAny>)>,
         pending: Option<&mut Vec<Pending>>,
     ) -> Option<usize> {
-        let dot = subject.iter().rposition(|&b| b == b'.')?;
-        if matches!(&subject[dot + 1..], b"" | b"*" | b">") {
-            return None;
-        }
-        let prefix = &subject[..dot];
+        let prefix = tail_prefix(subject)?;
         if let Some(targets) = self.tails.get_mut(prefix) {
             frame_into(py, targets, subject, reply, hdr, payload, notices);
             let n = targets.len();
@@ -232,6 +222,16 @@ impl Routes {
         }
         let (cut, seqs) = ack_parts(subject)?;
         Some((self.peer_acks.get(&subject[..cut])?, seqs))
+    }
+}
+
+/// The prefix a subject's tail entries are known by: all but its last token, or None
+/// where that token is one the sublist's tail rule leaves to a walk (empty, `*`, `>`).
+fn tail_prefix(subject: &[u8]) -> Option<&[u8]> {
+    let dot = subject.iter().rposition(|&b| b == b'.')?;
+    match &subject[dot + 1..] {
+        b"" | b"*" | b">" => None,
+        _ => Some(&subject[..dot]),
     }
 }
 
