@@ -111,7 +111,8 @@ def _client_fd(trace: list[Call], starts: list[int]) -> int | None:
     (in some rounds it reads a follower's late answer to the round before first)."""
     firsts: Counter[int] = Counter()
     for i in starts:
-        first = next((c for c in trace[i:] if c.who == "L" and c.nr == READ), None)
+        reads = (trace[j] for j in range(i, len(trace)))
+        first = next((c for c in reads if c.who == "L" and c.nr == READ), None)
         if first is not None:
             firsts[first.fd] += 1
     return firsts.most_common(1)[0][0] if firsts else None
