@@ -47,16 +47,24 @@ class JetStreamView:
 
 async def jetstream_view(server: Server) -> JetStreamView | None:
     """The server's JetStream as a whole: every account's engine added up."""
-    return combined([view for _, view in await account_views(server)])
+    return combined([view for _, view in await account_views(server)], raft_groups(server))
 
 
-def combined(views: list[JetStreamView]) -> JetStreamView | None:
-    """Several accounts' views as one (None: no account has JetStream)."""
-    if len(views) <= 1:
-        return views[0] if views else None
+def raft_groups(server: Server) -> int:
+    """`ha_assets`: the Raft groups the server runs (none outside a cluster)."""
+    cluster = server.jetstream_cluster
+    return 0 if cluster is None else int(cluster.raft_groups())
+
+
+def combined(views: list[JetStreamView], ha_assets: int = 0) -> JetStreamView | None:
+    """Several accounts' views as one, with the server's `ha_assets` (None: no account
+    has JetStream)."""
+    if not views:
+        return None
     stats = dict(views[0].stats)
-    for key in ("memory", "storage", "reserved_memory", "reserved_storage", "ha_assets"):
+    for key in ("memory", "storage", "reserved_memory", "reserved_storage"):
         stats[key] = sum(int(v.stats.get(key, 0)) for v in views)
+    stats["ha_assets"] = ha_assets
     stats["accounts"] = len(views)
     api = dict(stats.get("api") or {})
     for key in ("total", "errors"):

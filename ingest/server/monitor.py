@@ -38,7 +38,13 @@ from ingest.server.httpd import (
     bool_arg,
     int_arg,
 )
-from ingest.server.jsz import account_detail, account_views, combined, jetstream_view
+from ingest.server.jsz import (
+    account_detail,
+    account_views,
+    combined,
+    jetstream_view,
+    raft_groups,
+)
 from ingest.server.monitor_options import query
 from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.procstats import CpuMeter, rss
@@ -467,7 +473,7 @@ class Monitor:
 
     async def _jsz(self, req: Request) -> Response:
         accounts = await account_views(self.server)  # each engine read once for both uses
-        js = combined([view for _, view in accounts])
+        js = combined([view for _, view in accounts], raft_groups(self.server))
         if js is None:
             out: dict[str, Any] = {
                 "memory": 0,

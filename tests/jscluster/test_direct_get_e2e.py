@@ -16,7 +16,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from tests.jscluster.support import eventually, js_cluster
+from tests.jscluster.support import eventually, js_cluster, request
 from tests.support.servers import ServerProcess, enabled_kinds
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.parametrize("kind", enabled_kinds())]
@@ -29,6 +29,7 @@ accounts {
 system_account: SYS
 """
 LOGINS = {"global": ("", {}), "named": (ACCOUNTS, {"user": "app", "password": "app"})}
+SYSTEM = {"global": "$SYS", "named": "SYS"}  # whose routes carry the group's Raft traffic
 MESSAGES = 300
 SUBJECTS = 10
 IN_FLIGHT = 128
@@ -52,6 +53,8 @@ async def test_direct_gets_answered_through_every_server(
     async with js_cluster(kind, tmp_path, config=config, timeout=5, **creds) as c:
         stream = StreamConfig(name="K", subjects=["k.*"], num_replicas=3, allow_direct=True)
         await eventually(lambda: c.js.add_stream(stream), "stream K created")
+        info = await request(c.nc, "$JS.API.STREAM.INFO.K")
+        assert info["cluster"]["traffic_account"] == SYSTEM[login]
         for i in range(MESSAGES):
             await c.js.publish(f"k.{i % SUBJECTS}", f"m{i + 1}".encode())
         for server in c.servers:

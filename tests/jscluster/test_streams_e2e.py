@@ -47,6 +47,7 @@ async def test_r3_stream_replicates_and_reports_its_cluster(kind: str, tmp_path:
                 lambda s=server: asyncio.sleep(0, stream_messages(s, "R3") == 50),
                 f"{server_name(server)} holding 50 messages",
             )
+            assert jsz(server)["ha_assets"] == 2  # its Raft groups: the meta group's and R3's
         listed = await request(c.nc, "$JS.API.STREAM.LIST")
         assert (listed["total"], listed["offset"], listed["limit"]) == (1, 0, 256)
         [doc] = listed["streams"]  # the leader's info, without its envelope

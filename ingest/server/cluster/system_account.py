@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ingest.server.cluster.ports import RequestError, Skip
 from ingest.server.gofmt import timestamp
+from ingest.server.jsz import raft_groups
 
 if TYPE_CHECKING:
     from ingest.server.cluster.ports import (
@@ -300,7 +301,7 @@ class SystemAccount:
         out: dict[str, Any] = {
             **total,
             "accounts": len(docs),
-            "ha_assets": 0,
+            "ha_assets": raft_groups(self._server),
             "api": {
                 "level": first["api"]["level"],
                 "total": sum(doc["api"]["total"] for doc in docs),

@@ -350,7 +350,14 @@ class JetStreamCluster(StreamHosting):
             group=hosted.assignment.group,
             leader_since=hosted.leader_since,
             heard=self.routes.heard,
+            traffic=self.server.accounts.system_account.name,
         )
+
+    def raft_groups(self) -> int:
+        """The Raft groups running here, the reference's `ha_assets`: the meta group and
+        each replicated stream's (a consumer's state rides in its stream's group)."""
+        own = sum(1 for hosted in self.hosted.values() if len(hosted.assignment.peers) > 1)
+        return own + (self.meta is not None)
 
     def meta_info(self) -> dict[str, Any]:
         """`/jsz` `meta_cluster` (before the group forms: just the cluster's name)."""

@@ -58,15 +58,17 @@ def group_block(
     group: str,
     leader_since: int,
     heard: Mapping[tuple[str, str], int],
+    traffic: str,
 ) -> dict[str, Any]:
-    """`cluster` of STREAM.INFO / CONSUMER.INFO."""
+    """`cluster` of STREAM.INFO / CONSUMER.INFO; `traffic` the account whose routes carry
+    the group's Raft messages (the system account's name)."""
     block: dict[str, Any] = {"name": cluster, "raft_group": group}
     if node.leader is not None:
         block["leader"] = node.leader
     if node.role is Role.LEADER and leader_since:
         block["leader_since"] = rfc3339(leader_since)
     block["system_account"] = True
-    block["traffic_account"] = "$SYS"
+    block["traffic_account"] = traffic
     block["replicas"] = replicas(node, group, heard)
     return block
 
