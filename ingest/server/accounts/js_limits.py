@@ -62,12 +62,14 @@ def _in_tier(
     return {n: c for n, c in configs.items() if max(c.num_replicas, 1) == max(replicas, 1)}
 
 
-def tiers_document(engine: _Engine) -> dict[str, Any]:
-    """The `tiers` of an account info response, when the account has tiers."""
+def tiers_document(
+    engine: _Engine, configs: Mapping[str, StreamConfig], consumers: Mapping[str, int]
+) -> dict[str, Any]:
+    """The `tiers` of an account info response, when the account has tiers: of the
+    account's streams (`configs`) and their consumer counts."""
     limits = engine.limits
     if limits is None or not limits.tiers:
         return {}
-    configs = engine.configs()
     tiers = {}
     for replicas, bounds in limits.tiers:
         mine = _in_tier(limits, configs, replicas)
@@ -75,19 +77,23 @@ def tiers_document(engine: _Engine) -> dict[str, Any]:
         tiers[f"R{replicas}"] = {
             "memory": used["memory"],
             "storage": used["storage"],
-            "reserved_memory": reserved(mine, memory=True),
-            "reserved_storage": reserved(mine, memory=False),
+            "reserved_memory": reserved(mine, memory=True, each=False),
+            "reserved_storage": reserved(mine, memory=False, each=False),
             "streams": len(mine),
-            "consumers": sum(engine.consumers.count(name) for name in mine),
+            "consumers": sum(consumers.get(name, 0) for name in mine),
             "limits": limits_document(bounds),
         }
     return {"tiers": tiers}
 
 
-def reserved(configs: Mapping[str, StreamConfig], *, memory: bool, but: str = "") -> int:
-    """Bytes the streams' `max_bytes` hold back in one kind of storage (`but` left out)."""
+def reserved(
+    configs: Mapping[str, StreamConfig], *, memory: bool, but: str = "", each: bool = True
+) -> int:
+    """Bytes the streams' `max_bytes` hold back in one kind of storage (`but` left out):
+    on every replica (`each`, what a limit is checked against), or once per stream (what
+    the reference's account info reports)."""
     return sum(
-        cfg.max_bytes * max(cfg.num_replicas, 1)
+        cfg.max_bytes * (max(cfg.num_replicas, 1) if each else 1)
         for name, cfg in configs.items()
         if name != but and cfg.max_bytes > 0 and (cfg.storage == "memory") == memory
     )

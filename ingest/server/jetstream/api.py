@@ -15,7 +15,7 @@ import inspect
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ingest.parser.subjects import subjects_overlap
@@ -191,16 +191,28 @@ class Api:
     # -- account -------------------------------------------------------------
 
     def _account_info(self, tokens: list[str], data: bytes) -> Response:
+        js = self._js
+        counts = {name: js.consumers.count(name) for name in js.streams}
+        return self.account_document(js.configs(), counts, js.consumers.total())
+
+    def account_document(
+        self,
+        configs: Mapping[str, streamconfig.StreamConfig],
+        consumers: Mapping[str, int],
+        total: int,
+    ) -> Response:
+        """An account info response: of the account's streams (`configs`), their consumer
+        counts and all its consumers (`total`), with the bytes it stores (`usage`: in a
+        cluster, on every server)."""
         usage = self._js.usage()
-        configs = self._js.configs()
         domain = {"domain": self._js.config.domain} if self._js.config.domain else {}
         return {
             "memory": usage["memory"],
             "storage": usage["storage"],
-            "reserved_memory": js_limits.reserved(configs, memory=True),
-            "reserved_storage": js_limits.reserved(configs, memory=False),
-            "streams": len(self._js.streams),
-            "consumers": self._js.consumers.total(),
+            "reserved_memory": js_limits.reserved(configs, memory=True, each=False),
+            "reserved_storage": js_limits.reserved(configs, memory=False, each=False),
+            "streams": len(configs),
+            "consumers": total,
             "limits": js_limits.limits_document(self._js.limits),
             # The reference counts a request once answered: this one is not in it yet.
             "api": {
@@ -209,7 +221,7 @@ class Api:
                 "errors": self.errors,
             },
             **domain,
-            **js_limits.tiers_document(self._js),
+            **js_limits.tiers_document(self._js, configs, consumers),
         }
 
     # -- streams -------------------------------------------------------------

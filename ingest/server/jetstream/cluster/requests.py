@@ -95,6 +95,7 @@ class ClusterRequests:
         api.gate = self.answers
         api.routes.update(
             {
+                "INFO": ("account_info_response", self._account_info),
                 "STREAM.CREATE.*": ("stream_create_response", self._create),
                 "STREAM.RESTORE.*": ("stream_restore_response", self._restore),
                 "STREAM.UPDATE.*": ("stream_update_response", self._update),
@@ -321,6 +322,20 @@ class ClusterRequests:
             ),
             key=lambda sa: sa.name,
         )
+
+    async def _account_info(self, tokens: list[str], data: bytes) -> Response:
+        """Of the account's streams anywhere in the cluster, as the reference counts them
+        from its assignments; each stream's consumers as its leader counts them (one that
+        does not answer in time counts none)."""
+        assigned = self._cluster.state.in_account(self._account)
+        configs = {sa.name: streamconfig.from_request(sa.config) for sa in assigned}
+        docs = await asyncio.gather(*(self._leader_info(name) for name in configs))
+        counts = {
+            name: int((doc.get("state") or {}).get("consumer_count", 0))
+            for name, doc in zip(configs, docs, strict=True)
+            if doc is not None and "error" not in doc
+        }
+        return self._js.api.account_document(configs, counts, sum(counts.values()))
 
     def _names(self, tokens: list[str], data: bytes) -> Response:
         req = optional_json(data)
