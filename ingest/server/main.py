@@ -161,7 +161,7 @@ async def _serve(opts: Options, argv: list[str]) -> int:
         documents = Monitor(server, None, 0)
     requests = AccountRequests(server, documents, counts)
     reload = functools.partial(reload_refusal, server, argv)
-    SystemAccount(server, system, documents, account_js, requests, reload).start()
+    SystemAccount(server, system, documents, requests, reload).start()
     mqtt = None
     if opts.mqtt is not None:
         from ingest.server.mqtt.listener import MQTTListener

@@ -311,9 +311,15 @@ class Monitor:
         return {"server_id": self.server.server_id, "now": timestamp(time.time())}
 
     async def jetstream_varz(self) -> dict[str, Any] | None:
-        """/varz's JetStream block (None: no account has JetStream)."""
+        """/varz's JetStream block, with the meta group's in a cluster (None: no account
+        has JetStream)."""
         js = await jetstream_view(self.server)
-        return None if js is None else js.varz()
+        if js is None:
+            return None
+        block = js.varz()
+        if self.server.jetstream_cluster is not None:
+            block["meta"] = self.server.jetstream_cluster.meta_info()
+        return block
 
     async def document(self, path: str, options: dict[str, Any]) -> Any:
         """An endpoint's JSON document for the system account's `$SYS.REQ.SERVER.…` requests,
@@ -387,6 +393,7 @@ class Monitor:
             uptime=uptime(st["uptime_seconds"]),
             mem=st["mem"],
             cores=os.cpu_count() or 1,
+            gomaxprocs=os.cpu_count() or 1,
             cpu=st["cpu"],
             connections=st["connections"],
             total_connections=st["total_connections"],
@@ -400,6 +407,7 @@ class Monitor:
             subscriptions=st["subscriptions"],
             http_req_stats=dict(self.http_req_stats),
             config_load_time=timestamp(s.config_load_time),
+            system_account=s.accounts.system_account.name,
             slow_consumer_stats={
                 "clients": st["slow_consumers"],
                 "routes": 0,
@@ -514,7 +522,8 @@ class Monitor:
         return _json(routez(self.server.cluster, subs=bool_arg(req, "subs")))
 
     async def _raftz(self, req: Request) -> Response:
-        """Every Raft group on this server, by account (jetlake's are all `$SYS`'s)."""
+        """Every Raft group on this server, by account (jetlake's are all the system
+        account's)."""
         cluster = self.server.jetstream_cluster
         return _json(cluster.raftz() if cluster is not None else {})
 

@@ -145,7 +145,7 @@ async def test_reload_answers_why_the_old_configuration_stays() -> None:
     )  # fmt: skip
     envelope = SimpleNamespace(envelope=lambda: {"name": "S0"})
     system = SystemAccount(
-        cast(Any, server), cast(Any, envelope), cast(Any, None), None, cast(Any, None),
+        cast(Any, server), cast(Any, envelope), cast(Any, None), cast(Any, None),
         lambda: outcome[0],
     )  # fmt: skip
     await system._answer("RELOAD", "$SYS.REQ.SERVER.ME.RELOAD", "inbox", {})

@@ -106,6 +106,14 @@ async def test_meta_leader_stepdown_as_the_system_account(kind: str, tmp_path: P
             return doc["data"].get("meta_cluster", {}).get("leader")
 
         old = await eventually(meta_leader, "a meta leader")
+        # Options reach a PING's JSZ as /jsz's query does; the groups are SYS's, not $SYS's
+        jsz = await request(sys, "$SYS.REQ.SERVER.PING.JSZ", b'{"accounts": true}')
+        assert [a["name"] for a in jsz["data"]["account_details"]] == ["APP"]
+        varz = await request(sys, "$SYS.REQ.SERVER.PING.VARZ")
+        assert varz["data"]["system_account"] == "SYS"
+        assert varz["data"]["jetstream"]["meta"]["cluster_size"] == 3
+        raftz = await request(sys, "$SYS.REQ.SERVER.PING.RAFTZ")
+        assert list(raftz["data"]) == ["SYS"] and "_meta_" in raftz["data"]["SYS"]
         answer = await request(sys, "$JS.API.META.LEADER.STEPDOWN")
         assert answer == {"type": "io.nats.jetstream.api.v1.meta_leader_stepdown_response",
                           "success": True}  # fmt: skip

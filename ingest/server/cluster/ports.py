@@ -137,12 +137,6 @@ class Envelope(Protocol):
     def envelope(self) -> dict[str, Any]: ...
 
 
-class JetStreamEngines(Protocol):
-    """Every account's JetStream, as a JSZ answer counts it."""
-
-    def engines(self) -> list[Any]: ...
-
-
 class Skip(Exception):
     """This server has nothing to say (the reference's filtered response): no answer."""
 

@@ -20,20 +20,17 @@ import asyncio
 import json
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ingest.server.cluster.ports import RequestError, Skip
 from ingest.server.gofmt import timestamp
-from ingest.server.jsz import raft_groups
 
 if TYPE_CHECKING:
     from ingest.server.cluster.ports import (
         AccountDocuments,
         Documents,
         Envelope,
-        JetStreamEngines,
         SystemHost,
     )
 
@@ -58,7 +55,7 @@ _KINDS: dict[str, tuple[str, str | None]] = {
     "SUBSZ": ("data", "/subsz"),
     "ROUTEZ": ("data", "/routez"),
     "HEALTHZ": ("data", "/healthz"),
-    "JSZ": ("data", None),
+    "JSZ": ("data", "/jsz"),
     "IDZ": ("", None),
     "LEAFZ": ("data", "/leafz"),
     "GATEWAYZ": ("data", "/gatewayz"),
@@ -78,14 +75,12 @@ class SystemAccount:
         server: SystemHost,
         system: Envelope,
         monitor: Documents,
-        jetstreams: JetStreamEngines | None,
         accounts: AccountDocuments,
         reload: Callable[[], str | None],
     ) -> None:
         self._server = server
         self._system = system
         self._monitor = monitor
-        self._jetstreams = jetstreams
         self._accounts = accounts
         self._reload = reload  # why a reload was refused, None once applied
         self._tasks: set[asyncio.Task[None]] = set()
@@ -235,8 +230,6 @@ class SystemAccount:
         key, path = _KINDS[kind]
         if kind == "STATSZ":
             return key, await self.statsz()
-        if kind == "JSZ":
-            return key, self.jsz()
         if kind == "ACCOUNTZ":
             return key, self._accounts.accountz(options)
         if kind == "IPQUEUESZ":
@@ -281,39 +274,6 @@ class SystemAccount:
         block = await self._monitor.jetstream_varz()
         if block is not None:  # /varz's block without the store directory
             block["config"] = {k: v for k, v in block["config"].items() if k != "store_dir"}
-            if server.jetstream_cluster is not None:
-                block["meta"] = server.jetstream_cluster.meta_info()
             out["jetstream"] = block
         out["gomaxprocs"] = os.cpu_count() or 1
-        return out
-
-    def jsz(self) -> dict[str, Any] | None:
-        """/jsz over every account's engine (the reference's server-wide figures)."""
-        engines = self._jetstreams.engines() if self._jetstreams is not None else []
-        if not engines:
-            return None
-        docs = [engine.info() for engine in engines]
-        first = docs[0]
-        total = {
-            key: sum(int(doc.get(key, 0)) for doc in docs)
-            for key in ("memory", "storage", "reserved_memory", "reserved_storage")
-        }
-        out: dict[str, Any] = {
-            **total,
-            "accounts": len(docs),
-            "ha_assets": raft_groups(self._server),
-            "api": {
-                "level": first["api"]["level"],
-                "total": sum(doc["api"]["total"] for doc in docs),
-                "errors": sum(doc["api"]["errors"] for doc in docs),
-            },
-            "server_id": self._server.server_id,
-            "now": timestamp(time.time()),
-            "config": first["config"],
-        }
-        for key in ("streams", "consumers", "messages", "bytes"):
-            out[key] = sum(int(doc.get(key, 0)) for doc in docs)
-        if self._server.jetstream_cluster is not None:
-            out["meta_cluster"] = self._server.jetstream_cluster.meta_info()
-        out["total"] = len(docs)
         return out

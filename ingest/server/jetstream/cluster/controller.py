@@ -366,14 +366,18 @@ class JetStreamCluster(StreamHosting):
         return info.meta_block(self.meta, cluster=self.name, heard=self.routes.heard)
 
     def raftz(self) -> dict[str, Any]:
+        """`/raftz`: every group under the system account, whose routes carry them all."""
+        traffic = self.server.accounts.system_account.name
         groups: dict[str, Any] = {}
         if self.meta is not None:
-            groups[META_GROUP] = info.raftz_entry(self.meta, leader_since=self.meta_leader_since)
+            groups[META_GROUP] = info.raftz_entry(
+                self.meta, leader_since=self.meta_leader_since, traffic=traffic
+            )
         for hosted in self.hosted.values():
             groups[hosted.assignment.group] = info.raftz_entry(
-                hosted.group.node, leader_since=hosted.leader_since
+                hosted.group.node, leader_since=hosted.leader_since, traffic=traffic
             )
-        return {"$SYS": groups} if groups else {}
+        return {traffic: groups} if groups else {}
 
 
 def cluster_engines(server: Server, engines: list[JetStream]) -> JetStreamCluster:

@@ -90,8 +90,8 @@ def meta_block(
     return block
 
 
-def raftz_entry(node: RaftNode, *, leader_since: int) -> dict[str, Any]:
-    """One group of `/raftz`."""
+def raftz_entry(node: RaftNode, *, leader_since: int, traffic: str) -> dict[str, Any]:
+    """One group of `/raftz`; `traffic` as in `group_block`."""
     status = node.status()
     entry: dict[str, Any] = {
         "id": peer_id(node.id),
@@ -109,6 +109,8 @@ def raftz_entry(node: RaftNode, *, leader_since: int) -> dict[str, Any]:
     vote = status.get("vote")
     if vote:
         entry["voted_for"] = peer_id(str(vote))
+    entry["system_account"] = True
+    entry["traffic_account"] = traffic
     entry["peers"] = {
         peer_id(name): {"name": name, "known": True}
         for name in sorted(set(status["voters"]) - {node.id})  # type: ignore[call-overload]
