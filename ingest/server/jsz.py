@@ -8,6 +8,7 @@ that JetStream serves, as the reference does.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +77,7 @@ def combined(views: list[JetStreamView], ha_assets: int = 0) -> JetStreamView | 
     )
 
 
-async def account_views(server: Server) -> list[tuple[str, JetStreamView]]:
+async def account_views(server: Server, consumers: bool = False) -> list[tuple[str, JetStreamView]]:
     """Every account's engine by account name, the global one's first; the global
     account is left out when others have engines and it holds no stream, as the
     reference lists only the accounts JetStream serves."""
@@ -86,17 +87,17 @@ async def account_views(server: Server) -> list[tuple[str, JetStreamView]]:
         for a in server.accounts
         if a.jetstream is not None and a.jetstream is not server.jetstream
     ]
-    views = [(name, view) for name, js in engines if (view := await engine_view(js))]
+    views = [(n, view) for n, js in engines if (view := await engine_view(js, consumers))]
     if len(views) > 1:
         views = [(n, v) for n, v in views if n != GLOBAL_ACCOUNT or v.streams]
     return views
 
 
-async def engine_view(js: Any) -> JetStreamView | None:
-    """One account's engine as the monitor reads it."""
+async def engine_view(js: Any, consumers: bool = False) -> JetStreamView | None:
+    """One account's engine as the monitor reads it (with its consumers' infos)."""
     if js is None or not hasattr(js, "info"):
         return None
-    info = js.monitor_info() if hasattr(js, "monitor_info") else js.info()
+    info = js.monitor_info(consumers) if hasattr(js, "monitor_info") else js.info()
     if inspect.isawaitable(info):
         info = await info
     if not isinstance(info, dict):
@@ -110,11 +111,23 @@ async def engine_view(js: Any) -> JetStreamView | None:
     )
 
 
-def account_detail(name: str, js: JetStreamView, *, streams: bool, raft: bool) -> dict[str, Any]:
+def account_detail(name: str, js: JetStreamView, options: Mapping[str, Any]) -> dict[str, Any]:
+    """An `account_details` entry as `/jsz`'s options shape it: `streams` (implied by
+    `consumers`) lists the streams, `consumers` their consumers, `config` adds the
+    streams' and consumers' configs and `raft` the streams' groups."""
     detail: dict[str, Any] = {"name": name, "id": name, **js.stats}
-    if streams:
+    if options.get("streams") or options.get("consumers"):
+        config = bool(options.get("config"))
+        hidden = {"stream_raft_group"} if not options.get("raft") else set()
+        if not config:
+            hidden.add("config")
         detail["stream_detail"] = [
-            s if raft else {k: v for k, v in s.items() if k != "stream_raft_group"}
+            {k: _without_config(v) if k == "consumer_detail" and not config else v
+             for k, v in s.items() if k not in hidden}
             for s in js.streams
-        ]
+        ]  # fmt: skip
     return detail
+
+
+def _without_config(infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in info.items() if k != "config"} for info in infos]

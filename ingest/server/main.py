@@ -160,6 +160,8 @@ async def _serve(opts: Options, argv: list[str]) -> int:
 
         documents = Monitor(server, None, 0)
     requests = AccountRequests(server, documents, counts)
+    documents.serve("/accountz", requests.accountz_page)
+    documents.serve("/accstatz", requests.accstatz_page)
     reload = functools.partial(reload_refusal, server, argv)
     SystemAccount(server, system, documents, requests, reload).start()
     mqtt = None

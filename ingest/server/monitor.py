@@ -258,6 +258,16 @@ class Monitor:
             "/metrics": self._metrics,
         }
 
+    def serve(self, path: str, page: Callable[[Request], Any]) -> None:
+        """An endpoint whose document another part of the server makes (an account's,
+        which the system account answers over NATS too); `page` raises HttpError for a
+        request it refuses."""
+
+        async def handler(req: Request) -> Response:
+            return _json(page(req))
+
+        self._routes[path] = handler
+
     @property
     def _tasks(self) -> set[asyncio.Task[Any]]:
         """The connections being served, so tests can wait for them to drain."""
@@ -480,7 +490,9 @@ class Monitor:
         return _json(out)
 
     async def _jsz(self, req: Request) -> Response:
-        accounts = await account_views(self.server)  # each engine read once for both uses
+        options = {name: bool_arg(req, name) for name in ("streams", "consumers", "config", "raft")}
+        # each engine read once for both uses
+        accounts = await account_views(self.server, options["consumers"])
         js = combined([view for _, view in accounts], raft_groups(self.server))
         if js is None:
             out: dict[str, Any] = {
@@ -504,13 +516,8 @@ class Monitor:
         out.update(js.totals())
         if self.server.jetstream_cluster is not None:
             out["meta_cluster"] = self.server.jetstream_cluster.meta_info()
-        if bool_arg(req, "streams") or bool_arg(req, "accounts"):
-            out["account_details"] = [
-                account_detail(
-                    name, view, streams=bool_arg(req, "streams"), raft=bool_arg(req, "raft")
-                )
-                for name, view in accounts
-            ]
+        if options["streams"] or options["consumers"] or bool_arg(req, "accounts"):
+            out["account_details"] = [account_detail(n, view, options) for n, view in accounts]
         out["total"] = int(js.stats.get("accounts", 1 if js.streams else 0))
         if self.lake is not None:  # jetlake's own: the reference has no lake
             out["lake"] = self.lake.status()

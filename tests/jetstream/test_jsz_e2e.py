@@ -46,3 +46,17 @@ async def test_jsz_totals_match_the_reference(
     assert jsz["api"]["level"] == 5
     assert (jsz["accounts"], jsz["ha_assets"], jsz["total"]) == (1, 0, 1)
     assert jsz["config"]["store_dir"] == str(tmp_path / "store" / "jetstream")
+    # consumers=1 lists each stream's consumers (and implies streams); config=1 adds the
+    # streams' and consumers' configs, which are left out without it
+    url = f"http://127.0.0.1:{server.http_port}/jsz?consumers=1"
+    [bare] = (await get_json(url))["account_details"]
+    f = next(s for s in bare["stream_detail"] if s["name"] == "F")
+    assert [c["name"] for c in f["consumer_detail"]] == ["D"]
+    assert f["consumer_detail"][0]["num_pending"] == 3
+    assert "config" not in f and "config" not in f["consumer_detail"][0]
+    varz = await get_json(f"http://127.0.0.1:{server.http_port}/varz")
+    assert f["cluster"] == {"leader": varz["server_name"]}
+    [full] = (await get_json(url + "&config=1"))["account_details"]
+    f = next(s for s in full["stream_detail"] if s["name"] == "F")
+    assert f["config"]["subjects"] == ["f.>"]
+    assert f["consumer_detail"][0]["config"]["durable_name"] == "D"

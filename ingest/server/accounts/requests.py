@@ -23,6 +23,7 @@ from ingest.server.accounts.settings import HEADERS_SAMPLING, STREAM
 from ingest.server.accounts.system_imports import EXPORTS, imports
 from ingest.server.cluster.ports import RequestError, Skip
 from ingest.server.gofmt import timestamp
+from ingest.server.httpd import HttpError, Request, bool_arg
 from ingest.server.jsz import account_detail, engine_view
 from ingest.server.monitor import sublist_stats
 
@@ -70,12 +71,10 @@ class AccountRequests:
             raise RequestError("jetstream not enabled")
         if account is None:
             raise RequestError(f'account "{name}" not found')
-        view = await engine_view(account.jetstream)
+        view = await engine_view(account.jetstream, bool(options.get("consumers")))
         if view is None:
             raise RequestError(f'account "{name}" not jetstream enabled')
-        detail = account_detail(
-            name, view, streams=bool(options.get("streams")), raft=bool(options.get("raft"))
-        )
+        detail = account_detail(name, view, options)
         if not view.streams:
             detail.pop("stream_detail", None)
         return detail
@@ -108,6 +107,21 @@ class AccountRequests:
         if account is None:
             raise RequestError(f"Account {name} does not exist")
         return {**out, "account_detail": self.info(account)}
+
+    def accountz_page(self, req: Request) -> dict[str, Any]:
+        """`/accountz`, `/accountz?acc=<account>`: ACCOUNTZ over HTTP."""
+        try:
+            return self.accountz({"account": req.arg("acc")})
+        except RequestError as e:
+            raise HttpError(400, str(e)) from None
+
+    def accstatz_page(self, req: Request) -> dict[str, Any]:
+        """`/accstatz`: every account with connections here (`unused=1`: every account)."""
+        try:
+            return self.statz(None, include_unused=bool_arg(req, "unused"))
+        except Skip:
+            return {"server_id": self._server.server_id, "now": timestamp(time.time()),
+                    "account_statz": []}  # fmt: skip
 
     def client_traffic(self) -> tuple[dict[str, int], dict[str, int]]:
         """What every client here was delivered and published, closed ones' included

@@ -494,6 +494,11 @@ class Consumers:
             clustered_list=self._js.cluster is not None,
         )
 
+    def details(self, stream: Stream) -> list[Response]:
+        """The infos of a stream's listed consumers, by name (`/jsz?consumers=1`)."""
+        runners = self._by_stream.get(stream.name, {})
+        return [self.describe(stream, runners[n]) for n in sorted(runners) if _listed(runners[n])]
+
     def describe(self, stream: Stream, runner: Runner, *, dynamic: bool = False) -> Response:
         """The reference's ConsumerInfo document."""
         c, now = runner.consumer, now_ns()

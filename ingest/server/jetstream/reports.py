@@ -31,6 +31,7 @@ class Reports:
     if TYPE_CHECKING:
         config: JetStreamOptions
         server_id: str
+        server_name: str
         account: str
         store_dir: Path
         streams: dict[str, Stream]
@@ -120,8 +121,9 @@ class Reports:
             "bytes": total_bytes,
         }
 
-    def monitor_info(self) -> dict[str, Any]:
-        """What the monitor reads: `/jsz` figures and each stream's detail."""
+    def monitor_info(self, consumers: bool = False) -> dict[str, Any]:
+        """What the monitor reads: `/jsz` figures and each stream's detail (with its
+        consumers' infos: `/jsz?consumers=1`)."""
         doc = self.info()
         stats = {k: doc[k] for k in ("memory", "storage", "reserved_memory", "reserved_storage")}
         stats.update(accounts=doc["accounts"], ha_assets=doc["ha_assets"], api=doc["api"])
@@ -133,7 +135,13 @@ class Reports:
                 group = detail["cluster"].get("raft_group")
                 if group:
                     detail["stream_raft_group"] = group  # shown with ?raft=1 only
+            else:  # as the reference shows a standalone server's streams
+                detail["cluster"] = {"leader": self.server_name}
             detail["state"] = stream.state_json(consumers=self.consumers.count(stream.name))
+            detail["config"] = stream.config.to_json()  # shown with ?config=1 only
+            detail.update(self.sources.state(stream.name))
+            if consumers:
+                detail["consumer_detail"] = self.consumers.details(stream)
             streams.append(detail)
         return {"config": doc["config"], "stats": stats, "streams": streams}
 
