@@ -134,6 +134,17 @@ def server_name(server: ServerProcess) -> str:
     return str(args[args.index("-n") + 1])
 
 
+# A user's shape of configuration: a named account with JetStream beside a system account.
+NAMED_ACCOUNTS = """
+accounts {
+  APP { jetstream: enabled, users: [{user: app, password: app}] }
+  SYS { users: [{user: sys, password: sys}] }
+}
+system_account: SYS
+"""
+APP_LOGIN = {"user": "app", "password": "app"}
+
+
 @dataclass
 class Running:
     servers: list[ServerProcess]

@@ -14,25 +14,17 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from tests.jscluster.support import eventually, js_cluster, request
+from tests.jscluster.support import APP_LOGIN, NAMED_ACCOUNTS, eventually, js_cluster, request
 from tests.support.servers import enabled_kinds
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.parametrize("kind", enabled_kinds())]
 
-ACCOUNTS = """
-accounts {
-  APP { jetstream: enabled, users: [{user: app, password: app}] }
-  SYS { users: [{user: sys, password: sys}] }
-}
-system_account: SYS
-"""
-LOGIN = {"user": "app", "password": "app"}
 SINGLES = 5  # R1 streams: placed over the three servers, not all on the meta leader
 LIMIT = 10_000
 
 
 async def test_account_info_counts_the_whole_cluster(kind: str, tmp_path: Path) -> None:
-    async with js_cluster(kind, tmp_path, config=ACCOUNTS, timeout=5, **LOGIN) as c:
+    async with js_cluster(kind, tmp_path, config=NAMED_ACCOUNTS, timeout=5, **APP_LOGIN) as c:
         r3 = StreamConfig(name="R3", subjects=["r3"], num_replicas=3, max_bytes=LIMIT)
         await eventually(lambda: c.js.add_stream(r3), "stream R3 created")
         await c.js.add_consumer("R3", durable_name="D")
@@ -40,7 +32,7 @@ async def test_account_info_counts_the_whole_cluster(kind: str, tmp_path: Path) 
             await c.js.add_stream(StreamConfig(name=f"ONE{i}", subjects=[f"one.{i}"]))
             await c.js.add_consumer(f"ONE{i}", durable_name="D")
         for server in c.servers:
-            nc = await nats.connect(server.url, **LOGIN)
+            nc = await nats.connect(server.url, **APP_LOGIN)
             try:
                 info = await request(nc, "$JS.API.INFO")
             finally:

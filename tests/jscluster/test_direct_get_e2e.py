@@ -16,19 +16,12 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from tests.jscluster.support import eventually, js_cluster, request
+from tests.jscluster.support import APP_LOGIN, NAMED_ACCOUNTS, eventually, js_cluster, request
 from tests.support.servers import ServerProcess, enabled_kinds
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.parametrize("kind", enabled_kinds())]
 
-ACCOUNTS = """
-accounts {
-  APP { jetstream: enabled, users: [{user: app, password: app}] }
-  SYS { users: [{user: sys, password: sys}] }
-}
-system_account: SYS
-"""
-LOGINS = {"global": ("", {}), "named": (ACCOUNTS, {"user": "app", "password": "app"})}
+LOGINS = {"global": ("", {}), "named": (NAMED_ACCOUNTS, APP_LOGIN)}
 SYSTEM = {"global": "$SYS", "named": "SYS"}  # whose routes carry the group's Raft traffic
 MESSAGES = 300
 SUBJECTS = 10
