@@ -77,7 +77,9 @@ def combined(views: list[JetStreamView], ha_assets: int = 0) -> JetStreamView | 
     )
 
 
-async def account_views(server: Server, consumers: bool = False) -> list[tuple[str, JetStreamView]]:
+async def account_views(
+    server: Server, *, consumers: bool = False, config: bool = False
+) -> list[tuple[str, JetStreamView]]:
     """Every account's engine by account name, the global one's first; the global
     account is left out when others have engines and it holds no stream, as the
     reference lists only the accounts JetStream serves."""
@@ -87,17 +89,27 @@ async def account_views(server: Server, consumers: bool = False) -> list[tuple[s
         for a in server.accounts
         if a.jetstream is not None and a.jetstream is not server.jetstream
     ]
-    views = [(n, view) for n, js in engines if (view := await engine_view(js, consumers))]
+    views = []
+    for name, js in engines:
+        view = await engine_view(js, consumers=consumers, config=config)
+        if view is not None:
+            views.append((name, view))
     if len(views) > 1:
         views = [(n, v) for n, v in views if n != GLOBAL_ACCOUNT or v.streams]
     return views
 
 
-async def engine_view(js: Any, consumers: bool = False) -> JetStreamView | None:
-    """One account's engine as the monitor reads it (with its consumers' infos)."""
+async def engine_view(
+    js: Any, *, consumers: bool = False, config: bool = False
+) -> JetStreamView | None:
+    """One account's engine as the monitor reads it (with its consumers' infos and its
+    streams' configs when asked)."""
     if js is None or not hasattr(js, "info"):
         return None
-    info = js.monitor_info(consumers) if hasattr(js, "monitor_info") else js.info()
+    if hasattr(js, "monitor_info"):
+        info = js.monitor_info(consumers=consumers, config=config)
+    else:
+        info = js.info()
     if inspect.isawaitable(info):
         info = await info
     if not isinstance(info, dict):
@@ -112,15 +124,14 @@ async def engine_view(js: Any, consumers: bool = False) -> JetStreamView | None:
 
 
 def account_detail(name: str, js: JetStreamView, options: Mapping[str, Any]) -> dict[str, Any]:
-    """An `account_details` entry as `/jsz`'s options shape it: `streams` (implied by
-    `consumers`) lists the streams, `consumers` their consumers, `config` adds the
-    streams' and consumers' configs and `raft` the streams' groups."""
+    """An `account_details` entry as `/jsz`'s options shape it, of a view read with the
+    same options: `streams` (implied by `consumers`) lists the streams, `consumers` their
+    consumers, `config` keeps the consumers' configs (the streams' are only read when
+    asked for) and `raft` the streams' groups."""
     detail: dict[str, Any] = {"name": name, "id": name, **js.stats}
     if options.get("streams") or options.get("consumers"):
         config = bool(options.get("config"))
-        hidden = {"stream_raft_group"} if not options.get("raft") else set()
-        if not config:
-            hidden.add("config")
+        hidden = set() if options.get("raft") else {"stream_raft_group"}
         detail["stream_detail"] = [
             {k: _without_config(v) if k == "consumer_detail" and not config else v
              for k, v in s.items() if k not in hidden}

@@ -492,7 +492,9 @@ class Monitor:
     async def _jsz(self, req: Request) -> Response:
         options = {name: bool_arg(req, name) for name in ("streams", "consumers", "config", "raft")}
         # each engine read once for both uses
-        accounts = await account_views(self.server, options["consumers"])
+        accounts = await account_views(
+            self.server, consumers=options["consumers"], config=options["config"]
+        )
         js = combined([view for _, view in accounts], raft_groups(self.server))
         if js is None:
             out: dict[str, Any] = {

@@ -71,7 +71,11 @@ class AccountRequests:
             raise RequestError("jetstream not enabled")
         if account is None:
             raise RequestError(f'account "{name}" not found')
-        view = await engine_view(account.jetstream, bool(options.get("consumers")))
+        view = await engine_view(
+            account.jetstream,
+            consumers=bool(options.get("consumers")),
+            config=bool(options.get("config")),
+        )
         if view is None:
             raise RequestError(f'account "{name}" not jetstream enabled')
         detail = account_detail(name, view, options)
@@ -92,14 +96,16 @@ class AccountRequests:
         ]
         if not entries and not include_unused:
             raise Skip
-        now = timestamp(time.time())
-        return {"server_id": self._server.server_id, "now": now, "account_statz": entries}
+        return self._stamped(account_statz=entries)
+
+    def _stamped(self, **fields: Any) -> dict[str, Any]:
+        """A document as this server gives it now: its id and the time first."""
+        return {"server_id": self._server.server_id, "now": timestamp(time.time()), **fields}
 
     def accountz(self, options: dict[str, Any]) -> dict[str, Any]:
         """ACCOUNTZ: the accounts' names, or with `{"account": name}` that one's INFO."""
         server = self._server
-        out: dict[str, Any] = {"server_id": server.server_id, "now": timestamp(time.time())}
-        out["system_account"] = server.accounts.system_account.name
+        out = self._stamped(system_account=server.accounts.system_account.name)
         name = options.get("account")
         if not name:
             return {**out, "accounts": [account.name for account in server.accounts]}
@@ -120,8 +126,7 @@ class AccountRequests:
         try:
             return self.statz(None, include_unused=bool_arg(req, "unused"))
         except Skip:
-            return {"server_id": self._server.server_id, "now": timestamp(time.time()),
-                    "account_statz": []}  # fmt: skip
+            return self._stamped(account_statz=[])
 
     def client_traffic(self) -> tuple[dict[str, int], dict[str, int]]:
         """What every client here was delivered and published, closed ones' included

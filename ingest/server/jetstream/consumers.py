@@ -477,17 +477,15 @@ class Consumers:
     def names(self, tokens: list[str], data: bytes) -> Response:
         self._js.stream(tokens[2])
         req = _json_object(data)
-        names = sorted(n for n, r in self._by_stream.get(tokens[2], {}).items() if _listed(r))
-        return paged(req, names, NAMES_LIMIT, "consumers", lambda page: page)
+        return paged(req, self._listed_names(tokens[2]), NAMES_LIMIT, "consumers", lambda p: p)
 
     def list(self, tokens: list[str], data: bytes) -> Response:
         stream = self._js.stream(tokens[2])
         req = _json_object(data)
         runners = self._by_stream.get(stream.name, {})
-        names = sorted(n for n, r in runners.items() if _listed(r))
         return paged(
             req,
-            names,
+            self._listed_names(stream.name),
             LIST_LIMIT,
             "consumers",
             lambda page: [self.describe(stream, runners[n]) for n in page],
@@ -497,7 +495,11 @@ class Consumers:
     def details(self, stream: Stream) -> list[Response]:
         """The infos of a stream's listed consumers, by name (`/jsz?consumers=1`)."""
         runners = self._by_stream.get(stream.name, {})
-        return [self.describe(stream, runners[n]) for n in sorted(runners) if _listed(runners[n])]
+        return [self.describe(stream, runners[n]) for n in self._listed_names(stream.name)]
+
+    def _listed_names(self, stream: str) -> list[str]:
+        """A stream's consumers as CONSUMER.NAMES and LIST show them, by name."""
+        return sorted(n for n, r in self._by_stream.get(stream, {}).items() if _listed(r))
 
     def describe(self, stream: Stream, runner: Runner, *, dynamic: bool = False) -> Response:
         """The reference's ConsumerInfo document."""

@@ -121,9 +121,10 @@ class Reports:
             "bytes": total_bytes,
         }
 
-    def monitor_info(self, consumers: bool = False) -> dict[str, Any]:
-        """What the monitor reads: `/jsz` figures and each stream's detail (with its
-        consumers' infos: `/jsz?consumers=1`)."""
+    def monitor_info(self, *, consumers: bool = False, config: bool = False) -> dict[str, Any]:
+        """What the monitor reads: `/jsz` figures and each stream's detail, with its
+        consumers' infos (`/jsz?consumers=1`) and its config (`config=1`) when asked:
+        /varz and /metrics read it too, and need neither."""
         doc = self.info()
         stats = {k: doc[k] for k in ("memory", "storage", "reserved_memory", "reserved_storage")}
         stats.update(accounts=doc["accounts"], ha_assets=doc["ha_assets"], api=doc["api"])
@@ -138,7 +139,8 @@ class Reports:
             else:  # as the reference shows a standalone server's streams
                 detail["cluster"] = {"leader": self.server_name}
             detail["state"] = stream.state_json(consumers=self.consumers.count(stream.name))
-            detail["config"] = stream.config.to_json()  # shown with ?config=1 only
+            if config:
+                detail["config"] = stream.config.to_json()
             detail.update(self.sources.state(stream.name))
             if consumers:
                 detail["consumer_detail"] = self.consumers.details(stream)

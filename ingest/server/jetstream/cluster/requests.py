@@ -298,11 +298,14 @@ class ClusterRequests:
         """The account's JetStream limits, against its streams anywhere in the cluster."""
         limits = self._js.limits
         if limits is not None:
-            configs = {
-                sa.name: streamconfig.from_request(sa.config)
-                for sa in self._cluster.state.in_account(self._account)
-            }
-            js_limits.check_stream(limits, configs, cfg)
+            js_limits.check_stream(limits, self._configs(), cfg)
+
+    def _configs(self) -> dict[str, streamconfig.StreamConfig]:
+        """The account's streams anywhere in the cluster, by name, as assigned."""
+        return {
+            sa.name: streamconfig.from_request(sa.config)
+            for sa in self._cluster.state.in_account(self._account)
+        }
 
     def _check_overlap(self, subjects: tuple[str, ...] | list[str], name: str) -> None:
         for sa in self._cluster.state.in_account(self._account):
@@ -327,13 +330,12 @@ class ClusterRequests:
         """Of the account's streams anywhere in the cluster, as the reference counts them
         from its assignments; each stream's consumers as its leader counts them (one that
         does not answer in time counts none)."""
-        assigned = self._cluster.state.in_account(self._account)
-        configs = {sa.name: streamconfig.from_request(sa.config) for sa in assigned}
-        docs = await asyncio.gather(*(self._leader_info(name) for name in configs))
+        configs = self._configs()
+        docs = await asyncio.gather(*(self._info_of(name) for name in configs))
         counts = {
             name: int((doc.get("state") or {}).get("consumer_count", 0))
             for name, doc in zip(configs, docs, strict=True)
-            if doc is not None and "error" not in doc
+            if doc is not None
         }
         return self._js.api.account_document(configs, counts, sum(counts.values()))
 
@@ -380,9 +382,10 @@ class ClusterRequests:
     # -- helpers ----------------------------------------------------------------------
 
     async def _info_of(self, name: str) -> Response | None:
-        """A create repeating an existing stream's config is answered with its info, as
-        on one server; only the stream's leader has it, wherever that is (the reference
-        forwards the request there as a `STREAM.INFO`). Unanswered while it has none."""
+        """The stream's info from its leader, wherever that is (None while it has none):
+        a create repeating an existing stream's config is answered with it, as on one
+        server (the reference forwards the request there as a `STREAM.INFO`), and
+        account info counts its consumers."""
         info = await self._leader_info(name)
         return None if info is None or "error" in info else info
 
