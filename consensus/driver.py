@@ -36,6 +36,7 @@ from consensus.types import (
     Message,
     MessageType,
     NodeId,
+    NotLeaderError,
     RaftError,
     Ready,
     Restored,
@@ -208,8 +209,11 @@ class RaftNode(ReadyWork):
         """A linearizable read point: returns once this node applied everything committed
         when the read began (the leader confirmed its leadership with a quorum).
 
-        A read in flight when the leader changes is asked again of the new leader;
-        NotLeaderError only if no leader is known when the read starts.
+        A read in flight when the leader changes is asked again of the new leader, and
+        one that starts while no leader is known waits for the next one: an election
+        (one a loaded machine's slow leader provoked, say) ends within a few ticks, and
+        refusing the read at once would leave its reader with nothing to retry on but its
+        own timeout. The caller bounds the wait: no quorum may be reachable from here.
         """
         if self._closed:
             raise self._error or NodeClosedError(f"raft node {self.id} closed")
@@ -431,6 +435,10 @@ class RaftNode(ReadyWork):
                 continue
             try:
                 core.read_index(context)
+            except NotLeaderError as exc:
+                if exc.leader is not None:
+                    future.set_exception(exc)
+                # else an election is under way: `_notice_leader` asks the one it elects
             except RaftError as exc:
                 future.set_exception(exc)
         transfers, self._transfers = self._transfers, []

@@ -204,6 +204,26 @@ async def test_a_read_lost_with_the_old_leader_is_asked_of_the_new_one(cluster: 
     assert cluster.journals[follower.id].items[:10] == payloads("r", 10)
 
 
+async def test_a_read_begun_before_any_leader_is_served_once_one_is_elected(
+    tmp_path: Path,
+) -> None:
+    """Reads that start while no leader is known (a group just started, or one whose
+    leader stalled long enough for an election) wait for the next leader, on every member:
+    none is refused for an election that is about to end."""
+    group = Cluster(tmp_path)
+    await group.start()
+    try:
+        nodes = [group.nodes[n] for n in group.ids]
+        assert all(node.leader is None for node in nodes)  # no election timeout has passed
+        reads = [asyncio.ensure_future(node.read_index()) for node in nodes]
+        leader = await group.leader()
+        await group.propose(leader, b"after")
+        applied = await asyncio.wait_for(asyncio.gather(*reads), DEADLINE)
+        assert all(index >= 1 for index in applied)  # the leader's no-op at least
+    finally:
+        await group.close()
+
+
 async def test_a_member_is_replaced_one_change_at_a_time(cluster: Cluster) -> None:
     """Remove a voter, add a learner that catches up from the log, promote it: what a
     stream's peer removal does. The newcomer starts from the group's original voters,
