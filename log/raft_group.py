@@ -25,6 +25,10 @@ E = TypeVar("E")
 CLOSE_SECONDS = 5.0  # how long close waits for in-flight proposals before giving up on them
 OWN_LIMIT = 65_536  # own proposals kept for apply; only lost ones (a deposed leader's) pile up
 READ_SECONDS = 2.0  # a ReadIndex round unanswered by then: no quorum reachable from here
+# A round unanswered this long is asked again (a fresh ReadIndex): its request or the
+# leader's heartbeat for it may have been lost (a route reconnecting), and Raft resends
+# neither. Several heartbeat intervals, so a slow answer is rarely asked twice.
+READ_RETRY_SECONDS = 0.5
 _NORMAL = EntryKind.NORMAL
 
 
@@ -126,7 +130,7 @@ class RaftGroup(Generic[E]):
             while (readers := self._next_read) is not None:
                 self._next_read = None
                 try:
-                    await asyncio.wait_for(self.node.read_index(), READ_SECONDS)
+                    await self._read_round()
                 except (RaftError, TimeoutError) as exc:
                     if not readers.done():
                         readers.set_exception(exc)
@@ -138,6 +142,19 @@ class RaftGroup(Generic[E]):
                         readers.set_result(None)
         finally:
             self._reading = None
+
+    async def _read_round(self) -> None:
+        """One read point within READ_SECONDS, asked again each READ_RETRY_SECONDS."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READ_SECONDS
+        while True:
+            left = deadline - loop.time()
+            try:
+                await asyncio.wait_for(self.node.read_index(), min(READ_RETRY_SECONDS, left))
+                return
+            except TimeoutError:
+                if left <= READ_RETRY_SECONDS:
+                    raise
 
     async def flush(self) -> None:
         """Wait for what this node proposed, then fsync; failures went to their proposers."""

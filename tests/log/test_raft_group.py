@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from consensus.driver import Apply
-from consensus.types import NotLeaderError
-from log.raft_group import RaftGroup
+from consensus.types import Message, MessageType, NotLeaderError
+from log.raft_group import READ_SECONDS, RaftGroup
 from log.replication import GroupClosedError, ReplicationGroup, SingleNodeGroup
 from tests.consensus.cluster import DEADLINE, Cluster, until
 from tests.log.raft_members import NodeFactory, raft_members
@@ -159,6 +159,31 @@ async def test_the_leader_applies_what_it_proposed_undecoded(
         mine = name == leader.id
         assert all((a is p) == mine for a, p in zip(applied, proposed, strict=True))
     assert not harnesses[leader.id].group._own
+
+
+async def test_a_read_point_whose_request_was_lost_is_asked_again(tmp_path: Path) -> None:
+    """Raft resends no READ_INDEX: a follower's read whose request a reconnecting route
+    dropped is asked again within the read's deadline, not failed at it."""
+    async with raft_members(tmp_path, int_member) as (cluster, harnesses):
+        leader = await cluster.leader()
+        committed: asyncio.Future[BaseException | None] = asyncio.Future()
+        harnesses[leader.id].group.propose([7], committed.set_result)
+        assert await committed is None
+        follower = next(n for n in cluster.ids if n != leader.id)
+        transport = cluster.transports[follower]
+        send = transport.send
+        dropped: list[Message] = []
+
+        def lose_the_first_read(msg: Message) -> None:
+            if msg.type is MessageType.READ_INDEX and not dropped:
+                dropped.append(msg)
+                return
+            send(msg)
+
+        transport.send = lose_the_first_read  # type: ignore[method-assign]
+        await asyncio.wait_for(harnesses[follower].group.read_point(), READ_SECONDS)  # type: ignore[attr-defined]
+        assert len(dropped) == 1
+        assert harnesses[follower].batches[-1] == [7]
 
 
 async def test_read_points_on_every_member_see_what_committed_before(tmp_path: Path) -> None:
