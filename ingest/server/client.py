@@ -526,6 +526,7 @@ class Client(Closing, Pacing, asyncio.Protocol):
             return
         opts = self.server.opts
         if self.pings_out + 1 > opts.ping_max:
+            self.server.trouble.stale["clients"] += 1
             self.send_err("Stale Connection")
             self._close("Stale Connection", flush=True)
             return
@@ -568,7 +569,7 @@ class Client(Closing, Pacing, asyncio.Protocol):
         if pending > self.server.opts.max_pending // 2:
             self.server.stalled.add(self)  # its publishers wait a little: see _stall_if_published
         if pending > self.server.opts.max_pending:
-            self.server.slow_consumers += 1
+            self.server.trouble.slow["clients"] += 1
             log.info(
                 "%s:%d - cid:%d - Slow Consumer Detected: MaxPending of %d Exceeded",
                 self.host,

@@ -92,6 +92,7 @@ class Pacing:
         steps = max(0.0, (worst / limit - 0.5) / 0.05)
         delay = min(STALL_MAX, STALL_MIN * (1 + steps))
         self._hold("stall")
+        self.server.trouble.stalls += 1
         asyncio.get_running_loop().call_later(delay, self._release, "stall")
 
     def pending(self) -> int:
@@ -131,7 +132,7 @@ class Pacing:
         if self._sent() > sent:
             self._arm_write_deadline()
             return
-        self.server.slow_consumers += 1
+        self.server.trouble.slow["clients"] += 1
         deadline = go_duration(round(self.server.opts.write_deadline * 1e9))
         log.info(
             "%s:%d - cid:%d - Slow Consumer Detected: WriteDeadline of %s exceeded",

@@ -6,6 +6,8 @@ aliases and warnings and writes plain fields; `options` freezes the result.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -502,6 +504,25 @@ def blank_fields() -> dict[str, Any]:
     return {"jetstream": {}, "lake": {}, "warnings": []}
 
 
+def digest(table: Table) -> str:
+    """The reference's `config_digest`: SHA-256 of the values as Go's JSON encoder writes
+    them (keys sorted, HTML characters escaped, a newline after), so the same file gives
+    the same digest on both kinds and a fleet's config drift shows in /varz."""
+    text = json.dumps(table, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for char, escaped in _GO_ESCAPES:
+        text = text.replace(char, escaped)
+    return "sha256:" + hashlib.sha256(text.encode() + b"\n").hexdigest()
+
+
+_GO_ESCAPES = (
+    ("<", "\\u003c"),
+    (">", "\\u003e"),
+    ("&", "\\u0026"),
+    ("\u2028", "\\u2028"),
+    ("\u2029", "\\u2029"),
+)
+
+
 def apply_table(table: Table, file: str | None, out: dict[str, Any]) -> None:
     section = Section(table, out["warnings"])
     if not table:
@@ -513,3 +534,4 @@ def apply_table(table: Table, file: str | None, out: dict[str, Any]) -> None:
         else:
             handler(section, key, out)
     out["config_file"] = file
+    out["config_digest"] = digest(table) if file else ""

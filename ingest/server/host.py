@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ingest.server.busypoll import BusyPoll
     from ingest.server.mappings import SubjectMapper
     from ingest.server.settings import Options
+    from ingest.server.trouble import Trouble
 
 
 class Mesh(Protocol):
@@ -75,7 +76,7 @@ class Host(Protocol):
     cluster: Mesh | None
     tls_context: ssl.SSLContext | None
     stalled: set[Connection]  # connections over half their max_pending
-    slow_consumers: int
+    trouble: Trouble
     in_msgs: int
     in_bytes: int
     out_msgs: int

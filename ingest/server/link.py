@@ -20,6 +20,7 @@ from ingest.server.tls import TLSLink
 
 if TYPE_CHECKING:
     from ingest.server.settings import Options
+    from ingest.server.trouble import Trouble
 
 log = logging.getLogger("jetlake")
 
@@ -39,11 +40,14 @@ class PeerLink(Closing, TLSLink):
 
         @property
         def link_opts(self) -> Options: ...
+        @property
+        def link_trouble(self) -> Trouble: ...
         def queue(self, data: bytes) -> None: ...
         def _on_info(self, info: dict[str, Any]) -> None: ...
         def _on_connect(self, options: dict[str, Any]) -> None: ...
         def close(self, reason: str, *, flush: bool = False, abort: bool = False) -> None: ...
 
+    trouble_kind = ""  # what the link counts as in `Trouble`: "routes", "leafs"
     _waiting_turn = False  # reading paused while the rest of a read waits its turn
     _deflate: Callable[[bytes], bytes] | None = None  # each flush as an S2 stream, once on
     _raw_head = b""  # what was queued before compression started: sent as it is
@@ -88,6 +92,7 @@ class PeerLink(Closing, TLSLink):
             data, self._raw_head = self._raw_head + data, b""
         self.transport.write(data if tls is None else tls.encrypt(data))
         if self.transport.get_write_buffer_size() > self.link_opts.max_pending:
+            self.link_trouble.slow[self.trouble_kind] += 1
             log.info("%s - Slow Consumer Detected: %s", self.where, self.tls_kind)
             self.close("Slow Consumer (Pending Bytes)", abort=True)
 
@@ -107,6 +112,7 @@ class PeerLink(Closing, TLSLink):
             return
         opts = self.link_opts
         if self._pings_out + 1 > opts.ping_max:
+            self.link_trouble.stale[self.trouble_kind] += 1
             self.close("Stale Connection")
             return
         self._pings_out += 1

@@ -50,6 +50,8 @@ async def _serve(opts: Options, argv: list[str]) -> int:
     log.info("Starting jetlake (nats-server compatible %s)", VERSION)
     log.info("  Version:  %s", JETLAKE_VERSION)
     log.info("  Server ID: %s", server.server_id)
+    if opts.config_file:
+        log.info("Using configuration file: %s (%s)", opts.config_file, opts.config_digest)
     if opts.pid_file:
         with open(opts.pid_file, "w") as f:
             f.write(str(os.getpid()))

@@ -13,20 +13,23 @@ only the endpoints.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import os
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ingest.server.accounts.events import name_tag
-from ingest.server.accounts.settings import GLOBAL_ACCOUNT
+from ingest.server.accounts.traffic import NAMES as CLIENT_FIGURES
 from ingest.server.cluster.monitoring import routez, varz_cluster
 from ingest.server.cluster.ports import RequestError
 from ingest.server.cluster.settings import hostport
-from ingest.server.gofmt import NS, number, rtt, timestamp, uptime
+from ingest.server.connz import ASCENDING, DESCENDING, Conn, conn_info, sub_detail, sublist_stats
+from ingest.server.gofmt import NS, number, timestamp, uptime
 from ingest.server.httpd import (
     JSON,
     TEXT,
@@ -46,13 +49,10 @@ from ingest.server.jsz import (
     raft_groups,
 )
 from ingest.server.monitor_options import query
-from ingest.server.mqtt.connection import MQTTConnection
 from ingest.server.procstats import CpuMeter, rss
 from ingest.server.version import JETLAKE_VERSION, VERSION
-from ingest.server.websocket.listener import WebSocketClient
 
 if TYPE_CHECKING:
-    from ingest.server.client import Client
     from ingest.server.lake import LakeSupervisor
     from ingest.server.server import Server
 
@@ -71,7 +71,13 @@ STATS: tuple[tuple[str, str, str], ...] = (
     ("connections", "gauge", "Client connections open now"),
     ("total_connections", "counter", "Client connections accepted since start"),
     ("subscriptions", "gauge", "Subscriptions in the subject trie"),
+    ("in_client_msgs", "counter", "Messages received from clients"),
+    ("out_client_msgs", "counter", "Messages delivered to clients"),
+    ("in_client_bytes", "counter", "Payload and header bytes received from clients"),
+    ("out_client_bytes", "counter", "Payload and header bytes delivered to clients"),
     ("slow_consumers", "counter", "Connections cut off as slow consumers"),
+    ("stale_connections", "counter", "Connections cut off for unanswered PINGs"),
+    ("stalled_clients", "counter", "Times a publisher waited for a slow subscriber"),
     ("mem", "gauge", "Resident set size of the process in bytes"),
     ("cpu", "gauge", "CPU use of the process in percent since the previous sample"),
     ("uptime_seconds", "gauge", "Seconds since the server started"),
@@ -91,140 +97,6 @@ _LAKE_METRICS = (
 def _page(req: Request) -> tuple[int, int]:
     offset, limit = max(int_arg(req, "offset"), 0), int_arg(req, "limit")
     return offset, limit if limit > 0 else DEFAULT_LIST_SIZE
-
-
-# ---- connections -----------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Conn:
-    """An open client, or a closed one with when and why it ended."""
-
-    client: Client
-    stop: float | None = None
-    reason: str = ""
-
-    def end(self, now: float) -> float:
-        return now if self.stop is None else self.stop
-
-    def pending(self) -> int:
-        transport = self.client.transport
-        if self.stop is not None or transport is None or transport.is_closing():
-            return 0
-        return transport.get_write_buffer_size()
-
-
-# The reference's ?sort= keys: identity and time order ascend, sizes and counts descend.
-_ASCENDING: dict[str, Callable[[_Conn, float], Any]] = {
-    "cid": lambda c, now: c.client.cid,
-    "start": lambda c, now: c.client.start,
-    "reason": lambda c, now: c.reason,
-}
-_DESCENDING: dict[str, Callable[[_Conn, float], Any]] = {
-    "subs": lambda c, now: len(c.client.subs),
-    "pending": lambda c, now: c.pending(),
-    "msgs_to": lambda c, now: c.client.out_msgs,
-    "msgs_from": lambda c, now: c.client.in_msgs,
-    "bytes_to": lambda c, now: c.client.out_bytes,
-    "bytes_from": lambda c, now: c.client.in_bytes,
-    "last": lambda c, now: c.client.last_activity,
-    "idle": lambda c, now: c.end(now) - c.client.last_activity,
-    "uptime": lambda c, now: c.end(now) - c.client.start,
-    "rtt": lambda c, now: c.client.rtt,
-    "stop": lambda c, now: c.stop or 0.0,
-}
-
-
-def _sub_detail(sub: Any, cid: int, *, account: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if account:
-        out["account"] = out["account_tag"] = sub.conn.account.name
-    out["subject"] = sub.subject
-    if sub.queue:
-        out["qgroup"] = sub.queue
-    out["sid"] = sub.sid.decode("utf-8", "replace") if isinstance(sub.sid, bytes) else sub.sid
-    out["msgs"] = sub.delivered
-    if sub.max_msgs:
-        out["max"] = sub.max_msgs
-    out["cid"] = cid
-    return out
-
-
-def sublist_stats(sublist: Any) -> dict[str, Any]:
-    """A subject trie's figures as /subsz and an account's INFO give them (None: zeros)."""
-    if sublist is None:
-        zero = ("num_subscriptions", "num_cache", "num_inserts", "num_removes", "num_matches")
-        return {**dict.fromkeys(zero, 0), "cache_hit_rate": 0, "max_fanout": 0, "avg_fanout": 0}
-    max_fanout, avg_fanout = sublist.fanout()
-    return {
-        "num_subscriptions": sublist.count,
-        "num_cache": sublist.cache_size(),
-        "num_inserts": sublist.inserts,
-        "num_removes": sublist.removes,
-        "num_matches": sublist.matches,
-        "cache_hit_rate": sublist.cache_hits / sublist.matches if sublist.matches else 0,
-        "max_fanout": max_fanout,
-        "avg_fanout": avg_fanout,
-    }
-
-
-def connection_type(c: Any) -> str:
-    """The `type` /connz gives and the `client_type` of connect events."""
-    if isinstance(c, MQTTConnection):
-        return "mqtt"
-    return "websocket" if isinstance(c, WebSocketClient) else "nats"
-
-
-def _conn_info(conn: _Conn, now: float, subs: str, auth: bool) -> dict[str, Any]:
-    c = conn.client
-    end = conn.end(now)
-    out: dict[str, Any] = {
-        "cid": c.cid,
-        "kind": "Client",
-        "type": connection_type(c),
-        "ip": c.host,
-        "port": c.port,
-        "start": timestamp(c.start),
-        "last_activity": timestamp(c.last_activity),
-    }
-    if conn.stop is not None:
-        out["stop"] = timestamp(conn.stop)
-        out["reason"] = conn.reason
-    out.update(
-        rtt=rtt(c.rtt),
-        uptime=uptime(end - c.start),
-        idle=uptime(end - c.last_activity),
-        pending_bytes=conn.pending(),
-        in_msgs=c.in_msgs,
-        out_msgs=c.out_msgs,
-        in_bytes=c.in_bytes,
-        out_bytes=c.out_bytes,
-        subscriptions=len(c.subs),
-    )
-    for key in ("name", "lang", "version"):
-        if getattr(c, key):
-            out[key] = getattr(c, key)
-    ssl_object = c.transport.get_extra_info("ssl_object") if c.transport else None
-    if ssl_object is not None:
-        out["tls_version"] = (ssl_object.version() or "").removeprefix("TLSv")
-        cipher = ssl_object.cipher()
-        if cipher:
-            out["tls_cipher_suite"] = cipher[0]
-    if auth and c.grant.user:
-        out["authorized_user"] = c.grant.user
-    if auth and c.account.name != GLOBAL_ACCOUNT:
-        out["account"] = c.account.name
-    if subs == "detail":
-        out["subscriptions_list_detail"] = [
-            _sub_detail(s, c.cid, account=False) for s in c.subs.values()
-        ]
-    elif subs:
-        out["subscriptions_list"] = [s.subject for s in c.subs.values()]
-    if auth:  # as the reference: the account's tag (its name, or its JWT's)
-        out["name_tag"] = name_tag(c.server.resolver, c.account)
-    if isinstance(c, MQTTConnection):
-        out["mqtt_client"] = c.client_id
-    return out
 
 
 # ---- the monitor -----------------------------------------------------------------------------
@@ -255,6 +127,8 @@ class Monitor:
             "/raftz": self._raftz,
             "/leafz": self._leafz,
             "/gatewayz": self._none,
+            "/ipqueuesz": self._ipqueuesz,
+            "/stacksz": self._stacksz,
             "/metrics": self._metrics,
         }
 
@@ -300,18 +174,19 @@ class Monitor:
 
     # ---- shared values -------------------------------------------------------------------
 
-    def stats(self) -> dict[str, int | float]:
-        """The one source of the counters /varz and /metrics both publish."""
+    def stats(self) -> dict[str, Any]:
+        """The one source of the counters /varz, STATSZ and /metrics publish."""
         s = self.server
         return {
             "in_msgs": s.in_msgs,
             "out_msgs": s.out_msgs,
             "in_bytes": s.in_bytes,
             "out_bytes": s.out_bytes,
+            **s.client_traffic.totals(),
             "connections": len(s.clients),
             "total_connections": s.total_connections,
             "subscriptions": s.sublist.count,
-            "slow_consumers": s.slow_consumers,
+            **s.trouble.figures(),
             "mem": rss(),
             "cpu": self._cpu.sample(),
             "uptime_seconds": max(time.time() - s.start_time, 0.0),
@@ -411,19 +286,19 @@ class Monitor:
             remotes=0 if s.cluster is None else len(s.cluster.routes),
             leafnodes=0 if s.leafnodes is None else s.leafnodes.leafz()["leafnodes"],
         )
-        v.update({k: st[k] for k in ("in_msgs", "in_bytes", "out_msgs", "out_bytes")})
+        traffic = ("in_msgs", "in_bytes", "out_msgs", "out_bytes", *CLIENT_FIGURES)
+        v.update({k: st[k] for k in traffic})
         v.update(
             slow_consumers=st["slow_consumers"],
+            stale_connections=st["stale_connections"],
+            stalled_clients=st["stalled_clients"],
             subscriptions=st["subscriptions"],
             http_req_stats=dict(self.http_req_stats),
             config_load_time=timestamp(s.config_load_time),
+            config_digest=o.config_digest,
             system_account=s.accounts.system_account.name,
-            slow_consumer_stats={
-                "clients": st["slow_consumers"],
-                "routes": 0,
-                "gateways": 0,
-                "leafs": 0,
-            },
+            slow_consumer_stats=st["slow_consumer_stats"],
+            stale_connection_stats=st["stale_connection_stats"],
         )
         return _json(v)
 
@@ -438,18 +313,18 @@ class Monitor:
         state = req.arg("state") or "open"
         if state not in ("open", "closed", "any", "all"):
             raise HttpError(400, f"Error decoding state for {state}")
-        if sort not in _ASCENDING and sort not in _DESCENDING:
+        if sort not in ASCENDING and sort not in DESCENDING:
             raise HttpError(400, f"invalid sorting option: {sort}")
         if sort in ("stop", "reason") and state == "open":
             raise HttpError(400, f"sort by {sort} only valid on closed connections")
-        conns: list[_Conn] = []
+        conns: list[Conn] = []
         if state != "closed":
-            conns.extend(_Conn(c) for c in list(s.clients.values()))
+            conns.extend(Conn(c) for c in list(s.clients.values()))
             if s.mqtt is not None:
-                conns.extend(_Conn(c) for c in list(s.mqtt.connections.values()))
+                conns.extend(Conn(c) for c in list(s.mqtt.connections.values()))
         if state != "open":
             for rec in list(s.closed_clients):
-                conns.append(_Conn(rec["client"], float(rec["stop"]), str(rec["reason"])))
+                conns.append(Conn(rec["client"], float(rec["stop"]), str(rec["reason"])))
         if req.arg("acc"):  # one account's; an unknown one's page is empty, as the reference's
             account = s.accounts.get(req.arg("acc"))
             if account is None:
@@ -459,14 +334,14 @@ class Monitor:
         if cid > 0:
             conns = [c for c in conns if c.client.cid == cid]
             offset, limit = 0, 1
-        if sort in _ASCENDING:
-            conns.sort(key=lambda c: _ASCENDING[sort](c, now))
+        if sort in ASCENDING:
+            conns.sort(key=lambda c: ASCENDING[sort](c, now))
         else:
-            conns.sort(key=lambda c: _DESCENDING[sort](c, now), reverse=True)
+            conns.sort(key=lambda c: DESCENDING[sort](c, now), reverse=True)
         page = conns[offset : offset + limit]
         out = self._envelope()
         out.update(num_connections=len(page), total=len(conns), offset=offset, limit=limit)
-        out["connections"] = [_conn_info(c, now, subs, auth) for c in page]
+        out["connections"] = [conn_info(c, now, subs, auth) for c in page]
         return _json(out)
 
     async def _subsz(self, req: Request) -> Response:
@@ -483,7 +358,7 @@ class Monitor:
         subs: list[dict[str, Any]] = []
         if detail:  # client subscriptions; internal ones (JetStream's) are not enumerable
             for client in clients:
-                subs += [_sub_detail(sub, client.cid, account=True) for sub in client.subs.values()]
+                subs += [sub_detail(sub, client.cid, account=True) for sub in client.subs.values()]
         out.update(total=len(subs), offset=offset, limit=limit)
         if subs:
             out["subscriptions_list"] = subs[offset : offset + limit]
@@ -531,10 +406,35 @@ class Monitor:
         return _json(routez(self.server.cluster, subs=bool_arg(req, "subs")))
 
     async def _raftz(self, req: Request) -> Response:
-        """Every Raft group on this server, by account (jetlake's are all the system
-        account's)."""
+        """The Raft groups on this server, by account; `acc` (default: the system
+        account) and `group` narrow them. A server with none is a 404, as on the
+        reference; over NATS, an answer without `data`."""
+        groups = self.raftz(req.arg("acc") or None, req.arg("group") or None)
+        if groups is None:
+            raise HttpError(404, "No Raft nodes registered")
+        return _json(groups)
+
+    def raftz(self, account: str | None, group: str | None) -> dict[str, Any] | None:
         cluster = self.server.jetstream_cluster
-        return _json(cluster.raftz() if cluster is not None else {})
+        return cluster.raftz(account, group) if cluster is not None else None
+
+    async def _ipqueuesz(self, req: Request) -> Response:
+        """The reference's internal queues: jetlake has none to list."""
+        return _json({})
+
+    async def _stacksz(self, req: Request) -> Response:
+        """Every thread's stack and every task's on the event loop: the reference's
+        goroutine dump, for a server that hangs or spins (read without a debugger)."""
+        out = io.StringIO()
+        names = {t.ident: t.name for t in threading.enumerate()}
+        for ident, frame in sys._current_frames().items():
+            out.write(f"thread {ident} [{names.get(ident, '?')}]:\n")
+            out.writelines(traceback.format_stack(frame))
+            out.write("\n")
+        for task in asyncio.all_tasks():
+            task.print_stack(file=out)
+            out.write("\n")
+        return Response(200, out.getvalue().encode(), TEXT)
 
     async def _leafz(self, req: Request) -> Response:
         leafnodes = self.server.leafnodes

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ingest.parser import nats
 from ingest.server.accounts.registry import Account, Accounts
+from ingest.server.accounts.traffic import ClientTraffic
 from ingest.server.auth.authenticator import Authenticator
 from ingest.server.auth.resolver import Resolver
 from ingest.server.busypoll import BusyPoll
@@ -29,6 +30,7 @@ from ingest.server.mappings import SubjectMapper
 from ingest.server.server_messaging import ServerMessaging
 from ingest.server.sublist import Sublist
 from ingest.server.subscription import learn_tail
+from ingest.server.trouble import Trouble
 from ingest.server.version import JETLAKE_VERSION, VERSION
 
 if TYPE_CHECKING:
@@ -61,7 +63,8 @@ class Server(ServerMessaging):
         self.start_time = time.time()
         self.config_load_time = self.start_time  # a config reload moves it (/varz)
         self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
-        self.slow_consumers = 0
+        self.trouble = Trouble()  # slow consumers, stale connections, stalls
+        self.client_traffic = ClientTraffic(self.accounts)
         self.stalled: set[Client] = set()  # clients over half their max_pending
         self.total_connections = 0
         self.lame_duck = False

@@ -191,6 +191,7 @@ class Options:
     logfile: str | None = None
     pid_file: str | None = None
     config_file: str | None = None
+    config_digest: str = ""  # `sha256:…` of the file's values (`config_file.digest`)
     mappings: tuple[SubjectMapping, ...] = ()  # the global account's `mappings {}`
     # Config warnings, already formatted; the reference prints them and goes on.
     warnings: tuple[str, ...] = ()

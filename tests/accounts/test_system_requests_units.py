@@ -155,20 +155,3 @@ async def test_reload_answers_why_the_old_configuration_stays() -> None:
         {"server": {"name": "S0"}, "error": {"code": 500, "description": "config file not found"}},
         {"server": {"name": "S0"}},
     ]
-
-
-def test_client_traffic_is_every_accounts_clients() -> None:
-    """STATSZ's `sent_to_clients`/`received_from_clients`: the accounts' client figures
-    added up (routes and leafnode links are not clients)."""
-
-    class Traffic(Counts):
-        def statz(self, account: Any) -> dict[str, Any]:
-            n = len(account.name)
-            return {"sent": {"msgs": n, "bytes": 10 * n}, "received": {"msgs": 1, "bytes": 2}}
-
-    opts = SimpleNamespace(accounts=CONFIGS, system_account="SYS")
-    accounts = Accounts(cast(Any, opts), Sublist(), jetstream=False)
-    server = SimpleNamespace(accounts=accounts, opts=opts)
-    answers = AccountRequests(cast(Any, server), cast(Any, None), cast(Any, Traffic()))
-    # $G, APP, EXP, SYS: names of 2, 3, 3 and 3 letters.
-    assert answers.client_traffic() == ({"msgs": 11, "bytes": 110}, {"msgs": 4, "bytes": 8})

@@ -18,12 +18,14 @@ from nats.errors import Error as NatsError
 
 from tests.conftest import Connect, MakeServer
 from tests.support.clients import barrier, sync
+from tests.support.http import get_json
 from tests.support.poll import poll_async
 from tests.support.raw import Closed, Outcome, RawClient
 
 PING_INTERVAL_MS = 250
 PING_MAX = 3
 STALE_CONFIG = f'ping_interval: "{PING_INTERVAL_MS}ms"\nping_max: {PING_MAX}\n'
+NONE_BY_KIND = {"clients": 0, "routes": 0, "gateways": 0, "leafs": 0}  # /varz's *_stats
 
 
 async def test_slow_consumer_is_cut_off_others_unaffected(
@@ -79,7 +81,7 @@ async def test_write_deadline_cuts_a_stalled_reader(
     make_server: MakeServer, connect: Connect
 ) -> None:
     """8 MiB is far below max_pending: only the write deadline can cut the stalled reader."""
-    server = make_server(config='write_deadline: "100ms"\n')
+    server = make_server("-m", "-1", config='write_deadline: "100ms"\n')
     slow = await RawClient.connect(server.host, server.port, rcvbuf=4096, limit=65536)
     await slow.handshake()
     assert await slow.outcome(b"SUB big 1\r\n") == Outcome((), closed=False)
@@ -92,6 +94,9 @@ async def test_write_deadline_cuts_a_stalled_reader(
     )
     await slow.close()
     assert publisher.is_connected
+    counted = await get_json(server.http_url + "/varz")
+    assert counted["slow_consumers"] == 1
+    assert counted["slow_consumer_stats"] == {**NONE_BY_KIND, "clients": 1}
 
 
 async def test_stale_connection(make_server: MakeServer, connect: Connect) -> None:
@@ -99,7 +104,7 @@ async def test_stale_connection(make_server: MakeServer, connect: Connect) -> No
 
     A nats-py client on the same server answers the PINGs and stays connected.
     """
-    server = make_server(config=STALE_CONFIG)
+    server = make_server("-m", "-1", config=STALE_CONFIG)
     healthy = await connect(server)
     mute = await RawClient.connect(server.host, server.port)
     mute.keepalives = True
@@ -114,6 +119,9 @@ async def test_stale_connection(make_server: MakeServer, connect: Connect) -> No
     assert least < elapsed < 4, f"stale detection took {elapsed:.2f}s"
     assert healthy.is_connected
     await sync(healthy)
+    counted = await get_json(server.http_url + "/varz")
+    assert counted["stale_connections"] == 1
+    assert counted["stale_connection_stats"] == {**NONE_BY_KIND, "clients": 1}
 
 
 async def test_ping_answered_keeps_connection(make_server: MakeServer) -> None:

@@ -30,7 +30,7 @@ from tests.support.http import _get
 from tests.support.nsc import Nsc
 from tests.support.poll import poll, poll_async
 from tests.support.raw import RawClient
-from tests.support.servers import ServerProcess, server_command
+from tests.support.servers import ServerProcess, server_command, start_server
 from tests.support.tls import Pki, make_pki
 
 pytestmark = pytest.mark.timeout(60)
@@ -114,6 +114,30 @@ async def test_reload_applies_users_and_permissions_to_live_connections(
     assert await refused.expect_closed() == [b"-ERR 'Authorization Violation'"]
     assert config_load_time(server) != loaded
     await alice.close()
+
+
+def config_digest(server: ServerProcess) -> str:
+    return str(_get(server.http_url + "/varz").json()["config_digest"])
+
+
+async def test_the_config_digest_is_the_references_and_a_reload_moves_it(tmp_path: Path) -> None:
+    """/varz's `config_digest` for the same file is the same on both kinds (a fleet's
+    drift shows whichever runs where), and each reload logs and shows the new one."""
+    servers = [
+        start_server(kind, "-m", "-1", config=BEFORE, tmp_path=tmp_path / kind)
+        for kind in ("nats-server", "jetlake")
+    ]
+    try:
+        first = {config_digest(server) for server in servers}
+        assert len(first) == 1 and min(first).startswith("sha256:")
+        for server in servers:
+            reload(server, AFTER)
+        logged = [await s.wait_for_log_async(RELOADED + r" \((sha256:\w+)\)") for s in servers]
+        after = {config_digest(server) for server in servers}
+        assert after == {found[1] for found in logged} and len(after) == 1 and after != first
+    finally:
+        for server in servers:
+            server.stop(expect_code=None)
 
 
 async def test_a_change_that_cannot_be_reloaded_leaves_the_old_config(

@@ -114,6 +114,10 @@ async def test_meta_leader_stepdown_as_the_system_account(kind: str, tmp_path: P
         assert varz["data"]["jetstream"]["meta"]["cluster_size"] == 3
         raftz = await request(sys, "$SYS.REQ.SERVER.PING.RAFTZ")
         assert list(raftz["data"]) == ["SYS"] and "_meta_" in raftz["data"]["SYS"]
+        raftz = await request(sys, "$SYS.REQ.SERVER.PING.RAFTZ", b'{"group": "_meta_"}')
+        assert list(raftz["data"]["SYS"]) == ["_meta_"]
+        raftz = await request(sys, "$SYS.REQ.SERVER.PING.RAFTZ", b'{"account": "APP"}')
+        assert list(raftz["data"]) == ["APP"] and len(raftz["data"]["APP"]) == 1  # A's group
         answer = await request(sys, "$JS.API.META.LEADER.STEPDOWN")
         assert answer == {"type": "io.nats.jetstream.api.v1.meta_leader_stepdown_response",
                           "success": True}  # fmt: skip

@@ -76,6 +76,12 @@ async def test_r3_stream_replicates_and_reports_its_cluster(kind: str, tmp_path:
         meta_group = raftz["$SYS"]["_meta_"]
         assert meta_group["size"] == 3 and meta_group["quorum_needed"] == 2
         assert meta_group["state"] in ("LEADER", "FOLLOWER")
+        assert list(http_json(c.servers[0], "/raftz?group=_meta_")["$SYS"]) == ["_meta_"]
+        # a stream's group is its account's; a filter that finds none shows none
+        owned = http_json(c.servers[0], f"/raftz?acc=$G&group={cluster.raft_group}")
+        assert list(owned["$G"]) == [cluster.raft_group]
+        assert http_json(c.servers[0], "/raftz?acc=APP") == {}
+        assert http_json(c.servers[0], "/raftz?group=NOPE") == {}
 
 
 async def test_placement_errors_match_the_reference(kind: str, tmp_path: Path) -> None:

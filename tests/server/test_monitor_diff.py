@@ -21,6 +21,7 @@ import pytest
 from ingest.server.monitor import Monitor
 from ingest.server.options import parse_serve_args
 from ingest.server.server import Server
+from tests.support.http import http_get
 from tests.support.poll import poll_async
 from tests.support.servers import start_server
 
@@ -168,15 +169,30 @@ async def test_varz_has_the_fields_we_claim(answers: Any) -> None:
         "out_msgs",
         "in_bytes",
         "out_bytes",
+        "in_client_msgs",
+        "out_client_msgs",
+        "in_client_bytes",
+        "out_client_bytes",
         "slow_consumers",
+        "slow_consumer_stats",
+        "stale_connections",
+        "stale_connection_stats",
+        "stalled_clients",
         "subscriptions",
         "config_load_time",
+        "config_digest",
         "jetstream",
         "http_req_stats",
     }
     assert claimed <= set(ours["/varz"]) and claimed <= set(theirs["/varz"])
-    for key in ("in_msgs", "in_bytes", "out_msgs", "out_bytes", "connections"):
+    counts = ("in_msgs", "in_bytes", "out_msgs", "out_bytes", "connections")
+    # bob's five publishes and alice's five deliveries, bob gone by now: a closed
+    # client's traffic stays counted; neither server started from a config file
+    clients = ("in_client_msgs", "in_client_bytes", "out_client_msgs", "out_client_bytes")
+    troubles = ("slow_consumer_stats", "stale_connection_stats", "stalled_clients")
+    for key in (*counts, *clients, *troubles, "config_digest"):
         assert ours["/varz"][key] == theirs["/varz"][key], key
+    assert [ours["/varz"][key] for key in clients] == [5, 25, 5, 25]
 
 
 async def test_connection_objects_match_exactly(answers: Any) -> None:
@@ -203,3 +219,30 @@ async def test_subscription_objects_match_exactly(answers: Any) -> None:
         return sorted(sorted(s) for s in subs if s["subject"] in ("foo.*", "bar"))
 
     assert entries(ours) == entries(theirs)
+
+
+async def test_raftz_ipqueuesz_and_stacksz_on_one_server(tmp_path: Path) -> None:
+    """Without a cluster /raftz is the reference's 404; /ipqueuesz lists no internal
+    queues; /stacksz dumps every thread (the reference's goroutines, jetlake's threads
+    and tasks) as plain text."""
+    ref = start_server("nats-server", "-m", "-1", tmp_path=tmp_path, name="ref")
+    opts = parse_serve_args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1"])
+    server = Server(opts)
+    monitor = Monitor(server, opts.http_host, opts.http_port or 0)
+    await server.start()
+    await monitor.start()
+    try:
+        for base, marker in (
+            (ref.http_url, b"goroutine"),
+            (f"http://127.0.0.1:{monitor.port}", b"MainThread"),
+        ):
+            raftz = await http_get(base + "/raftz")
+            assert (raftz.status, raftz.body) == (404, b"No Raft nodes registered"), base
+            queues = await http_get(base + "/ipqueuesz")
+            assert (queues.status, queues.json()) == (200, {}), base
+            stacks = await http_get(base + "/stacksz")
+            assert stacks.status == 200 and marker in stacks.body, base
+    finally:
+        await server.shutdown()
+        await monitor.stop()
+        await ref.stop_async()

@@ -311,9 +311,16 @@ async def test_metrics_match_varz(stack: Stack) -> None:
         "connections",
         "total_connections",
         "subscriptions",
+        "in_client_msgs",
+        "out_client_msgs",
+        "in_client_bytes",
+        "out_client_bytes",
         "slow_consumers",
+        "stale_connections",
+        "stalled_clients",
     ):
         assert values[f"jetlake_varz_{key}"] == varz[key], key
+    assert varz["in_client_msgs"] > 0  # the traffic above
     assert values["jetlake_varz_mem"] > 0 and values["jetlake_varz_uptime_seconds"] >= 0
     types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", body.decode(), re.M))
     assert types["jetlake_varz_in_msgs"] == "counter"

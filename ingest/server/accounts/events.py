@@ -5,8 +5,8 @@ JSON (the client's identity; at the end its stop, RTT, what it sent and received
 why it closed). They cross the routes like any system-account message, so a system
 user anywhere in the cluster sees every server's; operators bill and audit from them.
 
-Also the account's traffic totals the `account_connections` event carries: what its
-clients here sent and received, the closed ones' included.
+Also the `account_connections` event's body: what the account's clients here sent and
+received (`ClientTraffic`'s figures).
 """
 
 from __future__ import annotations
@@ -46,8 +46,6 @@ class AccountEvents:
     def __init__(self, server: Server, system: SystemServices) -> None:
         self._server = server
         self._system = system
-        # Per account: (msgs in, bytes in, msgs out, bytes out) of its closed clients.
-        self._closed: dict[str, tuple[int, int, int, int]] = {}
 
     def start(self) -> None:
         accounts = self._server.accounts
@@ -57,10 +55,7 @@ class AccountEvents:
     def traffic(self, account: Account) -> dict[str, Any]:
         """The `sent` and `received` of an `account_connections` event: sent is what the
         account's clients were delivered, received what they published."""
-        in_msgs, in_bytes, out_msgs, out_bytes = self._closed.get(account.name, (0, 0, 0, 0))
-        for client in account.clients:
-            in_msgs, in_bytes = in_msgs + client.in_msgs, in_bytes + client.in_bytes
-            out_msgs, out_bytes = out_msgs + client.out_msgs, out_bytes + client.out_bytes
+        in_msgs, in_bytes, out_msgs, out_bytes = self._server.client_traffic.of(account)
         none = {"msgs": 0, "bytes": 0}
         kinds = {"gateways": none, "routes": none, "leafs": none}
         return {
@@ -73,18 +68,6 @@ class AccountEvents:
         self._publish(CONNECT, client, {"type": CONNECT_TYPE}, _info(client))
 
     def _disconnected(self, client: Connection) -> None:
-        if _is_leaf(client):  # its traffic is not the account's clients'
-            self._publish(DISCONNECT, client, {"type": DISCONNECT_TYPE},
-                          _info(client, stop=time.time()), **_totals(client))  # fmt: skip
-            return
-        name = client.account.name
-        in_msgs, in_bytes, out_msgs, out_bytes = self._closed.get(name, (0, 0, 0, 0))
-        self._closed[name] = (
-            in_msgs + client.in_msgs,
-            in_bytes + client.in_bytes,
-            out_msgs + client.out_msgs,
-            out_bytes + client.out_bytes,
-        )
         info = _info(client, stop=time.time())
         self._publish(DISCONNECT, client, {"type": DISCONNECT_TYPE}, info, **_totals(client))
 
@@ -121,18 +104,12 @@ def _totals(client: Connection) -> dict[str, Any]:
     }
 
 
-def _is_leaf(conn: object) -> bool:
-    from ingest.server.leafnode.connection import LeafConnection
-
-    return isinstance(conn, LeafConnection)
-
-
 def _info(client: Connection, *, stop: float | None = None) -> dict[str, Any]:
     """The reference's ClientInfo, its empty fields left out as it leaves them out. An
     accepted leafnode is named by its CONNECT and has no language, version or type; an
     MQTT client is its user and its client id."""
+    from ingest.server.connz import connection_type
     from ingest.server.leafnode.connection import LeafConnection
-    from ingest.server.monitor import connection_type
     from ingest.server.mqtt.connection import MQTTConnection
 
     leaf = isinstance(client, LeafConnection)

@@ -22,10 +22,10 @@ from ingest.server.accounts.events import name_tag
 from ingest.server.accounts.settings import HEADERS_SAMPLING, STREAM
 from ingest.server.accounts.system_imports import EXPORTS, imports
 from ingest.server.cluster.ports import RequestError, Skip
+from ingest.server.connz import sublist_stats
 from ingest.server.gofmt import timestamp
 from ingest.server.httpd import HttpError, Request, bool_arg
 from ingest.server.jsz import account_detail, engine_view
-from ingest.server.monitor import sublist_stats
 
 if TYPE_CHECKING:
     from ingest.server.accounts.conns import ClusterConns
@@ -127,17 +127,6 @@ class AccountRequests:
             return self.statz(None, include_unused=bool_arg(req, "unused"))
         except Skip:
             return self._stamped(account_statz=[])
-
-    def client_traffic(self) -> tuple[dict[str, int], dict[str, int]]:
-        """What every client here was delivered and published, closed ones' included
-        (STATSZ's `sent_to_clients` and `received_from_clients`): every account's."""
-        sent, received = {"msgs": 0, "bytes": 0}, {"msgs": 0, "bytes": 0}
-        for account in self._server.accounts:
-            figures = self._counts.statz(account)
-            for total, part in ((sent, figures["sent"]), (received, figures["received"])):
-                total["msgs"] += part["msgs"]
-                total["bytes"] += part["bytes"]
-        return sent, received
 
     def conns(self, name: str, reply: str) -> None:
         """`…CONNS`: the account's `account_connections` event to `reply`, from a server

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ingest.server.mappings import SubjectMapper
     from ingest.server.settings import Options
     from ingest.server.sublist import Sublist
+    from ingest.server.trouble import Trouble
 
 
 class ClusterHost(Protocol):
@@ -31,6 +32,7 @@ class ClusterHost(Protocol):
     accounts: Accounts
     mapper: SubjectMapper | None
     leafnodes: Any  # the leafnode links, whose URLs the peers pass on to their leafs
+    trouble: Trouble
     in_msgs: int
     in_bytes: int
     out_msgs: int
@@ -129,6 +131,7 @@ class Documents(Protocol):
     async def document(self, path: str, options: dict[str, Any]) -> Any: ...
     async def jetstream_varz(self) -> dict[str, Any] | None: ...
     def stats(self) -> dict[str, Any]: ...
+    def raftz(self, account: str | None, group: str | None) -> dict[str, Any] | None: ...
 
 
 class Envelope(Protocol):
@@ -158,4 +161,3 @@ class AccountDocuments(Protocol):
     def statz(self, names: list[str] | None, *, include_unused: bool) -> dict[str, Any]: ...
     def conns(self, name: str, reply: str) -> None: ...
     def accountz(self, options: dict[str, Any]) -> dict[str, Any]: ...
-    def client_traffic(self) -> tuple[dict[str, int], dict[str, int]]: ...

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ingest.server.accounts.registry import Account
     from ingest.server.cluster.ports import RouteOwner
     from ingest.server.settings import Options
+    from ingest.server.trouble import Trouble
 
 log = logging.getLogger("jetlake")
 
@@ -49,6 +50,7 @@ ACK_PREFIX = b"$JS.ACK."
 
 class Route(PeerLink, asyncio.Protocol):
     tls_kind = "route"
+    trouble_kind = "routes"
 
     def __init__(
         self, cluster: RouteOwner, rid: int, *, dialled: RouteURL | None, configured: bool
@@ -97,6 +99,10 @@ class Route(PeerLink, asyncio.Protocol):
     @property
     def link_opts(self) -> Options:
         return self.cluster.server.opts
+
+    @property
+    def link_trouble(self) -> Trouble:
+        return self.cluster.server.trouble
 
     @property
     def solicitor_key(self) -> tuple[str, int]:

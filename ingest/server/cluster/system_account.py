@@ -59,7 +59,7 @@ _KINDS: dict[str, tuple[str, str | None]] = {
     "IDZ": ("", None),
     "LEAFZ": ("data", "/leafz"),
     "GATEWAYZ": ("data", "/gatewayz"),
-    "RAFTZ": ("data", "/raftz"),
+    "RAFTZ": ("data", None),
     "ACCOUNTZ": ("data", None),
     "IPQUEUESZ": ("data", None),  # jetlake has no internal queues to list
 }
@@ -173,7 +173,9 @@ class SystemAccount:
         else:
             try:
                 key, document = await self._document(kind, subject, options)
-                body = {"server": self._system.envelope(), key: document}
+                body = {"server": self._system.envelope()}
+                if document is not None:
+                    body[key] = document
             except Skip:
                 return
             except RequestError as e:
@@ -234,6 +236,8 @@ class SystemAccount:
             return key, self._accounts.accountz(options)
         if kind == "IPQUEUESZ":
             return key, {}
+        if kind == "RAFTZ":  # the reference's option names; None: no `data`
+            return key, self._monitor.raftz(options.get("account"), options.get("group"))
         assert path is not None
         return key, await self._monitor.document(path, options)
 
@@ -242,7 +246,6 @@ class SystemAccount:
     async def statsz(self) -> dict[str, Any]:
         server = self._server
         stats = self._monitor.stats()
-        to_clients, from_clients = self._accounts.client_traffic()
         out: dict[str, Any] = {
             "start": timestamp(server.start_time),
             "mem": stats["mem"],
@@ -253,11 +256,18 @@ class SystemAccount:
             "active_accounts": sum(1 for a in server.accounts if a.sublist.count),
             "subscriptions": sum(a.sublist.count for a in server.accounts),
             "sent": {"msgs": server.out_msgs, "bytes": server.out_bytes},
-            "sent_to_clients": to_clients,
+            "sent_to_clients": _data(stats, "out_client"),
             "received": {"msgs": server.in_msgs, "bytes": server.in_bytes},
-            "received_from_clients": from_clients,
+            "received_from_clients": _data(stats, "in_client"),
             "slow_consumers": stats["slow_consumers"],
         }
+        # by kind only when any is not 0, and the totals of the others likewise
+        for key in ("slow_consumer_stats", "stale_connection_stats"):
+            if any(stats[key].values()):
+                out[key] = stats[key]
+        for key in ("stale_connections", "stalled_clients"):
+            if stats[key]:
+                out[key] = stats[key]
         cluster = server.cluster
         if cluster is not None:
             out["routes"] = [
@@ -277,3 +287,8 @@ class SystemAccount:
             out["jetstream"] = block
         out["gomaxprocs"] = os.cpu_count() or 1
         return out
+
+
+def _data(stats: dict[str, Any], prefix: str) -> dict[str, int]:
+    """STATSZ's `{msgs, bytes}` from /varz's `<prefix>_msgs` and `<prefix>_bytes`."""
+    return {"msgs": stats[f"{prefix}_msgs"], "bytes": stats[f"{prefix}_bytes"]}

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ingest.server.leafnode.manager import Leafnodes
     from ingest.server.leafnode.settings import RemoteLeaf
     from ingest.server.settings import Options
+    from ingest.server.trouble import Trouble
 
 log = logging.getLogger("jetlake")
 
@@ -85,6 +86,7 @@ class LeafSub:
 
 class LeafConnection(LeafCompression, PeerLink, asyncio.Protocol):
     tls_kind = "leafnode"
+    trouble_kind = "leafs"
 
     def __init__(
         self,
@@ -143,6 +145,10 @@ class LeafConnection(LeafCompression, PeerLink, asyncio.Protocol):
     @property
     def link_opts(self) -> Options:
         return self.server.opts
+
+    @property
+    def link_trouble(self) -> Trouble:
+        return self.server.trouble
 
     # ---- connection ---------------------------------------------------------------------
 

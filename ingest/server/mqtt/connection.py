@@ -451,7 +451,7 @@ class MQTTConnection(Closing, asyncio.Protocol):
         transport.write(b"".join(out))
         limit = self.server.opts.max_pending
         if transport.get_write_buffer_size() > limit:
-            self.server.slow_consumers += 1
+            self.server.trouble.slow["clients"] += 1
             peer = (self.host, self.port, self.cid, self.client_id, limit)
             log.info('%s:%d - mid:%d - "%s" - Slow Consumer Detected: MaxPending of %d Exceeded',
                      *peer)  # fmt: skip

@@ -150,7 +150,7 @@ def _apply(server: Server, prepared: _Prepared) -> None:
     if changes.auth and server.mqtt is not None:
         server.mqtt.recheck()
     server.config_load_time = time.time()
-    log.info("Reloaded server configuration")
+    log.info("Reloaded server configuration (%s)", server.opts.config_digest)
 
 
 def _switchable(server: Server, account: Account) -> bool:

@@ -89,7 +89,15 @@ _GO_NAMES: dict[str, str] = {
 }
 # Not settings of the running server: how it was started, or what parsing found.
 _IGNORED = frozenset(
-    ("warnings", "config_file", "check_config", "show_help", "show_version", "signal")
+    (
+        "warnings",
+        "config_file",
+        "config_digest",
+        "check_config",
+        "show_help",
+        "show_version",
+        "signal",
+    )
 )
 _LOGGING = {
     "trace": "trace",

@@ -365,19 +365,23 @@ class JetStreamCluster(StreamHosting):
             return {"name": self.name, "cluster_size": self.expected_size}
         return info.meta_block(self.meta, cluster=self.name, heard=self.routes.heard)
 
-    def raftz(self) -> dict[str, Any]:
-        """`/raftz`: every group under the system account, whose routes carry them all."""
+    def raftz(self, account: str | None = None, group: str | None = None) -> dict[str, Any]:
+        """`/raftz`: the groups of `account` (default: the system account, whose is the
+        meta group; a stream's group is its own account's, as on the reference), or only
+        the one named `group`, by account."""
         traffic = self.server.accounts.system_account.name
-        groups: dict[str, Any] = {}
+        owned: list[tuple[str, str, RaftNode, int]] = []
         if self.meta is not None:
-            groups[META_GROUP] = info.raftz_entry(
-                self.meta, leader_since=self.meta_leader_since, traffic=traffic
-            )
+            owned.append((traffic, META_GROUP, self.meta, self.meta_leader_since))
         for hosted in self.hosted.values():
-            groups[hosted.assignment.group] = info.raftz_entry(
-                hosted.group.node, leader_since=hosted.leader_since, traffic=traffic
-            )
-        return {traffic: groups} if groups else {}
+            sa = hosted.assignment
+            owned.append((sa.account, sa.group, hosted.group.node, hosted.leader_since))
+        out: dict[str, dict[str, Any]] = {}
+        for owner, name, node, since in owned:
+            if owner == (account or traffic) and group in (None, name):
+                entry = info.raftz_entry(node, leader_since=since, traffic=traffic)
+                out.setdefault(owner, {})[name] = entry
+        return out
 
 
 def cluster_engines(server: Server, engines: list[JetStream]) -> JetStreamCluster:
