@@ -271,6 +271,16 @@ def _jetstream(top: Section, key: str, out: dict[str, Any]) -> None:
     out["jetstream"] = js
 
 
+# The reference's other `jetstream { limits {} }` keys: refused by name, not as unknown.
+_UNSUPPORTED_JS_LIMITS = (
+    "max_ack_pending",
+    "max_request_batch",
+    "max_ha_assets",
+    "duplicate_window",
+    "batch",
+)
+
+
 def _jetstream_key(section: Section, name: str, out: dict[str, Any]) -> dict[str, Any]:
     lowered = name.lower()
     value = section.table[name]
@@ -299,6 +309,23 @@ def _jetstream_key(section: Section, name: str, out: dict[str, Any]) -> dict[str
         if any(c in domain for c in ".*>"):
             raise section.error(name, "invalid domain name: may not contain ., * or >")
         return {"domain": domain or None}
+    if lowered == "limits" and isinstance(value, Table):
+        limits = section.section(name)
+        found: dict[str, Any] = {}
+        for key in limits.table:
+            found.update(_jetstream_limit(limits, key))
+        return found
+    section.unknown(name)
+    return {}
+
+
+def _jetstream_limit(section: Section, name: str) -> dict[str, Any]:
+    """`jetstream { limits { … } }`: the server's defaults over every account."""
+    lowered = name.lower()
+    if lowered == "default_max_consumers":
+        return {"default_max_consumers": section.integer(name)}
+    if lowered in _UNSUPPORTED_JS_LIMITS:
+        raise section.error(name, f'jetstream limit "{name}" is not supported by jetlake')
     section.unknown(name)
     return {}
 

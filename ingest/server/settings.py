@@ -71,6 +71,10 @@ class JetStreamConfig:
     # interval, 10 ms unless set (the reference: 2 minutes); see consensus.durability.
     sync_interval_ns: int | None = DEFAULT_SYNC_INTERVAL_NS
     domain: str | None = None  # `$JS.<domain>.API` answers too (leafnodes reach it)
+    # `limits { default_max_consumers }`: the consumers a stream may have when neither it
+    # (`max_consumers`) nor its account limits them; the reference's default since 2.15,
+    # against apps that create consumers without end. -1: none.
+    default_max_consumers: int = 1000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

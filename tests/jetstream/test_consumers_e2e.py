@@ -9,6 +9,9 @@ lower bound exactly and an upper bound with a generous tolerance.
 from __future__ import annotations
 
 import asyncio
+import re
+import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +19,10 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
-from tests.conftest import Connect
+from tests.conftest import Connect, MakeServer
 from tests.jetstream.test_streams_e2e import api, normalise
 from tests.support.clients import current_entries, kv_history, kv_keys, sync
+from tests.support.http import get_json
 from tests.support.poll import poll_async
 from tests.support.servers import ServerProcess
 
@@ -190,6 +194,55 @@ async def test_max_consumers(js_server: ServerProcess, connect: Connect) -> None
     assert "error" not in first
     second = await api(nc, "$JS.API.CONSUMER.CREATE.S.b", {"stream_name": "S", "config": {}})
     assert second["error"]["err_code"] == 10026
+
+
+DEFAULT_LIMIT = """
+jetstream { store_dir: "%s", limits { default_max_consumers: 2 } }
+accounts {
+  OPEN { jetstream: enabled, users [{user: open, password: o}] }
+  CAPPED { jetstream { max_consumers: 3 }, users [{user: capped, password: c}] }
+}
+"""
+
+
+async def consumers_until_refused(nc: NATS, most: int, **stream: Any) -> int:
+    """How many consumers the stream takes (up to `most`) before a 10026."""
+    await api(nc, "$JS.API.STREAM.DELETE.S")
+    await stream_with(nc, 0, **stream)
+    for n in range(most):
+        made = await api(nc, f"$JS.API.CONSUMER.CREATE.S.c{n}", {"stream_name": "S", "config": {}})
+        if "error" in made:
+            assert made["error"]["err_code"] == 10026, made
+            return n
+    return most
+
+
+async def test_a_server_default_bounds_consumers_where_nothing_else_does(
+    make_server: MakeServer, connect: Connect, tmp_path: Path
+) -> None:
+    """`jetstream { limits { default_max_consumers } }` (1000 unless set): a stream with
+    no `max_consumers` of its own, in an account that does not limit consumers, takes that
+    many; the stream's own limit or the account's wins over it; a reload moves it for the
+    next consumer. /jsz shows it under `limits`."""
+    config_text = DEFAULT_LIMIT % (tmp_path / "store")
+    server = make_server("-m", "-1", config=config_text)
+    assert (await get_json(server.http_url + "/jsz"))["limits"] == {"default_max_consumers": 2}
+    opened = await connect(server, user="open", password="o")
+    capped = await connect(server, user="capped", password="c")
+    assert await consumers_until_refused(opened, 5) == 2
+    assert await consumers_until_refused(opened, 5, max_consumers=4) == 4
+    assert await consumers_until_refused(capped, 5) == 3  # the account's limit, not the default
+    assert server.config_path is not None
+    server.config_path.write_text(
+        config_text.replace("default_max_consumers: 2", "default_max_consumers: 3")
+    )
+    server.send_signal(signal.SIGHUP)
+    await server.wait_for_log_async(re.escape("Reloaded server configuration"))
+    made = await api(opened, "$JS.API.CONSUMER.CREATE.S.c2", {"stream_name": "S", "config": {}})
+    assert "error" not in made  # the third, past the old default
+    assert (await get_json(server.http_url + "/jsz"))["limits"] == {"default_max_consumers": 3}
+    plain = make_server("-js", "-sd", str(tmp_path / "plain"), "-m", "-1")
+    assert (await get_json(plain.http_url + "/jsz"))["limits"] == {"default_max_consumers": 1000}
 
 
 # -- pull -------------------------------------------------------------------------------

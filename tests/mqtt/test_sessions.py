@@ -172,3 +172,22 @@ async def test_unacked_delivery_is_resent_with_dup_after_ack_wait(
     assert isinstance(again, mqtt.Publish)
     assert (again.payload, again.dup, again.packet_id) == (b"late", True, first.packet_id)
     raw.send(mqtt.PubAck(again.packet_id))
+
+
+async def test_a_subscription_past_the_streams_consumer_limit_is_refused_alone(
+    start_mqtt: StartMQTT, open_raw: OpenRaw, mqtt_client: Connect
+) -> None:
+    """Each QoS 1 subscription is a consumer of the messages stream: past the server's
+    `default_max_consumers` the SUBACK refuses that filter (0x80), as on the reference,
+    and the connection and its other subscriptions go on (QoS 0 needs no consumer)."""
+    server = start_mqtt("", "jetstream { limits { default_max_consumers: 2 } }")
+    raw = await open_raw(server)
+    raw.send(mqtt.Connect("many", False, 0))
+    assert isinstance(await raw.packet(), mqtt.ConnAck)
+    raw.send(mqtt.Subscribe(1, ((b"lim/1", 1), (b"lim/2", 1), (b"lim/3", 1), (b"lim/0", 0))))
+    assert await raw.packet() == mqtt.SubAck(1, (1, 1, mqtt.SUBACK_FAILURE, 0))
+    pub = await mqtt_client(server=server, identifier="lim-pub")
+    await pub.publish("lim/2", b"kept", qos=1)
+    msg = await raw.packet()
+    assert isinstance(msg, mqtt.Publish)
+    assert (msg.topic, msg.payload, msg.qos) == (b"lim/2", b"kept", 1)

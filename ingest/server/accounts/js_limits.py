@@ -123,6 +123,12 @@ def check_stream(
             raise ApiError(500, 10047, "insufficient storage resources available")
 
 
+def bounds_consumers(limits: JetStreamLimits | None, replicas: int = 1) -> bool:
+    """Whether the account limits each stream's consumers (its stream's tier does): the
+    server's `default_max_consumers` applies only where it does not."""
+    return limits is not None and tier(limits, replicas).max_consumers >= 0
+
+
 def check_consumer(
     limits: JetStreamLimits, consumers: int, cfg: ConsumerConfig, replicas: int = 1
 ) -> None:

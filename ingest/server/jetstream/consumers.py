@@ -380,8 +380,13 @@ class Consumers:
         count = sum(1 for r in self._by_stream[stream.name].values() if _limitable(r))
         if scfg.max_consumers > 0 and count >= scfg.max_consumers:
             raise cerr.max_consumers()
-        if self._js.limits is not None:
-            js_limits.check_consumer(self._js.limits, count, cfg, scfg.num_replicas)
+        limits = self._js.limits
+        if scfg.max_consumers <= 0 and not js_limits.bounds_consumers(limits, scfg.num_replicas):
+            default = self._js.config.default_max_consumers  # read now: a reload moves it
+            if 0 < default <= count:
+                raise cerr.max_consumers()
+        if limits is not None:
+            js_limits.check_consumer(limits, count, cfg, scfg.num_replicas)
         if scfg.retention == "workqueue":
             if cfg.ack_policy not in ("explicit", "flow_control"):
                 raise cerr.wq_requires_explicit_ack()

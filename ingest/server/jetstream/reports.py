@@ -145,7 +145,8 @@ class Reports:
             if consumers:
                 detail["consumer_detail"] = self.consumers.details(stream)
             streams.append(detail)
-        return {"config": doc["config"], "stats": stats, "streams": streams}
+        limits = {"default_max_consumers": self.config.default_max_consumers}  # the server's
+        return {"config": doc["config"], "stats": stats, "limits": limits, "streams": streams}
 
 
 def _sync_fields(sync_interval_ns: int | None) -> dict[str, Any]:

@@ -326,16 +326,19 @@ class MQTTConnection(Closing, asyncio.Protocol):
         session = self._session()
 
         async def setup() -> None:
-            await session.subscribe(packet.filters, codes)
-            self.queue(mqtt.encode(mqtt.SubAck(packet.packet_id, codes)))
+            granted = await session.subscribe(packet.filters, codes)
+            refused = [f for (f, _), g, c in zip(packet.filters, granted, codes, strict=True)
+                       if g != c]  # fmt: skip
+            self.filters.remove(tuple(refused))  # JetStream would not keep their messages
+            self.queue(mqtt.encode(mqtt.SubAck(packet.packet_id, granted)))
             assert self.manager is not None
             retained = self.manager.retained
-            for (topic_filter, _), granted in zip(packet.filters, codes, strict=True):
-                if granted == mqtt.SUBACK_FAILURE:
+            for (topic_filter, _), code in zip(packet.filters, granted, strict=True):
+                if code == mqtt.SUBACK_FAILURE:
                     continue
                 for sub in self.filters.by_filter.get(topic_filter, ()):
                     for msg in retained.matching(sub.subject, reserved=sub.reserved):
-                        qos = min(granted, msg.qos)
+                        qos = min(code, msg.qos)
                         if qos == 2 and self.listener.config.reject_qos2_publish:
                             what = "Rejecting retained message with QoS2 for subscription"
                             self._warn_qos2(f'{what} "{sub.subject}"')

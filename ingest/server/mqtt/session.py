@@ -11,17 +11,21 @@ connection goes, so a reconnect gets it again at once, marked DUP (MQTT 3.1.1
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from typing import TYPE_CHECKING, Any
 
 from ingest.parser import mqtt
 from ingest.parser.headers import encode_headers, header_value
 from ingest.parser.mqtt_topics import skips_reserved, to_topic
+from ingest.server.mqtt.jsa import JetStreamError
 from ingest.server.mqtt.subscriptions import nats_subjects, published_qos, topic_of
 
 if TYPE_CHECKING:
     from ingest.server.mqtt.connection import MQTTConnection
     from ingest.server.mqtt.sessions import SessionManager
+
+log = logging.getLogger("jetlake")
 
 MSGS_STREAM = "$MQTT_msgs"
 MSGS_PREFIX = "$MQTT.msgs."
@@ -221,20 +225,35 @@ class Session:
 
     async def subscribe(
         self, filters: tuple[tuple[bytes, int], ...], codes: tuple[int, ...]
-    ) -> None:
-        for (topic_filter, _), granted in zip(filters, codes, strict=True):
+    ) -> tuple[int, ...]:
+        """The consumers the filters need; the SUBACK's codes. A filter JetStream refuses
+        a consumer for (the stream's consumer limit, say) is refused in the SUBACK
+        (0x80), as on the reference, and the rest of the packet and the session go on."""
+        final = list(codes)
+        for n, ((topic_filter, _), granted) in enumerate(zip(filters, codes, strict=True)):
             if granted == mqtt.SUBACK_FAILURE:
                 continue
-            for subject in nats_subjects(topic_filter) or ():
-                if granted and subject not in self.cons:
-                    await self._add_consumer(subject, granted)
-                elif granted:
-                    self.cons[subject]["_qos"] = granted
-                elif subject in self.cons:
+            made: list[str] = []
+            try:
+                for subject in nats_subjects(topic_filter) or ():
+                    if granted and subject not in self.cons:
+                        await self._add_consumer(subject, granted)
+                        made.append(subject)
+                    elif granted:
+                        self.cons[subject]["_qos"] = granted
+                    elif subject in self.cons:
+                        await self._drop_consumer(subject)
+            except JetStreamError as exc:
+                log.error("MQTT: client %r, subscription %r refused: %s", self.client_id,
+                          topic_filter.decode(errors="replace"), exc)  # fmt: skip
+                for subject in made:  # a filter is one subject or two (`a/#`): none of it
                     await self._drop_consumer(subject)
+                final[n] = mqtt.SUBACK_FAILURE
+                continue
             main = (nats_subjects(topic_filter) or ("",))[0]
             self.subs[main] = granted
         await self.save()
+        return tuple(final)
 
     async def unsubscribe(self, filters: tuple[bytes, ...]) -> None:
         for topic_filter in filters:

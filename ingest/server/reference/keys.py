@@ -30,6 +30,7 @@ SECTION_READERS: dict[str, tuple[Callable[..., Any], ...]] = {
     "permissions": (config_file._permissions, config_file._subject_permission),
     "tls": (config_file._tls,),
     "jetstream": (config_file._jetstream_key,),
+    "jetstream.limits": (config_file._jetstream_limit,),
     "lake": (lake_config.read_lake,),
     "lake.s3": (lake_config._lake_s3,),
     "lake.sql": (lake_config._lake_sql,),

@@ -49,6 +49,7 @@ _SECTION_TITLES = {
     "tls": "`tls { … }` at the top level and inside `cluster { … }` and `mqtt { … }`"
     " (a reload takes the first two).",
     "jetstream": "`jetstream { … }`; `jetstream: enabled` (or `true`) turns it on with defaults.",
+    "jetstream.limits": "`jetstream { limits { … } }`: the server's defaults over every account.",
     "lake": "`lake { … }`, jetlake's own; `lake: true` turns it on with defaults.",
     "lake.s3": "`lake { s3 { … } }`: see [the lake on object storage](../lake-object-storage.md).",
     "lake.sql": "`lake { sql { … } }`: see [the SQL service](../lake.md#the-sql-service).",

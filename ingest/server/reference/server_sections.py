@@ -176,6 +176,22 @@ SERVER_SECTIONS: dict[str, tuple[Key, ...]] = {
             "JetStream domain: `$JS.<domain>.API` answers too; see [Leafnodes](../leafnodes.md).",
             "none",
         ),
+        K("limits", "map", "The server's limits over every account: `jetstream.limits`.", "—"),
+    ),
+    "jetstream.limits": (
+        K(
+            "default_max_consumers",
+            "integer",
+            "Consumers a stream may have when neither it (`max_consumers`) nor its account "
+            "limits them; `-1`: no default. Reloads.",
+            "`1000`",
+        ),
+        K(
+            "max_ack_pending max_request_batch max_ha_assets duplicate_window batch",
+            "—",
+            "Refused: not supported.",
+            "—",
+        ),
     ),
     "lake": (
         K("enabled enable", "boolean", "The lake on or off.", "true inside a block"),

@@ -160,6 +160,7 @@ RELOADS: dict[str, frozenset[str]] = {
     "cluster": frozenset(("authorization", "tls", "routes")),
     "cluster.authorization": frozenset(("user", "password", "timeout")),
     "jetstream": frozenset(_JS_LIMITS),  # raised only
+    "jetstream.limits": frozenset(("default_max_consumers",)),
     "mqtt": frozenset((*_MQTT, "tls")),
     "leafnodes": frozenset(("remotes", "tls", "compression")),
     "leafnodes.remotes": frozenset(("tls", "compression")),
@@ -320,9 +321,9 @@ def _leafnodes(before: Any, after: Any) -> list[str]:
 
 
 def _jetstream(before: Any, after: Any) -> list[str]:
-    """Raised store limits reload, as on the reference; its messages for the store dir and
-    for limits made dynamic or lowered. Any other JetStream change (switching it on or
-    off, the domain, sync) needs a restart of jetlake."""
+    """Raised store limits and `default_max_consumers` reload, as on the reference; its
+    messages for the store dir and for limits made dynamic or lowered. Any other JetStream
+    change (switching it on or off, the domain, sync) needs a restart of jetlake."""
     if before.store_dir != after.store_dir:
         raise ReloadRefused("config reload not supported for jetstream storage directory")
     notices = []
@@ -338,8 +339,10 @@ def _jetstream(before: Any, after: Any) -> list[str]:
                     "config reload not supported for decreasing jetstream max memory and store"
                 )
             notices.append(f"Reloaded: JetStream {label} = {friendly_bytes(new)}")
+    if before.default_max_consumers != after.default_max_consumers:  # read at each create
+        notices.append(f"Reloaded: JetStream default_max_consumers = {after.default_max_consumers}")
     for field in dataclasses.fields(before):
-        if field.name in _JS_LIMITS:
+        if field.name in _JS_LIMITS or field.name == "default_max_consumers":
             continue
         old, new = getattr(before, field.name), getattr(after, field.name)
         if old != new:
