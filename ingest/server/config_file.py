@@ -273,8 +273,6 @@ def _jetstream(top: Section, key: str, out: dict[str, Any]) -> None:
 
 # The reference's other `jetstream { limits {} }` keys: refused by name, not as unknown.
 _UNSUPPORTED_JS_LIMITS = (
-    "max_ack_pending",
-    "max_request_batch",
     "max_ha_assets",
     "duplicate_window",
     "batch",
@@ -322,8 +320,8 @@ def _jetstream_key(section: Section, name: str, out: dict[str, Any]) -> dict[str
 def _jetstream_limit(section: Section, name: str) -> dict[str, Any]:
     """`jetstream { limits { … } }`: the server's defaults over every account."""
     lowered = name.lower()
-    if lowered == "default_max_consumers":
-        return {"default_max_consumers": section.integer(name)}
+    if lowered in ("default_max_consumers", "max_ack_pending", "max_request_batch"):
+        return {lowered: section.integer(name)}
     if lowered in _UNSUPPORTED_JS_LIMITS:
         raise section.error(name, f'jetstream limit "{name}" is not supported by jetlake')
     section.unknown(name)

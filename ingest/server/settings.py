@@ -75,6 +75,10 @@ class JetStreamConfig:
     # (`max_consumers`) nor its account limits them; the reference's default since 2.15,
     # against apps that create consumers without end. -1: none.
     default_max_consumers: int = 1000
+    # `limits { max_ack_pending, max_request_batch }`: ceilings on every consumer's (0: none);
+    # a consumer that names none gets the ceiling (below the default 1000 for ack pending).
+    max_ack_pending: int = 0
+    max_request_batch: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

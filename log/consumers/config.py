@@ -234,8 +234,14 @@ def from_request(raw: Any) -> ConsumerConfig:
     )
 
 
-def with_defaults(cfg: ConsumerConfig, stream: StreamConfig) -> ConsumerConfig:
-    """Fill what the client left out, as `setConsumerConfigDefaults` does (non-pedantic)."""
+def with_defaults(
+    cfg: ConsumerConfig, stream: StreamConfig, *, ack_ceiling: int = 0, batch: int = 0
+) -> ConsumerConfig:
+    """Fill what the client left out, as `setConsumerConfigDefaults` does (non-pedantic).
+
+    `ack_ceiling`: the lowest of the server's and the account's max_ack_pending limits (0:
+    none), which a default below 1000 comes down to; `batch`: the server's
+    max_request_batch, a pull consumer's default max_batch (0: none)."""
     limits = stream.consumer_limits
     max_deliver = -1 if cfg.max_deliver == 0 or cfg.max_deliver < -1 else cfg.max_deliver
     max_waiting = max(cfg.max_waiting, 0)
@@ -253,7 +259,7 @@ def with_defaults(cfg: ConsumerConfig, stream: StreamConfig) -> ConsumerConfig:
     if not cfg.is_durable and inactive == 0:
         inactive = DEFAULT_INACTIVE_THRESHOLD
     if max_ack_pending == 0 and cfg.ack_policy != "none":
-        max_ack_pending = DEFAULT_MAX_ACK_PENDING
+        max_ack_pending = min(DEFAULT_MAX_ACK_PENDING, ack_ceiling or DEFAULT_MAX_ACK_PENDING)
     if cfg.ack_policy == "flow_control":  # acks ride on flow control, which needs heartbeats
         cfg = dataclasses.replace(cfg, flow_control=True, idle_heartbeat=FLOW_CONTROL_ACK_HEARTBEAT)
     return dataclasses.replace(
@@ -263,7 +269,7 @@ def with_defaults(cfg: ConsumerConfig, stream: StreamConfig) -> ConsumerConfig:
         max_waiting=max_waiting,
         ack_wait=ack_wait,
         max_ack_pending=max_ack_pending,
-        max_batch=max(cfg.max_batch, 0),
+        max_batch=max(cfg.max_batch, 0) or (batch if not cfg.is_push else 0),
         max_expires=max(cfg.max_expires, 0),
         max_bytes=max(cfg.max_bytes, 0),
         idle_heartbeat=max(cfg.idle_heartbeat, 0),

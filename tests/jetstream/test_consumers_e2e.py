@@ -245,6 +245,42 @@ async def test_a_server_default_bounds_consumers_where_nothing_else_does(
     assert (await get_json(plain.http_url + "/jsz"))["limits"] == {"default_max_consumers": 1000}
 
 
+async def test_the_server_s_ceilings_on_ack_pending_and_pull_batches(
+    make_server: MakeServer, connect: Connect, tmp_path: Path
+) -> None:
+    """`jetstream { limits { max_ack_pending, max_request_batch } }`: a consumer naming
+    neither gets them (a pull consumer the batch), one above either is refused with the
+    reference's error; /jsz lists them under `limits`."""
+    ceilings = "limits { max_ack_pending: 50, max_request_batch: 7 }"
+    server = make_server("-m", "-1", config=f'jetstream {{ store_dir: "{tmp_path}", {ceilings} }}')
+    limits = (await get_json(server.http_url + "/jsz"))["limits"]
+    assert limits == {"max_request_batch": 7, "max_ack_pending": 50, "default_max_consumers": 1000}
+    nc = await connect(server)
+    await stream_with(nc, 0)
+
+    async def create(**config: Any) -> dict[str, Any]:
+        name = config["durable_name"]
+        body = {"stream_name": "S", "config": {"ack_policy": "explicit", **config}}
+        return await api(nc, f"$JS.API.CONSUMER.CREATE.S.{name}", body)
+
+    pulled = (await create(durable_name="pull"))["config"]
+    assert (pulled["max_ack_pending"], pulled["max_batch"]) == (50, 7)
+    pushed = (await create(durable_name="push", deliver_subject="to.me"))["config"]
+    assert (pushed["max_ack_pending"], "max_batch" in pushed) == (50, False)
+    acks = await create(durable_name="acks", max_ack_pending=60)
+    assert acks["error"] == {
+        "code": 400,
+        "err_code": 10121,
+        "description": "consumer max ack pending exceeds system limit of 50",
+    }
+    batch = await create(durable_name="batch", max_batch=8)
+    assert batch["error"] == {
+        "code": 400,
+        "err_code": 10125,
+        "description": "consumer max request batch exceeds server limit of 7",
+    }
+
+
 # -- pull -------------------------------------------------------------------------------
 
 

@@ -13,11 +13,11 @@ only, and `$JS.API.INFO` reports each tier's figures.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from ingest.server.accounts.settings import JetStreamLimits
+from ingest.server.settings import JetStreamConfig
 from log.config import StreamConfig
 from log.consumers.config import ConsumerConfig
 from log.errors import ApiError
@@ -26,6 +26,13 @@ from log.segments.api import msg_size
 from log.streams.stream import Stream
 
 UNLIMITED = JetStreamLimits()
+
+
+class Ceilings(TypedDict):
+    ack_ceiling: int
+    batch: int
+
+
 RESOURCES_EXCEEDED = "resource limits exceeded for account"
 
 
@@ -123,6 +130,27 @@ def check_stream(
             raise ApiError(500, 10047, "insufficient storage resources available")
 
 
+def ceilings(js: JetStreamConfig, limits: JetStreamLimits | None, replicas: int = 1) -> Ceilings:
+    """What a new consumer's defaults come down to (`ConsumerConfig.with_defaults`): the
+    lowest max_ack_pending limit of the server's and its account's (its stream's tier's),
+    and the server's max_request_batch; 0 where none is set."""
+    account = tier(limits, replicas).max_ack_pending if limits is not None else 0
+    acks = [n for n in (js.max_ack_pending, account) if n > 0]
+    return {"ack_ceiling": min(acks, default=0), "batch": max(js.max_request_batch, 0)}
+
+
+def check_server_ceilings(js: JetStreamConfig, cfg: ConsumerConfig) -> None:
+    """Refuse a consumer above the server's `jetstream { limits {} }` ceilings, with the
+    reference's errors."""
+    batch = js.max_request_batch
+    if not cfg.is_push and 0 < batch < cfg.max_batch:
+        raise ApiError(400, 10125, f"consumer max request batch exceeds server limit of {batch}")
+    if 0 < js.max_ack_pending < cfg.max_ack_pending:
+        raise ApiError(
+            400, 10121, f"consumer max ack pending exceeds system limit of {js.max_ack_pending}"
+        )
+
+
 def bounds_consumers(limits: JetStreamLimits | None, replicas: int = 1) -> bool:
     """Whether the account limits each stream's consumers (its stream's tier does): the
     server's `default_max_consumers` applies only where it does not."""
@@ -144,17 +172,6 @@ def check_consumer(
             10121,
             f"consumer max ack pending exceeds system limit of {limits.max_ack_pending}",
         )
-
-
-def with_account_default(
-    limits: JetStreamLimits, cfg: ConsumerConfig, replicas: int = 1
-) -> ConsumerConfig:
-    """A consumer that names no max_ack_pending gets the account's (its stream's tier's),
-    as on the reference."""
-    limits = tier(limits, replicas)
-    if limits.max_ack_pending >= 0 and cfg.max_ack_pending == 0 and cfg.ack_policy != "none":
-        return dataclasses.replace(cfg, max_ack_pending=limits.max_ack_pending)
-    return cfg
 
 
 PublishHandler = Callable[[str, "str | None", "bytes | None", bytes], None]

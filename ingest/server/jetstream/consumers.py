@@ -293,10 +293,10 @@ class Consumers:
         if existing is not None:
             cfg = dataclasses.replace(cfg, pause_until=existing.consumer.cfg.pause_until)
             cfg = sourcing.kept_start(cfg, existing.consumer.cfg)
-        if self._js.limits is not None:
-            cfg = js_limits.with_account_default(self._js.limits, cfg, stream.config.num_replicas)
-        cfg = ccfg.with_defaults(cfg, stream.config)
+        ceilings = js_limits.ceilings(self._js.config, self._js.limits, stream.config.num_replicas)
+        cfg = ccfg.with_defaults(cfg, stream.config, **ceilings)
         ccfg.check(cfg, stream.config)
+        js_limits.check_server_ceilings(self._js.config, cfg)
         if existing is not None:
             return self._update(stream, existing, cfg, action)
         if action == "update":

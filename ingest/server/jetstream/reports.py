@@ -145,8 +145,18 @@ class Reports:
             if consumers:
                 detail["consumer_detail"] = self.consumers.details(stream)
             streams.append(detail)
-        limits = {"default_max_consumers": self.config.default_max_consumers}  # the server's
-        return {"config": doc["config"], "stats": stats, "limits": limits, "streams": streams}
+        return {"config": doc["config"], "stats": stats, "limits": self._server_limits(),
+                "streams": streams}  # fmt: skip
+
+    def _server_limits(self) -> dict[str, int]:
+        """`jetstream { limits {} }` as /jsz and /varz show it: what is set, and the default
+        consumer bound always."""
+        cfg = self.config
+        out = {"max_request_batch": cfg.max_request_batch, "max_ack_pending": cfg.max_ack_pending}
+        return {
+            **{k: v for k, v in out.items() if v},
+            "default_max_consumers": cfg.default_max_consumers,
+        }
 
 
 def _sync_fields(sync_interval_ns: int | None) -> dict[str, Any]:

@@ -187,11 +187,19 @@ SERVER_SECTIONS: dict[str, tuple[Key, ...]] = {
             "`1000`",
         ),
         K(
-            "max_ack_pending max_request_batch max_ha_assets duplicate_window batch",
-            "—",
-            "Refused: not supported.",
-            "—",
+            "max_ack_pending",
+            "integer",
+            "Ceiling on every consumer's `max_ack_pending`; one naming none gets it (below "
+            "the default 1000).",
+            "none",
         ),
+        K(
+            "max_request_batch",
+            "integer",
+            "Ceiling on every pull consumer's `max_batch`; one naming none gets it.",
+            "none",
+        ),
+        K("max_ha_assets duplicate_window batch", "—", "Refused: not supported.", "—"),
     ),
     "lake": (
         K("enabled enable", "boolean", "The lake on or off.", "true inside a block"),
