@@ -10,6 +10,7 @@ checked in test_monitor_unit.py; this file only guards the names tools parse.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -23,7 +24,7 @@ from ingest.server.options import parse_serve_args
 from ingest.server.server import Server
 from tests.support.http import http_get
 from tests.support.poll import poll_async
-from tests.support.servers import start_server
+from tests.support.servers import ServerProcess, start_server
 
 PATHS = (
     "/varz",
@@ -101,8 +102,9 @@ def client(answer: dict[str, Any], name: str) -> dict[str, Any]:
     return next(c for c in answer["connections"] if c.get("name") == name)
 
 
-@pytest.fixture
-async def answers(tmp_path: Path) -> AsyncIterator[tuple[dict[str, Any], dict[str, Any]]]:
+@contextlib.asynccontextmanager
+async def side_by_side(tmp_path: Path) -> AsyncIterator[tuple[ServerProcess, Server, Monitor]]:
+    """A reference process and an in-process jetlake Server with its Monitor."""
     ref = start_server("nats-server", "-m", "-1", tmp_path=tmp_path, name="ref")
     opts = parse_serve_args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1"])
     server = Server(opts)
@@ -110,6 +112,16 @@ async def answers(tmp_path: Path) -> AsyncIterator[tuple[dict[str, Any], dict[st
     await server.start()
     await monitor.start()
     try:
+        yield ref, server, monitor
+    finally:
+        await server.shutdown()
+        await monitor.stop()
+        await ref.stop_async()
+
+
+@pytest.fixture
+async def answers(tmp_path: Path) -> AsyncIterator[tuple[dict[str, Any], dict[str, Any]]]:
+    async with side_by_side(tmp_path) as (ref, server, monitor):
         assert ref.http_port is not None
         try:
             theirs = await scenario(ref.port, ref.http_port)
@@ -117,10 +129,6 @@ async def answers(tmp_path: Path) -> AsyncIterator[tuple[dict[str, Any], dict[st
             raise AssertionError(f"reference scenario failed; its log:\n{ref.log()}") from exc
         ours = await scenario(server.port, monitor.port)
         yield ours, theirs
-    finally:
-        await server.shutdown()
-        await monitor.stop()
-        await ref.stop_async()
 
 
 async def test_top_level_keys_are_the_reference_s(answers: Any) -> None:
@@ -225,13 +233,7 @@ async def test_raftz_ipqueuesz_and_stacksz_on_one_server(tmp_path: Path) -> None
     """Without a cluster /raftz is the reference's 404; /ipqueuesz lists no internal
     queues; /stacksz dumps every thread (the reference's goroutines, jetlake's threads
     and tasks) as plain text."""
-    ref = start_server("nats-server", "-m", "-1", tmp_path=tmp_path, name="ref")
-    opts = parse_serve_args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1"])
-    server = Server(opts)
-    monitor = Monitor(server, opts.http_host, opts.http_port or 0)
-    await server.start()
-    await monitor.start()
-    try:
+    async with side_by_side(tmp_path) as (ref, _, monitor):
         for base, marker in (
             (ref.http_url, b"goroutine"),
             (f"http://127.0.0.1:{monitor.port}", b"MainThread"),
@@ -242,7 +244,3 @@ async def test_raftz_ipqueuesz_and_stacksz_on_one_server(tmp_path: Path) -> None
             assert (queues.status, queues.json()) == (200, {}), base
             stacks = await http_get(base + "/stacksz")
             assert stacks.status == 200 and marker in stacks.body, base
-    finally:
-        await server.shutdown()
-        await monitor.stop()
-        await ref.stop_async()
