@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from ingest.parser.headers import encode_headers, parse_headers
 from ingest.parser.subjects import subject_matches
 from ingest.server.jetstream import JetStream
+from ingest.server.settings import JetStreamConfig
 from log.consumers.wire import Deliveries
 from tests.support.poll import poll_async
 
@@ -24,13 +24,9 @@ Callback = Callable[[str, str | None, bytes | None, bytes], None]
 RawCallback = Callable[[bytes, bytes, bytes | None, bytes], None]
 
 
-@dataclass
-class Options:
-    store_dir: str
-    enabled: bool = True
-    max_memory_store: int = -1
-    max_file_store: int = -1
-    sync_interval_ns: int | None = None
+def engine_config(store_dir: str) -> JetStreamConfig:
+    """The server's JetStream settings for an engine in `store_dir`, fsync on every write."""
+    return JetStreamConfig(enabled=True, store_dir=store_dir, sync_interval_ns=None)
 
 
 class FakeMessaging:
@@ -107,7 +103,7 @@ class FakeMessaging:
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[tuple[JetStream, FakeMessaging]]:
     messaging = FakeMessaging()
-    js = JetStream(Options(str(tmp_path)), messaging, server_id="NID", server_name="NID")
+    js = JetStream(engine_config(str(tmp_path)), messaging, server_id="NID", server_name="NID")
     await js.start()
     yield js, messaging
     await js.stop()
@@ -116,13 +112,13 @@ async def node(tmp_path: Path) -> AsyncIterator[tuple[JetStream, FakeMessaging]]
 async def restart(js: JetStream, tmp_path: Path) -> tuple[JetStream, FakeMessaging]:
     await js.stop()
     messaging = FakeMessaging()
-    again = JetStream(Options(str(tmp_path)), messaging, server_id="NID", server_name="NID")
+    again = JetStream(engine_config(str(tmp_path)), messaging, server_id="NID", server_name="NID")
     await again.start()
     return again, messaging
 
 
 async def test_streams_recover_config_messages_and_dedup_at_start(tmp_path: Path) -> None:
-    js = JetStream(Options(str(tmp_path)), FakeMessaging(), server_id="N", server_name="N")
+    js = JetStream(engine_config(str(tmp_path)), FakeMessaging(), server_id="N", server_name="N")
     await js.start()
     m = js.messaging
     assert isinstance(m, FakeMessaging)

@@ -18,7 +18,7 @@ import pytest
 from ingest.parser.headers import parse_headers
 from ingest.server.jetstream import JetStream
 from log.streams.stream import Stream
-from tests.jetstream.test_engine import FakeMessaging, Options
+from tests.jetstream.test_engine import FakeMessaging, engine_config
 
 KEYS = 20_000
 HISTORY = 5
@@ -28,7 +28,7 @@ _WATCHED = ("_fetch", "_scan", "seqs_for", "subjects", "load_next")
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[tuple[JetStream, FakeMessaging]]:
     messaging = FakeMessaging()
-    js = JetStream(Options(str(tmp_path)), messaging, server_id="N", server_name="N")
+    js = JetStream(engine_config(str(tmp_path)), messaging, server_id="N", server_name="N")
     await js.start()
     yield js, messaging
     await js.stop()

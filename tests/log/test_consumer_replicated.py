@@ -45,7 +45,7 @@ from log.segments.memstore import MemoryStore
 from log.state_file import read_state
 from log.streams.stream import Stream
 from tests.consensus.cluster import Cluster
-from tests.jetstream.test_engine import FakeMessaging, Options
+from tests.jetstream.test_engine import FakeMessaging, engine_config
 from tests.support.poll import poll_async
 
 Apply = Callable[[str, bytes], None]
@@ -276,7 +276,7 @@ async def members(tmp_path: Path) -> AsyncIterator[tuple[OpLog, Member, Member]]
     out: list[Member] = []
     for name in ("A", "B"):
         m = Bus()
-        js = JetStream(Options(str(tmp_path / name)), m, server_id=name, server_name=name)
+        js = JetStream(engine_config(str(tmp_path / name)), m, server_id=name, server_name=name)
         cfg = from_request({"name": "S", "subjects": ["S.>"], "num_replicas": 3})
         stream = ReplicatedStream(
             cfg, MemoryStore(name="S"), created_ns=0, read_headers=lambda _: {}
@@ -429,7 +429,7 @@ async def raft_members(tmp_path: Path) -> AsyncIterator[tuple[Cluster, dict[str,
             return groups[-1]
 
         m = Bus()
-        js = JetStream(Options(str(tmp_path / n)), m, server_id=n, server_name=n)
+        js = JetStream(engine_config(str(tmp_path / n)), m, server_id=n, server_name=n)
         cfg = from_request({"name": "S", "subjects": ["S.>"], "num_replicas": 3})
         stream = Stream(
             cfg, MemoryStore(name=n), created_ns=0, read_headers=lambda _: {}, group=group
