@@ -26,14 +26,14 @@ from log.segments.api import msg_size
 from log.streams.stream import Stream
 
 UNLIMITED = JetStreamLimits()
+RESOURCES_EXCEEDED = "resource limits exceeded for account"
 
 
 class Ceilings(TypedDict):
+    """`ConsumerConfig.with_defaults`' keywords: see `ceilings`."""
+
     ack_ceiling: int
     batch: int
-
-
-RESOURCES_EXCEEDED = "resource limits exceeded for account"
 
 
 def limits_document(limits: JetStreamLimits | None) -> dict[str, Any]:
