@@ -61,7 +61,7 @@ _KINDS: dict[str, tuple[str, str | None]] = {
     "GATEWAYZ": ("data", "/gatewayz"),
     "RAFTZ": ("data", None),
     "ACCOUNTZ": ("data", None),
-    "IPQUEUESZ": ("data", None),  # jetlake has no internal queues to list
+    "IPQUEUESZ": ("data", "/ipqueuesz"),
 }
 # Filters a PING may carry (the reference's event filter options) -> envelope field.
 _FILTERS = {"server_name": "name", "cluster": "cluster", "host": "host"}
@@ -234,8 +234,6 @@ class SystemAccount:
             return key, await self.statsz()
         if kind == "ACCOUNTZ":
             return key, self._accounts.accountz(options)
-        if kind == "IPQUEUESZ":
-            return key, {}
         if kind == "RAFTZ":  # the reference's option names; None: no `data`
             return key, self._monitor.raftz(options.get("account"), options.get("group"))
         assert path is not None

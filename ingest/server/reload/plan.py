@@ -141,6 +141,7 @@ _MQTT = (
     "consumer_inactive_threshold",
 )
 _JS_LIMITS = {"max_memory_store": "max_mem_store", "max_file_store": "max_file_store"}
+_JS_LIVE = ("default_max_consumers",)  # read at each consumer create: any change reloads
 _IN_AUTHORIZATION = frozenset(("users", "username", "password", "auth_token", "auth_timeout"))
 
 # The keys of the configuration reference whose change a running server takes, by
@@ -160,7 +161,7 @@ RELOADS: dict[str, frozenset[str]] = {
     "cluster": frozenset(("authorization", "tls", "routes")),
     "cluster.authorization": frozenset(("user", "password", "timeout")),
     "jetstream": frozenset(_JS_LIMITS),  # raised only
-    "jetstream.limits": frozenset(("default_max_consumers",)),
+    "jetstream.limits": frozenset(_JS_LIVE),
     "mqtt": frozenset((*_MQTT, "tls")),
     "leafnodes": frozenset(("remotes", "tls", "compression")),
     "leafnodes.remotes": frozenset(("tls", "compression")),
@@ -321,7 +322,7 @@ def _leafnodes(before: Any, after: Any) -> list[str]:
 
 
 def _jetstream(before: Any, after: Any) -> list[str]:
-    """Raised store limits and `default_max_consumers` reload, as on the reference; its
+    """Raised store limits and `_JS_LIVE` reload, as on the reference; its
     messages for the store dir and for limits made dynamic or lowered. Any other JetStream
     change (switching it on or off, the domain, sync) needs a restart of jetlake."""
     if before.store_dir != after.store_dir:
@@ -339,10 +340,11 @@ def _jetstream(before: Any, after: Any) -> list[str]:
                     "config reload not supported for decreasing jetstream max memory and store"
                 )
             notices.append(f"Reloaded: JetStream {label} = {friendly_bytes(new)}")
-    if before.default_max_consumers != after.default_max_consumers:  # read at each create
-        notices.append(f"Reloaded: JetStream default_max_consumers = {after.default_max_consumers}")
+    for name in _JS_LIVE:
+        if getattr(before, name) != getattr(after, name):
+            notices.append(f"Reloaded: JetStream {name} = {getattr(after, name)}")
     for field in dataclasses.fields(before):
-        if field.name in _JS_LIMITS or field.name == "default_max_consumers":
+        if field.name in _JS_LIMITS or field.name in _JS_LIVE:
             continue
         old, new = getattr(before, field.name), getattr(after, field.name)
         if old != new:
