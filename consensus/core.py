@@ -95,6 +95,10 @@ class Config:
     # stream's), that round is a read, a hard-state write and an answer per commit on
     # each; one whose followers act on it (the meta group's assignments) wants it.
     lazy_commit: bool = False
+    # New entries go at once only to the followers a commit needs (those furthest
+    # along); the others get them this many at a time, or at their next heartbeat's
+    # answer. 0: every follower gets each at once.
+    spare_batch: int = 0
     seed: int = 0  # seeds the core's own random.Random (deterministic runs)
 
 
@@ -135,6 +139,7 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, InOrderPaths):
         self._reads = ReadQueue()
         self._reads_waiting: list[PendingRead] = []  # before an entry of the term committed
         self._transferee: NodeId | None = None
+        self._eager: frozenset[NodeId] = frozenset()  # the followers a commit waits for
         self._transfer_elapsed = 0
         self._pending_conf_index = 0
         self._election_elapsed = 0
@@ -456,6 +461,7 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, InOrderPaths):
         self._heartbeat_elapsed = 0
         self._timeout = self._random_timeout()
         self._transferee = None
+        self._eager = frozenset()
         self._votes = {}
         self._progress = {}
         self._reads.clear()

@@ -51,6 +51,7 @@ class LeaderRole:
     _reads: ReadQueue
     _reads_waiting: list[PendingRead]
     _transferee: NodeId | None
+    _eager: frozenset[NodeId]
     _transfer_elapsed: int
     _pending_conf_index: int
     _election_elapsed: int
@@ -210,7 +211,7 @@ class LeaderRole:
             if self._role != Role.LEADER or peer not in self._progress:
                 return
         allow_empty = not self._cfg.lazy_commit and pr.sent_commit < self._commit
-        if allow_empty or pr.next <= self._log.last_index:  # else there is nothing to send
+        if allow_empty or (pr.next <= self._log.last_index and not self._spare_waits(peer, pr)):
             self._replicate(peer, allow_empty)
         if peer == self._transferee and pr.match == self._log.last_index:
             self._send(T.TIMEOUT_NOW, peer)
@@ -218,8 +219,39 @@ class LeaderRole:
     def _append_as_leader(self, entries: list[Entry]) -> None:
         self._log.append(entries)
         self._maybe_commit()
-        if self._role == Role.LEADER:
+        if self._role != Role.LEADER:
+            return
+        if not self._cfg.spare_batch:
             self._bcast_append(allow_empty=False)
+            return
+        self._pick_eager()
+        for peer, pr in self._progress.items():
+            if not self._spare_waits(peer, pr):
+                self._replicate(peer, allow_empty=False)
+
+    def _pick_eager(self) -> None:
+        """The followers furthest along, as many as a commit needs, those picked last
+        time first among equals: one that stops answering falls behind the others at
+        their next batch or heartbeat, and the next entries wait for another."""
+        progress = self._progress
+        ranked = sorted(progress, key=lambda p: (-progress[p].match, p not in self._eager, p))
+        eager = {self._id}
+        for peer in ranked:
+            if self._has_quorum(eager):
+                break
+            eager.add(peer)
+        self._eager = frozenset(eager)
+
+    def _spare_waits(self, peer: NodeId, pr: Progress) -> bool:
+        """A follower no commit waits for, streamed to, whose unsent entries are fewer
+        than a batch: they wait for more, or for its next heartbeat's answer."""
+        batch = self._cfg.spare_batch
+        return (
+            batch > 0
+            and peer not in self._eager
+            and pr.state == ReplicaState.REPLICATE
+            and self._log.last_index - pr.next + 1 < batch
+        )
 
     def _maybe_commit(self) -> None:
         """Advance the commit to what a quorum holds and, unless `lazy_commit`, tell
