@@ -243,14 +243,16 @@ class LeaderRole:
         self._eager = frozenset(eager)
 
     def _spare_waits(self, peer: NodeId, pr: Progress) -> bool:
-        """A follower no commit waits for, streamed to, whose unsent entries are fewer
-        than a batch: they wait for more, or for its next heartbeat's answer."""
+        """A voter no commit waits for, streamed to, whose unsent entries are fewer than a
+        batch: they wait for more, or for its next heartbeat's answer. A learner gets each
+        at once: it is promoted once it holds the commit, which a batch would put off."""
         batch = self._cfg.spare_batch
         return (
             batch > 0
             and peer not in self._eager
             and pr.state == ReplicaState.REPLICATE
             and self._log.last_index - pr.next + 1 < batch
+            and peer in self._membership.conf.voters
         )
 
     def _maybe_commit(self) -> None:

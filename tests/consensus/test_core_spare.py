@@ -4,7 +4,7 @@ follower that stops answering hands its place to one that does."""
 
 from __future__ import annotations
 
-from consensus.types import MessageType
+from consensus.types import ConfChange, ConfOp, MessageType
 from tests.consensus.scripts.net import Net
 
 T = MessageType
@@ -97,3 +97,19 @@ def test_without_spare_batch_every_follower_gets_each_entry() -> None:
     for n in range(BATCH):
         committed_at_once(net, "a", b"m%d" % n)
     assert appends_with_entries(net, start) == {"b": [1] * BATCH, "c": [1] * BATCH}
+
+
+def test_a_learner_gets_each_entry_at_once() -> None:
+    """Promotion waits for a learner to hold the commit: a batch would put it off."""
+    net = Net("abc", lazy_commit=True, spare_batch=BATCH)
+    net.elect("a")
+    net.add("d", voters="abc")
+    net.change("a", ConfChange(ConfOp.ADD_LEARNER, "d"))
+    net.heartbeat()
+    assert net.nodes["a"].conf.learners == frozenset("d")
+    start = len(net.sent)
+    for n in range(BATCH):
+        committed_at_once(net, "a", b"m%d" % n)
+    sent = appends_with_entries(net, start)
+    assert sent["d"] == [1] * BATCH, sent
+    assert sorted((sent[p] for p in "bc"), key=len) == [[BATCH], [1] * BATCH], sent
