@@ -191,3 +191,21 @@ async def test_a_subscription_past_the_streams_consumer_limit_is_refused_alone(
     msg = await raw.packet()
     assert isinstance(msg, mqtt.Publish)
     assert (msg.topic, msg.payload, msg.qos) == (b"lim/2", b"kept", 1)
+
+
+async def test_subscriptions_past_the_sessions_ack_budget_are_refused(
+    start_mqtt: StartMQTT, open_raw: OpenRaw
+) -> None:
+    """A session's QoS 1 consumers may hold no more unacknowledged messages together than
+    there are packet identifiers (65,535): at `max_ack_pending` 30,000 a third is
+    refused (0x80), as on the reference, and unsubscribing one frees its share."""
+    server = start_mqtt("max_ack_pending: 30000")
+    raw = await open_raw(server)
+    raw.send(mqtt.Connect("budget", True, 0))
+    assert isinstance(await raw.packet(), mqtt.ConnAck)
+    raw.send(mqtt.Subscribe(1, ((b"bud/1", 1), (b"bud/2", 1), (b"bud/3", 1), (b"bud/0", 0))))
+    assert await raw.packet() == mqtt.SubAck(1, (1, 1, mqtt.SUBACK_FAILURE, 0))
+    raw.send(mqtt.Unsubscribe(2, (b"bud/1",)))
+    assert await raw.packet() == mqtt.UnsubAck(2)
+    raw.send(mqtt.Subscribe(3, ((b"bud/3", 1),)))
+    assert await raw.packet() == mqtt.SubAck(3, (1,))

@@ -35,6 +35,14 @@ QOS2_STREAM = "$MQTT_qos2in"
 QOS2_PREFIX = "$MQTT.qos2.in."
 DEFAULT_ACK_WAIT = 30.0
 DEFAULT_MAX_ACK_PENDING = 1024
+# A session's consumers together may hold no more unacknowledged messages than there
+# are packet identifiers: past that a PUBLISH would have none to carry.
+MAX_ACK_PENDING_TOTAL = 0xFFFF
+
+
+class PendingBudgetError(JetStreamError):
+    """A subscription refused before any request: its consumer's `max_ack_pending`
+    would take the session's consumers past `MAX_ACK_PENDING_TOTAL`."""
 
 
 def filter_of(subject: str) -> bytes:
@@ -227,8 +235,10 @@ class Session:
         self, filters: tuple[tuple[bytes, int], ...], codes: tuple[int, ...]
     ) -> tuple[int, ...]:
         """The consumers the filters need; the SUBACK's codes. A filter JetStream refuses
-        a consumer for (the stream's consumer limit, say) is refused in the SUBACK
-        (0x80), as on the reference, and the rest of the packet and the session go on."""
+        a consumer for (the stream's consumer limit, say), or whose consumers would
+        take the session past `MAX_ACK_PENDING_TOTAL` (the 64th QoS 1 filter at the
+        default 1024 each), is refused in the SUBACK (0x80), as on the reference, and
+        the rest of the packet and the session go on."""
         final = list(codes)
         for n, ((topic_filter, _), granted) in enumerate(zip(filters, codes, strict=True)):
             if granted == mqtt.SUBACK_FAILURE:
@@ -267,6 +277,13 @@ class Session:
 
     async def _add_consumer(self, subject: str, qos: int) -> None:
         mopts = self.manager.config
+        pending = mopts.max_ack_pending or DEFAULT_MAX_ACK_PENDING
+        after = pending + sum(cfg["max_ack_pending"] for cfg in self.cons.values())
+        if after > MAX_ACK_PENDING_TOTAL:
+            raise PendingBudgetError(
+                f"max_ack_pending for all consumers would be {after} which exceeds "
+                f"the limit of {MAX_ACK_PENDING_TOTAL}"
+            )
         nuid = secrets.token_urlsafe(16).replace("-", "A").replace("_", "B")
         cfg: dict[str, Any] = {
             "durable_name": f"{self.id_hash}_{nuid}",
@@ -275,7 +292,7 @@ class Session:
             "ack_wait": round((mopts.ack_wait or DEFAULT_ACK_WAIT) * 1e9),
             "filter_subject": MSGS_PREFIX + subject,
             "replay_policy": "instant",
-            "max_ack_pending": mopts.max_ack_pending or DEFAULT_MAX_ACK_PENDING,
+            "max_ack_pending": pending,
             "deliver_subject": f"$MQTT.sub.{nuid}",
         }
         if mopts.consumer_memory_storage:
