@@ -108,8 +108,8 @@ class SimNode:
             lazy_commit=bool(self.seed & 1),  # either way, mixed in one cluster
             # so are quiet heartbeats, two heartbeats or three to an election timeout
             quiet_heartbeat_ticks=(5 if self.seed & 4 else 3) if self.seed & 2 else 0,
-            # followers past a quorum's in batches, on the seeds of odd parity (half of
-            # CI's few, independent of each bit above)
+            # followers past a quorum's batched, on half the nodes: the seed's parity,
+            # independent of each bit above
             spare_batch=3 if self.seed.bit_count() & 1 else 0,
         )
         self.restarts += 1
