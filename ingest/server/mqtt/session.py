@@ -278,7 +278,8 @@ class Session:
     async def _add_consumer(self, subject: str, qos: int) -> None:
         mopts = self.manager.config
         pending = mopts.max_ack_pending or DEFAULT_MAX_ACK_PENDING
-        after = pending + sum(cfg["max_ack_pending"] for cfg in self.cons.values())
+        held = (cfg.get("max_ack_pending") or DEFAULT_MAX_ACK_PENDING for cfg in self.cons.values())
+        after = pending + sum(held)  # a stored session's consumer may not say
         if after > MAX_ACK_PENDING_TOTAL:
             raise PendingBudgetError(
                 f"max_ack_pending for all consumers would be {after} which exceeds "
