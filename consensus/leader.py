@@ -221,10 +221,8 @@ class LeaderRole:
         self._maybe_commit()
         if self._role != Role.LEADER:
             return
-        if not self._cfg.spare_batch:
-            self._bcast_append(allow_empty=False)
-            return
-        self._pick_eager()
+        if self._cfg.spare_batch:
+            self._pick_eager()
         for peer, pr in self._progress.items():
             if not self._spare_waits(peer, pr):
                 self._replicate(peer, allow_empty=False)
