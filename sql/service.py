@@ -65,6 +65,7 @@ from log.compactor.location import Lake
 from log.compactor.spark import build_session, local_jars
 from sql.account_views import allow, bind
 from sql.catalog import HiveCatalog, catalog_entries, keep_synced
+from sql.current import ServerCopies
 from sql.lake_cache import CHOICE_ENV, CHOICES, wanted
 from sql.lake_cache import ENABLED as LAKE_CACHE
 from sql.lake_snapshot import forget_unless
@@ -98,10 +99,16 @@ class SharedViews:
     """The views of a store as global temporary views, rebuilt on demand (py4j's callback)."""
 
     def __init__(
-        self, spark: SparkSession, store_dir: Path, lake: Lake, catalog: HiveCatalog | None = None
+        self,
+        spark: SparkSession,
+        store_dir: Path,
+        lake: Lake,
+        catalog: HiveCatalog | None = None,
+        copies: ServerCopies | None = None,
     ) -> None:
         self._spark = spark
         self._catalog = catalog
+        self._copies = copies or ServerCopies()
         self._store = store_dir
         self._lake = lake
         self._lock = threading.Lock()
@@ -130,6 +137,7 @@ class SharedViews:
             self._last_start = time.monotonic_ns()
             self._rebuilder = threading.get_ident()
             try:
+                self._copies.wait()  # the files read below hold what was acknowledged
                 seen = self._fingerprint()
                 if seen is None or seen != self._seen:
                     self._rebuild()
@@ -193,9 +201,11 @@ def start_session(
     max_rows: int = DEFAULT_MAX_ROWS,
     max_result_size: str = DEFAULT_MAX_RESULT_SIZE,
     cache_lake: str = "auto",
+    copies: ServerCopies | None = None,
 ) -> tuple[SparkSession, SharedViews]:
     """The service's session with its views published, Connect (and Thrift) listening, their
-    clients logging in with NATS credentials checked at `logins` (a URL) when given."""
+    clients logging in with NATS credentials checked at `logins` (a URL) when given; each
+    rebuild of the views first asks `copies` (the server beside) to show its copies current."""
     if jdbc is not None:  # Hive's Thrift service reads these before its own configuration
         os.environ["HIVE_SERVER2_THRIFT_BIND_HOST"] = jdbc[0]
         os.environ["HIVE_SERVER2_THRIFT_PORT"] = str(jdbc[1])
@@ -225,7 +235,7 @@ def start_session(
     if logins is not None:  # before either door opens
         jvm.io.jetlake.sql.NatsLogins.require(NatsLogin(logins))
     hive = HiveCatalog(spark, catalog) if catalog else None
-    views = SharedViews(spark, store_dir, lake, hive)
+    views = SharedViews(spark, store_dir, lake, hive, copies)
     views.refresh()
     jvm.io.jetlake.sql.StreamViews.setRefresher(views)
     jvm.org.apache.spark.sql.connect.service.SparkConnectService.start(spark._jsc.sc())
@@ -287,7 +297,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _serve(args: argparse.Namespace, spark: SparkSession, stop: asyncio.Event) -> None:
+async def _serve(
+    args: argparse.Namespace, spark: SparkSession, copies: ServerCopies, stop: asyncio.Event
+) -> None:
     """Until stopped or orphaned: the NATS door (if asked for) and the parent watch.
 
     The NATS door starts aside: a server still starting, or refusing the service's
@@ -306,6 +318,7 @@ async def _serve(args: argparse.Namespace, spark: SparkSession, stop: asyncio.Ev
             max_rows=args.max_rows,
             store=store,
             lake=lake_at(args.lake, store),
+            copies=copies,
         )
         opening = asyncio.get_running_loop().create_task(_open(door, args.nats))
     try:
@@ -352,6 +365,7 @@ def main(argv: list[str]) -> int:
             print(f"jetlake sql serve: {what} {address[0]}:{address[1]} is taken", file=sys.stderr)
             return ADDRESS_TAKEN
     lake = lake_at(args.lake, store)
+    copies = ServerCopies()  # connected once the NATS door is
     spark, views = start_session(
         store_dir=store,
         lake=lake,
@@ -363,6 +377,7 @@ def main(argv: list[str]) -> int:
         max_rows=args.max_rows,
         max_result_size=args.max_result_size,
         cache_lake=args.cache_lake,
+        copies=copies,
     )
     endpoints = Endpoints(
         pid=os.getpid(),
@@ -381,7 +396,7 @@ def main(argv: list[str]) -> int:
         if args.catalog:  # other engines' queries do not pass here to trigger a refresh
             syncing = loop.create_task(keep_synced(views.refresh, stop))
         warming = loop.create_task(keep_warm(spark, views.refresh, store, lake, stop))
-        await _serve(args, spark, stop)
+        await _serve(args, spark, copies, stop)
         stop.set()  # orphaned: the watches end too
         await warming
         if args.catalog:

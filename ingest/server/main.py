@@ -142,6 +142,9 @@ async def _serve(opts: Options, argv: list[str]) -> int:
     if account_js is not None:
         server.account_jetstreams = account_js
         await account_js.start()
+        from ingest.server.jetstream.current import CurrentCopies
+
+        CurrentCopies(server).start()  # what a SQL service beside this server asks
         if server.resolver is not None:
             server.resolver.jetstreams = account_js
         if server.jetstream_cluster is not None:

@@ -52,6 +52,11 @@ class ServerMessaging:
         sub.account.sublist.insert(subject, queue, sub)
         return sub
 
+    def serve_everywhere(self, subject: str, callback: InternalCallback) -> None:
+        """Answer `subject` in every account, and in each one created later, on this server
+        alone (not announced): a service about the server a client is connected to."""
+        self.accounts.every(lambda account: self.subscribe(subject, callback, account=account))
+
     def subscribe_raw(
         self,
         subject: str,

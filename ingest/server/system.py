@@ -17,7 +17,6 @@ from ingest.server.version import VERSION
 from log.timefmt import now_ns, rfc3339
 
 if TYPE_CHECKING:
-    from ingest.server.accounts.registry import Account
     from ingest.server.server import Server
 
 USER_INFO = "$SYS.REQ.USER.INFO"
@@ -30,10 +29,7 @@ class SystemServices:
         self._seq = 0
 
     def start(self) -> None:
-        self._server.accounts.every(self._serve)
-
-    def _serve(self, account: Account) -> None:
-        self._server.subscribe(USER_INFO, self._user_info, account=account)
+        self._server.serve_everywhere(USER_INFO, self._user_info)
 
     def _user_info(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         if not reply:

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from log.compactor.layout import GLOBAL, LakeError, StreamRef, stream_dirs
 from log.compactor.location import Lake
+from sql.current import ServerCopies
 from sql.duck_views import register, stream_views, view_names
 from sql.nats_door.encoding import encode_json_table, encode_table
 from sql.nats_door.service import QueryError, QueryThread
@@ -53,16 +54,15 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _streams(store: Path, account: str | None) -> list[tuple[str | None, str, Path]]:
-    """(schema, view name, folder) of each stream the account may read."""
+def _streams(store: Path, account: str | None) -> list[tuple[str | None, StreamRef]]:
+    """(schema, stream) of each stream the account may read."""
     out = []
     for folder in stream_dirs(store, account):
         try:
             ref = StreamRef.load(folder)
         except LakeError:
             continue
-        schema = None if account is not None or ref.account == GLOBAL else ref.account
-        out.append((schema, ref.name, folder))
+        out.append((None if account is not None or ref.account == GLOBAL else ref.account, ref))
     return out
 
 
@@ -80,9 +80,10 @@ class DuckEngine:
     open a database of their own. Only queries run (SELECT, EXPLAIN): nothing a query
     does outlives it or reaches another's cursor."""
 
-    def __init__(self, store: Path, lake: Lake) -> None:
+    def __init__(self, store: Path, lake: Lake, copies: ServerCopies | None = None) -> None:
         self.store = store
         self.lake = lake
+        self._copies = copies or ServerCopies()
         self._base: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.Lock()
 
@@ -105,13 +106,18 @@ class DuckEngine:
             if len(statements) != 1 or statements[0].type not in QUERIES:
                 raise duckdb.InvalidInputException("the DuckDB engine answers one SELECT query")
             wanted = {t.casefold() for t in con.get_table_names(text)}
+            named = [
+                (schema, ref)
+                for schema, ref in _streams(self.store, account)
+                if any(v.casefold() in wanted for v in view_names(ref.name, ref.dir))
+            ]
+            # Before their files are read: the server's copies of them shown current.
+            self._copies.wait([(ref.account, ref.name) for _, ref in named])
             index = 0
-            for schema, name, folder in _streams(self.store, account):
-                if not any(v.casefold() in wanted for v in view_names(name, folder)):
-                    continue
+            for schema, ref in named:
                 if schema is not None:
                     con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quoted(schema)}")
-                for view, parts in stream_views(name, folder, self.lake, read_live).items():
+                for view, parts in stream_views(ref.name, ref.dir, self.lake, read_live).items():
                     if account is not None:
                         register(con, index, view, parts, temp=True)
                     else:

@@ -79,6 +79,7 @@ import pyarrow as pa
 
 from log.compactor.layout import GLOBAL
 from log.compactor.location import Lake
+from sql.current import ServerCopies
 from sql.lake_cache import held
 from sql.logins import whoami
 from sql.nats_door.cancel import CANCEL_PREFIX, HEARTBEAT, CallOffs, query_id
@@ -163,13 +164,15 @@ class NatsSql:
         max_rows: int = DEFAULT_MAX_ROWS,
         store: Path | None = None,
         lake: Lake | None = None,
+        copies: ServerCopies | None = None,
     ) -> None:
         self._spark = spark
+        self._copies = copies or ServerCopies()  # asked through this door's connection
         self._duck: DuckEngine | None = None  # for `Jl-Sql-Engine: duckdb` (None: no store)
         if store is not None and lake is not None:
             from sql.nats_door.duck_engine import DuckEngine
 
-            self._duck = DuckEngine(store, lake)
+            self._duck = DuckEngine(store, lake, self._copies)
         self._url = url
         self._creds = creds
         self._login = login or {}  # user and password, or token: the service's own
@@ -197,6 +200,7 @@ class NatsSql:
             disconnected_cb=disconnected,
         )
         self._account, self._system = await whoami(self._nc)
+        self._copies.connected(self._nc)
         self._service = await add_service(
             self._nc,
             name=SERVICE,
