@@ -59,7 +59,8 @@ class ServerCopies:
 
 
 async def ask(nc: Client, streams: Sequence[tuple[str, str]] | None = None) -> None:
-    from nats.errors import NoRespondersError
+    """Never raises: a query goes on, over the store as it is, whatever the answer."""
+    from nats.errors import Error, NoRespondersError
 
     named = [{"account": account, "stream": name} for account, name in streams or ()]
     body = json.dumps({"streams": named}).encode() if streams is not None else b""
@@ -69,6 +70,9 @@ async def ask(nc: Client, streams: Sequence[tuple[str, str]] | None = None) -> N
         return
     except TimeoutError:
         _unanswered()
+        return
+    except Error as exc:  # the door's connection closed or reconnecting
+        log.warning("sql service: %s not asked (%s); reading the store as it is", SUBJECT, exc)
         return
     try:
         body = json.loads(answer.data)

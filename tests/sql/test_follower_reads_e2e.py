@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 from log.compactor.layout import lake_at
-from sql.current import SUBJECT
+from sql.current import SUBJECT, WAIT, ask
 from sql.nats_door.service import NatsSql
 from tests.jscluster.support import (
     APP_LOGIN,
@@ -38,7 +38,7 @@ from tests.jscluster.support import (
 )
 from tests.sql.walls import count_of, query_as
 from tests.support.cluster import free_port
-from tests.support.servers import ServerProcess
+from tests.support.servers import ServerProcess, start_server
 
 JVM_DEADLINE = 180.0  # the service's start on a loaded two-core machine
 pytestmark = pytest.mark.timeout(JVM_DEADLINE + 120)
@@ -179,3 +179,26 @@ async def _pings(url: str) -> bool:
 
 def _spark_last_seq(spark: SparkSession) -> int:
     return int(spark.sql(LAST_SEQ.replace("FROM RS", "FROM APP.RS")).collect()[0][0])
+
+
+async def test_a_server_that_does_not_answer_the_subject_is_not_waited_for(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The door may run on nats-server, which has no copies to show: the ask is over at
+    its no-responders status, and a closed connection ends it too; neither fails a query."""
+    server = start_server("nats-server", tmp_path=tmp_path)
+    try:
+        nc = await nats.connect(server.url)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await ask(nc, [("$G", "ORDERS")])
+        assert loop.time() - started < WAIT / 2
+        assert not caplog.records
+        await nc.close()
+        await ask(nc)
+        assert [r.getMessage() for r in caplog.records] == [
+            f"sql service: {SUBJECT} not asked (nats: connection closed); "
+            "reading the store as it is"
+        ]
+    finally:
+        server.stop()
