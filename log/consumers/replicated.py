@@ -124,6 +124,7 @@ class ConsumerFiles:
         self._root = consumers_dir(stream_folder)
         self._sync_interval_ns = sync_interval_ns
         self._stores: dict[str, ConsumerStore] = {}  # open acks.log per consumer
+        self._listed: int | None = None  # `listed()`, until a create or delete changes it
 
     def __call__(self, name: str, data: bytes) -> None:
         where = f"stream {self._stream} consumer {name!r}"
@@ -136,12 +137,27 @@ class ConsumerFiles:
                 store.record_payload(op.payload, None)
         elif isinstance(op, Create):
             self._create(name, op)
+            self._listed = None
         elif isinstance(op, Meta):
             store = self._open(name)
             if store is not None:
                 store.save_meta(op.config, op.created)
         elif isinstance(op, Delete):
             self._delete(name)
+            self._listed = None
+
+    def listed(self) -> int:
+        """How many consumers the files hold that a listing shows (a sourcing stream's
+        readers are not listed): what a member that runs none reports as the stream's
+        `consumer_count`, as each of the reference's replicas does. Counted from the
+        files once, again only after a create or delete."""
+        if self._listed is None:
+            folders = sorted(self._root.iterdir()) if self._root.is_dir() else []
+            metas = [_whole(folder, "") for folder in folders if folder.is_dir()]
+            self._listed = sum(
+                1 for m in metas if m is not None and not m["config"].get("direct", False)
+            )
+        return self._listed
 
     def saved(self) -> list[Saved]:
         """Every consumer as its files hold it now: for a snapshot of the stream."""
@@ -151,6 +167,7 @@ class ConsumerFiles:
         """Make the files a snapshot's: the consumers it lacks deleted, the rest rewritten
         whole (ops after the snapshot's index are applied again over them)."""
         keep = {s.name for s in saved}
+        self._listed = None
         if self._root.is_dir():
             for folder in self._root.iterdir():
                 if folder.name not in keep:

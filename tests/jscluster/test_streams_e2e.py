@@ -60,6 +60,13 @@ async def test_r3_stream_replicates_and_reports_its_cluster(kind: str, tmp_path:
         past = await request(c.nc, "$JS.API.STREAM.NAMES", b'{"offset": 5}')
         assert (past["total"], past["offset"]) == (1, 1)
         await c.js.add_consumer("R3", durable_name="D", ack_policy="explicit")
+        for server in c.servers:  # every replica holds the consumer, and counts it
+            await eventually(
+                lambda s=server: asyncio.sleep(0, jsz(s)["consumers"] == 1),
+                f"{server_name(server)} counting consumer D",
+            )
+            [held] = jsz(server, "?streams=true")["account_details"][0]["stream_detail"]
+            assert held["state"]["consumer_count"] == 1, server_name(server)
         past = await request(c.nc, "$JS.API.CONSUMER.LIST.R3", b'{"offset": 5}')
         assert (past["total"], past["offset"], past["consumers"]) == (0, 1, [])
         listed = await request(c.nc, "$JS.API.CONSUMER.LIST.R3")

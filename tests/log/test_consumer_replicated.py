@@ -140,6 +140,27 @@ def test_ops_reach_the_files_of_every_member_only_once_committed(tmp_path: Path)
         f.close()
 
 
+def test_a_member_counts_the_listed_consumers_its_files_hold(tmp_path: Path) -> None:
+    """What a follower reports as the stream's consumer_count: creates and deletes as they
+    commit, a sourcing stream's unlisted reader left out, and the same count from the
+    files alone after a restart."""
+    oplog, roots, files = _members(tmp_path, 2)
+    assert [f.listed() for f in files] == [0, 0]
+    ReplicatedStore("a", oplog).create(CONFIG, "2026-01-01T00:00:01Z", STATE)
+    ReplicatedStore("src", oplog).create({**CONFIG, "direct": True}, "2026-01-01T00:00:02Z", STATE)
+    gone = ReplicatedStore("b", oplog)
+    gone.create(CONFIG, "2026-01-01T00:00:03Z", STATE)
+    assert [f.listed() for f in files] == [0, 0]  # proposed, not committed
+    oplog.commit()
+    assert [f.listed() for f in files] == [2, 2]
+    gone.delete()
+    oplog.commit()
+    assert [f.listed() for f in files] == [1, 1]
+    for f in files:
+        f.close()
+    assert ConsumerFiles("S", roots[0], sync_interval_ns=10**8).listed() == 1
+
+
 def test_re_applying_the_whole_log_over_the_files_changes_no_state(tmp_path: Path) -> None:
     """A restart replays the stream's log from its start over files that hold its end:
     a delete and a re-create under the same name, an update, records that trail a delete."""

@@ -33,7 +33,7 @@ from log.consumers import config as ccfg
 from log.consumers import errors as cerr
 from log.consumers.consumer import Consumer
 from log.consumers.priority import invalid_group_name, unknown_group, valid_group_name
-from log.consumers.replicated import ReplicatedStore
+from log.consumers.replicated import ConsumerFiles, ReplicatedStore
 from log.consumers.store import ConsumerStore, StateStore, consumers_dir, load_all
 from log.request_fields import Fields, fields, refuse_unknown
 from log.sources import stream_identity
@@ -128,8 +128,14 @@ class Consumers:
 
     def count(self, stream: str) -> int:
         """A stream's `consumer_count`: a limits origin's unlisted sourcing readers are not
-        in it (the account's total has them, as the reference's does)."""
-        return sum(1 for r in self._by_stream.get(stream, {}).values() if _listed(r))
+        in it (the account's total has them, as the reference's does). A replicated
+        stream's member that runs none of them (a follower) counts those its files hold."""
+        runners = self._by_stream.get(stream)
+        if runners:
+            return sum(1 for r in runners.values() if _listed(r))
+        held = self._js.streams.get(stream)
+        files = held.consumer_ops if held is not None and not held.accepting else None
+        return files.listed() if isinstance(files, ConsumerFiles) else 0
 
     def total(self) -> int:
         return sum(len(v) for v in self._by_stream.values())
