@@ -26,7 +26,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from log.compactor.layout import ACCOUNTS, LakeError, StreamRef, default_lake_dir
+from log.compactor.layout import (
+    ACCOUNTS,
+    LakeError,
+    StreamRef,
+    default_lake_dir,
+    qualified,
+    stream_dirs,
+)
 from log.compactor.location import Lake
 from log.compactor.rows import erased_rows, to_lake
 from log.compactor.tables import typed_parts
@@ -61,9 +68,10 @@ def _ref(folder: Path) -> StreamRef | None:
         return None
 
 
-def view_names(name: str, folder: Path) -> list[str]:
-    """The views a stream folder gives, from its config alone (no data read)."""
-    ref = _ref(folder)
+def view_names(name: str, folder: Path, ref: StreamRef | None = None) -> list[str]:
+    """The views a stream folder gives, from its config alone (no data read); `ref`, when
+    the caller read it already, is the folder's."""
+    ref = ref or _ref(folder)
     try:
         spec = lake_spec(ref.name, ref.metadata) if ref is not None else None
     except SpecError:
@@ -73,6 +81,19 @@ def view_names(name: str, folder: Path) -> list[str]:
     return [name if t.name == ref.name else t.name for t in spec.tables] + [
         t.rejects for t in spec.tables
     ]
+
+
+def stream_of_views(store: Path) -> dict[str, tuple[str, str]]:
+    """Each view a stream gives, by its name across accounts (`A.ORDERS`), to the stream's
+    (account, name): what a query naming views reads. A bucket's and MQTT's views are not
+    in it."""
+    out = {}
+    for folder in stream_dirs(store, None):
+        ref = _ref(folder)
+        if ref is not None:
+            for view in view_names(ref.name, folder, ref):
+                out[qualified(ref.account, view)] = (ref.account, ref.name)
+    return out
 
 
 def stream_views(name: str, folder: Path, lake: Lake | None, read: LiveReader) -> dict[str, View]:

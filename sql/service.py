@@ -57,6 +57,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,6 +67,7 @@ from log.compactor.spark import build_session, local_jars
 from sql.account_views import allow, bind
 from sql.catalog import HiveCatalog, catalog_entries, keep_synced
 from sql.current import ServerCopies
+from sql.duck_views import stream_of_views
 from sql.lake_cache import CHOICE_ENV, CHOICES, wanted
 from sql.lake_cache import ENABLED as LAKE_CACHE
 from sql.lake_snapshot import forget_unless
@@ -118,9 +120,17 @@ class SharedViews:
         self._frames: dict[str, DataFrame] = {}  # the published views, by name
         self._walled = False  # the wall was told the views at least once
         self._seen: frozenset[tuple[str, int, int]] | None = None
+        # a stream's views -> (account, stream), as the last rebuild found them
+        self._streams: dict[str, tuple[str, str]] = {}
 
-    def refresh(self) -> None:
+    def refresh(self, names: Iterable[str] | None = None) -> None:
         """Rebuild unless a rebuild that started after this call did already (one for a burst).
+
+        First the server beside shows its copies of the streams behind `names` current (the
+        global views a query reads; none: every stream), so a rebuild that starts after that
+        reads what was acknowledged before the query. A view the last rebuild did not know
+        (a new stream's), or one of no stream's own (a bucket's, MQTT's), asks for every
+        stream.
 
         The rebuilding thread's own call returns at once: py4j runs the analyzer rule's
         callback on the thread that called into the JVM, so a rebuild resolving a name that
@@ -130,6 +140,9 @@ class SharedViews:
         changed, builds it again."""
         if self._rebuilder == threading.get_ident():
             return
+        found = [self._streams.get(name) for name in names or ()]
+        named = [stream for stream in found if stream is not None]
+        self._copies.wait(sorted(set(named)) if found and len(named) == len(found) else None)
         asked = time.monotonic_ns()
         with self._lock:
             if self._last_start >= asked:
@@ -137,7 +150,6 @@ class SharedViews:
             self._last_start = time.monotonic_ns()
             self._rebuilder = threading.get_ident()
             try:
-                self._copies.wait()  # the files read below hold what was acknowledged
                 seen = self._fingerprint()
                 if seen is None or seen != self._seen:
                     self._rebuild()
@@ -159,6 +171,7 @@ class SharedViews:
         which account's views read which files (`sql.account_views`)."""
         spark = self._spark
         found, changed = register_changed(spark, self._store, self._lake)
+        self._streams = stream_of_views(self._store)
         names = {name for names in found.values() for name in names}
         fresh = changed | (names - self._frames.keys())  # a failed rebuild left some out
         for name in fresh:

@@ -109,7 +109,7 @@ class DuckEngine:
             named = [
                 (schema, ref)
                 for schema, ref in _streams(self.store, account)
-                if any(v.casefold() in wanted for v in view_names(ref.name, ref.dir))
+                if any(v.casefold() in wanted for v in view_names(ref.name, ref.dir, ref))
             ]
             # Before their files are read: the server's copies of them shown current.
             self._copies.wait([(ref.account, ref.name) for _, ref in named])

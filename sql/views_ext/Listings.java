@@ -61,7 +61,7 @@ final class Listings extends Rule<LogicalPlan> {
     if (!plan.exists(Listings::listing)) {
       return plan;
     }
-    StreamViews.refresh(); // it lists the streams as they are now, as a query reads them
+    StreamViews.refresh(List.of()); // it lists the streams as they are now, as a query reads them
     String account = AccountWalls.account(session);
     return account == null ? plan : wrap(plan, account);
   }

@@ -1,5 +1,6 @@
 package io.jetlake.sql;
 
+import java.util.ArrayList;
 import java.util.List;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
@@ -26,9 +27,13 @@ import scala.runtime.BoxedUnit;
  */
 public final class StreamViews extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
 
-  /** The service's side: re-register the views (implemented in Python, called over py4j). */
+  /**
+   * The service's side: re-register the views (implemented in Python, called over py4j). A
+   * query names the global views it reads, so that the service has the server show only those
+   * streams' copies current; an empty list (a listing) stands for every stream.
+   */
   public interface Refresher {
-    void refresh();
+    void refresh(List<String> names);
   }
 
   private static volatile Refresher refresher;
@@ -37,11 +42,11 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
     refresher = r;
   }
 
-  /** Re-register the views now (a listing's, which names none). */
-  static void refresh() {
+  /** Re-register the views now, for a plan that reads `names` (none: a listing's). */
+  static void refresh(List<String> names) {
     Refresher r = refresher;
     if (r != null) {
-      r.refresh();
+      r.refresh(names);
     }
   }
 
@@ -90,8 +95,13 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
       if (plan.resolved()) {
         return plan;
       }
-      return new Pass(session.sessionState().catalog(), AccountWalls.account(session))
-          .rewrite(plan);
+      Pass pass = new Pass(session.sessionState().catalog(), AccountWalls.account(session));
+      List<String> names = new ArrayList<>();
+      pass.collect(plan, names);
+      if (!names.isEmpty()) {
+        refresh(names);
+      }
+      return pass.rewrite(plan);
     }
   }
 
@@ -102,15 +112,34 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
 
   private static final String GLOBAL = "$G";
 
-  /** One walk over a plan: refreshes at most once, at the first bare name it meets. */
+  /** The walks over one plan: the names it reads, then those names rewritten. */
   static final class Pass {
     private final SessionCatalog catalog;
     private final String account; // the session's (AccountWalls), null: unbound
-    private boolean refreshed;
 
     Pass(SessionCatalog catalog, String account) {
       this.catalog = catalog;
       this.account = account;
+    }
+
+    /** The global views' names the plan's unresolved relations would read, into `into`. */
+    void collect(LogicalPlan plan, List<String> into) {
+      if (plan.resolved()) {
+        return;
+      }
+      String name = null;
+      if (plan instanceof UnresolvedRelation relation) {
+        name = viewName(relation.multipartIdentifier());
+      } else if (plan instanceof UnresolvedTableOrView named && named.allowTempView()) {
+        name = viewName(named.multipartIdentifier());
+      }
+      if (name != null) {
+        into.add(name);
+        return;
+      }
+      for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
+        collect(child, into);
+      }
     }
 
     LogicalPlan rewrite(LogicalPlan plan) {
@@ -150,25 +179,25 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
      * unbound ones reach this way (the check rule refuses the rest by their files).
      */
     private Seq<String> shared(Seq<String> parts) {
-      String name;
+      String name = viewName(parts);
+      if (name == null || catalog.getGlobalTempView(name).isEmpty()) {
+        return null;
+      }
+      return CollectionConverters.asScala(List.of(catalog.globalTempDatabase(), name)).toList();
+    }
+
+    /** The global view a name would be, or null (a temporary view, another account's). */
+    private String viewName(Seq<String> parts) {
       if (parts.size() == 1) {
         if (catalog.getTempView(parts.head()).isDefined()) {
           return null;
         }
-        name = qualified(account == null ? GLOBAL : account, parts.head());
-      } else if (parts.size() == 2 && (account == null || account.equals(parts.head()))) {
-        name = qualified(parts.head(), parts.last());
-      } else {
-        return null;
+        return qualified(account == null ? GLOBAL : account, parts.head());
       }
-      if (!refreshed) {
-        refreshed = true;
-        refresh();
+      if (parts.size() == 2 && (account == null || account.equals(parts.head()))) {
+        return qualified(parts.head(), parts.last());
       }
-      if (catalog.getGlobalTempView(name).isEmpty()) {
-        return null;
-      }
-      return CollectionConverters.asScala(List.of(catalog.globalTempDatabase(), name)).toList();
+      return null;
     }
   }
 }
