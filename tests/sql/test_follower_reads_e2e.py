@@ -26,6 +26,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+from ingest.server.child import stop_child
 from log.compactor.layout import lake_at
 from sql.current import SUBJECT, WAIT, ask
 from sql.nats_door.service import NatsSql
@@ -157,8 +158,7 @@ async def test_a_query_beside_either_follower_sees_what_was_acknowledged(tmp_pat
                 assert await _last_seq(near) == PROBES + SPARK_PROBES
         finally:
             await publisher.close()
-            service.terminate()
-            service.wait(30)
+            await stop_child(service, 60)
 
 
 def _service(server: ServerProcess, lake_dir: Path, listen: str) -> subprocess.Popen[bytes]:
