@@ -218,7 +218,7 @@ def start_session(
 ) -> tuple[SparkSession, SharedViews]:
     """The service's session with its views published, Connect (and Thrift) listening, their
     clients logging in with NATS credentials checked at `logins` (a URL) when given; each
-    rebuild of the views first asks `copies` (the server beside) to show its copies current."""
+    refresh of the views first asks `copies` (the server beside) to show its copies current."""
     if jdbc is not None:  # Hive's Thrift service reads these before its own configuration
         os.environ["HIVE_SERVER2_THRIFT_BIND_HOST"] = jdbc[0]
         os.environ["HIVE_SERVER2_THRIFT_PORT"] = str(jdbc[1])
