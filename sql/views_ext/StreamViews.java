@@ -127,14 +127,12 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
       if (plan.resolved()) {
         return;
       }
-      String name = null;
-      if (plan instanceof UnresolvedRelation relation) {
-        name = viewName(relation.multipartIdentifier());
-      } else if (plan instanceof UnresolvedTableOrView named && named.allowTempView()) {
-        name = viewName(named.multipartIdentifier());
-      }
-      if (name != null) {
-        into.add(name);
+      Seq<String> parts = named(plan);
+      if (parts != null) {
+        String name = viewName(parts);
+        if (name != null) {
+          into.add(name);
+        }
         return;
       }
       for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
@@ -146,21 +144,21 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
       if (plan.resolved()) {
         return plan;
       }
-      if (plan instanceof UnresolvedRelation relation) {
-        Seq<String> global = shared(relation.multipartIdentifier());
-        return global == null
-            ? relation
-            : new UnresolvedRelation(global, relation.options(), relation.isStreaming());
-      }
-      if (plan instanceof UnresolvedTableOrView named && named.allowTempView()) { // DESCRIBE
-        Seq<String> global = shared(named.multipartIdentifier());
-        return global == null
-            ? named
-            : named.copy(
-                global,
-                named.commandName(),
-                named.allowTempView(),
-                named.tableNotFoundSearchPathMode());
+      Seq<String> parts = named(plan);
+      if (parts != null) {
+        Seq<String> global = shared(parts);
+        if (global == null) {
+          return plan;
+        }
+        if (plan instanceof UnresolvedRelation relation) {
+          return new UnresolvedRelation(global, relation.options(), relation.isStreaming());
+        }
+        UnresolvedTableOrView described = (UnresolvedTableOrView) plan;
+        return described.copy(
+            global,
+            described.commandName(),
+            described.allowTempView(),
+            described.tableNotFoundSearchPathMode());
       }
       Pass pass = this;
       return plan.mapChildren(
@@ -184,6 +182,17 @@ public final class StreamViews extends AbstractFunction1<SparkSessionExtensions,
         return null;
       }
       return CollectionConverters.asScala(List.of(catalog.globalTempDatabase(), name)).toList();
+    }
+
+    /** The name a stream's view may answer: a relation's, or a DESCRIBE's; else null. */
+    private static Seq<String> named(LogicalPlan plan) {
+      if (plan instanceof UnresolvedRelation relation) {
+        return relation.multipartIdentifier();
+      }
+      if (plan instanceof UnresolvedTableOrView described && described.allowTempView()) {
+        return described.multipartIdentifier();
+      }
+      return null;
     }
 
     /** The global view a name would be, or null (a temporary view, another account's). */
